@@ -1,0 +1,400 @@
+#include "server/checkpoint/model_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ropeserve {
+
+using json = nlohmann::json;
+
+const char* ModelFamilyName(ModelFamily f) {
+  switch (f) {
+    case ModelFamily::kLlama: return "llama";
+    case ModelFamily::kQwen2: return "qwen2";
+    case ModelFamily::kQwen3: return "qwen3";
+  }
+  return "?";
+}
+
+namespace {
+
+// Typed, validated access to one JSON object; errors name the file and key.
+class Reader {
+ public:
+  Reader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+
+  bool Has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+
+  StatusOr<std::int64_t> Int(const char* key, std::optional<std::int64_t> def = std::nullopt) const {
+    if (!Has(key)) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    const json& v = obj_.at(key);
+    if (v.is_number_integer()) return v.get<std::int64_t>();
+    if (v.is_number_float()) {  // some exporters write 2048.0
+      double d = v.get<double>();
+      if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<std::int64_t>(d);
+    }
+    return Bad(key, "an integer");
+  }
+
+  StatusOr<double> Double(const char* key, std::optional<double> def = std::nullopt) const {
+    if (!Has(key)) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    const json& v = obj_.at(key);
+    if (!v.is_number()) return Bad(key, "a number");
+    double d = v.get<double>();
+    if (!std::isfinite(d)) return Bad(key, "a finite number");
+    return d;
+  }
+
+  StatusOr<bool> Bool(const char* key, bool def) const {
+    if (!Has(key)) return def;
+    const json& v = obj_.at(key);
+    if (!v.is_boolean()) return Bad(key, "true or false");
+    return v.get<bool>();
+  }
+
+  StatusOr<std::string> String(const char* key, std::optional<std::string> def = std::nullopt) const {
+    if (!Has(key)) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    const json& v = obj_.at(key);
+    if (!v.is_string()) return Bad(key, "a string");
+    return v.get<std::string>();
+  }
+
+  // eos_token_id: an int or a list of ints.
+  StatusOr<std::vector<std::int64_t>> IntOrList(const char* key) const {
+    std::vector<std::int64_t> out;
+    if (!Has(key)) return out;
+    const json& v = obj_.at(key);
+    if (v.is_number_integer()) {
+      out.push_back(v.get<std::int64_t>());
+      return out;
+    }
+    if (!v.is_array()) return Bad(key, "an integer or a list of integers");
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) return Bad(key, "an integer or a list of integers");
+      out.push_back(e.get<std::int64_t>());
+    }
+    return out;
+  }
+
+  Status Missing(const char* key) const { return InvalidArgument(where_ + ": missing required key '" + key + "'"); }
+  Status Bad(const char* key, const char* what) const {
+    return InvalidArgument(where_ + ": '" + key + "' must be " + what + ", got " + obj_.at(key).dump());
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& obj_;
+  std::string where_;
+};
+
+StatusOr<json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": malformed JSON");
+  if (!j.is_object()) return InvalidArgument(path + ": top level is not a JSON object");
+  return j;
+}
+
+StatusOr<RopeScaling> ParseRopeScaling(const json& obj, const std::string& where, std::int64_t max_pos) {
+  Reader r(obj, where);
+  RopeScaling s;
+  if (r.Has("rope_type")) {
+    RS_ASSIGN_OR_RETURN(s.type, r.String("rope_type"));
+  } else if (r.Has("type")) {  // older configs
+    RS_ASSIGN_OR_RETURN(s.type, r.String("type"));
+  }
+  if (s.type != "default" && s.type != "linear" && s.type != "dynamic" && s.type != "llama3" && s.type != "yarn")
+    return Unimplemented(where + ": rope type '" + s.type +
+                         "' is not supported (supported: default, linear, dynamic, llama3, yarn)");
+  if (s.type == "default") return s;
+
+  // yarn may derive its factor from the context ratio; the others need it.
+  const bool factor_optional = s.type == "yarn" && r.Has("original_max_position_embeddings");
+  RS_ASSIGN_OR_RETURN(auto orig, r.Int("original_max_position_embeddings", std::int64_t{0}));
+  if (orig < 0) return InvalidArgument(where + ": original_max_position_embeddings must be positive");
+  s.original_max_position_embeddings = orig;
+  if (r.Has("factor") || !factor_optional) {
+    RS_ASSIGN_OR_RETURN(s.factor, r.Double("factor"));
+  } else {
+    s.factor = static_cast<double>(max_pos) / static_cast<double>(orig);
+  }
+  if (!(s.factor > 0)) return InvalidArgument(where + ": rope scaling 'factor' must be > 0");
+
+  if (s.type == "llama3") {
+    RS_ASSIGN_OR_RETURN(s.low_freq_factor, r.Double("low_freq_factor"));
+    RS_ASSIGN_OR_RETURN(s.high_freq_factor, r.Double("high_freq_factor"));
+    if (s.original_max_position_embeddings == 0)
+      return InvalidArgument(where + ": llama3 rope scaling needs 'original_max_position_embeddings'");
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0))
+      return InvalidArgument(where + ": llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor");
+  }
+  if (s.type == "yarn") {
+    if (r.Has("attention_factor")) {
+      RS_ASSIGN_OR_RETURN(double af, r.Double("attention_factor"));
+      if (!(af > 0)) return InvalidArgument(where + ": 'attention_factor' must be > 0");
+      s.attention_factor = af;
+    }
+    // Hugging Face treats 0 / null as "use the default" (`get(...) or 32`).
+    RS_ASSIGN_OR_RETURN(s.beta_fast, r.Double("beta_fast", 32.0));
+    RS_ASSIGN_OR_RETURN(s.beta_slow, r.Double("beta_slow", 1.0));
+    if (s.beta_fast == 0) s.beta_fast = 32.0;
+    if (s.beta_slow == 0) s.beta_slow = 1.0;
+    if (!(s.beta_fast > 0) || !(s.beta_slow > 0))
+      return InvalidArgument(where + ": yarn beta_fast and beta_slow must be > 0");
+    if (r.Has("mscale")) {
+      RS_ASSIGN_OR_RETURN(double m, r.Double("mscale"));
+      s.mscale = m;
+    }
+    if (r.Has("mscale_all_dim")) {
+      RS_ASSIGN_OR_RETURN(double m, r.Double("mscale_all_dim"));
+      s.mscale_all_dim = m;
+    }
+    RS_ASSIGN_OR_RETURN(s.truncate, r.Bool("truncate", true));
+  }
+  return s;
+}
+
+Status Positive(const std::string& where, const char* key, std::int64_t v) {
+  if (v <= 0) return InvalidArgument(where + ": '" + key + "' must be positive, got " + std::to_string(v));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::int64_t ModelConfig::num_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& t : ExpectedTensors(*this)) {
+    std::int64_t m = 1;
+    for (auto d : t.shape) m *= d;
+    n += m;
+  }
+  return n;
+}
+
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(source + ": malformed JSON");
+  if (!j.is_object()) return InvalidArgument(source + ": top level is not a JSON object");
+  Reader r(j, source);
+  ModelConfig c;
+
+  // Architecture: "architectures"[0], else model_type.
+  if (r.Has("architectures")) {
+    const json& a = j.at("architectures");
+    if (!a.is_array() || a.empty() || !a[0].is_string())
+      return InvalidArgument(source + ": 'architectures' must be a non-empty list of strings");
+    c.architecture = a[0].get<std::string>();
+  } else if (r.Has("model_type")) {
+    RS_ASSIGN_OR_RETURN(std::string mt, r.String("model_type"));
+    if (mt == "llama") c.architecture = "LlamaForCausalLM";
+    else if (mt == "mistral") c.architecture = "MistralForCausalLM";
+    else if (mt == "qwen2") c.architecture = "Qwen2ForCausalLM";
+    else if (mt == "qwen3") c.architecture = "Qwen3ForCausalLM";
+    else c.architecture = mt;
+  } else {
+    return InvalidArgument(source + ": neither 'architectures' nor 'model_type' is given");
+  }
+  if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM") {
+    c.family = ModelFamily::kLlama;
+  } else if (c.architecture == "Qwen2ForCausalLM") {
+    c.family = ModelFamily::kQwen2;
+  } else if (c.architecture == "Qwen3ForCausalLM") {
+    c.family = ModelFamily::kQwen3;
+  } else {
+    return Unimplemented(source + ": unknown architecture '" + c.architecture +
+                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  }
+
+  RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
+  RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
+  RS_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size"));
+  RS_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("num_hidden_layers"));
+  RS_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("num_attention_heads"));
+  RS_ASSIGN_OR_RETURN(c.num_key_value_heads, r.Int("num_key_value_heads", c.num_attention_heads));
+  RS_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", std::int64_t{2048}));
+  for (auto [key, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"num_key_value_heads", c.num_key_value_heads},
+                        {"max_position_embeddings", c.max_position_embeddings}})
+    RS_RETURN_IF_ERROR(Positive(source, key, v));
+  // Bounds that keep products far from overflow and reject nonsense early.
+  if (c.hidden_size > (1 << 20) || c.intermediate_size > (1 << 22) || c.vocab_size > (1 << 24) ||
+      c.num_hidden_layers > 4096 || c.num_attention_heads > 4096 || c.max_position_embeddings > (1LL << 32))
+    return InvalidArgument(source + ": a dimension is implausibly large");
+
+  if (r.Has("head_dim")) {
+    RS_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim"));
+    RS_RETURN_IF_ERROR(Positive(source, "head_dim", c.head_dim));
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      return InvalidArgument(source + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                             ") does not divide hidden_size (" + std::to_string(c.hidden_size) +
+                             ") and no head_dim is given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return InvalidArgument(source + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+                           ") does not divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+
+  RS_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Double("rms_norm_eps", 1e-6));
+  if (!(c.rms_norm_eps > 0)) return InvalidArgument(source + ": 'rms_norm_eps' must be > 0");
+
+  // RoPE: legacy top-level rope_theta/rope_scaling, or transformers 5's rope_parameters.
+  const json* rope_obj = nullptr;
+  if (r.Has("rope_parameters")) rope_obj = &j.at("rope_parameters");
+  else if (r.Has("rope_scaling")) rope_obj = &j.at("rope_scaling");
+  if (rope_obj != nullptr && !rope_obj->is_object())
+    return InvalidArgument(source + ": rope_scaling / rope_parameters must be an object or null");
+  RS_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", 10000.0));
+  RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, r.Double("partial_rotary_factor", 1.0));
+  if (rope_obj != nullptr) {
+    Reader rr(*rope_obj, source + " rope parameters");
+    RS_ASSIGN_OR_RETURN(c.rope_theta, rr.Double("rope_theta", c.rope_theta));
+    RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, rr.Double("partial_rotary_factor", c.partial_rotary_factor));
+    RS_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(*rope_obj, rr.where(), c.max_position_embeddings));
+  }
+  if (!(c.rope_theta > 1.0)) return InvalidArgument(source + ": 'rope_theta' must be > 1");
+  if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1.0))
+    return InvalidArgument(source + ": 'partial_rotary_factor' must be in (0, 1]");
+  if (c.rotary_dim() < 2 || c.rotary_dim() % 2 != 0)
+    return InvalidArgument(source + ": rotary dimension head_dim * partial_rotary_factor = " +
+                           std::to_string(c.rotary_dim()) + " must be even and at least 2");
+  if (c.rope_scaling.original_max_position_embeddings == 0)
+    c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
+
+  RS_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", std::string("silu")));
+  if (act != "silu")
+    return Unimplemented(source + ": hidden_act '" + act + "' is not supported (only silu)");
+
+  RS_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  RS_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
+  RS_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+  switch (c.family) {
+    case ModelFamily::kLlama:
+      c.qkv_bias = c.o_proj_bias = attention_bias;
+      break;
+    case ModelFamily::kQwen2:  // q/k/v always carry a bias, o_proj never
+      c.qkv_bias = true;
+      c.o_proj_bias = false;
+      c.mlp_bias = false;
+      break;
+    case ModelFamily::kQwen3:
+      c.qkv_bias = c.o_proj_bias = attention_bias;
+      c.qk_norm = true;
+      c.mlp_bias = false;
+      break;
+  }
+
+  // Sliding-window attention is not implemented: accept it only where it can
+  // never take effect (the window covers the whole context).
+  bool sliding = c.architecture == "MistralForCausalLM";
+  if (c.family != ModelFamily::kLlama) {
+    RS_ASSIGN_OR_RETURN(sliding, r.Bool("use_sliding_window", false));
+  }
+  if (sliding && r.Has("sliding_window")) {
+    RS_ASSIGN_OR_RETURN(std::int64_t window, r.Int("sliding_window"));
+    if (window < c.max_position_embeddings)
+      return Unimplemented(source + ": sliding_window " + std::to_string(window) +
+                           " < max_position_embeddings is not supported yet");
+  }
+
+  // transformers 5 writes "dtype", older versions "torch_dtype".
+  RS_ASSIGN_OR_RETURN(c.torch_dtype, r.String(r.Has("dtype") ? "dtype" : "torch_dtype", std::string()));
+  if (r.Has("bos_token_id")) {
+    RS_ASSIGN_OR_RETURN(std::int64_t bos, r.Int("bos_token_id"));
+    c.bos_token_id = bos;
+  }
+  RS_ASSIGN_OR_RETURN(c.eos_token_ids, r.IntOrList("eos_token_id"));
+  for (auto id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size)
+      return InvalidArgument(source + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  RS_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
+  RS_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(j.dump(), path));
+
+  const std::string gen_path = dir + "/generation_config.json";
+  std::ifstream probe(gen_path);
+  if (probe) {
+    RS_ASSIGN_OR_RETURN(json g, ReadJsonFile(gen_path));
+    Reader r(g, gen_path);
+    RS_ASSIGN_OR_RETURN(auto eos, r.IntOrList("eos_token_id"));
+    for (auto id : eos)
+      if (id < 0 || id >= c.vocab_size)
+        return InvalidArgument(gen_path + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+    if (!eos.empty()) c.eos_token_ids = eos;
+    if (r.Has("bos_token_id")) {
+      RS_ASSIGN_OR_RETURN(std::int64_t bos, r.Int("bos_token_id"));
+      c.bos_token_id = bos;
+    }
+  }
+  return c;
+}
+
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
+  std::vector<TensorSpec> t;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  t.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {H}});
+    t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), H}});
+    t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), H}});
+    t.push_back({p + "self_attn.v_proj.weight", {c.kv_size(), H}});
+    if (c.qkv_bias) {
+      t.push_back({p + "self_attn.q_proj.bias", {c.q_size()}});
+      t.push_back({p + "self_attn.k_proj.bias", {c.kv_size()}});
+      t.push_back({p + "self_attn.v_proj.bias", {c.kv_size()}});
+    }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {D}});
+      t.push_back({p + "self_attn.k_norm.weight", {D}});
+    }
+    t.push_back({p + "self_attn.o_proj.weight", {H, c.q_size()}});
+    if (c.o_proj_bias) t.push_back({p + "self_attn.o_proj.bias", {H}});
+    t.push_back({p + "post_attention_layernorm.weight", {H}});
+    t.push_back({p + "mlp.gate_proj.weight", {I, H}});
+    t.push_back({p + "mlp.up_proj.weight", {I, H}});
+    t.push_back({p + "mlp.down_proj.weight", {H, I}});
+    if (c.mlp_bias) {
+      t.push_back({p + "mlp.gate_proj.bias", {I}});
+      t.push_back({p + "mlp.up_proj.bias", {I}});
+      t.push_back({p + "mlp.down_proj.bias", {H}});
+    }
+  }
+  t.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, H}});
+  return t;
+}
+
+bool IsIgnorableTensor(const std::string& name, const ModelConfig& c) {
+  auto ends_with = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("rotary_emb.inv_freq")) return true;
+  // Tied checkpoints sometimes still carry lm_head.weight; Hugging Face
+  // ignores it in favour of the embeddings, and so do we.
+  if (c.tie_word_embeddings && name == "lm_head.weight") return true;
+  return false;
+}
+
+}  // namespace ropeserve

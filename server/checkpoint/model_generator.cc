@@ -1,0 +1,294 @@
+#include "server/checkpoint/model_generator.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "server/checkpoint/model_config.h"
+#include "server/checkpoint/safetensors.h"
+
+namespace ropeserve {
+
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Preset {
+  const char* name;
+  const char* arch;
+  std::int64_t hidden, intermediate, layers, heads, kv_heads, head_dim /*0 = derived*/, vocab, max_pos;
+  double rope_theta, rms_eps;
+  bool tied;
+  DType dtype;
+  const char* rope_scaling;  // JSON or nullptr
+};
+
+// Shapes of the real models, for benchmarks; "tiny" for tests and the demo.
+constexpr Preset kPresets[] = {
+    {"tiny", "llama", 64, 172, 2, 4, 2, 0, 1024, 2048, 10000.0, 1e-5, true, DType::kF32, nullptr},
+    {"qwen2.5-0.5b", "qwen2", 896, 4864, 24, 14, 2, 0, 151936, 32768, 1000000.0, 1e-6, true, DType::kBF16, nullptr},
+    {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1000000.0, 1e-6, true, DType::kBF16, nullptr},
+    {"llama-3.2-1b", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0, 1e-5, true, DType::kBF16,
+     R"({"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192})"},
+    {"smollm2-360m", "llama", 960, 2560, 32, 15, 5, 0, 49152, 8192, 100000.0, 1e-5, true, DType::kBF16, nullptr},
+};
+
+// Portable normal samples: splitmix64 + Box-Muller. std::normal_distribution
+// is implementation-defined, and checkpoints must be identical everywhere.
+class NormalStream {
+ public:
+  explicit NormalStream(std::uint64_t seed) : state_(seed) {}
+  float Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(Bits() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(Bits() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = static_cast<float>(r * std::sin(2.0 * M_PI * u2));
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(2.0 * M_PI * u2));
+  }
+
+ private:
+  std::uint64_t Bits() {
+    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+  bool has_spare_ = false;
+  float spare_ = 0;
+};
+
+TensorToWrite RandomTensor(const TensorSpec& spec, DType dtype, std::uint64_t seed, std::int64_t hidden) {
+  // Scales larger than HF's initializer so logits are not degenerate
+  // (embeddings N(0,0.5), projections N(0,0.25) at hidden 64, shrinking as
+  // 1/sqrt(fan_in) for wider models), norms 1+N(0,0.1), biases N(0,0.1).
+  const std::string& n = spec.name;
+  auto ends_with = [&](const char* s) {
+    const std::size_t l = std::strlen(s);
+    return n.size() >= l && n.compare(n.size() - l, l, s) == 0;
+  };
+  double mean = 0, stddev;
+  if (n == "model.embed_tokens.weight" || n == "lm_head.weight") {
+    stddev = 0.5 * std::sqrt(64.0 / static_cast<double>(hidden));
+    if (hidden <= 64) stddev = 0.5;
+  } else if (ends_with("norm.weight")) {
+    mean = 1.0;
+    stddev = 0.1;
+  } else if (ends_with(".bias")) {
+    stddev = 0.1;
+  } else {
+    const double fan_in = static_cast<double>(spec.shape.back());
+    stddev = 0.25 * std::sqrt(64.0 / fan_in);
+  }
+  NormalStream rng(seed ^ XXH64(n.data(), n.size(), 0));
+  std::int64_t numel = 1;
+  for (auto d : spec.shape) numel *= d;
+  TensorToWrite t{n, dtype, spec.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(numel) * DTypeSize(dtype))};
+  for (std::int64_t i = 0; i < numel; ++i) {
+    const float x = static_cast<float>(mean + stddev * rng.Next());
+    if (dtype == DType::kF32) {
+      std::memcpy(t.bytes.data() + 4 * i, &x, 4);
+    } else {
+      const std::uint16_t h = dtype == DType::kBF16 ? FloatToBF16(x) : FloatToF16(x);
+      std::memcpy(t.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return t;
+}
+
+// A byte-level BPE vocabulary (GPT-2 / Qwen style): the 256 byte tokens, then
+// merges that grow lowercase words (with and without the leading-space
+// marker) until the vocabulary is full, then three special tokens. It is a
+// valid tokenizer.json for any vocab size >= 259; the text a random model
+// produces through it is gibberish, by design.
+json MakeTokenizerJson(std::int64_t vocab_size) {
+  // GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 and up.
+  std::vector<std::string> byte_token(256);
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    byte_token[b] = s;
+  }
+  const std::int64_t regular = vocab_size - 3;
+  json vocab = json::object();
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256 && static_cast<std::int64_t>(tokens.size()) < regular; ++b) {
+    vocab[byte_token[b]] = tokens.size();
+    tokens.push_back(byte_token[b]);
+  }
+  json merges = json::array();
+  std::vector<std::string> frontier;  // tokens to extend by one letter, in creation order
+  for (char c = 'a'; c <= 'z'; ++c) frontier.push_back(std::string(1, c));
+  for (char c = 'a'; c <= 'z'; ++c) frontier.push_back(byte_token[' '] + std::string(1, c));
+  // The space-prefixed letters themselves are merges of "Ġ" and a letter.
+  for (char c = 'a'; c <= 'z' && static_cast<std::int64_t>(tokens.size()) < regular; ++c) {
+    const std::string t = byte_token[' '] + std::string(1, c);
+    merges.push_back(byte_token[' '] + " " + std::string(1, c));
+    vocab[t] = tokens.size();
+    tokens.push_back(t);
+  }
+  for (std::size_t i = 0; i < frontier.size() && static_cast<std::int64_t>(tokens.size()) < regular; ++i) {
+    for (char c = 'a'; c <= 'z' && static_cast<std::int64_t>(tokens.size()) < regular; ++c) {
+      const std::string t = frontier[i] + std::string(1, c);
+      merges.push_back(frontier[i] + " " + std::string(1, c));
+      vocab[t] = tokens.size();
+      tokens.push_back(t);
+      frontier.push_back(t);
+    }
+  }
+  json added = json::array();
+  const char* specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  for (int i = 0; i < 3; ++i)
+    added.push_back({{"id", regular + i}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  json post = byte_level;
+  post["trim_offsets"] = false;
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", post},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+            {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
+}
+
+constexpr const char* kChatMLTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+Status WriteJson(const std::string& path, const json& j) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return InvalidArgument(path + ": cannot open for writing");
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) return InvalidArgument(path + ": write failed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<std::string> ModelPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
+  const Preset* preset = nullptr;
+  for (const auto& p : kPresets)
+    if (o.preset == p.name) preset = &p;
+  if (preset == nullptr) {
+    std::string names;
+    for (const auto& n : ModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
+    return InvalidArgument("unknown preset '" + o.preset + "' (known: " + names + ")");
+  }
+  const std::string arch = o.arch.empty() ? preset->arch : o.arch;
+  const DType dtype = o.dtype.value_or(preset->dtype);
+  if (!IsFloatWeightDType(dtype)) return InvalidArgument("dtype must be float32, float16 or bfloat16");
+  const std::int64_t vocab = o.vocab_size.value_or(preset->vocab);
+  if (vocab < 259) return InvalidArgument("vocab size must be at least 259 (256 bytes + 3 special tokens)");
+
+  json config = json::object();
+  if (arch == "llama") {
+    config["architectures"] = {"LlamaForCausalLM"};
+    config["model_type"] = "llama";
+  } else if (arch == "qwen2") {
+    config["architectures"] = {"Qwen2ForCausalLM"};
+    config["model_type"] = "qwen2";
+  } else if (arch == "qwen3") {
+    config["architectures"] = {"Qwen3ForCausalLM"};
+    config["model_type"] = "qwen3";
+  } else {
+    return InvalidArgument("unknown architecture '" + arch + "' (known: llama, qwen2, qwen3)");
+  }
+  config["vocab_size"] = vocab;
+  config["hidden_size"] = o.hidden_size.value_or(preset->hidden);
+  config["intermediate_size"] = o.intermediate_size.value_or(preset->intermediate);
+  config["num_hidden_layers"] = o.num_layers.value_or(preset->layers);
+  config["num_attention_heads"] = o.num_heads.value_or(preset->heads);
+  config["num_key_value_heads"] = o.num_kv_heads.value_or(preset->kv_heads);
+  const std::int64_t head_dim = o.head_dim.value_or(preset->head_dim);
+  if (head_dim > 0) config["head_dim"] = head_dim;
+  config["max_position_embeddings"] = o.max_position_embeddings.value_or(preset->max_pos);
+  config["rms_norm_eps"] = preset->rms_eps;
+  config["rope_theta"] = preset->rope_theta;
+  const std::string scaling = o.rope_scaling_json.empty() ? (preset->rope_scaling ? preset->rope_scaling : "")
+                                                          : o.rope_scaling_json;
+  if (scaling.empty()) {
+    config["rope_scaling"] = nullptr;
+  } else {
+    json s = json::parse(scaling, nullptr, false);
+    if (s.is_discarded() || !s.is_object()) return InvalidArgument("--rope-scaling is not a JSON object");
+    config["rope_scaling"] = s;
+  }
+  config["hidden_act"] = "silu";
+  config["tie_word_embeddings"] = o.tie_word_embeddings.value_or(preset->tied);
+  if (arch == "llama") {
+    config["attention_bias"] = false;
+    config["mlp_bias"] = false;
+  }
+  if (arch == "qwen3") config["attention_bias"] = false;
+  if (arch != "llama") config["use_sliding_window"] = false;
+  config["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kBF16 ? "bfloat16" : "float16";
+  config["bos_token_id"] = nullptr;
+  config["eos_token_id"] = vocab - 3;
+
+  // Validate through the same parser the server uses.
+  RS_ASSIGN_OR_RETURN(ModelConfig parsed, ParseModelConfig(config.dump(), "generated config.json"));
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return InvalidArgument(out_dir + ": cannot create directory: " + ec.message());
+
+  std::vector<TensorToWrite> tensors;
+  for (const auto& spec : ExpectedTensors(parsed))
+    tensors.push_back(RandomTensor(spec, dtype, o.seed, parsed.hidden_size));
+  RS_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}}));
+  tensors.clear();
+
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/config.json", config));
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/generation_config.json",
+                               {{"eos_token_id", {vocab - 3, vocab - 1}}, {"do_sample", false}}));
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer.json", MakeTokenizerJson(vocab)));
+  json added_decoder = json::object();
+  const char* specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  for (int i = 0; i < 3; ++i)
+    added_decoder[std::to_string(vocab - 3 + i)] = {{"content", specials[i]}, {"lstrip", false}, {"normalized", false},
+                                                    {"rstrip", false}, {"single_word", false}, {"special", true}};
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer_config.json",
+                               {{"added_tokens_decoder", added_decoder},
+                                {"bos_token", nullptr},
+                                {"eos_token", "<|im_end|>"},
+                                {"pad_token", "<|endoftext|>"},
+                                {"chat_template", kChatMLTemplate},
+                                {"model_max_length", parsed.max_position_embeddings},
+                                {"tokenizer_class", "PreTrainedTokenizerFast"},
+                                {"clean_up_tokenization_spaces", false}}));
+  return Status::Ok();
+}
+
+}  // namespace ropeserve

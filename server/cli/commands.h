@@ -1,0 +1,27 @@
+// Subcommands of the `ropeserve` executable. Each Add* registers a CLI11
+// subcommand and returns the function that runs it once flags are parsed
+// (main() sets global state such as threads first).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "server/checkpoint/dtype.h"
+
+namespace ropeserve::cli {
+
+using Runner = std::function<int()>;
+
+Runner AddGenerate(CLI::App& app);
+Runner AddMakeModel(CLI::App& app);
+
+// Parses "float32|f32|bfloat16|bf16|float16|f16"; nullopt for "auto".
+std::optional<DType> ParseDTypeFlag(const std::string& s);
+inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16", "float16", "f16"};
+
+// Prints "error: <message>" to stderr and returns exit code 1.
+int Fail(const std::string& message);
+
+}  // namespace ropeserve::cli

@@ -1,0 +1,143 @@
+// `ropeserve generate`: offline generation for one prompt, used by tests and
+// parity checks against other implementations.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "server/cli/commands.h"
+#include "server/models/decoder.h"
+#include "server/runner/generate.h"
+
+namespace ropeserve::cli {
+
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  std::int64_t max_tokens = 16;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 0;
+  double min_p = 0.0;
+  std::optional<std::uint64_t> seed;
+  std::size_t top_logprobs = 0;
+  bool json = false;
+  bool ignore_eos = false;
+  bool reference = false;
+  std::string dtype = "auto";
+};
+
+StatusOr<std::vector<std::int64_t>> ParseIds(const std::string& text) {
+  std::vector<std::int64_t> ids;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+    if (item.empty()) return InvalidArgument("--prompt-ids: empty item in '" + text + "'");
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size()) return InvalidArgument("--prompt-ids: '" + item + "' is not an integer");
+    ids.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+// "auto": the checkpoint's own dtype where the CPU computes it well
+// (bfloat16), else float32.
+DType ResolveDType(const std::string& flag, const std::string& model_dir) {
+  if (auto d = ParseDTypeFlag(flag)) return *d;
+  auto config = LoadModelConfig(model_dir);
+  if (config.ok() && config->torch_dtype == "bfloat16") return DType::kBF16;
+  return DType::kF32;
+}
+
+int Run(const GenerateFlags& f) {
+  if (!f.prompt.empty())
+    return Fail("--prompt needs the tokenizer, which is not implemented yet; pass token ids with --prompt-ids");
+  auto ids = ParseIds(f.prompt_ids);
+  if (!ids.ok()) return Fail(ids.status().message());
+
+  auto model = DecoderModel::Load(f.model, ResolveDType(f.dtype, f.model));
+  if (!model.ok()) return Fail(model.status().ToString());
+
+  GenerateOptions opts;
+  opts.max_tokens = f.max_tokens;
+  opts.sampling.temperature = f.temperature;
+  opts.sampling.top_p = f.top_p;
+  opts.sampling.top_k = f.top_k;
+  opts.sampling.min_p = f.min_p;
+  opts.sampling.seed = f.seed;
+  opts.top_logprobs = f.top_logprobs;
+  opts.ignore_eos = f.ignore_eos;
+  opts.use_reference = f.reference;
+  auto result = Generate(**model, *ids, opts);
+  if (!result.ok()) return Fail(result.status().ToString());
+
+  if (f.json) {
+    nlohmann::json out;
+    out["prompt_ids"] = result->prompt_ids;
+    out["generated_ids"] = result->generated_ids;
+    out["text"] = "";  // filled in once the tokenizer lands
+    out["finish_reason"] = result->finish_reason;
+    out["logprobs"] = result->logprobs;
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& step : result->top_logprobs) {
+      nlohmann::json s = nlohmann::json::array();
+      for (const auto& t : step) s.push_back({{"id", t.id}, {"logprob", t.logprob}});
+      top.push_back(s);
+    }
+    out["top_logprobs"] = top;
+    std::cout << out.dump() << "\n";
+  } else {
+    for (std::size_t i = 0; i < result->generated_ids.size(); ++i)
+      std::cout << (i ? " " : "") << result->generated_ids[i];
+    std::cout << "\nfinish_reason: " << result->finish_reason << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner AddGenerate(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate tokens for one prompt, offline (no server)");
+  sub->add_option("--model", f->model, "Checkpoint directory in Hugging Face layout")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  auto* text = sub->add_option("--prompt", f->prompt, "Prompt text (needs the tokenizer; not implemented yet)");
+  auto* ids = sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,15043");
+  text->excludes(ids);
+  sub->add_option("--max-tokens", f->max_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--temperature", f->temperature, "0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-p", f->top_p, "Nucleus sampling mass")->capture_default_str();
+  sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
+  sub->add_option("--min-p", f->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
+  sub->add_option("--seed", f->seed, "Random seed for sampling");
+  sub->add_option("--top-logprobs", f->top_logprobs, "Report the K most likely tokens per step (max 20)")
+      ->check(CLI::Range(0, 20));
+  sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");
+  sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at the model's EOS tokens");
+  sub->add_flag("--reference", f->reference, "Use the slow reference path (full recompute, no KV cache)");
+  sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kDTypeChoices));
+  sub->callback([sub] {
+    if (sub->count("--prompt") + sub->count("--prompt-ids") == 0)
+      throw CLI::ValidationError("--prompt or --prompt-ids", "one of them is required");
+  });
+  return [f] { return Run(*f); };
+}
+
+}  // namespace ropeserve::cli

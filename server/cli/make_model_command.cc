@@ -1,0 +1,53 @@
+// `ropeserve make-model`: writes a random-weight checkpoint (see
+// server/checkpoint/model_generator.h).
+#include <cstdio>
+#include <memory>
+
+#include "server/checkpoint/model_generator.h"
+#include "server/cli/commands.h"
+
+namespace ropeserve::cli {
+
+namespace {
+struct MakeModelFlags {
+  std::string out;
+  std::string dtype = "auto";
+  MakeModelOptions options;
+};
+}  // namespace
+
+Runner AddMakeModel(CLI::App& app) {
+  auto f = std::make_shared<MakeModelFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "make-model", "Write a deterministic random-weight checkpoint (demo weights: meaningless text)");
+  sub->add_option("--out", f->out, "Output directory")->required();
+  std::string presets;
+  for (const auto& n : ModelPresetNames()) presets += (presets.empty() ? "" : ", ") + n;
+  sub->add_option("--preset", f->options.preset, "Shape preset: " + presets)
+      ->capture_default_str()
+      ->check(CLI::IsMember(ModelPresetNames()));
+  sub->add_option("--arch", f->options.arch, "Architecture (default: the preset's)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  sub->add_option("--dtype", f->dtype, "Storage dtype (auto = the preset's)")->check(CLI::IsMember(kDTypeChoices));
+  sub->add_option("--seed", f->options.seed, "Random seed")->capture_default_str();
+  sub->add_option("--hidden-size", f->options.hidden_size)->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--intermediate-size", f->options.intermediate_size)->check(CLI::Range(1, 1 << 18));
+  sub->add_option("--layers", f->options.num_layers)->check(CLI::Range(1, 1024));
+  sub->add_option("--heads", f->options.num_heads)->check(CLI::Range(1, 1024));
+  sub->add_option("--kv-heads", f->options.num_kv_heads)->check(CLI::Range(1, 1024));
+  sub->add_option("--head-dim", f->options.head_dim)->check(CLI::Range(2, 1024));
+  sub->add_option("--vocab-size", f->options.vocab_size)->check(CLI::Range(259, 1 << 22));
+  sub->add_option("--max-position-embeddings", f->options.max_position_embeddings)->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--tie-word-embeddings", f->options.tie_word_embeddings, "true or false");
+  sub->add_option("--rope-scaling", f->options.rope_scaling_json,
+                  R"(rope_scaling JSON, e.g. {"rope_type":"linear","factor":2.0})");
+  return [f] {
+    f->options.dtype = ParseDTypeFlag(f->dtype);
+    Status s = MakeModel(f->out, f->options);
+    if (!s.ok()) return Fail(s.ToString());
+    std::fprintf(stderr, "wrote %s checkpoint to %s\n", f->options.preset.c_str(), f->out.c_str());
+    return 0;
+  };
+}
+
+}  // namespace ropeserve::cli

@@ -1,0 +1,117 @@
+#include "server/engine/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace ropeserve {
+
+Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0) || !std::isfinite(temperature))
+    return InvalidArgument("temperature must be a finite number >= 0");
+  if (top_k < -1) return InvalidArgument("top_k must be -1, 0 (disabled) or positive");
+  if (!(top_p > 0.0 && top_p <= 1.0)) return InvalidArgument("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0 && min_p <= 1.0)) return InvalidArgument("min_p must be in [0, 1]");
+  return Status::Ok();
+}
+
+namespace {
+
+std::int64_t Argmax(std::span<const float> logits) {
+  std::int64_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<std::int64_t>(i);  // strict: ties keep the lower id
+  return best;
+}
+
+double LogSumExp(std::span<const float> logits) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float x : logits) m = std::max(m, static_cast<double>(x));
+  if (!std::isfinite(m)) return m;
+  double s = 0;
+  for (float x : logits) s += std::exp(static_cast<double>(x) - m);
+  return m + std::log(s);
+}
+
+}  // namespace
+
+std::int64_t SampleToken(std::span<const float> logits, const SamplingParams& p, SamplerRng& rng) {
+  if (logits.empty()) return 0;
+  if (p.greedy()) return Argmax(logits);
+
+  // Candidates sorted by logit (desc), ties by id, so results do not depend
+  // on sort stability.
+  std::vector<std::int64_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto by_logit = [&](std::int64_t a, std::int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::size_t keep = ids.size();
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < keep) {
+    keep = static_cast<std::size_t>(p.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  ids.resize(keep);
+
+  // Softmax of logits / temperature over the candidates.
+  std::vector<double> probs(keep);
+  const double top = static_cast<double>(logits[ids[0]]) / p.temperature;
+  double sum = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(logits[ids[i]]) / p.temperature - top);
+    sum += probs[i];
+  }
+  for (auto& x : probs) x /= sum;
+
+  // top-p: the smallest prefix whose mass reaches top_p (at least one token).
+  if (p.top_p < 1.0) {
+    double cum = 0;
+    std::size_t n = 0;
+    while (n < keep) {
+      cum += probs[n++];
+      if (cum >= p.top_p) break;
+    }
+    keep = n;
+  }
+  // min-p: drop tokens below min_p times the most likely one.
+  if (p.min_p > 0.0) {
+    const double floor = p.min_p * probs[0];
+    std::size_t n = 1;
+    while (n < keep && probs[n] >= floor) ++n;
+    keep = n;
+  }
+
+  double mass = 0;
+  for (std::size_t i = 0; i < keep; ++i) mass += probs[i];
+  std::uniform_real_distribution<double> uni(0.0, mass);
+  double r = uni(rng);
+  for (std::size_t i = 0; i < keep; ++i) {
+    r -= probs[i];
+    if (r < 0) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+std::vector<std::pair<std::int64_t, double>> TopLogprobs(std::span<const float> logits, std::size_t k) {
+  k = std::min(k, logits.size());
+  std::vector<std::int64_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](std::int64_t a, std::int64_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  const double lse = LogSumExp(logits);
+  std::vector<std::pair<std::int64_t, double>> out;
+  out.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) out.emplace_back(ids[i], static_cast<double>(logits[ids[i]]) - lse);
+  return out;
+}
+
+double LogprobOf(std::span<const float> logits, std::int64_t id) {
+  return static_cast<double>(logits[static_cast<std::size_t>(id)]) - LogSumExp(logits);
+}
+
+}  // namespace ropeserve

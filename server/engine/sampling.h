@@ -1,0 +1,43 @@
+// Token selection from one row of logits, on the host, torch-free. This is
+// the reference sampler: simple, exact, and the oracle for any device-side
+// sampler added later.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "server/common/status.h"
+
+namespace ropeserve {
+
+struct SamplingParams {
+  double temperature = 0.0;  // 0 = greedy (argmax, ties -> lowest id)
+  std::int64_t top_k = 0;    // 0 or -1 = disabled
+  double top_p = 1.0;        // (0, 1]
+  double min_p = 0.0;        // [0, 1]
+  std::optional<std::uint64_t> seed;
+
+  // Checks ranges; the message names the offending field.
+  Status Validate() const;
+  bool greedy() const { return temperature == 0.0; }
+};
+
+// Per-request random state (seeded from SamplingParams::seed when given).
+using SamplerRng = std::mt19937_64;
+
+// Picks a token id from `logits` ([vocab]).
+std::int64_t SampleToken(std::span<const float> logits, const SamplingParams& params, SamplerRng& rng);
+
+// The k most likely ids under log_softmax(logits) (raw logits, before
+// temperature, as OpenAI-style logprobs report), most likely first; ties by
+// lower id. Computed in double.
+std::vector<std::pair<std::int64_t, double>> TopLogprobs(std::span<const float> logits, std::size_t k);
+
+// log_softmax(logits)[id], in double.
+double LogprobOf(std::span<const float> logits, std::int64_t id);
+
+}  // namespace ropeserve

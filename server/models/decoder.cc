@@ -1,0 +1,191 @@
+#include "server/models/decoder.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+#include "kernels/reference/reference_ops.h"
+#include "server/models/weight_loader.h"
+
+namespace ropeserve {
+
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+// Grouped-query attention of T new queries over a cache holding S keys, the
+// last T of which belong to the queries (positions S-T .. S-1). K/V heads are
+// shared by reshaping q, not by copying K/V as the reference does.
+// q: [T, Hq, D]; k, v: [S, Hkv, D] -> [T, Hq, D].
+at::Tensor CachedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t T = q.size(0), hq = q.size(1), D = q.size(2);
+  const int64_t S = k.size(0), hkv = k.size(1), G = hq / hkv;
+  at::Tensor qg = q.view({T, hkv, G, D}).permute({1, 2, 0, 3}).reshape({hkv, G * T, D});
+  at::Tensor kh = k.permute({1, 2, 0});  // [Hkv, D, S]
+  at::Tensor vh = v.permute({1, 0, 2});  // [Hkv, S, D]
+  at::Tensor scores = at::bmm(qg, kh).mul_(scale).view({hkv, G, T, S});
+  if (T > 1) {
+    // Query t sits at position S-T+t and sees keys 0..S-T+t.
+    at::Tensor qpos = at::arange(S - T, S, q.options().dtype(at::kLong)).unsqueeze(1);  // [T, 1]
+    at::Tensor kpos = at::arange(0, S, q.options().dtype(at::kLong)).unsqueeze(0);      // [1, S]
+    scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()).view({hkv, G * T, S});
+  at::Tensor out = at::bmm(probs, vh);                              // [Hkv, G*T, D]
+  return out.view({hkv, G, T, D}).permute({2, 0, 1, 3}).reshape({T, hq, D});
+}
+
+void EnsureCapacity(ContiguousKvCache& cache, int64_t needed, int64_t layers, int64_t hkv, int64_t D,
+                    const at::TensorOptions& opts) {
+  int64_t capacity = cache.k.empty() ? 0 : cache.k[0].size(0);
+  if (needed <= capacity) return;
+  int64_t new_capacity = std::max<int64_t>(needed, std::max<int64_t>(16, 2 * capacity));
+  if (cache.k.empty()) {
+    cache.k.resize(layers);
+    cache.v.resize(layers);
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    at::Tensor nk = at::empty({new_capacity, hkv, D}, opts);
+    at::Tensor nv = at::empty({new_capacity, hkv, D}, opts);
+    if (cache.length > 0) {
+      nk.narrow(0, 0, cache.length).copy_(cache.k[l].narrow(0, 0, cache.length));
+      nv.narrow(0, 0, cache.length).copy_(cache.v[l].narrow(0, 0, cache.length));
+    }
+    cache.k[l] = nk;
+    cache.v[l] = nv;
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
+    return InvalidArgument("compute dtype must be float32, bfloat16 or float16");
+  RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  c10::InferenceMode guard;
+  std::unique_ptr<DecoderModel> m(new DecoderModel());
+  m->config_ = ckpt->config();
+  m->dtype_ = dtype;
+  const ModelConfig& c = m->config_;
+  const auto st = ToScalarType(dtype);
+  auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st); };
+  auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
+
+  m->w_.embed_tokens = load("model.embed_tokens.weight");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    DecoderLayerWeights lw;
+    lw.input_layernorm = load(p + "input_layernorm.weight");
+    lw.q_proj = load(p + "self_attn.q_proj.weight");
+    lw.k_proj = load(p + "self_attn.k_proj.weight");
+    lw.v_proj = load(p + "self_attn.v_proj.weight");
+    lw.q_bias = load_if(c.qkv_bias, p + "self_attn.q_proj.bias");
+    lw.k_bias = load_if(c.qkv_bias, p + "self_attn.k_proj.bias");
+    lw.v_bias = load_if(c.qkv_bias, p + "self_attn.v_proj.bias");
+    lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
+    lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
+    lw.o_proj = load(p + "self_attn.o_proj.weight");
+    lw.o_bias = load_if(c.o_proj_bias, p + "self_attn.o_proj.bias");
+    lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
+    lw.gate_proj = load(p + "mlp.gate_proj.weight");
+    lw.up_proj = load(p + "mlp.up_proj.weight");
+    lw.down_proj = load(p + "mlp.down_proj.weight");
+    lw.gate_bias = load_if(c.mlp_bias, p + "mlp.gate_proj.bias");
+    lw.up_bias = load_if(c.mlp_bias, p + "mlp.up_proj.bias");
+    lw.down_bias = load_if(c.mlp_bias, p + "mlp.down_proj.bias");
+    m->w_.layers.push_back(std::move(lw));
+  }
+  m->w_.norm = load("model.norm.weight");
+  m->w_.lm_head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
+
+  RopeFrequencies rope = ComputeRopeFrequencies(c);
+  // Hugging Face keeps inv_freq as a float32 buffer.
+  m->inv_freq_ = at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
+  m->attention_factor_ = rope.attention_factor;
+  return m;
+}
+
+at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
+
+at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
+  at::Tensor h = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+  return at::linear(h, w_.lm_head).to(at::kFloat);
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positions) const {
+  at::Tensor inv_freq = inv_freq_;
+  double factor = attention_factor_;
+  if (RopeDependsOnLength(config_)) {
+    // Dynamic NTK: frequencies follow the length reached by this forward, as
+    // Hugging Face's dynamic_rope_update does for a single growing sequence.
+    const int64_t seq_len = positions.max().item<int64_t>() + 1;
+    RopeFrequencies rope = ComputeRopeFrequencies(config_, seq_len);
+    inv_freq = at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
+    factor = rope.attention_factor;
+  }
+  return reference::RopeCosSin(inv_freq, positions, factor, ToScalarType(dtype_));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
+                                                                         const at::Tensor& x, const at::Tensor& cos,
+                                                                         const at::Tensor& sin) const {
+  const int64_t T = x.size(0), D = config_.head_dim;
+  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({T, config_.num_attention_heads, D});
+  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({T, config_.num_key_value_heads, D});
+  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({T, config_.num_key_value_heads, D});
+  if (config_.qk_norm) {
+    q = reference::RmsNorm(q, w.q_norm, config_.rms_norm_eps);
+    k = reference::RmsNorm(k, w.k_norm, config_.rms_norm_eps);
+  }
+  return {reference::ApplyRope(q, cos, sin), reference::ApplyRope(k, cos, sin), v};
+}
+
+at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
+  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias);
+  at::Tensor up = Linear(x, w.up_proj, w.up_bias);
+  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias);
+}
+
+at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
+  c10::InferenceMode guard;
+  const int64_t T = ids.size(0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  auto [cos, sin] = CosSin(at::arange(T, at::kLong));
+  at::Tensor h = Embed(ids);
+  for (const auto& w : w_.layers) {
+    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
+    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+    at::Tensor attn = reference::CausalAttention(q, k, v, scale).reshape({T, config_.q_size()});
+    h = h + Linear(attn, w.o_proj, w.o_bias);
+    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
+  }
+  return Logits(h);
+}
+
+at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const {
+  c10::InferenceMode guard;
+  const int64_t T = ids.size(0), start = cache.length, S = start + T;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  EnsureCapacity(cache, S, config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim,
+                 w_.embed_tokens.options());
+  auto [cos, sin] = CosSin(at::arange(start, S, at::kLong));
+  at::Tensor h = Embed(ids);
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const auto& w = w_.layers[l];
+    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
+    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+    cache.k[l].narrow(0, start, T).copy_(k);
+    cache.v[l].narrow(0, start, T).copy_(v);
+    at::Tensor attn = CachedAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S), scale);
+    h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
+    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
+  }
+  cache.length = S;
+  if (!all_logits) h = h.narrow(0, T - 1, 1);
+  return Logits(h);
+}
+
+}  // namespace ropeserve

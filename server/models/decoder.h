@@ -1,0 +1,85 @@
+// LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM.
+// Weights keep Hugging Face's module names (DecoderLayerWeights mirrors
+// model.layers.N.*), so loading is name mapping.
+//
+// Two forward paths compute the same function:
+//  - ForwardReference: dense causal attention over the whole sequence, no
+//    cache, no batching; the oracle in tests.
+//  - ForwardIncremental: appends tokens to a contiguous per-sequence KV cache
+//    and attends over it (grouped-query attention without repeating K/V).
+// Thread-safety: a loaded model is immutable; both forwards may run
+// concurrently on different caches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/rope.h"
+
+namespace ropeserve {
+
+struct DecoderLayerWeights {
+  at::Tensor input_layernorm;           // [H]
+  at::Tensor q_proj, k_proj, v_proj;    // [Hq*D, H], [Hkv*D, H], [Hkv*D, H]
+  at::Tensor q_bias, k_bias, v_bias;    // [Hq*D], [Hkv*D], [Hkv*D] or undefined
+  at::Tensor q_norm, k_norm;            // [D] (Qwen3) or undefined
+  at::Tensor o_proj;                    // [H, Hq*D]
+  at::Tensor o_bias;                    // [H] or undefined
+  at::Tensor post_attention_layernorm;  // [H]
+  at::Tensor gate_proj, up_proj;        // [I, H]
+  at::Tensor down_proj;                 // [H, I]
+  at::Tensor gate_bias, up_bias, down_bias;  // [I], [I], [H] or undefined
+};
+
+struct DecoderWeights {
+  at::Tensor embed_tokens;  // [V, H]
+  std::vector<DecoderLayerWeights> layers;
+  at::Tensor norm;          // [H]
+  at::Tensor lm_head;       // [V, H] (aliases embed_tokens when tied)
+};
+
+// Contiguous KV cache of one sequence. Grows by doubling.
+struct ContiguousKvCache {
+  std::vector<at::Tensor> k;  // per layer [capacity, Hkv, D]
+  std::vector<at::Tensor> v;  // per layer [capacity, Hkv, D]
+  std::int64_t length = 0;    // tokens stored
+};
+
+class DecoderModel {
+ public:
+  // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16).
+  static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype);
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+
+  // ids: [T] int64, positions 0..T-1. Returns float32 logits [T, V].
+  at::Tensor ForwardReference(const at::Tensor& ids) const;
+
+  // ids: [T] int64 at positions cache.length .. cache.length+T-1; appends
+  // their K/V to `cache`. Returns float32 logits [T, V], or [1, V] for the
+  // last token only when !all_logits.
+  at::Tensor ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const;
+
+ private:
+  DecoderModel() = default;
+  at::Tensor Embed(const at::Tensor& ids) const;
+  at::Tensor Logits(const at::Tensor& hidden) const;
+  // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
+                                                             const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
+  std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
+
+  ModelConfig config_;
+  DType dtype_ = DType::kF32;
+  DecoderWeights w_;
+  at::Tensor inv_freq_;  // [rotary_dim/2] float32 (unused for dynamic RoPE)
+  double attention_factor_ = 1.0;
+};
+
+}  // namespace ropeserve

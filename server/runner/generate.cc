@@ -1,0 +1,72 @@
+#include "server/runner/generate.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <span>
+
+#include "server/models/decoder.h"
+
+namespace ropeserve {
+
+Status ValidateGenerateRequest(const DecoderModel& model, const std::vector<std::int64_t>& prompt_ids,
+                               const GenerateOptions& options) {
+  const ModelConfig& c = model.config();
+  if (prompt_ids.empty()) return InvalidArgument("the prompt is empty");
+  for (std::size_t i = 0; i < prompt_ids.size(); ++i) {
+    if (prompt_ids[i] < 0 || prompt_ids[i] >= c.vocab_size)
+      return InvalidArgument("prompt token " + std::to_string(i) + " has id " + std::to_string(prompt_ids[i]) +
+                             ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  }
+  if (options.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  const auto total = static_cast<std::int64_t>(prompt_ids.size()) + options.max_tokens;
+  if (total > c.max_position_embeddings)
+    return InvalidArgument("this model's maximum context length is " + std::to_string(c.max_position_embeddings) +
+                           " tokens, but " + std::to_string(prompt_ids.size()) + " prompt tokens + " +
+                           std::to_string(options.max_tokens) + " max_tokens were requested");
+  if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
+  return options.sampling.Validate();
+}
+
+StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<std::int64_t>& prompt_ids,
+                                  const GenerateOptions& options, const std::function<void(std::int64_t)>& on_token) {
+  RS_RETURN_IF_ERROR(ValidateGenerateRequest(model, prompt_ids, options));
+  const auto& eos = model.config().eos_token_ids;
+  GenerateResult result;
+  result.prompt_ids = prompt_ids;
+  result.finish_reason = "length";
+  SamplerRng rng(options.sampling.seed.value_or(std::random_device{}()));
+
+  std::vector<std::int64_t> sequence = prompt_ids;
+  ContiguousKvCache cache;
+  at::Tensor logits;  // [1, V] float32 for the next token
+  auto ids_tensor = [](const std::vector<std::int64_t>& v) {
+    return at::tensor(v, at::TensorOptions().dtype(at::kLong));
+  };
+  if (!options.use_reference) logits = model.ForwardIncremental(ids_tensor(prompt_ids), cache, false);
+
+  for (std::int64_t step = 0; step < options.max_tokens; ++step) {
+    if (options.use_reference) logits = model.ForwardReference(ids_tensor(sequence)).narrow(0, sequence.size() - 1, 1);
+    at::Tensor row = logits.reshape({-1}).contiguous();
+    std::span<const float> view(row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
+    const std::int64_t next = SampleToken(view, options.sampling, rng);
+    result.generated_ids.push_back(next);
+    result.logprobs.push_back(LogprobOf(view, next));
+    if (options.top_logprobs > 0) {
+      std::vector<TokenLogprob> top;
+      for (auto [id, lp] : TopLogprobs(view, options.top_logprobs)) top.push_back({id, lp});
+      result.top_logprobs.push_back(std::move(top));
+    }
+    sequence.push_back(next);
+    if (on_token) on_token(next);
+    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (step + 1 < options.max_tokens && !options.use_reference)
+      logits = model.ForwardIncremental(ids_tensor({next}), cache, false);
+  }
+  return result;
+}
+
+}  // namespace ropeserve
