@@ -41,6 +41,10 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return at::cat({rot * c + RotateHalf(rot) * s, pass}, -1);
 }
 
+c10::ScalarType SoftmaxDType(const at::Tensor& scores) {
+  return scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
   const int64_t T = q.size(0), hq = q.size(1), hkv = k.size(1);
   const int64_t groups = hq / hkv;
@@ -53,7 +57,7 @@ at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   at::Tensor scores = at::matmul(qh, kh.transpose(1, 2)) * scale;  // [Hq, T, T]
   at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor probs = at::softmax(scores, -1, SoftmaxDType(q)).to(q.scalar_type());
   return at::matmul(probs, vh).transpose(0, 1).contiguous();  // [T, Hq, D]
 }
 

@@ -26,6 +26,10 @@ std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& inv_freq, const a
 // x: [T, heads, head_dim]; cos, sin: [T, rotary_dim] -> [T, heads, head_dim].
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// The dtype attention softmax runs in: float32 as Hugging Face does for
+// float32/16-bit inputs; float64 stays float64 (tests use it as exact maths).
+c10::ScalarType SoftmaxDType(const at::Tensor& scores);
+
 // Dense causal attention with GQA by repeating K/V heads (HF's repeat_kv),
 // softmax in float32. q: [T, Hq, D], k, v: [T, Hkv, D] -> [T, Hq, D].
 at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);

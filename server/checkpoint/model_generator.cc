@@ -189,6 +189,12 @@ Status WriteJson(const std::string& path, const json& j) {
   return Status::Ok();
 }
 
+const Preset* FindPreset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<std::string> ModelPresetNames() {
@@ -197,10 +203,8 @@ std::vector<std::string> ModelPresetNames() {
   return names;
 }
 
-Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
-  const Preset* preset = nullptr;
-  for (const auto& p : kPresets)
-    if (o.preset == p.name) preset = &p;
+StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& o) {
+  const Preset* preset = FindPreset(o.preset);
   if (preset == nullptr) {
     std::string names;
     for (const auto& n : ModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
@@ -257,8 +261,16 @@ Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
   config["bos_token_id"] = nullptr;
   config["eos_token_id"] = vocab - 3;
 
-  // Validate through the same parser the server uses.
-  RS_ASSIGN_OR_RETURN(ModelConfig parsed, ParseModelConfig(config.dump(), "generated config.json"));
+  RS_RETURN_IF_ERROR(ParseModelConfig(config.dump(), "generated config.json").status());
+  return config.dump(2);
+}
+
+Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
+  RS_ASSIGN_OR_RETURN(std::string config_text, MakeModelConfigJson(o));
+  const json config = json::parse(config_text);
+  RS_ASSIGN_OR_RETURN(ModelConfig parsed, ParseModelConfig(config_text, "generated config.json"));
+  const std::int64_t vocab = parsed.vocab_size;
+  const DType dtype = o.dtype.value_or(FindPreset(o.preset)->dtype);
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);

@@ -29,6 +29,9 @@ struct MakeModelOptions {
 
 std::vector<std::string> ModelPresetNames();
 
+// The config.json text MakeModel would write (validated by ParseModelConfig).
+StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& options);
+
 // Writes the checkpoint into `out_dir` (created if needed).
 Status MakeModel(const std::string& out_dir, const MakeModelOptions& options);
 

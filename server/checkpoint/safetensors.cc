@@ -99,7 +99,8 @@ StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
     if (!dtype) return Unimplemented(where + ": unknown dtype '" + dt->get<std::string>() + "'");
     info.dtype = *dtype;
 
-    // numel * element size must not overflow; shapes are bounded by the file.
+    // numel * element size, guarded against overflow (a zero dim makes it 0).
+    bool has_zero = false, overflow = false;
     unsigned __int128 bytes = DTypeSize(info.dtype);
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned()) return InvalidArgument(where + ": shape has a non-integer or negative dimension");
@@ -107,9 +108,13 @@ StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
       if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         return InvalidArgument(where + ": dimension too large");
       info.shape.push_back(static_cast<std::int64_t>(dim));
-      bytes *= dim;
-      if (bytes > data_size && dim != 0) bytes = static_cast<unsigned __int128>(data_size) + 1;  // clamp
+      has_zero |= dim == 0;
+      if (!overflow) {
+        bytes *= dim;
+        overflow = bytes > std::numeric_limits<std::uint64_t>::max();
+      }
     }
+    if (has_zero) bytes = 0, overflow = false;
     for (const auto& o : *off)
       if (!o.is_number_unsigned()) return InvalidArgument(where + ": data_offsets must be non-negative integers");
     info.begin = (*off)[0].get<std::uint64_t>();
@@ -121,11 +126,10 @@ StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
       return DataLoss(where + ": data_offsets [" + std::to_string(info.begin) + ", " +
                       std::to_string(info.end) + "] run past the end of the data section (" +
                       std::to_string(data_size) + " bytes); is the file truncated?");
-    if (bytes != static_cast<unsigned __int128>(info.end - info.begin))
+    if (overflow || bytes != static_cast<unsigned __int128>(info.end - info.begin))
       return InvalidArgument(where + ": data_offsets span " + std::to_string(info.end - info.begin) +
                              " bytes but dtype " + DTypeSafetensorsName(info.dtype) + " and shape need " +
-                             (bytes > data_size ? std::string("more than the file holds")
-                                                : std::to_string(static_cast<std::uint64_t>(bytes))));
+                             (overflow ? std::string("more than 2^64") : std::to_string(static_cast<std::uint64_t>(bytes))));
     tensors.emplace(name, std::move(info));
   }
 

@@ -33,7 +33,7 @@ at::Tensor CachedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     at::Tensor kpos = at::arange(0, S, q.options().dtype(at::kLong)).unsqueeze(0);      // [1, S]
     scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
   }
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()).view({hkv, G * T, S});
+  at::Tensor probs = at::softmax(scores, -1, reference::SoftmaxDType(q)).to(q.scalar_type()).view({hkv, G * T, S});
   at::Tensor out = at::bmm(probs, vh);                              // [Hkv, G*T, D]
   return out.view({hkv, G, T, D}).permute({2, 0, 1, 3}).reshape({T, hq, D});
 }

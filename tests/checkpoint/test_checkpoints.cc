@@ -1,0 +1,65 @@
+#include "tests/checkpoint/test_checkpoints.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ropeserve::testing {
+
+ScratchDir::ScratchDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ropeserve-test-XXXXXX";
+  char* made = ::mkdtemp(tmpl.data());
+  if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = made;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+MakeModelOptions TinyOptions(const std::string& arch) {
+  MakeModelOptions o;
+  o.preset = "tiny";
+  o.arch = arch;
+  o.vocab_size = 300;
+  o.seed = 7;
+  return o;
+}
+
+void MakeTinyCheckpoint(const std::string& dir, const MakeModelOptions& options) {
+  Status s = MakeModel(dir, options);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+}
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
+
+void WriteJson(const std::string& path, const nlohmann::json& j) { WriteFile(path, j.dump(2)); }
+
+void WriteRawSafetensors(const std::string& path, const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  WriteFile(path, out + header + data);
+}
+
+std::string TestData(const std::string& relative) { return std::string(ROPESERVE_TEST_DATA) + "/" + relative; }
+
+}  // namespace ropeserve::testing

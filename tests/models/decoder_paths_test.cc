@@ -1,0 +1,178 @@
+// The incremental (KV-cache) path against the dense reference path, for
+// every family and RoPE variant: logits agree at every position.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "server/models/decoder.h"
+#include "server/runner/generate.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+using testing::ScratchDir;
+
+struct Variant {
+  const char* name;
+  const char* arch;
+  const char* rope_scaling;  // JSON or ""
+  std::function<void(nlohmann::json&)> edit_config;
+  bool tied = true;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+std::vector<std::int64_t> RandomIds(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> ids(n);
+  for (auto& id : ids) id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(vocab));
+  return ids;
+}
+
+// Feeds `ids` through ForwardIncremental in uneven chunks (a prefill, single
+// tokens, and multi-token chunks that attend to the cached prefix).
+at::Tensor IncrementalLogits(const DecoderModel& m, const std::vector<std::int64_t>& ids) {
+  const std::vector<std::int64_t> chunks{7, 1, 5, 1, 1, 12};
+  ContiguousKvCache cache;
+  std::vector<at::Tensor> parts;
+  size_t pos = 0;
+  for (size_t c = 0; pos < ids.size(); ++c) {
+    const size_t n = std::min<size_t>(c < chunks.size() ? chunks[c] : 3, ids.size() - pos);
+    std::vector<std::int64_t> chunk(ids.begin() + pos, ids.begin() + pos + n);
+    parts.push_back(m.ForwardIncremental(at::tensor(chunk, at::kLong), cache, /*all_logits=*/true));
+    pos += n;
+  }
+  EXPECT_EQ(cache.length, static_cast<std::int64_t>(ids.size()));
+  return at::cat(parts, 0);
+}
+
+class PathsAgree : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(PathsAgree, IncrementalEqualsReferenceAtEveryPosition) {
+  const Variant& v = GetParam();
+  ScratchDir dir;
+  auto o = testing::TinyOptions(v.arch);
+  o.rope_scaling_json = v.rope_scaling;
+  o.max_position_embeddings = 256;
+  o.tie_word_embeddings = v.tied;
+  testing::MakeTinyCheckpoint(dir.path(), o);
+  if (v.edit_config) {
+    auto j = testing::ReadJson(dir / "config.json");
+    v.edit_config(j);
+    testing::WriteJson(dir / "config.json", j);
+  }
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto ids = RandomIds(48, (*m)->config().vocab_size, 11);
+  at::Tensor ref = (*m)->ForwardReference(at::tensor(ids, at::kLong));
+  at::Tensor inc = IncrementalLogits(**m, ids);
+  ASSERT_EQ(ref.sizes(), inc.sizes());
+  const double scale = ref.abs().max().item<double>();
+  EXPECT_GT(scale, 1.0);  // logits are not degenerate
+  // f32 GEMMs sum in a different order for different row counts, so the
+  // bound is relative to the logit scale (absolute differences are a few
+  // 1e-5 on logits of magnitude ~10-20).
+  EXPECT_LE((ref - inc).abs().max().item<double>() / scale, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, PathsAgree,
+    ::testing::Values(
+        Variant{"llama", "llama", "", nullptr}, Variant{"qwen2", "qwen2", "", nullptr},
+        Variant{"qwen3", "qwen3", "", nullptr},
+        Variant{"llama_untied", "llama", "", nullptr, /*tied=*/false},
+        Variant{"linear", "llama", R"({"rope_type":"linear","factor":2.0})", nullptr},
+        Variant{"llama3", "llama",
+                R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":32})",
+                nullptr},
+        Variant{"yarn", "qwen2", R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64})", nullptr},
+        Variant{"dynamic_within_context", "llama", R"({"type":"dynamic","factor":2.0})", nullptr},
+        Variant{"partial_rotary", "llama", "", [](auto& j) { j["partial_rotary_factor"] = 0.5; }}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Llama with an untied lm_head needs lm_head.weight; the generator writes it
+// when asked. (Checks the edit above is not silently ignored.)
+TEST(DecoderLoad, UntiedConfigWithoutLmHeadIsRejected) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
+  auto j = testing::ReadJson(dir / "config.json");
+  j["tie_word_embeddings"] = false;
+  testing::WriteJson(dir / "config.json", j);
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("lm_head.weight"), std::string::npos);
+}
+
+TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen3"));
+  auto f32 = DecoderModel::Load(dir.path(), DType::kF32);
+  auto bf16 = DecoderModel::Load(dir.path(), DType::kBF16);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  const auto ids = RandomIds(24, 300, 3);
+  at::Tensor ref32 = (*f32)->ForwardReference(at::tensor(ids, at::kLong));
+  at::Tensor ref16 = (*bf16)->ForwardReference(at::tensor(ids, at::kLong));
+  at::Tensor inc16 = IncrementalLogits(**bf16, ids);
+  EXPECT_EQ(ref16.scalar_type(), at::kFloat);
+  // bf16 keeps ~3 significant digits; logits here are O(10).
+  EXPECT_LE((ref16 - inc16).abs().max().item<double>(), 0.25);
+  EXPECT_LE((ref16 - ref32).abs().max().item<double>(), 1.0);
+}
+
+TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  GenerateOptions o;
+  o.max_tokens = 12;
+  o.ignore_eos = true;
+  o.top_logprobs = 3;
+  auto fast = Generate(**m, {1, 2, 3}, o);
+  o.use_reference = true;
+  auto slow = Generate(**m, {1, 2, 3}, o);
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  EXPECT_EQ(fast->generated_ids, slow->generated_ids);
+  ASSERT_EQ(fast->top_logprobs.size(), 12u);
+  EXPECT_EQ(fast->top_logprobs[0][0].id, fast->generated_ids[0]);
+}
+
+TEST(Generate, StopsAtEosUnlessIgnored) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  GenerateOptions o;
+  o.max_tokens = 6;
+  o.ignore_eos = true;
+  auto free_run = Generate(**m, {5, 6}, o);
+  ASSERT_TRUE(free_run.ok());
+  // Make the third generated token an EOS token, then generation must stop there.
+  auto j = testing::ReadJson(dir / "generation_config.json");
+  j["eos_token_id"] = free_run->generated_ids[2];
+  testing::WriteJson(dir / "generation_config.json", j);
+  auto m2 = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m2.ok());
+  o.ignore_eos = false;
+  auto stopped = Generate(**m2, {5, 6}, o);
+  ASSERT_TRUE(stopped.ok());
+  const size_t first_eos = std::find(free_run->generated_ids.begin(), free_run->generated_ids.end(),
+                                     free_run->generated_ids[2]) - free_run->generated_ids.begin();
+  EXPECT_EQ(stopped->generated_ids.size(), first_eos + 1);
+  EXPECT_EQ(stopped->finish_reason, "stop");
+}
+
+TEST(Generate, RejectsBadRequests) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  GenerateOptions o;
+  EXPECT_FALSE(Generate(**m, {}, o).ok());
+  EXPECT_NE(Generate(**m, {1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
+  o.max_tokens = 5000;
+  EXPECT_NE(Generate(**m, {1}, o).status().message().find("maximum context length"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ropeserve
