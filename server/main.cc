@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   };
   add(&ropeserve::cli::AddGenerate);
   add(&ropeserve::cli::AddMakeModel);
+#ifdef ROPESERVE_HAVE_NETWORK
+  add(&ropeserve::cli::AddServe);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -16,6 +16,9 @@ using Runner = std::function<int()>;
 
 Runner AddGenerate(CLI::App& app);
 Runner AddMakeModel(CLI::App& app);
+#ifdef ROPESERVE_HAVE_NETWORK
+Runner AddServe(CLI::App& app);
+#endif
 
 // Parses "float32|f32|bfloat16|bf16|float16|f16"; nullopt for "auto".
 std::optional<DType> ParseDTypeFlag(const std::string& s);

@@ -1,0 +1,39 @@
+#include "server/api/error_mapping.h"
+
+#include <nlohmann/json.hpp>
+
+namespace ropeserve::api {
+
+namespace {
+struct Row {
+  ErrorCode code;
+  int http;
+  const char* type;  // OpenAI error "type"
+};
+constexpr Row kTable[] = {
+    {ErrorCode::kOk, 200, ""},
+    {ErrorCode::kInvalidArgument, 400, "invalid_request_error"},
+    {ErrorCode::kNotFound, 404, "not_found_error"},
+    {ErrorCode::kFailedPrecondition, 400, "invalid_request_error"},
+    {ErrorCode::kResourceExhausted, 429, "overloaded_error"},
+    {ErrorCode::kDeadlineExceeded, 504, "timeout_error"},
+    {ErrorCode::kCancelled, 499, "cancelled"},
+    {ErrorCode::kUnimplemented, 501, "not_implemented_error"},
+    {ErrorCode::kDataLoss, 500, "internal_error"},
+    {ErrorCode::kInternal, 500, "internal_error"},
+};
+const Row& Lookup(ErrorCode code) {
+  for (const auto& r : kTable)
+    if (r.code == code) return r;
+  return kTable[sizeof(kTable) / sizeof(kTable[0]) - 1];
+}
+}  // namespace
+
+int HttpStatusFor(ErrorCode code) { return Lookup(code).http; }
+
+std::string ErrorJson(const Status& status) {
+  const Row& r = Lookup(status.code());
+  return nlohmann::json{{"error", {{"message", status.message()}, {"type", r.type}, {"code", r.http}}}}.dump();
+}
+
+}  // namespace ropeserve::api

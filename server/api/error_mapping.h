@@ -1,0 +1,17 @@
+// The one table from ErrorCode to transport status codes. Every API layer
+// (REST now, gRPC later) translates through here, so a given failure has the
+// same meaning on every transport.
+#pragma once
+
+#include <string>
+
+#include "server/common/status.h"
+
+namespace ropeserve::api {
+
+int HttpStatusFor(ErrorCode code);
+
+// OpenAI-style error body: {"error":{"message","type","code"}}.
+std::string ErrorJson(const Status& status);
+
+}  // namespace ropeserve::api

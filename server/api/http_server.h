@@ -1,0 +1,48 @@
+// REST API on cpp-httplib. For now a minimal, honest subset while the
+// batching engine is built: health, model list, and OpenAI-style
+// /v1/completions with token-id prompts, served one request at a time.
+// Threading: cpp-httplib's worker threads call the handlers; generation is
+// serialised by a mutex around the model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/common/status.h"
+
+namespace ropeserve {
+class DecoderModel;
+}
+
+namespace ropeserve::api {
+
+struct HttpServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 8080;
+  std::string served_model_name;
+  std::size_t max_body_bytes = 1 << 20;
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions options, const DecoderModel& model);
+  ~HttpServer();
+
+  // Binds the port (error if taken), then serves until Stop(). Blocking.
+  Status Serve();
+  // Safe from any thread; makes Serve() return after in-flight requests.
+  void Stop();
+  // The bound port (useful with port 0 in tests); valid once listening.
+  int port() const;
+  bool listening() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Exposed for tests: handles a /v1/completions body, returns (status, body).
+std::pair<int, std::string> HandleCompletion(const DecoderModel& model, const std::string& served_model_name,
+                                             const std::string& body);
+
+}  // namespace ropeserve::api

@@ -1,0 +1,132 @@
+// `ropeserve serve`: loads a model and serves the REST API until SIGINT or
+// SIGTERM. Without --model it serves a generated demo model.
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "server/api/http_server.h"
+#include "server/checkpoint/model_generator.h"
+#include "server/cli/commands.h"
+#include "server/models/decoder.h"
+#include "server/runner/threads.h"
+
+namespace ropeserve::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string served_model_name;
+  std::string host = "0.0.0.0";
+  int http_port = 8080;
+  std::string dtype = "auto";
+  std::size_t max_body_bytes = 1 << 20;
+};
+
+std::string CacheDir() {
+  if (const char* d = std::getenv("ROPESERVE_CACHE"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/ropeserve";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/ropeserve";
+  return "/tmp/ropeserve-cache";
+}
+
+StatusOr<std::string> EnsureDemoModel() {
+  const std::string dir = CacheDir() + "/models/demo-tiny";
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    spdlog::info("generating the demo model into {}", dir);
+    MakeModelOptions o;  // preset "tiny", seed 0: the same bytes everywhere
+    RS_RETURN_IF_ERROR(MakeModel(dir, o));
+  }
+  return dir;
+}
+
+int Run(ServeFlags f) {
+  bool demo = false;
+  if (f.model.empty()) {
+    auto dir = EnsureDemoModel();
+    if (!dir.ok()) return Fail(dir.status().ToString());
+    f.model = *dir;
+    demo = true;
+  }
+  if (f.served_model_name.empty())
+    f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.model).filename().string();
+
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  DType dtype = DType::kF32;
+  if (auto d = ParseDTypeFlag(f.dtype)) {
+    dtype = *d;
+  } else if (auto config = LoadModelConfig(f.model); config.ok() && config->torch_dtype == "bfloat16") {
+    dtype = DType::kBF16;
+  }
+  auto model = DecoderModel::Load(f.model, dtype);
+  if (!model.ok()) return Fail(model.status().ToString());
+  const ModelConfig& c = (*model)->config();
+  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}, {} compute threads",
+               f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
+               static_cast<double>(c.num_parameters()) / 1e6, f.model, DTypeSafetensorsName(dtype), ComputeThreads());
+  if (demo) {
+    spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
+    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
+  }
+
+  api::HttpServerOptions opts;
+  opts.host = f.host;
+  opts.port = f.http_port;
+  opts.served_model_name = f.served_model_name;
+  opts.max_body_bytes = f.max_body_bytes;
+  api::HttpServer server(opts, **model);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.Stop();
+  });
+  Status s = server.Serve();
+  if (!s.ok()) {
+    // Wake the waiter so the process can exit.
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    return Fail(s.ToString());
+  }
+  pthread_kill(waiter.native_handle(), SIGTERM);  // no-op if it already returned from sigwait
+  waiter.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+Runner AddServe(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* sub = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI-style /v1/completions)");
+  sub->add_option("--model", f->model,
+                  "Checkpoint directory in Hugging Face layout (default: a generated demo model with random weights)")
+      ->envname("ROPESERVE_MODEL")
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)");
+  sub->add_option("--host", f->host, "Address to listen on")->capture_default_str()->envname("ROPESERVE_HOST");
+  sub->add_option("--http-port", f->http_port, "HTTP port")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_PORT")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kDTypeChoices));
+  sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
+  return [f] { return Run(*f); };
+}
+
+}  // namespace ropeserve::cli

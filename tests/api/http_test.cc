@@ -1,0 +1,105 @@
+// Black-box tests of the REST API on a tiny generated model.
+#include "server/api/http_server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "server/models/decoder.h"
+#include "server/runner/generate.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+using json = nlohmann::json;
+
+class HttpApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::MakeTinyCheckpoint(dir_.path(), testing::TinyOptions("qwen2"));
+    auto m = DecoderModel::Load(dir_.path(), DType::kF32);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value();
+    api::HttpServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.served_model_name = "tiny";
+    o.max_body_bytes = 4096;
+    server_ = std::make_unique<api::HttpServer>(o, *model_);
+    thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
+    for (int i = 0; i < 500 && !server_->listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(server_->listening());
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+  void TearDown() override {
+    server_->Stop();
+    thread_.join();
+    EXPECT_TRUE(serve_status_.ok()) << serve_status_.ToString();
+  }
+  std::pair<int, json> Post(const std::string& body) {
+    auto r = client_->Post("/v1/completions", body, "application/json");
+    if (!r) return {-1, json()};
+    return {r->status, json::parse(r->body, nullptr, false)};
+  }
+
+  testing::ScratchDir dir_;
+  std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<api::HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::thread thread_;
+  Status serve_status_;
+};
+
+TEST_F(HttpApi, HealthAndModels) {
+  auto h = client_->Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = client_->Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(HttpApi, GreedyCompletionEqualsOfflineGenerate) {
+  auto [code, body] = Post(R"({"model":"tiny","prompt":[5,6,7],"max_tokens":6,"temperature":0,"ignore_eos":true,"logprobs":2})");
+  ASSERT_EQ(code, 200) << body.dump();
+  GenerateOptions o;
+  o.max_tokens = 6;
+  o.ignore_eos = true;
+  auto want = Generate(*model_, {5, 6, 7}, o);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(body["choices"][0]["token_ids"].get<std::vector<std::int64_t>>(), want->generated_ids);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(body["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(HttpApi, SeededSamplingIsReproducible) {
+  const std::string req = R"({"prompt":[[5,6]],"max_tokens":8,"temperature":1.0,"seed":123,"ignore_eos":true})";
+  auto a = Post(req), b = Post(req);
+  ASSERT_EQ(a.first, 200);
+  EXPECT_EQ(a.second["choices"][0]["token_ids"], b.second["choices"][0]["token_ids"]);
+}
+
+TEST_F(HttpApi, BadRequestsGetClearErrors) {
+  EXPECT_EQ(Post("{not json").first, 400);
+  EXPECT_EQ(Post(R"({"max_tokens":3})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"model":"other"})").first, 404);
+  EXPECT_EQ(Post(R"({"prompt":"text"})").first, 501);
+  EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":"many"})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":100000})").first, 400);
+  auto [code, body] = Post(R"({"prompt":[1],"top_p":0})");
+  EXPECT_EQ(code, 400);
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("top_p"), std::string::npos);
+  EXPECT_EQ(Post(R"({"prompt":[)" + std::string(5000, '1') + "]}").first, 413);
+  // The server is still healthy after all of that.
+  auto ok = Post(R"({"prompt":[1],"max_tokens":1})");
+  EXPECT_EQ(ok.first, 200);
+}
+
+}  // namespace
+}  // namespace ropeserve
