@@ -8,19 +8,20 @@ namespace {
 struct Row {
   ErrorCode code;
   int http;
+  int grpc;          // grpc::StatusCode
   const char* type;  // OpenAI error "type"
 };
 constexpr Row kTable[] = {
-    {ErrorCode::kOk, 200, ""},
-    {ErrorCode::kInvalidArgument, 400, "invalid_request_error"},
-    {ErrorCode::kNotFound, 404, "not_found_error"},
-    {ErrorCode::kFailedPrecondition, 400, "invalid_request_error"},
-    {ErrorCode::kResourceExhausted, 429, "overloaded_error"},
-    {ErrorCode::kDeadlineExceeded, 504, "timeout_error"},
-    {ErrorCode::kCancelled, 499, "cancelled"},
-    {ErrorCode::kUnimplemented, 501, "not_implemented_error"},
-    {ErrorCode::kDataLoss, 500, "internal_error"},
-    {ErrorCode::kInternal, 500, "internal_error"},
+    {ErrorCode::kOk, 200, 0, ""},
+    {ErrorCode::kInvalidArgument, 400, 3, "invalid_request_error"},
+    {ErrorCode::kNotFound, 404, 5, "not_found_error"},
+    {ErrorCode::kFailedPrecondition, 400, 9, "invalid_request_error"},
+    {ErrorCode::kResourceExhausted, 429, 8, "overloaded_error"},
+    {ErrorCode::kDeadlineExceeded, 504, 4, "timeout_error"},
+    {ErrorCode::kCancelled, 499, 1, "cancelled"},
+    {ErrorCode::kUnimplemented, 501, 12, "not_implemented_error"},
+    {ErrorCode::kDataLoss, 500, 15, "internal_error"},
+    {ErrorCode::kInternal, 500, 13, "internal_error"},
 };
 const Row& Lookup(ErrorCode code) {
   for (const auto& r : kTable)
@@ -30,6 +31,7 @@ const Row& Lookup(ErrorCode code) {
 }  // namespace
 
 int HttpStatusFor(ErrorCode code) { return Lookup(code).http; }
+int GrpcCodeFor(ErrorCode code) { return Lookup(code).grpc; }
 
 std::string ErrorJson(const Status& status) {
   const Row& r = Lookup(status.code());

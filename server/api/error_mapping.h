@@ -10,6 +10,8 @@
 namespace ropeserve::api {
 
 int HttpStatusFor(ErrorCode code);
+// A grpc::StatusCode value (an int here so this header needs no gRPC).
+int GrpcCodeFor(ErrorCode code);
 
 // OpenAI-style error body: {"error":{"message","type","code"}}.
 std::string ErrorJson(const Status& status);

@@ -9,17 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api/error_mapping.h"
-#include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "server/api/model_service.h"
 
 namespace ropeserve::api {
 
 using json = nlohmann::json;
 
 namespace {
-
-std::atomic<std::uint64_t> g_request_counter{0};
-std::mutex g_model_mutex;  // one generation at a time until the engine lands
 
 // Typed access to optional request fields; errors name the field.
 template <typename T>
@@ -58,13 +54,13 @@ StatusOr<std::vector<std::int64_t>> ReadPromptIds(const json& body) {
   return ids;
 }
 
-StatusOr<json> Complete(const DecoderModel& model, const std::string& served, const std::string& text) {
+StatusOr<json> Complete(ModelService& service, const std::string& text) {
   json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return InvalidArgument("request body is not valid JSON");
   if (!body.is_object()) return InvalidArgument("request body must be a JSON object");
   std::string model_name;
   RS_RETURN_IF_ERROR(ReadField(body, "model", model_name));
-  if (!model_name.empty() && model_name != served) return NotFound("model '" + model_name + "' does not exist");
+  RS_RETURN_IF_ERROR(service.CheckModelName(model_name));
   bool stream = false;
   RS_RETURN_IF_ERROR(ReadField(body, "stream", stream));
   if (stream) return Unimplemented("streaming is not implemented yet");
@@ -90,34 +86,30 @@ StatusOr<json> Complete(const DecoderModel& model, const std::string& served, co
     return InvalidArgument("'logprobs' must be between 0 and 20");
   o.top_logprobs = logprobs > 0 ? static_cast<std::size_t>(logprobs) : 0;
 
-  StatusOr<GenerateResult> result = [&]() -> StatusOr<GenerateResult> {
-    std::lock_guard<std::mutex> lock(g_model_mutex);
-    return Generate(model, ids, o);
-  }();
-  if (!result.ok()) return result.status();
+  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, o));
 
-  json choice = {{"index", 0}, {"text", ""}, {"token_ids", result->generated_ids},
-                 {"finish_reason", result->finish_reason}, {"logprobs", nullptr}};
+  json choice = {{"index", 0}, {"text", ""}, {"token_ids", result.generated_ids},
+                 {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
   if (logprobs >= 0) {
     // Tokens are shown as "token_id:N" (vLLM's return_tokens_as_token_ids
     // format) until the tokenizer can render them.
     json tokens = json::array(), token_logprobs = json::array(), top = json::array();
-    for (std::size_t i = 0; i < result->generated_ids.size(); ++i) {
-      tokens.push_back("token_id:" + std::to_string(result->generated_ids[i]));
-      token_logprobs.push_back(result->logprobs[i]);
+    for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
+      tokens.push_back("token_id:" + std::to_string(result.generated_ids[i]));
+      token_logprobs.push_back(result.logprobs[i]);
       json step = json::object();
-      if (i < result->top_logprobs.size())
-        for (const auto& t : result->top_logprobs[i]) step["token_id:" + std::to_string(t.id)] = t.logprob;
+      if (i < result.top_logprobs.size())
+        for (const auto& t : result.top_logprobs[i]) step["token_id:" + std::to_string(t.id)] = t.logprob;
       top.push_back(step);
     }
     choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
   }
-  const auto completion_tokens = result->generated_ids.size();
-  return json{{"id", "cmpl-" + std::to_string(++g_request_counter)},
+  const auto completion_tokens = result.generated_ids.size();
+  return json{{"id", service.NextRequestId("cmpl")},
               {"object", "text_completion"},
               {"created", std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count()},
-              {"model", served},
+              {"model", service.name()},
               {"choices", json::array({choice})},
               {"usage",
                {{"prompt_tokens", ids.size()},
@@ -127,23 +119,22 @@ StatusOr<json> Complete(const DecoderModel& model, const std::string& served, co
 
 }  // namespace
 
-std::pair<int, std::string> HandleCompletion(const DecoderModel& model, const std::string& served_model_name,
-                                             const std::string& body) {
-  auto r = Complete(model, served_model_name, body);
+std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
+  auto r = Complete(service, body);
   if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
   return {200, r->dump()};
 }
 
 struct HttpServer::Impl {
   HttpServerOptions options;
-  const DecoderModel& model;
+  ModelService& service;
   httplib::Server server;
   std::atomic<int> port{0};
-  Impl(HttpServerOptions o, const DecoderModel& m) : options(std::move(o)), model(m) {}
+  Impl(HttpServerOptions o, ModelService& s) : options(std::move(o)), service(s) {}
 };
 
-HttpServer::HttpServer(HttpServerOptions options, const DecoderModel& model)
-    : impl_(std::make_unique<Impl>(std::move(options), model)) {
+HttpServer::HttpServer(HttpServerOptions options, ModelService& service)
+    : impl_(std::make_unique<Impl>(std::move(options), service)) {
   auto& s = impl_->server;
   Impl* impl = impl_.get();
   s.set_payload_max_length(impl->options.max_body_bytes);
@@ -151,13 +142,13 @@ HttpServer::HttpServer(HttpServerOptions options, const DecoderModel& model)
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   s.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
-    const auto& c = impl->model.config();
-    json model = {{"id", impl->options.served_model_name}, {"object", "model"}, {"owned_by", "ropeserve"},
+    const auto& c = impl->service.config();
+    json model = {{"id", impl->service.name()}, {"object", "model"}, {"owned_by", "ropeserve"},
                   {"max_model_len", c.max_position_embeddings}, {"architecture", c.architecture}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
   s.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    auto [code, body] = HandleCompletion(impl->model, impl->options.served_model_name, req.body);
+    auto [code, body] = HandleCompletion(impl->service, req.body);
     res.status = code;
     res.set_content(body, "application/json");
   });

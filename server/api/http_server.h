@@ -1,8 +1,8 @@
 // REST API on cpp-httplib. For now a minimal, honest subset while the
 // batching engine is built: health, model list, and OpenAI-style
 // /v1/completions with token-id prompts, served one request at a time.
-// Threading: cpp-httplib's worker threads call the handlers; generation is
-// serialised by a mutex around the model.
+// Threading: cpp-httplib's worker threads call the handlers; ModelService
+// serialises generation.
 #pragma once
 
 #include <memory>
@@ -10,22 +10,19 @@
 
 #include "server/common/status.h"
 
-namespace ropeserve {
-class DecoderModel;
-}
-
 namespace ropeserve::api {
+
+class ModelService;
 
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8080;
-  std::string served_model_name;
   std::size_t max_body_bytes = 1 << 20;
 };
 
 class HttpServer {
  public:
-  HttpServer(HttpServerOptions options, const DecoderModel& model);
+  HttpServer(HttpServerOptions options, ModelService& service);
   ~HttpServer();
 
   // Binds the port (error if taken), then serves until Stop(). Blocking.
@@ -42,7 +39,6 @@ class HttpServer {
 };
 
 // Exposed for tests: handles a /v1/completions body, returns (status, body).
-std::pair<int, std::string> HandleCompletion(const DecoderModel& model, const std::string& served_model_name,
-                                             const std::string& body);
+std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body);
 
 }  // namespace ropeserve::api

@@ -9,7 +9,9 @@
 #include <memory>
 #include <thread>
 
+#include "server/api/grpc_service.h"
 #include "server/api/http_server.h"
+#include "server/api/model_service.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
 #include "server/models/decoder.h"
@@ -24,6 +26,7 @@ struct ServeFlags {
   std::string served_model_name;
   std::string host = "0.0.0.0";
   int http_port = 8080;
+  int grpc_port = 50051;
   std::string dtype = "auto";
   std::size_t max_body_bytes = 1 << 20;
 };
@@ -80,12 +83,16 @@ int Run(ServeFlags f) {
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
   }
 
+  api::ModelService service(**model, f.served_model_name);
+  api::GrpcServer grpc_server(service);
+  if (f.grpc_port >= 0) {
+    if (Status s = grpc_server.Start(f.host, f.grpc_port); !s.ok()) return Fail(s.ToString());
+  }
   api::HttpServerOptions opts;
   opts.host = f.host;
   opts.port = f.http_port;
-  opts.served_model_name = f.served_model_name;
   opts.max_body_bytes = f.max_body_bytes;
-  api::HttpServer server(opts, **model);
+  api::HttpServer server(opts, service);
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
@@ -93,6 +100,7 @@ int Run(ServeFlags f) {
     server.Stop();
   });
   Status s = server.Serve();
+  grpc_server.Stop();
   if (!s.ok()) {
     // Wake the waiter so the process can exit.
     pthread_kill(waiter.native_handle(), SIGTERM);
@@ -109,7 +117,7 @@ int Run(ServeFlags f) {
 
 Runner AddServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
-  CLI::App* sub = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI-style /v1/completions)");
+  CLI::App* sub = app.add_subcommand("serve", "Serve a model over REST (OpenAI-style /v1/completions) and gRPC (proto/ropeserve/v1)");
   sub->add_option("--model", f->model,
                   "Checkpoint directory in Hugging Face layout (default: a generated demo model with random weights)")
       ->envname("ROPESERVE_MODEL")
@@ -120,6 +128,10 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_HTTP_PORT")
       ->check(CLI::Range(0, 65535));
+  sub->add_option("--grpc-port", f->grpc_port, "gRPC port (-1 disables gRPC)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_GRPC_PORT")
+      ->check(CLI::Range(-1, 65535));
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->check(CLI::IsMember(kDTypeChoices));

@@ -1,5 +1,6 @@
 // Black-box tests of the REST API on a tiny generated model.
 #include "server/api/http_server.h"
+#include "server/api/model_service.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -25,9 +26,9 @@ class HttpApi : public ::testing::Test {
     api::HttpServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
-    o.served_model_name = "tiny";
     o.max_body_bytes = 4096;
-    server_ = std::make_unique<api::HttpServer>(o, *model_);
+    service_ = std::make_unique<api::ModelService>(*model_, "tiny");
+    server_ = std::make_unique<api::HttpServer>(o, *service_);
     thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
     for (int i = 0; i < 500 && !server_->listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_TRUE(server_->listening());
@@ -46,6 +47,7 @@ class HttpApi : public ::testing::Test {
 
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<api::ModelService> service_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::thread thread_;

@@ -38,7 +38,9 @@ void ExpectTopkMatches(const at::Tensor& row, const nlohmann::json& topk, const 
   auto acc = row.accessor<float, 1>();
   for (size_t i = 0; i < ids.size(); ++i)
     EXPECT_NEAR(acc[ids[i]], logits[i], kLogitTolerance) << where << " id " << ids[i];
-  if (topk["margin"].get<double>() >= 1e-3) EXPECT_EQ(row.argmax().item<std::int64_t>(), ids[0]) << where;
+  if (topk["margin"].get<double>() >= 1e-3) {
+    EXPECT_EQ(row.argmax().item<std::int64_t>(), ids[0]) << where;
+  }
 }
 
 TEST_F(LlamaCppParity, TeacherForcedLogitsAtEveryPromptPositionAndStep) {

@@ -1,0 +1,96 @@
+// The gRPC API through a real channel on loopback.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
+#include "server/api/grpc_service.h"
+#include "server/api/model_service.h"
+#include "server/models/decoder.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+class GrpcApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::MakeTinyCheckpoint(dir_.path(), testing::TinyOptions("qwen3"));
+    auto m = DecoderModel::Load(dir_.path(), DType::kF32);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value();
+    service_ = std::make_unique<api::ModelService>(*model_, "tiny");
+    server_ = std::make_unique<api::GrpcServer>(*service_);
+    Status s = server_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    stub_ = v1::Ropeserve::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                       grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override { server_->Stop(); }
+
+  grpc::Status Call(const v1::GenerateRequest& req, v1::GenerateResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->Generate(&ctx, req, resp);
+  }
+
+  testing::ScratchDir dir_;
+  std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<api::ModelService> service_;
+  std::unique_ptr<api::GrpcServer> server_;
+  std::unique_ptr<v1::Ropeserve::Stub> stub_;
+};
+
+TEST_F(GrpcApi, HealthAndModels) {
+  grpc::ClientContext c1, c2;
+  v1::HealthResponse h;
+  ASSERT_TRUE(stub_->Health(&c1, v1::HealthRequest(), &h).ok());
+  EXPECT_EQ(h.status(), "ok");
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(stub_->ListModels(&c2, v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).architecture(), "Qwen3ForCausalLM");
+  EXPECT_EQ(models.models(0).vocab_size(), 300);
+}
+
+TEST_F(GrpcApi, GreedyGenerateEqualsOfflineGenerate) {
+  v1::GenerateRequest req;
+  for (int id : {9, 8, 7}) req.add_prompt_ids(id);
+  req.set_max_tokens(5);
+  req.set_ignore_eos(true);
+  req.set_top_logprobs(3);
+  v1::GenerateResponse resp;
+  grpc::Status st = Call(req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  GenerateOptions o;
+  o.max_tokens = 5;
+  o.ignore_eos = true;
+  auto want = Generate(*model_, {9, 8, 7}, o);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(std::vector<std::int64_t>(resp.token_ids().begin(), resp.token_ids().end()), want->generated_ids);
+  ASSERT_EQ(resp.top_logprobs_size(), 5);
+  EXPECT_EQ(resp.top_logprobs(0).tokens_size(), 3);
+  EXPECT_EQ(resp.usage().prompt_tokens(), 3);
+  EXPECT_EQ(resp.finish_reason(), "length");
+}
+
+TEST_F(GrpcApi, ErrorsMapToStatusCodes) {
+  v1::GenerateResponse resp;
+  v1::GenerateRequest empty;
+  EXPECT_EQ(Call(empty, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest wrong_model;
+  wrong_model.add_prompt_ids(1);
+  wrong_model.set_model("other");
+  EXPECT_EQ(Call(wrong_model, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::GenerateRequest out_of_vocab;
+  out_of_vocab.add_prompt_ids(300);
+  grpc::Status st = Call(out_of_vocab, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("outside the vocabulary"), std::string::npos);
+  v1::GenerateRequest bad_sampling;
+  bad_sampling.add_prompt_ids(1);
+  bad_sampling.mutable_sampling()->set_min_p(3);
+  EXPECT_EQ(Call(bad_sampling, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace ropeserve
