@@ -1,7 +1,5 @@
 #include "server/checkpoint/model_generator.h"
 
-#include <xxhash.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +66,15 @@ class NormalStream {
   float spare_ = 0;
 };
 
+// FNV-1a: a stable per-tensor seed. Written out (six lines) rather than
+// taken from a hashing library so the torch-free core depends on nothing
+// but a JSON library, also on machines without the network packages.
+std::uint64_t NameHash(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
 TensorToWrite RandomTensor(const TensorSpec& spec, DType dtype, std::uint64_t seed, std::int64_t hidden) {
   // Scales larger than HF's initializer so logits are not degenerate
   // (embeddings N(0,0.5), projections N(0,0.25) at hidden 64, shrinking as
@@ -90,7 +97,7 @@ TensorToWrite RandomTensor(const TensorSpec& spec, DType dtype, std::uint64_t se
     const double fan_in = static_cast<double>(spec.shape.back());
     stddev = 0.25 * std::sqrt(64.0 / fan_in);
   }
-  NormalStream rng(seed ^ XXH64(n.data(), n.size(), 0));
+  NormalStream rng(seed ^ NameHash(n));
   std::int64_t numel = 1;
   for (auto d : spec.shape) numel *= d;
   TensorToWrite t{n, dtype, spec.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(numel) * DTypeSize(dtype))};

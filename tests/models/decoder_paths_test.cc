@@ -114,9 +114,11 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   at::Tensor ref16 = (*bf16)->ForwardReference(at::tensor(ids, at::kLong));
   at::Tensor inc16 = IncrementalLogits(**bf16, ids);
   EXPECT_EQ(ref16.scalar_type(), at::kFloat);
-  // bf16 keeps ~3 significant digits; logits here are O(10).
-  EXPECT_LE((ref16 - inc16).abs().max().item<double>(), 0.25);
-  EXPECT_LE((ref16 - ref32).abs().max().item<double>(), 1.0);
+  // bf16 keeps ~3 significant digits and rounds after every op, so the
+  // bounds are relative to the logit scale; a wrong path is off by O(1).
+  const double scale = ref32.abs().max().item<double>();
+  EXPECT_LE((ref16 - inc16).abs().max().item<double>() / scale, 3e-2);
+  EXPECT_LE((ref16 - ref32).abs().max().item<double>() / scale, 1e-1);
 }
 
 TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
