@@ -99,6 +99,12 @@ int Run(const GenerateFlags& f) {
       top.push_back(s);
     }
     out["top_logprobs"] = top;
+    const double decoded = static_cast<double>(result->generated_ids.size()) - 1;
+    out["timing"] = {{"prefill_seconds", result->prefill_seconds},
+                     {"decode_seconds", result->decode_seconds},
+                     {"decode_tokens_per_second", decoded > 0 && result->decode_seconds > 0
+                                                      ? decoded / result->decode_seconds
+                                                      : 0.0}};
     std::cout << out.dump() << "\n";
   } else {
     for (std::size_t i = 0; i < result->generated_ids.size(); ++i)

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 
 #include "server/models/decoder.h"
@@ -43,6 +44,9 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
   auto ids_tensor = [](const std::vector<std::int64_t>& v) {
     return at::tensor(v, at::TensorOptions().dtype(at::kLong));
   };
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto first_token_done = start;
   if (!options.use_reference) logits = model.ForwardIncremental(ids_tensor(prompt_ids), cache, false);
 
   for (std::int64_t step = 0; step < options.max_tokens; ++step) {
@@ -58,6 +62,7 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
       result.top_logprobs.push_back(std::move(top));
     }
     sequence.push_back(next);
+    if (step == 0) first_token_done = Clock::now();
     if (on_token) on_token(next);
     if (!options.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
       result.finish_reason = "stop";
@@ -66,6 +71,8 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
     if (step + 1 < options.max_tokens && !options.use_reference)
       logits = model.ForwardIncremental(ids_tensor({next}), cache, false);
   }
+  result.prefill_seconds = std::chrono::duration<double>(first_token_done - start).count();
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - first_token_done).count();
   return result;
 }
 

@@ -37,6 +37,8 @@ struct GenerateResult {
   std::vector<double> logprobs;                         // of each generated id
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
   std::string finish_reason;                            // "length" | "stop"
+  double prefill_seconds = 0;  // prompt forward and first token
+  double decode_seconds = 0;   // all later tokens
 };
 
 // Validates the prompt (non-empty, ids inside the vocabulary, prompt plus
