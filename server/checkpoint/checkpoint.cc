@@ -1,10 +1,10 @@
 #include "server/checkpoint/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
+
+#include "server/common/json_file.h"
 
 namespace ropeserve {
 
@@ -26,13 +26,8 @@ bool IsPlainFileName(const std::string& name) {
 }
 
 StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path + ": malformed JSON");
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+  RS_ASSIGN_OR_RETURN(json j, ReadJsonObjectFile(path));
+  if (!j.contains("weight_map") || !j["weight_map"].is_object())
     return InvalidArgument(path + ": no 'weight_map' object");
   std::map<std::string, std::string> map;
   for (const auto& [name, file] : j["weight_map"].items()) {

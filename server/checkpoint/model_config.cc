@@ -1,10 +1,11 @@
 #include "server/checkpoint/model_config.h"
 
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "server/common/json_file.h"
 
 namespace ropeserve {
 
@@ -99,17 +100,6 @@ class Reader {
   std::string where_;
 };
 
-StatusOr<json> ReadJsonFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path + ": malformed JSON");
-  if (!j.is_object()) return InvalidArgument(path + ": top level is not a JSON object");
-  return j;
-}
-
 StatusOr<RopeScaling> ParseRopeScaling(const json& obj, const std::string& where, std::int64_t max_pos) {
   Reader r(obj, where);
   RopeScaling s;
@@ -186,10 +176,9 @@ std::int64_t ModelConfig::num_parameters() const {
   return n;
 }
 
-StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(source + ": malformed JSON");
-  if (!j.is_object()) return InvalidArgument(source + ": top level is not a JSON object");
+namespace {
+
+StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& source) {
   Reader r(j, source);
   ModelConfig c;
 
@@ -327,15 +316,24 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   return c;
 }
 
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(source + ": malformed JSON");
+  if (!j.is_object()) return InvalidArgument(source + ": top level is not a JSON object");
+  return ParseModelConfigObject(j, source);
+}
+
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  RS_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
-  RS_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(j.dump(), path));
+  RS_ASSIGN_OR_RETURN(json j, ReadJsonObjectFile(path));
+  RS_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfigObject(j, path));
 
   const std::string gen_path = dir + "/generation_config.json";
-  std::ifstream probe(gen_path);
-  if (probe) {
-    RS_ASSIGN_OR_RETURN(json g, ReadJsonFile(gen_path));
+  std::error_code ec;
+  if (std::filesystem::exists(gen_path, ec)) {
+    RS_ASSIGN_OR_RETURN(json g, ReadJsonObjectFile(gen_path));
     Reader r(g, gen_path);
     RS_ASSIGN_OR_RETURN(auto eos, r.IntOrList("eos_token_id"));
     for (auto id : eos)

@@ -20,6 +20,14 @@ struct Variant {
   bool tied = true;
 };
 
+// A tiny generated checkpoint of `arch` in `dir`, loaded in float32.
+std::unique_ptr<DecoderModel> LoadTiny(const ScratchDir& dir, const std::string& arch) {
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions(arch));
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 std::vector<std::int64_t> RandomIds(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
@@ -123,16 +131,15 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
 
 TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
   ScratchDir dir;
-  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
-  auto m = DecoderModel::Load(dir.path(), DType::kF32);
-  ASSERT_TRUE(m.ok());
+  auto m = LoadTiny(dir, "qwen2");
+  ASSERT_NE(m, nullptr);
   GenerateOptions o;
   o.max_tokens = 12;
   o.ignore_eos = true;
   o.top_logprobs = 3;
-  auto fast = Generate(**m, {1, 2, 3}, o);
+  auto fast = Generate(*m, {1, 2, 3}, o);
   o.use_reference = true;
-  auto slow = Generate(**m, {1, 2, 3}, o);
+  auto slow = Generate(*m, {1, 2, 3}, o);
   ASSERT_TRUE(fast.ok() && slow.ok());
   EXPECT_EQ(fast->generated_ids, slow->generated_ids);
   ASSERT_EQ(fast->top_logprobs.size(), 12u);
@@ -141,13 +148,12 @@ TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
 
 TEST(Generate, StopsAtEosUnlessIgnored) {
   ScratchDir dir;
-  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
-  auto m = DecoderModel::Load(dir.path(), DType::kF32);
-  ASSERT_TRUE(m.ok());
+  auto m = LoadTiny(dir, "llama");
+  ASSERT_NE(m, nullptr);
   GenerateOptions o;
   o.max_tokens = 6;
   o.ignore_eos = true;
-  auto free_run = Generate(**m, {5, 6}, o);
+  auto free_run = Generate(*m, {5, 6}, o);
   ASSERT_TRUE(free_run.ok());
   // Make the third generated token an EOS token, then generation must stop there.
   auto j = testing::ReadJson(dir / "generation_config.json");
@@ -166,14 +172,13 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
 
 TEST(Generate, RejectsBadRequests) {
   ScratchDir dir;
-  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
-  auto m = DecoderModel::Load(dir.path(), DType::kF32);
-  ASSERT_TRUE(m.ok());
+  auto m = LoadTiny(dir, "llama");
+  ASSERT_NE(m, nullptr);
   GenerateOptions o;
-  EXPECT_FALSE(Generate(**m, {}, o).ok());
-  EXPECT_NE(Generate(**m, {1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
+  EXPECT_FALSE(Generate(*m, {}, o).ok());
+  EXPECT_NE(Generate(*m, {1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
   o.max_tokens = 5000;
-  EXPECT_NE(Generate(**m, {1}, o).status().message().find("maximum context length"), std::string::npos);
+  EXPECT_NE(Generate(*m, {1}, o).status().message().find("maximum context length"), std::string::npos);
 }
 
 }  // namespace
