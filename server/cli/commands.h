@@ -24,6 +24,10 @@ Runner AddServe(CLI::App& app);
 std::optional<DType> ParseDTypeFlag(const std::string& s);
 inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16", "float16", "f16"};
 
+// The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
+// stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.
+DType ResolveComputeDType(const std::string& flag, const std::string& model_dir);
+
 // Prints "error: <message>" to stderr and returns exit code 1.
 int Fail(const std::string& message);
 

@@ -66,12 +66,7 @@ int Run(ServeFlags f) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  DType dtype = DType::kF32;
-  if (auto d = ParseDTypeFlag(f.dtype)) {
-    dtype = *d;
-  } else if (auto config = LoadModelConfig(f.model); config.ok() && config->torch_dtype == "bfloat16") {
-    dtype = DType::kBF16;
-  }
+  const DType dtype = ResolveComputeDType(f.dtype, f.model);
   auto model = DecoderModel::Load(f.model, dtype);
   if (!model.ok()) return Fail(model.status().ToString());
   const ModelConfig& c = (*model)->config();

@@ -118,3 +118,25 @@ TEST(Cli, BadArgumentsAreClearErrors) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+// A bf16 checkpoint is computed in float32 by `generate` unless asked, so
+// parity checks compare float32 logits.
+TEST(Cli, GenerateDefaultsToFloat32ComputeForBf16Checkpoints) {
+  testing::ScratchDir d;
+  ASSERT_EQ(RunBinary("make-model --preset tiny --dtype bf16 --out " + d.path() + "/m", d.path()).exit_code, 0);
+  const std::string base = "generate --model " + d.path() + "/m --prompt-ids 7,8,9 --max-tokens 4 --ignore-eos "
+                           "--top-logprobs 3 --json";
+  auto def = RunBinary(base, d.path());
+  auto f32 = RunBinary(base + " --dtype float32", d.path());
+  auto bf16 = RunBinary(base + " --dtype bfloat16", d.path());
+  ASSERT_EQ(def.exit_code, 0) << def.err;
+  auto top = [](const std::string& out) { return nlohmann::json::parse(out)["top_logprobs"]; };
+  EXPECT_EQ(top(def.out), top(f32.out));
+  EXPECT_NE(top(def.out), top(bf16.out));
+}
+
+}  // namespace
+}  // namespace ropeserve
