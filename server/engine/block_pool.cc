@@ -1,0 +1,136 @@
+#include "server/engine/block_pool.h"
+
+#include <xxhash.h>
+
+#include <cassert>
+#include <cstring>
+
+namespace ropeserve {
+
+BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const std::uint64_t head[3] = {parent.has_value() ? 1u : 0u, parent ? parent->value : 0, extra};
+  XXH3_64bits_update(state, head, sizeof(head));
+  XXH3_64bits_update(state, tokens.data(), tokens.size_bytes());
+  BlockHash h{XXH3_64bits_digest(state)};
+  XXH3_freeState(state);
+  return h;
+}
+
+BlockPool::BlockPool(int num_blocks, int block_size) : block_size_(block_size), blocks_(num_blocks) {
+  assert(num_blocks > 0 && block_size > 0);
+  for (BlockId id = 0; id < num_blocks; ++id) blocks_[id].queue_pos = free_queue_.insert(free_queue_.end(), id);
+}
+
+void BlockPool::Evict(BlockId id) {
+  Block& b = blocks_[id];
+  if (!b.cached) return;
+  auto [lo, hi] = cached_.equal_range(b.cached->hash.value);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second == id) {
+      cached_.erase(it);
+      break;
+    }
+  }
+  b.cached.reset();
+}
+
+std::optional<std::vector<BlockId>> BlockPool::Allocate(int n) {
+  if (n < 0 || n > num_free()) return std::nullopt;
+  std::vector<BlockId> ids;
+  ids.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const BlockId id = free_queue_.front();
+    free_queue_.pop_front();
+    Evict(id);
+    blocks_[id].ref_count = 1;
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+void BlockPool::Free(std::span<const BlockId> ids) {
+  for (BlockId id : ids) {
+    Block& b = blocks_.at(id);
+    assert(b.ref_count > 0 && "double free of a KV block");
+    if (--b.ref_count == 0) b.queue_pos = free_queue_.insert(free_queue_.end(), id);
+  }
+}
+
+void BlockPool::Touch(std::span<const BlockId> ids) {
+  for (BlockId id : ids) {
+    Block& b = blocks_.at(id);
+    if (b.ref_count++ == 0) free_queue_.erase(b.queue_pos);
+  }
+}
+
+std::optional<BlockId> BlockPool::FindCached(BlockHash hash, std::span<const TokenId> tokens,
+                                             std::optional<BlockHash> parent) const {
+  auto [lo, hi] = cached_.equal_range(hash.value);
+  for (auto it = lo; it != hi; ++it) {
+    const CachedContent& c = *blocks_[it->second].cached;
+    if (c.parent == parent && c.tokens.size() == tokens.size() &&
+        std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
+      return it->second;
+  }
+  return std::nullopt;
+}
+
+void BlockPool::CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens,
+                               std::optional<BlockHash> parent) {
+  assert(static_cast<int>(tokens.size()) == block_size_);
+  if (FindCached(hash, tokens, parent)) return;  // this content already has a block
+  Evict(id);
+  blocks_.at(id).cached = CachedContent{hash, parent, std::vector<TokenId>(tokens.begin(), tokens.end())};
+  cached_.emplace(hash.value, id);
+}
+
+std::pair<std::vector<BlockId>, std::vector<BlockHash>> BlockPool::MatchPrefix(std::span<const TokenId> tokens,
+                                                                               std::uint64_t extra) const {
+  std::vector<BlockId> ids;
+  std::vector<BlockHash> hashes;
+  std::optional<BlockHash> parent;
+  const std::size_t full = tokens.size() / static_cast<std::size_t>(block_size_);
+  for (std::size_t i = 0; i < full; ++i) {
+    auto chunk = tokens.subspan(i * block_size_, block_size_);
+    const BlockHash h = HashBlock(parent, chunk, extra);
+    ++cache_queries_;
+    auto id = FindCached(h, chunk, parent);
+    if (!id) break;
+    ++cache_hits_;
+    ids.push_back(*id);
+    hashes.push_back(h);
+    parent = h;
+  }
+  return {ids, hashes};
+}
+
+std::optional<std::pair<BlockId, bool>> BlockPool::MakeWritable(BlockId id) {
+  if (blocks_.at(id).ref_count <= 1) return std::make_pair(id, false);
+  auto fresh = Allocate(1);
+  if (!fresh) return std::nullopt;
+  --blocks_[id].ref_count;  // still > 0: others hold it
+  return std::make_pair((*fresh)[0], true);
+}
+
+BlockAllocation& BlockAllocation::operator=(BlockAllocation&& o) noexcept {
+  if (this != &o) {
+    Release();
+    pool_ = o.pool_;
+    ids_ = std::move(o.ids_);
+    o.pool_ = nullptr;
+  }
+  return *this;
+}
+
+void BlockAllocation::Release() {
+  if (pool_ != nullptr && !ids_.empty()) {
+    std::vector<BlockId> reversed(ids_.rbegin(), ids_.rend());  // prefix evicted last
+    pool_->Free(reversed);
+  }
+  ids_.clear();
+  pool_ = nullptr;
+}
+
+}  // namespace ropeserve

@@ -1,0 +1,137 @@
+// KV-cache block bookkeeping: a fixed pool of blocks of `block_size` token
+// slots, reference counts, and prefix caching of full blocks by chained
+// content hash with LRU eviction. Plain data, no LibTorch: the runner owns
+// the tensors, this class only decides which block ids hold what.
+//
+// Semantics (as vLLM's v1 block pool):
+//  - A block with ref_count 0 sits in the free queue. If it holds a cached
+//    full block, it keeps its hash there and can still be hit, until an
+//    allocation pops it from the head of the queue (eviction).
+//  - Freed blocks go to the tail of the queue, in the order given: callers
+//    free a sequence's blocks last-to-first so its prefix is evicted last.
+//  - "No room" is a value: Allocate returns std::nullopt and changes nothing.
+// Threading: not thread-safe; owned by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ropeserve {
+
+using BlockId = std::int32_t;
+using TokenId = std::int32_t;
+
+// Content hash of a full block, chained over the blocks before it so a hit
+// implies the whole prefix matches.
+struct BlockHash {
+  std::uint64_t value = 0;
+  bool operator==(const BlockHash&) const = default;
+};
+
+// Hash of `tokens` (one full block) following the block hashed `parent`
+// (nullopt for the first block). `extra` distinguishes otherwise equal
+// content (e.g. a LoRA or model id); 0 when unused.
+BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra = 0);
+
+class BlockPool {
+ public:
+  BlockPool(int num_blocks, int block_size);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int block_size() const { return block_size_; }
+  // Blocks an Allocate can take now (free, including evictable cached ones).
+  int num_free() const { return static_cast<int>(free_queue_.size()); }
+  int ref_count(BlockId id) const { return blocks_.at(id).ref_count; }
+  // Cache usage in [0, 1]: blocks referenced by running sequences.
+  double usage() const { return 1.0 - static_cast<double>(num_free()) / num_blocks(); }
+
+  // `n` blocks with ref_count 1, taken from the head of the free queue
+  // (evicting cached content), or nullopt if fewer than n are free.
+  std::optional<std::vector<BlockId>> Allocate(int n);
+
+  // Drops one reference from each block, in order; blocks reaching 0 join
+  // the tail of the free queue (keeping any cached hash).
+  void Free(std::span<const BlockId> ids);
+
+  // Adds one reference to each block (a prefix-cache hit, or sharing a
+  // sequence's blocks with a fork); a free block leaves the free queue.
+  void Touch(std::span<const BlockId> ids);
+
+  // Records that `id` now holds the full block with this hash and tokens.
+  // If that content is already cached in another block, nothing changes.
+  void CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens, std::optional<BlockHash> parent);
+
+  // The block caching this content, if any (tokens and parent are compared,
+  // so a hash collision can never return the wrong block). Does not Touch.
+  std::optional<BlockId> FindCached(BlockHash hash, std::span<const TokenId> tokens,
+                                    std::optional<BlockHash> parent) const;
+
+  // Longest run of cached full blocks for `tokens` from the start: returns
+  // their ids and hashes (the caller Touches the ids it uses).
+  std::pair<std::vector<BlockId>, std::vector<BlockHash>> MatchPrefix(std::span<const TokenId> tokens,
+                                                                      std::uint64_t extra = 0) const;
+
+  // Copy-on-write for a shared, partly filled last block: if `id` has other
+  // references, allocates a fresh block, moves this sequence's reference to
+  // it and returns {new_id, true} (the caller copies the slots); if `id` is
+  // exclusively owned returns {id, false}; nullopt if no block is free.
+  std::optional<std::pair<BlockId, bool>> MakeWritable(BlockId id);
+
+  // Prefix-cache statistics since construction.
+  std::uint64_t cache_queries() const { return cache_queries_; }
+  std::uint64_t cache_hits() const { return cache_hits_; }
+
+ private:
+  struct CachedContent {
+    BlockHash hash;
+    std::optional<BlockHash> parent;
+    std::vector<TokenId> tokens;
+  };
+  struct Block {
+    int ref_count = 0;
+    std::optional<CachedContent> cached;
+    std::list<BlockId>::iterator queue_pos;  // valid while ref_count == 0
+  };
+  void Evict(BlockId id);
+
+  int block_size_;
+  std::vector<Block> blocks_;
+  std::list<BlockId> free_queue_;  // head = next to reuse
+  std::unordered_multimap<std::uint64_t, BlockId> cached_;  // hash -> blocks holding it
+  mutable std::uint64_t cache_queries_ = 0;
+  mutable std::uint64_t cache_hits_ = 0;
+};
+
+// Move-only owner of a sequence's block references; frees them (last block
+// first) when destroyed, so a cancelled or dropped request cannot leak KV
+// cache.
+class BlockAllocation {
+ public:
+  BlockAllocation() = default;
+  BlockAllocation(BlockPool* pool, std::vector<BlockId> ids) : pool_(pool), ids_(std::move(ids)) {}
+  BlockAllocation(BlockAllocation&& o) noexcept : pool_(o.pool_), ids_(std::move(o.ids_)) { o.pool_ = nullptr; }
+  BlockAllocation& operator=(BlockAllocation&& o) noexcept;
+  BlockAllocation(const BlockAllocation&) = delete;
+  BlockAllocation& operator=(const BlockAllocation&) = delete;
+  ~BlockAllocation() { Release(); }
+
+  const std::vector<BlockId>& ids() const { return ids_; }
+  // Takes ownership of more references (already counted in the pool).
+  void Append(std::span<const BlockId> ids) { ids_.insert(ids_.end(), ids.begin(), ids.end()); }
+  // Replaces the last block (after MakeWritable moved this reference).
+  void ReplaceLast(BlockId id) { ids_.back() = id; }
+  void Release();
+
+ private:
+  BlockPool* pool_ = nullptr;
+  std::vector<BlockId> ids_;
+};
+
+}  // namespace ropeserve

@@ -1,0 +1,147 @@
+// Block pool bookkeeping with exact block ids: allocation order, LRU
+// eviction of cached blocks, prefix matching, copy-on-write, RAII release.
+#include "server/engine/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace ropeserve {
+namespace {
+
+using Ids = std::vector<BlockId>;
+
+std::vector<TokenId> Tokens(int n, int start = 0) {
+  std::vector<TokenId> t(n);
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+// Caches the full blocks of `tokens` held in `ids` (as the scheduler will
+// once their K/V are written).
+void CacheAll(BlockPool& pool, const Ids& ids, const std::vector<TokenId>& tokens) {
+  std::optional<BlockHash> parent;
+  const int bs = pool.block_size();
+  for (size_t i = 0; i < tokens.size() / bs; ++i) {
+    std::span<const TokenId> chunk(tokens.data() + i * bs, bs);
+    const BlockHash h = HashBlock(parent, chunk);
+    pool.CacheFullBlock(ids[i], h, chunk, parent);
+    parent = h;
+  }
+}
+
+TEST(BlockPool, AllocatesFromTheHeadAndFreedBlocksJoinTheTail) {
+  BlockPool pool(10, 4);
+  EXPECT_EQ(*pool.Allocate(3), (Ids{0, 1, 2}));
+  EXPECT_EQ(*pool.Allocate(2), (Ids{3, 4}));
+  EXPECT_EQ(pool.num_free(), 5);
+  pool.Free(Ids{2, 1, 0});
+  EXPECT_EQ(*pool.Allocate(6), (Ids{5, 6, 7, 8, 9, 2}));
+  EXPECT_EQ(*pool.Allocate(2), (Ids{1, 0}));
+  EXPECT_EQ(pool.num_free(), 0);
+  EXPECT_DOUBLE_EQ(pool.usage(), 1.0);
+}
+
+TEST(BlockPool, NoRoomIsAValueAndChangesNothing) {
+  BlockPool pool(4, 4);
+  ASSERT_TRUE(pool.Allocate(3));
+  EXPECT_FALSE(pool.Allocate(2).has_value());
+  EXPECT_EQ(pool.num_free(), 1);
+  EXPECT_EQ(*pool.Allocate(1), (Ids{3}));
+}
+
+TEST(BlockPool, PrefixHitReturnsTheCachedBlocksAfterTheyAreFreed) {
+  BlockPool pool(10, 4);
+  const auto prompt = Tokens(14);  // 3 full blocks + 2 tokens
+  Ids ids = *pool.Allocate(4);
+  CacheAll(pool, ids, prompt);
+  pool.Free(Ids{ids.rbegin(), ids.rend()});
+
+  auto [hit, hashes] = pool.MatchPrefix(prompt);
+  EXPECT_EQ(hit, (Ids{0, 1, 2}));
+  EXPECT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(pool.cache_hits(), 3u);
+  pool.Touch(hit);
+  EXPECT_EQ(pool.ref_count(1), 1);
+  EXPECT_EQ(pool.num_free(), 7);
+  // A new request with the same prefix but a different third block shares two.
+  auto other = Tokens(12);
+  other[9] = 999;
+  EXPECT_EQ(pool.MatchPrefix(other).first, (Ids{0, 1}));
+  // Different first block: nothing, although later blocks are equal.
+  other = Tokens(12);
+  other[0] = 999;
+  EXPECT_TRUE(pool.MatchPrefix(other).first.empty());
+}
+
+TEST(BlockPool, CachedBlocksAreEvictedLeastRecentlyFreedFirst) {
+  BlockPool pool(6, 2);
+  const auto a = Tokens(4, 0), b = Tokens(4, 100);
+  Ids ia = *pool.Allocate(2), ib = *pool.Allocate(2);  // {0,1}, {2,3}
+  CacheAll(pool, ia, a);
+  CacheAll(pool, ib, b);
+  pool.Free(Ids{1, 0});  // queue: 4 5 1 0
+  pool.Free(Ids{3, 2});  // queue: 4 5 1 0 3 2
+  EXPECT_EQ(*pool.Allocate(3), (Ids{4, 5, 1}));  // uncached first, then a's tail block
+  EXPECT_EQ(pool.MatchPrefix(a).first, (Ids{0}));
+  EXPECT_EQ(pool.MatchPrefix(b).first, (Ids{2, 3}));
+  EXPECT_EQ(*pool.Allocate(1), (Ids{0}));
+  EXPECT_TRUE(pool.MatchPrefix(a).first.empty());
+}
+
+TEST(BlockPool, EvictingAMiddleBlockEndsTheMatchThere) {
+  BlockPool pool(4, 2);
+  const auto t = Tokens(6);
+  Ids ids = *pool.Allocate(3);
+  CacheAll(pool, ids, t);
+  pool.Free(Ids{1});  // only the middle block becomes free
+  EXPECT_EQ(*pool.Allocate(2), (Ids{3, 1}));
+  EXPECT_EQ(pool.MatchPrefix(t).first, (Ids{0}));
+}
+
+TEST(BlockPool, AHashCollisionNeverReturnsTheWrongBlock) {
+  BlockPool pool(4, 2);
+  Ids ids = *pool.Allocate(1);
+  const std::vector<TokenId> x{1, 2}, y{3, 4};
+  pool.CacheFullBlock(ids[0], BlockHash{42}, x, std::nullopt);
+  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
+  EXPECT_FALSE(pool.FindCached(BlockHash{42}, y, std::nullopt).has_value());
+  EXPECT_FALSE(pool.FindCached(BlockHash{42}, x, BlockHash{7}).has_value());
+}
+
+TEST(BlockPool, CopyOnWriteOfASharedLastBlock) {
+  BlockPool pool(4, 4);
+  Ids ids = *pool.Allocate(2);  // {0,1}; block 1 partly filled
+  pool.Touch(ids);              // a forked sequence shares both
+  auto w = pool.MakeWritable(1);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(*w, std::make_pair(BlockId{2}, true));
+  EXPECT_EQ(pool.ref_count(1), 1);
+  EXPECT_EQ(pool.ref_count(2), 1);
+  EXPECT_EQ(*pool.MakeWritable(2), std::make_pair(BlockId{2}, false));
+  ASSERT_TRUE(pool.Allocate(1));
+  EXPECT_FALSE(pool.MakeWritable(0).has_value());  // shared, and no free block
+}
+
+TEST(BlockPool, AllocationHandleReturnsItsBlocksLastFirst) {
+  BlockPool pool(6, 4);
+  {
+    BlockAllocation a(&pool, *pool.Allocate(3));  // 0 1 2
+    BlockAllocation moved = std::move(a);
+    EXPECT_TRUE(a.ids().empty());
+    EXPECT_EQ(pool.num_free(), 3);
+  }
+  EXPECT_EQ(pool.num_free(), 6);
+  EXPECT_EQ(*pool.Allocate(6), (Ids{3, 4, 5, 2, 1, 0}));
+}
+
+TEST(BlockHash, ChainsOverTheParentAndExtraKey) {
+  const auto t = Tokens(4);
+  const BlockHash a = HashBlock(std::nullopt, t);
+  EXPECT_EQ(a, HashBlock(std::nullopt, t));
+  EXPECT_NE(a, HashBlock(BlockHash{a.value}, t));
+  EXPECT_NE(a, HashBlock(std::nullopt, t, 1));
+}
+
+}  // namespace
+}  // namespace ropeserve
