@@ -1,0 +1,260 @@
+#include "server/engine/scheduler.h"
+
+#include <algorithm>
+
+namespace ropeserve {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kDeadline: return "deadline";
+  }
+  return "?";
+}
+
+Status SchedulerConfig::Validate() const {
+  if (max_num_seqs < 1) return InvalidArgument("max_num_seqs must be at least 1");
+  if (max_num_batched_tokens < 1) return InvalidArgument("max_num_batched_tokens must be at least 1");
+  if (max_waiting_requests < 0) return InvalidArgument("max_waiting_requests must be >= 0");
+  if (max_waiting_tokens < 0) return InvalidArgument("max_waiting_tokens must be >= 0");
+  if (max_model_len < 1) return InvalidArgument("max_model_len must be at least 1");
+  return Status::Ok();
+}
+
+struct Scheduler::Request {
+  RequestSpec spec;
+  std::vector<TokenId> tokens;  // prompt, then generated tokens
+  std::int64_t num_computed = 0;
+  std::int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
+  BlockAllocation blocks;
+  std::vector<BlockHash> hashes;  // of the full blocks cached so far, in order
+  std::uint64_t arrival = 0;
+  bool running = false;
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
+};
+
+Scheduler::Scheduler(SchedulerConfig config, BlockPool& pool) : config_(config), pool_(pool) {}
+Scheduler::~Scheduler() = default;
+
+Scheduler::Request* Scheduler::Find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+const std::vector<TokenId>* Scheduler::Tokens(RequestId id) const {
+  Request* r = Find(id);
+  return r ? &r->tokens : nullptr;
+}
+
+std::int64_t Scheduler::NumPromptTokens(RequestId id) const {
+  Request* r = Find(id);
+  return r ? static_cast<std::int64_t>(r->spec.prompt.size()) : 0;
+}
+
+std::int64_t Scheduler::num_cached_prompt_tokens(RequestId id) const {
+  Request* r = Find(id);
+  return r ? r->num_cached_prompt_tokens : 0;
+}
+
+Status Scheduler::Add(RequestSpec spec) {
+  const auto prompt_len = static_cast<std::int64_t>(spec.prompt.size());
+  if (prompt_len == 0) return InvalidArgument("the prompt is empty");
+  if (spec.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (Find(spec.id) != nullptr) return InvalidArgument("duplicate request id " + std::to_string(spec.id));
+  if (prompt_len + spec.max_tokens > config_.max_model_len)
+    return InvalidArgument("this model's maximum context length is " + std::to_string(config_.max_model_len) +
+                           " tokens, but " + std::to_string(prompt_len) + " prompt tokens + " +
+                           std::to_string(spec.max_tokens) + " max_tokens were requested");
+  const std::int64_t pool_tokens = static_cast<std::int64_t>(pool_.num_blocks()) * pool_.block_size();
+  if (prompt_len + spec.max_tokens > pool_tokens)
+    return InvalidArgument("the request needs up to " + std::to_string(prompt_len + spec.max_tokens) +
+                           " tokens of KV cache but the whole cache holds " + std::to_string(pool_tokens) +
+                           "; it can never run (lower max_tokens or give the server more --kv-cache-memory)");
+  if (static_cast<int>(waiting_.size()) >= config_.max_waiting_requests ||
+      waiting_tokens_ + prompt_len > config_.max_waiting_tokens)
+    return Status(ErrorCode::kResourceExhausted, "server overloaded: too many waiting requests, retry later");
+
+  auto r = std::make_unique<Request>();
+  r->tokens = spec.prompt;
+  r->spec = std::move(spec);
+  r->arrival = next_arrival_++;
+  r->blocks = BlockAllocation(&pool_, {});
+  Request* raw = r.get();
+  requests_.emplace(raw->spec.id, std::move(r));
+  InsertWaiting(raw);
+  return Status::Ok();
+}
+
+void Scheduler::InsertWaiting(Request* r) {
+  auto before = [](const Request* a, const Request* b) {
+    return a->spec.priority != b->spec.priority ? a->spec.priority < b->spec.priority : a->arrival < b->arrival;
+  };
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), r, before), r);
+  waiting_tokens_ += r->num_tokens();
+  r->running = false;
+}
+
+bool Scheduler::AllocateFor(Request& r, std::int64_t num_new) {
+  const std::int64_t bs = pool_.block_size();
+  const std::int64_t needed = (r.num_computed + num_new + bs - 1) / bs - static_cast<std::int64_t>(r.blocks.ids().size());
+  if (needed <= 0) return true;
+  auto ids = pool_.Allocate(static_cast<int>(needed));
+  if (!ids) return false;
+  r.blocks.Append(*ids);
+  return true;
+}
+
+void Scheduler::Preempt(Request& r) {
+  r.blocks.Release();
+  r.blocks = BlockAllocation(&pool_, {});
+  r.num_computed = 0;
+  r.hashes.clear();
+  running_.erase(std::find(running_.begin(), running_.end(), &r));
+  InsertWaiting(&r);
+  ++num_preemptions_;
+}
+
+void Scheduler::CacheFullBlocks(Request& r) {
+  if (!config_.enable_prefix_caching) return;
+  const int bs = pool_.block_size();
+  const std::size_t full = static_cast<std::size_t>(r.num_computed / bs);
+  while (r.hashes.size() < full) {
+    const std::size_t i = r.hashes.size();
+    std::span<const TokenId> chunk(r.tokens.data() + i * bs, static_cast<std::size_t>(bs));
+    std::optional<BlockHash> parent;
+    if (i > 0) parent = r.hashes[i - 1];
+    const BlockHash h = HashBlock(parent, chunk, r.spec.cache_salt);
+    pool_.CacheFullBlock(r.blocks.ids()[i], h, chunk, parent);
+    r.hashes.push_back(h);
+  }
+}
+
+StepPlan Scheduler::Schedule(Clock::time_point now) {
+  // Deadlines first, so expired requests take no more work.
+  std::vector<RequestId> expired;
+  for (const auto& [id, r] : requests_)
+    if (r->spec.deadline && *r->spec.deadline <= now) expired.push_back(id);
+  for (RequestId id : expired) Finish(id, FinishReason::kDeadline);
+
+  StepPlan plan;
+  plan.block_size = pool_.block_size();
+  std::int64_t budget = config_.max_num_batched_tokens;
+  std::map<Request*, std::size_t> scheduled;  // request -> index in plan
+  bool preempted = false;
+
+  auto add_to_plan = [&](Request& r, std::int64_t n) {
+    ScheduledSequence s;
+    s.request_id = r.spec.id;
+    s.start_position = r.num_computed;
+    s.token_ids.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
+    s.block_table = r.blocks.ids();
+    s.needs_logits = r.num_computed + n == r.num_tokens();
+    scheduled[&r] = plan.sequences.size();
+    plan.sequences.push_back(std::move(s));
+    budget -= n;
+  };
+
+  // 1. Running requests, in arrival order.
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    Request& r = *running_[i];
+    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
+    bool self_preempted = false;
+    while (!AllocateFor(r, n)) {
+      // Victim: largest priority value, then latest arrival.
+      Request* victim = *std::max_element(running_.begin(), running_.end(), [](const Request* a, const Request* b) {
+        return a->spec.priority != b->spec.priority ? a->spec.priority < b->spec.priority : a->arrival < b->arrival;
+      });
+      if (auto it = scheduled.find(victim); it != scheduled.end()) {
+        // Undo its place in this step.
+        budget += static_cast<std::int64_t>(plan.sequences[it->second].token_ids.size());
+        plan.sequences.erase(plan.sequences.begin() + static_cast<std::ptrdiff_t>(it->second));
+        const std::size_t removed = it->second;
+        scheduled.erase(it);
+        for (auto& [req, idx] : scheduled)
+          if (idx > removed) --idx;
+        --i;  // running_ shrinks before position i
+      }
+      Preempt(*victim);
+      preempted = true;
+      if (victim == &r) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) continue;  // running_[i] is now the next request
+    add_to_plan(r, n);
+    ++i;
+  }
+
+  // 2. Waiting requests, unless this step had to preempt.
+  while (!preempted && !waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request& r = *waiting_.front();
+    std::vector<BlockId> hit;
+    if (r.num_computed == 0 && r.blocks.ids().empty() && config_.enable_prefix_caching) {
+      // Leave at least one token to compute: its logits start generation.
+      std::span<const TokenId> known(r.tokens.data(), r.tokens.size() - 1);
+      auto [ids, hashes] = pool_.MatchPrefix(known, r.spec.cache_salt);
+      pool_.Touch(ids);
+      r.blocks.Append(ids);
+      r.hashes = hashes;
+      r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
+      hit = ids;
+    }
+    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
+    if (!AllocateFor(r, n)) {
+      // Give the hit back; try again next step.
+      r.blocks.Release();
+      r.blocks = BlockAllocation(&pool_, {});
+      r.num_computed = 0;
+      r.hashes.clear();
+      break;
+    }
+    if (r.spec.prompt.size() == r.tokens.size() && r.num_cached_prompt_tokens == 0)
+      r.num_cached_prompt_tokens = r.num_computed;
+    waiting_.pop_front();
+    waiting_tokens_ -= r.num_tokens();
+    r.running = true;
+    running_.push_back(&r);
+    std::sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+    add_to_plan(r, n);
+  }
+  return plan;
+}
+
+void Scheduler::Update(const StepPlan& plan, const std::map<RequestId, TokenId>& sampled) {
+  for (const auto& s : plan.sequences) {
+    Request* r = Find(s.request_id);
+    if (r == nullptr || !r->running) continue;  // finished or preempted meanwhile
+    r->num_computed += static_cast<std::int64_t>(s.token_ids.size());
+    CacheFullBlocks(*r);
+    if (s.needs_logits) {
+      auto it = sampled.find(s.request_id);
+      if (it != sampled.end()) r->tokens.push_back(it->second);
+    }
+  }
+}
+
+void Scheduler::Finish(RequestId id, FinishReason reason) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  if (r->running) {
+    running_.erase(std::find(running_.begin(), running_.end(), r));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    waiting_tokens_ -= r->num_tokens();
+  }
+  finished_.emplace_back(id, reason);
+  requests_.erase(it);  // BlockAllocation returns the blocks
+}
+
+std::vector<std::pair<RequestId, FinishReason>> Scheduler::TakeFinished() {
+  std::vector<std::pair<RequestId, FinishReason>> out;
+  out.swap(finished_);
+  return out;
+}
+
+}  // namespace ropeserve

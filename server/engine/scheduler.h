@@ -1,0 +1,109 @@
+// Continuous-batching scheduler: decides, step by step, which requests
+// advance by how many tokens, within a token budget and the KV block pool.
+// Every request moves num_computed_tokens toward num_tokens; chunked
+// prefill, prefix-cache hits and preemption by recompute all fall out of
+// that (as in vLLM's v1 scheduler).
+//
+// Policy: running requests first (in arrival order, decode or the next
+// prefill chunk), then waiting ones in (priority, arrival) order. When the
+// pool runs out, the running request with the largest priority value, then
+// the latest arrival, is preempted: its blocks are freed and it re-enters the
+// waiting queue to be recomputed later (its tokens so far are kept, so its
+// output does not change). No waiting request is admitted in a step that
+// preempted.
+// Threading: not thread-safe; owned by the engine thread.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/engine/block_pool.h"
+#include "server/engine/step_plan.h"
+
+namespace ropeserve {
+
+using Clock = std::chrono::steady_clock;
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;
+  std::int64_t max_num_batched_tokens = 2048;
+  int max_waiting_requests = 1024;
+  std::int64_t max_waiting_tokens = 1 << 22;
+  std::int64_t max_model_len = 2048;
+  bool enable_prefix_caching = true;
+  Status Validate() const;
+};
+
+struct RequestSpec {
+  RequestId id = 0;
+  std::vector<TokenId> prompt;
+  std::int64_t max_tokens = 16;
+  int priority = 0;  // lower runs first (vLLM's convention)
+  std::optional<Clock::time_point> deadline;
+  std::uint64_t cache_salt = 0;  // separates prefix-cache namespaces
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kDeadline };
+const char* FinishReasonName(FinishReason r);
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, BlockPool& pool);
+  ~Scheduler();
+
+  // Admission. InvalidArgument for a request that can never run (empty,
+  // longer than the model's context, larger than the whole KV pool);
+  // ResourceExhausted when the waiting queue is full.
+  Status Add(RequestSpec spec);
+
+  // Plans the next step; first finishes requests whose deadline passed.
+  StepPlan Schedule(Clock::time_point now = Clock::now());
+
+  // Applies a step's results: advances computed tokens, caches newly full
+  // blocks, and appends `sampled` tokens (one per sequence that needed
+  // logits; keyed by request id).
+  void Update(const StepPlan& plan, const std::map<RequestId, TokenId>& sampled);
+
+  // Ends a request (stop condition met, cancelled) and frees its blocks.
+  // Unknown ids are ignored (it may have finished already).
+  void Finish(RequestId id, FinishReason reason);
+
+  // Requests the scheduler ended by itself (deadlines) and those passed to
+  // Finish, since the last call.
+  std::vector<std::pair<RequestId, FinishReason>> TakeFinished();
+
+  // Tokens of a live request (prompt + generated so far); empty if unknown.
+  const std::vector<TokenId>* Tokens(RequestId id) const;
+  std::int64_t NumPromptTokens(RequestId id) const;
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  std::uint64_t num_preemptions() const { return num_preemptions_; }
+  std::int64_t num_cached_prompt_tokens(RequestId id) const;
+
+ private:
+  struct Request;
+  Request* Find(RequestId id) const;
+  bool AllocateFor(Request& r, std::int64_t num_new);
+  void Preempt(Request& r);
+  void InsertWaiting(Request* r);
+  void CacheFullBlocks(Request& r);
+
+  SchedulerConfig config_;
+  BlockPool& pool_;
+  std::map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;  // arrival order
+  std::deque<Request*> waiting_;   // (priority, arrival) order
+  std::int64_t waiting_tokens_ = 0;
+  std::uint64_t next_arrival_ = 0;
+  std::uint64_t num_preemptions_ = 0;
+  std::vector<std::pair<RequestId, FinishReason>> finished_;
+};
+
+}  // namespace ropeserve

@@ -1,0 +1,175 @@
+// Scheduler decisions without a model: budget packing, chunked prefill,
+// prefix hits, preemption by recompute, cancellation, deadlines, overload
+// and never-fits rejection.
+#include "server/engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace ropeserve {
+namespace {
+
+RequestSpec Spec(RequestId id, int prompt_len, int max_tokens = 4, int first_token = 1000) {
+  RequestSpec s;
+  s.id = id;
+  s.prompt.resize(prompt_len);
+  std::iota(s.prompt.begin(), s.prompt.end(), first_token + static_cast<int>(id) * 100);
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+// Runs one step as an engine would: every sequence that needs logits gets
+// token 7.
+StepPlan Step(Scheduler& s) {
+  StepPlan plan = s.Schedule();
+  std::map<RequestId, TokenId> sampled;
+  for (const auto& seq : plan.sequences)
+    if (seq.needs_logits) sampled[seq.request_id] = 7;
+  s.Update(plan, sampled);
+  return plan;
+}
+
+std::vector<std::pair<RequestId, size_t>> Shape(const StepPlan& p) {
+  std::vector<std::pair<RequestId, size_t>> out;
+  for (const auto& s : p.sequences) out.emplace_back(s.request_id, s.token_ids.size());
+  return out;
+}
+
+using Shp = std::vector<std::pair<RequestId, size_t>>;
+
+TEST(Scheduler, PacksPrefillsIntoTheTokenBudgetAndChunksTheRest) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 10;
+  Scheduler s(c, pool);
+  ASSERT_TRUE(s.Add(Spec(1, 6)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 7)).ok());
+  StepPlan p1 = Step(s);
+  EXPECT_EQ(Shape(p1), (Shp{{1, 6}, {2, 4}}));  // request 2 chunked
+  EXPECT_TRUE(p1.sequences[0].needs_logits);
+  EXPECT_FALSE(p1.sequences[1].needs_logits);
+  EXPECT_EQ(p1.sequences[1].block_table, (std::vector<BlockId>{2}));
+  StepPlan p2 = Step(s);
+  EXPECT_EQ(Shape(p2), (Shp{{1, 1}, {2, 3}}));  // decode + rest of the prefill
+  EXPECT_EQ(p2.sequences[1].start_position, 4);
+  EXPECT_EQ(p2.sequences[1].block_table, (std::vector<BlockId>{2, 3}));
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 1}}));
+}
+
+TEST(Scheduler, MaxNumSeqsLimitsTheBatch) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_seqs = 2;
+  Scheduler s(c, pool);
+  for (RequestId id = 1; id <= 3; ++id) ASSERT_TRUE(s.Add(Spec(id, 2)).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 2}, {2, 2}}));
+  EXPECT_EQ(s.num_waiting(), 1);
+  s.Finish(1, FinishReason::kStop);
+  EXPECT_EQ(Shape(Step(s)), (Shp{{2, 1}, {3, 2}}));
+}
+
+TEST(Scheduler, PrefixHitSkipsCachedBlocksButComputesTheLastToken) {
+  BlockPool pool(64, 4);
+  Scheduler s(SchedulerConfig{}, pool);
+  RequestSpec a = Spec(1, 9);
+  RequestSpec b = a;
+  b.id = 2;
+  ASSERT_TRUE(s.Add(a).ok());
+  Step(s);
+  s.Finish(1, FinishReason::kStop);
+  ASSERT_TRUE(s.Add(b).ok());
+  StepPlan p = Step(s);
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].start_position, 8);  // two full blocks hit
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 1u);
+  EXPECT_EQ(s.num_cached_prompt_tokens(2), 8);
+  // Exactly one block's worth is left to compute even when everything is cached.
+  RequestSpec c = Spec(3, 8);
+  c.prompt = std::vector<TokenId>(a.prompt.begin(), a.prompt.begin() + 8);
+  ASSERT_TRUE(s.Add(c).ok());
+  StepPlan pc = Step(s);
+  EXPECT_EQ(pc.sequences.back().start_position, 4);
+  EXPECT_EQ(pc.sequences.back().token_ids.size(), 4u);
+}
+
+TEST(Scheduler, PreemptsTheLatestArrivalAndRecomputesItLater) {
+  BlockPool pool(4, 2);  // 8 token slots
+  Scheduler s(SchedulerConfig{}, pool);
+  ASSERT_TRUE(s.Add(Spec(1, 3, 4)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 3, 4)).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 3}, {2, 3}}));  // 4 blocks in use
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 1}}));  // positions 3: still in block 1
+  // Position 4 needs a third block each: request 2 (latest) is preempted.
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}}));
+  EXPECT_EQ(s.num_preemptions(), 1u);
+  EXPECT_EQ(s.num_waiting(), 1);
+  // Its tokens so far (3 prompt + 2 generated) are kept for the recompute.
+  EXPECT_EQ(s.Tokens(2)->size(), 5u);
+  s.Finish(1, FinishReason::kLength);
+  // Recompute: request 2's first block survived in the prefix cache (its
+  // second was evicted first, to give request 1 a block), so 3 of 5 tokens
+  // are recomputed.
+  StepPlan p = Step(s);
+  EXPECT_EQ(Shape(p), (Shp{{2, 3}}));
+  EXPECT_EQ(p.sequences[0].start_position, 2);
+  EXPECT_TRUE(p.sequences[0].needs_logits);
+}
+
+TEST(Scheduler, HigherPriorityValueIsPreemptedFirst) {
+  BlockPool pool(4, 2);
+  Scheduler s(SchedulerConfig{}, pool);
+  RequestSpec low = Spec(1, 3, 4);
+  low.priority = 5;
+  ASSERT_TRUE(s.Add(low).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 3, 4)).ok());
+  Step(s);
+  Step(s);
+  EXPECT_EQ(Shape(Step(s)), (Shp{{2, 1}}));  // request 1 (priority 5) gave way
+}
+
+TEST(Scheduler, CancellationAndDeadlinesFreeEveryBlock) {
+  BlockPool pool(16, 4);
+  Scheduler s(SchedulerConfig{}, pool);
+  RequestSpec timed = Spec(2, 5);
+  timed.deadline = Clock::now() + std::chrono::hours(1);
+  ASSERT_TRUE(s.Add(Spec(1, 5)).ok());
+  ASSERT_TRUE(s.Add(timed).ok());
+  ASSERT_TRUE(s.Add(Spec(3, 5)).ok());
+  Step(s);
+  EXPECT_LT(pool.num_free(), 16);
+  s.Finish(1, FinishReason::kCancelled);
+  StepPlan p = s.Schedule(Clock::now() + std::chrono::hours(2));  // 2's deadline passed
+  s.Update(p, {});
+  EXPECT_EQ(Shape(p), (Shp{{3, 1}}));
+  auto finished = s.TakeFinished();
+  EXPECT_EQ(finished, (std::vector<std::pair<RequestId, FinishReason>>{{1, FinishReason::kCancelled},
+                                                                       {2, FinishReason::kDeadline}}));
+  s.Finish(3, FinishReason::kCancelled);
+  EXPECT_EQ(pool.num_free(), 16);
+  EXPECT_FALSE(s.has_work());
+}
+
+TEST(Scheduler, RejectsWhatCanNeverRunAndOverload) {
+  BlockPool pool(4, 4);  // 16 slots
+  SchedulerConfig c;
+  c.max_model_len = 12;
+  c.max_waiting_requests = 2;
+  Scheduler s(c, pool);
+  Status too_long = s.Add(Spec(1, 10, 4));
+  EXPECT_EQ(too_long.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("maximum context length is 12"), std::string::npos);
+  EXPECT_EQ(s.Add(Spec(2, 0)).code(), ErrorCode::kInvalidArgument);
+  BlockPool tiny(2, 4);  // 8 slots < 6 + 4
+  Scheduler t(c, tiny);
+  Status never = t.Add(Spec(3, 6, 4));
+  EXPECT_EQ(never.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(never.message().find("can never run"), std::string::npos);
+  ASSERT_TRUE(s.Add(Spec(4, 2)).ok());
+  ASSERT_TRUE(s.Add(Spec(5, 2)).ok());
+  EXPECT_EQ(s.Add(Spec(6, 2)).code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(s.Add(Spec(4, 2)).code(), ErrorCode::kInvalidArgument);  // duplicate id
+}
+
+}  // namespace
+}  // namespace ropeserve
