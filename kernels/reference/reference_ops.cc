@@ -61,4 +61,52 @@ at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::matmul(probs, vh).transpose(0, 1).contiguous();  // [T, Hq, D]
 }
 
+// Grouped-query attention of T new queries over a cache holding S keys, the
+// last T of which belong to the queries (positions S-T .. S-1). K/V heads are
+// shared by reshaping q, not by copying K/V as the reference does.
+// q: [T, Hq, D]; k, v: [S, Hkv, D] -> [T, Hq, D].
+at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t T = q.size(0), hq = q.size(1), D = q.size(2);
+  const int64_t S = k.size(0), hkv = k.size(1), G = hq / hkv;
+  at::Tensor qg = q.view({T, hkv, G, D}).permute({1, 2, 0, 3}).reshape({hkv, G * T, D});
+  at::Tensor kh = k.permute({1, 2, 0});  // [Hkv, D, S]
+  at::Tensor vh = v.permute({1, 0, 2});  // [Hkv, S, D]
+  at::Tensor scores = at::bmm(qg, kh).mul_(scale).view({hkv, G, T, S});
+  if (T > 1) {
+    // Query t sits at position S-T+t and sees keys 0..S-T+t.
+    at::Tensor qpos = at::arange(S - T, S, q.options().dtype(at::kLong)).unsqueeze(1);  // [T, 1]
+    at::Tensor kpos = at::arange(0, S, q.options().dtype(at::kLong)).unsqueeze(0);      // [1, S]
+    scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1, SoftmaxDType(q)).to(q.scalar_type()).view({hkv, G * T, S});
+  at::Tensor out = at::bmm(probs, vh);                              // [Hkv, G*T, D]
+  return out.view({hkv, G, T, D}).permute({2, 0, 1, 3}).reshape({T, hq, D});
+}
+
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const std::vector<std::vector<int32_t>>& block_tables,
+                          const std::vector<int64_t>& query_lens, const std::vector<int64_t>& context_lens,
+                          double scale) {
+  const int64_t block_size = k_cache.size(1), hkv = k_cache.size(2), D = k_cache.size(3);
+  std::vector<at::Tensor> outs;
+  int64_t row = 0;
+  for (size_t s = 0; s < block_tables.size(); ++s) {
+    const int64_t L = context_lens[s], n_blocks = (L + block_size - 1) / block_size;
+    at::Tensor table = at::tensor(std::vector<int64_t>(block_tables[s].begin(), block_tables[s].begin() + n_blocks),
+                                  at::kLong);
+    at::Tensor k = k_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
+    at::Tensor v = v_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
+    outs.push_back(PrefixCausalAttention(q.narrow(0, row, query_lens[s]), k, v, scale));
+    row += query_lens[s];
+  }
+  return at::cat(outs, 0);
+}
+
+void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& slot_mapping) {
+  const int64_t hkv = k_cache.size(2), D = k_cache.size(3);
+  k_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, k);
+  v_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, v);
+}
+
 }  // namespace ropeserve::reference

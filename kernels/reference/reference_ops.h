@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <utility>
+#include <vector>
 
 namespace ropeserve::reference {
 
@@ -33,5 +34,26 @@ c10::ScalarType SoftmaxDType(const at::Tensor& scores);
 // Dense causal attention with GQA by repeating K/V heads (HF's repeat_kv),
 // softmax in float32. q: [T, Hq, D], k, v: [T, Hkv, D] -> [T, Hq, D].
 at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+
+// Causal attention of T queries that are the last T of S cached keys
+// (positions S-T .. S-1); GQA by grouping queries, not copying K/V.
+// q: [T, Hq, D]; k, v: [S, Hkv, D] -> [T, Hq, D].
+at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+
+// Attention over a paged KV cache for a packed batch: sequence s owns
+// query rows [sum(query_lens[<s]), +query_lens[s]), which are its last
+// query_lens[s] tokens of context_lens[s]; its keys live in the blocks of
+// block_tables[s]. q: [T, Hq, D]; k_cache, v_cache: [num_blocks,
+// block_size, Hkv, D] -> [T, Hq, D]. Gathers each sequence's keys, then
+// PrefixCausalAttention.
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const std::vector<std::vector<int32_t>>& block_tables,
+                          const std::vector<int64_t>& query_lens, const std::vector<int64_t>& context_lens,
+                          double scale);
+
+// k_cache.view(-1, Hkv, D)[slot_mapping[i]] = k[i] (and v). k, v: [T, Hkv, D];
+// slot_mapping: [T] int64 = block * block_size + offset.
+void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& slot_mapping);
 
 }  // namespace ropeserve::reference

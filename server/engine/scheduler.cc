@@ -251,6 +251,10 @@ void Scheduler::Finish(RequestId id, FinishReason reason) {
   requests_.erase(it);  // BlockAllocation returns the blocks
 }
 
+void Scheduler::ForEachRunning(const std::function<void(const std::vector<BlockId>&, std::int64_t)>& fn) const {
+  for (const Request* r : running_) fn(r->blocks.ids(), r->num_computed);
+}
+
 std::vector<std::pair<RequestId, FinishReason>> Scheduler::TakeFinished() {
   std::vector<std::pair<RequestId, FinishReason>> out;
   out.swap(finished_);

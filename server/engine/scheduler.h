@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,6 +81,9 @@ class Scheduler {
   // Tokens of a live request (prompt + generated so far); empty if unknown.
   const std::vector<TokenId>* Tokens(RequestId id) const;
   std::int64_t NumPromptTokens(RequestId id) const;
+
+  // Calls fn(block_ids, num_computed_tokens) for every running request.
+  void ForEachRunning(const std::function<void(const std::vector<BlockId>&, std::int64_t)>& fn) const;
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }

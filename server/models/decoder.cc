@@ -16,28 +16,6 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-// Grouped-query attention of T new queries over a cache holding S keys, the
-// last T of which belong to the queries (positions S-T .. S-1). K/V heads are
-// shared by reshaping q, not by copying K/V as the reference does.
-// q: [T, Hq, D]; k, v: [S, Hkv, D] -> [T, Hq, D].
-at::Tensor CachedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  const int64_t T = q.size(0), hq = q.size(1), D = q.size(2);
-  const int64_t S = k.size(0), hkv = k.size(1), G = hq / hkv;
-  at::Tensor qg = q.view({T, hkv, G, D}).permute({1, 2, 0, 3}).reshape({hkv, G * T, D});
-  at::Tensor kh = k.permute({1, 2, 0});  // [Hkv, D, S]
-  at::Tensor vh = v.permute({1, 0, 2});  // [Hkv, S, D]
-  at::Tensor scores = at::bmm(qg, kh).mul_(scale).view({hkv, G, T, S});
-  if (T > 1) {
-    // Query t sits at position S-T+t and sees keys 0..S-T+t.
-    at::Tensor qpos = at::arange(S - T, S, q.options().dtype(at::kLong)).unsqueeze(1);  // [T, 1]
-    at::Tensor kpos = at::arange(0, S, q.options().dtype(at::kLong)).unsqueeze(0);      // [1, S]
-    scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
-  }
-  at::Tensor probs = at::softmax(scores, -1, reference::SoftmaxDType(q)).to(q.scalar_type()).view({hkv, G * T, S});
-  at::Tensor out = at::bmm(probs, vh);                              // [Hkv, G*T, D]
-  return out.view({hkv, G, T, D}).permute({2, 0, 1, 3}).reshape({T, hq, D});
-}
-
 void EnsureCapacity(ContiguousKvCache& cache, int64_t needed, int64_t layers, int64_t hkv, int64_t D,
                     const at::TensorOptions& opts) {
   int64_t capacity = cache.k.empty() ? 0 : cache.k[0].size(0);
@@ -179,13 +157,60 @@ at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvC
     auto [q, k, v] = QkvWithRope(w, x, cos, sin);
     cache.k[l].narrow(0, start, T).copy_(k);
     cache.v[l].narrow(0, start, T).copy_(v);
-    at::Tensor attn = CachedAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S), scale);
+    at::Tensor attn = reference::PrefixCausalAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S), scale);
     h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
     h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
   }
   cache.length = S;
   if (!all_logits) h = h.narrow(0, T - 1, 1);
   return Logits(h);
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& batch) const {
+  if (!RopeDependsOnLength(config_)) return CosSin(batch.positions);
+  std::vector<at::Tensor> cos, sin;
+  int64_t row = 0;
+  for (size_t s = 0; s < batch.query_lens.size(); ++s) {
+    auto [c, si] = CosSin(batch.positions.narrow(0, row, batch.query_lens[s]));
+    cos.push_back(c);
+    sin.push_back(si);
+    row += batch.query_lens[s];
+  }
+  return {at::cat(cos, 0), at::cat(sin, 0)};
+}
+
+at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const {
+  c10::InferenceMode guard;
+  const int64_t T = batch.token_ids.size(0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  auto [cos, sin] = CosSinPacked(batch);
+  at::Tensor h = Embed(batch.token_ids);
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const auto& w = w_.layers[l];
+    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
+    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+    reference::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
+    at::Tensor attn = reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
+                                                batch.context_lens, scale);
+    h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
+    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
+  }
+  return Logits(h.index_select(0, batch.logits_indices));
+}
+
+PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const {
+  PagedKvCache cache;
+  const auto opts = w_.embed_tokens.options();
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    cache.k.push_back(at::zeros({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+    cache.v.push_back(at::zeros({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+  }
+  return cache;
+}
+
+std::int64_t DecoderModel::KvBytesPerToken() const {
+  return 2 * config_.num_hidden_layers * config_.kv_size() *
+         static_cast<std::int64_t>(w_.embed_tokens.element_size());
 }
 
 }  // namespace ropeserve

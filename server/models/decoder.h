@@ -49,6 +49,24 @@ struct ContiguousKvCache {
   std::int64_t length = 0;    // tokens stored
 };
 
+// One step's packed, unpadded batch, as tensors (built by ModelRunner from
+// a StepPlan). Sequence s owns rows [sum(query_lens[<s]), +query_lens[s]).
+struct PagedBatch {
+  at::Tensor token_ids;     // [T] int64
+  at::Tensor positions;     // [T] int64
+  at::Tensor slot_mapping;  // [T] int64: block * block_size + offset
+  std::vector<std::vector<std::int32_t>> block_tables;  // per sequence
+  std::vector<std::int64_t> query_lens;                 // per sequence
+  std::vector<std::int64_t> context_lens;               // per sequence, incl. this step's tokens
+  at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
+};
+
+// Paged KV cache of all sequences.
+struct PagedKvCache {
+  std::vector<at::Tensor> k;  // per layer [num_blocks, block_size, Hkv, D]
+  std::vector<at::Tensor> v;  // per layer [num_blocks, block_size, Hkv, D]
+};
+
 class DecoderModel {
  public:
   // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16).
@@ -65,6 +83,15 @@ class DecoderModel {
   // last token only when !all_logits.
   at::Tensor ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const;
 
+  // Packed batch over the paged cache: writes this step's K/V into their
+  // slots, attends each sequence to its cached prefix plus causally within
+  // its chunk. Returns float32 logits [R, V] for batch.logits_indices.
+  at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const;
+
+  PagedKvCache AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const;
+  // K and V bytes one token occupies in the cache, all layers.
+  std::int64_t KvBytesPerToken() const;
+
  private:
   DecoderModel() = default;
   at::Tensor Embed(const at::Tensor& ids) const;
@@ -74,6 +101,8 @@ class DecoderModel {
                                                              const at::Tensor& cos, const at::Tensor& sin) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
+  // cos/sin for a packed batch; dynamic RoPE uses each sequence's length.
+  std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
 
   ModelConfig config_;
   DType dtype_ = DType::kF32;

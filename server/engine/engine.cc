@@ -1,0 +1,299 @@
+#include "server/engine/engine.h"
+
+#include <algorithm>
+#include <future>
+#include <set>
+
+namespace ropeserve {
+
+// ---- RequestStream ----
+
+StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] { return !pending_.tokens.empty() || (pending_.finished && !delivered_finish_); };
+  if (timeout) {
+    cv_.wait_for(lock, *timeout, ready);
+  } else {
+    cv_.wait(lock, ready);
+  }
+  StreamChunk out;
+  out.tokens.swap(pending_.tokens);
+  if (pending_.finished && !delivered_finish_) {
+    out.finished = true;
+    out.finish_reason = pending_.finish_reason;
+    out.error = pending_.error;
+    out.prompt_tokens = pending_.prompt_tokens;
+    out.cached_tokens = pending_.cached_tokens;
+    delivered_finish_ = true;
+  }
+  return out;
+}
+
+void RequestStream::Push(GeneratedToken token) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.tokens.push_back(std::move(token));
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
+                           Status error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.finished = true;
+    pending_.finish_reason = reason;
+    pending_.prompt_tokens = prompt_tokens;
+    pending_.cached_tokens = cached_tokens;
+    pending_.error = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+// ---- Engine ----
+
+struct Engine::Active {
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  SamplerRng rng;
+  std::int64_t generated = 0;
+  std::int64_t cached_tokens = 0;
+};
+
+struct Engine::InboxItem {
+  enum class Kind { kSubmit, kCancel } kind;
+  RequestId id = 0;
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  std::promise<Status> verdict;
+  Clock::time_point submitted;
+};
+
+Engine::Engine(EngineConfig config, ModelExecutor& executor)
+    : config_(std::move(config)),
+      executor_(executor),
+      pool_(config_.num_blocks, config_.block_size),
+      scheduler_(config_.scheduler, pool_) {}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  threaded_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  inbox_cv_.notify_all();
+  thread_.join();
+}
+
+StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
+  RS_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens)
+    return InvalidArgument("min_tokens must be between 0 and max_tokens");
+  for (TokenId id : request.prompt)
+    if (id < 0 || id >= executor_.vocab_size())
+      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(executor_.vocab_size()) + ")");
+  auto item = std::make_unique<InboxItem>();
+  item->kind = InboxItem::Kind::kSubmit;
+  item->id = next_id_++;
+  item->request = std::move(request);
+  item->stream = std::make_shared<RequestStream>(item->id);
+  item->submitted = Clock::now();
+  auto verdict = item->verdict.get_future();
+  auto stream = item->stream;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stop_) return Status(ErrorCode::kFailedPrecondition, "the engine is shutting down");
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_all();
+  if (!threaded_) DrainInbox();
+  Status s = verdict.get();
+  if (!s.ok()) return s;
+  return stream;
+}
+
+void Engine::Cancel(RequestId id) {
+  auto item = std::make_unique<InboxItem>();
+  item->kind = InboxItem::Kind::kCancel;
+  item->id = id;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_all();
+  if (!threaded_) DrainInbox();
+}
+
+void Engine::DrainInbox() {
+  std::deque<std::unique_ptr<InboxItem>> items;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    items.swap(inbox_);
+  }
+  for (auto& item : items) {
+    if (item->kind == InboxItem::Kind::kCancel) {
+      if (active_.count(item->id)) {
+        scheduler_.Finish(item->id, FinishReason::kCancelled);
+        scheduler_.TakeFinished();
+        Complete(item->id, "cancelled");
+      }
+      continue;
+    }
+    RequestSpec spec;
+    spec.id = item->id;
+    spec.prompt = item->request.prompt;
+    spec.max_tokens = item->request.max_tokens;
+    spec.priority = item->request.priority;
+    if (item->request.timeout) spec.deadline = item->submitted + *item->request.timeout;
+    Status s = scheduler_.Add(std::move(spec));
+    if (s.ok()) {
+      auto a = std::make_unique<Active>();
+      a->request = std::move(item->request);
+      a->stream = item->stream;
+      a->rng.seed(a->request.sampling.seed.value_or(std::random_device{}()));
+      active_.emplace(item->id, std::move(a));
+    }
+    item->verdict.set_value(s);
+  }
+  UpdateStats();
+}
+
+void Engine::Complete(RequestId id, const std::string& reason, Status error) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  const auto prompt_tokens = static_cast<std::int64_t>(it->second->request.prompt.size());
+  it->second->stream->Finish(reason, prompt_tokens, it->second->cached_tokens, std::move(error));
+  active_.erase(it);
+}
+
+bool Engine::Step() {
+  StepPlan plan = scheduler_.Schedule();
+  for (auto [id, reason] : scheduler_.TakeFinished()) Complete(id, FinishReasonName(reason));
+  if (plan.empty()) {
+    if (scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
+      // Admission guarantees a lone request fits, so this is a bug; fail the
+      // requests rather than spin forever.
+      std::vector<RequestId> stuck;
+      for (auto& [id, _] : active_) stuck.push_back(id);
+      for (RequestId id : stuck) {
+        scheduler_.Finish(id, FinishReason::kCancelled);
+        Complete(id, "error", Internal("the scheduler could not place the request"));
+      }
+      scheduler_.TakeFinished();
+    }
+    return false;
+  }
+
+  auto logits = executor_.Execute(plan);
+  if (!logits.ok()) {
+    // A failed forward fails the requests in it, not the server.
+    for (const auto& s : plan.sequences) {
+      scheduler_.Finish(s.request_id, FinishReason::kCancelled);
+      Complete(s.request_id, "error", logits.status());
+    }
+    scheduler_.TakeFinished();
+    return true;
+  }
+
+  std::map<RequestId, TokenId> sampled;
+  std::vector<std::pair<RequestId, GeneratedToken>> produced;
+  std::int64_t row = 0;
+  for (const auto& s : plan.sequences) {
+    if (!s.needs_logits) continue;
+    Active& a = *active_.at(s.request_id);
+    auto view = logits->Row(row++);
+    GeneratedToken t;
+    t.id = static_cast<TokenId>(SampleToken(view, a.request.sampling, a.rng));
+    t.logprob = LogprobOf(view, t.id);
+    if (a.request.top_logprobs > 0)
+      for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs)) t.top_logprobs.emplace_back(id, lp);
+    sampled[s.request_id] = t.id;
+    produced.emplace_back(s.request_id, std::move(t));
+  }
+  scheduler_.Update(plan, sampled);
+
+  for (auto& [id, t] : produced) {
+    Active& a = *active_.at(id);
+    if (a.generated == 0) a.cached_tokens = scheduler_.num_cached_prompt_tokens(id);
+    ++a.generated;
+    const TokenId tok = t.id;
+    a.stream->Push(std::move(t));
+    ++stats_.generated_tokens;
+    const auto& r = a.request;
+    const bool may_stop = a.generated >= r.min_tokens;
+    const bool is_eos = !r.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), tok) !=
+                                             config_.eos_token_ids.end();
+    const bool is_stop_id = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
+    std::optional<FinishReason> reason;
+    if (may_stop && (is_eos || is_stop_id)) reason = FinishReason::kStop;
+    else if (a.generated >= r.max_tokens) reason = FinishReason::kLength;
+    if (reason) {
+      scheduler_.Finish(id, *reason);
+      scheduler_.TakeFinished();
+      Complete(id, FinishReasonName(*reason));
+    }
+  }
+  ++stats_.steps;
+  stats_.step_tokens += static_cast<std::uint64_t>(plan.num_tokens());
+  UpdateStats();
+  return true;
+}
+
+void Engine::UpdateStats() {
+  stats_.running = scheduler_.num_running();
+  stats_.waiting = scheduler_.num_waiting();
+  stats_.preemptions = scheduler_.num_preemptions();
+  stats_.prefix_queries = pool_.cache_queries();
+  stats_.prefix_hits = pool_.cache_hits();
+  const double usage = pool_.usage();
+  stats_.kv_usage = usage;
+  if (usage > stats_.peak_kv_usage) {
+    stats_.peak_kv_usage = usage;
+    // Slots of referenced blocks that hold no token (shared blocks once).
+    std::map<BlockId, std::int64_t> fill;
+    const std::int64_t bs = pool_.block_size();
+    scheduler_.ForEachRunning([&](const std::vector<BlockId>& ids, std::int64_t computed) {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::int64_t f = std::clamp<std::int64_t>(computed - static_cast<std::int64_t>(i) * bs, 0, bs);
+        fill[ids[i]] = std::max(fill[ids[i]], f);
+      }
+    });
+    std::int64_t held = 0;
+    for (auto& [_, f] : fill) held += f;
+    const std::int64_t slots = static_cast<std::int64_t>(fill.size()) * bs;
+    stats_.kv_waste_at_peak = slots > 0 ? 1.0 - static_cast<double>(held) / static_cast<double>(slots) : 0.0;
+  }
+}
+
+void Engine::RunUntilIdle() {
+  for (;;) {
+    DrainInbox();
+    if (!Step() && !scheduler_.has_work()) break;
+  }
+}
+
+void Engine::Loop() {
+  while (!stop_) {
+    DrainInbox();
+    if (Step()) continue;
+    std::unique_lock<std::mutex> lock(inbox_mu_);
+    inbox_cv_.wait_for(lock, std::chrono::milliseconds(scheduler_.has_work() ? 1 : 100),
+                       [&] { return stop_ || !inbox_.empty(); });
+  }
+  // Finish what is left so no reader waits forever.
+  DrainInbox();
+  std::vector<RequestId> left;
+  for (auto& [id, _] : active_) left.push_back(id);
+  for (RequestId id : left) {
+    scheduler_.Finish(id, FinishReason::kCancelled);
+    Complete(id, "cancelled");
+  }
+  scheduler_.TakeFinished();
+}
+
+}  // namespace ropeserve

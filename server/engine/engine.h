@@ -1,0 +1,150 @@
+// The engine: one thread owns the scheduler, the block pool and the model
+// executor; API threads Submit requests and read each request's output
+// channel (RequestStream). Only the inbox and the streams lock.
+//
+// Sampling happens here, per request with its own seeded generator, so a
+// request's tokens do not depend on what else is in the batch.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/engine/model_executor.h"
+#include "server/engine/sampling.h"
+#include "server/engine/scheduler.h"
+
+namespace ropeserve {
+
+struct EngineRequest {
+  std::vector<TokenId> prompt;
+  std::int64_t max_tokens = 16;
+  std::int64_t min_tokens = 0;  // EOS and stop ids are ignored before this many tokens
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  std::vector<TokenId> stop_token_ids;  // end generation like EOS (token kept in the output)
+  std::size_t top_logprobs = 0;
+  int priority = 0;
+  std::optional<Clock::duration> timeout;  // deadline = submission time + timeout
+};
+
+struct GeneratedToken {
+  TokenId id = 0;
+  double logprob = 0;
+  std::vector<std::pair<TokenId, double>> top_logprobs;
+};
+
+// What a reader gets from a stream: tokens since the previous read, and the
+// end of the request when it came.
+struct StreamChunk {
+  std::vector<GeneratedToken> tokens;
+  bool finished = false;
+  std::string finish_reason;  // stop | length | cancelled | deadline | error
+  Status error;               // set when finish_reason == "error"
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+// Per-request output channel. The engine thread writes; one API thread reads.
+class RequestStream {
+ public:
+  explicit RequestStream(RequestId id) : id_(id) {}
+  RequestId id() const { return id_; }
+  // Waits until there is something new (or `timeout` passes) and takes it.
+  StreamChunk Next(std::optional<Clock::duration> timeout = std::nullopt);
+
+  // Engine side.
+  void Push(GeneratedToken token);
+  void Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
+              Status error = Status::Ok());
+
+ private:
+  RequestId id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  StreamChunk pending_;
+  bool delivered_finish_ = false;
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int num_blocks = 0;
+  int block_size = 16;
+  std::vector<TokenId> eos_token_ids;
+};
+
+// Counters for metrics; read from any thread.
+struct EngineStats {
+  std::atomic<int> running{0};
+  std::atomic<int> waiting{0};
+  std::atomic<double> kv_usage{0};
+  std::atomic<double> peak_kv_usage{0};
+  std::atomic<std::uint64_t> preemptions{0};
+  std::atomic<std::uint64_t> prefix_queries{0};
+  std::atomic<std::uint64_t> prefix_hits{0};
+  std::atomic<std::uint64_t> steps{0};
+  std::atomic<std::uint64_t> step_tokens{0};
+  std::atomic<std::uint64_t> generated_tokens{0};
+  // Token slots allocated but not holding a token, at peak usage.
+  std::atomic<double> kv_waste_at_peak{0};
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, ModelExecutor& executor);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread. Without Start(), RunUntilIdle() drives the
+  // engine from the caller's thread (offline use and tests).
+  void Start();
+  void Stop();
+
+  // Admission happens on the engine thread; this waits for its verdict
+  // (InvalidArgument for requests that can never run, ResourceExhausted when
+  // overloaded). Thread-safe.
+  StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
+  // Thread-safe; the stream then finishes with "cancelled".
+  void Cancel(RequestId id);
+
+  // Processes the inbox and runs steps until no request is left.
+  void RunUntilIdle();
+
+  const EngineStats& stats() const { return stats_; }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  struct Active;
+  struct InboxItem;
+  void Loop();
+  void DrainInbox();
+  bool Step();  // false if there was nothing to do
+  void Complete(RequestId id, const std::string& reason, Status error = Status::Ok());
+  void UpdateStats();
+
+  EngineConfig config_;
+  ModelExecutor& executor_;
+  BlockPool pool_;
+  Scheduler scheduler_;
+  std::map<RequestId, std::unique_ptr<Active>> active_;  // engine thread only
+
+  std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::deque<std::unique_ptr<InboxItem>> inbox_;
+  std::atomic<RequestId> next_id_{1};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  bool threaded_ = false;
+  EngineStats stats_;
+};
+
+}  // namespace ropeserve
