@@ -1,0 +1,173 @@
+// The engine loop with a fake model (no LibTorch): stop conditions, stream
+// contents, admission verdicts and executor failures.
+#include "server/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+namespace ropeserve {
+namespace {
+
+// Logits that make the next token (last token + 1) % vocab, by a wide margin.
+class CountingModel : public ModelExecutor {
+ public:
+  explicit CountingModel(std::int64_t vocab) : vocab_(vocab) {}
+  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+    ++calls;
+    if (fail_next) {
+      fail_next = false;
+      return Internal("device lost");
+    }
+    auto buf = std::make_shared<std::vector<float>>();
+    StepLogits out;
+    out.vocab = vocab_;
+    for (const auto& s : plan.sequences) {
+      if (!s.needs_logits) continue;
+      std::vector<float> row(static_cast<size_t>(vocab_), 0.0f);
+      row[static_cast<size_t>((s.token_ids.back() + 1) % vocab_)] = 20.0f;
+      buf->insert(buf->end(), row.begin(), row.end());
+      ++out.rows;
+    }
+    out.data = buf->data();
+    out.owner = buf;
+    return out;
+  }
+  std::int64_t vocab_size() const override { return vocab_; }
+  int calls = 0;
+  bool fail_next = false;
+
+ private:
+  std::int64_t vocab_;
+};
+
+EngineConfig Config() {
+  EngineConfig c;
+  c.num_blocks = 32;
+  c.block_size = 4;
+  c.eos_token_ids = {9};
+  c.scheduler.max_model_len = 64;
+  return c;
+}
+
+std::vector<TokenId> Ids(const StreamChunk& c) {
+  std::vector<TokenId> ids;
+  for (const auto& t : c.tokens) ids.push_back(t.id);
+  return ids;
+}
+
+StreamChunk RunOne(Engine& e, EngineRequest r) {
+  auto s = e.Submit(std::move(r));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  e.RunUntilIdle();
+  return (*s)->Next(std::chrono::seconds(0));
+}
+
+TEST(Engine, StopsAtMaxTokensEosAndStopIds) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  EngineRequest r;
+  r.prompt = {1, 2};
+  r.max_tokens = 4;
+  StreamChunk c = RunOne(e, r);
+  EXPECT_EQ(Ids(c), (std::vector<TokenId>{3, 4, 5, 6}));
+  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.prompt_tokens, 2);
+
+  r.prompt = {5};
+  r.max_tokens = 10;
+  c = RunOne(e, r);  // 6 7 8 9=eos
+  EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9}));
+  EXPECT_EQ(c.finish_reason, "stop");
+
+  r.ignore_eos = true;
+  r.stop_token_ids = {11};
+  c = RunOne(e, r);
+  EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(c.finish_reason, "stop");
+
+  r.ignore_eos = false;
+  r.stop_token_ids = {};
+  r.min_tokens = 6;  // EOS at token 4 is ignored
+  c = RunOne(e, r);
+  EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(e.pool().num_free(), 32);
+}
+
+TEST(Engine, TopLogprobsAndLogprobsAreReported) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  EngineRequest r;
+  r.prompt = {1};
+  r.max_tokens = 1;
+  r.top_logprobs = 2;
+  StreamChunk c = RunOne(e, r);
+  ASSERT_EQ(c.tokens.size(), 1u);
+  EXPECT_EQ(c.tokens[0].top_logprobs.size(), 2u);
+  EXPECT_EQ(c.tokens[0].top_logprobs[0].first, 2);
+  EXPECT_NEAR(c.tokens[0].logprob, c.tokens[0].top_logprobs[0].second, 1e-12);
+  EXPECT_GT(c.tokens[0].logprob, -1e-6);
+}
+
+TEST(Engine, AdmissionVerdictsComeBackFromSubmit) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  EngineRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 100;  // > max_model_len 64
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+  r.max_tokens = 4;
+  r.prompt = {25};  // outside the vocabulary
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+  r.prompt = {1};
+  r.sampling.top_p = 2;
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(Engine, AFailedForwardFailsOnlyItsRequests) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  EngineRequest r;
+  r.prompt = {1};
+  r.max_tokens = 3;
+  auto a = e.Submit(r);
+  ASSERT_TRUE(a.ok());
+  m.fail_next = true;
+  e.RunUntilIdle();
+  StreamChunk c = (*a)->Next(std::chrono::seconds(0));
+  EXPECT_EQ(c.finish_reason, "error");
+  EXPECT_NE(c.error.message().find("device lost"), std::string::npos);
+  // The engine keeps serving.
+  StreamChunk ok = RunOne(e, r);
+  EXPECT_EQ(ok.finish_reason, "length");
+  EXPECT_EQ(e.pool().num_free(), 32);
+}
+
+TEST(Engine, ThreadedEngineServesAndShutsDownCleanly) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  e.Start();
+  EngineRequest r;
+  r.prompt = {1};
+  r.max_tokens = 5;
+  auto s = e.Submit(r);
+  ASSERT_TRUE(s.ok());
+  std::vector<TokenId> got;
+  StreamChunk c;
+  do {
+    c = (*s)->Next(std::chrono::seconds(10));
+    for (auto& t : c.tokens) got.push_back(t.id);
+  } while (!c.finished);
+  EXPECT_EQ(got, (std::vector<TokenId>{2, 3, 4, 5, 6}));
+  // A long request still running at Stop() is finished, not abandoned.
+  r.max_tokens = 60;
+  r.ignore_eos = true;
+  auto long_one = e.Submit(r);
+  ASSERT_TRUE(long_one.ok());
+  e.Stop();
+  do {
+    c = (*long_one)->Next(std::chrono::seconds(10));
+  } while (!c.finished);
+  EXPECT_TRUE(c.finish_reason == "cancelled" || c.finish_reason == "length");
+}
+
+}  // namespace
+}  // namespace ropeserve
