@@ -1,39 +1,60 @@
 // What the API layers share: the served model, its public name, request ids,
-// and generation. Until the batching engine lands, generations run one at a
-// time under a mutex here, whichever transport they came from.
+// and the engine that batches every transport's requests together.
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
 #include <atomic>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "server/checkpoint/model_config.h"
+#include "server/engine/engine.h"
+#include "server/engine/kv_cache_sizing.h"
 #include "server/runner/generate.h"
 
 namespace ropeserve {
 class DecoderModel;
+class ModelRunner;
 }
 
 namespace ropeserve::api {
 
+struct EngineOptions {
+  EngineOptions() { scheduler.max_model_len = 0; }
+  SchedulerConfig scheduler;  // max_model_len 0 = the model's max_position_embeddings
+  int block_size = 16;
+  std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
+};
+
 class ModelService {
  public:
-  ModelService(const DecoderModel& model, std::string served_name);
+  // Sizes the KV cache, allocates it and starts the engine thread.
+  static StatusOr<std::unique_ptr<ModelService>> Create(const DecoderModel& model, std::string served_name,
+                                                        EngineOptions options = {});
+  ~ModelService();
 
   const std::string& name() const { return name_; }
   const ModelConfig& config() const;
+  const KvCacheSize& kv_cache() const { return kv_; }
+  std::int64_t max_model_len() const { return max_model_len_; }
+  Engine& engine() { return *engine_; }
+
   // OK for "" (the only model) or the served name; NotFound otherwise.
   Status CheckModelName(const std::string& requested) const;
+  // Submits to the engine and waits for the whole generation.
   StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
   // "<prefix>-<n>", unique within the process.
   std::string NextRequestId(const char* prefix);
 
  private:
-  const DecoderModel& model_;
+  ModelService() = default;
+  const DecoderModel* model_ = nullptr;
   std::string name_;
-  std::mutex mu_;
+  KvCacheSize kv_;
+  std::int64_t max_model_len_ = 0;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Engine> engine_;
   std::atomic<std::uint64_t> counter_{0};
 };
 

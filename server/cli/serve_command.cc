@@ -29,6 +29,7 @@ struct ServeFlags {
   int grpc_port = 50051;
   std::string dtype = "auto";
   std::size_t max_body_bytes = 1 << 20;
+  api::EngineOptions engine;
 };
 
 std::string CacheDir() {
@@ -78,7 +79,9 @@ int Run(ServeFlags f) {
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
   }
 
-  api::ModelService service(**model, f.served_model_name);
+  auto created = api::ModelService::Create(**model, f.served_model_name, f.engine);
+  if (!created.ok()) return Fail(created.status().ToString());
+  api::ModelService& service = **created;
   api::GrpcServer grpc_server(service);
   if (f.grpc_port >= 0) {
     if (Status s = grpc_server.Start(f.host, f.grpc_port); !s.ok()) return Fail(s.ToString());
@@ -130,6 +133,29 @@ Runner AddServe(CLI::App& app) {
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->check(CLI::IsMember(kDTypeChoices));
+  auto& e = f->engine;
+  sub->add_option("--max-model-len", e.scheduler.max_model_len,
+                  "Longest prompt + generation accepted (default: the model's max_position_embeddings)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 32));
+  sub->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Most sequences in one step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens,
+                  "Token budget of one step (decodes + prefill chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--block-size", e.block_size, "Tokens per KV cache block")->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--kv-cache-memory", e.kv_cache_memory,
+                  "KV cache budget: bytes (4G, 512M, ...) or a fraction of available memory (0.25)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_KV_CACHE_MEMORY");
+  sub->add_option("--max-queue-requests", e.scheduler.max_waiting_requests,
+                  "Waiting requests beyond which new ones get 429 / RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--max-queue-tokens", e.scheduler.max_waiting_tokens, "Waiting prompt tokens beyond which new requests get 429")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));

@@ -202,8 +202,9 @@ PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::in
   PagedKvCache cache;
   const auto opts = w_.embed_tokens.options();
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    cache.k.push_back(at::zeros({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
-    cache.v.push_back(at::zeros({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+    // Uninitialised: attention only reads slots below each context length.
+    cache.k.push_back(at::empty({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+    cache.v.push_back(at::empty({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
   }
   return cache;
 }

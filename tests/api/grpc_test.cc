@@ -18,7 +18,11 @@ class GrpcApi : public ::testing::Test {
     auto m = DecoderModel::Load(dir_.path(), DType::kF32);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value();
-    service_ = std::make_unique<api::ModelService>(*model_, "tiny");
+    api::EngineOptions eo;
+    eo.kv_cache_memory = "16M";
+    auto svc = api::ModelService::Create(*model_, "tiny", eo);
+    ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+    service_ = std::move(svc).value();
     server_ = std::make_unique<api::GrpcServer>(*service_);
     Status s = server_->Start("127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << s.ToString();

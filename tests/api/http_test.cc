@@ -27,7 +27,11 @@ class HttpApi : public ::testing::Test {
     o.host = "127.0.0.1";
     o.port = 0;
     o.max_body_bytes = 4096;
-    service_ = std::make_unique<api::ModelService>(*model_, "tiny");
+    api::EngineOptions eo;
+    eo.kv_cache_memory = "16M";
+    auto svc = api::ModelService::Create(*model_, "tiny", eo);
+    ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+    service_ = std::move(svc).value();
     server_ = std::make_unique<api::HttpServer>(o, *service_);
     thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
     for (int i = 0; i < 500 && !server_->listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -101,6 +105,32 @@ TEST_F(HttpApi, BadRequestsGetClearErrors) {
   // The server is still healthy after all of that.
   auto ok = Post(R"({"prompt":[1],"max_tokens":1})");
   EXPECT_EQ(ok.first, 200);
+}
+
+TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
+  constexpr int kClients = 12;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::int64_t>> got(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server_->port());
+      c.set_read_timeout(60, 0);
+      json body = {{"prompt", {i + 1, i + 2, i + 3}}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+      auto r = c.Post("/v1/completions", body.dump(), "application/json");
+      if (r && r->status == 200)
+        got[i] = json::parse(r->body)["choices"][0]["token_ids"].get<std::vector<std::int64_t>>();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    GenerateOptions o;
+    o.max_tokens = 8;
+    o.ignore_eos = true;
+    auto want = Generate(*model_, {i + 1, i + 2, i + 3}, o);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(got[i], want->generated_ids) << "client " << i;
+  }
+  EXPECT_EQ(service_->engine().pool().num_free(), service_->kv_cache().num_blocks);
 }
 
 }  // namespace

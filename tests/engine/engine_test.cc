@@ -171,3 +171,33 @@ TEST(Engine, ThreadedEngineServesAndShutsDownCleanly) {
 
 }  // namespace
 }  // namespace ropeserve
+
+#include "server/engine/kv_cache_sizing.h"
+
+namespace ropeserve {
+namespace {
+
+TEST(KvCacheSizing, ParsesBytesSuffixesAndFractions) {
+  EXPECT_EQ(*ParseKvCacheMemory("1073741824", 0), 1073741824);
+  EXPECT_EQ(*ParseKvCacheMemory("4G", 0), 4LL << 30);
+  EXPECT_EQ(*ParseKvCacheMemory("512MiB", 0), 512LL << 20);
+  EXPECT_EQ(*ParseKvCacheMemory("0.25", 1000), 250);
+  EXPECT_FALSE(ParseKvCacheMemory("1.5", 1000).ok());
+  EXPECT_FALSE(ParseKvCacheMemory("-1G", 1000).ok());
+  EXPECT_FALSE(ParseKvCacheMemory("4X", 1000).ok());
+  EXPECT_FALSE(ParseKvCacheMemory("", 1000).ok());
+  EXPECT_FALSE(ParseKvCacheMemory("nan", 1000).ok());
+}
+
+TEST(KvCacheSizing, CountsWholeBlocksAndRejectsTooLittle) {
+  auto s = SizeKvCache(10000, 12, 16, 100);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->num_blocks, 52);  // 10000 / 192
+  EXPECT_EQ(s->tokens, 832);
+  auto too_small = SizeKvCache(1000, 12, 16, 2048);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_NE(too_small.status().message().find("--max-model-len 2048"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ropeserve
