@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   };
   add(&ropeserve::cli::AddGenerate);
   add(&ropeserve::cli::AddMakeModel);
+  add(&ropeserve::cli::AddBench);
 #ifdef ROPESERVE_HAVE_NETWORK
   add(&ropeserve::cli::AddServe);
 #endif

@@ -16,6 +16,7 @@ using Runner = std::function<int()>;
 
 Runner AddGenerate(CLI::App& app);
 Runner AddMakeModel(CLI::App& app);
+Runner AddBench(CLI::App& app);
 #ifdef ROPESERVE_HAVE_NETWORK
 Runner AddServe(CLI::App& app);
 #endif

@@ -1,0 +1,278 @@
+#include "bench/offline_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "server/engine/engine.h"
+#include "server/engine/kv_cache_sizing.h"
+#include "server/models/decoder.h"
+#include "server/runner/model_runner.h"
+#include "server/runner/threads.h"
+
+namespace ropeserve::bench {
+
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+struct Workload {
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<std::int64_t> output_lens;
+};
+
+// A length distribution: "128", "uniform:A:B", or "sharegpt" (lognormal
+// fitted to the shape of ShareGPT conversations: many short turns, a long
+// tail; prompts median ~ 150 tokens, outputs median ~ 120).
+StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::string& spec, bool is_input) {
+  if (spec == "sharegpt") {
+    const double mu = is_input ? std::log(150.0) : std::log(120.0);
+    const double sigma = is_input ? 0.9 : 0.8;
+    return std::function<std::int64_t(std::mt19937_64&)>([mu, sigma](std::mt19937_64& rng) {
+      std::lognormal_distribution<double> d(mu, sigma);
+      return std::max<std::int64_t>(4, static_cast<std::int64_t>(d(rng)));
+    });
+  }
+  if (spec.rfind("uniform:", 0) == 0) {
+    long long a = 0, b = 0;
+    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld", &a, &b) != 2 || a < 1 || b < a)
+      return InvalidArgument("bad length distribution '" + spec + "' (uniform:A:B with 1 <= A <= B)");
+    return std::function<std::int64_t(std::mt19937_64&)>([a, b](std::mt19937_64& rng) {
+      return std::uniform_int_distribution<std::int64_t>(a, b)(rng);
+    });
+  }
+  char* end = nullptr;
+  const long long n = std::strtoll(spec.c_str(), &end, 10);
+  if (end == spec.c_str() || *end != '\0' || n < 1)
+    return InvalidArgument("bad length distribution '" + spec + "' (N, uniform:A:B or sharegpt)");
+  return std::function<std::int64_t(std::mt19937_64&)>([n](std::mt19937_64&) { return static_cast<std::int64_t>(n); });
+}
+
+StatusOr<Workload> MakeWorkload(const BenchOptions& o, std::int64_t vocab, std::int64_t max_len) {
+  RS_ASSIGN_OR_RETURN(auto in, ParseDist(o.input_len, true));
+  RS_ASSIGN_OR_RETURN(auto out, ParseDist(o.output_len, false));
+  std::mt19937_64 rng(o.seed);
+  Workload w;
+  for (int i = 0; i < o.num_requests; ++i) {
+    std::int64_t p = std::min(in(rng), max_len - 1);
+    std::int64_t g = std::min(out(rng), max_len - p);
+    std::vector<TokenId> prompt(static_cast<std::size_t>(p));
+    for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<std::uint64_t>(vocab));
+    w.prompts.push_back(std::move(prompt));
+    w.output_lens.push_back(g);
+  }
+  return w;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+struct EngineRun {
+  double seconds = 0;
+  std::int64_t generated = 0;
+  std::vector<double> ttft, tpot;
+  std::vector<std::vector<TokenId>> outputs;
+  double peak_kv_usage = 0, kv_waste = 0;
+  std::uint64_t preemptions = 0, prefix_hits = 0, prefix_queries = 0;
+};
+
+// Keeps `concurrency` requests in flight until all are done.
+StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
+                              std::int64_t num_blocks, std::int64_t max_len) {
+  ModelRunner runner(model, num_blocks, o.block_size);
+  EngineConfig ec;
+  ec.num_blocks = static_cast<int>(num_blocks);
+  ec.block_size = o.block_size;
+  ec.scheduler.max_model_len = max_len;
+  ec.scheduler.max_num_seqs = o.concurrency;
+  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.max_waiting_requests = o.num_requests + 1;
+  Engine engine(ec, runner);
+  engine.Start();
+
+  EngineRun run;
+  run.outputs.resize(w.prompts.size());
+  struct InFlight {
+    std::size_t index;
+    std::shared_ptr<RequestStream> stream;
+    Clock::time_point submitted, last;
+    bool got_first = false;
+  };
+  std::vector<InFlight> flying;
+  std::size_t next = 0;
+  const auto start = Clock::now();
+  while (next < w.prompts.size() || !flying.empty()) {
+    while (next < w.prompts.size() && static_cast<int>(flying.size()) < o.concurrency) {
+      EngineRequest r;
+      r.prompt = w.prompts[next];
+      r.max_tokens = w.output_lens[next];
+      r.ignore_eos = true;
+      RS_ASSIGN_OR_RETURN(auto s, engine.Submit(r));
+      flying.push_back({next, s, Clock::now(), Clock::now()});
+      ++next;
+    }
+    for (std::size_t i = 0; i < flying.size();) {
+      InFlight& f = flying[i];
+      StreamChunk c = f.stream->Next(std::chrono::microseconds(200));
+      const auto now = Clock::now();
+      if (!c.tokens.empty()) {
+        if (!f.got_first) {
+          run.ttft.push_back(Seconds(now - f.submitted).count());
+          f.got_first = true;
+          if (c.tokens.size() > 1)
+            run.tpot.push_back(0.0);  // several tokens arrived together
+        } else {
+          const double per = Seconds(now - f.last).count() / static_cast<double>(c.tokens.size());
+          for (std::size_t k = 0; k < c.tokens.size(); ++k) run.tpot.push_back(per);
+        }
+        f.last = now;
+        for (auto& t : c.tokens) run.outputs[f.index].push_back(t.id);
+      }
+      if (c.finished) {
+        if (c.finish_reason != "length" && c.finish_reason != "stop")
+          return Internal("request ended with " + c.finish_reason + ": " + c.error.message());
+        flying.erase(flying.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  run.seconds = Seconds(Clock::now() - start).count();
+  engine.Stop();
+  for (const auto& out : run.outputs) run.generated += static_cast<std::int64_t>(out.size());
+  const auto& st = engine.stats();
+  run.peak_kv_usage = st.peak_kv_usage;
+  run.kv_waste = st.kv_waste_at_peak;
+  run.preemptions = st.preemptions;
+  run.prefix_hits = st.prefix_hits;
+  run.prefix_queries = st.prefix_queries;
+  return run;
+}
+
+// Static batching: batches of `concurrency` in arrival order, prompts padded
+// to the batch's longest, every member decoding until the longest output is
+// done. Useful tokens are each request's own output length.
+StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions& o, const Workload& w,
+                                   std::int64_t max_len) {
+  const std::int64_t bs = o.block_size;
+  const std::int64_t blocks_per_seq = (max_len + bs - 1) / bs;  // reserved for the maximum length
+  ModelRunner runner(model, blocks_per_seq * o.concurrency, bs);
+  std::int64_t useful = 0;
+  const auto start = Clock::now();
+  for (std::size_t b = 0; b < w.prompts.size(); b += static_cast<std::size_t>(o.concurrency)) {
+    const std::size_t e = std::min(w.prompts.size(), b + static_cast<std::size_t>(o.concurrency));
+    std::int64_t pad_to = 0, steps = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      pad_to = std::max<std::int64_t>(pad_to, static_cast<std::int64_t>(w.prompts[i].size()));
+      steps = std::max(steps, w.output_lens[i]);
+      useful += w.output_lens[i];
+    }
+    steps = std::min(steps, max_len - pad_to);
+    StepPlan plan;
+    plan.block_size = static_cast<int>(bs);
+    for (std::size_t i = b; i < e; ++i) {
+      ScheduledSequence s;
+      s.request_id = i;
+      s.token_ids.assign(static_cast<std::size_t>(pad_to - static_cast<std::int64_t>(w.prompts[i].size())), 0);
+      s.token_ids.insert(s.token_ids.end(), w.prompts[i].begin(), w.prompts[i].end());  // left padding
+      for (std::int64_t k = 0; k < blocks_per_seq; ++k)
+        s.block_table.push_back(static_cast<BlockId>(static_cast<std::int64_t>(i - b) * blocks_per_seq + k));
+      s.needs_logits = true;
+      plan.sequences.push_back(std::move(s));
+    }
+    for (std::int64_t step = 0; step < steps; ++step) {
+      RS_ASSIGN_OR_RETURN(StepLogits logits, runner.Execute(plan));
+      for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+        auto row = logits.Row(static_cast<std::int64_t>(i));
+        const auto next = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
+        auto& s = plan.sequences[i];
+        s.start_position += static_cast<std::int64_t>(s.token_ids.size());
+        s.token_ids = {next};
+      }
+    }
+  }
+  return static_cast<double>(useful) / Seconds(Clock::now() - start).count();
+}
+
+}  // namespace
+
+Status RunBench(const BenchOptions& o) {
+  if (o.num_requests < 1 || o.concurrency < 1) return InvalidArgument("--num-requests and --concurrency must be >= 1");
+  RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype));
+  const ModelConfig& c = model->config();
+  const std::int64_t max_len =
+      o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
+                          : std::min<std::int64_t>(c.max_position_embeddings, 4096);
+  RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o, c.vocab_size, max_len));
+  RS_ASSIGN_OR_RETURN(std::int64_t budget, ParseKvCacheMemory(o.kv_cache_memory, AvailableHostMemory()));
+  budget = std::min(budget, (max_len * o.concurrency + o.block_size) * model->KvBytesPerToken());
+  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCache(budget, model->KvBytesPerToken(), o.block_size, max_len));
+
+  RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv.num_blocks, max_len));
+  const double tok_s = static_cast<double>(run.generated) / run.seconds;
+  double baseline = 0;
+  if (o.baseline_static) {
+    RS_ASSIGN_OR_RETURN(baseline, RunStaticBaseline(*model, o, w, max_len));
+  }
+  std::int64_t mismatches = -1;
+  if (o.check_invariance) {
+    mismatches = 0;
+    BenchOptions alone = o;
+    alone.concurrency = 1;
+    for (std::size_t i = 0; i < w.prompts.size(); ++i) {
+      Workload one{{w.prompts[i]}, {w.output_lens[i]}};
+      alone.num_requests = 1;
+      RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, alone, one, kv.num_blocks, max_len));
+      mismatches += r.outputs[0] != run.outputs[i];
+    }
+  }
+  std::int64_t prompt_tokens = 0;
+  for (const auto& p : w.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
+
+  nlohmann::ordered_json j = {
+      {"model", o.model},
+      {"dtype", DTypeSafetensorsName(o.dtype)},
+      {"num_requests", o.num_requests},
+      {"concurrency", o.concurrency},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"prompt_tokens", prompt_tokens},
+      {"generated_tokens", run.generated},
+      {"seconds", run.seconds},
+      {"throughput_tok_s", tok_s},
+      {"requests_s", static_cast<double>(o.num_requests) / run.seconds},
+      {"baseline_tok_s", o.baseline_static ? nlohmann::json(baseline) : nlohmann::json(nullptr)},
+      {"ratio", o.baseline_static && baseline > 0 ? nlohmann::json(tok_s / baseline) : nlohmann::json(nullptr)},
+      {"ttft_p50_ms", 1e3 * Percentile(run.ttft, 0.5)},
+      {"ttft_p90_ms", 1e3 * Percentile(run.ttft, 0.9)},
+      {"ttft_p99_ms", 1e3 * Percentile(run.ttft, 0.99)},
+      {"tpot_p50_ms", 1e3 * Percentile(run.tpot, 0.5)},
+      {"tpot_p90_ms", 1e3 * Percentile(run.tpot, 0.9)},
+      {"tpot_p99_ms", 1e3 * Percentile(run.tpot, 0.99)},
+      {"kv_cache_blocks", kv.num_blocks},
+      {"peak_kv_usage", run.peak_kv_usage},
+      {"kv_waste", run.kv_waste},
+      {"preemptions", run.preemptions},
+      {"prefix_hits", run.prefix_hits},
+      {"prefix_queries", run.prefix_queries},
+      {"invariance_mismatches", mismatches >= 0 ? nlohmann::json(mismatches) : nlohmann::json(nullptr)},
+      {"threads", ComputeThreads()},
+  };
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    for (auto& [k, v] : j.items()) std::printf("%-22s %s\n", k.c_str(), v.dump().c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ropeserve::bench

@@ -1,0 +1,36 @@
+// `ropeserve bench`: offline throughput harness (no network). Drives the
+// engine with a seeded synthetic workload at a fixed client concurrency and,
+// optionally, a static-batching baseline on the same requests in the same
+// process (Hugging Face `generate` style: batches padded to the longest
+// prompt that run until their longest member ends).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/checkpoint/dtype.h"
+#include "server/common/status.h"
+
+namespace ropeserve::bench {
+
+struct BenchOptions {
+  std::string model;
+  int num_requests = 64;
+  int concurrency = 8;
+  std::string input_len = "sharegpt";   // N | uniform:A:B | sharegpt
+  std::string output_len = "sharegpt";  // N | uniform:A:B | sharegpt
+  std::uint64_t seed = 0;
+  DType dtype = DType::kBF16;
+  bool baseline_static = false;
+  bool check_invariance = false;
+  bool json = false;
+  int block_size = 16;
+  std::string kv_cache_memory = "0.25";
+  std::int64_t max_num_batched_tokens = 2048;
+  std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)
+};
+
+// Runs the benchmark and prints a report (text or one JSON object) to stdout.
+Status RunBench(const BenchOptions& options);
+
+}  // namespace ropeserve::bench
