@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/weight_loader.h"
 
@@ -190,8 +191,11 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
     at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
     auto [q, k, v] = QkvWithRope(w, x, cos, sin);
     reference::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
-    at::Tensor attn = reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
-                                                batch.context_lens, scale);
+    at::Tensor attn = batch.reference_attention
+                          ? reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
+                                                      batch.context_lens, scale)
+                          : cpu::PagedAttention(q, cache.k[l], cache.v[l], batch.block_table_tensor,
+                                                batch.query_start, batch.context_len_tensor, scale);
     h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
     h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
   }

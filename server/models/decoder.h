@@ -59,6 +59,13 @@ struct PagedBatch {
   std::vector<std::int64_t> query_lens;                 // per sequence
   std::vector<std::int64_t> context_lens;               // per sequence, incl. this step's tokens
   at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
+  // The same layout as tensors, for the CPU kernel.
+  at::Tensor block_table_tensor;  // [S, max_blocks] int32
+  at::Tensor query_start;         // [S + 1] int64
+  at::Tensor context_len_tensor;  // [S] int64
+  // true: the gather-based reference attention (kernels/reference), the
+  // oracle; false: the CPU kernel (kernels/cpu).
+  bool reference_attention = false;
 };
 
 // Paged KV cache of all sequences.

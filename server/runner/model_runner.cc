@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "server/models/decoder.h"
 
 namespace ropeserve {
@@ -10,10 +12,12 @@ struct ModelRunner::Impl {
   const DecoderModel& model;
   std::int64_t block_size;
   PagedKvCache cache;
+  bool reference_attention;
 };
 
-ModelRunner::ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size)
-    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size)}) {}
+ModelRunner::ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size,
+                         bool reference_attention)
+    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size), reference_attention}) {}
 
 ModelRunner::~ModelRunner() = default;
 
@@ -39,7 +43,20 @@ StatusOr<StepLogits> ModelRunner::Execute(const StepPlan& plan) {
     batch.query_lens.push_back(n);
     batch.context_lens.push_back(s.context_length());
   }
+  std::size_t max_blocks = 1;
+  for (const auto& t : batch.block_tables) max_blocks = std::max(max_blocks, t.size());
+  batch.block_table_tensor = at::zeros({static_cast<std::int64_t>(batch.block_tables.size()),
+                                        static_cast<std::int64_t>(max_blocks)}, at::kInt);
+  auto* table_ptr = batch.block_table_tensor.data_ptr<std::int32_t>();
+  std::vector<std::int64_t> query_start{0};
+  for (std::size_t s = 0; s < batch.block_tables.size(); ++s) {
+    std::copy(batch.block_tables[s].begin(), batch.block_tables[s].end(), table_ptr + s * max_blocks);
+    query_start.push_back(query_start.back() + batch.query_lens[s]);
+  }
+  batch.reference_attention = impl_->reference_attention;
   const auto opts = at::TensorOptions().dtype(at::kLong);
+  batch.query_start = at::tensor(query_start, opts);
+  batch.context_len_tensor = at::tensor(batch.context_lens, opts);
   batch.token_ids = at::tensor(ids, opts);
   batch.positions = at::tensor(positions, opts);
   batch.slot_mapping = at::tensor(slots, opts);

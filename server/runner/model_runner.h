@@ -14,7 +14,9 @@ class DecoderModel;
 class ModelRunner final : public ModelExecutor {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer.
-  ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size);
+  // reference_attention: use the slow gather-based attention (the oracle).
+  ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size,
+              bool reference_attention = false);
   ~ModelRunner() override;
 
   StatusOr<StepLogits> Execute(const StepPlan& plan) override;

@@ -107,6 +107,10 @@ TEST_F(EngineInvariance, BatchedGreedyEqualsAloneAndReference) {
   }
   EXPECT_EQ(engine.stats().preemptions, 0u);
   EXPECT_EQ(engine.pool().num_free(), 512);
+  // The same batch through the gather-based reference attention.
+  ModelRunner ref_runner(*model_, 512, 4, /*reference_attention=*/true);
+  Engine ref_engine(Config(512), ref_runner);
+  EXPECT_EQ(RunBatch(ref_engine, prompts, 12), batched);
 }
 
 TEST_F(EngineInvariance, PreemptionLeavesOutputsUnchanged) {

@@ -1,0 +1,133 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace ropeserve::cpu {
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+
+// Loads D elements as float32 into `out` (bfloat16 widens exactly).
+inline void LoadRow(const float* src, float* out, int64_t D) { std::memcpy(out, src, D * sizeof(float)); }
+inline void LoadRow(const at::BFloat16* src, float* out, int64_t D) {
+  for (int64_t i = 0; i < D; ++i) out[i] = static_cast<float>(src[i]);
+}
+
+inline float Dot(const float* a, const float* b, int64_t D) {
+  Vec acc(0.0f);
+  int64_t i = 0;
+  for (; i + Vec::size() <= D; i += Vec::size()) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
+  float buf[Vec::size()];
+  acc.store(buf);
+  float s = 0;
+  for (int k = 0; k < Vec::size(); ++k) s += buf[k];
+  for (; i < D; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// acc += w * x
+inline void Axpy(float w, const float* x, float* acc, int64_t D) {
+  const Vec wv(w);
+  int64_t i = 0;
+  for (; i + Vec::size() <= D; i += Vec::size())
+    at::vec::fmadd(wv, Vec::loadu(x + i), Vec::loadu(acc + i)).store(acc + i);
+  for (; i < D; ++i) acc[i] += w * x[i];
+}
+
+template <typename Scalar>
+void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+            const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
+            double scale, at::Tensor& out) {
+  const int64_t T = q.size(0), Hq = q.size(1), D = q.size(2);
+  const int64_t block_size = k_cache.size(1), Hkv = k_cache.size(2);
+  const int64_t group = Hq / Hkv;
+  const int64_t S = context_lens.size(0), max_blocks = block_tables.size(1);
+  const Scalar* qp = q.data_ptr<Scalar>();
+  const Scalar* kp = k_cache.data_ptr<Scalar>();
+  const Scalar* vp = v_cache.data_ptr<Scalar>();
+  Scalar* op = out.data_ptr<Scalar>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int64_t* qstart = query_start.data_ptr<int64_t>();
+  const int64_t* ctx = context_lens.data_ptr<int64_t>();
+
+  // Row -> sequence, so work items can be (row, head) pairs.
+  std::vector<int64_t> seq_of_row(static_cast<size_t>(T));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t r = qstart[s]; r < qstart[s + 1]; ++r) seq_of_row[r] = s;
+
+  const int64_t token_stride_kv = Hkv * D;  // between slots inside a block
+  const int64_t block_stride = block_size * token_stride_kv;
+  at::parallel_for(0, T * Hq, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(D), kf(D), acc(D), scores;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / Hq, h = item % Hq, kvh = h / group;
+      const int64_t s = seq_of_row[row];
+      const int64_t L = ctx[s];
+      const int64_t query_len = qstart[s + 1] - qstart[s];
+      const int64_t n_keys = L - query_len + (row - qstart[s]) + 1;  // causal
+      LoadRow(qp + (row * Hq + h) * D, qf.data(), D);
+      scores.resize(static_cast<size_t>(n_keys));
+      const int32_t* table = tables + s * max_blocks;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const Scalar* krow = kp + table[j / block_size] * block_stride + (j % block_size) * token_stride_kv + kvh * D;
+        LoadRow(krow, kf.data(), D);
+        scores[j] = Dot(qf.data(), kf.data(), D) * static_cast<float>(scale);
+        max_score = std::max(max_score, scores[j]);
+      }
+      // exp in place (vectorised), then sum.
+      int64_t j = 0;
+      const Vec mv(max_score);
+      for (; j + Vec::size() <= n_keys; j += Vec::size())
+        (Vec::loadu(scores.data() + j) - mv).exp().store(scores.data() + j);
+      for (; j < n_keys; ++j) scores[j] = std::exp(scores[j] - max_score);
+      float sum = 0;
+      for (int64_t i = 0; i < n_keys; ++i) sum += scores[i];
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t i = 0; i < n_keys; ++i) {
+        const Scalar* vrow = vp + table[i / block_size] * block_stride + (i % block_size) * token_stride_kv + kvh * D;
+        LoadRow(vrow, kf.data(), D);
+        Axpy(scores[i], kf.data(), acc.data(), D);
+      }
+      Scalar* orow = op + (row * Hq + h) * D;
+      const float inv = 1.0f / sum;
+      for (int64_t d = 0; d < D; ++d) orow[d] = static_cast<Scalar>(acc[d] * inv);
+    }
+  });
+}
+
+}  // namespace
+
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, const at::Tensor& query_start,
+                          const at::Tensor& context_lens, double scale) {
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "paged attention shapes");
+  TORCH_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, "head dims / GQA ratio");
+  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && query_start.scalar_type() == at::kLong &&
+                  context_lens.scalar_type() == at::kLong,
+              "index dtypes");
+  at::Tensor qc = q.contiguous();
+  at::Tensor out = at::empty_like(qc);
+  if (q.scalar_type() == at::kFloat) {
+    Kernel<float>(qc, k_cache, v_cache, block_tables.contiguous(), query_start.contiguous(), context_lens.contiguous(),
+                  scale, out);
+  } else if (q.scalar_type() == at::kBFloat16) {
+    Kernel<at::BFloat16>(qc, k_cache, v_cache, block_tables.contiguous(), query_start.contiguous(),
+                         context_lens.contiguous(), scale, out);
+  } else {
+    TORCH_CHECK(false, "paged attention supports float32 and bfloat16, got ", q.scalar_type());
+  }
+  return out;
+}
+
+}  // namespace ropeserve::cpu

@@ -1,0 +1,24 @@
+// CPU paged attention for a packed batch of prefill chunks and decode
+// tokens: each query attends to its sequence's cached prefix and causally
+// within its chunk. Vectorised with at::vec, parallel over (token, head)
+// with at::parallel_for; float32 accumulation for float32 and bfloat16
+// inputs. Oracle: reference::PagedAttention (kernels/reference).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ropeserve::cpu {
+
+// q:            [T, Hq, D] float32 or bfloat16, contiguous
+// k_cache:      [num_blocks, block_size, Hkv, D] same dtype, contiguous
+// v_cache:      [num_blocks, block_size, Hkv, D]
+// block_tables: [S, max_blocks_per_seq] int32
+// query_start:  [S + 1] int64: sequence s owns query rows [query_start[s], query_start[s+1])
+// context_lens: [S] int64: keys of sequence s, including its queries (the
+//               queries are the last rows of its context)
+// returns       [T, Hq, D] in q's dtype
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, const at::Tensor& query_start,
+                          const at::Tensor& context_lens, double scale);
+
+}  // namespace ropeserve::cpu
