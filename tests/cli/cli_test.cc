@@ -140,3 +140,31 @@ TEST(Cli, GenerateDefaultsToFloat32ComputeForBf16Checkpoints) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
+  testing::ScratchDir d;
+  ASSERT_EQ(RunBinary("make-model --preset tiny --out " + d.path() + "/m", d.path()).exit_code, 0);
+  auto r = RunBinary("bench --model " + d.path() + "/m --num-requests 12 --concurrency 4 --input-len uniform:3:40 "
+                     "--output-len 6 --dtype f32 --baseline static --check-invariance --block-size 8 --json",
+                     d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["generated_tokens"], 12 * 6);
+  EXPECT_GT(j["throughput_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["baseline_tok_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["invariance_mismatches"], 0);
+  for (const char* key : {"ratio", "kv_waste", "preemptions", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GE(j["kv_waste"].get<double>(), 0.0);
+  EXPECT_LT(j["kv_waste"].get<double>(), 1.0);
+
+  auto bad = RunBinary("bench --model " + d.path() + "/m --input-len uniform:9:3", d.path());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("uniform:A:B"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace ropeserve
