@@ -51,6 +51,7 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
   const int64_t block_size = k_cache.size(1), Hkv = k_cache.size(2);
   const int64_t group = Hq / Hkv;
   const int64_t S = context_lens.size(0), max_blocks = block_tables.size(1);
+  (void)T;
   const Scalar* qp = q.data_ptr<Scalar>();
   const Scalar* kp = k_cache.data_ptr<Scalar>();
   const Scalar* vp = v_cache.data_ptr<Scalar>();
@@ -59,48 +60,50 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
   const int64_t* qstart = query_start.data_ptr<int64_t>();
   const int64_t* ctx = context_lens.data_ptr<int64_t>();
 
-  // Row -> sequence, so work items can be (row, head) pairs.
-  std::vector<int64_t> seq_of_row(static_cast<size_t>(T));
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t r = qstart[s]; r < qstart[s + 1]; ++r) seq_of_row[r] = s;
-
   const int64_t token_stride_kv = Hkv * D;  // between slots inside a block
   const int64_t block_stride = block_size * token_stride_kv;
-  at::parallel_for(0, T * Hq, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(D), kf(D), acc(D), scores;
+  // Work items are (sequence, kv head): each widens its keys and values to
+  // float32 once, then serves all of its queries and the query heads that
+  // share the kv head (GQA).
+  at::parallel_for(0, S * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(D), acc(D), keys, values, scores;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = item / Hq, h = item % Hq, kvh = h / group;
-      const int64_t s = seq_of_row[row];
+      const int64_t s = item / Hkv, kvh = item % Hkv;
       const int64_t L = ctx[s];
-      const int64_t query_len = qstart[s + 1] - qstart[s];
-      const int64_t n_keys = L - query_len + (row - qstart[s]) + 1;  // causal
-      LoadRow(qp + (row * Hq + h) * D, qf.data(), D);
-      scores.resize(static_cast<size_t>(n_keys));
+      const int64_t q0 = qstart[s], query_len = qstart[s + 1] - q0;
       const int32_t* table = tables + s * max_blocks;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const Scalar* krow = kp + table[j / block_size] * block_stride + (j % block_size) * token_stride_kv + kvh * D;
-        LoadRow(krow, kf.data(), D);
-        scores[j] = Dot(qf.data(), kf.data(), D) * static_cast<float>(scale);
-        max_score = std::max(max_score, scores[j]);
+      keys.resize(static_cast<size_t>(L * D));
+      values.resize(static_cast<size_t>(L * D));
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t off = table[j / block_size] * block_stride + (j % block_size) * token_stride_kv + kvh * D;
+        LoadRow(kp + off, keys.data() + j * D, D);
+        LoadRow(vp + off, values.data() + j * D, D);
       }
-      // exp in place (vectorised), then sum.
-      int64_t j = 0;
-      const Vec mv(max_score);
-      for (; j + Vec::size() <= n_keys; j += Vec::size())
-        (Vec::loadu(scores.data() + j) - mv).exp().store(scores.data() + j);
-      for (; j < n_keys; ++j) scores[j] = std::exp(scores[j] - max_score);
-      float sum = 0;
-      for (int64_t i = 0; i < n_keys; ++i) sum += scores[i];
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t i = 0; i < n_keys; ++i) {
-        const Scalar* vrow = vp + table[i / block_size] * block_stride + (i % block_size) * token_stride_kv + kvh * D;
-        LoadRow(vrow, kf.data(), D);
-        Axpy(scores[i], kf.data(), acc.data(), D);
+      scores.resize(static_cast<size_t>(L));
+      for (int64_t r = 0; r < query_len; ++r) {
+        const int64_t row = q0 + r;
+        const int64_t n_keys = L - query_len + r + 1;  // causal
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          LoadRow(qp + (row * Hq + h) * D, qf.data(), D);
+          float max_score = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < n_keys; ++j) {
+            scores[j] = Dot(qf.data(), keys.data() + j * D, D) * static_cast<float>(scale);
+            max_score = std::max(max_score, scores[j]);
+          }
+          int64_t j = 0;
+          const Vec mv(max_score);
+          for (; j + Vec::size() <= n_keys; j += Vec::size())
+            (Vec::loadu(scores.data() + j) - mv).exp().store(scores.data() + j);
+          for (; j < n_keys; ++j) scores[j] = std::exp(scores[j] - max_score);
+          float sum = 0;
+          for (int64_t i = 0; i < n_keys; ++i) sum += scores[i];
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t i = 0; i < n_keys; ++i) Axpy(scores[i], values.data() + i * D, acc.data(), D);
+          Scalar* orow = op + (row * Hq + h) * D;
+          const float inv = 1.0f / sum;
+          for (int64_t d = 0; d < D; ++d) orow[d] = static_cast<Scalar>(acc[d] * inv);
+        }
       }
-      Scalar* orow = op + (row * Hq + h) * D;
-      const float inv = 1.0f / sum;
-      for (int64_t d = 0; d < D; ++d) orow[d] = static_cast<Scalar>(acc[d] * inv);
     }
   });
 }

@@ -1,6 +1,6 @@
 // CPU paged attention for a packed batch of prefill chunks and decode
 // tokens: each query attends to its sequence's cached prefix and causally
-// within its chunk. Vectorised with at::vec, parallel over (token, head)
+// within its chunk. Vectorised with at::vec, parallel over (sequence, kv head)
 // with at::parallel_for; float32 accumulation for float32 and bfloat16
 // inputs. Oracle: reference::PagedAttention (kernels/reference).
 #pragma once
