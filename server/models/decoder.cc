@@ -17,6 +17,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// Hugging Face keeps inv_freq as a float32 buffer.
+at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
+  return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
+}
+
 void EnsureCapacity(ContiguousKvCache& cache, int64_t needed, int64_t layers, int64_t hkv, int64_t D,
                     const at::TensorOptions& opts) {
   int64_t capacity = cache.k.empty() ? 0 : cache.k[0].size(0);
@@ -81,9 +86,9 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
   m->w_.lm_head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
 
   RopeFrequencies rope = ComputeRopeFrequencies(c);
-  // Hugging Face keeps inv_freq as a float32 buffer.
-  m->inv_freq_ = at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
+  m->inv_freq_ = InvFreqTensor(rope);
   m->attention_factor_ = rope.attention_factor;
+  m->attention_scale_ = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   return m;
 }
 
@@ -102,7 +107,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positio
     // Hugging Face's dynamic_rope_update does for a single growing sequence.
     const int64_t seq_len = positions.max().item<int64_t>() + 1;
     RopeFrequencies rope = ComputeRopeFrequencies(config_, seq_len);
-    inv_freq = at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
+    inv_freq = InvFreqTensor(rope);
     factor = rope.attention_factor;
   }
   return reference::RopeCosSin(inv_freq, positions, factor, ToScalarType(dtype_));
@@ -128,40 +133,40 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
   return Linear(at::silu(gate) * up, w.down_proj, w.down_bias);
 }
 
-at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
-  c10::InferenceMode guard;
-  const int64_t T = ids.size(0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
-  auto [cos, sin] = CosSin(at::arange(T, at::kLong));
-  at::Tensor h = Embed(ids);
-  for (const auto& w : w_.layers) {
+at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
+                                   const AttendFn& attend) const {
+  const int64_t T = h.size(0);
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const auto& w = w_.layers[l];
     at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
     auto [q, k, v] = QkvWithRope(w, x, cos, sin);
-    at::Tensor attn = reference::CausalAttention(q, k, v, scale).reshape({T, config_.q_size()});
+    at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
     h = h + Linear(attn, w.o_proj, w.o_bias);
     h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
   }
-  return Logits(h);
+  return h;
+}
+
+at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
+  c10::InferenceMode guard;
+  auto [cos, sin] = CosSin(at::arange(ids.size(0), at::kLong));
+  return Logits(RunLayers(Embed(ids), cos, sin, [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return reference::CausalAttention(q, k, v, attention_scale_);
+  }));
 }
 
 at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const {
   c10::InferenceMode guard;
   const int64_t T = ids.size(0), start = cache.length, S = start + T;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   EnsureCapacity(cache, S, config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim,
                  w_.embed_tokens.options());
   auto [cos, sin] = CosSin(at::arange(start, S, at::kLong));
-  at::Tensor h = Embed(ids);
-  for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const auto& w = w_.layers[l];
-    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
-    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+  at::Tensor h = RunLayers(Embed(ids), cos, sin, [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     cache.k[l].narrow(0, start, T).copy_(k);
     cache.v[l].narrow(0, start, T).copy_(v);
-    at::Tensor attn = reference::PrefixCausalAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S), scale);
-    h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
-    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
-  }
+    return reference::PrefixCausalAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S),
+                                            attention_scale_);
+  });
   cache.length = S;
   if (!all_logits) h = h.narrow(0, T - 1, 1);
   return Logits(h);
@@ -182,23 +187,16 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& b
 
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const {
   c10::InferenceMode guard;
-  const int64_t T = batch.token_ids.size(0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   auto [cos, sin] = CosSinPacked(batch);
-  at::Tensor h = Embed(batch.token_ids);
-  for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const auto& w = w_.layers[l];
-    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
-    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+  at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
+                           [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     reference::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
-    at::Tensor attn = batch.reference_attention
-                          ? reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
-                                                      batch.context_lens, scale)
-                          : cpu::PagedAttention(q, cache.k[l], cache.v[l], batch.block_table_tensor,
-                                                batch.query_start, batch.context_len_tensor, scale);
-    h = h + Linear(attn.reshape({T, config_.q_size()}), w.o_proj, w.o_bias);
-    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
-  }
+    return batch.reference_attention
+               ? reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
+                                           batch.context_lens, attention_scale_)
+               : cpu::PagedAttention(q, cache.k[l], cache.v[l], batch.block_table_tensor, batch.query_start,
+                                     batch.context_len_tensor, attention_scale_);
+  });
   return Logits(h.index_select(0, batch.logits_indices));
 }
 

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,11 @@ class DecoderModel {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
                                                              const at::Tensor& cos, const at::Tensor& sin) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
+  // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
+  // which the three forward paths differ.
+  using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+  // Embedded tokens h [T,H] through every decoder layer -> [T,H].
+  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
   // cos/sin for a packed batch; dynamic RoPE uses each sequence's length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
@@ -116,6 +122,7 @@ class DecoderModel {
   DecoderWeights w_;
   at::Tensor inv_freq_;  // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;
+  double attention_scale_ = 1.0;  // 1 / sqrt(head_dim)
 };
 
 }  // namespace ropeserve
