@@ -213,9 +213,8 @@ Status RunBench(const BenchOptions& o) {
       o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                           : std::min<std::int64_t>(c.max_position_embeddings, 4096);
   RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o, c.vocab_size, max_len));
-  RS_ASSIGN_OR_RETURN(std::int64_t budget, ParseKvCacheMemory(o.kv_cache_memory, AvailableHostMemory()));
-  budget = std::min(budget, (max_len * o.concurrency + o.block_size) * model->KvBytesPerToken());
-  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCache(budget, model->KvBytesPerToken(), o.block_size, max_len));
+  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
+                                                            o.block_size, max_len, o.concurrency));
 
   RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv.num_blocks, max_len));
   const double tok_s = static_cast<double>(run.generated) / run.seconds;

@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
-
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
 
@@ -23,11 +21,9 @@ StatusOr<std::unique_ptr<ModelService>> ModelService::Create(const DecoderModel&
   if (options.block_size < 1 || options.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
   s->max_model_len_ = options.scheduler.max_model_len;
 
-  RS_ASSIGN_OR_RETURN(std::int64_t budget, ParseKvCacheMemory(options.kv_cache_memory, AvailableHostMemory()));
-  // More than every sequence at full length can never be used: cap there.
-  const std::int64_t useful_tokens = s->max_model_len_ * options.scheduler.max_num_seqs + options.block_size;
-  budget = std::min(budget, useful_tokens * model.KvBytesPerToken());
-  RS_ASSIGN_OR_RETURN(s->kv_, SizeKvCache(budget, model.KvBytesPerToken(), options.block_size, s->max_model_len_));
+  RS_ASSIGN_OR_RETURN(s->kv_, SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(),
+                                                   options.block_size, s->max_model_len_,
+                                                   options.scheduler.max_num_seqs));
   if (s->kv_.num_blocks > (1LL << 31) - 1) return InvalidArgument("--kv-cache-memory is too large");
   spdlog::info("KV cache: {} blocks x {} tokens = {} tokens, {} bytes per token, {:.1f} MiB", s->kv_.num_blocks,
                options.block_size, s->kv_.tokens, model.KvBytesPerToken(),

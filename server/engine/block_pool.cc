@@ -130,7 +130,6 @@ void BlockAllocation::Release() {
     pool_->Free(reversed);
   }
   ids_.clear();
-  pool_ = nullptr;
 }
 
 }  // namespace ropeserve

@@ -127,6 +127,8 @@ class BlockAllocation {
   void Append(std::span<const BlockId> ids) { ids_.insert(ids_.end(), ids.begin(), ids.end()); }
   // Replaces the last block (after MakeWritable moved this reference).
   void ReplaceLast(BlockId id) { ids_.back() = id; }
+  // Returns every block to the pool; the handle stays bound to the pool and
+  // may Append again.
   void Release();
 
  private:

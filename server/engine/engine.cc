@@ -137,11 +137,7 @@ void Engine::DrainInbox() {
   }
   for (auto& item : items) {
     if (item->kind == InboxItem::Kind::kCancel) {
-      if (active_.count(item->id)) {
-        scheduler_.Finish(item->id, FinishReason::kCancelled);
-        scheduler_.TakeFinished();
-        Complete(item->id, "cancelled");
-      }
+      if (active_.count(item->id)) End(item->id, FinishReason::kCancelled, "cancelled");
       continue;
     }
     RequestSpec spec;
@@ -171,6 +167,12 @@ void Engine::Complete(RequestId id, const std::string& reason, Status error) {
   active_.erase(it);
 }
 
+void Engine::End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error) {
+  scheduler_.Finish(id, reason);
+  scheduler_.TakeFinished();  // the engine reports this end itself, below
+  Complete(id, stream_reason, std::move(error));
+}
+
 bool Engine::Step() {
   StepPlan plan = scheduler_.Schedule();
   for (auto [id, reason] : scheduler_.TakeFinished()) Complete(id, FinishReasonName(reason));
@@ -180,11 +182,8 @@ bool Engine::Step() {
       // requests rather than spin forever.
       std::vector<RequestId> stuck;
       for (auto& [id, _] : active_) stuck.push_back(id);
-      for (RequestId id : stuck) {
-        scheduler_.Finish(id, FinishReason::kCancelled);
-        Complete(id, "error", Internal("the scheduler could not place the request"));
-      }
-      scheduler_.TakeFinished();
+      for (RequestId id : stuck)
+        End(id, FinishReason::kCancelled, "error", Internal("the scheduler could not place the request"));
     }
     return false;
   }
@@ -192,11 +191,7 @@ bool Engine::Step() {
   auto logits = executor_.Execute(plan);
   if (!logits.ok()) {
     // A failed forward fails the requests in it, not the server.
-    for (const auto& s : plan.sequences) {
-      scheduler_.Finish(s.request_id, FinishReason::kCancelled);
-      Complete(s.request_id, "error", logits.status());
-    }
-    scheduler_.TakeFinished();
+    for (const auto& s : plan.sequences) End(s.request_id, FinishReason::kCancelled, "error", logits.status());
     return true;
   }
 
@@ -232,11 +227,7 @@ bool Engine::Step() {
     std::optional<FinishReason> reason;
     if (may_stop && (is_eos || is_stop_id)) reason = FinishReason::kStop;
     else if (a.generated >= r.max_tokens) reason = FinishReason::kLength;
-    if (reason) {
-      scheduler_.Finish(id, *reason);
-      scheduler_.TakeFinished();
-      Complete(id, FinishReasonName(*reason));
-    }
+    if (reason) End(id, *reason, FinishReasonName(*reason));
   }
   ++stats_.steps;
   stats_.step_tokens += static_cast<std::uint64_t>(plan.num_tokens());
@@ -289,11 +280,7 @@ void Engine::Loop() {
   DrainInbox();
   std::vector<RequestId> left;
   for (auto& [id, _] : active_) left.push_back(id);
-  for (RequestId id : left) {
-    scheduler_.Finish(id, FinishReason::kCancelled);
-    Complete(id, "cancelled");
-  }
-  scheduler_.TakeFinished();
+  for (RequestId id : left) End(id, FinishReason::kCancelled, "cancelled");
 }
 
 }  // namespace ropeserve

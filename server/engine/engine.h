@@ -129,6 +129,8 @@ class Engine {
   void DrainInbox();
   bool Step();  // false if there was nothing to do
   void Complete(RequestId id, const std::string& reason, Status error = Status::Ok());
+  // Ends a live request: frees it in the scheduler and finishes its stream.
+  void End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error = Status::Ok());
   void UpdateStats();
 
   EngineConfig config_;

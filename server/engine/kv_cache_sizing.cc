@@ -1,5 +1,6 @@
 #include "server/engine/kv_cache_sizing.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -71,6 +72,15 @@ StatusOr<KvCacheSize> SizeKvCache(std::int64_t budget_bytes, std::int64_t bytes_
                            " bytes each), fewer than one sequence of --max-model-len " + std::to_string(min_tokens) +
                            "; give more memory or a smaller --max-model-len");
   return s;
+}
+
+StatusOr<KvCacheSize> SizeKvCacheForEngine(const std::string& kv_cache_memory, std::int64_t bytes_per_token,
+                                           std::int64_t block_size, std::int64_t max_model_len,
+                                           std::int64_t max_num_seqs) {
+  RS_ASSIGN_OR_RETURN(std::int64_t budget, ParseKvCacheMemory(kv_cache_memory, AvailableHostMemory()));
+  const std::int64_t useful_tokens = max_model_len * max_num_seqs + block_size;
+  budget = std::min(budget, useful_tokens * bytes_per_token);
+  return SizeKvCache(budget, bytes_per_token, block_size, max_model_len);
 }
 
 }  // namespace ropeserve

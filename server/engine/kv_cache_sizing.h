@@ -27,4 +27,11 @@ struct KvCacheSize {
 StatusOr<KvCacheSize> SizeKvCache(std::int64_t budget_bytes, std::int64_t bytes_per_token, std::int64_t block_size,
                                   std::int64_t min_tokens);
 
+// The cache an engine gets: `kv_cache_memory` (as ParseKvCacheMemory reads
+// it) capped at what `max_num_seqs` sequences of `max_model_len` tokens can
+// ever use, since more would sit idle.
+StatusOr<KvCacheSize> SizeKvCacheForEngine(const std::string& kv_cache_memory, std::int64_t bytes_per_token,
+                                           std::int64_t block_size, std::int64_t max_model_len,
+                                           std::int64_t max_num_seqs);
+
 }  // namespace ropeserve

@@ -106,11 +106,14 @@ bool Scheduler::AllocateFor(Request& r, std::int64_t num_new) {
   return true;
 }
 
-void Scheduler::Preempt(Request& r) {
+void Scheduler::ForgetComputed(Request& r) {
   r.blocks.Release();
-  r.blocks = BlockAllocation(&pool_, {});
   r.num_computed = 0;
   r.hashes.clear();
+}
+
+void Scheduler::Preempt(Request& r) {
+  ForgetComputed(r);
   running_.erase(std::find(running_.begin(), running_.end(), &r));
   InsertWaiting(&r);
   ++num_preemptions_;
@@ -205,11 +208,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
     }
     const std::int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
     if (!AllocateFor(r, n)) {
-      // Give the hit back; try again next step.
-      r.blocks.Release();
-      r.blocks = BlockAllocation(&pool_, {});
-      r.num_computed = 0;
-      r.hashes.clear();
+      ForgetComputed(r);  // give the prefix hit back; try again next step
       break;
     }
     if (r.spec.prompt.size() == r.tokens.size() && r.num_cached_prompt_tokens == 0)

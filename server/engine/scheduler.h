@@ -96,6 +96,8 @@ class Scheduler {
   Request* Find(RequestId id) const;
   bool AllocateFor(Request& r, std::int64_t num_new);
   void Preempt(Request& r);
+  // Drops r's blocks and computed tokens (its token list is kept).
+  void ForgetComputed(Request& r);
   void InsertWaiting(Request* r);
   void CacheFullBlocks(Request& r);
 

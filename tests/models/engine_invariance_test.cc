@@ -103,7 +103,9 @@ TEST_F(EngineInvariance, BatchedGreedyEqualsAloneAndReference) {
   const auto batched = RunBatch(engine, prompts, 12);
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_EQ(batched[i], Alone(prompts[i], 12, false)) << "request " << i;
-    if (i % 8 == 0) ASSERT_EQ(batched[i], Alone(prompts[i], 12, true)) << "request " << i << " vs reference";
+    if (i % 8 == 0) {
+      ASSERT_EQ(batched[i], Alone(prompts[i], 12, true)) << "request " << i << " vs reference";
+    }
   }
   EXPECT_EQ(engine.stats().preemptions, 0u);
   EXPECT_EQ(engine.pool().num_free(), 512);
