@@ -1,0 +1,125 @@
+// The stages of a Hugging Face tokenizer pipeline, each built from its JSON
+// object in tokenizer.json:
+//   text -> added tokens split off -> Normalizer -> PreTokenizer -> Model
+//        -> PostProcessor -> Encoding;  ids -> tokens -> Decoder -> text.
+// Offsets inside the pipeline are byte offsets; the Tokenizer converts them
+// to code-point offsets of the original text before post-processing, as
+// the reference does.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "server/common/status.h"
+#include "server/tokenizer/normalized_string.h"
+
+namespace ropeserve::tok {
+
+struct Token {
+  uint32_t id;
+  Offsets offsets;  // bytes of the word the model was given
+};
+
+struct Split {
+  NormalizedString normalized;
+  std::optional<std::vector<Token>> tokens;  // set once tokenized (or an added token)
+};
+
+class PreTokenizedString {
+ public:
+  std::vector<Split> splits;
+  // Replaces every split that has no tokens yet by the pieces `fn` returns.
+  template <typename Fn>
+  Status SplitEach(Fn&& fn) {
+    std::vector<Split> out;
+    out.reserve(splits.size());
+    for (size_t i = 0; i < splits.size(); ++i) {
+      if (splits[i].tokens) {
+        out.push_back(std::move(splits[i]));
+        continue;
+      }
+      RS_ASSIGN_OR_RETURN(std::vector<NormalizedString> pieces, fn(i, std::move(splits[i].normalized)));
+      for (auto& p : pieces) {
+        if (!p.empty()) out.push_back({std::move(p), std::nullopt});
+      }
+    }
+    splits = std::move(out);
+    return Status::Ok();
+  }
+};
+
+// The result of encoding: parallel arrays, one entry per token.
+struct Encoding {
+  std::vector<uint32_t> ids;
+  std::vector<uint32_t> type_ids;
+  std::vector<std::string> tokens;
+  std::vector<Offsets> offsets;  // code points of the original text
+  std::vector<uint8_t> special_tokens_mask;
+  std::vector<int> sequence_ids;  // 0 / 1 for the input sequence, -1 for added specials
+  std::vector<Encoding> overflowing;
+
+  size_t size() const { return ids.size(); }
+  void Append(const Encoding& other);
+  // Tokens [start, end) as a new encoding (no overflow).
+  Encoding Range(size_t start, size_t end) const;
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual Status Normalize(NormalizedString& s) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual Status PreTokenize(PreTokenizedString& s) const = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Appends the tokens of one pre-token.
+  virtual Status Tokenize(const std::string& word, std::vector<Token>* out) const = 0;
+  virtual std::optional<uint32_t> TokenToId(const std::string& token) const = 0;
+  virtual const std::string* IdToToken(uint32_t id) const = 0;
+  virtual size_t VocabSize() const = 0;
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  virtual size_t AddedTokens(bool is_pair) const = 0;
+  // `b` is null for a single sequence. Returns the merged encoding.
+  virtual StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b,
+                                     bool add_special_tokens) const = 0;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual Status DecodeChain(std::vector<std::string>& tokens) const = 0;
+};
+
+// Factories. Errors name the component and field ("normalizer: unknown type
+// 'Foo'"), so that an unsupported tokenizer.json fails at load time.
+StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const nlohmann::json& j);
+StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const nlohmann::json& j);
+StatusOr<std::unique_ptr<Model>> MakeModel(const nlohmann::json& j);
+StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const nlohmann::json& j);
+StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const nlohmann::json& j);
+
+// The default merge of a pair when there is no post-processor.
+Encoding DefaultProcess(Encoding a, std::optional<Encoding> b);
+
+// GPT-2's byte <-> printable character mapping used by byte-level BPE.
+char32_t ByteToChar(uint8_t b);
+// -1 if `c` is not one of the 256 byte characters.
+int CharToByte(char32_t c);
+
+}  // namespace ropeserve::tok

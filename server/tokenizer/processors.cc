@@ -1,0 +1,631 @@
+// Post-processors and decoders (tokenizer.json "post_processor", "decoder"),
+// and the Encoding helpers they use.
+#include <nlohmann/json.hpp>
+
+#include "server/tokenizer/components.h"
+#include "server/tokenizer/json_fields.h"
+#include "server/tokenizer/pattern.h"
+#include "server/tokenizer/unicode.h"
+
+namespace ropeserve::tok {
+
+using json_fields::Bad;
+using nlohmann::json;
+
+StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string& where);
+
+// --------------------------------------------------------------- byte chars
+
+namespace {
+struct ByteTables {
+  char32_t to_char[256];
+  std::unordered_map<char32_t, uint8_t> to_byte;
+  ByteTables() {
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+      to_byte[to_char[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteTables& Bytes() {
+  static const ByteTables t;
+  return t;
+}
+}  // namespace
+
+char32_t ByteToChar(uint8_t b) { return Bytes().to_char[b]; }
+int CharToByte(char32_t c) {
+  const auto& m = Bytes().to_byte;
+  auto it = m.find(c);
+  return it == m.end() ? -1 : it->second;
+}
+
+// ----------------------------------------------------------------- Encoding
+
+void Encoding::Append(const Encoding& o) {
+  ids.insert(ids.end(), o.ids.begin(), o.ids.end());
+  type_ids.insert(type_ids.end(), o.type_ids.begin(), o.type_ids.end());
+  tokens.insert(tokens.end(), o.tokens.begin(), o.tokens.end());
+  offsets.insert(offsets.end(), o.offsets.begin(), o.offsets.end());
+  special_tokens_mask.insert(special_tokens_mask.end(), o.special_tokens_mask.begin(), o.special_tokens_mask.end());
+  sequence_ids.insert(sequence_ids.end(), o.sequence_ids.begin(), o.sequence_ids.end());
+}
+
+Encoding Encoding::Range(size_t s, size_t e) const {
+  Encoding r;
+  r.ids.assign(ids.begin() + s, ids.begin() + e);
+  r.type_ids.assign(type_ids.begin() + s, type_ids.begin() + e);
+  r.tokens.assign(tokens.begin() + s, tokens.begin() + e);
+  r.offsets.assign(offsets.begin() + s, offsets.begin() + e);
+  r.special_tokens_mask.assign(special_tokens_mask.begin() + s, special_tokens_mask.begin() + e);
+  r.sequence_ids.assign(sequence_ids.begin() + s, sequence_ids.begin() + e);
+  return r;
+}
+
+namespace {
+
+struct SpecialPiece {
+  std::vector<uint32_t> ids;
+  std::vector<std::string> tokens;
+};
+
+Encoding MakeSpecial(const SpecialPiece& p, uint32_t type_id) {
+  Encoding e;
+  e.ids = p.ids;
+  e.tokens = p.tokens;
+  e.type_ids.assign(p.ids.size(), type_id);
+  e.offsets.assign(p.ids.size(), Offsets{0, 0});
+  e.special_tokens_mask.assign(p.ids.size(), 1);
+  e.sequence_ids.assign(p.ids.size(), -1);
+  return e;
+}
+
+void SetTypeIds(Encoding& e, uint32_t t) { e.type_ids.assign(e.ids.size(), t); }
+
+// Applies `fn` to an encoding and all of its overflowing windows.
+template <typename Fn>
+void ForAll(Encoding& e, Fn&& fn) {
+  fn(e);
+  for (Encoding& o : e.overflowing) fn(o);
+}
+
+// Every overflowing combination of the pair, each processed by `combine`
+// (the reference pairs each window of A with B and each window of B with A).
+template <typename Combine>
+Encoding WithOverflow(Encoding a, std::optional<Encoding> b, Combine&& combine) {
+  std::vector<Encoding> a_over = std::move(a.overflowing);
+  a.overflowing.clear();
+  std::vector<Encoding> b_over;
+  if (b) {
+    b_over = std::move(b->overflowing);
+    b->overflowing.clear();
+  }
+  Encoding main = combine(a, b ? &*b : nullptr);
+  // The reference's order: each window of A with B and with every window
+  // of B, then A with every window of B.
+  for (const Encoding& ao : a_over) {
+    main.overflowing.push_back(combine(ao, b ? &*b : nullptr));
+    for (const Encoding& bo : b_over) main.overflowing.push_back(combine(ao, &bo));
+  }
+  for (const Encoding& bo : b_over) main.overflowing.push_back(combine(a, &bo));
+  return main;
+}
+
+void TrimByteLevelOffsets(Encoding& e, bool add_prefix_space) {
+  const char32_t g = ByteToChar(' ');
+  for (size_t i = 0; i < e.size(); ++i) {
+    const std::string& t = e.tokens[i];
+    std::u32string cs;
+    for (size_t k = 0; k < t.size();) {
+      size_t n;
+      cs.push_back(DecodeUtf8(t, k, &n));
+      k += n;
+    }
+    auto is_space = [&](char32_t c) { return c == g || IsWhitespace(c); };
+    size_t lead = 0, trail = 0;
+    while (lead < cs.size() && is_space(cs[lead])) ++lead;
+    while (trail < cs.size() && is_space(cs[cs.size() - 1 - trail])) ++trail;
+    Offsets& o = e.offsets[i];
+    if (lead > 0) {
+      const bool is_first = i == 0 || o.start == 0;
+      if (is_first && add_prefix_space && lead == 1) lead = 0;
+      o.start = std::min(o.start + lead, o.end);
+    }
+    if (trail > 0 && o.end >= trail) o.end = std::max(o.end - trail, o.start);
+  }
+}
+
+class TemplateProcessor final : public PostProcessor {
+ public:
+  struct Piece {
+    bool is_sequence;
+    int sequence;       // 0 = A, 1 = B
+    std::string special;
+    uint32_t type_id;
+  };
+  std::vector<Piece> single, pair;
+  std::unordered_map<std::string, SpecialPiece> specials;
+
+  size_t AddedTokens(bool is_pair) const override {
+    size_t n = 0;
+    for (const Piece& p : is_pair ? pair : single) {
+      if (!p.is_sequence) n += specials.at(p.special).ids.size();
+    }
+    return n;
+  }
+
+  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
+    if (!add_special) return DefaultProcess(std::move(a), std::move(b));
+    const auto& tmpl = b ? pair : single;
+    return WithOverflow(std::move(a), std::move(b), [&](const Encoding& ea, const Encoding* eb) {
+      Encoding out;
+      for (const Piece& p : tmpl) {
+        if (p.is_sequence) {
+          Encoding part = p.sequence == 0 ? ea : *eb;
+          part.overflowing.clear();
+          SetTypeIds(part, p.type_id);
+          out.Append(part);
+        } else {
+          out.Append(MakeSpecial(specials.at(p.special), p.type_id));
+        }
+      }
+      return out;
+    });
+  }
+};
+
+class BertLikeProcessor final : public PostProcessor {
+ public:
+  BertLikeProcessor(bool roberta, SpecialPiece cls, SpecialPiece sep, bool trim, bool prefix)
+      : roberta_(roberta), cls_(std::move(cls)), sep_(std::move(sep)), trim_(trim), prefix_(prefix) {}
+  size_t AddedTokens(bool is_pair) const override { return is_pair ? (roberta_ ? 4 : 3) : 2; }
+  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
+    if (roberta_) {
+      if (trim_) {
+        ForAll(a, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+        if (b) ForAll(*b, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+      }
+      ForAll(a, [](Encoding& e) { SetTypeIds(e, 0); });
+      if (b) ForAll(*b, [](Encoding& e) { SetTypeIds(e, 0); });
+    }
+    if (!add_special) return DefaultProcess(std::move(a), std::move(b));
+    return WithOverflow(std::move(a), std::move(b), [&](const Encoding& ea, const Encoding* eb) {
+      Encoding out = MakeSpecial(cls_, 0);
+      Encoding pa = ea;
+      pa.overflowing.clear();
+      if (!roberta_) SetTypeIds(pa, 0);
+      out.Append(pa);
+      out.Append(MakeSpecial(sep_, 0));
+      if (eb) {
+        const uint32_t t = roberta_ ? 0 : 1;
+        if (roberta_) out.Append(MakeSpecial(sep_, 0));
+        Encoding pb = *eb;
+        pb.overflowing.clear();
+        SetTypeIds(pb, t);
+        out.Append(pb);
+        out.Append(MakeSpecial(sep_, t));
+      }
+      return out;
+    });
+  }
+
+ private:
+  bool roberta_;
+  SpecialPiece cls_, sep_;
+  bool trim_, prefix_;
+};
+
+class ByteLevelProcessor final : public PostProcessor {
+ public:
+  ByteLevelProcessor(bool trim, bool prefix) : trim_(trim), prefix_(prefix) {}
+  size_t AddedTokens(bool) const override { return 0; }
+  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool) const override {
+    if (trim_) {
+      ForAll(a, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+      if (b) ForAll(*b, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+    }
+    return DefaultProcess(std::move(a), std::move(b));
+  }
+
+ private:
+  bool trim_, prefix_;
+};
+
+class SequenceProcessor final : public PostProcessor {
+ public:
+  explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> p) : parts_(std::move(p)) {}
+  size_t AddedTokens(bool is_pair) const override {
+    size_t n = 0;
+    for (const auto& p : parts_) n += p->AddedTokens(is_pair);
+    return n;
+  }
+  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
+    // Each processor sees the previous one's output as a single sequence,
+    // except that a pair is only merged by the last one.
+    if (parts_.empty()) return DefaultProcess(std::move(a), std::move(b));
+    for (size_t i = 0; i + 1 < parts_.size(); ++i) {
+      RS_ASSIGN_OR_RETURN(a, parts_[i]->Process(std::move(a), std::nullopt, add_special));
+      if (b) {
+        RS_ASSIGN_OR_RETURN(*b, parts_[i]->Process(std::move(*b), std::nullopt, add_special));
+      }
+    }
+    return parts_.back()->Process(std::move(a), std::move(b), add_special);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PostProcessor>> parts_;
+};
+
+StatusOr<SpecialPiece> ReadPair(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
+      !(*it)[1].is_number_unsigned()) {
+    return Bad(where, std::string("'") + key + "' must be [token, id]");
+  }
+  return SpecialPiece{{(*it)[1].get<uint32_t>()}, {(*it)[0].get<std::string>()}};
+}
+
+StatusOr<std::vector<TemplateProcessor::Piece>> ReadTemplate(
+    const json& j, const char* key, const std::string& where,
+    const std::unordered_map<std::string, SpecialPiece>& specials) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return Bad(where, std::string("missing template '") + key + "'");
+  std::vector<TemplateProcessor::Piece> out;
+  for (const json& p : *it) {
+    if (p.contains("Sequence") && p["Sequence"].is_object()) {
+      const json& s = p["Sequence"];
+      const std::string id = s.value("id", "A");
+      if (id != "A" && id != "B") return Bad(where, "sequence id must be A or B");
+      out.push_back({true, id == "A" ? 0 : 1, "", s.value("type_id", 0u)});
+    } else if (p.contains("SpecialToken") && p["SpecialToken"].is_object()) {
+      const json& s = p["SpecialToken"];
+      const std::string id = s.value("id", "");
+      if (!specials.count(id)) return Bad(where, "template uses special token '" + id + "' not listed in special_tokens");
+      out.push_back({false, 0, id, s.value("type_id", 0u)});
+    } else {
+      return Bad(where, "template piece must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ decoders
+
+class ByteLevelDecoder final : public Decoder {
+ public:
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    std::string bytes;
+    for (const std::string& t : tokens) {
+      const size_t before = bytes.size();
+      bool ok = true;
+      for (size_t k = 0; k < t.size() && ok;) {
+        size_t n;
+        const int b = CharToByte(DecodeUtf8(t, k, &n));
+        k += n;
+        if (b < 0) ok = false;
+        else bytes.push_back(static_cast<char>(b));
+      }
+      if (!ok) {
+        bytes.resize(before);
+        bytes += t;
+      }
+    }
+    tokens.assign(1, Utf8Lossy(bytes));
+    return Status::Ok();
+  }
+};
+
+class MetaspaceDecoder final : public Decoder {
+ public:
+  MetaspaceDecoder(std::string rep, bool prepend) : rep_(std::move(rep)), prepend_(prepend) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string out;
+      const std::string& t = tokens[i];
+      for (size_t k = 0; k < t.size();) {
+        if (t.compare(k, rep_.size(), rep_) == 0) {
+          if (!(i == 0 && prepend_)) out.push_back(' ');
+          k += rep_.size();
+        } else {
+          out.push_back(t[k++]);
+        }
+      }
+      tokens[i] = std::move(out);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string rep_;
+  bool prepend_;
+};
+
+class ByteFallbackDecoder final : public Decoder {
+ public:
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    std::vector<std::string> out;
+    std::string pending;
+    size_t pending_count = 0;
+    auto flush = [&] {
+      if (pending_count == 0) return;
+      if (FindInvalidUtf8(pending) == std::string::npos) {
+        out.push_back(pending);
+      } else {
+        for (size_t k = 0; k < pending_count; ++k) out.push_back("\xEF\xBF\xBD");
+      }
+      pending.clear();
+      pending_count = 0;
+    };
+    for (std::string& t : tokens) {
+      int byte = -1;
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+          std::isxdigit(static_cast<unsigned char>(t[4]))) {
+        byte = std::stoi(t.substr(3, 2), nullptr, 16);
+      }
+      if (byte >= 0) {
+        pending.push_back(static_cast<char>(byte));
+        ++pending_count;
+      } else {
+        flush();
+        out.push_back(std::move(t));
+      }
+    }
+    flush();
+    tokens = std::move(out);
+    return Status::Ok();
+  }
+};
+
+class FuseDecoder final : public Decoder {
+ public:
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    std::string all;
+    for (const auto& t : tokens) all += t;
+    tokens.assign(1, std::move(all));
+    return Status::Ok();
+  }
+};
+
+class StripDecoder final : public Decoder {
+ public:
+  StripDecoder(std::string content, size_t start, size_t stop) : content_(std::move(content)), start_(start), stop_(stop) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      size_t b = 0, e = t.size();
+      for (size_t k = 0; k < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++k) b += content_.size();
+      for (size_t k = 0; k < stop_ && e >= b + content_.size() && t.compare(e - content_.size(), content_.size(), content_) == 0; ++k) {
+        e -= content_.size();
+      }
+      t = t.substr(b, e - b);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string content_;
+  size_t start_, stop_;
+};
+
+class ReplaceDecoder final : public Decoder {
+ public:
+  ReplaceDecoder(std::shared_ptr<Pattern> p, std::string content) : pattern_(std::move(p)), content_(std::move(content)) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      RS_ASSIGN_OR_RETURN(auto ms, pattern_->FindMatches(t));
+      std::string out;
+      for (const auto& m : ms) {
+        if (m.is_match) out += content_;
+        else out.append(t, m.offsets.start, m.offsets.end - m.offsets.start);
+      }
+      t = std::move(out);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<Pattern> pattern_;
+  std::string content_;
+};
+
+std::string CleanupTokenization(std::string s) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) {
+    const std::string f(from), t(to);
+    std::string out;
+    size_t pos = 0, hit;
+    while ((hit = s.find(f, pos)) != std::string::npos) {
+      out.append(s, pos, hit - pos);
+      out += t;
+      pos = hit + f.size();
+    }
+    out.append(s, pos, std::string::npos);
+    s = std::move(out);
+  }
+  return s;
+}
+
+class WordPieceDecoder final : public Decoder {
+ public:
+  WordPieceDecoder(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& t = tokens[i];
+      if (i != 0) {
+        if (t.compare(0, prefix_.size(), prefix_) == 0) t = t.substr(prefix_.size());
+        else t = " " + t;
+      }
+      if (cleanup_) t = CleanupTokenization(std::move(t));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string prefix_;
+  bool cleanup_;
+};
+
+class BpeSuffixDecoder final : public Decoder {
+ public:
+  explicit BpeSuffixDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& t = tokens[i];
+      const std::string rep = i + 1 == tokens.size() ? "" : " ";
+      std::string out;
+      size_t pos = 0, hit;
+      while (!suffix_.empty() && (hit = t.find(suffix_, pos)) != std::string::npos) {
+        out.append(t, pos, hit - pos);
+        out += rep;
+        pos = hit + suffix_.size();
+      }
+      out.append(t, pos, std::string::npos);
+      t = std::move(out);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string suffix_;
+};
+
+class SequenceDecoder final : public Decoder {
+ public:
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> d) : parts_(std::move(d)) {}
+  Status DecodeChain(std::vector<std::string>& tokens) const override {
+    for (const auto& d : parts_) RS_RETURN_IF_ERROR(d->DecodeChain(tokens));
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Decoder>> parts_;
+};
+
+}  // namespace
+
+Encoding DefaultProcess(Encoding a, std::optional<Encoding> b) {
+  if (!b) return a;
+  return WithOverflow(std::move(a), std::move(b), [](const Encoding& ea, const Encoding* eb) {
+    Encoding out = ea;
+    out.overflowing.clear();
+    if (eb) {
+      Encoding pb = *eb;
+      pb.overflowing.clear();
+      out.Append(pb);
+    }
+    return out;
+  });
+}
+
+StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
+  const std::string type = json_fields::TypeOf(j);
+  const std::string where = "post_processor " + type;
+  using P = std::unique_ptr<PostProcessor>;
+  if (type == "TemplateProcessing") {
+    auto t = std::make_unique<TemplateProcessor>();
+    if (j.contains("special_tokens")) {
+      if (!j["special_tokens"].is_object()) return Bad(where, "'special_tokens' must be an object");
+      for (auto it = j["special_tokens"].begin(); it != j["special_tokens"].end(); ++it) {
+        const json& s = it.value();
+        SpecialPiece p;
+        if (!s.contains("ids") || !s["ids"].is_array() || !s.contains("tokens") || !s["tokens"].is_array() ||
+            s["ids"].size() != s["tokens"].size()) {
+          return Bad(where, "special token '" + it.key() + "' needs 'ids' and 'tokens' of equal length");
+        }
+        for (const json& id : s["ids"]) {
+          if (!id.is_number_unsigned()) return Bad(where, "special token ids must be non-negative integers");
+          p.ids.push_back(id.get<uint32_t>());
+        }
+        for (const json& tk : s["tokens"]) {
+          if (!tk.is_string()) return Bad(where, "special token strings must be strings");
+          p.tokens.push_back(tk.get<std::string>());
+        }
+        t->specials.emplace(it.key(), std::move(p));
+      }
+    }
+    RS_ASSIGN_OR_RETURN(t->single, ReadTemplate(j, "single", where, t->specials));
+    RS_ASSIGN_OR_RETURN(t->pair, ReadTemplate(j, "pair", where, t->specials));
+    return P(std::move(t));
+  }
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    const bool roberta = type == "RobertaProcessing";
+    RS_ASSIGN_OR_RETURN(SpecialPiece sep, ReadPair(j, "sep", where));
+    RS_ASSIGN_OR_RETURN(SpecialPiece cls, ReadPair(j, "cls", where));
+    RS_ASSIGN_OR_RETURN(bool trim, json_fields::Bool(j, "trim_offsets", true, where));
+    RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
+    return P(new BertLikeProcessor(roberta, std::move(cls), std::move(sep), trim, prefix));
+  }
+  if (type == "ByteLevel") {
+    RS_ASSIGN_OR_RETURN(bool trim, json_fields::Bool(j, "trim_offsets", true, where));
+    RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
+    return P(new ByteLevelProcessor(trim, prefix));
+  }
+  if (type == "Sequence") {
+    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "processors", where));
+    std::vector<std::unique_ptr<PostProcessor>> parts;
+    for (const json& sub : *arr) {
+      RS_ASSIGN_OR_RETURN(auto p, MakePostProcessor(sub));
+      parts.push_back(std::move(p));
+    }
+    return P(new SequenceProcessor(std::move(parts)));
+  }
+  if (type.empty()) return Bad("post_processor", "object without a 'type'");
+  return Unimplemented("post_processor: unsupported type '" + type + "'");
+}
+
+StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const json& j) {
+  const std::string type = json_fields::TypeOf(j);
+  const std::string where = "decoder " + type;
+  using D = std::unique_ptr<Decoder>;
+  if (type == "ByteLevel") return D(new ByteLevelDecoder());
+  if (type == "ByteFallback") return D(new ByteFallbackDecoder());
+  if (type == "Fuse") return D(new FuseDecoder());
+  if (type == "Metaspace") {
+    RS_ASSIGN_OR_RETURN(std::string rep, json_fields::String(j, "replacement", where, "\xE2\x96\x81"));
+    bool prepend = true;
+    if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
+      prepend = j["prepend_scheme"].get<std::string>() != "never";
+    } else {
+      RS_ASSIGN_OR_RETURN(prepend, json_fields::Bool(j, "add_prefix_space", true, where));
+    }
+    return D(new MetaspaceDecoder(rep, prepend));
+  }
+  if (type == "Strip") {
+    RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where, " "));
+    RS_ASSIGN_OR_RETURN(long long start, json_fields::Int(j, "start", 0, where));
+    RS_ASSIGN_OR_RETURN(long long stop, json_fields::Int(j, "stop", 0, where));
+    if (start < 0 || stop < 0 || content.empty()) return Bad(where, "'start'/'stop' must be >= 0 and 'content' non-empty");
+    return D(new StripDecoder(content, static_cast<size_t>(start), static_cast<size_t>(stop)));
+  }
+  if (type == "Replace") {
+    if (!j.contains("pattern")) return Bad(where, "missing 'pattern'");
+    RS_ASSIGN_OR_RETURN(auto p, MakePattern(j["pattern"], where));
+    RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where));
+    return D(new ReplaceDecoder(std::move(p), std::move(content)));
+  }
+  if (type == "WordPiece") {
+    RS_ASSIGN_OR_RETURN(std::string prefix, json_fields::String(j, "prefix", where, "##"));
+    RS_ASSIGN_OR_RETURN(bool cleanup, json_fields::Bool(j, "cleanup", true, where));
+    return D(new WordPieceDecoder(prefix, cleanup));
+  }
+  if (type == "BPEDecoder") {
+    RS_ASSIGN_OR_RETURN(std::string suffix, json_fields::String(j, "suffix", where, "</w>"));
+    return D(new BpeSuffixDecoder(suffix));
+  }
+  if (type == "Sequence") {
+    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "decoders", where));
+    std::vector<std::unique_ptr<Decoder>> parts;
+    for (const json& sub : *arr) {
+      RS_ASSIGN_OR_RETURN(auto d, MakeDecoder(sub));
+      parts.push_back(std::move(d));
+    }
+    return D(new SequenceDecoder(std::move(parts)));
+  }
+  if (type.empty()) return Bad("decoder", "object without a 'type'");
+  return Unimplemented("decoder: unsupported type '" + type + "'");
+}
+
+}  // namespace ropeserve::tok

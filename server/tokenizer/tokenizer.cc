@@ -1,0 +1,543 @@
+#include "server/tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "server/tokenizer/json_fields.h"
+#include "server/tokenizer/unicode.h"
+
+namespace ropeserve::tok {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+StatusOr<std::string> ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return NotFound("cannot open " + p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<json> ParseJson(const std::string& text, const std::string& what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(what + " is not valid JSON");
+  if (!j.is_object()) return InvalidArgument(what + ": top level must be an object");
+  return j;
+}
+
+// A token in tokenizer_config.json: "text" or {"content": "text", ...}.
+std::optional<std::string> TokenText(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+Status ReadConfig(const json& j, TokenizerConfig* c) {
+  if (auto t = j.find("chat_template"); t != j.end() && !t->is_null()) {
+    if (t->is_string()) {
+      c->chat_template = t->get<std::string>();
+    } else if (t->is_array()) {
+      for (const json& e : *t) {
+        if (!e.is_object() || !e.contains("name") || !e.contains("template") || !e["name"].is_string() ||
+            !e["template"].is_string()) {
+          return InvalidArgument("tokenizer_config.json: chat_template list entries need 'name' and 'template'");
+        }
+        c->named_templates[e["name"].get<std::string>()] = e["template"].get<std::string>();
+      }
+      if (auto d = c->named_templates.find("default"); d != c->named_templates.end()) c->chat_template = d->second;
+    } else {
+      return InvalidArgument("tokenizer_config.json: chat_template must be a string or a list");
+    }
+  }
+  if (auto v = TokenText(j, "bos_token")) c->bos_token = v;
+  if (auto v = TokenText(j, "eos_token")) c->eos_token = v;
+  if (auto v = TokenText(j, "pad_token")) c->pad_token = v;
+  if (auto v = TokenText(j, "unk_token")) c->unk_token = v;
+  return Status::Ok();
+}
+
+// Rust's notion of a word character for single_word added tokens.
+bool IsWordChar(char32_t c) { return IsAlphanumeric(c) || c == '_'; }
+
+char32_t LastChar(std::string_view s) {
+  size_t b = s.size() - 1;
+  while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+  size_t n;
+  return DecodeUtf8(s, b, &n);
+}
+
+// Byte index -> code point index, for converting offsets.
+class CharIndex {
+ public:
+  explicit CharIndex(std::string_view s) : map_(s.size() + 1) {
+    uint32_t c = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && i > 0) ++c;
+      map_[i] = c;
+    }
+    map_[s.size()] = s.empty() ? 0 : c + 1;
+  }
+  Offsets Convert(Offsets b) const {
+    if (b.start >= b.end) {
+      const uint32_t at = map_[std::min(b.start, map_.size() - 1)];
+      return {at, at};
+    }
+    return {map_[b.start], map_[b.end - 1] + 1};
+  }
+
+ private:
+  std::vector<uint32_t> map_;
+};
+
+void TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDirection dir) {
+  const size_t n = e.size();
+  if (max_len >= n) return;
+  if (max_len == 0) {
+    Encoding all = std::move(e);
+    e = Encoding();
+    e.overflowing.push_back(std::move(all));
+    return;
+  }
+  const size_t step = max_len - stride;  // stride < max_len checked by the caller
+  std::vector<std::pair<size_t, size_t>> parts;
+  if (dir == TruncationDirection::kRight) {
+    for (size_t start = 0; start < n; start += step) {
+      const size_t stop = std::min(start + max_len, n);
+      parts.push_back({start, stop});
+      if (stop == n) break;
+    }
+  } else {
+    for (size_t k = n; k > 0;) {
+      const size_t stop = k;
+      const size_t start = stop < max_len ? 0 : stop - max_len;
+      parts.push_back({start, stop});
+      if (start == 0) break;
+      if (k <= step) break;
+      k -= step;
+    }
+  }
+  Encoding out = e.Range(parts[0].first, parts[0].second);
+  for (size_t i = 1; i < parts.size(); ++i) out.overflowing.push_back(e.Range(parts[i].first, parts[i].second));
+  e = std::move(out);
+}
+
+Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t) {
+  if (t.max_length == 0) {
+    TruncateEncoding(a, 0, t.stride, t.direction);
+    if (b) TruncateEncoding(*b, 0, t.stride, t.direction);
+    return Status::Ok();
+  }
+  const size_t total = a.size() + (b ? b->size() : 0);
+  if (total <= t.max_length) return Status::Ok();
+  const size_t to_remove = total - t.max_length;
+  if (t.stride >= t.max_length) {
+    return InvalidArgument("truncation stride (" + std::to_string(t.stride) +
+                           ") must be smaller than the length left for the sequence (" +
+                           std::to_string(t.max_length) + ")");
+  }
+  switch (t.strategy) {
+    case TruncationStrategy::kLongestFirst: {
+      if (!b) {
+        TruncateEncoding(a, total - to_remove, t.stride, t.direction);
+        break;
+      }
+      size_t n1 = a.size(), n2 = b->size();
+      const bool swap = n1 > n2;
+      if (swap) std::swap(n1, n2);
+      if (n1 > t.max_length) n2 = n1;
+      else n2 = std::max(n1, t.max_length - n1);
+      if (n1 + n2 > t.max_length) {
+        n1 = t.max_length / 2;
+        n2 = n1 + t.max_length % 2;
+      }
+      if (swap) std::swap(n1, n2);
+      if (t.stride >= n1 || t.stride >= n2) {
+        return InvalidArgument("truncation stride must be smaller than each truncated sequence");
+      }
+      TruncateEncoding(a, n1, t.stride, t.direction);
+      TruncateEncoding(*b, n2, t.stride, t.direction);
+      break;
+    }
+    case TruncationStrategy::kOnlyFirst:
+    case TruncationStrategy::kOnlySecond: {
+      Encoding* target = t.strategy == TruncationStrategy::kOnlyFirst ? &a : (b ? &*b : nullptr);
+      if (target == nullptr) return InvalidArgument("truncation only_second needs a second sequence");
+      if (target->size() <= to_remove) {
+        return InvalidArgument("truncation: the sequence to truncate (" + std::to_string(target->size()) +
+                               " tokens) is too short to remove " + std::to_string(to_remove) +
+                               " tokens; use longest_first or a larger max_length");
+      }
+      if (t.stride >= target->size() - to_remove) {
+        return InvalidArgument("truncation stride (" + std::to_string(t.stride) +
+                               ") must be smaller than the room left for the truncated sequence (" +
+                               std::to_string(target->size() - to_remove) + " tokens)");
+      }
+      TruncateEncoding(*target, target->size() - to_remove, t.stride, t.direction);
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::optional<Truncation>> ReadTruncation(const json& j) {
+  auto it = j.find("truncation");
+  if (it == j.end() || it->is_null()) return std::optional<Truncation>();
+  if (!it->is_object()) return InvalidArgument("truncation: must be an object or null");
+  Truncation t;
+  const std::string where = "truncation";
+  RS_ASSIGN_OR_RETURN(long long ml, json_fields::Int(*it, "max_length", 512, where));
+  RS_ASSIGN_OR_RETURN(long long st, json_fields::Int(*it, "stride", 0, where));
+  if (ml < 0 || st < 0) return InvalidArgument("truncation: max_length and stride must be >= 0");
+  t.max_length = static_cast<size_t>(ml);
+  t.stride = static_cast<size_t>(st);
+  RS_ASSIGN_OR_RETURN(std::string strategy, json_fields::String(*it, "strategy", where, "LongestFirst"));
+  if (strategy == "LongestFirst") t.strategy = TruncationStrategy::kLongestFirst;
+  else if (strategy == "OnlyFirst") t.strategy = TruncationStrategy::kOnlyFirst;
+  else if (strategy == "OnlySecond") t.strategy = TruncationStrategy::kOnlySecond;
+  else return InvalidArgument("truncation: unknown strategy '" + strategy + "'");
+  RS_ASSIGN_OR_RETURN(std::string dir, json_fields::String(*it, "direction", where, "Right"));
+  if (dir == "Right") t.direction = TruncationDirection::kRight;
+  else if (dir == "Left") t.direction = TruncationDirection::kLeft;
+  else return InvalidArgument("truncation: unknown direction '" + dir + "'");
+  return std::optional<Truncation>(t);
+}
+
+}  // namespace
+
+bool Tokenizer::Matcher::empty() const {
+  for (const auto& v : by_first_byte) {
+    if (!v.empty()) return false;
+  }
+  return true;
+}
+
+StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::string& path) {
+  fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) p /= "tokenizer.json";
+  if (!fs::exists(p, ec)) return NotFound("tokenizer file not found: " + p.string());
+  RS_ASSIGN_OR_RETURN(std::string text, ReadFile(p));
+  std::string config_text;
+  const fs::path dir = p.parent_path();
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    RS_ASSIGN_OR_RETURN(config_text, ReadFile(dir / "tokenizer_config.json"));
+  }
+  auto tok = FromJson(text, config_text);
+  if (!tok.ok()) return tok.status().WithContext(p.string());
+  // special_tokens_map.json fills tokens the config did not name.
+  if (fs::exists(dir / "special_tokens_map.json", ec)) {
+    RS_ASSIGN_OR_RETURN(std::string stm, ReadFile(dir / "special_tokens_map.json"));
+    RS_ASSIGN_OR_RETURN(json j, ParseJson(stm, (dir / "special_tokens_map.json").string()));
+    auto* t = const_cast<Tokenizer*>(tok->get());
+    if (!t->config_.bos_token) t->config_.bos_token = TokenText(j, "bos_token");
+    if (!t->config_.eos_token) t->config_.eos_token = TokenText(j, "eos_token");
+    if (!t->config_.pad_token) t->config_.pad_token = TokenText(j, "pad_token");
+    if (!t->config_.unk_token) t->config_.unk_token = TokenText(j, "unk_token");
+  }
+  return tok;
+}
+
+StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string& text,
+                                                               const std::string& config_text) {
+  RS_ASSIGN_OR_RETURN(json j, ParseJson(text, "tokenizer.json"));
+  auto t = std::shared_ptr<Tokenizer>(new Tokenizer());
+  auto present = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  if (!present("model")) return InvalidArgument("tokenizer.json: missing 'model'");
+  RS_ASSIGN_OR_RETURN(t->model_, MakeModel(j["model"]));
+  if (present("normalizer")) {
+    RS_ASSIGN_OR_RETURN(t->normalizer_, MakeNormalizer(j["normalizer"]));
+  }
+  if (present("pre_tokenizer")) {
+    RS_ASSIGN_OR_RETURN(t->pre_tokenizer_, MakePreTokenizer(j["pre_tokenizer"]));
+  }
+  if (present("post_processor")) {
+    RS_ASSIGN_OR_RETURN(t->post_, MakePostProcessor(j["post_processor"]));
+  }
+  if (present("decoder")) {
+    RS_ASSIGN_OR_RETURN(t->decoder_, MakeDecoder(j["decoder"]));
+  }
+  RS_ASSIGN_OR_RETURN(t->truncation_, ReadTruncation(j));
+  t->vocab_size_ = t->model_->VocabSize();
+  if (present("added_tokens")) {
+    if (!j["added_tokens"].is_array()) return InvalidArgument("tokenizer.json: 'added_tokens' must be a list");
+    for (const json& a : j["added_tokens"]) {
+      const std::string where = "added_tokens";
+      if (!a.is_object()) return InvalidArgument("added_tokens: entries must be objects");
+      AddedToken at;
+      RS_ASSIGN_OR_RETURN(long long id, json_fields::Int(a, "id", -1, where));
+      if (id < 0 || id > INT32_MAX) return InvalidArgument("added_tokens: missing or invalid 'id'");
+      at.id = static_cast<uint32_t>(id);
+      RS_ASSIGN_OR_RETURN(at.content, json_fields::String(a, "content", where));
+      if (at.content.empty()) return InvalidArgument("added_tokens: empty 'content' for id " + std::to_string(id));
+      RS_RETURN_IF_ERROR(CheckUtf8(at.content, "added token content"));
+      RS_ASSIGN_OR_RETURN(at.single_word, json_fields::Bool(a, "single_word", false, where));
+      RS_ASSIGN_OR_RETURN(at.lstrip, json_fields::Bool(a, "lstrip", false, where));
+      RS_ASSIGN_OR_RETURN(at.rstrip, json_fields::Bool(a, "rstrip", false, where));
+      RS_ASSIGN_OR_RETURN(at.normalized, json_fields::Bool(a, "normalized", true, where));
+      RS_ASSIGN_OR_RETURN(at.special, json_fields::Bool(a, "special", false, where));
+      t->added_.push_back(std::move(at));
+    }
+  }
+  // Pointers into added_ are taken only now that it no longer grows.
+  for (AddedToken& at : t->added_) {
+    t->added_by_id_[at.id] = &at;
+    t->added_by_content_[at.content] = at.id;
+    if (at.special) t->special_ids_.insert(at.id);
+    t->vocab_size_ = std::max<size_t>(t->vocab_size_, at.id + 1);
+    // Normalized added tokens are matched against normalized text, so their
+    // pattern is their normalized content.
+    if (at.normalized && !at.special && t->normalizer_) {
+      NormalizedString ns(at.content);
+      RS_RETURN_IF_ERROR(t->normalizer_->Normalize(ns));
+      if (ns.get() != at.content) {
+        at.content = ns.get();
+      }
+      t->added_by_content_[at.content] = at.id;
+    }
+    Matcher& m = at.normalized && !at.special ? t->normalized_matcher_ : t->raw_matcher_;
+    m.by_first_byte[static_cast<unsigned char>(at.content[0])].push_back(&at);
+  }
+  for (Matcher* m : {&t->raw_matcher_, &t->normalized_matcher_}) {
+    for (auto& v : m->by_first_byte) {
+      std::stable_sort(v.begin(), v.end(), [](const AddedToken* x, const AddedToken* y) {
+        return x->content.size() > y->content.size();
+      });
+    }
+  }
+  if (!config_text.empty()) {
+    RS_ASSIGN_OR_RETURN(json c, ParseJson(config_text, "tokenizer_config.json"));
+    RS_RETURN_IF_ERROR(ReadConfig(c, &t->config_));
+  }
+  return std::shared_ptr<const Tokenizer>(std::move(t));
+}
+
+std::vector<Tokenizer::Piece> Tokenizer::FindAdded(std::string_view s, const Matcher& m) const {
+  std::vector<Piece> out;
+  if (s.empty()) {
+    out.push_back({std::nullopt, {0, 0}});
+    return out;
+  }
+  size_t start_offset = 0;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    // Leftmost-longest: the first position where any token matches.
+    const AddedToken* hit = nullptr;
+    size_t at = pos;
+    for (; at < s.size(); ++at) {
+      const auto& cands = m.by_first_byte[static_cast<unsigned char>(s[at])];
+      for (const AddedToken* c : cands) {
+        if (s.compare(at, c->content.size(), c->content) == 0) {
+          hit = c;
+          break;
+        }
+      }
+      if (hit) break;
+    }
+    if (!hit) break;
+    size_t start = at, stop = at + hit->content.size();
+    pos = stop;
+    if (hit->single_word) {
+      const bool start_ok = start == 0 || !IsWordChar(LastChar(s.substr(0, start)));
+      size_t n;
+      const bool stop_ok = stop == s.size() || !IsWordChar(DecodeUtf8(s, stop, &n));
+      if (!start_ok || !stop_ok) continue;
+    }
+    if (hit->lstrip) {
+      size_t ns = start;
+      while (ns > 0) {
+        size_t b = ns - 1;
+        while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+        size_t n;
+        if (!IsWhitespace(DecodeUtf8(s, b, &n))) break;
+        ns = b;
+      }
+      start = std::max(ns, start_offset);
+    }
+    if (hit->rstrip) {
+      while (stop < s.size()) {
+        size_t n;
+        if (!IsWhitespace(DecodeUtf8(s, stop, &n))) break;
+        stop += n;
+      }
+      pos = stop;
+    }
+    if (start_offset < start) out.push_back({std::nullopt, {start_offset, start}});
+    out.push_back({hit->id, {start, stop}});
+    start_offset = stop;
+  }
+  if (start_offset != s.size()) out.push_back({std::nullopt, {start_offset, s.size()}});
+  return out;
+}
+
+Status Tokenizer::ExtractAndNormalize(std::string_view text, PreTokenizedString* pts) const {
+  pts->splits.clear();
+  pts->splits.push_back({NormalizedString(text), std::nullopt});
+  // Two passes, as the reference: tokens matched on the raw text first,
+  // then normalization and the tokens matched on normalized text.
+  auto pass = [&](const Matcher& m, bool normalize) -> Status {
+    std::vector<Split> out;
+    for (Split& s : pts->splits) {
+      if (s.tokens) {
+        out.push_back(std::move(s));
+        continue;
+      }
+      if (normalize && normalizer_) RS_RETURN_IF_ERROR(normalizer_->Normalize(s.normalized));
+      if (m.empty()) {
+        if (!s.normalized.empty()) out.push_back(std::move(s));
+        continue;
+      }
+      for (const Piece& p : FindAdded(s.normalized.get(), m)) {
+        if (p.offsets.start == p.offsets.end) continue;
+        Split piece{s.normalized.Slice(p.offsets.start, p.offsets.end), std::nullopt};
+        if (p.id) piece.tokens = std::vector<Token>{{*p.id, {0, piece.normalized.size()}}};
+        out.push_back(std::move(piece));
+      }
+    }
+    pts->splits = std::move(out);
+    return Status::Ok();
+  };
+  RS_RETURN_IF_ERROR(pass(raw_matcher_, false));
+  return pass(normalized_matcher_, true);
+}
+
+StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, uint32_t type_id,
+                                             int sequence_id) const {
+  RS_RETURN_IF_ERROR(CheckUtf8(text, "input text"));
+  PreTokenizedString pts;
+  RS_RETURN_IF_ERROR(ExtractAndNormalize(text, &pts));
+  if (pre_tokenizer_) RS_RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(pts));
+  const CharIndex chars(text);
+  Encoding e;
+  std::vector<Token> toks;
+  for (Split& s : pts.splits) {
+    const bool added = s.tokens.has_value();
+    if (!added) {
+      toks.clear();
+      RS_RETURN_IF_ERROR(model_->Tokenize(s.normalized.get(), &toks));
+    }
+    const std::vector<Token>& list = added ? *s.tokens : toks;
+    for (const Token& t : list) {
+      e.ids.push_back(t.id);
+      e.type_ids.push_back(type_id);
+      if (added) {
+        e.tokens.push_back(s.normalized.get());
+      } else {
+        const std::string* str = IdToToken(t.id);
+        e.tokens.push_back(str ? *str : std::string());
+      }
+      e.offsets.push_back(chars.Convert(s.normalized.ToOriginal(t.offsets)));
+      e.special_tokens_mask.push_back(0);
+      e.sequence_ids.push_back(sequence_id);
+    }
+  }
+  return e;
+}
+
+StatusOr<Encoding> Tokenizer::PostProcess(Encoding a, std::optional<Encoding> b, bool add_special,
+                                          const std::optional<Truncation>& truncation) const {
+  if (truncation) {
+    Truncation t = *truncation;
+    const size_t added = add_special ? NumAddedTokens(b.has_value()) : 0;
+    if (added > 0) {
+      if (t.max_length <= added) {
+        return InvalidArgument("max_length (" + std::to_string(t.max_length) +
+                               ") leaves no room next to the " + std::to_string(added) + " special tokens");
+      }
+      t.max_length -= added;
+    }
+    RS_RETURN_IF_ERROR(TruncatePair(a, b, t));
+  }
+  if (post_) return post_->Process(std::move(a), std::move(b), add_special);
+  return DefaultProcess(std::move(a), std::move(b));
+}
+
+StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  RS_ASSIGN_OR_RETURN(Encoding a, EncodeSequence(text, 0, 0));
+  return PostProcess(std::move(a), std::nullopt, add_special_tokens, truncation_);
+}
+
+StatusOr<Encoding> Tokenizer::EncodePair(std::string_view first, std::string_view second,
+                                         bool add_special_tokens,
+                                         const std::optional<Truncation>& truncation) const {
+  RS_ASSIGN_OR_RETURN(Encoding a, EncodeSequence(first, 0, 0));
+  RS_ASSIGN_OR_RETURN(Encoding b, EncodeSequence(second, 1, 1));
+  return PostProcess(std::move(a), std::move(b), add_special_tokens,
+                     truncation ? truncation : truncation_);
+}
+
+std::optional<uint32_t> Tokenizer::TokenToId(const std::string& token) const {
+  if (auto it = added_by_content_.find(token); it != added_by_content_.end()) return it->second;
+  return model_->TokenToId(token);
+}
+
+const std::string* Tokenizer::IdToToken(uint32_t id) const {
+  if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return &it->second->content;
+  return model_->IdToToken(id);
+}
+
+StatusOr<std::string> Tokenizer::Decode(const std::vector<uint32_t>& ids, bool skip_special) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (uint32_t id : ids) {
+    const std::string* t = IdToToken(id);
+    if (t == nullptr) {
+      return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
+                             std::to_string(vocab_size_) + ")");
+    }
+    if (skip_special && IsSpecial(id)) continue;
+    tokens.push_back(*t);
+  }
+  if (!decoder_) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out.push_back(' ');
+      out += tokens[i];
+    }
+    return out;
+  }
+  RS_RETURN_IF_ERROR(decoder_->DecodeChain(tokens));
+  std::string out;
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
+// ------------------------------------------------------- incremental decode
+
+IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> t, bool skip_special)
+    : tok_(std::move(t)), skip_special_(skip_special) {}
+
+StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
+  ids_.push_back(id);
+  RS_ASSIGN_OR_RETURN(std::string full, tok_->Decode(ids_, skip_special_));
+  // Hold back a trailing run of U+FFFD: it may be an incomplete character
+  // (byte-level or byte-fallback) that the next token completes.
+  size_t end = full.size();
+  while (end >= 3 && full.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+  if (end <= emitted_.size() || full.compare(0, emitted_.size(), emitted_) != 0) return std::string();
+  std::string piece = full.substr(emitted_.size(), end - emitted_.size());
+  emitted_ += piece;
+  return piece;
+}
+
+StatusOr<std::string> IncrementalDecoder::Finish() {
+  RS_ASSIGN_OR_RETURN(std::string full, tok_->Decode(ids_, skip_special_));
+  if (full.compare(0, emitted_.size(), emitted_) != 0) {
+    return Internal("incremental decoding diverged from the full decode");
+  }
+  std::string piece = full.substr(emitted_.size());
+  emitted_ += piece;
+  return piece;
+}
+
+}  // namespace ropeserve::tok

@@ -1,0 +1,122 @@
+// A Hugging Face tokenizer.json, loaded and run in C++ with the reference
+// library's semantics (ids, code-point offsets, decoding). See
+// docs/tokenizer.md for what is supported and the bad-input policy.
+//
+// Thread safety: a loaded Tokenizer is immutable and may be shared by any
+// number of threads (the BPE word cache is internally locked).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/tokenizer/components.h"
+
+namespace ropeserve::tok {
+
+struct AddedToken {
+  uint32_t id = 0;
+  std::string content;
+  bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
+};
+
+enum class TruncationStrategy { kLongestFirst, kOnlyFirst, kOnlySecond };
+enum class TruncationDirection { kRight, kLeft };
+
+struct Truncation {
+  size_t max_length = 0;
+  size_t stride = 0;
+  TruncationStrategy strategy = TruncationStrategy::kLongestFirst;
+  TruncationDirection direction = TruncationDirection::kRight;
+};
+
+// What tokenizer_config.json / special_tokens_map.json add.
+struct TokenizerConfig {
+  std::optional<std::string> chat_template;  // the default template
+  std::unordered_map<std::string, std::string> named_templates;
+  std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+};
+
+class Tokenizer {
+ public:
+  // `path` is a tokenizer.json or a directory holding one (plus optional
+  // tokenizer_config.json and special_tokens_map.json).
+  static StatusOr<std::shared_ptr<const Tokenizer>> FromPath(const std::string& path);
+  // From the parsed tokenizer.json (and optional tokenizer_config.json).
+  static StatusOr<std::shared_ptr<const Tokenizer>> FromJson(const std::string& tokenizer_json,
+                                                             const std::string& config_json = "");
+
+  // Invalid UTF-8 is rejected (InvalidArgument), never replaced.
+  StatusOr<Encoding> Encode(std::string_view text, bool add_special_tokens) const;
+  // Question/context pairs; `truncation` (if set) as with the reference's
+  // `truncation=..., max_length=..., stride=...`: overflowing windows are
+  // returned in Encoding::overflowing.
+  StatusOr<Encoding> EncodePair(std::string_view first, std::string_view second,
+                                bool add_special_tokens,
+                                const std::optional<Truncation>& truncation) const;
+  // InvalidArgument for an id outside the vocabulary.
+  StatusOr<std::string> Decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const;
+
+  std::optional<uint32_t> TokenToId(const std::string& token) const;
+  const std::string* IdToToken(uint32_t id) const;
+  bool IsSpecial(uint32_t id) const { return special_ids_.count(id) > 0; }
+  size_t VocabSize() const { return vocab_size_; }
+  size_t NumAddedTokens(bool is_pair) const { return post_ ? post_->AddedTokens(is_pair) : 0; }
+  const TokenizerConfig& config() const { return config_; }
+
+ private:
+  struct Piece {
+    std::optional<uint32_t> id;
+    Offsets offsets;
+  };
+  struct Matcher {
+    std::vector<const AddedToken*> by_first_byte[256];  // longest first
+    bool empty() const;
+  };
+  std::vector<Piece> FindAdded(std::string_view s, const Matcher& m) const;
+  Status ExtractAndNormalize(std::string_view text, PreTokenizedString* out) const;
+  StatusOr<Encoding> EncodeSequence(std::string_view text, uint32_t type_id, int sequence_id) const;
+  StatusOr<Encoding> PostProcess(Encoding a, std::optional<Encoding> b, bool add_special,
+                                 const std::optional<Truncation>& truncation) const;
+
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<PostProcessor> post_;
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<AddedToken> added_;
+  std::unordered_map<uint32_t, const AddedToken*> added_by_id_;
+  std::unordered_map<std::string, uint32_t> added_by_content_;
+  std::unordered_set<uint32_t> special_ids_;
+  Matcher raw_matcher_, normalized_matcher_;
+  std::optional<Truncation> truncation_;
+  size_t vocab_size_ = 0;
+  TokenizerConfig config_;
+};
+
+// Turns ids produced one at a time into text: every Push returns the new
+// text that is final, and Finish the rest. The concatenation of everything
+// returned equals Tokenizer::Decode(all ids), and no piece ends inside a
+// UTF-8 character or a byte-fallback sequence (text that may still change
+// is held back).
+class IncrementalDecoder {
+ public:
+  IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens);
+  StatusOr<std::string> Push(uint32_t id);
+  StatusOr<std::string> Finish();
+  const std::string& emitted() const { return emitted_; }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  bool skip_special_;
+  std::vector<uint32_t> ids_;
+  std::string emitted_;
+};
+
+}  // namespace ropeserve::tok
