@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   add(&ropeserve::cli::AddGenerate);
   add(&ropeserve::cli::AddMakeModel);
   add(&ropeserve::cli::AddBench);
+  add(&ropeserve::cli::AddTokenize);
+  add(&ropeserve::cli::AddChatTemplate);
 #ifdef ROPESERVE_HAVE_NETWORK
   add(&ropeserve::cli::AddServe);
 #endif

@@ -17,6 +17,8 @@ using Runner = std::function<int()>;
 Runner AddGenerate(CLI::App& app);
 Runner AddMakeModel(CLI::App& app);
 Runner AddBench(CLI::App& app);
+Runner AddTokenize(CLI::App& app);
+Runner AddChatTemplate(CLI::App& app);
 #ifdef ROPESERVE_HAVE_NETWORK
 Runner AddServe(CLI::App& app);
 #endif
