@@ -1,6 +1,8 @@
 // `ropeserve generate`: offline generation for one prompt, used by tests and
 // parity checks against other implementations.
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -8,6 +10,7 @@
 #include "server/cli/commands.h"
 #include "server/models/decoder.h"
 #include "server/runner/generate.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
 
@@ -57,10 +60,28 @@ StatusOr<std::vector<std::int64_t>> ParseIds(const std::string& text) {
 }
 
 int Run(const GenerateFlags& f) {
-  if (!f.prompt.empty())
-    return Fail("--prompt needs the tokenizer, which is not implemented yet; pass token ids with --prompt-ids");
-  auto ids = ParseIds(f.prompt_ids);
-  if (!ids.ok()) return Fail(ids.status().message());
+  // The model directory's tokenizer.json: required for --prompt, and used
+  // to print text when present.
+  std::shared_ptr<const tok::Tokenizer> tokenizer;
+  const bool has_tokenizer = std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json");
+  if (has_tokenizer || !f.prompt.empty()) {
+    auto t = tok::Tokenizer::FromPath(f.model);
+    if (!t.ok()) return Fail(t.status().message());
+    tokenizer = *t;
+  }
+  std::vector<std::int64_t> prompt_ids;
+  if (!f.prompt.empty()) {
+    // add_special_tokens as the tokenizer's post-processor says (BOS for
+    // Llama/Mistral, nothing for Qwen), like transformers' tokenizer(text).
+    auto enc = tokenizer->Encode(f.prompt, /*add_special_tokens=*/true);
+    if (!enc.ok()) return Fail("--prompt: " + enc.status().message());
+    if (enc->ids.empty()) return Fail("--prompt: the text tokenizes to no tokens");
+    prompt_ids.assign(enc->ids.begin(), enc->ids.end());
+  } else {
+    auto ids = ParseIds(f.prompt_ids);
+    if (!ids.ok()) return Fail(ids.status().message());
+    prompt_ids = *ids;
+  }
 
   auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model));
   if (!model.ok()) return Fail(model.status().ToString());
@@ -75,14 +96,29 @@ int Run(const GenerateFlags& f) {
   opts.top_logprobs = f.top_logprobs;
   opts.ignore_eos = f.ignore_eos;
   opts.use_reference = f.reference;
-  auto result = Generate(**model, *ids, opts);
+  // Text mode streams the decoded text as tokens arrive.
+  std::optional<tok::IncrementalDecoder> stream;
+  if (tokenizer && !f.json) stream.emplace(tokenizer, /*skip_special_tokens=*/true);
+  auto on_token = [&](std::int64_t id) {
+    if (!stream) return;
+    auto piece = stream->Push(static_cast<uint32_t>(id));
+    if (piece.ok()) std::cout << *piece << std::flush;
+  };
+  auto result = Generate(**model, prompt_ids, opts, on_token);
   if (!result.ok()) return Fail(result.status().ToString());
+  std::string text;
+  if (tokenizer) {
+    auto decoded = tokenizer->Decode(std::vector<uint32_t>(result->generated_ids.begin(), result->generated_ids.end()),
+                                     /*skip_special_tokens=*/true);
+    if (!decoded.ok()) return Fail(decoded.status().message());
+    text = *decoded;
+  }
 
   if (f.json) {
     nlohmann::json out;
     out["prompt_ids"] = result->prompt_ids;
     out["generated_ids"] = result->generated_ids;
-    out["text"] = "";  // filled in once the tokenizer lands
+    out["text"] = text;  // skip_special_tokens=true; "" without a tokenizer.json
     out["finish_reason"] = result->finish_reason;
     out["logprobs"] = result->logprobs;
     nlohmann::json top = nlohmann::json::array();
@@ -98,8 +134,13 @@ int Run(const GenerateFlags& f) {
                      {"decode_tokens_per_second", decoded > 0 && result->decode_seconds > 0
                                                       ? decoded / result->decode_seconds
                                                       : 0.0}};
-    std::cout << out.dump() << "\n";
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
+    if (stream) {
+      auto rest = stream->Finish();
+      if (rest.ok()) std::cout << *rest;
+      std::cout << "\n";
+    }
     for (std::size_t i = 0; i < result->generated_ids.size(); ++i)
       std::cout << (i ? " " : "") << result->generated_ids[i];
     std::cout << "\nfinish_reason: " << result->finish_reason << "\n";
@@ -115,7 +156,7 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--model", f->model, "Checkpoint directory in Hugging Face layout")
       ->required()
       ->check(CLI::ExistingDirectory);
-  auto* text = sub->add_option("--prompt", f->prompt, "Prompt text (needs the tokenizer; not implemented yet)");
+  auto* text = sub->add_option("--prompt", f->prompt, "Prompt text, tokenized with the model's tokenizer.json (special tokens added as its post-processor says)");
   auto* ids = sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,15043");
   text->excludes(ids);
   sub->add_option("--max-tokens", f->max_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));

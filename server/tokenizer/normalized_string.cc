@@ -85,6 +85,10 @@ std::vector<char32_t> Chars(std::string_view s) {
 }
 }  // namespace
 
+namespace {
+constexpr size_t kMaxChunkChars = 64;
+}  // namespace
+
 void NormalizedString::NormalizeUnicode(int form_int) {
   const auto form = static_cast<NormalForm>(form_int);
   const std::string whole = Normalize(normalized_, form);
@@ -117,11 +121,20 @@ void NormalizedString::NormalizeUnicode(int form_int) {
     chunk_norm.clear();
     chunk_chars = 0;
   };
-  size_t leading_removed = 0;
-  for (char32_t c : cs) {
+  for (size_t idx = 0; idx < cs.size(); ++idx) {
+    const char32_t c = cs[idx];
+    // ASCII never composes with what precedes it and is never changed, so an
+    // ASCII character followed by ASCII is a chunk of its own (fast path).
+    if (c < 0x80 && (idx + 1 == cs.size() || cs[idx + 1] < 0x80)) {
+      flush();
+      dest.push_back({c, 0});
+      continue;
+    }
     const std::string one = ToUtf8(c);
     const std::string one_norm = Normalize(one, form);
-    if (chunk_chars > 0) {
+    // Chunks are capped so that pathological input (a million combining
+    // marks) stays linear; a real character never has that many marks.
+    if (chunk_chars > 0 && chunk_chars < kMaxChunkChars) {
       const std::string joined = Normalize(chunk + one, form);
       if (joined != chunk_norm + one_norm) {
         chunk += one;
@@ -130,15 +143,13 @@ void NormalizedString::NormalizeUnicode(int form_int) {
         continue;
       }
     }
-    const bool at_start = dest.empty();
     flush();
-    if (at_start && dest.empty()) leading_removed = 0;
     chunk = one;
     chunk_norm = one_norm;
     chunk_chars = 1;
   }
   flush();
-  Transform(dest, leading_removed);
+  Transform(dest, 0);
 }
 
 void NormalizedString::Lowercase() {
@@ -221,17 +232,30 @@ void NormalizedString::Filter(const std::function<bool(char32_t)>& keep) {
 
 Status NormalizedString::Replace(const Pattern& pattern, std::string_view content) {
   RS_ASSIGN_OR_RETURN(auto matches, pattern.FindMatches(normalized_));
-  const std::vector<char32_t> cs = Chars(content);
-  long shift = 0;
+  // One pass (a splice per match would be quadratic on long inputs). As in
+  // the reference, the replacement's characters are inserted after the
+  // removed match and so share the alignment of its last byte.
+  std::string out;
+  std::vector<std::pair<uint32_t, uint32_t>> out_align;
+  out.reserve(normalized_.size());
+  out_align.reserve(normalized_.size());
+  bool changed = false;
   for (const auto& m : matches) {
-    if (!m.is_match) continue;
-    const size_t start = static_cast<size_t>(static_cast<long>(m.offsets.start) + shift);
-    const size_t end = static_cast<size_t>(static_cast<long>(m.offsets.end) + shift);
-    const size_t removed_chars = CountCodePoints(std::string_view(normalized_).substr(start, end - start));
-    std::vector<CharChange> dest;
-    for (char32_t c : cs) dest.push_back({c, 1});
-    TransformRange(start, end, dest, removed_chars);
-    shift += static_cast<long>(content.size()) - static_cast<long>(end - start);
+    const size_t a = m.offsets.start, b = m.offsets.end;
+    if (!m.is_match) {
+      out.append(normalized_, a, b - a);
+      out_align.insert(out_align.end(), align_.begin() + a, align_.begin() + b);
+      continue;
+    }
+    changed = true;
+    const std::pair<uint32_t, uint32_t> al =
+        b >= 1 ? align_[b - 1] : std::pair<uint32_t, uint32_t>{0, 0};
+    out.append(content);
+    out_align.insert(out_align.end(), content.size(), al);
+  }
+  if (changed) {
+    normalized_ = std::move(out);
+    align_ = std::move(out_align);
   }
   return Status::Ok();
 }

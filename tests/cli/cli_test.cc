@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "tests/checkpoint/test_checkpoints.h"
 
@@ -164,6 +166,126 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   auto bad = RunBinary("bench --model " + d.path() + "/m --input-len uniform:9:3", d.path());
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("uniform:A:B"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+std::string WriteScratch(const testing::ScratchDir& d, const std::string& name, const std::string& content) {
+  const std::string path = d.path() + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// `generate --prompt` tokenizes like the reference: the golden prompt ids
+// were made from the same text by the Hugging Face tokenizers library.
+TEST(Cli, GeneratePromptTextTokenizesLikeReferenceAndPrintsText) {
+  ScratchDir d;
+  auto golden = testing::ReadJson(testing::TestData("golden/decoder_llama-tiny.json"));
+  const auto& c = golden["cases"][1];
+  const std::string prompt = WriteScratch(d, "prompt.txt", c["text"].get<std::string>());
+  auto r = RunBinary("generate --model " + testing::TestData("models/llama-tiny") + " --prompt \"$(cat " + prompt +
+                         ")\" --max-tokens 32 --ignore-eos --json",
+                     d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], c["prompt_ids"]);
+  EXPECT_EQ(j["generated_ids"], c["generated_ids"]);
+  EXPECT_FALSE(j["text"].get<std::string>().empty());
+}
+
+TEST(Cli, TokenizeMatchesGoldenIdsAndOffsets) {
+  ScratchDir d;
+  auto golden = testing::ReadJson(testing::TestData("golden/tokenizers_llama3.json"));
+  std::string input;
+  for (const auto& item : golden["items"]) input += item["text"].dump() + "\n";
+  const std::string in = WriteScratch(d, "in.jsonl", input);
+  for (bool special : {false, true}) {
+    auto r = RunBinary("tokenize --tokenizer " + testing::TestData("tokenizers/llama3") +
+                           (special ? " --add-special-tokens" : "") + " < " + in,
+                       d.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto lines = JsonLines(r.out);
+    ASSERT_EQ(lines.size(), golden["items"].size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto& item = golden["items"][i];
+      EXPECT_EQ(lines[i]["ids"], item[special ? "ids_with_special" : "ids"]) << i;
+      EXPECT_EQ(lines[i]["offsets"], item[special ? "offsets_with_special" : "offsets"]) << i;
+    }
+  }
+}
+
+TEST(Cli, TokenizeDecodeAndBadLines) {
+  ScratchDir d;
+  const std::string in = WriteScratch(d, "in.jsonl", "{\"ids\":[9707,1879]}\n{\"ids\":[151643]}\n{\"ids\":[-1]}\n{\"ids\":[999999999]}\nnot json\n");
+  auto r = RunBinary("tokenize --decode --skip-special-tokens --tokenizer " + testing::TestData("tokenizers/qwen3") + " < " + in,
+                     d.path());
+  EXPECT_EQ(r.exit_code, 1);
+  auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 5u);  // one output line per input line, errors included
+  EXPECT_EQ(lines[0]["text"], "Hello world");
+  EXPECT_EQ(lines[1]["text"], "");
+  EXPECT_TRUE(lines[2].contains("error"));
+  EXPECT_NE(lines[3]["error"].get<std::string>().find("not in the vocabulary"), std::string::npos);
+  EXPECT_TRUE(lines[4].contains("error"));
+  EXPECT_NE(r.err.find("line 3"), std::string::npos) << r.err;
+
+  // Invalid UTF-8 inside a line is rejected, not replaced.
+  const std::string bad = WriteScratch(d, "bad.jsonl", std::string("\"ab\xff\"\n\"ok\"\n"));
+  auto b = RunBinary("tokenize --tokenizer " + testing::TestData("tokenizers/qwen3") + " < " + bad, d.path());
+  EXPECT_EQ(b.exit_code, 1);
+  auto blines = JsonLines(b.out);
+  ASSERT_EQ(blines.size(), 2u);
+  EXPECT_TRUE(blines[0].contains("error"));
+  EXPECT_EQ(blines[1]["ids"], nlohmann::json({562}));
+
+  auto missing = RunBinary("tokenize --tokenizer " + d.path() + "/nope < " + in, d.path());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
+}
+
+TEST(Cli, ChatTemplateRendersAndReportsTemplateErrors) {
+  ScratchDir d;
+  const std::string msgs = WriteScratch(d, "m.json", R"([{"role":"user","content":"Hi"}])");
+  auto r = RunBinary("chat-template --template " + testing::TestData("chat_templates/google-gemma-2-2b-it.jinja") +
+                         " --add-generation-prompt --bos-token '<bos>' < " + msgs,
+                     d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+
+  const std::string sys = WriteScratch(d, "s.json", R"([{"role":"system","content":"S"},{"role":"user","content":"Hi"}])");
+  auto e = RunBinary("chat-template --template " + testing::TestData("chat_templates/google-gemma-2-2b-it.jinja") + " < " + sys,
+                     d.path());
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_NE(e.err.find("System role not supported"), std::string::npos) << e.err;
+
+  // --var values are JSON when they parse as JSON.
+  const std::string t = WriteScratch(d, "t.jinja", "{{ date_string }}|{{ n + 1 }}|{{ messages | length }}");
+  auto v = RunBinary("chat-template --template " + t + " --var date_string='1 Jan 2025' --var n=41 < " + msgs, d.path());
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out, "1 Jan 2025|42|1");
+
+  const std::string broken = WriteScratch(d, "b.jinja", "line one\n{% for x in messages %}");
+  auto p = RunBinary("chat-template --template " + broken + " < " + msgs, d.path());
+  EXPECT_EQ(p.exit_code, 1);
+  EXPECT_NE(p.err.find("endfor"), std::string::npos) << p.err;
+
+  auto cfg = RunBinary("chat-template --tokenizer-config " + testing::TestData("tokenizers/llama3/tokenizer_config.json") +
+                           " --add-generation-prompt < " + msgs,
+                       d.path());
+  ASSERT_EQ(cfg.exit_code, 0) << cfg.err;
+  EXPECT_EQ(cfg.out.rfind("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", 0), 0u) << cfg.out;
 }
 
 }  // namespace
