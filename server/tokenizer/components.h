@@ -64,7 +64,15 @@ struct Encoding {
   std::vector<Encoding> overflowing;
 
   size_t size() const { return ids.size(); }
+  // Appends `other`'s tokens (not its overflow).
   void Append(const Encoding& other);
+  // The reference's merge_with: appends `pair` and combines overflowing
+  // windows (each of ours with `pair` and its windows, then us with each of
+  // `pair`'s windows), recursively, so the nesting matches the reference.
+  void MergeWith(const Encoding& pair);
+  static Encoding Merge(std::vector<Encoding> encodings);
+  // Total tokens in this encoding and all nested windows.
+  size_t TotalTokens() const;
   // Tokens [start, end) as a new encoding (no overflow).
   Encoding Range(size_t start, size_t end) const;
 };
@@ -95,9 +103,10 @@ class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
   virtual size_t AddedTokens(bool is_pair) const = 0;
-  // `b` is null for a single sequence. Returns the merged encoding.
-  virtual StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b,
-                                     bool add_special_tokens) const = 0;
+  // Transforms the list of encodings (one per input sequence, or pieces of
+  // a template); the Tokenizer merges the result, as the reference does.
+  virtual StatusOr<std::vector<Encoding>> ProcessEncodings(std::vector<Encoding> encodings,
+                                                           bool add_special_tokens) const = 0;
 };
 
 class Decoder {
@@ -114,8 +123,6 @@ StatusOr<std::unique_ptr<Model>> MakeModel(const nlohmann::json& j);
 StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const nlohmann::json& j);
 StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const nlohmann::json& j);
 
-// The default merge of a pair when there is no post-processor.
-Encoding DefaultProcess(Encoding a, std::optional<Encoding> b);
 
 // GPT-2's byte <-> printable character mapping used by byte-level BPE.
 char32_t ByteToChar(uint8_t b);

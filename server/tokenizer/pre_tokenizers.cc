@@ -33,6 +33,30 @@ class InvertPattern final : public Pattern {
   std::shared_ptr<Pattern> p_;
 };
 
+// `\w+|[^\w\s]+` with Rust regex semantics: runs of word characters and
+// runs of other non-space characters are matches, whitespace is not.
+class WordOrSymbolRuns final : public Pattern {
+ public:
+  StatusOr<std::vector<PatternMatch>> FindMatches(std::string_view s) const override {
+    std::vector<PatternMatch> out;
+    if (s.empty()) return std::vector<PatternMatch>{{{0, 0}, false}};
+    int prev_class = -1;  // 0 word, 1 other, 2 space
+    for (size_t i = 0; i < s.size();) {
+      size_t n;
+      const char32_t c = DecodeUtf8(s, i, &n);
+      const int cls = IsRegexWordChar(c) ? 0 : IsWhitespace(c) ? 2 : 1;
+      if (cls == prev_class && !out.empty()) {
+        out.back().offsets.end = i + n;
+      } else {
+        out.push_back({{i, i + n}, cls != 2});
+      }
+      prev_class = cls;
+      i += n;
+    }
+    return out;
+  }
+};
+
 class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool prefix, std::shared_ptr<Regex> re)
@@ -207,9 +231,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
                                         {Pred(IsBertPunctuation), SplitBehavior::kIsolated}}));
   }
   if (type == "Whitespace") {
-    RS_ASSIGN_OR_RETURN(auto re, Regex::Compile(R"(\w+|[^\w\s]+)"));
     return P(new PredicatePreTokenizer(
-        {{std::make_shared<InvertPattern>(std::move(re)), SplitBehavior::kRemoved}}));
+        {{std::make_shared<InvertPattern>(std::make_shared<WordOrSymbolRuns>()), SplitBehavior::kRemoved}}));
   }
   if (type == "WhitespaceSplit") {
     return P(new PredicatePreTokenizer({{Pred(IsWhitespace), SplitBehavior::kRemoved}}));

@@ -64,6 +64,39 @@ Encoding Encoding::Range(size_t s, size_t e) const {
   return r;
 }
 
+void Encoding::MergeWith(const Encoding& pair) {
+  std::vector<Encoding> over;
+  for (const Encoding& mine : overflowing) {
+    Encoding n = mine;
+    n.MergeWith(pair);
+    over.push_back(std::move(n));
+    for (const Encoding& theirs : pair.overflowing) {
+      Encoding m = mine;
+      m.MergeWith(theirs);
+      over.push_back(std::move(m));
+    }
+  }
+  for (const Encoding& theirs : pair.overflowing) {
+    Encoding n = *this;
+    n.MergeWith(theirs);
+    over.push_back(std::move(n));
+  }
+  Append(pair);
+  overflowing = std::move(over);
+}
+
+Encoding Encoding::Merge(std::vector<Encoding> encodings) {
+  Encoding out;
+  for (const Encoding& e : encodings) out.MergeWith(e);
+  return out;
+}
+
+size_t Encoding::TotalTokens() const {
+  size_t n = ids.size();
+  for (const Encoding& o : overflowing) n += o.TotalTokens();
+  return n;
+}
+
 namespace {
 
 struct SpecialPiece {
@@ -82,35 +115,15 @@ Encoding MakeSpecial(const SpecialPiece& p, uint32_t type_id) {
   return e;
 }
 
+// As the reference's set_type_ids: the main encoding only; overflowing
+// windows keep the type ids they were created with.
 void SetTypeIds(Encoding& e, uint32_t t) { e.type_ids.assign(e.ids.size(), t); }
 
 // Applies `fn` to an encoding and all of its overflowing windows.
 template <typename Fn>
 void ForAll(Encoding& e, Fn&& fn) {
   fn(e);
-  for (Encoding& o : e.overflowing) fn(o);
-}
-
-// Every overflowing combination of the pair, each processed by `combine`
-// (the reference pairs each window of A with B and each window of B with A).
-template <typename Combine>
-Encoding WithOverflow(Encoding a, std::optional<Encoding> b, Combine&& combine) {
-  std::vector<Encoding> a_over = std::move(a.overflowing);
-  a.overflowing.clear();
-  std::vector<Encoding> b_over;
-  if (b) {
-    b_over = std::move(b->overflowing);
-    b->overflowing.clear();
-  }
-  Encoding main = combine(a, b ? &*b : nullptr);
-  // The reference's order: each window of A with B and with every window
-  // of B, then A with every window of B.
-  for (const Encoding& ao : a_over) {
-    main.overflowing.push_back(combine(ao, b ? &*b : nullptr));
-    for (const Encoding& bo : b_over) main.overflowing.push_back(combine(ao, &bo));
-  }
-  for (const Encoding& bo : b_over) main.overflowing.push_back(combine(a, &bo));
-  return main;
+  for (Encoding& o : e.overflowing) ForAll(o, fn);
 }
 
 void TrimByteLevelOffsets(Encoding& e, bool add_prefix_space) {
@@ -156,23 +169,20 @@ class TemplateProcessor final : public PostProcessor {
     return n;
   }
 
-  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
-    if (!add_special) return DefaultProcess(std::move(a), std::move(b));
-    const auto& tmpl = b ? pair : single;
-    return WithOverflow(std::move(a), std::move(b), [&](const Encoding& ea, const Encoding* eb) {
-      Encoding out;
-      for (const Piece& p : tmpl) {
-        if (p.is_sequence) {
-          Encoding part = p.sequence == 0 ? ea : *eb;
-          part.overflowing.clear();
-          SetTypeIds(part, p.type_id);
-          out.Append(part);
-        } else {
-          out.Append(MakeSpecial(specials.at(p.special), p.type_id));
-        }
+  StatusOr<std::vector<Encoding>> ProcessEncodings(std::vector<Encoding> encs, bool add_special) const override {
+    const auto& tmpl = encs.size() > 1 ? pair : single;
+    std::vector<Encoding> out;
+    for (const Piece& p : tmpl) {
+      if (p.is_sequence) {
+        if (static_cast<size_t>(p.sequence) >= encs.size()) continue;
+        Encoding part = encs[p.sequence];
+        SetTypeIds(part, p.type_id);
+        out.push_back(std::move(part));
+      } else if (add_special) {
+        out.push_back(MakeSpecial(specials.at(p.special), p.type_id));
       }
-      return out;
-    });
+    }
+    return out;
   }
 };
 
@@ -181,34 +191,37 @@ class BertLikeProcessor final : public PostProcessor {
   BertLikeProcessor(bool roberta, SpecialPiece cls, SpecialPiece sep, bool trim, bool prefix)
       : roberta_(roberta), cls_(std::move(cls)), sep_(std::move(sep)), trim_(trim), prefix_(prefix) {}
   size_t AddedTokens(bool is_pair) const override { return is_pair ? (roberta_ ? 4 : 3) : 2; }
-  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
+  StatusOr<std::vector<Encoding>> ProcessEncodings(std::vector<Encoding> encs, bool add_special) const override {
     if (roberta_) {
-      if (trim_) {
-        ForAll(a, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
-        if (b) ForAll(*b, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+      for (Encoding& e : encs) {
+        if (trim_) ForAll(e, [&](Encoding& x) { TrimByteLevelOffsets(x, prefix_); });
+        SetTypeIds(e, 0);  // "RoBERTa is weird": every type id is 0
       }
-      ForAll(a, [](Encoding& e) { SetTypeIds(e, 0); });
-      if (b) ForAll(*b, [](Encoding& e) { SetTypeIds(e, 0); });
     }
-    if (!add_special) return DefaultProcess(std::move(a), std::move(b));
-    return WithOverflow(std::move(a), std::move(b), [&](const Encoding& ea, const Encoding* eb) {
-      Encoding out = MakeSpecial(cls_, 0);
-      Encoding pa = ea;
-      pa.overflowing.clear();
-      if (!roberta_) SetTypeIds(pa, 0);
-      out.Append(pa);
-      out.Append(MakeSpecial(sep_, 0));
-      if (eb) {
-        const uint32_t t = roberta_ ? 0 : 1;
-        if (roberta_) out.Append(MakeSpecial(sep_, 0));
-        Encoding pb = *eb;
-        pb.overflowing.clear();
-        SetTypeIds(pb, t);
-        out.Append(pb);
-        out.Append(MakeSpecial(sep_, t));
-      }
-      return out;
-    });
+    if (!add_special) return encs;
+    std::vector<Encoding> out;
+    for (size_t i = 0; i < encs.size(); ++i) {
+      // Wraps one sequence (and each of its windows) in its special tokens.
+      std::function<Encoding(const Encoding&, bool)> wrap = [&](const Encoding& e, bool top) {
+        Encoding w;
+        const uint32_t t = (i == 0 || roberta_) ? 0 : 1;
+        if (i == 0) w.Append(MakeSpecial(cls_, 0));
+        else if (roberta_) w.Append(MakeSpecial(sep_, 0));
+        Encoding body = e;
+        body.overflowing.clear();
+        // BERT keeps each sequence's own type ids (0 for the first, 1 for
+        // the second); RoBERTa makes every type id 0.
+        if (roberta_) SetTypeIds(body, 0);
+        w.Append(body);
+        w.Append(MakeSpecial(sep_, t));
+        if (top) {
+          for (const Encoding& o : e.overflowing) w.overflowing.push_back(wrap(o, false));
+        }
+        return w;
+      };
+      out.push_back(wrap(encs[i], true));
+    }
+    return out;
   }
 
  private:
@@ -221,12 +234,11 @@ class ByteLevelProcessor final : public PostProcessor {
  public:
   ByteLevelProcessor(bool trim, bool prefix) : trim_(trim), prefix_(prefix) {}
   size_t AddedTokens(bool) const override { return 0; }
-  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool) const override {
+  StatusOr<std::vector<Encoding>> ProcessEncodings(std::vector<Encoding> encs, bool) const override {
     if (trim_) {
-      ForAll(a, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
-      if (b) ForAll(*b, [&](Encoding& e) { TrimByteLevelOffsets(e, prefix_); });
+      for (Encoding& e : encs) ForAll(e, [&](Encoding& x) { TrimByteLevelOffsets(x, prefix_); });
     }
-    return DefaultProcess(std::move(a), std::move(b));
+    return encs;
   }
 
  private:
@@ -241,17 +253,11 @@ class SequenceProcessor final : public PostProcessor {
     for (const auto& p : parts_) n += p->AddedTokens(is_pair);
     return n;
   }
-  StatusOr<Encoding> Process(Encoding a, std::optional<Encoding> b, bool add_special) const override {
-    // Each processor sees the previous one's output as a single sequence,
-    // except that a pair is only merged by the last one.
-    if (parts_.empty()) return DefaultProcess(std::move(a), std::move(b));
-    for (size_t i = 0; i + 1 < parts_.size(); ++i) {
-      RS_ASSIGN_OR_RETURN(a, parts_[i]->Process(std::move(a), std::nullopt, add_special));
-      if (b) {
-        RS_ASSIGN_OR_RETURN(*b, parts_[i]->Process(std::move(*b), std::nullopt, add_special));
-      }
+  StatusOr<std::vector<Encoding>> ProcessEncodings(std::vector<Encoding> encs, bool add_special) const override {
+    for (const auto& p : parts_) {
+      RS_ASSIGN_OR_RETURN(encs, p->ProcessEncodings(std::move(encs), add_special));
     }
-    return parts_.back()->Process(std::move(a), std::move(b), add_special);
+    return encs;
   }
 
  private:
@@ -505,20 +511,6 @@ class SequenceDecoder final : public Decoder {
 };
 
 }  // namespace
-
-Encoding DefaultProcess(Encoding a, std::optional<Encoding> b) {
-  if (!b) return a;
-  return WithOverflow(std::move(a), std::move(b), [](const Encoding& ea, const Encoding* eb) {
-    Encoding out = ea;
-    out.overflowing.clear();
-    if (eb) {
-      Encoding pb = *eb;
-      pb.overflowing.clear();
-      out.Append(pb);
-    }
-    return out;
-  });
-}
 
 StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
   const std::string type = json_fields::TypeOf(j);

@@ -100,16 +100,30 @@ class CharIndex {
   std::vector<uint32_t> map_;
 };
 
-void TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDirection dir) {
+// Overflowing windows are copies of the input; bound how much a request can
+// make us allocate (a 10 MB context with stride max_len-1 would otherwise
+// be millions of windows).
+constexpr size_t kMaxWindowTokens = size_t{1} << 24;
+
+Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDirection dir) {
   const size_t n = e.size();
-  if (max_len >= n) return;
+  if (max_len >= n) return Status::Ok();
   if (max_len == 0) {
     Encoding all = std::move(e);
     e = Encoding();
     e.overflowing.push_back(std::move(all));
-    return;
+    return Status::Ok();
   }
-  const size_t step = max_len - stride;  // stride < max_len checked by the caller
+  if (stride >= max_len) {
+    return InvalidArgument("truncation stride (" + std::to_string(stride) +
+                           ") must be smaller than the length kept for the sequence (" +
+                           std::to_string(max_len) + " tokens)");
+  }
+  const size_t step = max_len - stride;
+  if ((n / step + 1) * max_len > kMaxWindowTokens) {
+    return InvalidArgument("truncation would produce more than " + std::to_string(kMaxWindowTokens) +
+                           " tokens of overflowing windows; use a smaller stride");
+  }
   std::vector<std::pair<size_t, size_t>> parts;
   if (dir == TruncationDirection::kRight) {
     for (size_t start = 0; start < n; start += step) {
@@ -130,26 +144,22 @@ void TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDire
   Encoding out = e.Range(parts[0].first, parts[0].second);
   for (size_t i = 1; i < parts.size(); ++i) out.overflowing.push_back(e.Range(parts[i].first, parts[i].second));
   e = std::move(out);
+  return Status::Ok();
 }
 
 Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t) {
   if (t.max_length == 0) {
-    TruncateEncoding(a, 0, t.stride, t.direction);
-    if (b) TruncateEncoding(*b, 0, t.stride, t.direction);
+    RS_RETURN_IF_ERROR(TruncateEncoding(a, 0, t.stride, t.direction));
+    if (b) RS_RETURN_IF_ERROR(TruncateEncoding(*b, 0, t.stride, t.direction));
     return Status::Ok();
   }
   const size_t total = a.size() + (b ? b->size() : 0);
   if (total <= t.max_length) return Status::Ok();
   const size_t to_remove = total - t.max_length;
-  if (t.stride >= t.max_length) {
-    return InvalidArgument("truncation stride (" + std::to_string(t.stride) +
-                           ") must be smaller than the length left for the sequence (" +
-                           std::to_string(t.max_length) + ")");
-  }
   switch (t.strategy) {
     case TruncationStrategy::kLongestFirst: {
       if (!b) {
-        TruncateEncoding(a, total - to_remove, t.stride, t.direction);
+        RS_RETURN_IF_ERROR(TruncateEncoding(a, total - to_remove, t.stride, t.direction));
         break;
       }
       size_t n1 = a.size(), n2 = b->size();
@@ -162,11 +172,14 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
         n2 = n1 + t.max_length % 2;
       }
       if (swap) std::swap(n1, n2);
-      if (t.stride >= n1 || t.stride >= n2) {
-        return InvalidArgument("truncation stride must be smaller than each truncated sequence");
+      RS_RETURN_IF_ERROR(TruncateEncoding(a, n1, t.stride, t.direction));
+      RS_RETURN_IF_ERROR(TruncateEncoding(*b, n2, t.stride, t.direction));
+      // Both sequences overflowing combine pairwise (and nest) when merged.
+      const size_t wa = a.overflowing.size() + 1, wb = b->overflowing.size() + 1;
+      if (wa * wb * (wa + wb) * t.max_length > kMaxWindowTokens) {
+        return InvalidArgument("longest_first truncation of two long sequences would produce too many "
+                               "overflowing windows; truncate only_second or use a larger max_length");
       }
-      TruncateEncoding(a, n1, t.stride, t.direction);
-      TruncateEncoding(*b, n2, t.stride, t.direction);
       break;
     }
     case TruncationStrategy::kOnlyFirst:
@@ -178,12 +191,7 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
                                " tokens) is too short to remove " + std::to_string(to_remove) +
                                " tokens; use longest_first or a larger max_length");
       }
-      if (t.stride >= target->size() - to_remove) {
-        return InvalidArgument("truncation stride (" + std::to_string(t.stride) +
-                               ") must be smaller than the room left for the truncated sequence (" +
-                               std::to_string(target->size() - to_remove) + " tokens)");
-      }
-      TruncateEncoding(*target, target->size() - to_remove, t.stride, t.direction);
+      RS_RETURN_IF_ERROR(TruncateEncoding(*target, target->size() - to_remove, t.stride, t.direction));
       break;
     }
   }
@@ -458,8 +466,14 @@ StatusOr<Encoding> Tokenizer::PostProcess(Encoding a, std::optional<Encoding> b,
     }
     RS_RETURN_IF_ERROR(TruncatePair(a, b, t));
   }
-  if (post_) return post_->Process(std::move(a), std::move(b), add_special);
-  return DefaultProcess(std::move(a), std::move(b));
+  std::vector<Encoding> encs;
+  encs.push_back(std::move(a));
+  if (b) encs.push_back(std::move(*b));
+  if (post_) {
+    RS_ASSIGN_OR_RETURN(encs, post_->ProcessEncodings(std::move(encs), add_special));
+  }
+  Encoding merged = Encoding::Merge(std::move(encs));
+  return merged;
 }
 
 StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {

@@ -165,6 +165,20 @@ bool IsMark(char32_t c) {
   return cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC || cat == UTF8PROC_CATEGORY_ME;
 }
 
+bool IsRegexWordChar(char32_t c) {
+  if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? true : (c >= '0' && c <= '9') || c == '_';
+  if (c == 0x200C || c == 0x200D) return true;  // Join_Control
+  // Other_Alphabetic symbols (circled and squared Latin letters).
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189)) {
+    return true;
+  }
+  const auto cat = Category(c);
+  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || cat == UTF8PROC_CATEGORY_NL ||
+         cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC ||
+         cat == UTF8PROC_CATEGORY_ME || cat == UTF8PROC_CATEGORY_PC;
+}
+
 bool IsNonspacingMark(char32_t c) { return Category(c) == UTF8PROC_CATEGORY_MN; }
 
 bool IsControl(char32_t c) { return Category(c) == UTF8PROC_CATEGORY_CC; }

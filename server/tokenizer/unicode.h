@@ -60,6 +60,9 @@ bool IsAlphabetic(char32_t c);
 bool IsNumeric(char32_t c);
 bool IsPunctuation(char32_t c);  // Unicode P* categories
 bool IsMark(char32_t c);         // Mn, Mc, Me
+// Rust regex's \w (Alphabetic, marks, Nd, Pc, Join_Control), which the
+// reference's Whitespace pre-tokenizer uses (Oniguruma's \w differs).
+bool IsRegexWordChar(char32_t c);
 bool IsNonspacingMark(char32_t c);  // Mn
 bool IsControl(char32_t c);      // Cc
 bool IsBertControl(char32_t c);  // BERT's _is_control: Cc/Cf/Cn/Co except \t \n \r
