@@ -30,7 +30,14 @@ Status Serve(ModelService& service, const v1::GenerateRequest& req, v1::Generate
   if (s.has_seed()) o.sampling.seed = s.seed();
   o.top_logprobs = req.top_logprobs();
   o.ignore_eos = req.ignore_eos();
+  for (const auto& st : req.stop()) o.stop.push_back(st);
+  o.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   std::vector<std::int64_t> ids(req.prompt_ids().begin(), req.prompt_ids().end());
+  if (!req.prompt().empty()) {
+    if (!ids.empty()) return InvalidArgument("give either prompt_ids or prompt, not both");
+    RS_ASSIGN_OR_RETURN(ids, service.Tokenize(req.prompt(), /*add_special_tokens=*/true));
+  }
+  if (ids.empty()) return InvalidArgument("prompt_ids (or prompt) is required");
   RS_ASSIGN_OR_RETURN(GenerateResult r, service.Generate(ids, o));
 
   resp->set_id(service.NextRequestId("gen"));
@@ -48,6 +55,7 @@ Status Serve(ModelService& service, const v1::GenerateRequest& req, v1::Generate
     }
   }
   resp->set_finish_reason(r.finish_reason);
+  resp->set_text(r.text);
   resp->mutable_usage()->set_prompt_tokens(static_cast<std::int64_t>(ids.size()));
   resp->mutable_usage()->set_completion_tokens(static_cast<std::int64_t>(r.generated_ids.size()));
   return Status::Ok();

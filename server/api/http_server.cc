@@ -37,27 +37,38 @@ Status ReadField(const json& body, const char* key, T& out) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<std::int64_t>> ReadPromptIds(const json& body) {
+// `prompt`: a string (tokenized with the model's tokenizer, special tokens
+// added as its post-processor says), a list of token ids, or a list
+// holding one of either.
+StatusOr<std::vector<std::int64_t>> ReadPrompt(ModelService& service, const json& body) {
   auto it = body.find("prompt");
   if (it == body.end()) return InvalidArgument("'prompt' is required");
   const json* p = &*it;
-  if (p->is_string() || (p->is_array() && !p->empty() && (*p)[0].is_string()))
-    return Unimplemented("text prompts need the tokenizer, which is not implemented yet; send token ids");
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) p = &(*p)[0];  // [[ids]] = one prompt
-  if (!p->is_array() || p->empty()) return InvalidArgument("'prompt' must be a non-empty list of token ids");
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_array() || (*p)[0].is_string())) p = &(*p)[0];
+  if (p->is_string()) {
+    RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(p->get<std::string>(), /*add_special_tokens=*/true));
+    if (ids.empty()) return InvalidArgument("'prompt' tokenizes to no tokens");
+    return ids;
+  }
+  if (!p->is_array() || p->empty()) return InvalidArgument("'prompt' must be a string or a non-empty list of token ids");
   std::vector<std::int64_t> ids;
   for (const auto& v : *p) {
-    if (v.is_array()) return Unimplemented("batched prompts are not supported yet; send one prompt per request");
+    if (v.is_array() || v.is_string()) {
+      return Unimplemented("batched prompts are not supported yet; send one prompt per request");
+    }
     if (!v.is_number_integer()) return InvalidArgument("'prompt' must contain only integer token ids");
     ids.push_back(v.get<std::int64_t>());
   }
   return ids;
 }
 
-StatusOr<json> Complete(ModelService& service, const std::string& text) {
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return InvalidArgument("request body is not valid JSON");
-  if (!body.is_object()) return InvalidArgument("request body must be a JSON object");
+// The sampling and stopping fields shared by completions and chat.
+struct Common {
+  GenerateOptions options;
+  std::int64_t logprobs = -1;  // -1 = not requested
+};
+
+StatusOr<Common> ReadCommon(ModelService& service, const json& body, bool chat) {
   std::string model_name;
   RS_RETURN_IF_ERROR(ReadField(body, "model", model_name));
   RS_RETURN_IF_ERROR(service.CheckModelName(model_name));
@@ -67,11 +78,13 @@ StatusOr<json> Complete(ModelService& service, const std::string& text) {
   std::int64_t n = 1;
   RS_RETURN_IF_ERROR(ReadField(body, "n", n));
   if (n != 1) return Unimplemented("n > 1 is not implemented yet");
-  RS_ASSIGN_OR_RETURN(auto ids, ReadPromptIds(body));
-
-  GenerateOptions o;
+  Common c;
+  GenerateOptions& o = c.options;
   o.sampling.temperature = 1.0;  // OpenAI's default
   RS_RETURN_IF_ERROR(ReadField(body, "max_tokens", o.max_tokens));
+  if (chat && body.contains("max_completion_tokens")) {
+    RS_RETURN_IF_ERROR(ReadField(body, "max_completion_tokens", o.max_tokens));
+  }
   RS_RETURN_IF_ERROR(ReadField(body, "temperature", o.sampling.temperature));
   RS_RETURN_IF_ERROR(ReadField(body, "top_p", o.sampling.top_p));
   RS_RETURN_IF_ERROR(ReadField(body, "top_k", o.sampling.top_k));
@@ -80,49 +93,170 @@ StatusOr<json> Complete(ModelService& service, const std::string& text) {
   std::int64_t seed = -1;
   RS_RETURN_IF_ERROR(ReadField(body, "seed", seed));
   if (body.contains("seed") && !body["seed"].is_null()) o.sampling.seed = static_cast<std::uint64_t>(seed);
-  std::int64_t logprobs = -1;
-  RS_RETURN_IF_ERROR(ReadField(body, "logprobs", logprobs));
-  if (logprobs > 20 || (body.contains("logprobs") && !body["logprobs"].is_null() && logprobs < 0))
-    return InvalidArgument("'logprobs' must be between 0 and 20");
-  o.top_logprobs = logprobs > 0 ? static_cast<std::size_t>(logprobs) : 0;
+  if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
+    if (st->is_string()) {
+      o.stop.push_back(st->get<std::string>());
+    } else if (st->is_array() && st->size() <= 16) {
+      for (const auto& v : *st) {
+        if (!v.is_string()) return InvalidArgument("'stop' must be a string or a list of strings");
+        o.stop.push_back(v.get<std::string>());
+      }
+    } else {
+      return InvalidArgument("'stop' must be a string or a list of at most 16 strings");
+    }
+  }
+  if (auto st = body.find("stop_token_ids"); st != body.end() && !st->is_null()) {
+    if (!st->is_array()) return InvalidArgument("'stop_token_ids' must be a list of token ids");
+    for (const auto& v : *st) {
+      if (!v.is_number_integer()) return InvalidArgument("'stop_token_ids' must be a list of token ids");
+      o.stop_token_ids.push_back(v.get<std::int64_t>());
+    }
+  }
+  if (chat) {
+    // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
+    bool want = false;
+    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", want));
+    std::int64_t top = 0;
+    RS_RETURN_IF_ERROR(ReadField(body, "top_logprobs", top));
+    if (top < 0 || top > 20) return InvalidArgument("'top_logprobs' must be between 0 and 20");
+    if (top > 0 && !want) return InvalidArgument("'top_logprobs' needs 'logprobs': true");
+    c.logprobs = want ? top : -1;
+  } else {
+    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", c.logprobs));
+    if (c.logprobs > 20 || (body.contains("logprobs") && !body["logprobs"].is_null() && c.logprobs < 0))
+      return InvalidArgument("'logprobs' must be between 0 and 20");
+  }
+  o.top_logprobs = c.logprobs > 0 ? static_cast<std::size_t>(c.logprobs) : 0;
+  return c;
+}
 
-  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, o));
+// A token as text for logprobs: its decoded string with a tokenizer, else
+// "token_id:N" (vLLM's return_tokens_as_token_ids format).
+std::string TokenText(const ModelService& service, std::int64_t id) {
+  if (const tok::Tokenizer* t = service.tokenizer()) {
+    auto s = t->Decode({static_cast<uint32_t>(id)}, false);
+    if (s.ok()) return *s;
+  }
+  return "token_id:" + std::to_string(id);
+}
 
-  json choice = {{"index", 0}, {"text", ""}, {"token_ids", result.generated_ids},
+json Usage(std::size_t prompt, std::size_t completion) {
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+std::int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+StatusOr<json> ParseBody(const std::string& text) {
+  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return InvalidArgument("request body is not valid JSON");
+  if (!body.is_object()) return InvalidArgument("request body must be a JSON object");
+  return body;
+}
+
+StatusOr<json> Complete(ModelService& service, const std::string& text) {
+  RS_ASSIGN_OR_RETURN(json body, ParseBody(text));
+  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, /*chat=*/false));
+  RS_ASSIGN_OR_RETURN(auto ids, ReadPrompt(service, body));
+  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, c.options));
+
+  json choice = {{"index", 0}, {"text", result.text}, {"token_ids", result.generated_ids},
                  {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
-  if (logprobs >= 0) {
-    // Tokens are shown as "token_id:N" (vLLM's return_tokens_as_token_ids
-    // format) until the tokenizer can render them.
+  if (c.logprobs >= 0) {
     json tokens = json::array(), token_logprobs = json::array(), top = json::array();
     for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
-      tokens.push_back("token_id:" + std::to_string(result.generated_ids[i]));
+      tokens.push_back(TokenText(service, result.generated_ids[i]));
       token_logprobs.push_back(result.logprobs[i]);
       json step = json::object();
       if (i < result.top_logprobs.size())
-        for (const auto& t : result.top_logprobs[i]) step["token_id:" + std::to_string(t.id)] = t.logprob;
+        for (const auto& t : result.top_logprobs[i]) {
+          // Two tokens can decode to the same text (e.g. partial UTF-8
+          // bytes); keep both by naming the later one by its id.
+          std::string key = TokenText(service, t.id);
+          if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
+          step[key] = t.logprob;
+        }
       top.push_back(step);
     }
     choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
   }
-  const auto completion_tokens = result.generated_ids.size();
   return json{{"id", service.NextRequestId("cmpl")},
               {"object", "text_completion"},
-              {"created", std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count()},
+              {"created", Now()},
               {"model", service.name()},
               {"choices", json::array({choice})},
-              {"usage",
-               {{"prompt_tokens", ids.size()},
-                {"completion_tokens", completion_tokens},
-                {"total_tokens", ids.size() + completion_tokens}}}};
+              {"usage", Usage(ids.size(), result.generated_ids.size())}};
+}
+
+// POST /v1/chat/completions: the messages are rendered with the model's
+// chat template (add_generation_prompt=true), tokenized without adding
+// special tokens (the template writes them), and generated like a
+// completion.
+StatusOr<json> ChatComplete(ModelService& service, const std::string& text) {
+  RS_ASSIGN_OR_RETURN(json body, ParseBody(text));
+  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, /*chat=*/true));
+  auto mit = body.find("messages");
+  if (mit == body.end() || !mit->is_array() || mit->empty()) {
+    return InvalidArgument("'messages' must be a non-empty list of {\"role\", \"content\"} objects");
+  }
+  // Keep the caller's key order (tools rendered with tojson must not be
+  // re-sorted): re-parse the body as ordered JSON.
+  const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  for (const char* key : {"tools", "documents"}) {
+    if (ordered.contains(key) && !ordered[key].is_null()) extra[key] = ordered[key];
+  }
+  if (ordered.contains("chat_template_kwargs") && ordered["chat_template_kwargs"].is_object()) {
+    for (auto it = ordered["chat_template_kwargs"].begin(); it != ordered["chat_template_kwargs"].end(); ++it) {
+      extra[it.key()] = it.value();
+    }
+  }
+  bool add_generation_prompt = true;
+  RS_RETURN_IF_ERROR(ReadField(body, "add_generation_prompt", add_generation_prompt));
+  RS_ASSIGN_OR_RETURN(std::string prompt, service.ApplyChatTemplate(ordered["messages"], add_generation_prompt, extra));
+  RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
+  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
+  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, c.options));
+
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", result.text}}},
+                 {"token_ids", result.generated_ids},
+                 {"finish_reason", result.finish_reason},
+                 {"logprobs", nullptr}};
+  if (c.logprobs >= 0) {
+    json content = json::array();
+    for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
+      json top = json::array();
+      if (i < result.top_logprobs.size())
+        for (const auto& t : result.top_logprobs[i]) top.push_back({{"token", TokenText(service, t.id)}, {"logprob", t.logprob}});
+      content.push_back({{"token", TokenText(service, result.generated_ids[i])},
+                         {"logprob", result.logprobs[i]},
+                         {"top_logprobs", top}});
+    }
+    choice["logprobs"] = {{"content", content}};
+  }
+  return json{{"id", service.NextRequestId("chatcmpl")},
+              {"object", "chat.completion"},
+              {"created", Now()},
+              {"model", service.name()},
+              {"choices", json::array({choice})},
+              {"usage", Usage(ids.size(), result.generated_ids.size())}};
+}
+
+std::pair<int, std::string> Respond(const StatusOr<json>& r) {
+  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
+  return {200, r->dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
 }  // namespace
 
 std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
-  auto r = Complete(service, body);
-  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
-  return {200, r->dump()};
+  return Respond(Complete(service, body));
+}
+
+std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body) {
+  return Respond(ChatComplete(service, body));
 }
 
 struct HttpServer::Impl {
@@ -149,6 +283,11 @@ HttpServer::HttpServer(HttpServerOptions options, ModelService& service)
   });
   s.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
     auto [code, body] = HandleCompletion(impl->service, req.body);
+    res.status = code;
+    res.set_content(body, "application/json");
+  });
+  s.Post("/v1/chat/completions", [impl](const httplib::Request& req, httplib::Response& res) {
+    auto [code, body] = HandleChatCompletion(impl->service, req.body);
     res.status = code;
     res.set_content(body, "application/json");
   });

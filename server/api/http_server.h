@@ -40,5 +40,6 @@ class HttpServer {
 
 // Exposed for tests: handles a /v1/completions body, returns (status, body).
 std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body);
+std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body);
 
 }  // namespace ropeserve::api

@@ -2,12 +2,26 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
 
 namespace ropeserve::api {
 
 StatusOr<std::unique_ptr<ModelService>> ModelService::Create(const DecoderModel& model, std::string served_name,
+                                                            EngineOptions options,
+                                                            std::shared_ptr<const tok::Tokenizer> tokenizer) {
+  RS_ASSIGN_OR_RETURN(auto s, CreateEngine(model, std::move(served_name), std::move(options)));
+  s->tokenizer_ = std::move(tokenizer);
+  if (s->tokenizer_ && s->tokenizer_->config().chat_template) {
+    RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));
+    s->chat_template_ = std::move(t);
+  }
+  return s;
+}
+
+StatusOr<std::unique_ptr<ModelService>> ModelService::CreateEngine(const DecoderModel& model, std::string served_name,
                                                              EngineOptions options) {
   std::unique_ptr<ModelService> s(new ModelService());
   s->model_ = &model;
@@ -66,13 +80,25 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
   r.sampling = options.sampling;
   r.ignore_eos = options.ignore_eos;
   r.top_logprobs = options.top_logprobs;
+  if (!options.stop.empty() && !tokenizer_) {
+    return FailedPrecondition("'stop' strings need the model's tokenizer.json, which this server has not loaded");
+  }
+  for (const auto& st : options.stop) {
+    if (st.empty()) return InvalidArgument("'stop' strings must not be empty");
+  }
   RS_ASSIGN_OR_RETURN(auto stream, engine_->Submit(std::move(r)));
 
   GenerateResult result;
   result.prompt_ids = prompt_ids;
+  std::optional<tok::IncrementalDecoder> detok;
+  if (tokenizer_) detok.emplace(tokenizer_, /*skip_special_tokens=*/true);
+  size_t max_stop = 0;
+  for (const auto& st : options.stop) max_stop = std::max(max_stop, st.size());
+  bool stopped = false;
   for (;;) {
     StreamChunk c = stream->Next();
     for (auto& t : c.tokens) {
+      if (stopped) break;  // tokens already in flight when we cancelled
       result.generated_ids.push_back(t.id);
       result.logprobs.push_back(t.logprob);
       if (options.top_logprobs > 0) {
@@ -80,14 +106,64 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
         for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
         result.top_logprobs.push_back(std::move(top));
       }
+      if (detok) {
+        const size_t before = result.text.size();
+        RS_ASSIGN_OR_RETURN(std::string piece, detok->Push(static_cast<uint32_t>(t.id)));
+        result.text += piece;
+        // A stop string may straddle the previous piece.
+        const size_t from = before > max_stop ? before - max_stop : 0;
+        size_t cut = std::string::npos;
+        for (const auto& st : options.stop) cut = std::min(cut, result.text.find(st, from));
+        if (cut != std::string::npos) {
+          result.text.resize(cut);
+          stopped = true;
+        }
+      }
+      if (!stopped && std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t.id) !=
+                          options.stop_token_ids.end()) {
+        stopped = true;
+      }
+      if (stopped) engine_->Cancel(stream->id());
     }
     if (!c.finished) continue;
+    if (stopped) {
+      result.finish_reason = "stop";
+      return result;
+    }
     if (c.finish_reason == "error") return c.error;
     if (c.finish_reason == "deadline") return Status(ErrorCode::kDeadlineExceeded, "request timed out");
     if (c.finish_reason == "cancelled") return Status(ErrorCode::kCancelled, "request cancelled");
+    if (detok) {
+      RS_ASSIGN_OR_RETURN(std::string rest, detok->Finish());
+      result.text += rest;
+    }
     result.finish_reason = c.finish_reason;
     return result;
   }
+}
+
+StatusOr<std::vector<std::int64_t>> ModelService::Tokenize(const std::string& text, bool add_special_tokens) const {
+  if (!tokenizer_) {
+    return FailedPrecondition("text prompts need the model's tokenizer.json, which this server has not loaded; "
+                              "send token ids");
+  }
+  RS_ASSIGN_OR_RETURN(tok::Encoding e, tokenizer_->Encode(text, add_special_tokens));
+  return std::vector<std::int64_t>(e.ids.begin(), e.ids.end());
+}
+
+StatusOr<std::string> ModelService::ApplyChatTemplate(const nlohmann::ordered_json& messages,
+                                                      bool add_generation_prompt,
+                                                      const nlohmann::ordered_json& extra) const {
+  if (!chat_template_) {
+    return FailedPrecondition("the model has no chat template (tokenizer_config.json 'chat_template'); "
+                              "use /v1/completions");
+  }
+  ChatTemplateOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.bos_token = tokenizer_->config().bos_token;
+  o.eos_token = tokenizer_->config().eos_token;
+  o.extra = extra;
+  return chat_template_->Render(messages, o);
 }
 
 std::string ModelService::NextRequestId(const char* prefix) {

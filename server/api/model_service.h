@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/runner/generate.h"
+#include "server/template/chat_template.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve {
 class DecoderModel;
@@ -30,8 +33,10 @@ struct EngineOptions {
 class ModelService {
  public:
   // Sizes the KV cache, allocates it and starts the engine thread.
+  // `tokenizer` may be null (token-id prompts only).
   static StatusOr<std::unique_ptr<ModelService>> Create(const DecoderModel& model, std::string served_name,
-                                                        EngineOptions options = {});
+                                                        EngineOptions options = {},
+                                                        std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
   ~ModelService();
 
   const std::string& name() const { return name_; }
@@ -42,19 +47,32 @@ class ModelService {
 
   // OK for "" (the only model) or the served name; NotFound otherwise.
   Status CheckModelName(const std::string& requested) const;
-  // Submits to the engine and waits for the whole generation.
+  // Submits to the engine and waits for the whole generation. With a
+  // tokenizer, fills result.text (special tokens skipped) and applies
+  // options.stop (the request is cancelled as soon as a stop string shows).
   StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
+
+  const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // FailedPrecondition naming what is missing when there is no tokenizer.
+  StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
+  // Renders `messages` with the tokenizer_config.json chat template.
+  StatusOr<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& extra) const;
   // "<prefix>-<n>", unique within the process.
   std::string NextRequestId(const char* prefix);
 
  private:
   ModelService() = default;
+  static StatusOr<std::unique_ptr<ModelService>> CreateEngine(const DecoderModel& model, std::string served_name,
+                                                              EngineOptions options);
   const DecoderModel* model_ = nullptr;
   std::string name_;
   KvCacheSize kv_;
   std::int64_t max_model_len_ = 0;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Engine> engine_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
   std::atomic<std::uint64_t> counter_{0};
 };
 

@@ -14,6 +14,7 @@
 #include "server/api/model_service.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
+#include "server/tokenizer/tokenizer.h"
 #include "server/models/decoder.h"
 #include "server/runner/threads.h"
 
@@ -79,7 +80,19 @@ int Run(ServeFlags f) {
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
   }
 
-  auto created = api::ModelService::Create(**model, f.served_model_name, f.engine);
+  // The tokenizer is optional (token-id prompts work without it), but a
+  // tokenizer.json that is present must load: a broken one is an error.
+  std::shared_ptr<const tok::Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json")) {
+    auto t = tok::Tokenizer::FromPath(f.model);
+    if (!t.ok()) return Fail(t.status().ToString());
+    tokenizer = *t;
+    spdlog::info("tokenizer: {} tokens{}", tokenizer->VocabSize(),
+                 tokenizer->config().chat_template ? ", chat template loaded" : ", no chat template");
+  } else {
+    spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.model);
+  }
+  auto created = api::ModelService::Create(**model, f.served_model_name, f.engine, tokenizer);
   if (!created.ok()) return Fail(created.status().ToString());
   api::ModelService& service = **created;
   api::GrpcServer grpc_server(service);

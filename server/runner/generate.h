@@ -24,6 +24,11 @@ struct GenerateOptions {
   std::size_t top_logprobs = 0;  // 0 = none
   bool ignore_eos = false;
   bool use_reference = false;
+  // Served requests only (need the tokenizer): generation ends when the
+  // decoded text contains one of `stop` (the text is cut before it) or a
+  // token of `stop_token_ids` is produced.
+  std::vector<std::string> stop;
+  std::vector<std::int64_t> stop_token_ids;
 };
 
 struct TokenLogprob {
@@ -37,6 +42,7 @@ struct GenerateResult {
   std::vector<double> logprobs;                         // of each generated id
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
   std::string finish_reason;                            // "length" | "stop"
+  std::string text;            // decoded output (served requests with a tokenizer)
   double prefill_seconds = 0;  // prompt forward and first token
   double decode_seconds = 0;   // all later tokens
 };

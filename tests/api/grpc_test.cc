@@ -6,6 +6,7 @@
 #include "server/api/grpc_service.h"
 #include "server/api/model_service.h"
 #include "server/models/decoder.h"
+#include "server/tokenizer/tokenizer.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
@@ -20,7 +21,10 @@ class GrpcApi : public ::testing::Test {
     model_ = std::move(m).value();
     api::EngineOptions eo;
     eo.kv_cache_memory = "16M";
-    auto svc = api::ModelService::Create(*model_, "tiny", eo);
+    auto tok = tok::Tokenizer::FromPath(dir_.path());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_ = *tok;
+    auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
     server_ = std::make_unique<api::GrpcServer>(*service_);
@@ -39,6 +43,7 @@ class GrpcApi : public ::testing::Test {
 
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::unique_ptr<api::ModelService> service_;
   std::unique_ptr<api::GrpcServer> server_;
   std::unique_ptr<v1::Ropeserve::Stub> stub_;
@@ -94,6 +99,30 @@ TEST_F(GrpcApi, ErrorsMapToStatusCodes) {
   bad_sampling.add_prompt_ids(1);
   bad_sampling.mutable_sampling()->set_min_p(3);
   EXPECT_EQ(Call(bad_sampling, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest both;
+  both.add_prompt_ids(1);
+  both.set_prompt("hi");
+  EXPECT_EQ(Call(both, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GrpcApi, TextPromptStopStringsAndDecodedText) {
+  v1::GenerateRequest req;
+  req.set_prompt("Hello there");
+  req.set_max_tokens(10);
+  req.set_ignore_eos(true);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Call(req, &resp).ok());
+  const auto ids = tokenizer_->Encode("Hello there", true)->ids;
+  EXPECT_EQ(resp.usage().prompt_tokens(), static_cast<int64_t>(ids.size()));
+  std::vector<uint32_t> out(resp.token_ids().begin(), resp.token_ids().end());
+  EXPECT_EQ(resp.text(), *tokenizer_->Decode(out, true));
+  ASSERT_GE(resp.text().size(), 4u);
+  v1::GenerateRequest stopping = req;
+  stopping.add_stop(resp.text().substr(2, 2));
+  v1::GenerateResponse cut;
+  ASSERT_TRUE(Call(stopping, &cut).ok());
+  EXPECT_EQ(cut.finish_reason(), "stop");
+  EXPECT_EQ(cut.text(), resp.text().substr(0, resp.text().find(resp.text().substr(2, 2))));
 }
 
 }  // namespace

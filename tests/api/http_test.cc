@@ -9,6 +9,7 @@
 
 #include "server/models/decoder.h"
 #include "server/runner/generate.h"
+#include "server/tokenizer/tokenizer.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
@@ -29,7 +30,10 @@ class HttpApi : public ::testing::Test {
     o.max_body_bytes = 4096;
     api::EngineOptions eo;
     eo.kv_cache_memory = "16M";
-    auto svc = api::ModelService::Create(*model_, "tiny", eo);
+    auto tok = tok::Tokenizer::FromPath(dir_.path());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_ = *tok;
+    auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
     server_ = std::make_unique<api::HttpServer>(o, *service_);
@@ -43,14 +47,15 @@ class HttpApi : public ::testing::Test {
     thread_.join();
     EXPECT_TRUE(serve_status_.ok()) << serve_status_.ToString();
   }
-  std::pair<int, json> Post(const std::string& body) {
-    auto r = client_->Post("/v1/completions", body, "application/json");
+  std::pair<int, json> Post(const std::string& body, const char* path = "/v1/completions") {
+    auto r = client_->Post(path, body, "application/json");
     if (!r) return {-1, json()};
     return {r->status, json::parse(r->body, nullptr, false)};
   }
 
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::unique_ptr<api::ModelService> service_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
@@ -93,7 +98,10 @@ TEST_F(HttpApi, BadRequestsGetClearErrors) {
   EXPECT_EQ(Post("{not json").first, 400);
   EXPECT_EQ(Post(R"({"max_tokens":3})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"model":"other"})").first, 404);
-  EXPECT_EQ(Post(R"({"prompt":"text"})").first, 501);
+  EXPECT_EQ(Post(R"({"prompt":["a","b"]})").first, 501);
+  EXPECT_EQ(Post(R"({"prompt":"bad utf8 \udc00"})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"stop":[1]})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"stop":""})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":"many"})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 400);
@@ -131,6 +139,102 @@ TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
     EXPECT_EQ(got[i], want->generated_ids) << "client " << i;
   }
   EXPECT_EQ(service_->engine().pool().num_free(), service_->kv_cache().num_blocks);
+}
+
+}  // namespace
+}  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+std::string Decode(const tok::Tokenizer& t, const json& ids) {
+  return *t.Decode(ids.get<std::vector<uint32_t>>(), true);
+}
+
+TEST_F(HttpApi, TextPromptsAreTokenizedAndOutputIsDecoded) {
+  auto [code, body] = Post(R"({"prompt":"Hello world, how are you?","max_tokens":8,"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(code, 200) << body.dump();
+  const auto ids = tokenizer_->Encode("Hello world, how are you?", true)->ids;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], ids.size());
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["text"], Decode(*tokenizer_, choice["token_ids"]));
+  // The same prompt as ids gives the same output.
+  auto [code2, body2] = Post(json{{"prompt", ids}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}}.dump());
+  ASSERT_EQ(code2, 200);
+  EXPECT_EQ(body2["choices"][0]["token_ids"], choice["token_ids"]);
+  EXPECT_EQ(body2["choices"][0]["text"], choice["text"]);
+  // Logprob tokens are rendered as text.
+  auto [code3, body3] = Post(R"({"prompt":"Hello","max_tokens":2,"temperature":0,"ignore_eos":true,"logprobs":2})");
+  ASSERT_EQ(code3, 200);
+  EXPECT_EQ(body3["choices"][0]["logprobs"]["tokens"][0],
+            Decode(*tokenizer_, json::array({body3["choices"][0]["token_ids"][0]})));
+}
+
+TEST_F(HttpApi, StopStringsAndStopTokenIdsEndGenerationEarly) {
+  const std::string base = R"("prompt":"Once upon a time","max_tokens":24,"temperature":0,"ignore_eos":true)";
+  auto [code, full] = Post("{" + base + "}");
+  ASSERT_EQ(code, 200);
+  const std::string text = full["choices"][0]["text"];
+  ASSERT_GE(text.size(), 12u) << text;
+  // A stop string taken from the middle of the free-running output.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const size_t cut = text.find(stop);
+  auto [c2, stopped] = Post("{" + base + ",\"stop\":[\"zzzz-never\"," + json(stop).dump() + "]}");
+  ASSERT_EQ(c2, 200) << stopped.dump();
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, cut));
+  EXPECT_LT(stopped["choices"][0]["token_ids"].size(), full["choices"][0]["token_ids"].size());
+  // Stop token ids: generation ends with the first such token.
+  const auto third = full["choices"][0]["token_ids"][2];
+  auto [c3, by_id] = Post("{" + base + ",\"stop_token_ids\":[" + third.dump() + "]}");
+  ASSERT_EQ(c3, 200);
+  EXPECT_EQ(by_id["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(by_id["choices"][0]["token_ids"].back(), third);
+  EXPECT_LE(by_id["choices"][0]["token_ids"].size(), 3u);
+}
+
+TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
+  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
+  auto [code, body] = Post(json{{"messages", messages}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}}.dump(),
+                           "/v1/chat/completions");
+  ASSERT_EQ(code, 200) << body.dump();
+  EXPECT_EQ(body["object"], "chat.completion");
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], Decode(*tokenizer_, choice["token_ids"]));
+  // The prompt is the rendered template, tokenized without extra specials.
+  auto rendered = service_->ApplyChatTemplate(nlohmann::ordered_json::parse(messages.dump()), true,
+                                              nlohmann::ordered_json::object());
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_NE(rendered->find("<|im_start|>assistant\n"), std::string::npos) << *rendered;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], tokenizer_->Encode(*rendered, false)->ids.size());
+
+  EXPECT_EQ(Post(R"({"messages":[]})", "/v1/chat/completions").first, 400);
+  EXPECT_EQ(Post(R"({"messages":[{"content":"no role"}]})", "/v1/chat/completions").first, 400);
+  EXPECT_EQ(Post(R"({"messages":"hi"})", "/v1/chat/completions").first, 400);
+  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 400);
+  auto [c2, lp] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})",
+                       "/v1/chat/completions");
+  ASSERT_EQ(c2, 200) << lp.dump();
+  EXPECT_EQ(lp["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+}
+
+// Without a tokenizer the server still serves token ids and says why text
+// is refused.
+TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
+  testing::ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  api::EngineOptions eo;
+  eo.kv_cache_memory = "8M";
+  auto svc = api::ModelService::Create(**m, "tiny", eo);
+  ASSERT_TRUE(svc.ok());
+  auto [code, body] = api::HandleCompletion(**svc, R"({"prompt":"hello"})");
+  EXPECT_EQ(code, 400);
+  EXPECT_NE(body.find("tokenizer"), std::string::npos) << body;
+  EXPECT_EQ(api::HandleCompletion(**svc, R"({"prompt":[1],"max_tokens":1})").first, 200);
+  EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 400);
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+// libFuzzer target: arbitrary id sequences through decode and the
+// incremental decoder. Pieces must be valid UTF-8 and concatenate to the
+// full decode; unknown ids must be errors, not crashes.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "server/tokenizer/tokenizer.h"
+#include "server/tokenizer/unicode.h"
+
+using ropeserve::tok::Tokenizer;
+
+static std::vector<std::shared_ptr<const Tokenizer>>& Tokenizers() {
+  static std::vector<std::shared_ptr<const Tokenizer>> ts = [] {
+    std::vector<std::shared_ptr<const Tokenizer>> v;
+    const char* dir = std::getenv("ROPESERVE_TEST_DATA");
+    const std::string data = dir ? dir : "tests/data";
+    for (const char* name : {"tokenizers/llama2", "tokenizers/synthetic/bert", "tokenizers/synthetic/unigram",
+                             "tokenizers/synthetic/roberta", "tokenizers/qwen3", "tokenizers/llama3"}) {
+      auto t = Tokenizer::FromPath(data + "/" + name);
+      if (!t.ok()) std::abort();
+      v.push_back(*t);
+    }
+    return v;
+  }();
+  return ts;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  auto& ts = Tokenizers();
+  const auto& t = ts[data[0] % ts.size()];
+  const bool skip = data[0] & 0x80;
+  std::vector<uint32_t> ids;
+  bool known = true;
+  for (size_t i = 1; i + 3 <= size; i += 3) {
+    // Mostly in-vocabulary ids, sometimes past the end.
+    uint32_t id = (uint32_t{data[i]} << 16) | (uint32_t{data[i + 1]} << 8) | data[i + 2];
+    if (!(data[i] & 0x80)) id %= static_cast<uint32_t>(t->VocabSize());
+    known &= t->IdToToken(id) != nullptr;
+    ids.push_back(id);
+  }
+  auto full = t->Decode(ids, skip);
+  if (full.ok() != known) std::abort();
+  if (!full.ok()) return 0;
+  ropeserve::tok::IncrementalDecoder dec(t, skip);
+  std::string joined;
+  for (uint32_t id : ids) {
+    auto p = dec.Push(id);
+    if (!p.ok() || ropeserve::tok::FindInvalidUtf8(*p) != std::string::npos) std::abort();
+    joined += *p;
+  }
+  auto rest = dec.Finish();
+  if (!rest.ok()) std::abort();
+  joined += *rest;
+  if (joined != *full) std::abort();
+  return 0;
+}
