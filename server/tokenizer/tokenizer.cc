@@ -274,6 +274,11 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string
   }
   if (present("decoder")) {
     RS_ASSIGN_OR_RETURN(t->decoder_, MakeDecoder(j["decoder"]));
+    // WordPiece cleanup rewrites up to 7 bytes before a token (" do not").
+    const std::string d = j["decoder"].dump();
+    if (d.find("\"WordPiece\"") != std::string::npos && d.find("\"cleanup\":false") == std::string::npos) {
+      t->decode_holdback_bytes_ = 8;
+    }
   }
   RS_ASSIGN_OR_RETURN(t->truncation_, ReadTruncation(j));
   t->vocab_size_ = t->model_->VocabSize();
@@ -531,13 +536,26 @@ StatusOr<std::string> Tokenizer::Decode(const std::vector<uint32_t>& ids, bool s
 IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> t, bool skip_special)
     : tok_(std::move(t)), skip_special_(skip_special) {}
 
+bool Tokenizer::IsByteFallbackToken(uint32_t id) const {
+  const std::string* t = IdToToken(id);
+  return t != nullptr && t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>';
+}
+
 StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
   ids_.push_back(id);
+  // While the ids end in byte-fallback pieces, the group is incomplete: a
+  // later byte can turn all of it (even bytes that decode on their own)
+  // into U+FFFD. Wait for the next ordinary token or Finish.
+  if (tok_->IsByteFallbackToken(id)) return std::string();
   RS_ASSIGN_OR_RETURN(std::string full, tok_->Decode(ids_, skip_special_));
   // Hold back a trailing run of U+FFFD: it may be an incomplete character
-  // (byte-level or byte-fallback) that the next token completes.
+  // (byte-level) that the next token completes.
   size_t end = full.size();
   while (end >= 3 && full.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+  if (size_t hold = tok_->DecodeHoldbackBytes(); hold > 0) {
+    end = end > hold ? end - hold : 0;
+    while (end > 0 && (static_cast<unsigned char>(full[end]) & 0xC0) == 0x80) --end;
+  }
   if (end <= emitted_.size() || full.compare(0, emitted_.size(), emitted_) != 0) return std::string();
   std::string piece = full.substr(emitted_.size(), end - emitted_.size());
   emitted_ += piece;

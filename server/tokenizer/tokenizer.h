@@ -66,6 +66,12 @@ class Tokenizer {
   std::optional<uint32_t> TokenToId(const std::string& token) const;
   const std::string* IdToToken(uint32_t id) const;
   bool IsSpecial(uint32_t id) const { return special_ids_.count(id) > 0; }
+  // A byte-fallback piece ("<0xE4>"): its text is only final once the
+  // group of bytes it belongs to is complete.
+  bool IsByteFallbackToken(uint32_t id) const;
+  // Bytes at the end of a decode that a later token may still rewrite
+  // (WordPiece's cleanup rules reach back up to " do not").
+  size_t DecodeHoldbackBytes() const { return decode_holdback_bytes_; }
   size_t VocabSize() const { return vocab_size_; }
   size_t NumAddedTokens(bool is_pair) const { return post_ ? post_->AddedTokens(is_pair) : 0; }
   const TokenizerConfig& config() const { return config_; }
@@ -97,14 +103,17 @@ class Tokenizer {
   Matcher raw_matcher_, normalized_matcher_;
   std::optional<Truncation> truncation_;
   size_t vocab_size_ = 0;
+  size_t decode_holdback_bytes_ = 0;
   TokenizerConfig config_;
 };
 
 // Turns ids produced one at a time into text: every Push returns the new
 // text that is final, and Finish the rest. The concatenation of everything
 // returned equals Tokenizer::Decode(all ids), and no piece ends inside a
-// UTF-8 character or a byte-fallback sequence (text that may still change
-// is held back).
+// UTF-8 character or a byte-fallback sequence: text that may still change
+// is held back (a trailing U+FFFD, a trailing run of byte-fallback tokens,
+// and the last few bytes for decoders with cleanup rules). Each Push
+// re-decodes the ids (microseconds for thousands of tokens).
 class IncrementalDecoder {
  public:
   IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens);

@@ -28,6 +28,13 @@ static std::vector<std::shared_ptr<const Tokenizer>>& Tokenizers() {
   return ts;
 }
 
+// Loading the tokenizers (tens of MB of JSON under ASan) happens once,
+// before the per-input timeout starts.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  Tokenizers();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   auto& ts = Tokenizers();

@@ -123,6 +123,14 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   for (const auto& p : pieces) empty += p.empty();
   EXPECT_GE(empty, 3u);
 
+  // Found by decode_fuzz: <0x05> decodes alone, but <0x05><0xE4> followed
+  // by a normal token is an invalid group, which decodes as two U+FFFD.
+  IncrementalDecoder group(t, false);
+  std::string joined;
+  for (uint32_t id : {8u, 231u, 4611u}) joined += *group.Push(id);
+  joined += *group.Finish();
+  EXPECT_EQ(joined, *t->Decode({8, 231, 4611}, false));
+
   // A byte sequence that never completes is flushed by Finish as U+FFFD.
   IncrementalDecoder broken(t, true);
   auto id = t->TokenToId("<0xF0>");
