@@ -28,6 +28,10 @@ Status Serve(ModelService& service, const v1::GenerateRequest& req, v1::Generate
   o.sampling.top_k = s.top_k();
   o.sampling.min_p = s.min_p();
   if (s.has_seed()) o.sampling.seed = s.seed();
+  if (s.has_repetition_penalty()) o.sampling.repetition_penalty = s.repetition_penalty();
+  o.sampling.frequency_penalty = s.frequency_penalty();
+  o.sampling.presence_penalty = s.presence_penalty();
+  o.min_tokens = req.min_tokens();
   o.top_logprobs = req.top_logprobs();
   o.ignore_eos = req.ignore_eos();
   for (const auto& st : req.stop()) o.stop.push_back(st);

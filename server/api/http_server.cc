@@ -90,6 +90,10 @@ StatusOr<Common> ReadCommon(ModelService& service, const json& body, bool chat) 
   RS_RETURN_IF_ERROR(ReadField(body, "top_k", o.sampling.top_k));
   RS_RETURN_IF_ERROR(ReadField(body, "min_p", o.sampling.min_p));
   RS_RETURN_IF_ERROR(ReadField(body, "ignore_eos", o.ignore_eos));
+  RS_RETURN_IF_ERROR(ReadField(body, "min_tokens", o.min_tokens));
+  RS_RETURN_IF_ERROR(ReadField(body, "repetition_penalty", o.sampling.repetition_penalty));
+  RS_RETURN_IF_ERROR(ReadField(body, "frequency_penalty", o.sampling.frequency_penalty));
+  RS_RETURN_IF_ERROR(ReadField(body, "presence_penalty", o.sampling.presence_penalty));
   std::int64_t seed = -1;
   RS_RETURN_IF_ERROR(ReadField(body, "seed", seed));
   if (body.contains("seed") && !body["seed"].is_null()) o.sampling.seed = static_cast<std::uint64_t>(seed);

@@ -77,6 +77,14 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
     r.prompt.push_back(static_cast<TokenId>(id));
   }
   r.max_tokens = options.max_tokens;
+  if (options.min_tokens < 0 || options.min_tokens > options.max_tokens) {
+    return InvalidArgument("min_tokens must be between 0 and max_tokens");
+  }
+  r.min_tokens = options.min_tokens;
+  for (auto id : options.stop_token_ids) {
+    if (id < 0 || id >= config().vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary");
+    r.stop_token_ids.push_back(static_cast<TokenId>(id));
+  }
   r.sampling = options.sampling;
   r.ignore_eos = options.ignore_eos;
   r.top_logprobs = options.top_logprobs;
@@ -111,17 +119,16 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
         RS_ASSIGN_OR_RETURN(std::string piece, detok->Push(static_cast<uint32_t>(t.id)));
         result.text += piece;
         // A stop string may straddle the previous piece.
+        // Stop strings count only from min_tokens on (as vLLM).
         const size_t from = before > max_stop ? before - max_stop : 0;
         size_t cut = std::string::npos;
-        for (const auto& st : options.stop) cut = std::min(cut, result.text.find(st, from));
+        if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.min_tokens) {
+          for (const auto& st : options.stop) cut = std::min(cut, result.text.find(st, from));
+        }
         if (cut != std::string::npos) {
           result.text.resize(cut);
           stopped = true;
         }
-      }
-      if (!stopped && std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t.id) !=
-                          options.stop_token_ids.end()) {
-        stopped = true;
       }
       if (stopped) engine_->Cancel(stream->id());
     }

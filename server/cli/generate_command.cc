@@ -25,6 +25,10 @@ struct GenerateFlags {
   double top_p = 1.0;
   std::int64_t top_k = 0;
   double min_p = 0.0;
+  double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
+  std::int64_t min_tokens = 0;
   std::optional<std::uint64_t> seed;
   std::size_t top_logprobs = 0;
   bool json = false;
@@ -92,6 +96,10 @@ int Run(const GenerateFlags& f) {
   opts.sampling.top_p = f.top_p;
   opts.sampling.top_k = f.top_k;
   opts.sampling.min_p = f.min_p;
+  opts.sampling.repetition_penalty = f.repetition_penalty;
+  opts.sampling.frequency_penalty = f.frequency_penalty;
+  opts.sampling.presence_penalty = f.presence_penalty;
+  opts.min_tokens = f.min_tokens;
   opts.sampling.seed = f.seed;
   opts.top_logprobs = f.top_logprobs;
   opts.ignore_eos = f.ignore_eos;
@@ -165,6 +173,13 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
   sub->add_option("--min-p", f->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
   sub->add_option("--seed", f->seed, "Random seed for sampling");
+  sub->add_option("--repetition-penalty", f->repetition_penalty,
+                  "Penalize tokens already in the prompt or output (> 0; 1 = off)")->capture_default_str();
+  sub->add_option("--frequency-penalty", f->frequency_penalty, "Subtract this per earlier occurrence in the output [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--presence-penalty", f->presence_penalty, "Subtract this once if the token was generated [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--min-tokens", f->min_tokens, "Do not stop at EOS before this many tokens")->capture_default_str();
   sub->add_option("--top-logprobs", f->top_logprobs, "Report the K most likely tokens per step (max 20)")
       ->check(CLI::Range(0, 20));
   sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");

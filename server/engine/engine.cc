@@ -56,6 +56,7 @@ struct Engine::Active {
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
   SamplerRng rng;
+  PenaltyState penalties;  // filled only when the request has penalties
   std::int64_t generated = 0;
   std::int64_t cached_tokens = 0;
 };
@@ -152,6 +153,9 @@ void Engine::DrainInbox() {
       a->request = std::move(item->request);
       a->stream = item->stream;
       a->rng.seed(a->request.sampling.seed.value_or(std::random_device{}()));
+      if (a->request.sampling.repetition_penalty != 1.0) {
+        a->penalties.prompt_tokens.insert(a->request.prompt.begin(), a->request.prompt.end());
+      }
       active_.emplace(item->id, std::move(a));
     }
     item->verdict.set_value(s);
@@ -203,7 +207,14 @@ bool Engine::Step() {
     Active& a = *active_.at(s.request_id);
     auto view = logits->Row(row++);
     GeneratedToken t;
-    t.id = static_cast<TokenId>(SampleToken(view, a.request.sampling, a.rng));
+    if (a.request.sampling.has_penalties()) {
+      // Logprobs stay those of the raw logits (as vLLM reports them).
+      penalized_.assign(view.begin(), view.end());
+      ApplyPenalties(penalized_, a.request.sampling, a.penalties);
+      t.id = static_cast<TokenId>(SampleToken(penalized_, a.request.sampling, a.rng));
+    } else {
+      t.id = static_cast<TokenId>(SampleToken(view, a.request.sampling, a.rng));
+    }
     t.logprob = LogprobOf(view, t.id);
     if (a.request.top_logprobs > 0)
       for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs)) t.top_logprobs.emplace_back(id, lp);
@@ -217,6 +228,7 @@ bool Engine::Step() {
     if (a.generated == 0) a.cached_tokens = scheduler_.num_cached_prompt_tokens(id);
     ++a.generated;
     const TokenId tok = t.id;
+    if (a.request.sampling.has_penalties()) ++a.penalties.output_counts[tok];
     a.stream->Push(std::move(t));
     ++stats_.generated_tokens;
     const auto& r = a.request;

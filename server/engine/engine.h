@@ -138,6 +138,7 @@ class Engine {
   BlockPool pool_;
   Scheduler scheduler_;
   std::map<RequestId, std::unique_ptr<Active>> active_;  // engine thread only
+  std::vector<float> penalized_;                           // scratch row for penalties
 
   std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;

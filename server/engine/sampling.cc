@@ -13,7 +13,36 @@ Status SamplingParams::Validate() const {
   if (top_k < -1) return InvalidArgument("top_k must be -1, 0 (disabled) or positive");
   if (!(top_p > 0.0 && top_p <= 1.0)) return InvalidArgument("top_p must be in (0, 1]");
   if (!(min_p >= 0.0 && min_p <= 1.0)) return InvalidArgument("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0) || !std::isfinite(repetition_penalty))
+    return InvalidArgument("repetition_penalty must be a finite number > 0 (1 = off)");
+  if (!(frequency_penalty >= -2.0 && frequency_penalty <= 2.0))
+    return InvalidArgument("frequency_penalty must be in [-2, 2]");
+  if (!(presence_penalty >= -2.0 && presence_penalty <= 2.0))
+    return InvalidArgument("presence_penalty must be in [-2, 2]");
   return Status::Ok();
+}
+
+void ApplyPenalties(std::span<float> logits, const SamplingParams& p, const PenaltyState& state) {
+  const auto vocab = static_cast<std::int64_t>(logits.size());
+  auto in_range = [&](std::int64_t id) { return id >= 0 && id < vocab; };
+  if (p.repetition_penalty != 1.0) {
+    const auto r = static_cast<float>(p.repetition_penalty);
+    auto penalize = [&](std::int64_t id) {
+      float& l = logits[static_cast<std::size_t>(id)];
+      l = l > 0 ? l / r : l * r;
+    };
+    for (std::int64_t id : state.prompt_tokens)
+      if (in_range(id)) penalize(id);
+    for (const auto& [id, n] : state.output_counts)
+      if (in_range(id) && !state.prompt_tokens.count(id)) penalize(id);
+  }
+  if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
+    for (const auto& [id, n] : state.output_counts) {
+      if (!in_range(id) || n <= 0) continue;
+      logits[static_cast<std::size_t>(id)] -=
+          static_cast<float>(p.frequency_penalty * static_cast<double>(n) + p.presence_penalty);
+    }
+  }
 }
 
 namespace {

@@ -7,6 +7,8 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -20,11 +22,33 @@ struct SamplingParams {
   double top_p = 1.0;        // (0, 1]
   double min_p = 0.0;        // [0, 1]
   std::optional<std::uint64_t> seed;
+  // Penalties, with vLLM's semantics, applied to the logits before
+  // temperature and truncation (greedy included):
+  //   repetition: logit / p if positive, logit * p if not, for every token
+  //               seen in the prompt or the output (1 = off, > 0);
+  //   frequency:  logit -= f * (times the token was generated) ([-2, 2]);
+  //   presence:   logit -= p if the token was generated at all ([-2, 2]).
+  double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
 
   // Checks ranges; the message names the offending field.
   Status Validate() const;
   bool greedy() const { return temperature == 0.0; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;
+  }
 };
+
+// What the penalties look at: how often each token was generated, and which
+// tokens the prompt holds (only kept when repetition_penalty is set).
+struct PenaltyState {
+  std::unordered_map<std::int64_t, std::int64_t> output_counts;
+  std::unordered_set<std::int64_t> prompt_tokens;
+};
+
+// Applies the penalties of `params` to `logits` in place.
+void ApplyPenalties(std::span<float> logits, const SamplingParams& params, const PenaltyState& state);
 
 // Per-request random state (seeded from SamplingParams::seed when given).
 using SamplerRng = std::mt19937_64;

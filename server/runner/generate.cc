@@ -26,6 +26,8 @@ Status ValidateGenerateRequest(const DecoderModel& model, const std::vector<std:
                            " tokens, but " + std::to_string(prompt_ids.size()) + " prompt tokens + " +
                            std::to_string(options.max_tokens) + " max_tokens were requested");
   if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
+  if (options.min_tokens < 0 || options.min_tokens > options.max_tokens)
+    return InvalidArgument("min_tokens must be between 0 and max_tokens");
   return options.sampling.Validate();
 }
 
@@ -37,6 +39,9 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
   result.prompt_ids = prompt_ids;
   result.finish_reason = "length";
   SamplerRng rng(options.sampling.seed.value_or(std::random_device{}()));
+  PenaltyState penalties;
+  if (options.sampling.repetition_penalty != 1.0) penalties.prompt_tokens.insert(prompt_ids.begin(), prompt_ids.end());
+  std::vector<float> penalized;
 
   std::vector<std::int64_t> sequence = prompt_ids;
   ContiguousKvCache cache;
@@ -53,7 +58,15 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
     if (options.use_reference) logits = model.ForwardReference(ids_tensor(sequence)).narrow(0, sequence.size() - 1, 1);
     at::Tensor row = logits.reshape({-1}).contiguous();
     std::span<const float> view(row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
-    const std::int64_t next = SampleToken(view, options.sampling, rng);
+    std::int64_t next;
+    if (options.sampling.has_penalties()) {
+      penalized.assign(view.begin(), view.end());
+      ApplyPenalties(penalized, options.sampling, penalties);
+      next = SampleToken(penalized, options.sampling, rng);
+      ++penalties.output_counts[next];
+    } else {
+      next = SampleToken(view, options.sampling, rng);
+    }
     result.generated_ids.push_back(next);
     result.logprobs.push_back(LogprobOf(view, next));
     if (options.top_logprobs > 0) {
@@ -64,7 +77,10 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
     sequence.push_back(next);
     if (step == 0) first_token_done = Clock::now();
     if (on_token) on_token(next);
-    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
+    const bool may_stop = step + 1 >= options.min_tokens;
+    const bool stop_id = std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), next) !=
+                         options.stop_token_ids.end();
+    if (may_stop && (stop_id || (!options.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()))) {
       result.finish_reason = "stop";
       break;
     }

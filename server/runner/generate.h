@@ -20,6 +20,7 @@ class DecoderModel;
 
 struct GenerateOptions {
   std::int64_t max_tokens = 16;
+  std::int64_t min_tokens = 0;  // EOS and stop ids/strings are ignored before this many tokens
   SamplingParams sampling;
   std::size_t top_logprobs = 0;  // 0 = none
   bool ignore_eos = false;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <set>
 #include <thread>
 
 #include "server/models/decoder.h"
@@ -235,6 +236,42 @@ TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
   EXPECT_NE(body.find("tokenizer"), std::string::npos) << body;
   EXPECT_EQ(api::HandleCompletion(**svc, R"({"prompt":[1],"max_tokens":1})").first, 200);
   EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 400);
+}
+
+}  // namespace
+}  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
+  const std::string base = R"("prompt":[5,6,7],"max_tokens":12,"temperature":0,"ignore_eos":true)";
+  auto [c0, plain] = Post("{" + base + "}");
+  auto [c1, pen] = Post("{" + base + R"(,"frequency_penalty":-2,"presence_penalty":-2,"repetition_penalty":1.5})");
+  auto [c2, again] = Post("{" + base + R"(,"frequency_penalty":-2,"presence_penalty":-2,"repetition_penalty":1.5})");
+  ASSERT_EQ(c0, 200);
+  ASSERT_EQ(c1, 200) << pen.dump();
+  EXPECT_EQ(pen["choices"][0]["token_ids"], again["choices"][0]["token_ids"]);  // deterministic
+  // Same semantics as the offline path.
+  GenerateOptions o;
+  o.max_tokens = 12;
+  o.ignore_eos = true;
+  o.sampling.frequency_penalty = -2;
+  o.sampling.presence_penalty = -2;
+  o.sampling.repetition_penalty = 1.5;
+  auto want = Generate(*model_, {5, 6, 7}, o);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(pen["choices"][0]["token_ids"], want->generated_ids);
+  // A huge repetition penalty: no token of the prompt or of the output
+  // comes back.
+  auto [c3, strong] = Post(R"({"prompt":[227,179,58,214,21,171],"max_tokens":24,"temperature":0,"ignore_eos":true,"repetition_penalty":1000})");
+  ASSERT_EQ(c3, 200);
+  std::set<std::int64_t> seen = {227, 179, 58, 214, 21, 171};
+  for (const auto& id : strong["choices"][0]["token_ids"]) EXPECT_TRUE(seen.insert(id.get<std::int64_t>()).second) << id;
+  EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"stop_token_ids":[-1]})").first, 400);
 }
 
 }  // namespace

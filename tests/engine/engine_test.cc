@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace ropeserve {
 namespace {
 
@@ -197,6 +199,57 @@ TEST(KvCacheSizing, CountsWholeBlocksAndRejectsTooLittle) {
   auto too_small = SizeKvCache(1000, 12, 16, 2048);
   ASSERT_FALSE(too_small.ok());
   EXPECT_NE(too_small.status().message().find("--max-model-len 2048"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+// Same logits every step: token 3 > 4 > 5 > the rest.
+class FavoriteModel : public ModelExecutor {
+ public:
+  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+    auto buf = std::make_shared<std::vector<float>>();
+    StepLogits out;
+    out.vocab = 16;
+    for (const auto& s : plan.sequences) {
+      if (!s.needs_logits) continue;
+      std::vector<float> row(16, 0.0f);
+      row[3] = 2.0f;
+      row[4] = 1.5f;
+      row[5] = 1.0f;
+      buf->insert(buf->end(), row.begin(), row.end());
+      ++out.rows;
+    }
+    out.data = buf->data();
+    out.owner = buf;
+    return out;
+  }
+  std::int64_t vocab_size() const override { return 16; }
+};
+
+TEST(Engine, PenaltiesSteerGreedyDecodingAndLogprobsStayRaw) {
+  FavoriteModel m;
+  Engine e(Config(), m);
+  auto run = [&](double rep, double freq, double pres) {
+    EngineRequest r;
+    r.prompt = {3, 1};
+    r.max_tokens = 5;
+    r.sampling.repetition_penalty = rep;
+    r.sampling.frequency_penalty = freq;
+    r.sampling.presence_penalty = pres;
+    return RunOne(e, r);
+  };
+  EXPECT_EQ(Ids(run(1, 0, 0)), (std::vector<TokenId>{3, 3, 3, 3, 3}));
+  EXPECT_EQ(Ids(run(1, 0, 1)), (std::vector<TokenId>{3, 4, 3, 3, 3}));  // ties -> lower id
+  EXPECT_EQ(Ids(run(1, 1, 0)), (std::vector<TokenId>{3, 4, 3, 5, 4}));
+  EXPECT_EQ(Ids(run(4, 0, 0)), (std::vector<TokenId>{4, 5, 3, 3, 3}));  // 3 is in the prompt
+  auto c = run(1, 1, 0);
+  // The reported logprob of token 4 is that of the unpenalized logits.
+  const double z = std::log(std::exp(2.0) + std::exp(1.5) + std::exp(1.0) + 13.0);
+  EXPECT_NEAR(c.tokens[1].logprob, 1.5 - z, 1e-6);
 }
 
 }  // namespace

@@ -82,3 +82,36 @@ TEST(Sampling, TopLogprobsAreNormalisedAndOrdered) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+TEST(Sampling, PenaltiesFollowVllmSemantics) {
+  std::vector<float> l = {2.0f, -2.0f, 1.0f, 0.5f};
+  PenaltyState st;
+  st.prompt_tokens = {0, 1};
+  st.output_counts = {{2, 3}, {0, 1}};
+  SamplingParams p;
+  p.repetition_penalty = 2.0;  // positive logits divided, negative multiplied; prompt or output
+  ApplyPenalties(l, p, st);
+  EXPECT_EQ(l, (std::vector<float>{1.0f, -4.0f, 0.5f, 0.5f}));
+  l = {2.0f, -2.0f, 1.0f, 0.5f};
+  p = SamplingParams{};
+  p.frequency_penalty = 0.5;  // output counts only, prompt ignored
+  p.presence_penalty = 0.25;
+  ApplyPenalties(l, p, st);
+  EXPECT_EQ(l, (std::vector<float>{2.0f - 0.75f, -2.0f, 1.0f - 1.75f, 0.5f}));
+  p = SamplingParams{};
+  EXPECT_FALSE(p.has_penalties());
+  p.repetition_penalty = 0;
+  EXPECT_NE(p.Validate().message().find("repetition_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.frequency_penalty = 2.5;
+  EXPECT_NE(p.Validate().message().find("frequency_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.presence_penalty = -3;
+  EXPECT_NE(p.Validate().message().find("presence_penalty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ropeserve
