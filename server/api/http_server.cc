@@ -66,6 +66,7 @@ StatusOr<std::vector<std::int64_t>> ReadPrompt(ModelService& service, const json
 struct Common {
   GenerateOptions options;
   std::int64_t logprobs = -1;  // -1 = not requested
+  std::int64_t n = 1;
 };
 
 StatusOr<Common> ReadCommon(ModelService& service, const json& body, bool chat) {
@@ -75,10 +76,11 @@ StatusOr<Common> ReadCommon(ModelService& service, const json& body, bool chat) 
   bool stream = false;
   RS_RETURN_IF_ERROR(ReadField(body, "stream", stream));
   if (stream) return Unimplemented("streaming is not implemented yet");
-  std::int64_t n = 1;
-  RS_RETURN_IF_ERROR(ReadField(body, "n", n));
-  if (n != 1) return Unimplemented("n > 1 is not implemented yet");
   Common c;
+  RS_RETURN_IF_ERROR(ReadField(body, "n", c.n));
+  if (c.n < 1 || c.n > ModelService::kMaxChoices) {
+    return InvalidArgument("'n' must be between 1 and " + std::to_string(ModelService::kMaxChoices));
+  }
   GenerateOptions& o = c.options;
   o.sampling.temperature = 1.0;  // OpenAI's default
   RS_RETURN_IF_ERROR(ReadField(body, "max_tokens", o.max_tokens));
@@ -163,34 +165,40 @@ StatusOr<json> Complete(ModelService& service, const std::string& text) {
   RS_ASSIGN_OR_RETURN(json body, ParseBody(text));
   RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, /*chat=*/false));
   RS_ASSIGN_OR_RETURN(auto ids, ReadPrompt(service, body));
-  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, c.options));
-
-  json choice = {{"index", 0}, {"text", result.text}, {"token_ids", result.generated_ids},
-                 {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
-  if (c.logprobs >= 0) {
-    json tokens = json::array(), token_logprobs = json::array(), top = json::array();
-    for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
-      tokens.push_back(TokenText(service, result.generated_ids[i]));
-      token_logprobs.push_back(result.logprobs[i]);
-      json step = json::object();
-      if (i < result.top_logprobs.size())
-        for (const auto& t : result.top_logprobs[i]) {
-          // Two tokens can decode to the same text (e.g. partial UTF-8
-          // bytes); keep both by naming the later one by its id.
-          std::string key = TokenText(service, t.id);
-          if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
-          step[key] = t.logprob;
-        }
-      top.push_back(step);
+  RS_ASSIGN_OR_RETURN(auto results, service.GenerateN(ids, c.options, static_cast<int>(c.n)));
+  json choices = json::array();
+  std::size_t completion_tokens = 0;
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const GenerateResult& result = results[k];
+    completion_tokens += result.generated_ids.size();
+    json choice = {{"index", k}, {"text", result.text}, {"token_ids", result.generated_ids},
+                   {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
+    if (c.logprobs >= 0) {
+      json tokens = json::array(), token_logprobs = json::array(), top = json::array();
+      for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
+        tokens.push_back(TokenText(service, result.generated_ids[i]));
+        token_logprobs.push_back(result.logprobs[i]);
+        json step = json::object();
+        if (i < result.top_logprobs.size())
+          for (const auto& t : result.top_logprobs[i]) {
+            // Two tokens can decode to the same text (e.g. partial UTF-8
+            // bytes); keep both by naming the later one by its id.
+            std::string key = TokenText(service, t.id);
+            if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
+            step[key] = t.logprob;
+          }
+        top.push_back(step);
+      }
+      choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
     }
-    choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+    choices.push_back(std::move(choice));
   }
   return json{{"id", service.NextRequestId("cmpl")},
               {"object", "text_completion"},
               {"created", Now()},
               {"model", service.name()},
-              {"choices", json::array({choice})},
-              {"usage", Usage(ids.size(), result.generated_ids.size())}};
+              {"choices", choices},
+              {"usage", Usage(ids.size(), completion_tokens)}};
 }
 
 // POST /v1/chat/completions: the messages are rendered with the model's
@@ -221,31 +229,37 @@ StatusOr<json> ChatComplete(ModelService& service, const std::string& text) {
   RS_ASSIGN_OR_RETURN(std::string prompt, service.ApplyChatTemplate(ordered["messages"], add_generation_prompt, extra));
   RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
-  RS_ASSIGN_OR_RETURN(GenerateResult result, service.Generate(ids, c.options));
-
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", result.text}}},
-                 {"token_ids", result.generated_ids},
-                 {"finish_reason", result.finish_reason},
-                 {"logprobs", nullptr}};
-  if (c.logprobs >= 0) {
-    json content = json::array();
-    for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
-      json top = json::array();
-      if (i < result.top_logprobs.size())
-        for (const auto& t : result.top_logprobs[i]) top.push_back({{"token", TokenText(service, t.id)}, {"logprob", t.logprob}});
-      content.push_back({{"token", TokenText(service, result.generated_ids[i])},
-                         {"logprob", result.logprobs[i]},
-                         {"top_logprobs", top}});
+  RS_ASSIGN_OR_RETURN(auto results, service.GenerateN(ids, c.options, static_cast<int>(c.n)));
+  json choices = json::array();
+  std::size_t completion_tokens = 0;
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const GenerateResult& result = results[k];
+    completion_tokens += result.generated_ids.size();
+    json choice = {{"index", k},
+                   {"message", {{"role", "assistant"}, {"content", result.text}}},
+                   {"token_ids", result.generated_ids},
+                   {"finish_reason", result.finish_reason},
+                   {"logprobs", nullptr}};
+    if (c.logprobs >= 0) {
+      json content = json::array();
+      for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
+        json top = json::array();
+        if (i < result.top_logprobs.size())
+          for (const auto& t : result.top_logprobs[i]) top.push_back({{"token", TokenText(service, t.id)}, {"logprob", t.logprob}});
+        content.push_back({{"token", TokenText(service, result.generated_ids[i])},
+                           {"logprob", result.logprobs[i]},
+                           {"top_logprobs", top}});
+      }
+      choice["logprobs"] = {{"content", content}};
     }
-    choice["logprobs"] = {{"content", content}};
+    choices.push_back(std::move(choice));
   }
   return json{{"id", service.NextRequestId("chatcmpl")},
               {"object", "chat.completion"},
               {"created", Now()},
               {"model", service.name()},
-              {"choices", json::array({choice})},
-              {"usage", Usage(ids.size(), result.generated_ids.size())}};
+              {"choices", choices},
+              {"usage", Usage(ids.size(), completion_tokens)}};
 }
 
 std::pair<int, std::string> Respond(const StatusOr<json>& r) {

@@ -65,8 +65,17 @@ Status ModelService::CheckModelName(const std::string& requested) const {
   return NotFound("model '" + requested + "' does not exist (served: '" + name_ + "')");
 }
 
-StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>& prompt_ids,
-                                                const GenerateOptions& options) {
+struct ModelService::Pending {
+  std::shared_ptr<RequestStream> stream;
+  GenerateOptions options;
+  GenerateResult result;
+  std::optional<tok::IncrementalDecoder> detok;
+  size_t max_stop = 0;
+  bool stopped = false;
+};
+
+StatusOr<std::unique_ptr<ModelService::Pending>> ModelService::Start(const std::vector<std::int64_t>& prompt_ids,
+                                                                     const GenerateOptions& options) {
   if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
   if (options.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
   EngineRequest r;
@@ -94,19 +103,23 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
   for (const auto& st : options.stop) {
     if (st.empty()) return InvalidArgument("'stop' strings must not be empty");
   }
-  RS_ASSIGN_OR_RETURN(auto stream, engine_->Submit(std::move(r)));
+  auto p = std::make_unique<Pending>();
+  RS_ASSIGN_OR_RETURN(p->stream, engine_->Submit(std::move(r)));
+  p->options = options;
+  p->result.prompt_ids = prompt_ids;
+  if (tokenizer_) p->detok.emplace(tokenizer_, /*skip_special_tokens=*/true);
+  for (const auto& st : options.stop) p->max_stop = std::max(p->max_stop, st.size());
+  return p;
+}
 
-  GenerateResult result;
-  result.prompt_ids = prompt_ids;
-  std::optional<tok::IncrementalDecoder> detok;
-  if (tokenizer_) detok.emplace(tokenizer_, /*skip_special_tokens=*/true);
-  size_t max_stop = 0;
-  for (const auto& st : options.stop) max_stop = std::max(max_stop, st.size());
-  bool stopped = false;
+StatusOr<GenerateResult> ModelService::Collect(Pending& p, const std::function<void()>& on_first_token) {
+  const GenerateOptions& options = p.options;
+  GenerateResult& result = p.result;
+  bool first = true;
   for (;;) {
-    StreamChunk c = stream->Next();
+    StreamChunk c = p.stream->Next();
     for (auto& t : c.tokens) {
-      if (stopped) break;  // tokens already in flight when we cancelled
+      if (p.stopped) break;  // tokens already in flight when we cancelled
       result.generated_ids.push_back(t.id);
       result.logprobs.push_back(t.logprob);
       if (options.top_logprobs > 0) {
@@ -114,39 +127,98 @@ StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>&
         for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
         result.top_logprobs.push_back(std::move(top));
       }
-      if (detok) {
+      if (p.detok) {
         const size_t before = result.text.size();
-        RS_ASSIGN_OR_RETURN(std::string piece, detok->Push(static_cast<uint32_t>(t.id)));
+        RS_ASSIGN_OR_RETURN(std::string piece, p.detok->Push(static_cast<uint32_t>(t.id)));
         result.text += piece;
-        // A stop string may straddle the previous piece.
-        // Stop strings count only from min_tokens on (as vLLM).
-        const size_t from = before > max_stop ? before - max_stop : 0;
+        // A stop string may straddle the previous piece; stop strings count
+        // only from min_tokens on (as vLLM).
+        const size_t from = before > p.max_stop ? before - p.max_stop : 0;
         size_t cut = std::string::npos;
         if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.min_tokens) {
           for (const auto& st : options.stop) cut = std::min(cut, result.text.find(st, from));
         }
         if (cut != std::string::npos) {
           result.text.resize(cut);
-          stopped = true;
+          p.stopped = true;
+          engine_->Cancel(p.stream->id());
         }
       }
-      if (stopped) engine_->Cancel(stream->id());
+    }
+    if (first && !c.tokens.empty()) {
+      first = false;
+      if (on_first_token) on_first_token();
     }
     if (!c.finished) continue;
-    if (stopped) {
+    if (p.stopped) {
       result.finish_reason = "stop";
       return result;
     }
     if (c.finish_reason == "error") return c.error;
     if (c.finish_reason == "deadline") return Status(ErrorCode::kDeadlineExceeded, "request timed out");
     if (c.finish_reason == "cancelled") return Status(ErrorCode::kCancelled, "request cancelled");
-    if (detok) {
-      RS_ASSIGN_OR_RETURN(std::string rest, detok->Finish());
+    if (p.detok) {
+      RS_ASSIGN_OR_RETURN(std::string rest, p.detok->Finish());
       result.text += rest;
     }
     result.finish_reason = c.finish_reason;
     return result;
   }
+}
+
+StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>& prompt_ids,
+                                                const GenerateOptions& options) {
+  RS_ASSIGN_OR_RETURN(auto p, Start(prompt_ids, options));
+  return Collect(*p, nullptr);
+}
+
+StatusOr<std::vector<GenerateResult>> ModelService::GenerateN(const std::vector<std::int64_t>& prompt_ids,
+                                                              const GenerateOptions& options, int n) {
+  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
+  if (n == 1) {
+    RS_ASSIGN_OR_RETURN(auto r, Generate(prompt_ids, options));
+    return std::vector<GenerateResult>{std::move(r)};
+  }
+  // The first choice runs alone until its prompt is prefilled, so that the
+  // others find the prompt's full blocks in the prefix cache. Choice i uses
+  // seed + i when a seed is given (different samples, reproducible).
+  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
+  std::vector<std::unique_ptr<Pending>> rest;
+  Status start_error;
+  auto start_rest = [&] {
+    for (int i = 1; i < n; ++i) {
+      GenerateOptions o = options;
+      if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
+      auto p = Start(prompt_ids, o);
+      if (!p.ok()) {
+        start_error = p.status();
+        return;
+      }
+      rest.push_back(std::move(*p));
+    }
+  };
+  auto r0 = Collect(*first, start_rest);
+  if (!r0.ok() || !start_error.ok()) {
+    for (auto& p : rest) engine_->Cancel(p->stream->id());
+    for (auto& p : rest) (void)Collect(*p, nullptr);
+    return !r0.ok() ? r0.status() : start_error;
+  }
+  if (rest.empty()) start_rest();  // defensive: the hook runs with the first token
+  if (!start_error.ok()) {
+    for (auto& p : rest) engine_->Cancel(p->stream->id());
+    for (auto& p : rest) (void)Collect(*p, nullptr);
+    return start_error;
+  }
+  std::vector<GenerateResult> out;
+  out.push_back(std::move(*r0));
+  Status err;
+  for (auto& p : rest) {
+    auto r = Collect(*p, nullptr);
+    if (!r.ok() && err.ok()) err = r.status();
+    if (r.ok()) out.push_back(std::move(*r));
+  }
+  if (!err.ok()) return err;
+  return out;
 }
 
 StatusOr<std::vector<std::int64_t>> ModelService::Tokenize(const std::string& text, bool add_special_tokens) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <memory>
 #include <string>
@@ -52,6 +53,13 @@ class ModelService {
   // options.stop (the request is cancelled as soon as a stop string shows).
   StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
 
+  // n choices for one prompt (1 <= n <= kMaxChoices). The choices share the
+  // prompt's full KV blocks through the prefix cache: the first is
+  // prefilled alone, the others start once its first token exists.
+  static constexpr int kMaxChoices = 16;
+  StatusOr<std::vector<GenerateResult>> GenerateN(const std::vector<std::int64_t>& prompt_ids,
+                                                  const GenerateOptions& options, int n);
+
   const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // FailedPrecondition naming what is missing when there is no tokenizer.
   StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
@@ -65,6 +73,11 @@ class ModelService {
   ModelService() = default;
   static StatusOr<std::unique_ptr<ModelService>> CreateEngine(const DecoderModel& model, std::string served_name,
                                                               EngineOptions options);
+  struct Pending;
+  StatusOr<std::unique_ptr<Pending>> Start(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
+  // Reads the request to its end; `on_first_token` runs once, after the
+  // first token arrived.
+  StatusOr<GenerateResult> Collect(Pending& p, const std::function<void()>& on_first_token);
   const DecoderModel* model_ = nullptr;
   std::string name_;
   KvCacheSize kv_;

@@ -554,9 +554,21 @@ ExprPtr Make(Expr::Kind k, int line) {
   return e;
 }
 
+// Nesting limits: templates are data, and deep nesting must be an error,
+// not a stack overflow.
+constexpr int kMaxNesting = 200;
+
 class ExprParser {
  public:
   explicit ExprParser(std::vector<Token> toks) : t_(std::move(toks)) {}
+  // Counts recursion into sub-expressions.
+  struct Depth {
+    explicit Depth(ExprParser* p) : p_(p) {
+      if (++p_->depth_ > kMaxNesting) p_->Fail("expression nested too deeply");
+    }
+    ~Depth() { --p_->depth_; }
+    ExprParser* p_;
+  };
   const Token& Peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
   bool AtEnd() const { return Peek().kind == Tk::kEnd; }
   bool IsOp(const char* op, size_t k = 0) const { return Peek(k).kind == Tk::kOp && Peek(k).text == op; }
@@ -589,6 +601,7 @@ class ExprParser {
   }
 
   ExprPtr ParseExpr() {
+    Depth guard(this);
     ExprPtr e = ParseOr();
     if (IsName("if")) {
       ++p_;
@@ -628,6 +641,7 @@ class ExprParser {
     return e;
   }
   ExprPtr ParseNot() {
+    Depth guard(this);
     if (IsName("not")) {
       const int line = Peek().line;
       ++p_;
@@ -685,6 +699,7 @@ class ExprParser {
   // As Jinja2: "-x | f" is "(-x) | f"; filters bind tighter than binary
   // operators.
   ExprPtr ParseUnary(bool with_filters = true) {
+    Depth guard(this);
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       const Token t = Next();
@@ -864,6 +879,7 @@ class ExprParser {
 
   std::vector<Token> t_;
   size_t p_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -992,6 +1008,11 @@ class StmtParser {
 
   // Parses until one of `ends` (first word of a {% %} tag); stores it in *end.
   NodeList ParseBody(const std::vector<std::string>& ends, std::string* end) {
+    if (++depth_ > kMaxNesting) Fail(i_ < s_.size() ? s_[i_].line : 0, "blocks nested too deeply");
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&depth_};
     NodeList out;
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
@@ -1165,6 +1186,7 @@ class StmtParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -1188,7 +1210,13 @@ class Renderer {
   }
 
   void Render(const NodeList& body, std::string& out) {
-    for (const auto& n : body) Exec(*n, out);
+    for (const auto& n : body) {
+      // A budget on work and output: a template (or a conversation fed to
+      // it) must not make a request loop or allocate without bound.
+      if (++steps_ > kMaxSteps) Throw("template exceeded its work limit (" + std::to_string(kMaxSteps) + " steps)");
+      Exec(*n, out);
+      if (out.size() > kMaxOutputBytes) Throw("template output exceeds " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
+    }
   }
 
  private:
@@ -1361,6 +1389,12 @@ class Renderer {
     const Node* node = &n;
     Renderer* self = this;
     scopes_.back()[n.text] = Value::Fn([self, node](Args& a) -> Value {
+      if (self->call_depth_ >= kMaxCallDepth) Throw("macro '" + node->text + "' recursed too deeply");
+      struct Depth {
+        int* d;
+        explicit Depth(int* x) : d(x) { ++*d; }
+        ~Depth() { --*d; }
+      } depth(&self->call_depth_);
       Scope args;
       size_t k = 0;
       for (; k < node->params.size(); ++k) {
@@ -2048,8 +2082,13 @@ class Renderer {
     Throw("line " + std::to_string(line) + ": unknown filter '" + name + "'");
   }
 
+  static constexpr std::uint64_t kMaxSteps = 20'000'000;
+  static constexpr std::size_t kMaxOutputBytes = std::size_t{64} << 20;
+  static constexpr int kMaxCallDepth = 64;
   std::vector<Scope> scopes_;
   Scope globals_;
+  std::uint64_t steps_ = 0;
+  int call_depth_ = 0;
 };
 
 // Names of filters and tests the renderer implements, checked at parse

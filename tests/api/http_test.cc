@@ -276,3 +276,41 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+TEST_F(HttpApi, NChoicesShareThePromptAndFollowSeeds) {
+  // 40 prompt tokens: two full blocks of 16 can come from the prefix cache.
+  std::vector<int> prompt;
+  for (int k = 0; k < 40; ++k) prompt.push_back(3 + (k * 7) % 200);
+  const json base = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 1.0}, {"ignore_eos", true}, {"seed", 11}};
+  const auto hits_before = service_->engine().stats().prefix_hits.load();  // blocks
+  json req = base;
+  req["n"] = 3;
+  auto [code, body] = Post(req.dump());
+  ASSERT_EQ(code, 200) << body.dump();
+  ASSERT_EQ(body["choices"].size(), 3u);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 18);
+  EXPECT_GE(service_->engine().stats().prefix_hits.load() - hits_before, 4u);  // 2 choices x 2 full blocks
+  for (int i = 0; i < 3; ++i) {
+    // Choice i is what a single request with seed + i gives.
+    json one = base;
+    one["seed"] = 11 + i;
+    auto [c1, single] = Post(one.dump());
+    ASSERT_EQ(c1, 200);
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["token_ids"], single["choices"][0]["token_ids"]) << i;
+  }
+  EXPECT_NE(body["choices"][0]["token_ids"], body["choices"][1]["token_ids"]);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":0})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":17})").first, 400);
+  auto [c2, chat] = Post(R"({"messages":[{"role":"user","content":"hi"}],"n":2,"max_tokens":3,"temperature":0})",
+                         "/v1/chat/completions");
+  ASSERT_EQ(c2, 200);
+  ASSERT_EQ(chat["choices"].size(), 2u);
+  EXPECT_EQ(chat["choices"][0]["message"], chat["choices"][1]["message"]);  // greedy choices agree
+}
+
+}  // namespace
+}  // namespace ropeserve

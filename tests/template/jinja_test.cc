@@ -185,3 +185,23 @@ TEST(Jinja, DeepSeekR1StyleTemplate) {
 
 }  // namespace
 }  // namespace ropeserve::jinja
+
+namespace ropeserve::jinja {
+namespace {
+
+// Found by template_fuzz: deep nesting overflowed the parser's stack.
+TEST(Jinja, NestingAndWorkAreBounded) {
+  EXPECT_NE(R("{{" + std::string(5000, '(') + "1" + std::string(5000, ')') + "}}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(R("{{ " + std::string(3000, '{') + " }}").find("PARSE ERROR"), std::string::npos);
+  EXPECT_NE(R("{{ " + std::string(3000, '[') + " }}").find("PARSE ERROR"), std::string::npos);
+  std::string ifs;
+  for (int k = 0; k < 500; ++k) ifs += "{% if true %}";
+  EXPECT_NE(R(ifs).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(R("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("recursed too deeply"), std::string::npos);
+  EXPECT_NE(R("{% for i in range(5000) %}{% for j in range(5000) %}x{% endfor %}{% endfor %}").find("RENDER ERROR"),
+            std::string::npos);
+  EXPECT_EQ(R(std::string(150, '(') == "" ? "" : "{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
+}
+
+}  // namespace
+}  // namespace ropeserve::jinja
