@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/fused_ops.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/weight_loader.h"
 
@@ -95,7 +96,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
 
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  at::Tensor h = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+  at::Tensor h = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);  // once per step: not worth fusing
   return at::linear(h, w_.lm_head).to(at::kFloat);
 }
 
@@ -113,13 +114,23 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positio
   return reference::RopeCosSin(inv_freq, positions, factor, ToScalarType(dtype_));
 }
 
+bool DecoderModel::FusedKernelsApply(const at::Tensor& h) const {
+  return h.device().is_cpu() && (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
                                                                          const at::Tensor& x, const at::Tensor& cos,
-                                                                         const at::Tensor& sin) const {
+                                                                         const at::Tensor& sin, bool fused) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({T, config_.num_attention_heads, D});
   at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({T, config_.num_key_value_heads, D});
   at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({T, config_.num_key_value_heads, D});
+  if (fused) {
+    q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
+    k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
+    cpu::ApplyRopeInplace(q, k, cos, sin);
+    return {q, k, v};
+  }
   if (config_.qk_norm) {
     q = reference::RmsNorm(q, w.q_norm, config_.rms_norm_eps);
     k = reference::RmsNorm(k, w.k_norm, config_.rms_norm_eps);
@@ -134,15 +145,27 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
-                                   const AttendFn& attend) const {
+                                   const AttendFn& attend, bool fused) const {
   const int64_t T = h.size(0);
+  const double eps = config_.rms_norm_eps;
+  fused = fused && FusedKernelsApply(h);
+  if (fused) h = h.contiguous();
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
-    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, config_.rms_norm_eps);
-    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+    if (fused) {
+      // residual adds folded into the norms (h is updated in place)
+      at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
+      auto [q, k, v] = QkvWithRope(w, x, cos, sin, true);
+      at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
+      at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias).contiguous(), h, w.post_attention_layernorm, eps);
+      h.add_(Mlp(w, y));
+      continue;
+    }
+    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, eps);
+    auto [q, k, v] = QkvWithRope(w, x, cos, sin, false);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
     h = h + Linear(attn, w.o_proj, w.o_bias);
-    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, config_.rms_norm_eps));
+    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, eps));
   }
   return h;
 }
@@ -150,9 +173,12 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
 at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSin(at::arange(ids.size(0), at::kLong));
-  return Logits(RunLayers(Embed(ids), cos, sin, [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return reference::CausalAttention(q, k, v, attention_scale_);
-  }));
+  return Logits(RunLayers(
+      Embed(ids), cos, sin,
+      [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return reference::CausalAttention(q, k, v, attention_scale_);
+      },
+      /*fused=*/false));
 }
 
 at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const {

@@ -106,13 +106,19 @@ class DecoderModel {
   at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
-                                                             const at::Tensor& cos, const at::Tensor& sin) const;
+                                                             const at::Tensor& cos, const at::Tensor& sin,
+                                                             bool fused) const;
+  // Whether the fused CPU kernels (kernels/cpu/fused_ops.h) can run on h.
+  bool FusedKernelsApply(const at::Tensor& h) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
   // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
   // which the three forward paths differ.
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
-  // Embedded tokens h [T,H] through every decoder layer -> [T,H].
-  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend) const;
+  // Embedded tokens h [T,H] through every decoder layer -> [T,H]. `fused`
+  // uses the fused RMSNorm/residual and RoPE kernels (the incremental and
+  // paged paths); the reference path keeps the unfused reference ops.
+  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend,
+                       bool fused = true) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
   // cos/sin for a packed batch; dynamic RoPE uses each sequence's length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;

@@ -152,17 +152,26 @@ TEST_F(EngineInvariance, CancellingHalfReturnsEveryBlock) {
     r.ignore_eos = true;
     streams.push_back(*engine.Submit(r));
   }
-  std::mt19937 rng(5);
+  // Cancel every other request at a point measured in its own tokens (not
+  // in wall time, which depends on how fast the machine is).
+  std::vector<StreamChunk> early(streams.size());
   for (size_t i = 0; i < streams.size(); i += 2) {
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    const size_t want = 1 + i % 7;
+    size_t got = 0;
+    while (got < want) {
+      StreamChunk c = streams[i]->Next(std::chrono::seconds(60));
+      got += c.tokens.size();
+      if (c.finished) {
+        early[i] = c;
+        break;
+      }
+    }
     engine.Cancel(streams[i]->id());
   }
   int cancelled = 0;
-  for (auto& s : streams) {
-    StreamChunk c;
-    do {
-      c = s->Next(std::chrono::seconds(60));
-    } while (!c.finished);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    StreamChunk c = early[i];
+    while (!c.finished) c = streams[i]->Next(std::chrono::seconds(60));
     cancelled += c.finish_reason == "cancelled";
   }
   engine.Stop();

@@ -1,0 +1,27 @@
+// Fused CPU kernels for the layer's elementwise work: RMSNorm (optionally
+// with the residual add folded in) and rotate-half RoPE applied to q and k
+// in place. One pass over memory each instead of the 4-6 LibTorch ops of
+// the reference. Vectorised with at::vec, parallel over rows with
+// at::parallel_for; float32 and bfloat16 (float32 accumulation). Oracles:
+// reference::RmsNorm and reference::ApplyRope (kernels/reference).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ropeserve::cpu {
+
+// weight * RMSNorm(x) over the last dimension, rounding like the reference
+// (normalise in float32, cast to x's dtype, then multiply by weight).
+// x: [..., n] contiguous; weight: [n] in x's dtype.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// residual += x (in residual's dtype, as `h = h + x` rounds), then returns
+// RmsNorm(residual, weight, eps). x, residual: [T, n] contiguous, same dtype.
+at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps);
+
+// Rotate-half RoPE on the first rotary_dim channels of every head of q and
+// k, in place. q: [T, Hq, D], k: [T, Hkv, D] contiguous; cos, sin:
+// [T, rotary_dim] (already scaled by the attention factor), same dtype.
+void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace ropeserve::cpu

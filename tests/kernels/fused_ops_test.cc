@@ -1,0 +1,100 @@
+// The fused CPU kernels against kernels/reference on random inputs of many
+// shapes: row widths of real models and odd ones (vector tails), GQA ratios
+// 1/2/4/8, head_dim 64 and 128, full and partial rotary, float32 and
+// bfloat16.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/fused_ops.h"
+#include "kernels/reference/reference_ops.h"
+
+namespace ropeserve {
+namespace {
+
+// bfloat16 has 8 significant bits: the fused kernels round once where the
+// reference rounds after every op, so allow two units in the last place.
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, at::ScalarType dtype) {
+  ASSERT_EQ(got.sizes(), want.sizes());
+  ASSERT_EQ(got.scalar_type(), want.scalar_type());
+  const double rtol = dtype == at::kFloat ? 1e-5 : 2.0 / 128;
+  const double atol = dtype == at::kFloat ? 1e-5 : 2e-2;
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.to(at::kFloat), rtol, atol))
+      << "max abs diff " << (got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<float>();
+}
+
+struct NormCase {
+  int64_t rows, n;
+};
+
+class RmsNormKernel : public ::testing::TestWithParam<std::tuple<NormCase, at::ScalarType>> {};
+
+TEST_P(RmsNormKernel, MatchesReference) {
+  const auto [c, dtype] = GetParam();
+  at::manual_seed(c.rows * 1000 + c.n);
+  const at::Tensor x = (at::randn({c.rows, c.n}) * 3).to(dtype);
+  const at::Tensor w = (1 + 0.1 * at::randn({c.n})).to(dtype);
+  ExpectClose(cpu::RmsNorm(x, w, 1e-6), reference::RmsNorm(x, w, 1e-6), dtype);
+  // Per-head norm (Qwen3 q_norm/k_norm): [T, H, D] rows.
+  const at::Tensor heads = x.view({c.rows, 1, c.n});
+  ExpectClose(cpu::RmsNorm(heads, w, 1e-6), reference::RmsNorm(heads, w, 1e-6), dtype);
+}
+
+TEST_P(RmsNormKernel, AddRmsNormUpdatesResidualExactly) {
+  const auto [c, dtype] = GetParam();
+  at::manual_seed(c.rows * 7 + c.n);
+  const at::Tensor x = at::randn({c.rows, c.n}).to(dtype);
+  const at::Tensor h0 = (at::randn({c.rows, c.n}) * 4).to(dtype);
+  const at::Tensor w = (1 + 0.1 * at::randn({c.n})).to(dtype);
+  at::Tensor h = h0.clone();
+  const at::Tensor out = cpu::AddRmsNorm(x, h, w, 1e-5);
+  const at::Tensor want_h = h0 + x;  // rounds once in the storage dtype, like the fused add
+  EXPECT_TRUE(at::equal(h, want_h));
+  ExpectClose(out, reference::RmsNorm(want_h, w, 1e-5), dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormKernel,
+                         ::testing::Combine(::testing::Values(NormCase{1, 64}, NormCase{3, 128}, NormCase{33, 896},
+                                                              NormCase{5, 4864}, NormCase{7, 17}, NormCase{2, 1}),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+
+struct RopeCase {
+  int64_t T, hq, hkv, D, rotary;
+};
+
+class RopeKernel : public ::testing::TestWithParam<std::tuple<RopeCase, at::ScalarType>> {};
+
+TEST_P(RopeKernel, MatchesReference) {
+  const auto [c, dtype] = GetParam();
+  at::manual_seed(c.T * 31 + c.hq * 7 + c.D);
+  const at::Tensor q = at::randn({c.T, c.hq, c.D}).to(dtype);
+  const at::Tensor k = at::randn({c.T, c.hkv, c.D}).to(dtype);
+  at::Tensor inv_freq = at::pow(10000.0, -at::arange(0, c.rotary, 2, at::kFloat) / c.rotary);
+  at::Tensor positions = at::arange(100, 100 + c.T, at::kLong) * 37;  // large positions: big angles
+  auto [cos, sin] = reference::RopeCosSin(inv_freq, positions, 1.0, dtype);
+  at::Tensor q2 = q.clone(), k2 = k.clone();
+  cpu::ApplyRopeInplace(q2, k2, cos, sin);
+  ExpectClose(q2, reference::ApplyRope(q, cos, sin), dtype);
+  ExpectClose(k2, reference::ApplyRope(k, cos, sin), dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, RopeKernel,
+    ::testing::Combine(::testing::Values(RopeCase{1, 8, 8, 64, 64},    // GQA 1
+                                         RopeCase{5, 8, 4, 64, 64},    // GQA 2
+                                         RopeCase{3, 16, 4, 128, 128}, // GQA 4
+                                         RopeCase{64, 14, 2, 64, 64},  // GQA 7 (Qwen2.5-0.5B)
+                                         RopeCase{17, 32, 4, 128, 128},  // GQA 8
+                                         RopeCase{9, 8, 2, 128, 64},   // partial rotary
+                                         RopeCase{4, 4, 4, 64, 16}),   // rotary narrower than a vector
+                       ::testing::Values(at::kFloat, at::kBFloat16)));
+
+TEST(FusedOps, RejectWrongShapes) {
+  const at::Tensor x = at::randn({2, 8});
+  EXPECT_THROW(cpu::RmsNorm(x, at::ones({7}), 1e-6), c10::Error);
+  at::Tensor q = at::randn({2, 4, 64}), k = at::randn({2, 2, 64});
+  EXPECT_THROW(cpu::ApplyRopeInplace(q, k, at::randn({2, 65}), at::randn({2, 65})), c10::Error);
+  EXPECT_THROW(cpu::ApplyRopeInplace(q, k, at::randn({3, 64}), at::randn({3, 64})), c10::Error);
+}
+
+}  // namespace
+}  // namespace ropeserve
