@@ -203,6 +203,29 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
   return static_cast<double>(useful) / Seconds(Clock::now() - start).count();
 }
 
+// Read bandwidth of this machine with the compute threads: the best of a
+// few sums over a buffer much larger than the caches.
+double MeasureReadBandwidth() {
+  at::Tensor buf = at::ones({int64_t{1} << 27}, at::kFloat);  // 512 MiB
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    volatile float sink = buf.sum().item<float>();
+    (void)sink;
+    const double s = Seconds(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(buf.numel() * 4) / s);
+  }
+  return best;
+}
+
+// Bytes of weights one decode step reads: every layer and the LM head (an
+// untied embedding matrix is only read one row at a time).
+double WeightBytesPerToken(const ModelConfig& c, DType dtype) {
+  double params = static_cast<double>(c.num_parameters());
+  if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
+  return params * static_cast<double>(DTypeSize(dtype));
+}
+
 }  // namespace
 
 Status RunBench(const BenchOptions& o) {
@@ -237,6 +260,25 @@ Status RunBench(const BenchOptions& o) {
   std::int64_t prompt_tokens = 0;
   for (const auto& p : w.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
 
+  nlohmann::json batch1 = nullptr;
+  if (o.batch1_tokens > 1) {
+    BenchOptions one = o;
+    one.concurrency = 1;
+    one.num_requests = 1;
+    Workload single{{std::vector<TokenId>(w.prompts[0].begin(), w.prompts[0].begin() + std::min<std::size_t>(16, w.prompts[0].size()))},
+                    {o.batch1_tokens}};
+    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, single, kv.num_blocks, max_len));
+    const double tok_s = r.tpot.empty() || r.tpot[0] <= 0 ? 0 : 1.0 / r.tpot[0];
+    const double bandwidth = MeasureReadBandwidth();
+    const double bytes = WeightBytesPerToken(c, o.dtype);
+    const double roofline = bandwidth / bytes;
+    batch1 = {{"decode_tok_s", tok_s},
+              {"read_bandwidth_gb_s", bandwidth / 1e9},
+              {"weight_bytes_per_token", bytes},
+              {"roofline_tok_s", roofline},
+              {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0}};
+  }
+
   nlohmann::ordered_json j = {
       {"model", o.model},
       {"dtype", DTypeSafetensorsName(o.dtype)},
@@ -264,6 +306,7 @@ Status RunBench(const BenchOptions& o) {
       {"prefix_hits", run.prefix_hits},
       {"prefix_queries", run.prefix_queries},
       {"invariance_mismatches", mismatches >= 0 ? nlohmann::json(mismatches) : nlohmann::json(nullptr)},
+      {"batch1", batch1},
       {"threads", ComputeThreads()},
   };
   if (o.json) {

@@ -28,6 +28,10 @@ struct BenchOptions {
   std::string kv_cache_memory = "0.25";
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)
+  // Batch-1 decode measured in the same run and compared with the memory
+  // bandwidth limit (weights read per token / measured read bandwidth).
+  // 0 = skip.
+  int batch1_tokens = 64;
 };
 
 // Runs the benchmark and prints a report (text or one JSON object) to stdout.

@@ -25,6 +25,11 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--kv-cache-memory", o->kv_cache_memory)->capture_default_str();
   sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->capture_default_str();
   sub->add_option("--max-model-len", o->max_model_len, "Default: min(model's, 4096)");
+  sub->add_option("--batch1-tokens", o->batch1_tokens,
+                  "Also decode this many tokens for one request and report tokens/s against the memory-bandwidth "
+                  "limit (0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   return [o, dtype, baseline] {
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
     o->baseline_static = *baseline == "static";

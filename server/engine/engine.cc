@@ -1,5 +1,7 @@
 #include "server/engine/engine.h"
 
+#include <optional>
+
 #include <algorithm>
 #include <future>
 #include <set>
@@ -58,6 +60,10 @@ struct Engine::Active {
   SamplerRng rng;
   PenaltyState penalties;  // filled only when the request has penalties
   std::int64_t generated = 0;
+  // Timing for RequestMetrics.
+  Clock::time_point submitted, last_token;
+  std::optional<Clock::time_point> scheduled, first_token;
+  std::vector<double> gaps;
   std::int64_t cached_tokens = 0;
 };
 
@@ -153,6 +159,7 @@ void Engine::DrainInbox() {
       a->request = std::move(item->request);
       a->stream = item->stream;
       a->rng.seed(a->request.sampling.seed.value_or(std::random_device{}()));
+      a->submitted = item->submitted;
       if (a->request.sampling.repetition_penalty != 1.0) {
         a->penalties.prompt_tokens.insert(a->request.prompt.begin(), a->request.prompt.end());
       }
@@ -166,7 +173,23 @@ void Engine::DrainInbox() {
 void Engine::Complete(RequestId id, const std::string& reason, Status error) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
-  const auto prompt_tokens = static_cast<std::int64_t>(it->second->request.prompt.size());
+  const Active& a = *it->second;
+  const auto prompt_tokens = static_cast<std::int64_t>(a.request.prompt.size());
+  if (observer_ != nullptr) {
+    const auto now = Clock::now();
+    auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    RequestMetrics m;
+    m.id = id;
+    m.finish_reason = reason;
+    m.queue_seconds = secs((a.scheduled ? *a.scheduled : now) - a.submitted);
+    if (a.first_token) m.ttft_seconds = secs(*a.first_token - a.submitted);
+    m.e2e_seconds = secs(now - a.submitted);
+    m.inter_token_seconds = a.gaps;
+    m.prompt_tokens = prompt_tokens;
+    m.generated_tokens = a.generated;
+    m.cached_tokens = a.cached_tokens;
+    observer_->OnRequestFinished(m);
+  }
   it->second->stream->Finish(reason, prompt_tokens, it->second->cached_tokens, std::move(error));
   active_.erase(it);
 }
@@ -192,6 +215,11 @@ bool Engine::Step() {
     return false;
   }
 
+  const auto step_start = Clock::now();
+  for (const auto& s : plan.sequences) {
+    Active& a = *active_.at(s.request_id);
+    if (!a.scheduled) a.scheduled = step_start;
+  }
   auto logits = executor_.Execute(plan);
   if (!logits.ok()) {
     // A failed forward fails the requests in it, not the server.
@@ -226,6 +254,13 @@ bool Engine::Step() {
   for (auto& [id, t] : produced) {
     Active& a = *active_.at(id);
     if (a.generated == 0) a.cached_tokens = scheduler_.num_cached_prompt_tokens(id);
+    const auto now = Clock::now();
+    if (!a.first_token) {
+      a.first_token = now;
+    } else if (observer_ != nullptr) {
+      a.gaps.push_back(std::chrono::duration<double>(now - a.last_token).count());
+    }
+    a.last_token = now;
     ++a.generated;
     const TokenId tok = t.id;
     if (a.request.sampling.has_penalties()) ++a.penalties.output_counts[tok];
@@ -244,6 +279,15 @@ bool Engine::Step() {
   ++stats_.steps;
   stats_.step_tokens += static_cast<std::uint64_t>(plan.num_tokens());
   UpdateStats();
+  if (observer_ != nullptr) {
+    StepMetrics m;
+    m.scheduled_tokens = plan.num_tokens();
+    m.running = stats_.running;
+    m.waiting = stats_.waiting;
+    m.kv_usage = stats_.kv_usage;
+    m.preemptions_total = static_cast<std::int64_t>(stats_.preemptions.load());
+    observer_->OnStep(m);
+  }
   return true;
 }
 

@@ -97,9 +97,43 @@ struct EngineStats {
   std::atomic<double> kv_waste_at_peak{0};
 };
 
+// Per-request timing and token counts, reported once when a request ends.
+// Times are in seconds.
+struct RequestMetrics {
+  RequestId id = 0;
+  std::string finish_reason;          // stop | length | cancelled | deadline | error
+  double queue_seconds = 0;           // submission -> first scheduled
+  double ttft_seconds = -1;           // submission -> first token (-1: none)
+  double e2e_seconds = 0;             // submission -> end
+  std::vector<double> inter_token_seconds;  // gaps between consecutive tokens
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generated_tokens = 0;
+  std::int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
+};
+
+// Per-step figures, after each forward.
+struct StepMetrics {
+  std::int64_t scheduled_tokens = 0;  // prefill + decode tokens in the step
+  int running = 0;
+  int waiting = 0;
+  double kv_usage = 0;  // 0-1
+  std::int64_t preemptions_total = 0;
+};
+
+// The hooks the serving layer exports as metrics (Prometheus). Called on the
+// engine thread: implementations must be quick and thread-safe.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnRequestFinished(const RequestMetrics& m) = 0;
+  virtual void OnStep(const StepMetrics& m) = 0;
+};
+
 class Engine {
  public:
   Engine(EngineConfig config, ModelExecutor& executor);
+  // Set before Start(); `observer` must outlive the engine.
+  void SetObserver(EngineObserver* observer) { observer_ = observer; }
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -139,6 +173,7 @@ class Engine {
   Scheduler scheduler_;
   std::map<RequestId, std::unique_ptr<Active>> active_;  // engine thread only
   std::vector<float> penalized_;                           // scratch row for penalties
+  EngineObserver* observer_ = nullptr;
 
   std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;

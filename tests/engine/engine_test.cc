@@ -254,3 +254,55 @@ TEST(Engine, PenaltiesSteerGreedyDecodingAndLogprobsStayRaw) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+class Recorder : public EngineObserver {
+ public:
+  void OnRequestFinished(const RequestMetrics& m) override { requests.push_back(m); }
+  void OnStep(const StepMetrics& m) override { steps.push_back(m); }
+  std::vector<RequestMetrics> requests;
+  std::vector<StepMetrics> steps;
+};
+
+TEST(Engine, ObserverGetsRequestTimingAndStepFigures) {
+  CountingModel m(16);
+  Engine e(Config(), m);
+  Recorder rec;
+  e.SetObserver(&rec);
+  EngineRequest r;
+  r.prompt = {1, 2, 3, 4, 5, 6};
+  r.max_tokens = 5;
+  r.ignore_eos = true;
+  auto c = RunOne(e, r);
+  ASSERT_EQ(c.finish_reason, "length");
+  ASSERT_EQ(rec.requests.size(), 1u);
+  const RequestMetrics& rm = rec.requests[0];
+  EXPECT_EQ(rm.finish_reason, "length");
+  EXPECT_EQ(rm.prompt_tokens, 6);
+  EXPECT_EQ(rm.generated_tokens, 5);
+  EXPECT_EQ(rm.inter_token_seconds.size(), 4u);
+  EXPECT_GE(rm.queue_seconds, 0.0);
+  EXPECT_GE(rm.ttft_seconds, rm.queue_seconds);
+  EXPECT_GE(rm.e2e_seconds, rm.ttft_seconds);
+  std::int64_t tokens = 0;
+  for (const auto& s : rec.steps) tokens += s.scheduled_tokens;
+  EXPECT_EQ(tokens, 6 + 4);  // the prompt, then one token per decode step
+  EXPECT_EQ(rec.steps.back().running, 0);
+
+  // A cancelled request is reported too, without a first token.
+  EngineRequest never;
+  never.prompt = {1, 2};
+  never.max_tokens = 5;
+  auto s = e.Submit(never);
+  ASSERT_TRUE(s.ok());
+  e.Cancel((*s)->id());
+  e.RunUntilIdle();
+  ASSERT_EQ(rec.requests.size(), 2u);
+  EXPECT_EQ(rec.requests[1].finish_reason, "cancelled");
+  EXPECT_EQ(rec.requests[1].ttft_seconds, -1);
+}
+
+}  // namespace
+}  // namespace ropeserve
