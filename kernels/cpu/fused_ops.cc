@@ -1,4 +1,5 @@
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/vec_utils.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,7 +12,6 @@ namespace ropeserve::cpu {
 
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
 
 inline float ToFloat(float v) { return v; }
 inline float ToFloat(at::BFloat16 v) { return static_cast<float>(v); }
@@ -27,20 +27,7 @@ inline void Widen(const Scalar* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
 }
 
-inline float SumSquares(const float* x, int64_t n) {
-  Vec acc(0.0f);
-  int64_t i = 0;
-  for (; i + Vec::size() <= n; i += Vec::size()) {
-    const Vec v = Vec::loadu(x + i);
-    acc = at::vec::fmadd(v, v, acc);
-  }
-  float buf[Vec::size()];
-  acc.store(buf);
-  float s = 0;
-  for (int k = 0; k < Vec::size(); ++k) s += buf[k];
-  for (; i < n; ++i) s += x[i] * x[i];
-  return s;
-}
+inline float SumSquares(const float* x, int64_t n) { return Dot(x, x, n); }
 
 // out = weight * Scalar(x * inv_rms); for bfloat16 the product is rounded
 // from the rounded normalised value, as `weight * h.to(dtype)` does.

@@ -1,4 +1,5 @@
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/vec_utils.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -14,24 +15,11 @@ namespace ropeserve::cpu {
 
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
 
 // Loads D elements as float32 into `out` (bfloat16 widens exactly).
 inline void LoadRow(const float* src, float* out, int64_t D) { std::memcpy(out, src, D * sizeof(float)); }
 inline void LoadRow(const at::BFloat16* src, float* out, int64_t D) {
   for (int64_t i = 0; i < D; ++i) out[i] = static_cast<float>(src[i]);
-}
-
-inline float Dot(const float* a, const float* b, int64_t D) {
-  Vec acc(0.0f);
-  int64_t i = 0;
-  for (; i + Vec::size() <= D; i += Vec::size()) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
-  float buf[Vec::size()];
-  acc.store(buf);
-  float s = 0;
-  for (int k = 0; k < Vec::size(); ++k) s += buf[k];
-  for (; i < D; ++i) s += a[i] * b[i];
-  return s;
 }
 
 // acc += w * x

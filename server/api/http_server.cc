@@ -154,6 +154,17 @@ std::int64_t Now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The OpenAI response envelope shared by completions and chat.
+json Envelope(ModelService& service, const char* id_prefix, const char* object, json choices, std::size_t prompt,
+              std::size_t completion) {
+  return json{{"id", service.NextRequestId(id_prefix)},
+              {"object", object},
+              {"created", Now()},
+              {"model", service.name()},
+              {"choices", std::move(choices)},
+              {"usage", Usage(prompt, completion)}};
+}
+
 StatusOr<json> ParseBody(const std::string& text) {
   json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return InvalidArgument("request body is not valid JSON");
@@ -193,12 +204,7 @@ StatusOr<json> Complete(ModelService& service, const std::string& text) {
     }
     choices.push_back(std::move(choice));
   }
-  return json{{"id", service.NextRequestId("cmpl")},
-              {"object", "text_completion"},
-              {"created", Now()},
-              {"model", service.name()},
-              {"choices", choices},
-              {"usage", Usage(ids.size(), completion_tokens)}};
+  return Envelope(service, "cmpl", "text_completion", std::move(choices), ids.size(), completion_tokens);
 }
 
 // POST /v1/chat/completions: the messages are rendered with the model's
@@ -254,12 +260,7 @@ StatusOr<json> ChatComplete(ModelService& service, const std::string& text) {
     }
     choices.push_back(std::move(choice));
   }
-  return json{{"id", service.NextRequestId("chatcmpl")},
-              {"object", "chat.completion"},
-              {"created", Now()},
-              {"model", service.name()},
-              {"choices", choices},
-              {"usage", Usage(ids.size(), completion_tokens)}};
+  return Envelope(service, "chatcmpl", "chat.completion", std::move(choices), ids.size(), completion_tokens);
 }
 
 std::pair<int, std::string> Respond(const StatusOr<json>& r) {

@@ -69,9 +69,20 @@ std::string ByteFallbackToken(uint8_t b) {
   return s;
 }
 
+// The vocabulary lookups every model shares.
+class VocabModel : public Model {
+ public:
+  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
+  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
+  size_t VocabSize() const override { return vocab_.size(); }
+
+ protected:
+  Vocab vocab_;
+};
+
 // ---------------------------------------------------------------------- BPE
 
-class BpeModel final : public Model {
+class BpeModel final : public VocabModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Make(const json& j) {
     const std::string where = "model BPE";
@@ -147,10 +158,6 @@ class BpeModel final : public Model {
     out->insert(out->end(), toks.begin(), toks.end());
     return Status::Ok();
   }
-
-  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
-  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
-  size_t VocabSize() const override { return vocab_.size(); }
 
  private:
   static constexpr size_t kCacheCapacity = 10000;
@@ -240,7 +247,6 @@ class BpeModel final : public Model {
     return toks;
   }
 
-  Vocab vocab_;
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // -> (rank, merged id)
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
@@ -251,7 +257,7 @@ class BpeModel final : public Model {
 
 // ---------------------------------------------------------------- WordPiece
 
-class WordPieceModel final : public Model {
+class WordPieceModel final : public VocabModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Make(const json& j) {
     const std::string where = "model WordPiece";
@@ -298,12 +304,7 @@ class WordPieceModel final : public Model {
     return Status::Ok();
   }
 
-  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
-  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
-  size_t VocabSize() const override { return vocab_.size(); }
-
  private:
-  Vocab vocab_;
   std::optional<uint32_t> unk_;
   std::string prefix_;
   size_t max_chars_ = 100;
@@ -311,7 +312,7 @@ class WordPieceModel final : public Model {
 
 // ---------------------------------------------------------------- WordLevel
 
-class WordLevelModel final : public Model {
+class WordLevelModel final : public VocabModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Make(const json& j) {
     const std::string where = "model WordLevel";
@@ -331,18 +332,13 @@ class WordLevelModel final : public Model {
     }
     return Status::Ok();
   }
-  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
-  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
-  size_t VocabSize() const override { return vocab_.size(); }
-
  private:
-  Vocab vocab_;
   std::optional<uint32_t> unk_;
 };
 
 // ------------------------------------------------------------------ Unigram
 
-class UnigramModel final : public Model {
+class UnigramModel final : public VocabModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Make(const json& j) {
     const std::string where = "model Unigram";
@@ -440,13 +436,8 @@ class UnigramModel final : public Model {
     return Status::Ok();
   }
 
-  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
-  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
-  size_t VocabSize() const override { return vocab_.size(); }
-
  private:
   static constexpr uint32_t kUnknown = std::numeric_limits<uint32_t>::max();
-  Vocab vocab_;
   std::vector<double> scores_;
   double min_score_ = 0;
   size_t max_piece_bytes_ = 0;

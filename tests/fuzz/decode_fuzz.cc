@@ -8,36 +8,12 @@
 #include <vector>
 
 #include "server/tokenizer/tokenizer.h"
+#include "tests/fuzz/fuzz_tokenizers.h"
 #include "server/tokenizer/unicode.h"
-
-using ropeserve::tok::Tokenizer;
-
-static std::vector<std::shared_ptr<const Tokenizer>>& Tokenizers() {
-  static std::vector<std::shared_ptr<const Tokenizer>> ts = [] {
-    std::vector<std::shared_ptr<const Tokenizer>> v;
-    const char* dir = std::getenv("ROPESERVE_TEST_DATA");
-    const std::string data = dir ? dir : "tests/data";
-    for (const char* name : {"tokenizers/llama2", "tokenizers/synthetic/bert", "tokenizers/synthetic/unigram",
-                             "tokenizers/synthetic/roberta", "tokenizers/qwen3", "tokenizers/llama3"}) {
-      auto t = Tokenizer::FromPath(data + "/" + name);
-      if (!t.ok()) std::abort();
-      v.push_back(*t);
-    }
-    return v;
-  }();
-  return ts;
-}
-
-// Loading the tokenizers (tens of MB of JSON under ASan) happens once,
-// before the per-input timeout starts.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  Tokenizers();
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  auto& ts = Tokenizers();
+  auto& ts = FuzzTokenizers();
   const auto& t = ts[data[0] % ts.size()];
   const bool skip = data[0] & 0x80;
   std::vector<uint32_t> ids;
