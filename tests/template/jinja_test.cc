@@ -205,3 +205,71 @@ TEST(Jinja, NestingAndWorkAreBounded) {
 
 }  // namespace
 }  // namespace ropeserve::jinja
+
+namespace ropeserve::jinja {
+namespace {
+
+// The constructs of Qwen3's template (reasoning content, reversed scan for
+// the last user query, namespace flags, chained string methods).
+TEST(Jinja, Qwen3StyleTemplate) {
+  const std::string src = R"({%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %})";
+  json ctx = {{"add_generation_prompt", true},
+              {"enable_thinking", false},
+              {"messages",
+               {{{"role", "user"}, {"content", "Hi"}},
+                {{"role", "assistant"}, {"content", "<think>\nplan\n</think>\n\nHello!"}},
+                {{"role", "user"}, {"content", "Bye"}}}}};
+  EXPECT_EQ(R(src, ctx),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // The last assistant turn after the last user query keeps its reasoning.
+  ctx["messages"] = {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "<think>\nplan\n</think>\n\nHello!"}}};
+  ctx["add_generation_prompt"] = false;
+  EXPECT_EQ(R(src, ctx), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\nHello!<|im_end|>\n");
+}
+
+}  // namespace
+}  // namespace ropeserve::jinja
