@@ -541,35 +541,56 @@ bool Tokenizer::IsByteFallbackToken(uint32_t id) const {
   return t != nullptr && t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>';
 }
 
+StatusOr<std::string> IncrementalDecoder::DecodeFrom(size_t start, size_t end) const {
+  return tok_->Decode(std::vector<uint32_t>(ids_.begin() + static_cast<long>(start), ids_.begin() + static_cast<long>(end)),
+                      skip_special_);
+}
+
 StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
+  if (tok_->IdToToken(id) == nullptr) {
+    return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
+                           std::to_string(tok_->VocabSize()) + ")");
+  }
   ids_.push_back(id);
   // While the ids end in byte-fallback pieces, the group is incomplete: a
   // later byte can turn all of it (even bytes that decode on their own)
   // into U+FFFD. Wait for the next ordinary token or Finish.
   if (tok_->IsByteFallbackToken(id)) return std::string();
-  RS_ASSIGN_OR_RETURN(std::string full, tok_->Decode(ids_, skip_special_));
-  // Hold back a trailing run of U+FFFD: it may be an incomplete character
-  // (byte-level) that the next token completes.
-  size_t end = full.size();
-  while (end >= 3 && full.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
-  if (size_t hold = tok_->DecodeHoldbackBytes(); hold > 0) {
-    end = end > hold ? end - hold : 0;
-    while (end > 0 && (static_cast<unsigned char>(full[end]) & 0xC0) == 0x80) --end;
+  return Emit(false);
+}
+
+StatusOr<std::string> IncrementalDecoder::Emit(bool final) {
+  RS_ASSIGN_OR_RETURN(std::string cur, DecodeFrom(window_, ids_.size()));
+  size_t end = cur.size();
+  if (!final) {
+    // Hold back a trailing run of U+FFFD: it may be an incomplete character
+    // (byte-level) that the next token completes.
+    while (end >= 3 && cur.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+    if (size_t hold = tok_->DecodeHoldbackBytes(); hold > 0) {
+      end = end > hold ? end - hold : 0;
+      while (end > 0 && (static_cast<unsigned char>(cur[end]) & 0xC0) == 0x80) --end;
+    }
   }
-  if (end <= emitted_.size() || full.compare(0, emitted_.size(), emitted_) != 0) return std::string();
-  std::string piece = full.substr(emitted_.size(), end - emitted_.size());
-  emitted_ += piece;
+  if (cur.compare(0, base_emitted_, base_, 0, base_emitted_) != 0) {
+    return Internal("incremental decoding diverged from the full decode");
+  }
+  std::string piece;
+  if (end > base_emitted_) piece = cur.substr(base_emitted_, end - base_emitted_);
+  base_ = std::move(cur);
+  base_emitted_ = std::max(base_emitted_, end);
+  read_ = ids_.size();
+  // Slide the window once it is long, keeping a few ids of context before
+  // the read point (the first ids of a window decode differently, and that
+  // must stay out of the part we compare).
+  constexpr size_t kWindow = 24, kContext = 6;
+  if (!final && end == base_.size() && read_ - window_ > kWindow) {
+    window_ = read_ - kContext;
+    RS_ASSIGN_OR_RETURN(base_, DecodeFrom(window_, read_));
+    base_emitted_ = base_.size();
+  }
   return piece;
 }
 
-StatusOr<std::string> IncrementalDecoder::Finish() {
-  RS_ASSIGN_OR_RETURN(std::string full, tok_->Decode(ids_, skip_special_));
-  if (full.compare(0, emitted_.size(), emitted_) != 0) {
-    return Internal("incremental decoding diverged from the full decode");
-  }
-  std::string piece = full.substr(emitted_.size());
-  emitted_ += piece;
-  return piece;
-}
+StatusOr<std::string> IncrementalDecoder::Finish() { return Emit(true); }
 
 }  // namespace ropeserve::tok

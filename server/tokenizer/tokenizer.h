@@ -112,20 +112,30 @@ class Tokenizer {
 // returned equals Tokenizer::Decode(all ids), and no piece ends inside a
 // UTF-8 character or a byte-fallback sequence: text that may still change
 // is held back (a trailing U+FFFD, a trailing run of byte-fallback tokens,
-// and the last few bytes for decoders with cleanup rules). Each Push
-// re-decodes the ids (microseconds for thousands of tokens).
+// and the last few bytes for decoders with cleanup rules).
+//
+// Cost: each Push decodes a window of the last few ids twice, not the whole
+// sequence. The new text is the difference between decoding the window with
+// and without the new ids; effects at the window's start (Strip, Metaspace
+// dropping the first space, a character split by the window edge) appear in
+// both decodes and cancel.
 class IncrementalDecoder {
  public:
   IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens);
   StatusOr<std::string> Push(uint32_t id);
   StatusOr<std::string> Finish();
-  const std::string& emitted() const { return emitted_; }
 
  private:
+  StatusOr<std::string> DecodeFrom(size_t start, size_t end) const;
+  StatusOr<std::string> Emit(bool final);
+
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_;
   std::vector<uint32_t> ids_;
-  std::string emitted_;
+  size_t window_ = 0;     // the window starts at ids_[window_]
+  size_t read_ = 0;       // ids_[..read_) have been turned into emitted text
+  std::string base_;      // decode(ids_[window_, read_)) minus any held-back tail
+  size_t base_emitted_ = 0;  // bytes of base_ already emitted
 };
 
 }  // namespace ropeserve::tok
