@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/small_batch_linear.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/weight_loader.h"
 
@@ -14,7 +15,11 @@ namespace ropeserve {
 
 namespace {
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+// `fast`: a few bf16 rows go to the AVX-512-BF16 small-batch kernel when
+// the CPU has it (decode); everything else, and the reference path, to
+// at::linear.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fast) {
+  if (fast && cpu::SmallBatchLinearApplies(x, w, b)) return cpu::SmallBatchLinear(x, w, b);
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
@@ -95,9 +100,9 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
 
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
 
-at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
+at::Tensor DecoderModel::Logits(const at::Tensor& hidden, bool fast) const {
   at::Tensor h = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);  // once per step: not worth fusing
-  return at::linear(h, w_.lm_head).to(at::kFloat);
+  return Linear(h, w_.lm_head, at::Tensor(), fast).to(at::kFloat);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positions) const {
@@ -122,9 +127,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
                                                                          const at::Tensor& x, const at::Tensor& cos,
                                                                          const at::Tensor& sin, bool fused) const {
   const int64_t T = x.size(0), D = config_.head_dim;
-  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({T, config_.num_attention_heads, D});
-  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({T, config_.num_key_value_heads, D});
-  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({T, config_.num_key_value_heads, D});
+  at::Tensor q = Linear(x, w.q_proj, w.q_bias, fused).view({T, config_.num_attention_heads, D});
+  at::Tensor k = Linear(x, w.k_proj, w.k_bias, fused).view({T, config_.num_key_value_heads, D});
+  at::Tensor v = Linear(x, w.v_proj, w.v_bias, fused).view({T, config_.num_key_value_heads, D});
   if (fused) {
     q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
     k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
@@ -138,10 +143,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
   return {reference::ApplyRope(q, cos, sin), reference::ApplyRope(k, cos, sin), v};
 }
 
-at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
-  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias);
-  at::Tensor up = Linear(x, w.up_proj, w.up_bias);
-  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias);
+at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x, bool fused) const {
+  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias, fused);
+  at::Tensor up = Linear(x, w.up_proj, w.up_bias, fused);
+  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias, fused);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
@@ -157,15 +162,15 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
       at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
       auto [q, k, v] = QkvWithRope(w, x, cos, sin, true);
       at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-      at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias).contiguous(), h, w.post_attention_layernorm, eps);
-      h.add_(Mlp(w, y));
+      at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias, true).contiguous(), h, w.post_attention_layernorm, eps);
+      h.add_(Mlp(w, y, true));
       continue;
     }
     at::Tensor x = reference::RmsNorm(h, w.input_layernorm, eps);
     auto [q, k, v] = QkvWithRope(w, x, cos, sin, false);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    h = h + Linear(attn, w.o_proj, w.o_bias);
-    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, eps));
+    h = h + Linear(attn, w.o_proj, w.o_bias, false);
+    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, eps), false);
   }
   return h;
 }
@@ -174,11 +179,12 @@ at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSin(at::arange(ids.size(0), at::kLong));
   return Logits(RunLayers(
-      Embed(ids), cos, sin,
-      [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return reference::CausalAttention(q, k, v, attention_scale_);
-      },
-      /*fused=*/false));
+                    Embed(ids), cos, sin,
+                    [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                      return reference::CausalAttention(q, k, v, attention_scale_);
+                    },
+                    /*fused=*/false),
+                /*fast=*/false);
 }
 
 at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const {

@@ -103,14 +103,14 @@ class DecoderModel {
  private:
   DecoderModel() = default;
   at::Tensor Embed(const at::Tensor& ids) const;
-  at::Tensor Logits(const at::Tensor& hidden) const;
+  at::Tensor Logits(const at::Tensor& hidden, bool fast = true) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
                                                              const at::Tensor& cos, const at::Tensor& sin,
                                                              bool fused) const;
   // Whether the fused CPU kernels (kernels/cpu/fused_ops.h) can run on h.
   bool FusedKernelsApply(const at::Tensor& h) const;
-  at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
+  at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x, bool fused) const;
   // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
   // which the three forward paths differ.
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
