@@ -554,8 +554,15 @@ StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
   ids_.push_back(id);
   // While the ids end in byte-fallback pieces, the group is incomplete: a
   // later byte can turn all of it (even bytes that decode on their own)
-  // into U+FFFD. Wait for the next ordinary token or Finish.
-  if (tok_->IsByteFallbackToken(id)) return std::string();
+  // into U+FFFD. Wait for the next ordinary token or Finish. A special
+  // token that is skipped does not end the group: the bytes on both sides
+  // of it meet in the decode.
+  if (skip_special_ && tok_->IsSpecial(id)) {
+    if (in_byte_group_) return std::string();
+  } else {
+    in_byte_group_ = tok_->IsByteFallbackToken(id);
+    if (in_byte_group_) return std::string();
+  }
   return Emit(false);
 }
 

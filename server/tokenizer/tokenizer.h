@@ -136,6 +136,7 @@ class IncrementalDecoder {
   size_t read_ = 0;       // ids_[..read_) have been turned into emitted text
   std::string base_;      // decode(ids_[window_, read_)) minus any held-back tail
   size_t base_emitted_ = 0;  // bytes of base_ already emitted
+  bool in_byte_group_ = false;  // the last decoded token was a byte-fallback piece
 };
 
 }  // namespace ropeserve::tok

@@ -131,6 +131,14 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   joined += *group.Finish();
   EXPECT_EQ(joined, *t->Decode({8, 231, 4611}, false));
 
+  // Found by decode_fuzz: with skip_special_tokens, <0x65> <unk> <0xFD>
+  // decodes as one (invalid) byte group.
+  IncrementalDecoder skipping(t, true);
+  joined.clear();
+  for (uint32_t id : {0u, 104u, 0u, 256u}) joined += *skipping.Push(id);
+  joined += *skipping.Finish();
+  EXPECT_EQ(joined, *t->Decode({0, 104, 0, 256}, true));
+
   // A byte sequence that never completes is flushed by Finish as U+FFFD.
   IncrementalDecoder broken(t, true);
   auto id = t->TokenToId("<0xF0>");
