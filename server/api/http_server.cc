@@ -220,7 +220,21 @@ StatusOr<json> ChatComplete(ModelService& service, const std::string& text) {
   }
   // Keep the caller's key order (tools rendered with tojson must not be
   // re-sorted): re-parse the body as ordered JSON.
-  const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+  auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+  // OpenAI content parts ([{"type":"text","text":...}, ...]) become one
+  // string (joined with newlines, as vLLM does for string templates).
+  for (auto& m : ordered["messages"]) {
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    std::string joined;
+    for (const auto& part : m["content"]) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        return InvalidArgument("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+      }
+      if (!joined.empty()) joined += "\n";
+      joined += part["text"].get<std::string>();
+    }
+    m["content"] = joined;
+  }
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   for (const char* key : {"tools", "documents"}) {
     if (ordered.contains(key) && !ordered[key].is_null()) extra[key] = ordered[key];

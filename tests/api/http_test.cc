@@ -210,6 +210,14 @@ TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
   EXPECT_NE(rendered->find("<|im_start|>assistant\n"), std::string::npos) << *rendered;
   EXPECT_EQ(body["usage"]["prompt_tokens"], tokenizer_->Encode(*rendered, false)->ids.size());
 
+  // Content parts are flattened to the same prompt.
+  auto [cp, parts] = Post(R"({"messages":[{"role":"system","content":[{"type":"text","text":"Be brief."}]},)"
+                          R"({"role":"user","content":[{"type":"text","text":"Hi there"}]}],"max_tokens":6,"temperature":0,"ignore_eos":true})",
+                          "/v1/chat/completions");
+  ASSERT_EQ(cp, 200) << parts.dump();
+  EXPECT_EQ(parts["choices"][0]["token_ids"], choice["token_ids"]);
+  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+                 "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":[]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":[{"content":"no role"}]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":"hi"})", "/v1/chat/completions").first, 400);
