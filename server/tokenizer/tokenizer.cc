@@ -589,11 +589,18 @@ StatusOr<std::string> IncrementalDecoder::Emit(bool final) {
   // Slide the window once it is long, keeping a few ids of context before
   // the read point (the first ids of a window decode differently, and that
   // must stay out of the part we compare).
+  // The window must also keep a token that is decoded (not a skipped
+  // special) before the read point: start-of-text effects must fall on
+  // text already emitted, never on the next token.
   constexpr size_t kWindow = 24, kContext = 6;
   if (!final && end == base_.size() && read_ - window_ > kWindow) {
-    window_ = read_ - kContext;
-    RS_ASSIGN_OR_RETURN(base_, DecodeFrom(window_, read_));
-    base_emitted_ = base_.size();
+    size_t visible = read_;
+    while (visible > window_ && skip_special_ && tok_->IsSpecial(ids_[visible - 1])) --visible;
+    if (visible > window_) {
+      window_ = std::min(read_ - kContext, visible - 1);
+      RS_ASSIGN_OR_RETURN(base_, DecodeFrom(window_, read_));
+      base_emitted_ = base_.size();
+    }
   }
   return piece;
 }

@@ -139,6 +139,19 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   joined += *skipping.Finish();
   EXPECT_EQ(joined, *t->Decode({0, 104, 0, 256}, true));
 
+  // Found by decode_fuzz: a long run of skipped specials must not leave the
+  // decode window without an already-emitted token (Strip would then eat
+  // the next token's space).
+  std::vector<uint32_t> run = {19263, 16959, 10815, 16959, 16896};
+  run.insert(run.end(), 21, 0u);
+  run.push_back(297);
+  run.push_back(2849);
+  IncrementalDecoder windowed(t, true);
+  joined.clear();
+  for (uint32_t id : run) joined += *windowed.Push(id);
+  joined += *windowed.Finish();
+  EXPECT_EQ(joined, *t->Decode(run, true));
+
   // A byte sequence that never completes is flushed by Finish as U+FFFD.
   IncrementalDecoder broken(t, true);
   auto id = t->TokenToId("<0xF0>");
