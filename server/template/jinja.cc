@@ -2082,7 +2082,7 @@ class Renderer {
     Throw("line " + std::to_string(line) + ": unknown filter '" + name + "'");
   }
 
-  static constexpr std::uint64_t kMaxSteps = 20'000'000;
+  static constexpr std::uint64_t kMaxSteps = 2'000'000;  // a 1000-message chat needs ~50k
   static constexpr std::size_t kMaxOutputBytes = std::size_t{64} << 20;
   static constexpr int kMaxCallDepth = 64;
   std::vector<Scope> scopes_;

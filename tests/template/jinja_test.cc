@@ -142,7 +142,9 @@ TEST(Jinja, UnsupportedConstructsFailAtParseTimeWithLine) {
                           "{% raw %}x{% endraw %}", "{{ x", "{% endif %}", "{{ (1, }}"}) {
     auto t = Template::Parse(bad);
     EXPECT_FALSE(t.ok()) << bad;
-    if (!t.ok()) EXPECT_NE(t.status().message().find("line "), std::string::npos) << t.status().message();
+    if (!t.ok()) {
+      EXPECT_NE(t.status().message().find("line "), std::string::npos) << t.status().message();
+    }
   }
 }
 
