@@ -24,61 +24,39 @@ inline float Bf16ToFloat(uint16_t b) {
   return f;
 }
 
-constexpr int kPrefetchBytes = 1024;
-
-// M rows of x against 4 weight rows at a time: 4*M accumulators.
+// M rows of x against one weight row at a time. Each weight row is read
+// front to back, so the weights form one long sequential stream that the
+// hardware prefetcher follows; interleaving several rows (4 streams 2-10 KB
+// apart) measured 2x slower here. Two accumulators per row of x hide the
+// dot-product latency.
 template <int M>
 void Rows(const uint16_t* x, int64_t K, const uint16_t* w, const uint16_t* bias, uint16_t* out, int64_t N,
           int64_t n_begin, int64_t n_end) {
-  const int64_t full = K / 32 * 32;
+  const int64_t full64 = K / 64 * 64, full = K / 32 * 32;
   const __mmask32 tail_mask = K % 32 == 0 ? 0 : static_cast<__mmask32>((1ull << (K % 32)) - 1);
-  int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) {
-    __m512 acc[4][M];
-    for (int r = 0; r < 4; ++r)
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-    const uint16_t* w0 = w + n * K;
-    for (int64_t k = 0; k < full; k += 32) {
-      __m512i wv[4];
-      for (int r = 0; r < 4; ++r) {
-        // Weight rows are streamed once: fetch well ahead of use.
-        _mm_prefetch(reinterpret_cast<const char*>(w0 + r * K + k) + kPrefetchBytes, _MM_HINT_T0);
-        wv[r] = _mm512_loadu_si512(w0 + r * K + k);
-      }
-      for (int m = 0; m < M; ++m) {
-        const __m512i xv = _mm512_loadu_si512(x + m * K + k);
-        for (int r = 0; r < 4; ++r) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)xv, (__m512bh)wv[r]);
-      }
-    }
-    if (tail_mask) {
-      __m512i wv[4];
-      for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_epi16(tail_mask, w0 + r * K + full);
-      for (int m = 0; m < M; ++m) {
-        const __m512i xv = _mm512_maskz_loadu_epi16(tail_mask, x + m * K + full);
-        for (int r = 0; r < 4; ++r) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)xv, (__m512bh)wv[r]);
-      }
-    }
-    for (int r = 0; r < 4; ++r) {
-      const float b = bias ? Bf16ToFloat(bias[n + r]) : 0.0f;
-      for (int m = 0; m < M; ++m) out[m * N + n + r] = FloatToBf16(_mm512_reduce_add_ps(acc[r][m]) + b);
-    }
-  }
-  for (; n < n_end; ++n) {
-    __m512 acc[M];
-    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t n = n_begin; n < n_end; ++n) {
     const uint16_t* wr = w + n * K;
-    for (int64_t k = 0; k < full; k += 32) {
-      const __m512i wv = _mm512_loadu_si512(wr + k);
-      for (int m = 0; m < M; ++m)
-        acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_loadu_si512(x + m * K + k), (__m512bh)wv);
+    __m512 a[M], b[M];
+    for (int m = 0; m < M; ++m) a[m] = b[m] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k < full64; k += 64) {
+      const __m512i w0 = _mm512_loadu_si512(wr + k), w1 = _mm512_loadu_si512(wr + k + 32);
+      for (int m = 0; m < M; ++m) {
+        a[m] = _mm512_dpbf16_ps(a[m], (__m512bh)_mm512_loadu_si512(x + m * K + k), (__m512bh)w0);
+        b[m] = _mm512_dpbf16_ps(b[m], (__m512bh)_mm512_loadu_si512(x + m * K + k + 32), (__m512bh)w1);
+      }
+    }
+    for (; k < full; k += 32) {
+      const __m512i w0 = _mm512_loadu_si512(wr + k);
+      for (int m = 0; m < M; ++m) a[m] = _mm512_dpbf16_ps(a[m], (__m512bh)_mm512_loadu_si512(x + m * K + k), (__m512bh)w0);
     }
     if (tail_mask) {
-      const __m512i wv = _mm512_maskz_loadu_epi16(tail_mask, wr + full);
+      const __m512i w0 = _mm512_maskz_loadu_epi16(tail_mask, wr + full);
       for (int m = 0; m < M; ++m)
-        acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_maskz_loadu_epi16(tail_mask, x + m * K + full), (__m512bh)wv);
+        b[m] = _mm512_dpbf16_ps(b[m], (__m512bh)_mm512_maskz_loadu_epi16(tail_mask, x + m * K + full), (__m512bh)w0);
     }
-    const float b = bias ? Bf16ToFloat(bias[n]) : 0.0f;
-    for (int m = 0; m < M; ++m) out[m * N + n] = FloatToBf16(_mm512_reduce_add_ps(acc[m]) + b);
+    const float bv = bias ? Bf16ToFloat(bias[n]) : 0.0f;
+    for (int m = 0; m < M; ++m) out[m * N + n] = FloatToBf16(_mm512_reduce_add_ps(_mm512_add_ps(a[m], b[m])) + bv);
   }
 }
 
