@@ -322,3 +322,35 @@ TEST_F(HttpApi, NChoicesShareThePromptAndFollowSeeds) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+// A stop string made of the end of one token's text and the start of the
+// next one's: found across the token boundary, text cut before it.
+TEST_F(HttpApi, StopStringSpanningTwoTokens) {
+  const std::string base = R"("prompt":"Once upon a time","max_tokens":16,"temperature":0,"ignore_eos":true)";
+  auto [code, full] = Post("{" + base + "}");
+  ASSERT_EQ(code, 200);
+  const auto ids = full["choices"][0]["token_ids"].get<std::vector<uint32_t>>();
+  const std::string text = full["choices"][0]["text"];
+  // Find a boundary between two tokens that both decode to plain ASCII.
+  for (size_t i = 1; i + 1 < ids.size(); ++i) {
+    const std::string before = *tokenizer_->Decode(std::vector<uint32_t>(ids.begin(), ids.begin() + i), true);
+    const std::string after = *tokenizer_->Decode(std::vector<uint32_t>(ids.begin(), ids.begin() + i + 1), true);
+    if (before.empty() || after.size() <= before.size() + 1 || text.compare(0, after.size(), after) != 0) continue;
+    if (static_cast<unsigned char>(before.back()) >= 0x80 || static_cast<unsigned char>(after[before.size()]) >= 0x80) continue;
+    const std::string stop = before.substr(before.size() - 1) + after.substr(before.size(), 1);
+    const size_t cut = text.find(stop);
+    ASSERT_NE(cut, std::string::npos);
+    auto [c2, stopped] = Post("{" + base + ",\"stop\":" + json(stop).dump() + "}");
+    ASSERT_EQ(c2, 200);
+    EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, cut)) << "stop " << json(stop).dump();
+    return;
+  }
+  GTEST_SKIP() << "no ASCII token boundary in this output";
+}
+
+}  // namespace
+}  // namespace ropeserve
