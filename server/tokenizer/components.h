@@ -71,8 +71,6 @@ struct Encoding {
   // `pair`'s windows), recursively, so the nesting matches the reference.
   void MergeWith(const Encoding& pair);
   static Encoding Merge(std::vector<Encoding> encodings);
-  // Total tokens in this encoding and all nested windows.
-  size_t TotalTokens() const;
   // Tokens [start, end) as a new encoding (no overflow).
   Encoding Range(size_t start, size_t end) const;
 };

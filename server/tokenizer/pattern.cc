@@ -126,13 +126,4 @@ StatusOr<std::vector<PatternMatch>> Regex::FindMatches(std::string_view s) const
   return FromMatches(s, ms);
 }
 
-std::string EscapeRegex(std::string_view literal) {
-  std::string out;
-  for (char c : literal) {
-    if (std::string_view("\\^$.|?*+()[]{}-/").find(c) != std::string_view::npos) out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
-
 }  // namespace ropeserve::tok

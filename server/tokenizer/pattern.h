@@ -60,7 +60,4 @@ class Regex final : public Pattern {
   std::string source_;
 };
 
-// Literal string patterns escaped for use inside a regular expression.
-std::string EscapeRegex(std::string_view literal);
-
 }  // namespace ropeserve::tok

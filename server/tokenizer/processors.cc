@@ -91,12 +91,6 @@ Encoding Encoding::Merge(std::vector<Encoding> encodings) {
   return out;
 }
 
-size_t Encoding::TotalTokens() const {
-  size_t n = ids.size();
-  for (const Encoding& o : overflowing) n += o.TotalTokens();
-  return n;
-}
-
 namespace {
 
 struct SpecialPiece {

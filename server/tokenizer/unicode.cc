@@ -110,17 +110,6 @@ std::string Utf8Lossy(std::string_view s) {
   return out;
 }
 
-size_t CompleteUtf8Prefix(std::string_view s) {
-  // Only the last (at most 3) bytes can be an incomplete sequence.
-  size_t start = s.size() >= 3 ? s.size() - 3 : 0;
-  for (size_t i = start; i < s.size(); ++i) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if ((b & 0xC0) == 0x80) continue;  // continuation byte
-    if (ValidSequenceLength(s, i) == -1) return i;
-  }
-  return s.size();
-}
-
 size_t CountCodePoints(std::string_view s) {
   size_t n = 0;
   for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
@@ -180,8 +169,6 @@ bool IsRegexWordChar(char32_t c) {
 }
 
 bool IsNonspacingMark(char32_t c) { return Category(c) == UTF8PROC_CATEGORY_MN; }
-
-bool IsControl(char32_t c) { return Category(c) == UTF8PROC_CATEGORY_CC; }
 
 bool IsBertControl(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;

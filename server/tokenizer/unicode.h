@@ -47,9 +47,6 @@ Status CheckUtf8(std::string_view s, std::string_view what);
 // Replaces every invalid sequence with U+FFFD the way Rust's
 // String::from_utf8_lossy does (used when decoding bytes produced by a model).
 std::string Utf8Lossy(std::string_view bytes);
-// Length of the longest prefix of `bytes` that ends on a complete character,
-// treating a trailing incomplete-but-possibly-valid sequence as pending.
-size_t CompleteUtf8Prefix(std::string_view bytes);
 
 size_t CountCodePoints(std::string_view s);
 
@@ -64,7 +61,6 @@ bool IsMark(char32_t c);         // Mn, Mc, Me
 // reference's Whitespace pre-tokenizer uses (Oniguruma's \w differs).
 bool IsRegexWordChar(char32_t c);
 bool IsNonspacingMark(char32_t c);  // Mn
-bool IsControl(char32_t c);      // Cc
 bool IsBertControl(char32_t c);  // BERT's _is_control: Cc/Cf/Cn/Co except \t \n \r
 bool IsChineseChar(char32_t c);  // the CJK blocks BERT pads with spaces
 // Rust char::to_lowercase (full mapping; may produce two code points).
