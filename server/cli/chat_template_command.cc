@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "server/cli/commands.h"
-#include "server/common/json_file.h"
 #include "server/template/chat_template.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
 
@@ -27,19 +27,17 @@ int RunChatTemplate(const ChatTemplateFlags& f) {
   ChatTemplateOptions o;
   o.add_generation_prompt = f.add_generation_prompt;
   if (!f.tokenizer_config.empty()) {
-    tmpl = ChatTemplate::FromTokenizerConfig(f.tokenizer_config);
     // The config's own special tokens, unless given on the command line.
-    auto cfg = ReadJsonObjectFile(f.tokenizer_config);
-    if (cfg.ok()) {
-      for (const char* key : {"bos_token", "eos_token"}) {
-        auto it = cfg->find(key);
-        if (it == cfg->end()) continue;
-        std::optional<std::string> v;
-        if (it->is_string()) v = it->get<std::string>();
-        else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) v = (*it)["content"].get<std::string>();
-        (std::string(key) == "bos_token" ? o.bos_token : o.eos_token) = v;
-      }
+    auto cfg = tok::ReadTokenizerConfig(f.tokenizer_config);
+    if (!cfg.ok()) return Fail(cfg.status().message());
+    if (!cfg->chat_template) {
+      return Fail(f.tokenizer_config + (cfg->named_templates.empty() ? " has no chat_template"
+                                                                     : ": chat_template list has no 'default' entry"));
     }
+    tmpl = ChatTemplate::FromSource(*cfg->chat_template);
+    if (!tmpl.ok()) tmpl = tmpl.status().WithContext(f.tokenizer_config);
+    o.bos_token = cfg->bos_token;
+    o.eos_token = cfg->eos_token;
   } else {
     std::ifstream in(f.template_file, std::ios::binary);
     if (!in) return Fail("cannot open template file " + f.template_file);

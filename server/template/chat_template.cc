@@ -1,6 +1,5 @@
 #include "server/template/chat_template.h"
 
-#include "server/common/json_file.h"
 
 namespace ropeserve {
 
@@ -8,29 +7,6 @@ StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source) {
   ChatTemplate t;
   RS_ASSIGN_OR_RETURN(t.tmpl_, jinja::Template::Parse(source));
   return t;
-}
-
-StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string& path) {
-  RS_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonObjectFile(path));
-  auto it = j.find("chat_template");
-  if (it == j.end() || it->is_null()) return NotFound(path + " has no chat_template");
-  if (it->is_string()) {
-    auto t = FromSource(it->get<std::string>());
-    if (!t.ok()) return t.status().WithContext(path);
-    return t;
-  }
-  if (it->is_array()) {
-    // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-    for (const auto& e : *it) {
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string()) {
-        auto t = FromSource(e["template"].get<std::string>());
-        if (!t.ok()) return t.status().WithContext(path);
-        return t;
-      }
-    }
-    return NotFound(path + ": chat_template list has no 'default' entry");
-  }
-  return InvalidArgument(path + ": chat_template must be a string or a list");
 }
 
 StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,

@@ -21,10 +21,9 @@ struct ChatTemplateOptions {
 
 class ChatTemplate {
  public:
-  // Parses the template source; errors name the line.
+  // Parses the template source; errors name the line. (A
+  // tokenizer_config.json's template: tok::ReadTokenizerConfig.)
   static StatusOr<ChatTemplate> FromSource(const std::string& source);
-  // The chat_template of a tokenizer_config.json file (NotFound if absent).
-  static StatusOr<ChatTemplate> FromTokenizerConfig(const std::string& path);
 
   // `messages` must be a list of objects with a string "role". A template's
   // raise_exception comes back as FailedPrecondition with its message.

@@ -223,6 +223,15 @@ StatusOr<std::optional<Truncation>> ReadTruncation(const json& j) {
 
 }  // namespace
 
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+  RS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  RS_ASSIGN_OR_RETURN(json j, ParseJson(text, path));
+  TokenizerConfig c;
+  Status s = ReadConfig(j, &c);
+  if (!s.ok()) return s.WithContext(path);
+  return c;
+}
+
 bool Tokenizer::Matcher::empty() const {
   for (const auto& v : by_first_byte) {
     if (!v.empty()) return false;

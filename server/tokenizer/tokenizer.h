@@ -43,6 +43,11 @@ struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
 };
 
+// Reads a tokenizer_config.json: chat template(s) and special tokens
+// (given as "text" or {"content": "text"}). NotFound / InvalidArgument
+// naming the file.
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path);
+
 class Tokenizer {
  public:
   // `path` is a tokenizer.json or a directory holding one (plus optional
