@@ -235,14 +235,8 @@ bool Engine::Step() {
     Active& a = *active_.at(s.request_id);
     auto view = logits->Row(row++);
     GeneratedToken t;
-    if (a.request.sampling.has_penalties()) {
-      // Logprobs stay those of the raw logits (as vLLM reports them).
-      penalized_.assign(view.begin(), view.end());
-      ApplyPenalties(penalized_, a.request.sampling, a.penalties);
-      t.id = static_cast<TokenId>(SampleToken(penalized_, a.request.sampling, a.rng));
-    } else {
-      t.id = static_cast<TokenId>(SampleToken(view, a.request.sampling, a.rng));
-    }
+    // Logprobs below are those of the raw logits (as vLLM reports them).
+    t.id = static_cast<TokenId>(SampleStep(view, a.request.sampling, a.penalties, penalized_, a.rng));
     t.logprob = LogprobOf(view, t.id);
     if (a.request.top_logprobs > 0)
       for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs)) t.top_logprobs.emplace_back(id, lp);
@@ -263,7 +257,6 @@ bool Engine::Step() {
     a.last_token = now;
     ++a.generated;
     const TokenId tok = t.id;
-    if (a.request.sampling.has_penalties()) ++a.penalties.output_counts[tok];
     a.stream->Push(std::move(t));
     ++stats_.generated_tokens;
     const auto& r = a.request;

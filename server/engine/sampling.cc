@@ -22,6 +22,16 @@ Status SamplingParams::Validate() const {
   return Status::Ok();
 }
 
+std::int64_t SampleStep(std::span<const float> logits, const SamplingParams& params, PenaltyState& state,
+                        std::vector<float>& scratch, SamplerRng& rng) {
+  if (!params.has_penalties()) return SampleToken(logits, params, rng);
+  scratch.assign(logits.begin(), logits.end());
+  ApplyPenalties(scratch, params, state);
+  const std::int64_t id = SampleToken(scratch, params, rng);
+  ++state.output_counts[id];
+  return id;
+}
+
 void ApplyPenalties(std::span<float> logits, const SamplingParams& p, const PenaltyState& state) {
   const auto vocab = static_cast<std::int64_t>(logits.size());
   auto in_range = [&](std::int64_t id) { return id >= 0 && id < vocab; };

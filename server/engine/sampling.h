@@ -56,6 +56,12 @@ using SamplerRng = std::mt19937_64;
 // Picks a token id from `logits` ([vocab]).
 std::int64_t SampleToken(std::span<const float> logits, const SamplingParams& params, SamplerRng& rng);
 
+// One generation step of a request: with penalties, they are applied to a
+// copy of `logits` in `scratch` (the caller's logits, and so logprobs, stay
+// raw) and the chosen token is counted in `state` for the next steps.
+std::int64_t SampleStep(std::span<const float> logits, const SamplingParams& params, PenaltyState& state,
+                        std::vector<float>& scratch, SamplerRng& rng);
+
 // The k most likely ids under log_softmax(logits) (raw logits, before
 // temperature, as OpenAI-style logprobs report), most likely first; ties by
 // lower id. Computed in double.

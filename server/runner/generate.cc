@@ -58,15 +58,7 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
     if (options.use_reference) logits = model.ForwardReference(ids_tensor(sequence)).narrow(0, sequence.size() - 1, 1);
     at::Tensor row = logits.reshape({-1}).contiguous();
     std::span<const float> view(row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
-    std::int64_t next;
-    if (options.sampling.has_penalties()) {
-      penalized.assign(view.begin(), view.end());
-      ApplyPenalties(penalized, options.sampling, penalties);
-      next = SampleToken(penalized, options.sampling, rng);
-      ++penalties.output_counts[next];
-    } else {
-      next = SampleToken(view, options.sampling, rng);
-    }
+    const std::int64_t next = SampleStep(view, options.sampling, penalties, penalized, rng);
     result.generated_ids.push_back(next);
     result.logprobs.push_back(LogprobOf(view, next));
     if (options.top_logprobs > 0) {
