@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
@@ -50,6 +52,8 @@ StatusOr<std::unique_ptr<ModelService>> ModelService::CreateEngine(const Decoder
   ec.block_size = options.block_size;
   ec.eos_token_ids.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());
   s->engine_ = std::make_unique<Engine>(ec, *s->runner_);
+  if (options.observer != nullptr) s->engine_->SetObserver(options.observer);
+  s->options_ = options;
   s->engine_->Start();
   return s;
 }
@@ -65,19 +69,14 @@ Status ModelService::CheckModelName(const std::string& requested) const {
   return NotFound("model '" + requested + "' does not exist (served: '" + name_ + "')");
 }
 
-struct ModelService::Pending {
-  std::shared_ptr<RequestStream> stream;
-  GenerateOptions options;
-  GenerateResult result;
-  std::optional<tok::IncrementalDecoder> detok;
-  size_t max_stop = 0;
-  bool stopped = false;
-};
-
-StatusOr<std::unique_ptr<ModelService::Pending>> ModelService::Start(const std::vector<std::int64_t>& prompt_ids,
-                                                                     const GenerateOptions& options) {
+StatusOr<std::unique_ptr<Generation>> ModelService::Start(const std::vector<std::int64_t>& prompt_ids,
+                                                        const GenerateOptions& options) {
   if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
   if (options.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (options.min_tokens < 0 || options.min_tokens > options.max_tokens) {
+    return InvalidArgument("min_tokens must be between 0 and max_tokens");
+  }
+  if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
   EngineRequest r;
   for (auto id : prompt_ids) {
     if (id < 0 || id >= config().vocab_size)
@@ -86,9 +85,6 @@ StatusOr<std::unique_ptr<ModelService::Pending>> ModelService::Start(const std::
     r.prompt.push_back(static_cast<TokenId>(id));
   }
   r.max_tokens = options.max_tokens;
-  if (options.min_tokens < 0 || options.min_tokens > options.max_tokens) {
-    return InvalidArgument("min_tokens must be between 0 and max_tokens");
-  }
   r.min_tokens = options.min_tokens;
   for (auto id : options.stop_token_ids) {
     if (id < 0 || id >= config().vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary");
@@ -97,128 +93,189 @@ StatusOr<std::unique_ptr<ModelService::Pending>> ModelService::Start(const std::
   r.sampling = options.sampling;
   r.ignore_eos = options.ignore_eos;
   r.top_logprobs = options.top_logprobs;
+  if (options.timeout_seconds > 0) {
+    r.timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7)));
+  }
   if (!options.stop.empty() && !tokenizer_) {
     return FailedPrecondition("'stop' strings need the model's tokenizer.json, which this server has not loaded");
   }
   for (const auto& st : options.stop) {
     if (st.empty()) return InvalidArgument("'stop' strings must not be empty");
   }
-  auto p = std::make_unique<Pending>();
-  RS_ASSIGN_OR_RETURN(p->stream, engine_->Submit(std::move(r)));
-  p->options = options;
-  p->result.prompt_ids = prompt_ids;
-  if (tokenizer_) p->detok.emplace(tokenizer_, /*skip_special_tokens=*/true);
-  for (const auto& st : options.stop) p->max_stop = std::max(p->max_stop, st.size());
-  return p;
+  std::unique_ptr<Generation> g(new Generation());
+  RS_ASSIGN_OR_RETURN(g->stream_, engine_->Submit(std::move(r)));
+  g->engine_ = engine_.get();
+  g->options_ = options;
+  g->prompt_size_ = prompt_ids.size();
+  if (tokenizer_) g->detok_.emplace(tokenizer_, /*skip_special_tokens=*/true);
+  for (const auto& st : options.stop) g->max_stop_ = std::max(g->max_stop_, st.size());
+  return g;
 }
 
-StatusOr<GenerateResult> ModelService::Collect(Pending& p, const std::function<void()>& on_first_token) {
-  const GenerateOptions& options = p.options;
-  GenerateResult& result = p.result;
-  bool first = true;
-  for (;;) {
-    StreamChunk c = p.stream->Next();
-    for (auto& t : c.tokens) {
-      if (p.stopped) break;  // tokens already in flight when we cancelled
-      result.generated_ids.push_back(t.id);
-      result.logprobs.push_back(t.logprob);
-      if (options.top_logprobs > 0) {
-        std::vector<TokenLogprob> top;
-        for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
-        result.top_logprobs.push_back(std::move(top));
-      }
-      if (p.detok) {
-        const size_t before = result.text.size();
-        RS_ASSIGN_OR_RETURN(std::string piece, p.detok->Push(static_cast<uint32_t>(t.id)));
-        result.text += piece;
-        // A stop string may straddle the previous piece; stop strings count
-        // only from min_tokens on (as vLLM).
-        const size_t from = before > p.max_stop ? before - p.max_stop : 0;
-        size_t cut = std::string::npos;
-        if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.min_tokens) {
-          for (const auto& st : options.stop) cut = std::min(cut, result.text.find(st, from));
-        }
-        if (cut != std::string::npos) {
-          result.text.resize(cut);
-          p.stopped = true;
-          engine_->Cancel(p.stream->id());
+Generation::~Generation() {
+  if (!finished_ && stream_) engine_->Cancel(stream_->id());
+}
+
+void Generation::Cancel() {
+  if (!finished_ && stream_) engine_->Cancel(stream_->id());
+}
+
+void Generation::SetNotify(std::function<void()> fn) { stream_->SetNotify(std::move(fn)); }
+
+void Generation::Release(Delta& out, bool all) {
+  std::size_t end = text_.size();
+  if (!all) {
+    // Hold back the longest tail of the text that begins some stop string.
+    std::size_t hold = 0;
+    for (const auto& st : options_.stop) {
+      for (std::size_t k = std::min(st.size() - 1, text_.size() - released_); k > hold; --k) {
+        if (text_.compare(text_.size() - k, k, st, 0, k) == 0) {
+          hold = k;
+          break;
         }
       }
     }
-    if (first && !c.tokens.empty()) {
-      first = false;
-      if (on_first_token) on_first_token();
+    end -= hold;
+    // Never split a UTF-8 sequence (a stop string may start mid-character).
+    while (end > released_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+  }
+  if (end > released_) {
+    out.text.append(text_, released_, end - released_);
+    released_ = end;
+  }
+}
+
+StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::milliseconds> timeout) {
+  Delta out;
+  if (finished_) return out;
+  StreamChunk c = stream_->Next(timeout ? std::optional<Clock::duration>(*timeout) : std::nullopt);
+  for (auto& t : c.tokens) {
+    if (stopped_) break;  // tokens already in flight when we cancelled
+    ++generated_;
+    out.ids.push_back(t.id);
+    out.logprobs.push_back(t.logprob);
+    if (options_.top_logprobs > 0) {
+      std::vector<TokenLogprob> top;
+      for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
+      out.top_logprobs.push_back(std::move(top));
     }
-    if (!c.finished) continue;
-    if (p.stopped) {
-      result.finish_reason = "stop";
+    if (!detok_) continue;
+    const std::size_t before = text_.size();
+    RS_ASSIGN_OR_RETURN(std::string piece, detok_->Push(static_cast<uint32_t>(t.id)));
+    text_ += piece;
+    // A stop string may straddle the previous piece; stop strings count only
+    // from min_tokens on (as vLLM).
+    const std::size_t from = before > max_stop_ ? before - max_stop_ : 0;
+    std::size_t cut = std::string::npos;
+    if (generated_ >= options_.min_tokens) {
+      for (const auto& st : options_.stop) cut = std::min(cut, text_.find(st, from));
+    }
+    if (cut != std::string::npos) {
+      text_.resize(std::max(cut, released_));
+      stopped_ = true;
+      engine_->Cancel(stream_->id());
+    }
+  }
+  if (!c.finished) {
+    Release(out, /*all=*/false);
+    return out;
+  }
+  finished_ = true;
+  out.prompt_tokens = c.prompt_tokens;
+  out.cached_tokens = c.cached_tokens;
+  if (stopped_) {
+    out.finish_reason = "stop";
+  } else if (c.finish_reason == "error") {
+    return c.error;
+  } else if (c.finish_reason == "deadline") {
+    return Status(ErrorCode::kDeadlineExceeded, "request timed out");
+  } else if (c.finish_reason == "cancelled") {
+    return Status(ErrorCode::kCancelled, "request cancelled");
+  } else {
+    if (detok_) {
+      RS_ASSIGN_OR_RETURN(std::string rest, detok_->Finish());
+      text_ += rest;
+    }
+    out.finish_reason = c.finish_reason;
+  }
+  Release(out, /*all=*/true);
+  out.finished = true;
+  return out;
+}
+
+StatusOr<GenerateResult> ModelService::Collect(Generation& g) {
+  GenerateResult result;
+  while (true) {
+    RS_ASSIGN_OR_RETURN(Generation::Delta d, g.Next());
+    result.generated_ids.insert(result.generated_ids.end(), d.ids.begin(), d.ids.end());
+    result.logprobs.insert(result.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    for (auto& t : d.top_logprobs) result.top_logprobs.push_back(std::move(t));
+    result.text += d.text;
+    if (d.finished) {
+      result.finish_reason = d.finish_reason;
+      result.cached_tokens = d.cached_tokens;
       return result;
     }
-    if (c.finish_reason == "error") return c.error;
-    if (c.finish_reason == "deadline") return Status(ErrorCode::kDeadlineExceeded, "request timed out");
-    if (c.finish_reason == "cancelled") return Status(ErrorCode::kCancelled, "request cancelled");
-    if (p.detok) {
-      RS_ASSIGN_OR_RETURN(std::string rest, p.detok->Finish());
-      result.text += rest;
-    }
-    result.finish_reason = c.finish_reason;
-    return result;
   }
 }
 
 StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>& prompt_ids,
                                                 const GenerateOptions& options) {
-  RS_ASSIGN_OR_RETURN(auto p, Start(prompt_ids, options));
-  return Collect(*p, nullptr);
+  RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, options));
+  RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
+  r.prompt_ids = prompt_ids;
+  return r;
 }
 
 StatusOr<std::vector<GenerateResult>> ModelService::GenerateN(const std::vector<std::int64_t>& prompt_ids,
                                                               const GenerateOptions& options, int n) {
-  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
-  if (n == 1) {
-    RS_ASSIGN_OR_RETURN(auto r, Generate(prompt_ids, options));
-    return std::vector<GenerateResult>{std::move(r)};
-  }
-  // The first choice runs alone until its prompt is prefilled, so that the
-  // others find the prompt's full blocks in the prefix cache. Choice i uses
-  // seed + i when a seed is given (different samples, reproducible).
-  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
-  std::vector<std::unique_ptr<Pending>> rest;
-  Status start_error;
-  auto start_rest = [&] {
-    for (int i = 1; i < n; ++i) {
-      GenerateOptions o = options;
-      if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
-      auto p = Start(prompt_ids, o);
-      if (!p.ok()) {
-        start_error = p.status();
-        return;
-      }
-      rest.push_back(std::move(*p));
-    }
-  };
-  auto r0 = Collect(*first, start_rest);
-  if (!r0.ok() || !start_error.ok()) {
-    for (auto& p : rest) engine_->Cancel(p->stream->id());
-    for (auto& p : rest) (void)Collect(*p, nullptr);
-    return !r0.ok() ? r0.status() : start_error;
-  }
-  if (rest.empty()) start_rest();  // defensive: the hook runs with the first token
-  if (!start_error.ok()) {
-    for (auto& p : rest) engine_->Cancel(p->stream->id());
-    for (auto& p : rest) (void)Collect(*p, nullptr);
-    return start_error;
-  }
+  RS_ASSIGN_OR_RETURN(auto gens, StartN(prompt_ids, options, n));
   std::vector<GenerateResult> out;
-  out.push_back(std::move(*r0));
-  Status err;
-  for (auto& p : rest) {
-    auto r = Collect(*p, nullptr);
-    if (!r.ok() && err.ok()) err = r.status();
-    if (r.ok()) out.push_back(std::move(*r));
+  for (auto& g : gens) {
+    RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
+    r.prompt_ids = prompt_ids;
+    out.push_back(std::move(r));
   }
-  if (!err.ok()) return err;
   return out;
+}
+
+StatusOr<std::vector<std::unique_ptr<Generation>>> ModelService::StartN(const std::vector<std::int64_t>& prompt_ids,
+                                                                       const GenerateOptions& options, int n) {
+  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
+  std::vector<std::unique_ptr<Generation>> gens;
+  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
+  gens.push_back(std::move(first));
+  if (n == 1) return gens;
+  // The first choice runs alone until its prompt is prefilled, so that the
+  // others find the prompt's full blocks in the prefix cache: wait for its
+  // first token (the stream keeps it for the caller's reads).
+  {
+    // Shared: the engine thread may still hold a copy of the callback.
+    struct Signal {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool ready = false;
+    };
+    auto sig = std::make_shared<Signal>();
+    gens[0]->SetNotify([sig] {
+      std::lock_guard<std::mutex> lock(sig->mu);
+      sig->ready = true;
+      sig->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(sig->mu);
+    sig->cv.wait(lock, [&] { return sig->ready; });
+  }
+  gens[0]->SetNotify(nullptr);
+  // Choice i uses seed + i when a seed is given (different samples,
+  // reproducible). Destroying `gens` on an error cancels what started.
+  for (int i = 1; i < n; ++i) {
+    GenerateOptions o = options;
+    if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
+    RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, o));
+    gens.push_back(std::move(g));
+  }
+  return gens;
 }
 
 StatusOr<std::vector<std::int64_t>> ModelService::Tokenize(const std::string& text, bool add_special_tokens) const {
@@ -243,6 +300,21 @@ StatusOr<std::string> ModelService::ApplyChatTemplate(const nlohmann::ordered_js
   o.eos_token = tokenizer_->config().eos_token;
   o.extra = extra;
   return chat_template_->Render(messages, o);
+}
+
+std::string ModelService::dtype() const { return DTypeSafetensorsName(model_->dtype()); }
+
+StatusOr<std::vector<std::int64_t>> ModelService::SummaryPrompt(const std::string& text,
+                                                                const std::string& instruction) const {
+  if (text.empty()) return InvalidArgument("'text' must not be empty");
+  const std::string task = instruction.empty() ? kDefaultSummaryInstruction : instruction;
+  if (chat_template_) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", task + "\n\n" + text}});
+    RS_ASSIGN_OR_RETURN(std::string prompt, ApplyChatTemplate(messages, true, nlohmann::ordered_json::object()));
+    return Tokenize(prompt, /*add_special_tokens=*/false);
+  }
+  return Tokenize(task + "\n\n" + text + "\n\nSummary:", /*add_special_tokens=*/true);
 }
 
 std::string ModelService::NextRequestId(const char* prefix) {

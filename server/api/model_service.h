@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -29,6 +30,55 @@ struct EngineOptions {
   SchedulerConfig scheduler;  // max_model_len 0 = the model's max_position_embeddings
   int block_size = 16;
   std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
+  EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
+};
+
+class ModelService;
+
+// One running request, read incrementally. Not thread-safe: one reader.
+// Destroying an unfinished Generation cancels its request (its KV blocks
+// return to the pool at the engine's next step).
+class Generation {
+ public:
+  struct Delta {
+    std::vector<std::int64_t> ids;  // tokens since the previous Delta
+    std::vector<double> logprobs;   // of each id
+    std::vector<std::vector<TokenLogprob>> top_logprobs;  // when asked
+    // New text (special tokens skipped). Text that could be the start of a
+    // stop string is held back until it is known not to be one.
+    std::string text;
+    bool finished = false;
+    std::string finish_reason;  // when finished: "stop" | "length"
+    std::int64_t prompt_tokens = 0;
+    std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  };
+  ~Generation();
+  // Waits up to `timeout` (nullopt: until something arrives) and returns
+  // what is new; an empty Delta on timeout. An error when the request
+  // failed: DeadlineExceeded, Cancelled, or the engine's error.
+  StatusOr<Delta> Next(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // See RequestStream::SetNotify.
+  void SetNotify(std::function<void()> fn);
+  void Cancel();
+  bool finished() const { return finished_; }
+  std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(prompt_size_); }
+
+ private:
+  friend class ModelService;
+  Generation() = default;
+  // Moves text that can no longer start a stop string into `out`.
+  void Release(Delta& out, bool all);
+  Engine* engine_ = nullptr;
+  std::shared_ptr<RequestStream> stream_;
+  GenerateOptions options_;
+  std::optional<tok::IncrementalDecoder> detok_;
+  std::size_t prompt_size_ = 0;
+  std::int64_t generated_ = 0;
+  std::string text_;          // decoded so far (cut at a stop string)
+  std::size_t released_ = 0;  // bytes of text_ handed out
+  std::size_t max_stop_ = 0;
+  bool stopped_ = false;      // a stop string was found; waiting for the engine to confirm the cancel
+  bool finished_ = false;
 };
 
 class ModelService {
@@ -48,6 +98,9 @@ class ModelService {
 
   // OK for "" (the only model) or the served name; NotFound otherwise.
   Status CheckModelName(const std::string& requested) const;
+  // Submits to the engine; the caller reads the output incrementally.
+  StatusOr<std::unique_ptr<Generation>> Start(const std::vector<std::int64_t>& prompt_ids,
+                                              const GenerateOptions& options);
   // Submits to the engine and waits for the whole generation. With a
   // tokenizer, fills result.text (special tokens skipped) and applies
   // options.stop (the request is cancelled as soon as a stop string shows).
@@ -59,8 +112,25 @@ class ModelService {
   static constexpr int kMaxChoices = 16;
   StatusOr<std::vector<GenerateResult>> GenerateN(const std::vector<std::int64_t>& prompt_ids,
                                                   const GenerateOptions& options, int n);
+  // Reads a generation to its end (result.prompt_ids left empty).
+  static StatusOr<GenerateResult> Collect(Generation& g);
+  // The same as GenerateN, read incrementally (for streaming n > 1).
+  StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
+                                                            const GenerateOptions& options, int n);
 
   const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const EngineOptions& options() const { return options_; }
+  // The model's compute dtype ("bfloat16", "float32", ...).
+  std::string dtype() const;
+
+  // The prompt of a summarization request. With a chat template: one user
+  // message "<instruction>\n\n<text>" rendered with the generation prompt
+  // (special tokens come from the template). Without one, the plain text
+  // "<instruction>\n\n<text>\n\nSummary:" tokenized with the tokenizer's
+  // special tokens. An empty `instruction` means kDefaultSummaryInstruction.
+  static constexpr const char* kDefaultSummaryInstruction =
+      "Summarize the following text concisely, in a few sentences.";
+  StatusOr<std::vector<std::int64_t>> SummaryPrompt(const std::string& text, const std::string& instruction) const;
   // FailedPrecondition naming what is missing when there is no tokenizer.
   StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
   // Renders `messages` with the tokenizer_config.json chat template.
@@ -73,12 +143,9 @@ class ModelService {
   ModelService() = default;
   static StatusOr<std::unique_ptr<ModelService>> CreateEngine(const DecoderModel& model, std::string served_name,
                                                               EngineOptions options);
-  struct Pending;
-  StatusOr<std::unique_ptr<Pending>> Start(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
-  // Reads the request to its end; `on_first_token` runs once, after the
-  // first token arrived.
-  StatusOr<GenerateResult> Collect(Pending& p, const std::function<void()>& on_first_token);
+
   const DecoderModel* model_ = nullptr;
+  EngineOptions options_;
   std::string name_;
   KvCacheSize kv_;
   std::int64_t max_model_len_ = 0;

@@ -14,6 +14,9 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kUnimplemented: return "UNIMPLEMENTED";
     case ErrorCode::kDataLoss: return "DATA_LOSS";
     case ErrorCode::kInternal: return "INTERNAL";
+    case ErrorCode::kMalformedRequest: return "INVALID_ARGUMENT";
+    case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
+    case ErrorCode::kUnavailable: return "UNAVAILABLE";
   }
   return "UNKNOWN";
 }

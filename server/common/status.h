@@ -15,7 +15,8 @@ namespace ropeserve {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,    // malformed request, flag or file contents
+  kInvalidArgument,    // invalid flag, file contents, or a well-formed request with invalid values
+  kMalformedRequest,   // a request that does not parse or has fields of the wrong type
   kNotFound,           // a file, model or tensor that should exist does not
   kFailedPrecondition, // valid input the current configuration cannot serve
   kResourceExhausted,  // overloaded / does not fit
@@ -24,6 +25,8 @@ enum class ErrorCode {
   kUnimplemented,      // recognised but unsupported (e.g. an architecture)
   kDataLoss,           // truncated or corrupt file
   kInternal,
+  kUnauthenticated,    // missing or wrong API key
+  kUnavailable,        // not ready, or draining for shutdown
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -54,6 +57,9 @@ inline Status DataLoss(std::string m) { return {ErrorCode::kDataLoss, std::move(
 inline Status Unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) { return {ErrorCode::kFailedPrecondition, std::move(m)}; }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status MalformedRequest(std::string m) { return {ErrorCode::kMalformedRequest, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {ErrorCode::kUnauthenticated, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

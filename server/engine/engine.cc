@@ -31,16 +31,30 @@ StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
   return out;
 }
 
+void RequestStream::SetNotify(std::function<void()> fn) {
+  bool ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = fn;
+    ready = !pending_.tokens.empty() || (pending_.finished && !delivered_finish_);
+  }
+  if (ready && fn) fn();
+}
+
 void RequestStream::Push(GeneratedToken token) {
+  std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.tokens.push_back(std::move(token));
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) notify();
 }
 
 void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
                            Status error) {
+  std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.finished = true;
@@ -48,8 +62,10 @@ void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens
     pending_.prompt_tokens = prompt_tokens;
     pending_.cached_tokens = cached_tokens;
     pending_.error = std::move(error);
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) notify();
 }
 
 // ---- Engine ----

@@ -61,6 +61,12 @@ class RequestStream {
   // Waits until there is something new (or `timeout` passes) and takes it.
   StreamChunk Next(std::optional<Clock::duration> timeout = std::nullopt);
 
+  // `fn` runs (on the engine thread, without the stream's lock) after every
+  // Push and Finish, and at once if output is already waiting: readers that
+  // must not block (gRPC reactors, multiplexed streams) wait for it and then
+  // call Next(zero). Keep it short and thread-safe.
+  void SetNotify(std::function<void()> fn);
+
   // Engine side.
   void Push(GeneratedToken token);
   void Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
@@ -72,6 +78,7 @@ class RequestStream {
   std::condition_variable cv_;
   StreamChunk pending_;
   bool delivered_finish_ = false;
+  std::function<void()> notify_;
 };
 
 struct EngineConfig {

@@ -30,6 +30,9 @@ struct GenerateOptions {
   // token of `stop_token_ids` is produced.
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;
+  // Served requests: the engine ends the request with DeadlineExceeded this
+  // long after submission (0 = no deadline).
+  double timeout_seconds = 0;
 };
 
 struct TokenLogprob {
@@ -44,6 +47,7 @@ struct GenerateResult {
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
   std::string finish_reason;                            // "length" | "stop"
   std::string text;            // decoded output (served requests with a tokenizer)
+  std::int64_t cached_tokens = 0;  // served requests: prompt tokens found in the prefix cache
   double prefill_seconds = 0;  // prompt forward and first token
   double decode_seconds = 0;   // all later tokens
 };
