@@ -13,14 +13,19 @@ struct Row {
 };
 constexpr Row kTable[] = {
     {ErrorCode::kOk, 200, 0, ""},
-    {ErrorCode::kInvalidArgument, 400, 3, "invalid_request_error"},
+    // 400: the body does not parse or a field has the wrong type; 422: it
+    // parses but a value cannot be served (out of range, beyond the context).
+    {ErrorCode::kMalformedRequest, 400, 3, "invalid_request_error"},
+    {ErrorCode::kInvalidArgument, 422, 3, "invalid_request_error"},
     {ErrorCode::kNotFound, 404, 5, "not_found_error"},
-    {ErrorCode::kFailedPrecondition, 400, 9, "invalid_request_error"},
+    {ErrorCode::kFailedPrecondition, 422, 9, "invalid_request_error"},
     {ErrorCode::kResourceExhausted, 429, 8, "overloaded_error"},
     {ErrorCode::kDeadlineExceeded, 504, 4, "timeout_error"},
     {ErrorCode::kCancelled, 499, 1, "cancelled"},
     {ErrorCode::kUnimplemented, 501, 12, "not_implemented_error"},
     {ErrorCode::kDataLoss, 500, 15, "internal_error"},
+    {ErrorCode::kUnauthenticated, 401, 16, "authentication_error"},
+    {ErrorCode::kUnavailable, 503, 14, "unavailable_error"},
     {ErrorCode::kInternal, 500, 13, "internal_error"},
 };
 const Row& Lookup(ErrorCode code) {
@@ -33,9 +38,10 @@ const Row& Lookup(ErrorCode code) {
 int HttpStatusFor(ErrorCode code) { return Lookup(code).http; }
 int GrpcCodeFor(ErrorCode code) { return Lookup(code).grpc; }
 
-std::string ErrorJson(const Status& status) {
+std::string ErrorJson(const Status& status, int http_status) {
   const Row& r = Lookup(status.code());
-  return nlohmann::json{{"error", {{"message", status.message()}, {"type", r.type}, {"code", r.http}}}}.dump();
+  return nlohmann::json{{"error", {{"message", status.message()}, {"type", r.type}, {"code", http_status ? http_status : r.http}}}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace ropeserve::api

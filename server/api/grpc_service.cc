@@ -1,11 +1,20 @@
 #include "server/api/grpc_service.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
 
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/error_mapping.h"
+#include "server/api/logging.h"
 #include "server/api/model_service.h"
+#include "server/api/serving_context.h"
 
 namespace ropeserve::api {
 
@@ -18,116 +27,497 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(GrpcCodeFor(s.code())), s.message());
 }
 
-Status Serve(ModelService& service, const v1::GenerateRequest& req, v1::GenerateResponse* resp) {
+const char* GrpcCodeName(grpc::StatusCode code) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+}
+
+std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+// What every Inference call starts with: a request id, the API key check,
+// admission (not loading, not draining), the service, and the deadline.
+struct CallStart {
+  std::string method;
+  std::string request_id;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  Lifecycle::Ticket ticket;
+  ModelService* service = nullptr;
+  double timeout_seconds = 0;  // 0 = none
+};
+
+Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out) {
+  out.method = method;
+  std::string id = Metadata(call, "x-request-id");
+  bool ok = !id.empty() && id.size() <= 128;
+  for (unsigned char c : id) ok = ok && (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':');
+  if (!ok) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(rng()));
+    id = buf;
+  }
+  out.request_id = id;
+  call->AddInitialMetadata("x-request-id", id);
+  RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
+  RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());
+  out.service = ctx.service.load();
+  if (out.service == nullptr) return Unavailable("the server is still loading its models");
+  // The client's deadline flows into the scheduler; --request-timeout caps it.
+  out.timeout_seconds = ctx.request_timeout_seconds;
+  const auto deadline = call->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+    if (left <= 0) return Status(ErrorCode::kDeadlineExceeded, "the deadline passed before the call started");
+    if (out.timeout_seconds == 0 || left < out.timeout_seconds) out.timeout_seconds = left;
+  }
+  return Status::Ok();
+}
+
+// Counts the call and writes its access-log line.
+void Account(ServingContext& ctx, const CallStart& c, const grpc::Status& status, const std::string& peer) {
+  const char* code = GrpcCodeName(status.error_code());
+  if (ctx.metrics != nullptr) ctx.metrics->CountRequest(c.method, "grpc", code);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c.start).count();
+  LogAccess("grpc call", {{"method", c.method},
+                          {"code", code},
+                          {"duration_ms", std::round(ms * 100) / 100},
+                          {"request_id", c.request_id},
+                          {"remote", peer}});
+}
+
+void FillSampling(const v1::SamplingParams& s, SamplingParams& out) {
+  out.temperature = s.temperature();
+  out.top_p = s.top_p() == 0 ? 1.0 : s.top_p();
+  out.top_k = s.top_k();
+  out.min_p = s.min_p();
+  if (s.has_seed()) out.seed = s.seed();
+  if (s.has_repetition_penalty()) out.repetition_penalty = s.repetition_penalty();
+  out.frequency_penalty = s.frequency_penalty();
+  out.presence_penalty = s.presence_penalty();
+}
+
+void FillUsage(v1::Usage* u, std::int64_t prompt, std::int64_t completion, std::int64_t cached) {
+  u->set_prompt_tokens(prompt);
+  u->set_completion_tokens(completion);
+  u->set_cached_tokens(cached);
+}
+
+// The running generation behind a call, and the lock that orders the engine
+// thread's notifications against gRPC's reactions. The notification holds
+// the lock's owner (Link) by shared_ptr: after the reactor is gone it finds
+// `target` null and does nothing.
+template <typename Reactor>
+struct Link {
+  std::mutex mu;
+  Reactor* target = nullptr;
+};
+
+// What a call accumulates over its deltas. Streams write one message per
+// delta (the last has finish_reason and usage); unary calls answer once.
+struct Accumulated {
+  std::int64_t completion = 0;
+  std::string text;
+};
+
+// A server-streaming call driven by a Generation. `Fill` turns a delta into
+// the next message.
+template <typename Msg>
+class StreamCall final : public grpc::ServerWriteReactor<Msg> {
+ public:
+  using Fill = std::function<void(const Generation::Delta&, Accumulated&, Msg&)>;
+  StreamCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen, Fill fill)
+      : ctx_(ctx), start_(std::move(start)), peer_(std::move(peer)), gen_(std::move(gen)), fill_(std::move(fill)),
+        link_(std::make_shared<Link<StreamCall>>()) {
+    link_->target = this;
+    gen_->SetNotify([link = link_] {
+      std::unique_lock<std::mutex> lock(link->mu);
+      if (link->target != nullptr) link->target->Pump(lock);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(link_->mu);
+    writing_ = false;
+    if (!ok) return FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    if (last_written_) return FinishLocked(lock, grpc::Status::OK);
+    Pump(lock);
+  }
+
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(link_->mu);
+    gen_->Cancel();
+    if (!writing_) FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(link_->mu);
+      link_->target = nullptr;
+    }
+    Account(ctx_, start_, final_status_, peer_);
+    delete this;
+  }
+
+ private:
+  // Called with the lock held; releases it before starting a gRPC
+  // operation (a reaction may then run at once, even delete this).
+  void Pump(std::unique_lock<std::mutex>& lock) {
+    if (finish_called_ || writing_) return;
+    auto d = gen_->Next(std::chrono::milliseconds(0));
+    if (!d.ok()) return FinishLocked(lock, ToGrpc(d.status()));
+    if (d->ids.empty() && d->text.empty() && !d->finished) return;
+    msg_.Clear();
+    fill_(*d, acc_, msg_);
+    writing_ = true;
+    last_written_ = d->finished;
+    lock.unlock();
+    this->StartWrite(&msg_);
+  }
+  void FinishLocked(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
+    if (finish_called_) return;
+    finish_called_ = true;
+    final_status_ = status;
+    lock.unlock();
+    this->Finish(status);
+  }
+
+  ServingContext& ctx_;
+  CallStart start_;
+  std::string peer_;
+  std::unique_ptr<Generation> gen_;
+  Fill fill_;
+  std::shared_ptr<Link<StreamCall>> link_;
+  Accumulated acc_;
+  Msg msg_;
+  bool writing_ = false;
+  bool last_written_ = false;
+  bool finish_called_ = false;
+  grpc::Status final_status_;
+};
+
+// A unary call answered when its Generation ends. `Done` fills the response.
+class UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  using Done = std::function<void(const Generation::Delta& last, const Accumulated&)>;
+  UnaryCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen, Done done)
+      : ctx_(ctx), start_(std::move(start)), peer_(std::move(peer)), gen_(std::move(gen)), done_(std::move(done)),
+        link_(std::make_shared<Link<UnaryCall>>()) {
+    link_->target = this;
+    gen_->SetNotify([link = link_] {
+      std::unique_lock<std::mutex> lock(link->mu);
+      if (link->target != nullptr) link->target->Pump(lock);
+    });
+  }
+
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(link_->mu);
+    gen_->Cancel();
+    FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(link_->mu);
+      link_->target = nullptr;
+    }
+    Account(ctx_, start_, final_status_, peer_);
+    delete this;
+  }
+
+ private:
+  void Pump(std::unique_lock<std::mutex>& lock) {
+    if (finish_called_) return;
+    auto d = gen_->Next(std::chrono::milliseconds(0));
+    if (!d.ok()) return FinishLocked(lock, ToGrpc(d.status()));
+    acc_.completion += static_cast<std::int64_t>(d->ids.size());
+    acc_.text += d->text;
+    if (!d->finished) return;
+    done_(*d, acc_);
+    FinishLocked(lock, grpc::Status::OK);
+  }
+  void FinishLocked(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
+    if (finish_called_) return;
+    finish_called_ = true;
+    final_status_ = status;
+    lock.unlock();
+    this->Finish(status);
+  }
+
+  ServingContext& ctx_;
+  CallStart start_;
+  std::string peer_;
+  std::unique_ptr<Generation> gen_;
+  Done done_;
+  std::shared_ptr<Link<UnaryCall>> link_;
+  Accumulated acc_;
+  bool finish_called_ = false;
+  grpc::Status final_status_;
+};
+
+// Summarize / SummarizeStream: validation and the generation.
+StatusOr<std::unique_ptr<Generation>> StartSummary(const CallStart& c, const v1::SummarizeRequest& req) {
+  ModelService& service = *c.service;
+  RS_RETURN_IF_ERROR(service.CheckModelName(req.model()));
+  if (req.text().empty()) return InvalidArgument("'text' is required");
+  RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(req.text(), req.instruction()));
+  GenerateOptions o;
+  FillSampling(req.sampling(), o.sampling);
+  const std::int64_t room = std::max<std::int64_t>(1, service.max_model_len() - static_cast<std::int64_t>(ids.size()));
+  if (req.max_tokens() < 0 || req.max_tokens() > service.max_model_len())
+    return InvalidArgument("max_tokens must be between 0 and the context length " +
+                           std::to_string(service.max_model_len()));
+  o.max_tokens = req.max_tokens() == 0 ? std::min<std::int64_t>(256, room) : req.max_tokens();
+  for (const auto& st : req.stop()) o.stop.push_back(st);
+  o.timeout_seconds = c.timeout_seconds;
+  return service.Start(ids, o);
+}
+
+StatusOr<std::unique_ptr<Generation>> StartGenerate(const CallStart& c, const v1::GenerateRequest& req) {
+  ModelService& service = *c.service;
   RS_RETURN_IF_ERROR(service.CheckModelName(req.model()));
   GenerateOptions o;
+  if (req.max_tokens() < 0 || req.max_tokens() > service.max_model_len())
+    return InvalidArgument("max_tokens must be between 0 and the context length " +
+                           std::to_string(service.max_model_len()));
   o.max_tokens = req.max_tokens() == 0 ? 16 : req.max_tokens();
-  const auto& s = req.sampling();
-  o.sampling.temperature = s.temperature();
-  o.sampling.top_p = s.top_p() == 0 ? 1.0 : s.top_p();
-  o.sampling.top_k = s.top_k();
-  o.sampling.min_p = s.min_p();
-  if (s.has_seed()) o.sampling.seed = s.seed();
-  if (s.has_repetition_penalty()) o.sampling.repetition_penalty = s.repetition_penalty();
-  o.sampling.frequency_penalty = s.frequency_penalty();
-  o.sampling.presence_penalty = s.presence_penalty();
+  FillSampling(req.sampling(), o.sampling);
   o.min_tokens = req.min_tokens();
   o.top_logprobs = req.top_logprobs();
   o.ignore_eos = req.ignore_eos();
   for (const auto& st : req.stop()) o.stop.push_back(st);
   o.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  o.timeout_seconds = c.timeout_seconds;
   std::vector<std::int64_t> ids(req.prompt_ids().begin(), req.prompt_ids().end());
   if (!req.prompt().empty()) {
     if (!ids.empty()) return InvalidArgument("give either prompt_ids or prompt, not both");
     RS_ASSIGN_OR_RETURN(ids, service.Tokenize(req.prompt(), /*add_special_tokens=*/true));
   }
   if (ids.empty()) return InvalidArgument("prompt_ids (or prompt) is required");
-  RS_ASSIGN_OR_RETURN(GenerateResult r, service.Generate(ids, o));
-
-  resp->set_id(service.NextRequestId("gen"));
-  resp->set_model(service.name());
-  for (std::size_t i = 0; i < r.generated_ids.size(); ++i) {
-    resp->add_token_ids(r.generated_ids[i]);
-    resp->add_logprobs(r.logprobs[i]);
-  }
-  for (const auto& step : r.top_logprobs) {
-    auto* out = resp->add_top_logprobs();
-    for (const auto& t : step) {
-      auto* e = out->add_tokens();
-      e->set_id(t.id);
-      e->set_logprob(t.logprob);
-    }
-  }
-  resp->set_finish_reason(r.finish_reason);
-  resp->set_text(r.text);
-  resp->mutable_usage()->set_prompt_tokens(static_cast<std::int64_t>(ids.size()));
-  resp->mutable_usage()->set_completion_tokens(static_cast<std::int64_t>(r.generated_ids.size()));
-  return Status::Ok();
+  return service.Start(ids, o);
 }
 
-class Service final : public v1::Ropeserve::CallbackService {
+// Finishes a call that needs no generation (or failed before starting one).
+template <typename Reactor>
+Reactor* Reject(ServingContext& ctx, const CallStart& c, const Status& s, const std::string& peer, Reactor* reactor) {
+  Account(ctx, c, ToGrpc(s), peer);
+  reactor->Finish(ToGrpc(s));
+  return reactor;
+}
+
+// A write reactor that only reports an error (streams failing up front).
+template <typename Msg>
+class FailedStream final : public grpc::ServerWriteReactor<Msg> {
  public:
-  explicit Service(ModelService& service) : service_(service) {}
+  explicit FailedStream(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
 
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest*,
-                                   v1::HealthResponse* resp) override {
-    resp->set_status("ok");
-    return Finish(ctx, grpc::Status::OK);
+class Service final : public v1::Inference::CallbackService {
+ public:
+  explicit Service(ServingContext& ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* call, const v1::SummarizeRequest* req,
+                                      v1::SummarizeResponse* resp) override {
+    CallStart c;
+    const std::string peer = call->peer();
+    if (Status b = Begin(ctx_, call, "Summarize", c); !b.ok()) return Reject(ctx_, c, b, peer, call->DefaultReactor());
+    auto gen = StartSummary(c, *req);
+    if (!gen.ok()) return Reject(ctx_, c, gen.status(), peer, call->DefaultReactor());
+    const std::string id = c.service->NextRequestId("sum");
+    const std::string model = c.service->name();
+    const std::int64_t prompt = (*gen)->prompt_tokens();
+    return new UnaryCall(ctx_, std::move(c), peer, std::move(*gen),
+                         [resp, id, model, prompt](const Generation::Delta& last, const Accumulated& acc) {
+                           resp->set_id(id);
+                           resp->set_model(model);
+                           resp->set_summary(acc.text);
+                           resp->set_finish_reason(last.finish_reason);
+                           FillUsage(resp->mutable_usage(), prompt, acc.completion, last.cached_tokens);
+                         });
   }
 
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
-                                       v1::ListModelsResponse* resp) override {
+  grpc::ServerWriteReactor<v1::SummarizeChunk>* SummarizeStream(grpc::CallbackServerContext* call,
+                                                                const v1::SummarizeRequest* req) override {
+    CallStart c;
+    const std::string peer = call->peer();
+    const Status b = Begin(ctx_, call, "SummarizeStream", c);
+    StatusOr<std::unique_ptr<Generation>> gen = b.ok() ? StartSummary(c, *req) : b;
+    if (!gen.ok()) {
+      Account(ctx_, c, ToGrpc(gen.status()), peer);
+      return new FailedStream<v1::SummarizeChunk>(ToGrpc(gen.status()));
+    }
+    const std::string id = c.service->NextRequestId("sum");
+    const std::int64_t prompt = (*gen)->prompt_tokens();
+    return new StreamCall<v1::SummarizeChunk>(
+        ctx_, std::move(c), peer, std::move(*gen),
+        [id, prompt](const Generation::Delta& d, Accumulated& acc, v1::SummarizeChunk& m) {
+          acc.completion += static_cast<std::int64_t>(d.ids.size());
+          m.set_id(id);
+          m.set_delta(d.text);
+          if (d.finished) {
+            m.set_finish_reason(d.finish_reason);
+            FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
+          }
+        });
+  }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* call,
+                                                           const v1::GenerateRequest* req) override {
+    CallStart c;
+    const std::string peer = call->peer();
+    const Status b = Begin(ctx_, call, "Generate", c);
+    StatusOr<std::unique_ptr<Generation>> gen = b.ok() ? StartGenerate(c, *req) : b;
+    if (!gen.ok()) {
+      Account(ctx_, c, ToGrpc(gen.status()), peer);
+      return new FailedStream<v1::GenerateResponse>(ToGrpc(gen.status()));
+    }
+    const std::string id = c.service->NextRequestId("gen");
+    const std::string model = c.service->name();
+    const std::int64_t prompt = (*gen)->prompt_tokens();
+    return new StreamCall<v1::GenerateResponse>(
+        ctx_, std::move(c), peer, std::move(*gen),
+        [id, model, prompt](const Generation::Delta& d, Accumulated& acc, v1::GenerateResponse& m) {
+          acc.completion += static_cast<std::int64_t>(d.ids.size());
+          m.set_id(id);
+          m.set_model(model);
+          for (std::size_t i = 0; i < d.ids.size(); ++i) {
+            m.add_token_ids(d.ids[i]);
+            m.add_logprobs(d.logprobs[i]);
+          }
+          for (const auto& step : d.top_logprobs) {
+            auto* out = m.add_top_logprobs();
+            for (const auto& t : step) {
+              auto* e = out->add_tokens();
+              e->set_id(t.id);
+              e->set_logprob(t.logprob);
+            }
+          }
+          m.set_text(d.text);
+          if (d.finished) {
+            m.set_finish_reason(d.finish_reason);
+            FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
+          }
+        });
+  }
+
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* call, const v1::AnswerRequest*,
+                                   v1::AnswerResponse*) override {
+    CallStart c;
+    const std::string peer = call->peer();
+    const Status b = Begin(ctx_, call, "Answer", c);
+    const Status s = b.ok() ? Unimplemented("extractive question answering is not available yet: no QA model is loaded") : b;
+    return Reject(ctx_, c, s, peer, call->DefaultReactor());
+  }
+
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,
+                                         v1::GetModelInfoResponse* resp) override {
+    CallStart c;
+    const std::string peer = call->peer();
+    if (Status b = Begin(ctx_, call, "GetModelInfo", c); !b.ok()) return Reject(ctx_, c, b, peer, call->DefaultReactor());
+    ModelService& service = *c.service;
     auto* m = resp->add_models();
-    m->set_id(service_.name());
-    m->set_architecture(service_.config().architecture);
-    m->set_max_model_len(service_.config().max_position_embeddings);
-    m->set_vocab_size(service_.config().vocab_size);
-    return Finish(ctx, grpc::Status::OK);
-  }
-
-  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req,
-                                     v1::GenerateResponse* resp) override {
-    return Finish(ctx, ToGrpc(Serve(service_, *req, resp)));
+    m->set_id(service.name());
+    m->set_architecture(service.config().architecture);
+    m->set_max_model_len(service.max_model_len());
+    m->set_vocab_size(service.config().vocab_size);
+    m->set_task("summarize");
+    m->set_dtype(service.dtype());
+    m->set_device("cpu");
+    m->set_has_tokenizer(service.tokenizer() != nullptr);
+    const EngineOptions& o = service.options();
+    resp->set_block_size(o.block_size);
+    resp->set_num_kv_blocks(service.kv_cache().num_blocks);
+    resp->set_max_num_seqs(o.scheduler.max_num_seqs);
+    resp->set_max_num_batched_tokens(o.scheduler.max_num_batched_tokens);
+    resp->set_max_queue_requests(o.scheduler.max_waiting_requests);
+    resp->set_max_queue_tokens(o.scheduler.max_waiting_tokens);
+    return Reject(ctx_, c, Status::Ok(), peer, call->DefaultReactor());
   }
 
  private:
-  static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(status);
-    return reactor;
-  }
-  ModelService& service_;
+  ServingContext& ctx_;
 };
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace
 
 struct GrpcServer::Impl {
-  explicit Impl(ModelService& s) : service(s) {}
+  explicit Impl(ServingContext& c) : ctx(c), service(c) {}
+  ServingContext& ctx;
   Service service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
 
-GrpcServer::GrpcServer(ModelService& service) : impl_(std::make_unique<Impl>(service)) {}
+GrpcServer::GrpcServer(ServingContext& context) : impl_(std::make_unique<Impl>(context)) {}
 
 GrpcServer::~GrpcServer() { Stop(); }
 
-Status GrpcServer::Start(const std::string& host, int port) {
+Status GrpcServer::Start(const GrpcServerOptions& options) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const std::string address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                              std::to_string(port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  const std::string address = (options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host) +
+                              ":" + std::to_string(options.port);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    const std::string cert = ReadFile(options.tls_cert), key = ReadFile(options.tls_key);
+    if (cert.empty() || key.empty()) return InvalidArgument("cannot read --tls-cert / --tls-key");
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(address, creds, &impl_->port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(options.max_message_bytes, INT32_MAX)));
   builder.RegisterService(&impl_->service);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0)
-    return FailedPrecondition("cannot listen for gRPC on " + address + " (port in use?)");
-  spdlog::info("gRPC listening on {}:{}", host, impl_->port);
+    return FailedPrecondition("cannot listen for gRPC on " + address + " (port in use, or a bad TLS certificate?)");
+  SetServing(impl_->ctx.lifecycle.ready());
+  spdlog::info("gRPC{} listening on {}:{}", options.tls_cert.empty() ? "" : " (TLS)", options.host, impl_->port);
   return Status::Ok();
 }
 
-void GrpcServer::Stop() {
+void GrpcServer::SetServing(bool serving) {
+  if (!impl_->server) return;
+  if (auto* h = impl_->server->GetHealthCheckService()) {
+    h->SetServingStatus(serving);
+    h->SetServingStatus("ropeserve.v1.Inference", serving);
+  }
+}
+
+void GrpcServer::Stop(std::chrono::milliseconds grace) {
   if (impl_->server) {
-    impl_->server->Shutdown();
+    impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
+    impl_->server->Wait();
     impl_->server.reset();
   }
 }

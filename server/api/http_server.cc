@@ -5,11 +5,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "server/api/error_mapping.h"
+#include "server/api/logging.h"
 #include "server/api/model_service.h"
+#include "server/api/rest_handlers.h"
+#include "server/api/serving_context.h"
 
 namespace ropeserve::api {
 
@@ -17,319 +20,213 @@ using json = nlohmann::json;
 
 namespace {
 
-// Typed access to optional request fields; errors name the field.
-template <typename T>
-Status ReadField(const json& body, const char* key, T& out) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return Status::Ok();
-  try {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!it->is_boolean()) throw std::invalid_argument("");
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!it->is_number_integer()) throw std::invalid_argument("");
-    } else if constexpr (std::is_floating_point_v<T>) {
-      if (!it->is_number()) throw std::invalid_argument("");
-    }
-    out = it->get<T>();
-  } catch (const std::exception&) {
-    return InvalidArgument("'" + std::string(key) + "' has the wrong type: " + it->dump());
-  }
-  return Status::Ok();
-}
-
-// `prompt`: a string (tokenized with the model's tokenizer, special tokens
-// added as its post-processor says), a list of token ids, or a list
-// holding one of either.
-StatusOr<std::vector<std::int64_t>> ReadPrompt(ModelService& service, const json& body) {
-  auto it = body.find("prompt");
-  if (it == body.end()) return InvalidArgument("'prompt' is required");
-  const json* p = &*it;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_array() || (*p)[0].is_string())) p = &(*p)[0];
-  if (p->is_string()) {
-    RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(p->get<std::string>(), /*add_special_tokens=*/true));
-    if (ids.empty()) return InvalidArgument("'prompt' tokenizes to no tokens");
-    return ids;
-  }
-  if (!p->is_array() || p->empty()) return InvalidArgument("'prompt' must be a string or a non-empty list of token ids");
-  std::vector<std::int64_t> ids;
-  for (const auto& v : *p) {
-    if (v.is_array() || v.is_string()) {
-      return Unimplemented("batched prompts are not supported yet; send one prompt per request");
-    }
-    if (!v.is_number_integer()) return InvalidArgument("'prompt' must contain only integer token ids");
-    ids.push_back(v.get<std::int64_t>());
-  }
-  return ids;
-}
-
-// The sampling and stopping fields shared by completions and chat.
-struct Common {
-  GenerateOptions options;
-  std::int64_t logprobs = -1;  // -1 = not requested
-  std::int64_t n = 1;
+// The endpoints and their methods; anything else on these paths is 405,
+// other paths 404.
+struct Route {
+  const char* path;
+  const char* method;
+};
+constexpr Route kRoutes[] = {
+    {"/health", "GET"},          {"/ready", "GET"},           {"/metrics", "GET"},
+    {"/v1/models", "GET"},       {"/v1/info", "GET"},         {"/v1/summarize", "POST"},
+    {"/v1/qa", "POST"},          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
 };
 
-StatusOr<Common> ReadCommon(ModelService& service, const json& body, bool chat) {
-  std::string model_name;
-  RS_RETURN_IF_ERROR(ReadField(body, "model", model_name));
-  RS_RETURN_IF_ERROR(service.CheckModelName(model_name));
-  bool stream = false;
-  RS_RETURN_IF_ERROR(ReadField(body, "stream", stream));
-  if (stream) return Unimplemented("streaming is not implemented yet");
-  Common c;
-  RS_RETURN_IF_ERROR(ReadField(body, "n", c.n));
-  if (c.n < 1 || c.n > ModelService::kMaxChoices) {
-    return InvalidArgument("'n' must be between 1 and " + std::to_string(ModelService::kMaxChoices));
-  }
-  GenerateOptions& o = c.options;
-  o.sampling.temperature = 1.0;  // OpenAI's default
-  RS_RETURN_IF_ERROR(ReadField(body, "max_tokens", o.max_tokens));
-  if (chat && body.contains("max_completion_tokens")) {
-    RS_RETURN_IF_ERROR(ReadField(body, "max_completion_tokens", o.max_tokens));
-  }
-  RS_RETURN_IF_ERROR(ReadField(body, "temperature", o.sampling.temperature));
-  RS_RETURN_IF_ERROR(ReadField(body, "top_p", o.sampling.top_p));
-  RS_RETURN_IF_ERROR(ReadField(body, "top_k", o.sampling.top_k));
-  RS_RETURN_IF_ERROR(ReadField(body, "min_p", o.sampling.min_p));
-  RS_RETURN_IF_ERROR(ReadField(body, "ignore_eos", o.ignore_eos));
-  RS_RETURN_IF_ERROR(ReadField(body, "min_tokens", o.min_tokens));
-  RS_RETURN_IF_ERROR(ReadField(body, "repetition_penalty", o.sampling.repetition_penalty));
-  RS_RETURN_IF_ERROR(ReadField(body, "frequency_penalty", o.sampling.frequency_penalty));
-  RS_RETURN_IF_ERROR(ReadField(body, "presence_penalty", o.sampling.presence_penalty));
-  std::int64_t seed = -1;
-  RS_RETURN_IF_ERROR(ReadField(body, "seed", seed));
-  if (body.contains("seed") && !body["seed"].is_null()) o.sampling.seed = static_cast<std::uint64_t>(seed);
-  if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
-    if (st->is_string()) {
-      o.stop.push_back(st->get<std::string>());
-    } else if (st->is_array() && st->size() <= 16) {
-      for (const auto& v : *st) {
-        if (!v.is_string()) return InvalidArgument("'stop' must be a string or a list of strings");
-        o.stop.push_back(v.get<std::string>());
-      }
-    } else {
-      return InvalidArgument("'stop' must be a string or a list of at most 16 strings");
-    }
-  }
-  if (auto st = body.find("stop_token_ids"); st != body.end() && !st->is_null()) {
-    if (!st->is_array()) return InvalidArgument("'stop_token_ids' must be a list of token ids");
-    for (const auto& v : *st) {
-      if (!v.is_number_integer()) return InvalidArgument("'stop_token_ids' must be a list of token ids");
-      o.stop_token_ids.push_back(v.get<std::int64_t>());
-    }
-  }
-  if (chat) {
-    // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
-    bool want = false;
-    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", want));
-    std::int64_t top = 0;
-    RS_RETURN_IF_ERROR(ReadField(body, "top_logprobs", top));
-    if (top < 0 || top > 20) return InvalidArgument("'top_logprobs' must be between 0 and 20");
-    if (top > 0 && !want) return InvalidArgument("'top_logprobs' needs 'logprobs': true");
-    c.logprobs = want ? top : -1;
-  } else {
-    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", c.logprobs));
-    if (c.logprobs > 20 || (body.contains("logprobs") && !body["logprobs"].is_null() && c.logprobs < 0))
-      return InvalidArgument("'logprobs' must be between 0 and 20");
-  }
-  o.top_logprobs = c.logprobs > 0 ? static_cast<std::size_t>(c.logprobs) : 0;
-  return c;
+const Route* FindRoute(const std::string& path) {
+  for (const auto& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
 }
 
-// A token as text for logprobs: its decoded string with a tokenizer, else
-// "token_id:N" (vLLM's return_tokens_as_token_ids format).
-std::string TokenText(const ModelService& service, std::int64_t id) {
-  if (const tok::Tokenizer* t = service.tokenizer()) {
-    auto s = t->Decode({static_cast<uint32_t>(id)}, false);
-    if (s.ok()) return *s;
-  }
-  return "token_id:" + std::to_string(id);
+// Per-request data the access log needs; cpp-httplib runs a request's
+// routing, handler, response writing and logger on one worker thread.
+struct RequestInfo {
+  std::chrono::steady_clock::time_point start;
+  std::string id;
+};
+thread_local RequestInfo t_request;
+
+// x-request-id: the client's if it is a sane token, else a fresh one.
+std::string RequestId(const httplib::Request& req) {
+  std::string id = req.get_header_value("x-request-id");
+  bool ok = !id.empty() && id.size() <= 128;
+  for (unsigned char c : id) ok = ok && (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':');
+  if (ok) return id;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
 }
 
-json Usage(std::size_t prompt, std::size_t completion) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+// `http_status` overrides the table's status (405, 413: protocol errors
+// without an ErrorCode of their own).
+void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
+  res.status = http_status ? http_status : HttpStatusFor(s.code());
+  if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
+  if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(ErrorJson(s, res.status), "application/json");
 }
 
-std::int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// The OpenAI response envelope shared by completions and chat.
-json Envelope(ModelService& service, const char* id_prefix, const char* object, json choices, std::size_t prompt,
-              std::size_t completion) {
-  return json{{"id", service.NextRequestId(id_prefix)},
-              {"object", object},
-              {"created", Now()},
-              {"model", service.name()},
-              {"choices", std::move(choices)},
-              {"usage", Usage(prompt, completion)}};
-}
-
-StatusOr<json> ParseBody(const std::string& text) {
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return InvalidArgument("request body is not valid JSON");
-  if (!body.is_object()) return InvalidArgument("request body must be a JSON object");
-  return body;
-}
-
-StatusOr<json> Complete(ModelService& service, const std::string& text) {
-  RS_ASSIGN_OR_RETURN(json body, ParseBody(text));
-  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, /*chat=*/false));
-  RS_ASSIGN_OR_RETURN(auto ids, ReadPrompt(service, body));
-  RS_ASSIGN_OR_RETURN(auto results, service.GenerateN(ids, c.options, static_cast<int>(c.n)));
-  json choices = json::array();
-  std::size_t completion_tokens = 0;
-  for (std::size_t k = 0; k < results.size(); ++k) {
-    const GenerateResult& result = results[k];
-    completion_tokens += result.generated_ids.size();
-    json choice = {{"index", k}, {"text", result.text}, {"token_ids", result.generated_ids},
-                   {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
-    if (c.logprobs >= 0) {
-      json tokens = json::array(), token_logprobs = json::array(), top = json::array();
-      for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
-        tokens.push_back(TokenText(service, result.generated_ids[i]));
-        token_logprobs.push_back(result.logprobs[i]);
-        json step = json::object();
-        if (i < result.top_logprobs.size())
-          for (const auto& t : result.top_logprobs[i]) {
-            // Two tokens can decode to the same text (e.g. partial UTF-8
-            // bytes); keep both by naming the later one by its id.
-            std::string key = TokenText(service, t.id);
-            if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
-            step[key] = t.logprob;
-          }
-        top.push_back(step);
-      }
-      choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
-    }
-    choices.push_back(std::move(choice));
-  }
-  return Envelope(service, "cmpl", "text_completion", std::move(choices), ids.size(), completion_tokens);
-}
-
-// POST /v1/chat/completions: the messages are rendered with the model's
-// chat template (add_generation_prompt=true), tokenized without adding
-// special tokens (the template writes them), and generated like a
-// completion.
-StatusOr<json> ChatComplete(ModelService& service, const std::string& text) {
-  RS_ASSIGN_OR_RETURN(json body, ParseBody(text));
-  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, /*chat=*/true));
-  auto mit = body.find("messages");
-  if (mit == body.end() || !mit->is_array() || mit->empty()) {
-    return InvalidArgument("'messages' must be a non-empty list of {\"role\", \"content\"} objects");
-  }
-  // Keep the caller's key order (tools rendered with tojson must not be
-  // re-sorted): re-parse the body as ordered JSON.
-  auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
-  // OpenAI content parts ([{"type":"text","text":...}, ...]) become one
-  // string (joined with newlines, as vLLM does for string templates).
-  for (auto& m : ordered["messages"]) {
-    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
-    std::string joined;
-    for (const auto& part : m["content"]) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-        return InvalidArgument("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-      }
-      if (!joined.empty()) joined += "\n";
-      joined += part["text"].get<std::string>();
-    }
-    m["content"] = joined;
-  }
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  for (const char* key : {"tools", "documents"}) {
-    if (ordered.contains(key) && !ordered[key].is_null()) extra[key] = ordered[key];
-  }
-  if (ordered.contains("chat_template_kwargs") && ordered["chat_template_kwargs"].is_object()) {
-    for (auto it = ordered["chat_template_kwargs"].begin(); it != ordered["chat_template_kwargs"].end(); ++it) {
-      extra[it.key()] = it.value();
-    }
-  }
-  bool add_generation_prompt = true;
-  RS_RETURN_IF_ERROR(ReadField(body, "add_generation_prompt", add_generation_prompt));
-  RS_ASSIGN_OR_RETURN(std::string prompt, service.ApplyChatTemplate(ordered["messages"], add_generation_prompt, extra));
-  RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
-  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
-  RS_ASSIGN_OR_RETURN(auto results, service.GenerateN(ids, c.options, static_cast<int>(c.n)));
-  json choices = json::array();
-  std::size_t completion_tokens = 0;
-  for (std::size_t k = 0; k < results.size(); ++k) {
-    const GenerateResult& result = results[k];
-    completion_tokens += result.generated_ids.size();
-    json choice = {{"index", k},
-                   {"message", {{"role", "assistant"}, {"content", result.text}}},
-                   {"token_ids", result.generated_ids},
-                   {"finish_reason", result.finish_reason},
-                   {"logprobs", nullptr}};
-    if (c.logprobs >= 0) {
-      json content = json::array();
-      for (std::size_t i = 0; i < result.generated_ids.size(); ++i) {
-        json top = json::array();
-        if (i < result.top_logprobs.size())
-          for (const auto& t : result.top_logprobs[i]) top.push_back({{"token", TokenText(service, t.id)}, {"logprob", t.logprob}});
-        content.push_back({{"token", TokenText(service, result.generated_ids[i])},
-                           {"logprob", result.logprobs[i]},
-                           {"top_logprobs", top}});
-      }
-      choice["logprobs"] = {{"content", content}};
-    }
-    choices.push_back(std::move(choice));
-  }
-  return Envelope(service, "chatcmpl", "chat.completion", std::move(choices), ids.size(), completion_tokens);
-}
-
-std::pair<int, std::string> Respond(const StatusOr<json>& r) {
-  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
-  return {200, r->dump(-1, ' ', false, json::error_handler_t::replace)};
-}
+using Endpoint = StatusOr<RestReply> (*)(ModelService&, const RestRequest&);
 
 }  // namespace
 
 std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
-  return Respond(Complete(service, body));
+  auto r = Completions(service, RestRequest{body});
+  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
+  if (r->events) return {400, ErrorJson(MalformedRequest("streaming needs the HTTP server"))};
+  return {200, r->body};
 }
 
 std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body) {
-  return Respond(ChatComplete(service, body));
+  auto r = ChatCompletions(service, RestRequest{body});
+  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
+  if (r->events) return {400, ErrorJson(MalformedRequest("streaming needs the HTTP server"))};
+  return {200, r->body};
 }
 
 struct HttpServer::Impl {
   HttpServerOptions options;
-  ModelService& service;
-  httplib::Server server;
+  ServingContext& ctx;
+  std::unique_ptr<httplib::Server> server;
   std::atomic<int> port{0};
-  Impl(HttpServerOptions o, ModelService& s) : options(std::move(o)), service(s) {}
+  Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
+
+  void Install();
+  // Admits a work request (auth was checked before routing) and runs it;
+  // a stream keeps its admission ticket until the last event is written.
+  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 };
 
-HttpServer::HttpServer(HttpServerOptions options, ModelService& service)
-    : impl_(std::make_unique<Impl>(std::move(options), service)) {
-  auto& s = impl_->server;
-  Impl* impl = impl_.get();
-  s.set_payload_max_length(impl->options.max_body_bytes);
+void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  auto ticket = ctx.lifecycle.Admit();
+  if (!ticket.ok()) return SetError(res, ticket.status());
+  ModelService* service = ctx.service.load();
+  if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  auto reply = endpoint(*service, RestRequest{req.body, ctx.request_timeout_seconds});
+  if (!reply.ok()) return SetError(res, reply.status());
+  if (!reply->events) {
+    res.set_content(reply->body, "application/json");
+    return;
+  }
+  // Server-Sent Events. The provider waits for output in short slices and
+  // checks the connection between them, so a client that goes away cancels
+  // its requests within a fraction of a second.
+  std::shared_ptr<EventSource> events = std::move(reply->events);
+  auto held = std::make_shared<Lifecycle::Ticket>(std::move(*ticket));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [events, held](size_t, httplib::DataSink& sink) {
+        std::string out;
+        const bool done = events->Poll(out, std::chrono::milliseconds(200));
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          events->Cancel();
+          return false;
+        }
+        if (done) {
+          sink.done();
+          return true;
+        }
+        if (out.empty() && !sink.is_writable()) {
+          events->Cancel();
+          return false;
+        }
+        return true;
+      },
+      [events](bool success) {
+        if (!success) events->Cancel();
+      });
+}
+
+void HttpServer::Impl::Install() {
+  auto& s = *server;
+  s.set_payload_max_length(options.max_body_bytes);
+  const int threads = options.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+
+  // Before routing: request id, 405 for known paths, API keys on /v1/*.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    t_request.start = std::chrono::steady_clock::now();
+    t_request.id = RequestId(req);
+    res.set_header("x-request-id", t_request.id);
+    const Route* route = FindRoute(req.path);
+    if (route != nullptr && req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
+      res.set_header("Allow", route->method);
+      SetError(res, MalformedRequest(req.method + " is not allowed on " + req.path + " (use " + route->method + ")"), 405);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.path.rfind("/v1/", 0) == 0) {
+      if (Status a = ctx.api_keys.Check(req.get_header_value("Authorization")); !a.ok()) {
+        SetError(res, a);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  s.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
-    const auto& c = impl->service.config();
-    json model = {{"id", impl->service.name()}, {"object", "model"}, {"owned_by", "ropeserve"},
-                  {"max_model_len", c.max_position_embeddings}, {"architecture", c.architecture}};
+  s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    switch (ctx.lifecycle.state()) {
+      case Lifecycle::State::kReady: res.set_content(R"({"status":"ready"})", "application/json"); return;
+      case Lifecycle::State::kLoading: return SetError(res, Unavailable("loading"));
+      case Lifecycle::State::kDraining: return SetError(res, Unavailable("draining"));
+    }
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (ctx.metrics == nullptr) return SetError(res, NotFound("metrics are disabled"));
+    res.set_content(ctx.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    ModelService* service = ctx.service.load();
+    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+    json model = {{"id", service->name()},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "ropeserve"},
+                  {"max_model_len", service->max_model_len()},
+                  {"architecture", service->config().architecture}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
-  s.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    auto [code, body] = HandleCompletion(impl->service, req.body);
-    res.status = code;
-    res.set_content(body, "application/json");
+  s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
+    ModelService* service = ctx.service.load();
+    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+    const EngineOptions& o = service->options();
+    json info = {
+        {"model", service->name()},
+        {"architecture", service->config().architecture},
+        {"dtype", service->dtype()},
+        {"device", "cpu"},
+        {"tokenizer", service->tokenizer() != nullptr},
+        {"max_model_len", service->max_model_len()},
+        {"kv_cache", {{"block_size", o.block_size}, {"num_blocks", service->kv_cache().num_blocks},
+                      {"tokens", service->kv_cache().tokens}, {"bytes", service->kv_cache().bytes}}},
+        {"limits", {{"max_num_seqs", o.scheduler.max_num_seqs},
+                    {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
+                    {"max_queue_requests", o.scheduler.max_waiting_requests},
+                    {"max_queue_tokens", o.scheduler.max_waiting_tokens},
+                    {"max_body_bytes", options.max_body_bytes},
+                    {"request_timeout_seconds", ctx.request_timeout_seconds}}},
+        {"qa", nullptr}};
+    res.set_content(info.dump(), "application/json");
   });
-  s.Post("/v1/chat/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    auto [code, body] = HandleChatCompletion(impl->service, req.body);
-    res.status = code;
-    res.set_content(body, "application/json");
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Work(&Completions, req, res); });
+  s.Post("/v1/chat/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { Work(&ChatCompletions, req, res); });
+  s.Post("/v1/summarize", [this](const httplib::Request& req, httplib::Response& res) { Work(&Summarize, req, res); });
+  s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res) {
+    SetError(res, Unimplemented("extractive question answering is not available yet: no QA model is loaded"));
   });
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    Status st = res.status == 413 ? InvalidArgument("request body too large")
-                : res.status == 404 ? NotFound("no such endpoint")
-                                    : Status(ErrorCode::kInvalidArgument, "bad request");
-    res.set_content(ErrorJson(st), "application/json");
+    if (res.status == 404) return SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
+    // 413 (body over --max-body-bytes) and other protocol-level errors.
+    SetError(res, MalformedRequest(res.status == 413 ? "request body too large" : "bad request"), res.status);
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
@@ -340,31 +237,65 @@ HttpServer::HttpServer(HttpServerOptions options, ModelService& service)
     } catch (...) {
     }
     spdlog::error("request failed: {}", what);
-    res.status = 500;
-    res.set_content(ErrorJson(Internal("internal error")), "application/json");
+    SetError(res, Internal("internal error"));
   });
+  // One access-log line and one requests_total increment per request (for
+  // a stream, after its last event). Keys and bodies are never logged.
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request.start).count();
+    const Route* route = FindRoute(req.path);
+    const std::string endpoint = route != nullptr ? route->path : "other";
+    if (ctx.metrics != nullptr) ctx.metrics->CountRequest(endpoint, "http", std::to_string(res.status));
+    if (route != nullptr && (endpoint == "/health" || endpoint == "/ready" || endpoint == "/metrics") &&
+        res.status < 400) {
+      return;  // probes and scrapes: counted, not logged
+    }
+    LogAccess("http request", {{"method", req.method},
+                               {"path", req.path.substr(0, 200)},
+                               {"status", res.status},
+                               {"duration_ms", std::round(ms * 100) / 100},
+                               {"request_id", t_request.id},
+                               {"remote", req.remote_addr}});
+  });
+}
+
+HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)
+    : impl_(std::make_unique<Impl>(std::move(options), context)) {
+  if (!impl_->options.tls_cert.empty()) {
+    impl_->server = std::make_unique<httplib::SSLServer>(impl_->options.tls_cert.c_str(), impl_->options.tls_key.c_str());
+  } else {
+    impl_->server = std::make_unique<httplib::Server>();
+  }
+  impl_->Install();
 }
 
 HttpServer::~HttpServer() = default;
 
-Status HttpServer::Serve() {
-  auto& s = impl_->server;
+Status HttpServer::Bind() {
+  auto& s = *impl_->server;
+  if (impl_->port != 0) return Status::Ok();
+  if (!s.is_valid()) return InvalidArgument("cannot load the TLS certificate or key (--tls-cert / --tls-key)");
   int port = impl_->options.port;
   if (port == 0) {
     port = s.bind_to_any_port(impl_->options.host);
-    if (port < 0) return Status(ErrorCode::kFailedPrecondition, "cannot bind " + impl_->options.host);
+    if (port < 0) return FailedPrecondition("cannot bind " + impl_->options.host);
   } else if (!s.bind_to_port(impl_->options.host, port)) {
-    return Status(ErrorCode::kFailedPrecondition,
-                  "cannot listen on " + impl_->options.host + ":" + std::to_string(port) + " (port in use?)");
+    return FailedPrecondition("cannot listen on " + impl_->options.host + ":" + std::to_string(port) + " (port in use?)");
   }
   impl_->port = port;
-  spdlog::info("HTTP listening on {}:{}", impl_->options.host, port);
-  if (!s.listen_after_bind()) return Internal("HTTP server stopped unexpectedly");
+  spdlog::info("HTTP{} listening on {}:{}", impl_->options.tls_cert.empty() ? "" : "S", impl_->options.host, port);
   return Status::Ok();
 }
 
-void HttpServer::Stop() { impl_->server.stop(); }
+Status HttpServer::Serve() {
+  RS_RETURN_IF_ERROR(Bind());
+  if (!impl_->server->listen_after_bind()) return Internal("HTTP server stopped unexpectedly");
+  return Status::Ok();
+}
+
+void HttpServer::Stop() { impl_->server->stop(); }
 int HttpServer::port() const { return impl_->port; }
-bool HttpServer::listening() const { return impl_->server.is_running(); }
+bool HttpServer::listening() const { return impl_->server->is_running(); }
 
 }  // namespace ropeserve::api

@@ -1,8 +1,12 @@
-// REST API on cpp-httplib. For now a minimal, honest subset while the
-// batching engine is built: health, model list, and OpenAI-style
-// /v1/completions with token-id prompts, served one request at a time.
-// Threading: cpp-httplib's worker threads call the handlers; ModelService
-// serialises generation.
+// REST API on cpp-httplib (docs/api.md has every endpoint and field):
+//   GET  /health /ready /metrics /v1/models /v1/info
+//   POST /v1/summarize /v1/qa /v1/completions /v1/chat/completions
+// Streaming answers are Server-Sent Events. One error shape for every
+// failure: {"error":{"message","type","code"}}.
+//
+// Threading: cpp-httplib runs each connection on a worker thread of a pool
+// of `threads` (a streaming client holds one for its whole stream); the
+// handlers submit to the engine and wait on their request's stream.
 #pragma once
 
 #include <memory>
@@ -12,22 +16,31 @@
 
 namespace ropeserve::api {
 
+struct ServingContext;
 class ModelService;
 
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8080;
   std::size_t max_body_bytes = 1 << 20;
+  int threads = 64;
+  // TLS when both are set (PEM files).
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 class HttpServer {
  public:
-  HttpServer(HttpServerOptions options, ModelService& service);
+  // `context` must outlive the server.
+  HttpServer(HttpServerOptions options, ServingContext& context);
   ~HttpServer();
 
-  // Binds the port (error if taken), then serves until Stop(). Blocking.
+  // Binds the port: an error if it is taken or TLS files are bad.
+  Status Bind();
+  // Serves until Stop() (binding first if Bind was not called). Blocking.
   Status Serve();
-  // Safe from any thread; makes Serve() return after in-flight requests.
+  // Safe from any thread; makes Serve() return. Call after draining: open
+  // streams are cut.
   void Stop();
   // The bound port (useful with port 0 in tests); valid once listening.
   int port() const;
@@ -38,7 +51,8 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Exposed for tests: handles a /v1/completions body, returns (status, body).
+// Exposed for tests: handles a unary /v1/completions or /v1/chat/completions
+// body, returns (status, body).
 std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body);
 std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body);
 

@@ -1,35 +1,56 @@
-// `ropeserve serve`: loads a model and serves the REST API until SIGINT or
-// SIGTERM. Without --model it serves a generated demo model.
+// `ropeserve serve`: the server. Start-up order: HTTP and gRPC listen first
+// (/health answers, /ready is 503 and gRPC health NOT_SERVING while the
+// model loads), then the model, tokenizer and engine load and the server
+// turns ready. SIGTERM/SIGINT drains: not ready, new work refused (503 /
+// UNAVAILABLE), in-flight requests finish within --shutdown-timeout, exit 0.
+// A second signal exits at once.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
+#include "server/api/api_keys.h"
 #include "server/api/grpc_service.h"
 #include "server/api/http_server.h"
+#include "server/api/logging.h"
+#include "server/api/metrics.h"
 #include "server/api/model_service.h"
+#include "server/api/serving_context.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
-#include "server/tokenizer/tokenizer.h"
+#include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
 #include "server/runner/threads.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
 
 namespace {
 
 struct ServeFlags {
-  std::string model;
+  std::string summarizer;
+  std::string qa;
   std::string served_model_name;
   std::string host = "0.0.0.0";
   int http_port = 8080;
   int grpc_port = 50051;
+  std::string device = "cpu";
   std::string dtype = "auto";
   std::size_t max_body_bytes = 1 << 20;
+  int http_threads = 64;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  std::string tls_cert;
+  std::string tls_key;
+  double request_timeout = 0;
+  double shutdown_timeout = 30;
+  std::string log_format = "text";
   api::EngineOptions engine;
 };
 
@@ -50,76 +71,161 @@ StatusOr<std::string> EnsureDemoModel() {
   return dir;
 }
 
-int Run(ServeFlags f) {
+// The first stop signal starts the drain; a second one exits at once.
+struct StopSignal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;
+  void Request() {
+    std::lock_guard<std::mutex> lock(mu);
+    requested = true;
+    cv.notify_all();
+  }
+  bool Wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [&] { return requested; });
+  }
+};
+
+// Loads the summarization model and its tokenizer and starts the engine.
+struct Loaded {
+  std::unique_ptr<DecoderModel> model;
+  std::unique_ptr<api::ModelService> service;
+};
+
+StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
   bool demo = false;
-  if (f.model.empty()) {
-    auto dir = EnsureDemoModel();
-    if (!dir.ok()) return Fail(dir.status().ToString());
-    f.model = *dir;
+  if (f.summarizer.empty()) {
+    RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
     demo = true;
   }
   if (f.served_model_name.empty())
-    f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.model).filename().string();
+    f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
+  const DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
+  Loaded out;
+  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype));
+  const ModelConfig& c = out.model->config();
+  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}, {} compute threads",
+               f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
+               static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
+               ComputeThreads());
+  if (demo) {
+    spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
+    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --summarizer /path/to/Qwen2.5-0.5B-Instruct ***");
+  }
+  // The tokenizer is optional (token-id prompts work without it), but a
+  // tokenizer.json that is present must load: a broken one is an error.
+  std::shared_ptr<const tok::Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(f.summarizer) / "tokenizer.json")) {
+    RS_ASSIGN_OR_RETURN(tokenizer, tok::Tokenizer::FromPath(f.summarizer));
+    spdlog::info("tokenizer: {} tokens{}", tokenizer->VocabSize(),
+                 tokenizer->config().chat_template ? ", chat template loaded" : ", no chat template");
+  } else {
+    spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
+  }
+  f.engine.observer = &metrics;
+  RS_ASSIGN_OR_RETURN(out.service, api::ModelService::Create(*out.model, f.served_model_name, f.engine, tokenizer));
+  return out;
+}
+
+int Run(ServeFlags f) {
+  if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
+  if (f.device != "cpu") {
+    return Fail("--device " + f.device + ": this build has CPU workers only (the CUDA runner is not built yet)");
+  }
+  if (!f.qa.empty()) {
+    return Fail("--qa: extractive QA models are not supported yet (ModernBERT / RoFormer span models are planned)");
+  }
+  if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
+  if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
+
+  api::ServingContext ctx;
+  auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
+  if (!keys.ok()) return Fail(keys.status().message());
+  ctx.api_keys = std::move(*keys);
+  if (ctx.api_keys.enabled()) spdlog::info("API keys required on /v1/* and gRPC Inference calls");
+  api::ServerMetrics metrics;
+  ctx.metrics = &metrics;
+  ctx.request_timeout_seconds = f.request_timeout;
 
   // Block the stop signals in every thread; one thread waits for them.
+  std::signal(SIGPIPE, SIG_IGN);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  const DType dtype = ResolveComputeDType(f.dtype, f.model);
-  auto model = DecoderModel::Load(f.model, dtype);
-  if (!model.ok()) return Fail(model.status().ToString());
-  const ModelConfig& c = (*model)->config();
-  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}, {} compute threads",
-               f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
-               static_cast<double>(c.num_parameters()) / 1e6, f.model, DTypeSafetensorsName(dtype), ComputeThreads());
-  if (demo) {
-    spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
-    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
-  }
-
-  // The tokenizer is optional (token-id prompts work without it), but a
-  // tokenizer.json that is present must load: a broken one is an error.
-  std::shared_ptr<const tok::Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json")) {
-    auto t = tok::Tokenizer::FromPath(f.model);
-    if (!t.ok()) return Fail(t.status().ToString());
-    tokenizer = *t;
-    spdlog::info("tokenizer: {} tokens{}", tokenizer->VocabSize(),
-                 tokenizer->config().chat_template ? ", chat template loaded" : ", no chat template");
-  } else {
-    spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.model);
-  }
-  auto created = api::ModelService::Create(**model, f.served_model_name, f.engine, tokenizer);
-  if (!created.ok()) return Fail(created.status().ToString());
-  api::ModelService& service = **created;
-  api::GrpcServer grpc_server(service);
-  if (f.grpc_port >= 0) {
-    if (Status s = grpc_server.Start(f.host, f.grpc_port); !s.ok()) return Fail(s.ToString());
-  }
-  api::HttpServerOptions opts;
-  opts.host = f.host;
-  opts.port = f.http_port;
-  opts.max_body_bytes = f.max_body_bytes;
-  api::HttpServer server(opts, service);
-  std::thread waiter([&] {
+  StopSignal stop;
+  std::thread([&stop, stop_signals] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    server.Stop();
-  });
-  Status s = server.Serve();
-  grpc_server.Stop();
-  if (!s.ok()) {
-    // Wake the waiter so the process can exit.
-    pthread_kill(waiter.native_handle(), SIGTERM);
-    waiter.join();
-    return Fail(s.ToString());
+    spdlog::info("received {}, draining (a second signal exits at once)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop.Request();
+    sigwait(&stop_signals, &sig);
+    spdlog::warn("second signal: exiting now");
+    std::_Exit(128 + sig);
+  }).detach();
+
+  // Listen first, so that probes answer while the model loads.
+  api::HttpServerOptions ho;
+  ho.host = f.host;
+  ho.port = f.http_port;
+  ho.max_body_bytes = f.max_body_bytes;
+  ho.threads = f.http_threads;
+  ho.tls_cert = f.tls_cert;
+  ho.tls_key = f.tls_key;
+  api::HttpServer http(ho, ctx);
+  if (Status s = http.Bind(); !s.ok()) return Fail(s.message());
+  api::GrpcServer grpc_server(ctx);
+  if (f.grpc_port >= 0) {
+    api::GrpcServerOptions go;
+    go.host = f.host;
+    go.port = f.grpc_port;
+    go.max_message_bytes = f.max_body_bytes;
+    go.tls_cert = f.tls_cert;
+    go.tls_key = f.tls_key;
+    if (Status s = grpc_server.Start(go); !s.ok()) return Fail(s.message());
   }
-  pthread_kill(waiter.native_handle(), SIGTERM);  // no-op if it already returned from sigwait
-  waiter.join();
+  Status http_status;
+  std::thread http_thread([&] {
+    http_status = http.Serve();
+    if (!http_status.ok()) stop.Request();
+  });
+
+  auto loaded = Load(f, metrics);
+  if (!loaded.ok()) {
+    http.Stop();
+    http_thread.join();
+    grpc_server.Stop();
+    return Fail(loaded.status().ToString());
+  }
+  api::ModelService& service = *loaded->service;
+  metrics.Attach(&service.engine(), service.options().block_size, static_cast<int>(service.kv_cache().num_blocks));
+  ctx.service = &service;
+  ctx.lifecycle.SetReady();
+  grpc_server.SetServing(true);
+  spdlog::info("ready");
+
+  while (!stop.Wait(std::chrono::seconds(3600))) {
+  }
+
+  // Drain: not ready, refuse new work, let admitted requests finish.
+  ctx.lifecycle.StartDraining();
+  grpc_server.SetServing(false);
+  const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(f.shutdown_timeout * 1000));
+  spdlog::info("draining {} in-flight requests (up to {} s)", ctx.lifecycle.in_flight(), f.shutdown_timeout);
+  const bool drained = ctx.lifecycle.WaitIdle(grace);
+  if (!drained) spdlog::warn("{} requests still running after --shutdown-timeout: cancelling them", ctx.lifecycle.in_flight());
+  // Stopping the engine ends every remaining stream (their clients get an
+  // error), then the front ends close.
+  service.engine().Stop();
+  grpc_server.Stop(std::chrono::milliseconds(drained ? 0 : 1000));
+  ctx.lifecycle.WaitIdle(std::chrono::seconds(2));
+  http.Stop();
+  http_thread.join();
+  ctx.service = nullptr;
+  metrics.Attach(nullptr, 0, 0);
+  if (!http_status.ok()) return Fail(http_status.ToString());
   spdlog::info("stopped");
   return 0;
 }
@@ -128,14 +234,28 @@ int Run(ServeFlags f) {
 
 Runner AddServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
-  CLI::App* sub = app.add_subcommand("serve", "Serve a model over REST (OpenAI-style /v1/completions) and gRPC (proto/ropeserve/v1)");
-  sub->add_option("--model", f->model,
-                  "Checkpoint directory in Hugging Face layout (default: a generated demo model with random weights)")
-      ->envname("ROPESERVE_MODEL")
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve summarization (REST /v1/summarize, gRPC Summarize), OpenAI-compatible completions and chat, "
+      "Prometheus /metrics. Without --summarizer, a generated demo model with random weights. "
+      "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
+      "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
+  sub->fallthrough();  // --threads and --config belong to the top level; accept them after `serve`
+  app.config_formatter(std::make_shared<YamlConfig>("serve"));
+  app.set_config("--config", "", "YAML config file for `serve` (a mapping of serve's flag names to values)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+
+  sub->add_option("--summarizer,--model", f->summarizer,
+                  "Decoder checkpoint directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json) "
+                  "for summarization and the OpenAI endpoints (default: a generated demo model)")
+      ->envname("ROPESERVE_SUMMARIZER")
       ->check(CLI::ExistingDirectory);
-  sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)");
-  sub->add_option("--host", f->host, "Address to listen on")->capture_default_str()->envname("ROPESERVE_HOST");
-  sub->add_option("--http-port", f->http_port, "HTTP port")
+  sub->add_option("--qa", f->qa, "Extractive QA checkpoint directory (not supported yet: refused with an error)")
+      ->envname("ROPESERVE_QA");
+  sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
+      ->envname("ROPESERVE_SERVED_MODEL_NAME");
+  sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")->capture_default_str()->envname("ROPESERVE_HOST");
+  sub->add_option("--http-port", f->http_port, "HTTP port (0 = any free port)")
       ->capture_default_str()
       ->envname("ROPESERVE_HTTP_PORT")
       ->check(CLI::Range(0, 65535));
@@ -143,21 +263,32 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_GRPC_PORT")
       ->check(CLI::Range(-1, 65535));
+  sub->add_option("--device", f->device, "Worker device: cpu (cuda is not built yet)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_DEVICE")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
+      ->envname("ROPESERVE_DTYPE")
       ->check(CLI::IsMember(kDTypeChoices));
   auto& e = f->engine;
   sub->add_option("--max-model-len", e.scheduler.max_model_len,
                   "Longest prompt + generation accepted (default: the model's max_position_embeddings)")
+      ->envname("ROPESERVE_MAX_MODEL_LEN")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 32));
-  sub->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Most sequences in one step")
+  sub->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Most sequences in one engine step")
       ->capture_default_str()
+      ->envname("ROPESERVE_MAX_NUM_SEQS")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens,
                   "Token budget of one step (decodes + prefill chunks)")
       ->capture_default_str()
+      ->envname("ROPESERVE_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  sub->add_option("--block-size", e.block_size, "Tokens per KV cache block")->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--block-size", e.block_size, "Tokens per KV cache block")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BLOCK_SIZE")
+      ->check(CLI::Range(1, 1024));
   sub->add_option("--kv-cache-memory", e.kv_cache_memory,
                   "KV cache budget: bytes (4G, 512M, ...) or a fraction of available memory (0.25)")
       ->capture_default_str()
@@ -165,13 +296,50 @@ Runner AddServe(CLI::App& app) {
   sub->add_option("--max-queue-requests", e.scheduler.max_waiting_requests,
                   "Waiting requests beyond which new ones get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()
+      ->envname("ROPESERVE_MAX_QUEUE_REQUESTS")
       ->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--max-queue-tokens", e.scheduler.max_waiting_tokens, "Waiting prompt tokens beyond which new requests get 429")
+  sub->add_option("--max-queue-tokens", e.scheduler.max_waiting_tokens,
+                  "Waiting prompt tokens beyond which new requests get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()
+      ->envname("ROPESERVE_MAX_QUEUE_TOKENS")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body")
+  sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body (HTTP) or message (gRPC)")
       ->capture_default_str()
+      ->envname("ROPESERVE_MAX_BODY_BYTES")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
+  sub->add_option("--http-threads", f->http_threads,
+                  "HTTP connection threads (each open connection, e.g. a streaming client, holds one)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_THREADS")
+      ->check(CLI::Range(2, 4096));
+  sub->add_option("--api-key", f->api_keys,
+                  "Require 'Authorization: Bearer KEY' on /v1/* and gRPC calls (repeatable; /health, /ready and "
+                  "/metrics stay open)")
+      ->envname("ROPESERVE_API_KEY");
+  sub->add_option("--api-key-file", f->api_key_file, "File with API keys, one per line ('#' comments)")
+      ->envname("ROPESERVE_API_KEY_FILE")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--tls-cert", f->tls_cert, "PEM certificate: serve HTTPS and gRPC over TLS (with --tls-key)")
+      ->envname("ROPESERVE_TLS_CERT")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--tls-key", f->tls_key, "PEM private key for --tls-cert")
+      ->envname("ROPESERVE_TLS_KEY")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--request-timeout", f->request_timeout,
+                  "Seconds a request may take from arrival to its end, then 504 / DEADLINE_EXCEEDED (0 = none; a "
+                  "shorter gRPC deadline wins)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_REQUEST_TIMEOUT")
+      ->check(CLI::Range(0.0, 1e7));
+  sub->add_option("--shutdown-timeout", f->shutdown_timeout,
+                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT before they are cancelled")
+      ->capture_default_str()
+      ->envname("ROPESERVE_SHUTDOWN_TIMEOUT")
+      ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--log-format", f->log_format, "text, or json (one object per line)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}));
   return [f] { return Run(*f); };
 }
 

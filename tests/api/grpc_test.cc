@@ -5,6 +5,7 @@
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/grpc_service.h"
 #include "server/api/model_service.h"
+#include "server/api/serving_context.h"
 #include "server/models/decoder.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/checkpoint/test_checkpoints.h"
@@ -27,36 +28,53 @@ class GrpcApi : public ::testing::Test {
     auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
-    server_ = std::make_unique<api::GrpcServer>(*service_);
-    Status s = server_->Start("127.0.0.1", 0);
+    ctx_.service = service_.get();
+    ctx_.lifecycle.SetReady();
+    server_ = std::make_unique<api::GrpcServer>(ctx_);
+    api::GrpcServerOptions go;
+    go.host = "127.0.0.1";
+    go.port = 0;
+    Status s = server_->Start(go);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    stub_ = v1::Ropeserve::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+    stub_ = v1::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                                        grpc::InsecureChannelCredentials()));
   }
   void TearDown() override { server_->Stop(); }
 
-  grpc::Status Call(const v1::GenerateRequest& req, v1::GenerateResponse* resp) {
+  // Reads a Generate stream to its end, merged into one message.
+  grpc::Status Call(const v1::GenerateRequest& req, v1::GenerateResponse* resp, int* messages = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    return stub_->Generate(&ctx, req, resp);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse m;
+    resp->Clear();
+    int n = 0;
+    while (reader->Read(&m)) {
+      ++n;
+      const std::string text = resp->text() + m.text();
+      resp->MergeFrom(m);  // appends the repeated fields, overwrites the rest
+      resp->set_text(text);
+    }
+    if (messages != nullptr) *messages = n;
+    return reader->Finish();
   }
 
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::unique_ptr<api::ModelService> service_;
+  api::ServingContext ctx_;
   std::unique_ptr<api::GrpcServer> server_;
-  std::unique_ptr<v1::Ropeserve::Stub> stub_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
-TEST_F(GrpcApi, HealthAndModels) {
-  grpc::ClientContext c1, c2;
-  v1::HealthResponse h;
-  ASSERT_TRUE(stub_->Health(&c1, v1::HealthRequest(), &h).ok());
-  EXPECT_EQ(h.status(), "ok");
-  v1::ListModelsResponse models;
-  ASSERT_TRUE(stub_->ListModels(&c2, v1::ListModelsRequest(), &models).ok());
+TEST_F(GrpcApi, ModelInfo) {
+  grpc::ClientContext c2;
+  v1::GetModelInfoResponse models;
+  ASSERT_TRUE(stub_->GetModelInfo(&c2, v1::GetModelInfoRequest(), &models).ok());
   ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.block_size(), 16);
+  EXPECT_GT(models.num_kv_blocks(), 0);
   EXPECT_EQ(models.models(0).architecture(), "Qwen3ForCausalLM");
   EXPECT_EQ(models.models(0).vocab_size(), 300);
 }

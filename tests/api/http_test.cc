@@ -1,6 +1,7 @@
 // Black-box tests of the REST API on a tiny generated model.
 #include "server/api/http_server.h"
 #include "server/api/model_service.h"
+#include "server/api/serving_context.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -37,7 +38,9 @@ class HttpApi : public ::testing::Test {
     auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
-    server_ = std::make_unique<api::HttpServer>(o, *service_);
+    ctx_.service = service_.get();
+    ctx_.lifecycle.SetReady();
+    server_ = std::make_unique<api::HttpServer>(o, ctx_);
     thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
     for (int i = 0; i < 500 && !server_->listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_TRUE(server_->listening());
@@ -48,7 +51,17 @@ class HttpApi : public ::testing::Test {
     thread_.join();
     EXPECT_TRUE(serve_status_.ok()) << serve_status_.ToString();
   }
-  std::pair<int, json> Post(const std::string& body, const char* path = "/v1/completions") {
+  // Posts `body`, asking for token ids in the answer (return_token_ids)
+  // when the body is a JSON object that does not say.
+  std::pair<int, json> Post(std::string body, const char* path = "/v1/completions") {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_object() && !j.contains("return_token_ids")) {
+      j["return_token_ids"] = true;
+      body = j.dump();
+    }
+    return PostRaw(body, path);
+  }
+  std::pair<int, json> PostRaw(const std::string& body, const char* path = "/v1/completions") {
     auto r = client_->Post(path, body, "application/json");
     if (!r) return {-1, json()};
     return {r->status, json::parse(r->body, nullptr, false)};
@@ -58,6 +71,7 @@ class HttpApi : public ::testing::Test {
   std::unique_ptr<DecoderModel> model_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::unique_ptr<api::ModelService> service_;
+  api::ServingContext ctx_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::thread thread_;
@@ -99,16 +113,16 @@ TEST_F(HttpApi, BadRequestsGetClearErrors) {
   EXPECT_EQ(Post("{not json").first, 400);
   EXPECT_EQ(Post(R"({"max_tokens":3})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"model":"other"})").first, 404);
-  EXPECT_EQ(Post(R"({"prompt":["a","b"]})").first, 501);
+  EXPECT_EQ(Post(R"({"prompt":["a","b"],"max_tokens":1})").first, 200);
   EXPECT_EQ(Post(R"({"prompt":"bad utf8 \udc00"})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"stop":[1]})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"stop":""})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"stop":""})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 422);
   EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":"many"})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":100000})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":100000})").first, 422);
   auto [code, body] = Post(R"({"prompt":[1],"top_p":0})");
-  EXPECT_EQ(code, 400);
+  EXPECT_EQ(code, 422);
   EXPECT_NE(body["error"]["message"].get<std::string>().find("top_p"), std::string::npos);
   EXPECT_EQ(Post(R"({"prompt":[)" + std::string(5000, '1') + "]}").first, 413);
   // The server is still healthy after all of that.
@@ -124,7 +138,8 @@ TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
     threads.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", server_->port());
       c.set_read_timeout(60, 0);
-      json body = {{"prompt", {i + 1, i + 2, i + 3}}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+      json body = {{"prompt", {i + 1, i + 2, i + 3}}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+                  {"return_token_ids", true}};
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
       if (r && r->status == 200)
         got[i] = json::parse(r->body)["choices"][0]["token_ids"].get<std::vector<std::int64_t>>();
@@ -217,11 +232,11 @@ TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
   ASSERT_EQ(cp, 200) << parts.dump();
   EXPECT_EQ(parts["choices"][0]["token_ids"], choice["token_ids"]);
   EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
-                 "/v1/chat/completions").first, 400);
+                 "/v1/chat/completions").first, 422);
   EXPECT_EQ(Post(R"({"messages":[]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":[{"content":"no role"}]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":"hi"})", "/v1/chat/completions").first, 400);
-  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 400);
+  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 422);
   auto [c2, lp] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})",
                        "/v1/chat/completions");
   ASSERT_EQ(c2, 200) << lp.dump();
@@ -240,10 +255,10 @@ TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
   auto svc = api::ModelService::Create(**m, "tiny", eo);
   ASSERT_TRUE(svc.ok());
   auto [code, body] = api::HandleCompletion(**svc, R"({"prompt":"hello"})");
-  EXPECT_EQ(code, 400);
+  EXPECT_EQ(code, 422);
   EXPECT_NE(body.find("tokenizer"), std::string::npos) << body;
   EXPECT_EQ(api::HandleCompletion(**svc, R"({"prompt":[1],"max_tokens":1})").first, 200);
-  EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 400);
+  EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 422);
 }
 
 }  // namespace
@@ -276,10 +291,10 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
   ASSERT_EQ(c3, 200);
   std::set<std::int64_t> seen = {227, 179, 58, 214, 21, 171};
   for (const auto& id : strong["choices"][0]["token_ids"]) EXPECT_TRUE(seen.insert(id.get<std::int64_t>()).second) << id;
-  EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 400);
-  EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 400);
-  EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 400);
-  EXPECT_EQ(Post("{" + base + R"(,"stop_token_ids":[-1]})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 422);
+  EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 422);
+  EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 422);
+  EXPECT_EQ(Post("{" + base + R"(,"stop_token_ids":[-1]})").first, 422);
 }
 
 }  // namespace
@@ -311,8 +326,8 @@ TEST_F(HttpApi, NChoicesShareThePromptAndFollowSeeds) {
     EXPECT_EQ(body["choices"][i]["token_ids"], single["choices"][0]["token_ids"]) << i;
   }
   EXPECT_NE(body["choices"][0]["token_ids"], body["choices"][1]["token_ids"]);
-  EXPECT_EQ(Post(R"({"prompt":[1],"n":0})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"n":17})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":0})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":17})").first, 422);
   auto [c2, chat] = Post(R"({"messages":[{"role":"user","content":"hi"}],"n":2,"max_tokens":3,"temperature":0})",
                          "/v1/chat/completions");
   ASSERT_EQ(c2, 200);

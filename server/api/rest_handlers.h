@@ -1,0 +1,45 @@
+// The REST endpoints' logic, independent of the HTTP library: a request body
+// in, a JSON body or a Server-Sent Events source out. http_server.cc routes
+// to these; tests call them directly too.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/api/model_service.h"
+#include "server/common/status.h"
+
+namespace ropeserve::api {
+
+// Produces the text of an event stream ("data: ...\n\n" events).
+class EventSource {
+ public:
+  virtual ~EventSource() = default;
+  // Appends the events ready now to `out`, waiting up to `wait` when none
+  // is. True once the stream is complete (its last event appended).
+  virtual bool Poll(std::string& out, std::chrono::milliseconds wait) = 0;
+  // The client went away: cancel every request behind the stream.
+  virtual void Cancel() = 0;
+};
+
+struct RestReply {
+  std::string body;                      // JSON, when not streaming
+  std::unique_ptr<EventSource> events;  // when streaming
+};
+
+struct RestRequest {
+  const std::string& body;
+  double timeout_seconds = 0;  // server's --request-timeout (0 = none)
+};
+
+StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request);
+StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request);
+StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request);
+
+// Bodies nested deeper than this are refused before parsing, so that no
+// later recursive walk (templates, serialisation) can exhaust the stack.
+constexpr int kMaxJsonDepth = 64;
+
+}  // namespace ropeserve::api
