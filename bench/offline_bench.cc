@@ -1,5 +1,7 @@
 #include "bench/offline_bench.h"
 
+#include "bench/workload.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,63 +20,6 @@ namespace ropeserve::bench {
 namespace {
 
 using Seconds = std::chrono::duration<double>;
-
-struct Workload {
-  std::vector<std::vector<TokenId>> prompts;
-  std::vector<std::int64_t> output_lens;
-};
-
-// A length distribution: "128", "uniform:A:B", or "sharegpt" (lognormal
-// fitted to the shape of ShareGPT conversations: many short turns, a long
-// tail; prompts median ~ 150 tokens, outputs median ~ 120).
-StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::string& spec, bool is_input) {
-  if (spec == "sharegpt") {
-    const double mu = is_input ? std::log(150.0) : std::log(120.0);
-    const double sigma = is_input ? 0.9 : 0.8;
-    return std::function<std::int64_t(std::mt19937_64&)>([mu, sigma](std::mt19937_64& rng) {
-      std::lognormal_distribution<double> d(mu, sigma);
-      return std::max<std::int64_t>(4, static_cast<std::int64_t>(d(rng)));
-    });
-  }
-  if (spec.rfind("uniform:", 0) == 0) {
-    long long a = 0, b = 0;
-    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld", &a, &b) != 2 || a < 1 || b < a)
-      return InvalidArgument("bad length distribution '" + spec + "' (uniform:A:B with 1 <= A <= B)");
-    return std::function<std::int64_t(std::mt19937_64&)>([a, b](std::mt19937_64& rng) {
-      return std::uniform_int_distribution<std::int64_t>(a, b)(rng);
-    });
-  }
-  char* end = nullptr;
-  const long long n = std::strtoll(spec.c_str(), &end, 10);
-  if (end == spec.c_str() || *end != '\0' || n < 1)
-    return InvalidArgument("bad length distribution '" + spec + "' (N, uniform:A:B or sharegpt)");
-  return std::function<std::int64_t(std::mt19937_64&)>([n](std::mt19937_64&) { return static_cast<std::int64_t>(n); });
-}
-
-StatusOr<Workload> MakeWorkload(const BenchOptions& o, std::int64_t vocab, std::int64_t max_len) {
-  RS_ASSIGN_OR_RETURN(auto in, ParseDist(o.input_len, true));
-  RS_ASSIGN_OR_RETURN(auto out, ParseDist(o.output_len, false));
-  std::mt19937_64 rng(o.seed);
-  Workload w;
-  for (int i = 0; i < o.num_requests; ++i) {
-    std::int64_t p = std::min(in(rng), max_len - 1);
-    std::int64_t g = std::min(out(rng), max_len - p);
-    std::vector<TokenId> prompt(static_cast<std::size_t>(p));
-    for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<std::uint64_t>(vocab));
-    w.prompts.push_back(std::move(prompt));
-    w.output_lens.push_back(g);
-  }
-  return w;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 struct EngineRun {
   double seconds = 0;
@@ -235,7 +180,7 @@ Status RunBench(const BenchOptions& o) {
   const std::int64_t max_len =
       o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                           : std::min<std::int64_t>(c.max_position_embeddings, 4096);
-  RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o, c.vocab_size, max_len));
+  RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
   RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
                                                             o.block_size, max_len, o.concurrency));
 

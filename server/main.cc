@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   add(&ropeserve::cli::AddChatTemplate);
 #ifdef ROPESERVE_HAVE_NETWORK
   add(&ropeserve::cli::AddServe);
+  add(&ropeserve::cli::AddLoadgen);
 #endif
 
   try {

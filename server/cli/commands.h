@@ -21,6 +21,7 @@ Runner AddTokenize(CLI::App& app);
 Runner AddChatTemplate(CLI::App& app);
 #ifdef ROPESERVE_HAVE_NETWORK
 Runner AddServe(CLI::App& app);
+Runner AddLoadgen(CLI::App& app);
 #endif
 
 // Parses "float32|f32|bfloat16|bf16|float16|f16"; nullopt for "auto".

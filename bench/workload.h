@@ -1,0 +1,33 @@
+// Synthetic workloads shared by `ropeserve bench` (offline, in-process) and
+// `ropeserve loadgen` (over the network), so both measure the same requests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/engine/block_pool.h"
+
+namespace ropeserve::bench {
+
+struct Workload {
+  std::vector<std::vector<TokenId>> prompts;  // random ids of the vocabulary
+  std::vector<std::int64_t> output_lens;
+};
+
+// A length distribution: "128", "uniform:A:B", or "sharegpt" (lognormal
+// fitted to the shape of ShareGPT conversations: many short turns, a long
+// tail; prompts median ~ 150 tokens, outputs median ~ 120).
+StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::string& spec, bool is_input);
+
+// `num_requests` seeded requests; prompt + output fit in `max_len`.
+StatusOr<Workload> MakeWorkload(const std::string& input_len, const std::string& output_len, int num_requests,
+                                std::uint64_t seed, std::int64_t vocab, std::int64_t max_len);
+
+// The q-quantile (0-1) with linear interpolation; 0 for an empty sample.
+double Percentile(std::vector<double> v, double q);
+
+}  // namespace ropeserve::bench
