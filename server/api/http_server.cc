@@ -202,6 +202,7 @@ void HttpServer::Impl::Install() {
         {"dtype", service->dtype()},
         {"device", "cpu"},
         {"tokenizer", service->tokenizer() != nullptr},
+        {"vocab_size", service->config().vocab_size},
         {"max_model_len", service->max_model_len()},
         {"kv_cache", {{"block_size", o.block_size}, {"num_blocks", service->kv_cache().num_blocks},
                       {"tokens", service->kv_cache().tokens}, {"bytes", service->kv_cache().bytes}}},

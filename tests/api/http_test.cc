@@ -369,3 +369,82 @@ TEST_F(HttpApi, StopStringSpanningTwoTokens) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+// Reads an SSE answer with cpp-httplib; returns the data payloads.
+std::vector<std::string> StreamEvents(int port, const std::string& path, const std::string& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  std::string raw;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    raw.append(d, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  std::vector<std::string> events;
+  if (!c.send(req, res, err) || res.status != 200) return events;
+  for (size_t pos = 0, end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
+    const std::string e = raw.substr(pos, end - pos);
+    if (e.rfind("data: ", 0) == 0) events.push_back(e.substr(6));
+  }
+  return events;
+}
+
+// Streamed text equals the unary text, with and without stop strings (the
+// stream holds back text that might begin a stop string).
+TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
+  const std::string base = R"("prompt":"Once upon a time","max_tokens":24,"temperature":0,"ignore_eos":true)";
+  auto [code, full] = Post("{" + base + "}");
+  ASSERT_EQ(code, 200);
+  const std::string text = full["choices"][0]["text"];
+  ASSERT_GE(text.size(), 8u);
+  // An ASCII piece of the output at or after `from` (stop strings must be
+  // valid UTF-8; the random model's text is not all ASCII).
+  auto ascii_piece = [&](size_t from, size_t len) {
+    for (size_t i = from; i + len <= text.size(); ++i) {
+      bool ok = true;
+      for (size_t k = 0; k < len; ++k) ok = ok && static_cast<unsigned char>(text[i + k]) < 0x80;
+      if (ok) return text.substr(i, len);
+    }
+    return std::string("zz-none");
+  };
+  int stopped = 0;
+  for (const std::string& stops : {std::string("[]"), json::array({ascii_piece(text.size() / 2, 3)}).dump(),
+                                   json::array({"zz-never", ascii_piece(1, 2)}).dump()}) {
+    const std::string body = "{" + base + ",\"stop\":" + stops;
+    auto [c1, unary] = Post(body + "}");
+    ASSERT_EQ(c1, 200);
+    auto events = StreamEvents(server_->port(), "/v1/completions", body + ",\"stream\":true}");
+    ASSERT_GE(events.size(), 2u) << stops;
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::string streamed, finish;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      json e = json::parse(events[i]);
+      streamed += e["choices"][0]["text"].get<std::string>();
+      if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(streamed, unary["choices"][0]["text"]) << stops;
+    EXPECT_EQ(finish, unary["choices"][0]["finish_reason"]) << stops;
+    stopped += finish == "stop";
+  }
+  EXPECT_GE(stopped, 1) << "no case exercised a stop string: " << text;
+  // Summaries too.
+  auto [c2, summary] = Post(R"({"text":"A long day at the office.","max_tokens":12})", "/v1/summarize");
+  ASSERT_EQ(c2, 200) << summary.dump();
+  auto events = StreamEvents(server_->port(), "/v1/summarize", R"({"text":"A long day at the office.","max_tokens":12,"stream":true})");
+  std::string streamed;
+  for (size_t i = 0; i + 1 < events.size(); ++i) streamed += json::parse(events[i]).value("delta", "");
+  EXPECT_EQ(streamed, summary["summary"]);
+  EXPECT_EQ(service_->engine().pool().num_free(), service_->kv_cache().num_blocks);
+}
+
+}  // namespace
+}  // namespace ropeserve

@@ -180,7 +180,7 @@ class Grpc:
 # ---- the server under test ----
 
 class Server:
-    def __init__(self, binary, model, workdir, args=(), name="server"):
+    def __init__(self, binary, model, workdir, args=(), name="server", tls=False):
         self.http = free_port()
         self.grpc = free_port()
         self.log_path = os.path.join(workdir, f"{name}.log")
@@ -192,14 +192,22 @@ class Server:
         deadline = time.time() + 120
         while time.time() < deadline:
             check(self.proc.poll() is None, f"{name} exited at start-up:\n{self.read_log()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except Exception:
-                pass
+            if tls:
+                if self._up() and curl(self.http, "/ready", scheme="https", extra=["-k"])[0] == 200:
+                    return
+            else:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/ready", timeout=2) as r:
+                        if r.status == 200:
+                            return
+                except Exception:
+                    pass
             time.sleep(0.1)
         raise Failure(f"{name} did not become ready:\n{self.read_log()}")
+
+    def _up(self):
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", self.http)) == 0
 
     def read_log(self, tail=4000):
         if not self.log.closed:
@@ -602,6 +610,28 @@ def test_second_signal_exits_at_once(env):
         c.kill()
     finally:
         s.kill()
+
+
+def test_tls_on_rest_and_grpc(env):
+    g = env.g
+    cert, key = os.path.join(env.workdir, "cert.pem"), os.path.join(env.workdir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    s = Server(env.binary, env.model, env.workdir, ["--tls-cert", cert, "--tls-key", key], name="tls", tls=True)
+    try:
+        status, _, text = curl(s.http, "/v1/summarize", summarize_body(max_tokens=3), scheme="https",
+                               extra=["--cacert", cert])
+        check(status == 200 and "summary" in json.loads(text), f"HTTPS summarize: {status} {text[:200]}")
+        p = subprocess.run(["curl", "-sS", "-o", "/dev/null", f"http://127.0.0.1:{s.http}/health"], capture_output=True)
+        check(p.returncode != 0, "plain HTTP answered on the TLS port")
+        with open(cert, "rb") as f:
+            creds = g.grpc.ssl_channel_credentials(root_certificates=f.read())
+        ch = g.grpc.secure_channel(f"127.0.0.1:{s.grpc}", creds)
+        info = g.pb_grpc.InferenceStub(ch).GetModelInfo(g.pb.GetModelInfoRequest(), timeout=10)
+        check(info.models[0].id == "model", info)
+    finally:
+        check(s.stop() == 0, "exit code")
 
 
 TESTS = [v for k, v in list(globals().items()) if k.startswith("test_")]

@@ -1,0 +1,90 @@
+// Unit tests of the serving pieces that need no model: lifecycle, API keys,
+// metrics rendering, JSON log lines.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "server/api/api_keys.h"
+#include "server/api/lifecycle.h"
+#include "server/api/metrics.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve::api {
+namespace {
+
+TEST(Lifecycle, AdmitsOnlyWhileReadyAndDrainWaitsForTickets) {
+  Lifecycle l;
+  EXPECT_EQ(l.Admit().status().code(), ErrorCode::kUnavailable);  // loading
+  l.SetReady();
+  auto a = l.Admit();
+  auto b = l.Admit();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(l.in_flight(), 2);
+  l.StartDraining();
+  EXPECT_FALSE(l.ready());
+  EXPECT_EQ(l.Admit().status().code(), ErrorCode::kUnavailable);
+  EXPECT_FALSE(l.WaitIdle(std::chrono::milliseconds(10)));
+  { Lifecycle::Ticket gone = std::move(*a); }  // released by the move target
+  EXPECT_EQ(l.in_flight(), 1);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Lifecycle::Ticket last = std::move(*b);
+  });
+  EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(10)));
+  t.join();
+  EXPECT_EQ(l.in_flight(), 0);
+  l.SetReady();  // no way back from draining
+  EXPECT_FALSE(l.ready());
+}
+
+TEST(ApiKeys, BearerKeysFromFlagsAndFile) {
+  ApiKeys none;
+  EXPECT_TRUE(none.Check("").ok());
+  testing::ScratchDir dir;
+  const std::string file = dir.path() + "/keys";
+  std::ofstream(file) << "# comment\n\n  second-key  \r\n";
+  auto k = ApiKeys::Load({"first"}, file);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  EXPECT_TRUE(k->Check("Bearer first").ok());
+  EXPECT_TRUE(k->Check("Bearer second-key").ok());
+  for (const char* bad : {"", "first", "Bearer", "Bearer ", "Bearer firs", "Bearer first ", "bearer first", "Basic first"}) {
+    EXPECT_EQ(k->Check(bad).code(), ErrorCode::kUnauthenticated) << bad;
+  }
+  EXPECT_FALSE(ApiKeys::Load({""}, "").ok());
+  EXPECT_FALSE(ApiKeys::Load({"has space"}, "").ok());
+  EXPECT_FALSE(ApiKeys::Load({}, dir.path() + "/missing").ok());
+  std::ofstream(dir.path() + "/empty") << "# nothing\n";
+  EXPECT_FALSE(ApiKeys::Load({}, dir.path() + "/empty").ok());
+}
+
+TEST(ServerMetrics, RendersObservationsInTextFormat) {
+  ServerMetrics m;
+  RequestMetrics r;
+  r.queue_seconds = 0.01;
+  r.ttft_seconds = 0.05;
+  r.e2e_seconds = 1.5;
+  r.inter_token_seconds = {0.02, 0.03};
+  r.prompt_tokens = 12;
+  m.OnRequestFinished(r);
+  StepMetrics s;
+  s.scheduled_tokens = 40;
+  m.OnStep(s);
+  m.CountRequest("/v1/summarize", "http", "200");
+  m.CountRequest("/v1/summarize", "http", "200");
+  m.CountRequest("Summarize", "grpc", "UNAVAILABLE");
+  const std::string text = m.Render();
+  EXPECT_NE(text.find("ropeserve_prompt_tokens_total 12"), std::string::npos) << text;
+  EXPECT_NE(text.find("ropeserve_inter_token_latency_seconds_count 2"), std::string::npos);
+  EXPECT_NE(text.find("ropeserve_time_to_first_token_seconds_bucket{le=\"0.06\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("ropeserve_time_to_first_token_seconds_bucket{le=\"0.04\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("ropeserve_requests_total{code=\"200\",endpoint=\"/v1/summarize\",protocol=\"http\"} 2"),
+            std::string::npos);
+  EXPECT_NE(text.find("protocol=\"grpc\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("ropeserve_step_tokens_sum 40"), std::string::npos);
+  // No engine attached: the gauges exist and read 0.
+  EXPECT_NE(text.find("ropeserve_kv_cache_usage_perc 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ropeserve::api
