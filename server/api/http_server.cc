@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include <sys/socket.h>
+
 #include "server/api/error_mapping.h"
 #include "server/api/logging.h"
 #include "server/api/model_service.h"
@@ -91,6 +93,7 @@ struct HttpServer::Impl {
   ServingContext& ctx;
   std::unique_ptr<httplib::Server> server;
   std::atomic<int> port{0};
+  int listen_fd = -1;  // the listening socket, seen through set_socket_options
   Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
 
   void Install();
@@ -144,6 +147,15 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
 void HttpServer::Impl::Install() {
   auto& s = *server;
   s.set_payload_max_length(options.max_body_bytes);
+  // cpp-httplib's defaults are SO_REUSEPORT (a second server on the same
+  // port would silently share it) and a listen backlog of 5 (a burst of
+  // connections then waits for SYN retries, ~1 s each). Use SO_REUSEADDR,
+  // keep the socket, and raise the backlog after binding (Bind()).
+  s.set_socket_options([this](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
 
@@ -284,6 +296,7 @@ Status HttpServer::Bind() {
   } else if (!s.bind_to_port(impl_->options.host, port)) {
     return FailedPrecondition("cannot listen on " + impl_->options.host + ":" + std::to_string(port) + " (port in use?)");
   }
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // Linux updates the backlog
   impl_->port = port;
   spdlog::info("HTTP{} listening on {}:{}", impl_->options.tls_cert.empty() ? "" : "S", impl_->options.host, port);
   return Status::Ok();

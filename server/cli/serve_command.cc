@@ -297,12 +297,12 @@ Runner AddServe(CLI::App& app) {
                   "Waiting requests beyond which new ones get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_QUEUE_REQUESTS")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-queue-tokens", e.scheduler.max_waiting_tokens,
                   "Waiting prompt tokens beyond which new requests get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_QUEUE_TOKENS")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body (HTTP) or message (gRPC)")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_BODY_BYTES")
