@@ -1,36 +1,57 @@
-# syntax=docker/dockerfile:1
-# ropeserve CPU image: a Debian bookworm build stage using the same scripts as
-# the README, and a slim runtime stage with only the shared libraries needed.
-#   docker build -t ropeserve .
-#   docker run -p 8080:8080 ropeserve                        # demo model
-#   docker run -p 8080:8080 -v /path/to/Qwen2.5-0.5B-Instruct:/models/main:ro \
-#              -e ROPESERVE_MODEL=/models/main ropeserve
-# NOTE: not yet built by the test suite (no Docker engine on the CI machines);
-# the deploy issue adds that.
+# ropeserve CPU image. Build stage: Debian bookworm with the same package
+# script and build script as the README; runtime stage: bookworm-slim with
+# only the shared libraries the binary links (found with ldd at build time),
+# OpenBLAS and curl (for HEALTHCHECK); non-root.
+#
+#   docker build -t ropeserve:cpu .                  (or: podman build)
+#   docker run -p 8080:8080 -p 50051:50051 ropeserve:cpu             # demo model
+#   docker run -p 8080:8080 -p 50051:50051 -v /srv/models:/models:ro \
+#     -e ROPESERVE_SUMMARIZER=/models/Qwen2.5-0.5B-Instruct ropeserve:cpu
+#
+# Every `ropeserve serve` flag can be given as arguments after the image name
+# or as a ROPESERVE_* environment variable (docs/api.md, docs/deploy.md).
+# The CUDA image is deploy/Dockerfile.cuda.
 
 FROM debian:bookworm AS build
 WORKDIR /src
 # Dependencies first: this layer is reused until scripts/deps changes.
 COPY scripts/deps scripts/deps
-RUN scripts/deps && rm -rf /var/lib/apt/lists/*
+RUN DEPS_TESTS=0 scripts/deps && rm -rf /var/lib/apt/lists/*
 COPY . .
+# ccache survives between builds in a cache mount (BuildKit and podman).
 RUN --mount=type=cache,target=/root/.cache/ropeserve/ccache \
-    JOBS="$(nproc)" CMAKE_ARGS="-DROPESERVE_TESTS=OFF -DCMAKE_BUILD_TYPE=Release" scripts/build \
- && install -D build/ropeserve /out/usr/local/bin/ropeserve \
- && build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny
+    CMAKE_ARGS="-DROPESERVE_TESTS=OFF -DCMAKE_BUILD_TYPE=Release" BUILD_DIR=/build TARGETS=ropeserve scripts/build \
+ && install -D /build/ropeserve /out/usr/local/bin/ropeserve \
+ && /build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny \
+ && ldd /build/ropeserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+      | while read -r lib; do dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true; done \
+      | cut -d: -f1 | sort -u > /out/runtime-packages.txt \
+ && test -s /out/runtime-packages.txt
 
 FROM debian:bookworm-slim AS runtime
+COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
+# libblas.so.3 is an alternatives link ldd cannot attribute: OpenBLAS is
+# named explicitly (Debian's reference BLAS is 13-30x slower).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      libtorch1.13 libopenblas0-openmp libcpp-httplib0.11 libspdlog1.10 libfmt9 libxxhash0 curl \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /home/ropeserve --create-home ropeserve
-COPY --from=build /out/ /
-USER ropeserve
-ENV ROPESERVE_HOST=0.0.0.0 ROPESERVE_HTTP_PORT=8080 ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve
-# Without a mounted model the pre-generated demo model is served.
+ && apt-get install -y --no-install-recommends $(cat /tmp/runtime-packages.txt) libopenblas0-openmp curl \
+ && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
+ && useradd --system --uid 10001 --home-dir /home/ropeserve --create-home ropeserve \
+ && mkdir -p /models
+COPY --from=build /out/usr/local/bin/ropeserve /usr/local/bin/ropeserve
+COPY --from=build /out/opt/ropeserve /opt/ropeserve
+USER 10001
+# Without a model the pre-generated demo model (random weights) is served:
+# it sits where `serve` looks for it. No start period is needed for the
+# health check: /health answers while the model still loads (/ready does not).
+ENV ROPESERVE_HOST=0.0.0.0 \
+    ROPESERVE_HTTP_PORT=8080 \
+    ROPESERVE_GRPC_PORT=50051 \
+    ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve
 RUN mkdir -p /home/ropeserve/.cache/ropeserve/models \
  && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny
+VOLUME ["/models"]
 EXPOSE 8080 50051
-HEALTHCHECK --interval=15s --timeout=3s --start-period=30s CMD curl -fsS http://localhost:8080/health || exit 1
+HEALTHCHECK --interval=15s --timeout=3s --retries=3 \
+  CMD curl -fsS http://localhost:8080/health || exit 1
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["ropeserve", "serve"]

@@ -347,6 +347,29 @@ def test_metrics_are_valid_prometheus(env):
           "gRPC calls not counted")
 
 
+def test_grafana_dashboard_queries_existing_metrics(env):
+    """Every metric a panel of deploy/grafana/dashboards/ropeserve.json queries
+    is exported by the running server."""
+    import re
+    text, _ = env.main.metrics()
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    with open(os.path.join(ROOT, "deploy/grafana/dashboards/ropeserve.json")) as f:
+        dash = json.load(f)
+    used = set()
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"\bropeserve_[a-z0-9_]+", target["expr"]))
+    check(used, "the dashboard queries no ropeserve metric")
+    missing = sorted(m for m in used if m not in exported)
+    check(not missing, f"dashboard metrics missing from /metrics: {missing}")
+    for needed in ("ropeserve_requests_total", "ropeserve_time_to_first_token_seconds_bucket",
+                   "ropeserve_inter_token_latency_seconds_bucket", "ropeserve_e2e_request_latency_seconds_bucket",
+                   "ropeserve_num_requests_running", "ropeserve_num_requests_waiting", "ropeserve_kv_cache_usage_perc",
+                   "ropeserve_preemptions_total", "ropeserve_prefix_cache_hits_total",
+                   "ropeserve_generation_tokens_total"):
+        check(needed in used, f"the dashboard has no panel on {needed}")
+
+
 def test_prometheus_server_scrapes(env):
     s = env.main
     prom_port = free_port()
