@@ -124,16 +124,6 @@ void FillUsage(v1::Usage* u, std::int64_t prompt, std::int64_t completion, std::
   u->set_cached_tokens(cached);
 }
 
-// The running generation behind a call, and the lock that orders the engine
-// thread's notifications against gRPC's reactions. The notification holds
-// the lock's owner (Link) by shared_ptr: after the reactor is gone it finds
-// `target` null and does nothing.
-template <typename Reactor>
-struct Link {
-  std::mutex mu;
-  Reactor* target = nullptr;
-};
-
 // What a call accumulates over its deltas. Streams write one message per
 // delta (the last has finish_reason and usage); unary calls answer once.
 struct Accumulated {
@@ -141,35 +131,19 @@ struct Accumulated {
   std::string text;
 };
 
-// A server-streaming call driven by a Generation. `Fill` turns a delta into
-// the next message.
-template <typename Msg>
-class StreamCall final : public grpc::ServerWriteReactor<Msg> {
+// What both reactor kinds share: the running Generation, the lock that
+// orders the engine thread's notifications against gRPC's reactions, and
+// finishing + accounting. The notification holds the lock's owner (Link)
+// by shared_ptr: after the reactor is gone it finds `target` null and does
+// nothing. `Derived::Pump(lock)` is called with the lock held; every gRPC
+// operation is started after releasing it (a reaction may then run at once,
+// even delete the reactor), and nothing touches members afterwards.
+template <typename Base, typename Derived>
+class GenerationCall : public Base {
  public:
-  using Fill = std::function<void(const Generation::Delta&, Accumulated&, Msg&)>;
-  StreamCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen, Fill fill)
-      : ctx_(ctx), start_(std::move(start)), peer_(std::move(peer)), gen_(std::move(gen)), fill_(std::move(fill)),
-        link_(std::make_shared<Link<StreamCall>>()) {
-    link_->target = this;
-    gen_->SetNotify([link = link_] {
-      std::unique_lock<std::mutex> lock(link->mu);
-      if (link->target != nullptr) link->target->Pump(lock);
-    });
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(link_->mu);
-    writing_ = false;
-    if (!ok) return FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-    if (last_written_) return FinishLocked(lock, grpc::Status::OK);
-    Pump(lock);
-  }
-
-  void OnCancel() override {
-    std::unique_lock<std::mutex> lock(link_->mu);
-    gen_->Cancel();
-    if (!writing_) FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-  }
+  GenerationCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen)
+      : ctx_(ctx), start_(std::move(start)), peer_(std::move(peer)), gen_(std::move(gen)),
+        link_(std::make_shared<Link>()) {}
 
   void OnDone() override {
     {
@@ -177,23 +151,22 @@ class StreamCall final : public grpc::ServerWriteReactor<Msg> {
       link_->target = nullptr;
     }
     Account(ctx_, start_, final_status_, peer_);
-    delete this;
+    delete static_cast<Derived*>(this);
   }
 
- private:
-  // Called with the lock held; releases it before starting a gRPC
-  // operation (a reaction may then run at once, even delete this).
-  void Pump(std::unique_lock<std::mutex>& lock) {
-    if (finish_called_ || writing_) return;
-    auto d = gen_->Next(std::chrono::milliseconds(0));
-    if (!d.ok()) return FinishLocked(lock, ToGrpc(d.status()));
-    if (d->ids.empty() && d->text.empty() && !d->finished) return;
-    msg_.Clear();
-    fill_(*d, acc_, msg_);
-    writing_ = true;
-    last_written_ = d->finished;
-    lock.unlock();
-    this->StartWrite(&msg_);
+ protected:
+  struct Link {
+    std::mutex mu;
+    Derived* target = nullptr;
+  };
+  // Connects the generation's notifications. Called at the end of the
+  // derived constructor: a notification may run Pump at once.
+  void Arm() {
+    link_->target = static_cast<Derived*>(this);
+    gen_->SetNotify([link = link_] {
+      std::unique_lock<std::mutex> lock(link->mu);
+      if (link->target != nullptr) link->target->Pump(lock);
+    });
   }
   void FinishLocked(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
     if (finish_called_) return;
@@ -207,43 +180,76 @@ class StreamCall final : public grpc::ServerWriteReactor<Msg> {
   CallStart start_;
   std::string peer_;
   std::unique_ptr<Generation> gen_;
-  Fill fill_;
-  std::shared_ptr<Link<StreamCall>> link_;
+  std::shared_ptr<Link> link_;
   Accumulated acc_;
-  Msg msg_;
-  bool writing_ = false;
-  bool last_written_ = false;
   bool finish_called_ = false;
   grpc::Status final_status_;
 };
 
+// A server-streaming call driven by a Generation. `Fill` turns a delta into
+// the next message.
+template <typename Msg>
+class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, StreamCall<Msg>> {
+  using Base = GenerationCall<grpc::ServerWriteReactor<Msg>, StreamCall<Msg>>;
+  friend Base;
+
+ public:
+  using Fill = std::function<void(const Generation::Delta&, Accumulated&, Msg&)>;
+  StreamCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen, Fill fill)
+      : Base(ctx, std::move(start), std::move(peer), std::move(gen)), fill_(std::move(fill)) {
+    this->Arm();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(this->link_->mu);
+    writing_ = false;
+    if (!ok) return this->FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    if (last_written_) return this->FinishLocked(lock, grpc::Status::OK);
+    Pump(lock);
+  }
+
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(this->link_->mu);
+    this->gen_->Cancel();
+    if (!writing_) this->FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+ private:
+  void Pump(std::unique_lock<std::mutex>& lock) {
+    if (this->finish_called_ || writing_) return;
+    auto d = this->gen_->Next(std::chrono::milliseconds(0));
+    if (!d.ok()) return this->FinishLocked(lock, ToGrpc(d.status()));
+    if (d->ids.empty() && d->text.empty() && !d->finished) return;
+    msg_.Clear();
+    fill_(*d, this->acc_, msg_);
+    writing_ = true;
+    last_written_ = d->finished;
+    lock.unlock();
+    this->StartWrite(&msg_);
+  }
+
+  Fill fill_;
+  Msg msg_;
+  bool writing_ = false;
+  bool last_written_ = false;
+};
+
 // A unary call answered when its Generation ends. `Done` fills the response.
-class UnaryCall final : public grpc::ServerUnaryReactor {
+class UnaryCall final : public GenerationCall<grpc::ServerUnaryReactor, UnaryCall> {
+  using Base = GenerationCall<grpc::ServerUnaryReactor, UnaryCall>;
+  friend Base;
+
  public:
   using Done = std::function<void(const Generation::Delta& last, const Accumulated&)>;
   UnaryCall(ServingContext& ctx, CallStart start, std::string peer, std::unique_ptr<Generation> gen, Done done)
-      : ctx_(ctx), start_(std::move(start)), peer_(std::move(peer)), gen_(std::move(gen)), done_(std::move(done)),
-        link_(std::make_shared<Link<UnaryCall>>()) {
-    link_->target = this;
-    gen_->SetNotify([link = link_] {
-      std::unique_lock<std::mutex> lock(link->mu);
-      if (link->target != nullptr) link->target->Pump(lock);
-    });
+      : Base(ctx, std::move(start), std::move(peer), std::move(gen)), done_(std::move(done)) {
+    Arm();
   }
 
   void OnCancel() override {
     std::unique_lock<std::mutex> lock(link_->mu);
     gen_->Cancel();
     FinishLocked(lock, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard<std::mutex> lock(link_->mu);
-      link_->target = nullptr;
-    }
-    Account(ctx_, start_, final_status_, peer_);
-    delete this;
   }
 
  private:
@@ -257,23 +263,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     done_(*d, acc_);
     FinishLocked(lock, grpc::Status::OK);
   }
-  void FinishLocked(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
-    if (finish_called_) return;
-    finish_called_ = true;
-    final_status_ = status;
-    lock.unlock();
-    this->Finish(status);
-  }
 
-  ServingContext& ctx_;
-  CallStart start_;
-  std::string peer_;
-  std::unique_ptr<Generation> gen_;
   Done done_;
-  std::shared_ptr<Link<UnaryCall>> link_;
-  Accumulated acc_;
-  bool finish_called_ = false;
-  grpc::Status final_status_;
 };
 
 // Summarize / SummarizeStream: validation and the generation.

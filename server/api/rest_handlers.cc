@@ -379,6 +379,18 @@ struct StreamTotals {
   std::int64_t cached = 0;
 };
 
+// The stream's last chunk before [DONE] when stream_options.include_usage:
+// empty choices and the usage (OpenAI).
+template <typename Chunk>
+GenerationStream::OnEnd UsageChunk(bool include_usage, Chunk chunk, std::shared_ptr<StreamTotals> totals) {
+  return [include_usage, chunk, totals](std::string& out) {
+    if (!include_usage) return;
+    json last = chunk(json::array());
+    last["usage"] = Usage(totals->prompt, totals->completion, totals->cached);
+    out += Event(last);
+  };
+}
+
 std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts) {
   std::int64_t n = 0;
   for (const auto& p : prompts) n += static_cast<std::int64_t>(p.size());
@@ -419,13 +431,8 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
       (*started)[i] = true;
       out += Event(chunk(json::array({choice})));
     };
-    auto on_end = [c, chunk, totals](std::string& out) {
-      if (!c.include_usage) return;
-      json last = chunk(json::array());
-      last["usage"] = Usage(totals->prompt, totals->completion, totals->cached);
-      out += Event(last);
-    };
-    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta, on_end);
+    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
+                                                      UsageChunk(c.include_usage, chunk, totals));
     return reply;
   }
   RS_ASSIGN_OR_RETURN(auto results, CollectAll(gens));
@@ -524,13 +531,8 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
       if (c.return_token_ids && i == 0 && delta.contains("role")) ev["prompt_token_ids"] = ids;
       out += Event(ev);
     };
-    auto on_end = [c, chunk, totals](std::string& out) {
-      if (!c.include_usage) return;
-      json last = chunk(json::array());
-      last["usage"] = Usage(totals->prompt, totals->completion, totals->cached);
-      out += Event(last);
-    };
-    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta, on_end);
+    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
+                                                      UsageChunk(c.include_usage, chunk, totals));
     return reply;
   }
   RS_ASSIGN_OR_RETURN(auto results, CollectAll(gens));
