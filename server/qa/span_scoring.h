@@ -1,0 +1,79 @@
+// Extractive-QA answer selection from a span head's start/end logits over
+// the windows of one (question, context) pair. Torch-free.
+//
+// Two documented scoring modes:
+//  - kPipeline: Hugging Face's question-answering pipeline, exactly. Per
+//    window: logits of tokens that cannot be in an answer (p_mask 1, or
+//    padding) set to -10000, softmax of start and of end separately, the
+//    null score start[0] * end[0] (position 0, the CLS slot) kept as the
+//    minimum over windows, position 0 zeroed, span score start[s] * end[e]
+//    for s <= e < s + max_answer_len; the best `top_k * 2 + 10` spans (when
+//    aligning to words, else top_k), of which those whose both ends are
+//    answerable tokens survive; spans mapped to characters (whole words when
+//    align_to_words and word ids exist, else token offsets); answers with
+//    the same text (case-insensitive) merged by adding their scores; the
+//    null answer added when handle_impossible_answer; best top_k by score.
+//    Scores are per-window probabilities, so they are not comparable across
+//    windows (a known property of the pipeline). One deliberate difference:
+//    spans of probability 0 are never returned (the reference can return
+//    such meaningless spans when asked for more answers than a window has).
+//  - kLogits: the SQuAD v2 evaluation recipe (postprocess_qa_predictions in
+//    Hugging Face's run_qa examples): per window the n_best_size highest
+//    start and end logits, valid pairs (both in the context, end >= start,
+//    length <= max_answer_len) scored by start_logit + end_logit; the null
+//    score start[0] + end[0] of the window where it is smallest; the best
+//    n_best_size answers get probabilities by a softmax over their scores;
+//    with handle_impossible_answer the empty answer wins when
+//    null_score - best_score > null_score_diff_threshold.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/common/status.h"
+
+namespace ropeserve::qa {
+
+// One window of the pair encoding, as the span head saw it.
+struct QaWindow {
+  std::vector<float> start_logits;
+  std::vector<float> end_logits;
+  // 1 = cannot be part of an answer (question, special and padding tokens);
+  // 0 = context tokens and the CLS slot (position 0), which stands for "no
+  // answer".
+  std::vector<std::uint8_t> p_mask;
+  // Code-point offsets of each token into the context (meaningful where
+  // p_mask is 0, except position 0).
+  std::vector<std::pair<std::int64_t, std::int64_t>> offsets;
+  // Optional: the context word each token belongs to (-1 for none), for
+  // align_to_words.
+  std::vector<std::int64_t> word_ids;
+};
+
+enum class Scoring { kPipeline, kLogits };
+
+struct QaOptions {
+  int top_k = 1;
+  int max_answer_len = 15;  // tokens
+  bool handle_impossible_answer = false;
+  bool align_to_words = true;
+  Scoring scoring = Scoring::kPipeline;
+  int n_best_size = 20;                  // kLogits
+  double null_score_diff_threshold = 0;  // kLogits
+};
+
+struct Answer {
+  std::string text;
+  double score = 0;
+  std::int64_t start = 0;  // code points into the context
+  std::int64_t end = 0;
+};
+
+// `context` is the original context text (UTF-8); answers are its
+// substrings: context[start:end] (in code points) == text.
+StatusOr<std::vector<Answer>> SelectAnswers(const std::vector<QaWindow>& windows, const std::string& context,
+                                            const QaOptions& options);
+
+}  // namespace ropeserve::qa
