@@ -61,6 +61,9 @@ struct Encoding {
   std::vector<Offsets> offsets;  // code points of the original text
   std::vector<uint8_t> special_tokens_mask;
   std::vector<int> sequence_ids;  // 0 / 1 for the input sequence, -1 for added specials
+  // The word (pre-tokenizer split) of each token within its sequence, -1 for
+  // added specials: the reference's Encoding::words / token_to_word.
+  std::vector<std::int64_t> words;
   std::vector<Encoding> overflowing;
 
   size_t size() const { return ids.size(); }

@@ -51,6 +51,7 @@ void Encoding::Append(const Encoding& o) {
   offsets.insert(offsets.end(), o.offsets.begin(), o.offsets.end());
   special_tokens_mask.insert(special_tokens_mask.end(), o.special_tokens_mask.begin(), o.special_tokens_mask.end());
   sequence_ids.insert(sequence_ids.end(), o.sequence_ids.begin(), o.sequence_ids.end());
+  words.insert(words.end(), o.words.begin(), o.words.end());
 }
 
 Encoding Encoding::Range(size_t s, size_t e) const {
@@ -61,6 +62,7 @@ Encoding Encoding::Range(size_t s, size_t e) const {
   r.offsets.assign(offsets.begin() + s, offsets.begin() + e);
   r.special_tokens_mask.assign(special_tokens_mask.begin() + s, special_tokens_mask.begin() + e);
   r.sequence_ids.assign(sequence_ids.begin() + s, sequence_ids.begin() + e);
+  r.words.assign(words.begin() + s, words.begin() + e);
   return r;
 }
 
@@ -106,6 +108,7 @@ Encoding MakeSpecial(const SpecialPiece& p, uint32_t type_id) {
   e.offsets.assign(p.ids.size(), Offsets{0, 0});
   e.special_tokens_mask.assign(p.ids.size(), 1);
   e.sequence_ids.assign(p.ids.size(), -1);
+  e.words.assign(p.ids.size(), -1);
   return e;
 }
 

@@ -64,6 +64,8 @@ Status ReadConfig(const json& j, TokenizerConfig* c) {
   if (auto v = TokenText(j, "eos_token")) c->eos_token = v;
   if (auto v = TokenText(j, "pad_token")) c->pad_token = v;
   if (auto v = TokenText(j, "unk_token")) c->unk_token = v;
+  if (auto v = TokenText(j, "cls_token")) c->cls_token = v;
+  if (auto v = TokenText(j, "sep_token")) c->sep_token = v;
   return Status::Ok();
 }
 
@@ -261,6 +263,8 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::string
     if (!t->config_.eos_token) t->config_.eos_token = TokenText(j, "eos_token");
     if (!t->config_.pad_token) t->config_.pad_token = TokenText(j, "pad_token");
     if (!t->config_.unk_token) t->config_.unk_token = TokenText(j, "unk_token");
+    if (!t->config_.cls_token) t->config_.cls_token = TokenText(j, "cls_token");
+    if (!t->config_.sep_token) t->config_.sep_token = TokenText(j, "sep_token");
   }
   return tok;
 }
@@ -442,7 +446,9 @@ StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, uint32_t typ
   const CharIndex chars(text);
   Encoding e;
   std::vector<Token> toks;
+  std::int64_t word = 0;
   for (Split& s : pts.splits) {
+    const std::int64_t word_id = word++;  // every split is a word, added tokens too (as the reference)
     const bool added = s.tokens.has_value();
     if (!added) {
       toks.clear();
@@ -461,6 +467,7 @@ StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, uint32_t typ
       e.offsets.push_back(chars.Convert(s.normalized.ToOriginal(t.offsets)));
       e.special_tokens_mask.push_back(0);
       e.sequence_ids.push_back(sequence_id);
+      e.words.push_back(word_id);
     }
   }
   return e;

@@ -40,7 +40,7 @@ struct Truncation {
 struct TokenizerConfig {
   std::optional<std::string> chat_template;  // the default template
   std::unordered_map<std::string, std::string> named_templates;
-  std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+  std::optional<std::string> bos_token, eos_token, pad_token, unk_token, cls_token, sep_token;
 };
 
 // Reads a tokenizer_config.json: chat template(s) and special tokens

@@ -98,5 +98,27 @@ TEST(EncodePair, TruncationStrideAndOverflowMatchReference) {
   EXPECT_EQ(checked, 210);
 }
 
+// Word ids (the pre-tokenizer split of each token) as the reference's
+// Encoding.getWordIds(), for single texts and pairs.
+TEST(EncodingWords, MatchReference) {
+  const json golden = Read("golden/encoding_words.json");
+  std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
+  int failures = 0;
+  for (const json& c : golden["cases"]) {
+    const std::string dir = c["tokenizer"];
+    if (!cache.count(dir)) cache[dir] = Load(dir);
+    ASSERT_NE(cache[dir], nullptr) << dir;
+    auto e = c.contains("second") ? cache[dir]->EncodePair(c["first"].get<std::string>(), c["second"].get<std::string>(),
+                                                           true, std::nullopt)
+                                  : cache[dir]->Encode(c["first"].get<std::string>(), true);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const auto want = c["words"].get<std::vector<std::int64_t>>();
+    EXPECT_EQ(e->words, want) << dir << " " << c["first"].dump();
+    failures += e->words != want;
+    if (failures > 5) FAIL() << "stopping after 5 failing cases";
+  }
+  EXPECT_EQ(golden["cases"].size(), 300u);
+}
+
 }  // namespace
 }  // namespace ropeserve::tok
