@@ -16,7 +16,9 @@ FROM debian:bookworm AS build
 WORKDIR /src
 # Dependencies first: this layer is reused until scripts/deps changes.
 COPY scripts/deps scripts/deps
-RUN DEPS_TESTS=0 scripts/deps && rm -rf /var/lib/apt/lists/*
+# scripts/build runs scripts/deps again: the test-only packages stay out.
+ENV DEPS_TESTS=0
+RUN scripts/deps && rm -rf /var/lib/apt/lists/*
 COPY . .
 # ccache survives between builds in a cache mount (BuildKit and podman).
 RUN --mount=type=cache,target=/root/.cache/ropeserve/ccache \
