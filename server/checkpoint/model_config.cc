@@ -1,5 +1,7 @@
 #include "server/checkpoint/model_config.h"
 
+#include "server/checkpoint/config_reader.h"
+
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -22,86 +24,9 @@ const char* ModelFamilyName(ModelFamily f) {
 
 namespace {
 
-// Typed, validated access to one JSON object; errors name the file and key.
-class Reader {
- public:
-  Reader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
-
-  bool Has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
-
-  StatusOr<std::int64_t> Int(const char* key, std::optional<std::int64_t> def = std::nullopt) const {
-    if (!Has(key)) {
-      if (def) return *def;
-      return Missing(key);
-    }
-    const json& v = obj_.at(key);
-    if (v.is_number_integer()) return v.get<std::int64_t>();
-    if (v.is_number_float()) {  // some exporters write 2048.0
-      double d = v.get<double>();
-      if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<std::int64_t>(d);
-    }
-    return Bad(key, "an integer");
-  }
-
-  StatusOr<double> Double(const char* key, std::optional<double> def = std::nullopt) const {
-    if (!Has(key)) {
-      if (def) return *def;
-      return Missing(key);
-    }
-    const json& v = obj_.at(key);
-    if (!v.is_number()) return Bad(key, "a number");
-    double d = v.get<double>();
-    if (!std::isfinite(d)) return Bad(key, "a finite number");
-    return d;
-  }
-
-  StatusOr<bool> Bool(const char* key, bool def) const {
-    if (!Has(key)) return def;
-    const json& v = obj_.at(key);
-    if (!v.is_boolean()) return Bad(key, "true or false");
-    return v.get<bool>();
-  }
-
-  StatusOr<std::string> String(const char* key, std::optional<std::string> def = std::nullopt) const {
-    if (!Has(key)) {
-      if (def) return *def;
-      return Missing(key);
-    }
-    const json& v = obj_.at(key);
-    if (!v.is_string()) return Bad(key, "a string");
-    return v.get<std::string>();
-  }
-
-  // eos_token_id: an int or a list of ints.
-  StatusOr<std::vector<std::int64_t>> IntOrList(const char* key) const {
-    std::vector<std::int64_t> out;
-    if (!Has(key)) return out;
-    const json& v = obj_.at(key);
-    if (v.is_number_integer()) {
-      out.push_back(v.get<std::int64_t>());
-      return out;
-    }
-    if (!v.is_array()) return Bad(key, "an integer or a list of integers");
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) return Bad(key, "an integer or a list of integers");
-      out.push_back(e.get<std::int64_t>());
-    }
-    return out;
-  }
-
-  Status Missing(const char* key) const { return InvalidArgument(where_ + ": missing required key '" + key + "'"); }
-  Status Bad(const char* key, const char* what) const {
-    return InvalidArgument(where_ + ": '" + key + "' must be " + what + ", got " + obj_.at(key).dump());
-  }
-  const std::string& where() const { return where_; }
-
- private:
-  const json& obj_;
-  std::string where_;
-};
 
 StatusOr<RopeScaling> ParseRopeScaling(const json& obj, const std::string& where, std::int64_t max_pos) {
-  Reader r(obj, where);
+  ConfigReader r(obj, where);
   RopeScaling s;
   if (r.Has("rope_type")) {
     RS_ASSIGN_OR_RETURN(s.type, r.String("rope_type"));
@@ -179,7 +104,7 @@ std::int64_t ModelConfig::num_parameters() const {
 namespace {
 
 StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& source) {
-  Reader r(j, source);
+  ConfigReader r(j, source);
   ModelConfig c;
 
   // Architecture: "architectures"[0], else model_type.
@@ -253,7 +178,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   RS_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", 10000.0));
   RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, r.Double("partial_rotary_factor", 1.0));
   if (rope_obj != nullptr) {
-    Reader rr(*rope_obj, source + " rope parameters");
+    ConfigReader rr(*rope_obj, source + " rope parameters");
     RS_ASSIGN_OR_RETURN(c.rope_theta, rr.Double("rope_theta", c.rope_theta));
     RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, rr.Double("partial_rotary_factor", c.partial_rotary_factor));
     RS_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(*rope_obj, rr.where(), c.max_position_embeddings));
@@ -334,7 +259,7 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   std::error_code ec;
   if (std::filesystem::exists(gen_path, ec)) {
     RS_ASSIGN_OR_RETURN(json g, ReadJsonObjectFile(gen_path));
-    Reader r(g, gen_path);
+    ConfigReader r(g, gen_path);
     RS_ASSIGN_OR_RETURN(auto eos, r.IntOrList("eos_token_id"));
     for (auto id : eos)
       if (id < 0 || id >= c.vocab_size)

@@ -1,0 +1,169 @@
+#include "server/checkpoint/encoder_config.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "server/checkpoint/config_reader.h"
+
+namespace ropeserve {
+
+namespace {
+
+using json = nlohmann::json;
+
+const std::set<std::string> kActivations = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_python", "relu", "silu"};
+
+Status CheckActivation(const std::string& where, const char* key, const std::string& act) {
+  if (kActivations.count(act) == 0) return Unimplemented(where + ": unsupported " + key + " '" + act + "'");
+  return Status::Ok();
+}
+
+// rope_parameters of one attention kind: "default" only, its rope_theta.
+StatusOr<std::optional<double>> RopeTheta(const json& j, const char* kind, const std::string& where) {
+  if (!j.contains("rope_parameters") || !j["rope_parameters"].is_object()) return std::optional<double>();
+  const json& all = j["rope_parameters"];
+  if (!all.contains(kind) || all[kind].is_null()) return std::optional<double>();
+  if (!all[kind].is_object()) return InvalidArgument(where + ": rope_parameters." + kind + " must be an object");
+  ConfigReader r(all[kind], where + " rope_parameters." + kind);
+  RS_ASSIGN_OR_RETURN(std::string type, r.String("rope_type", std::string("default")));
+  if (type != "default") return Unimplemented(where + ": rope type '" + type + "' for an encoder");
+  if (!r.Has("rope_theta")) return std::optional<double>();
+  RS_ASSIGN_OR_RETURN(double theta, r.Double("rope_theta"));
+  return std::optional<double>(theta);
+}
+
+Status Positive(const std::string& where, const char* key, std::int64_t v) {
+  if (v <= 0) return InvalidArgument(where + ": '" + key + "' must be positive, got " + std::to_string(v));
+  return Status::Ok();
+}
+
+Status ParseModernBert(const json& j, const std::string& where, EncoderConfig& c) {
+  ConfigReader r(j, where);
+  RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size", 50368));
+  RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size", 768));
+  RS_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size", 1152));
+  RS_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("num_hidden_layers", 22));
+  RS_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("num_attention_heads", 12));
+  RS_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", 8192));
+  RS_ASSIGN_OR_RETURN(c.activation, r.String("hidden_activation", std::string("gelu")));
+  RS_RETURN_IF_ERROR(CheckActivation(where, "hidden_activation", c.activation));
+  RS_ASSIGN_OR_RETURN(c.norm_eps, r.Double("norm_eps", 1e-5));
+  RS_ASSIGN_OR_RETURN(c.norm_bias, r.Bool("norm_bias", false));
+  RS_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
+  RS_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+  RS_ASSIGN_OR_RETURN(c.classifier_bias, r.Bool("classifier_bias", false));
+  RS_ASSIGN_OR_RETURN(c.classifier_activation, r.String("classifier_activation", std::string("gelu")));
+  RS_RETURN_IF_ERROR(CheckActivation(where, "classifier_activation", c.classifier_activation));
+  RS_ASSIGN_OR_RETURN(c.local_attention, r.Int("local_attention", 128));
+  RS_RETURN_IF_ERROR(Positive(where, "local_attention", c.local_attention));
+  if (c.local_attention % 2 != 0) return InvalidArgument(where + ": 'local_attention' must be even (a total window)");
+  RS_RETURN_IF_ERROR(Positive(where, "num_hidden_layers", c.num_hidden_layers));
+  // Layer kinds: layer_types, or every global_attn_every_n_layers-th layer global.
+  if (r.Has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<std::int64_t>(lt.size()) != c.num_hidden_layers)
+      return InvalidArgument(where + ": 'layer_types' must list one kind per layer");
+    for (const auto& t : lt) {
+      if (t == "full_attention") {
+        c.global_layers.push_back(true);
+      } else if (t == "sliding_attention") {
+        c.global_layers.push_back(false);
+      } else {
+        return InvalidArgument(where + ": unknown layer type " + t.dump());
+      }
+    }
+  } else {
+    RS_ASSIGN_OR_RETURN(std::int64_t every, r.Int("global_attn_every_n_layers", 3));
+    RS_RETURN_IF_ERROR(Positive(where, "global_attn_every_n_layers", every));
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) c.global_layers.push_back(i % every == 0);
+  }
+  // RoPE bases: rope_parameters (new configs) or global/local_rope_theta.
+  RS_ASSIGN_OR_RETURN(auto full, RopeTheta(j, "full_attention", where));
+  RS_ASSIGN_OR_RETURN(auto sliding, RopeTheta(j, "sliding_attention", where));
+  RS_ASSIGN_OR_RETURN(double global_theta, r.Double("global_rope_theta", 160000.0));
+  RS_ASSIGN_OR_RETURN(double local_theta, r.Double("local_rope_theta", 10000.0));
+  c.global_rope_theta = full.value_or(global_theta);
+  c.local_rope_theta = sliding.value_or(local_theta);
+  if (r.Has("rope_scaling")) return Unimplemented(where + ": rope_scaling on an encoder");
+  if (!(c.global_rope_theta > 0) || !(c.local_rope_theta > 0)) return InvalidArgument(where + ": RoPE bases must be positive");
+  RS_ASSIGN_OR_RETURN(auto cls, r.Int("cls_token_id", 50281));
+  RS_ASSIGN_OR_RETURN(auto sep, r.Int("sep_token_id", 50282));
+  RS_ASSIGN_OR_RETURN(auto pad, r.Int("pad_token_id", 50283));
+  c.cls_token_id = cls;
+  c.sep_token_id = sep;
+  c.pad_token_id = pad;
+  return Status::Ok();
+}
+
+Status ParseRoFormer(const json& j, const std::string& where, EncoderConfig& c) {
+  ConfigReader r(j, where);
+  RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size", 50000));
+  RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size", 768));
+  RS_ASSIGN_OR_RETURN(c.embedding_size, r.Int("embedding_size", c.hidden_size));
+  RS_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size", 3072));
+  RS_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("num_hidden_layers", 12));
+  RS_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("num_attention_heads", 12));
+  RS_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", 1536));
+  RS_ASSIGN_OR_RETURN(c.type_vocab_size, r.Int("type_vocab_size", 2));
+  RS_ASSIGN_OR_RETURN(c.activation, r.String("hidden_act", std::string("gelu")));
+  RS_RETURN_IF_ERROR(CheckActivation(where, "hidden_act", c.activation));
+  RS_ASSIGN_OR_RETURN(c.norm_eps, r.Double("layer_norm_eps", 1e-12));
+  RS_ASSIGN_OR_RETURN(c.rotary_value, r.Bool("rotary_value", false));
+  RS_RETURN_IF_ERROR(Positive(where, "embedding_size", c.embedding_size));
+  RS_RETURN_IF_ERROR(Positive(where, "type_vocab_size", c.type_vocab_size));
+  c.global_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_hidden_layers, 0)), true);
+  RS_ASSIGN_OR_RETURN(auto pad, r.Int("pad_token_id", 0));
+  c.pad_token_id = pad;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(source + ": not a JSON object");
+  EncoderConfig c;
+  if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string()) {
+    return InvalidArgument(source + ": 'architectures' must name the model class");
+  }
+  c.architecture = j["architectures"][0].get<std::string>();
+  if (c.architecture == "ModernBertForQuestionAnswering") {
+    c.family = EncoderFamily::kModernBert;
+    RS_RETURN_IF_ERROR(ParseModernBert(j, source, c));
+  } else if (c.architecture == "RoFormerForQuestionAnswering") {
+    c.family = EncoderFamily::kRoFormer;
+    RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
+  } else {
+    return Unimplemented(source + ": architecture '" + c.architecture +
+                         "' is not a supported span model (ModernBertForQuestionAnswering, "
+                         "RoFormerForQuestionAnswering)");
+  }
+  for (auto [key, v] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_hidden_layers},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"max_position_embeddings", c.max_position_embeddings}}) {
+    RS_RETURN_IF_ERROR(Positive(source, key, v));
+  }
+  if (c.hidden_size % c.num_attention_heads != 0)
+    return InvalidArgument(source + ": hidden_size " + std::to_string(c.hidden_size) +
+                           " is not a multiple of num_attention_heads " + std::to_string(c.num_attention_heads));
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  if (c.head_dim % 2 != 0) return InvalidArgument(source + ": the head dimension must be even for RoPE");
+  if (!(c.norm_eps > 0)) return InvalidArgument(source + ": the norm epsilon must be positive");
+  // A span head has two labels (start, end): num_labels or id2label.
+  ConfigReader r(j, source);
+  if (r.Has("id2label")) {
+    if (!j["id2label"].is_object()) return InvalidArgument(source + ": 'id2label' must be an object");
+    c.num_labels = static_cast<std::int64_t>(j["id2label"].size());
+  }
+  RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
+  if (c.num_labels != 2)
+    return InvalidArgument(source + ": a question-answering head has 2 labels (start, end), got " +
+                           std::to_string(c.num_labels));
+  return c;
+}
+
+}  // namespace ropeserve

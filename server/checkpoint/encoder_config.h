@@ -1,0 +1,54 @@
+// config.json of a RoPE encoder with a span head (extractive QA), parsed
+// and validated torch-free with Hugging Face's field names and defaults:
+// ModernBertForQuestionAnswering (ModernBertConfig) and
+// RoFormerForQuestionAnswering (RoFormerConfig). The models themselves are
+// not built yet (docs/qa.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/common/status.h"
+
+namespace ropeserve {
+
+enum class EncoderFamily { kModernBert, kRoFormer };
+
+struct EncoderConfig {
+  std::string architecture;  // config.json "architectures"[0]
+  EncoderFamily family = EncoderFamily::kModernBert;
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t embedding_size = 0;  // RoFormer: may differ from hidden_size (projected)
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t max_position_embeddings = 0;
+  std::int64_t type_vocab_size = 0;  // RoFormer token types; 0 for ModernBERT
+  std::string activation;            // hidden_activation / hidden_act
+  double norm_eps = 0;               // norm_eps / layer_norm_eps
+  // ModernBERT
+  bool norm_bias = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  bool classifier_bias = false;
+  std::string classifier_activation;
+  std::vector<bool> global_layers;  // per layer: full attention (else sliding window)
+  std::int64_t local_attention = 0;  // total window; each token sees +-local_attention/2
+  double global_rope_theta = 0;
+  double local_rope_theta = 0;
+  // RoFormer
+  bool rotary_value = false;
+  // Span head
+  std::int64_t num_labels = 2;
+  std::optional<std::int64_t> pad_token_id, cls_token_id, sep_token_id;
+};
+
+// `source` names the file in errors. Unimplemented for other architectures
+// and for RoPE scaling types other than "default".
+StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const std::string& source = "config.json");
+
+}  // namespace ropeserve

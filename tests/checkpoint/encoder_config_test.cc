@@ -1,0 +1,94 @@
+// Encoder (span model) config.json parsing with Hugging Face's names and
+// defaults, old and new ModernBERT formats, RoFormer, and clear errors.
+#include "server/checkpoint/encoder_config.h"
+
+#include <gtest/gtest.h>
+
+namespace ropeserve {
+namespace {
+
+// ModernBERT-base as published (old format: global_attn_every_n_layers,
+// global/local_rope_theta), with a QA head.
+constexpr const char* kModernBertBase = R"({
+  "architectures": ["ModernBertForQuestionAnswering"], "model_type": "modernbert",
+  "vocab_size": 50368, "hidden_size": 768, "intermediate_size": 1152, "num_hidden_layers": 22,
+  "num_attention_heads": 12, "hidden_activation": "gelu", "max_position_embeddings": 8192,
+  "norm_eps": 1e-05, "norm_bias": false, "global_rope_theta": 160000.0, "local_rope_theta": 10000.0,
+  "global_attn_every_n_layers": 3, "local_attention": 128, "cls_token_id": 50281, "sep_token_id": 50282,
+  "pad_token_id": 50283, "classifier_activation": "gelu", "classifier_bias": false,
+  "id2label": {"0": "LABEL_0", "1": "LABEL_1"}})";
+
+TEST(EncoderConfig, ModernBertOldFormat) {
+  auto c = ParseEncoderConfig(kModernBertBase);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, EncoderFamily::kModernBert);
+  EXPECT_EQ(c->head_dim, 64);
+  ASSERT_EQ(c->global_layers.size(), 22u);
+  // Layers 0, 3, 6, ... are global (i % 3 == 0), the others sliding.
+  for (std::size_t i = 0; i < 22; ++i) EXPECT_EQ(c->global_layers[i], i % 3 == 0) << i;
+  EXPECT_EQ(c->global_rope_theta, 160000.0);
+  EXPECT_EQ(c->local_rope_theta, 10000.0);
+  EXPECT_EQ(c->local_attention, 128);
+  EXPECT_EQ(*c->cls_token_id, 50281);
+  EXPECT_EQ(c->num_labels, 2);
+}
+
+TEST(EncoderConfig, ModernBertNewFormatAndDefaults) {
+  auto c = ParseEncoderConfig(R"({"architectures": ["ModernBertForQuestionAnswering"], "num_hidden_layers": 4,
+    "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 80000.0},
+                        "sliding_attention": {"rope_type": "default"}}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->global_layers, (std::vector<bool>{true, false, false, true}));
+  EXPECT_EQ(c->global_rope_theta, 80000.0);
+  EXPECT_EQ(c->local_rope_theta, 10000.0);  // the default
+  EXPECT_EQ(c->hidden_size, 768);           // ModernBertConfig's defaults
+  EXPECT_EQ(c->intermediate_size, 1152);
+  EXPECT_EQ(c->activation, "gelu");
+  EXPECT_FALSE(c->norm_bias);
+}
+
+TEST(EncoderConfig, RoFormer) {
+  auto c = ParseEncoderConfig(R"({"architectures": ["RoFormerForQuestionAnswering"], "vocab_size": 50000,
+    "embedding_size": 384, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 6,
+    "intermediate_size": 1536, "hidden_act": "gelu", "max_position_embeddings": 1536, "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12, "rotary_value": false, "pad_token_id": 0})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, EncoderFamily::kRoFormer);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->embedding_size, 384);
+  EXPECT_EQ(c->type_vocab_size, 2);
+  EXPECT_EQ(c->global_layers, std::vector<bool>(6, true));
+  EXPECT_FALSE(c->rotary_value);
+}
+
+TEST(EncoderConfig, ClearErrors) {
+  struct Case {
+    const char* json;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"[]", "JSON object"},
+      {R"({"architectures": ["BertForQuestionAnswering"]})", "not a supported span model"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "hidden_size": 100, "num_attention_heads": 12})",
+       "multiple of num_attention_heads"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "num_hidden_layers": 2, "layer_types": ["full_attention"]})",
+       "one kind per layer"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "local_attention": 127})", "even"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "hidden_activation": "swish2"})", "unsupported"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "id2label": {"0": "a", "1": "b", "2": "c"}})",
+       "2 labels"},
+      {R"({"architectures": ["ModernBertForQuestionAnswering"], "rope_parameters": {"full_attention": {"rope_type": "yarn"}}})",
+       "rope type"},
+      {R"({"architectures": ["RoFormerForQuestionAnswering"], "num_hidden_layers": 0})", "positive"},
+      {R"({"architectures": ["RoFormerForQuestionAnswering"], "vocab_size": "many"})", "integer"},
+  };
+  for (const Case& k : cases) {
+    auto c = ParseEncoderConfig(k.json, "cfg.json");
+    ASSERT_FALSE(c.ok()) << k.json;
+    EXPECT_NE(c.status().message().find(k.expect), std::string::npos) << c.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace ropeserve
