@@ -166,4 +166,33 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   return c;
 }
 
+std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c) {
+  std::vector<TensorSpec> t;
+  const std::int64_t h = c.hidden_size;
+  auto norm = [&](const std::string& name) {
+    t.push_back({name + ".weight", {h}});
+    if (c.norm_bias) t.push_back({name + ".bias", {h}});
+  };
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, bool bias) {
+    t.push_back({name + ".weight", {out, in}});
+    if (bias) t.push_back({name + ".bias", {out}});
+  };
+  t.push_back({"model.embeddings.tok_embeddings.weight", {c.vocab_size, h}});
+  norm("model.embeddings.norm");
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    if (i > 0) norm(p + "attn_norm");
+    linear(p + "attn.Wqkv", 3 * h, h, c.attention_bias);
+    linear(p + "attn.Wo", h, h, c.attention_bias);
+    norm(p + "mlp_norm");
+    linear(p + "mlp.Wi", 2 * c.intermediate_size, h, c.mlp_bias);
+    linear(p + "mlp.Wo", h, c.intermediate_size, c.mlp_bias);
+  }
+  norm("model.final_norm");
+  linear("head.dense", h, h, c.classifier_bias);
+  norm("head.norm");
+  linear("classifier", c.num_labels, h, true);
+  return t;
+}
+
 }  // namespace ropeserve

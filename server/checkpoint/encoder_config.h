@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/checkpoint/model_config.h"
 #include "server/common/status.h"
 
 namespace ropeserve {
@@ -50,5 +51,11 @@ struct EncoderConfig {
 // `source` names the file in errors. Unimplemented for other architectures
 // and for RoPE scaling types other than "default".
 StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const std::string& source = "config.json");
+
+// The tensors of a ModernBertForQuestionAnswering checkpoint, in Hugging
+// Face names (model.embeddings.*, model.layers.N.{attn_norm (not in layer 0),
+// attn.Wqkv, attn.Wo, mlp_norm, mlp.Wi, mlp.Wo}, model.final_norm,
+// head.{dense, norm}, classifier), biases as the config says.
+std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c);
 
 }  // namespace ropeserve

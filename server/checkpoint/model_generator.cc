@@ -1,5 +1,7 @@
 #include "server/checkpoint/model_generator.h"
 
+#include "server/checkpoint/encoder_config.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -270,6 +272,62 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& o) {
 
   RS_RETURN_IF_ERROR(ParseModelConfig(config.dump(), "generated config.json").status());
   return config.dump(2);
+}
+
+Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o) {
+  if (o.vocab_size < 259 + 3) return InvalidArgument("vocab_size must be at least 262");
+  const std::int64_t vocab = o.vocab_size;
+  const std::int64_t cls = vocab - 3, sep = vocab - 2, pad = vocab - 1;
+  const json config = {{"architectures", {"ModernBertForQuestionAnswering"}},
+                       {"model_type", "modernbert"},
+                       {"vocab_size", vocab},
+                       {"hidden_size", o.hidden_size},
+                       {"intermediate_size", o.intermediate_size},
+                       {"num_hidden_layers", o.num_layers},
+                       {"num_attention_heads", o.num_heads},
+                       {"max_position_embeddings", o.max_position_embeddings},
+                       {"global_attn_every_n_layers", 3},
+                       {"local_attention", o.local_attention},
+                       {"global_rope_theta", 160000.0},
+                       {"local_rope_theta", 10000.0},
+                       {"hidden_activation", "gelu"},
+                       {"classifier_activation", "gelu"},
+                       {"norm_eps", 1e-5},
+                       {"norm_bias", false},
+                       {"cls_token_id", cls},
+                       {"sep_token_id", sep},
+                       {"pad_token_id", pad},
+                       {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
+                       {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
+  RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return InvalidArgument(out_dir + ": cannot create directory: " + ec.message());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& spec : ExpectedEncoderTensors(parsed))
+    tensors.push_back(RandomTensor(spec, o.dtype, o.seed, o.hidden_size));
+  RS_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}}));
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/config.json", config));
+  // The decoder generator's byte-level BPE with BERT-style specials and
+  // pair template.
+  json tok = MakeTokenizerJson(vocab);
+  const char* specials[] = {"[CLS]", "[SEP]", "[PAD]"};
+  for (int i = 0; i < 3; ++i) tok["added_tokens"][i]["content"] = specials[i];
+  auto piece = [](const char* id, int type) { return json{{"SpecialToken", {{"id", id}, {"type_id", type}}}}; };
+  auto seq = [](const char* id, int type) { return json{{"Sequence", {{"id", id}, {"type_id", type}}}}; };
+  const json templ = {
+      {"type", "TemplateProcessing"},
+      {"single", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0)}},
+      {"pair", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0), seq("B", 1), piece("[SEP]", 1)}},
+      {"special_tokens",
+       {{"[CLS]", {{"id", "[CLS]"}, {"ids", {cls}}, {"tokens", {"[CLS]"}}}},
+        {"[SEP]", {{"id", "[SEP]"}, {"ids", {sep}}, {"tokens", {"[SEP]"}}}}}}};
+  json byte_level = tok["post_processor"];
+  tok["post_processor"] = {{"type", "Sequence"}, {"processors", {byte_level, templ}}};
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer.json", tok));
+  return WriteJson(out_dir + "/tokenizer_config.json",
+                   {{"cls_token", "[CLS]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
+                    {"model_max_length", o.max_position_embeddings}, {"tokenizer_class", "PreTrainedTokenizerFast"}});
 }
 
 Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {

@@ -35,4 +35,22 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& options);
 // Writes the checkpoint into `out_dir` (created if needed).
 Status MakeModel(const std::string& out_dir, const MakeModelOptions& options);
 
+// A random ModernBertForQuestionAnswering checkpoint (config.json in
+// Hugging Face's format, model.safetensors with its tensor names, a
+// byte-level BPE tokenizer.json with [CLS] A [SEP] B [SEP] pairs, and a
+// tokenizer_config.json naming [CLS]/[SEP]/[PAD]). Every third layer is
+// global, the others see +-local_attention/2 tokens.
+struct MakeEncoderOptions {
+  std::uint64_t seed = 0;
+  std::int64_t hidden_size = 64;
+  std::int64_t intermediate_size = 96;
+  std::int64_t num_layers = 4;
+  std::int64_t num_heads = 4;
+  std::int64_t vocab_size = 512;
+  std::int64_t local_attention = 16;
+  std::int64_t max_position_embeddings = 1024;
+  DType dtype = DType::kF32;
+};
+Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& options);
+
 }  // namespace ropeserve

@@ -1,0 +1,136 @@
+// ModernBertForQuestionAnswering on tiny random checkpoints from the
+// generator: the packed fast path equals the per-window reference path, and
+// the whole QA flow (windows -> model -> answer selection) gives answers
+// that are exact substrings of the context.
+#include "server/models/encoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "server/checkpoint/model_generator.h"
+#include "server/qa/span_scoring.h"
+#include "server/qa/windows.h"
+#include "server/tokenizer/unicode.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+class Encoder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeEncoderOptions o;
+    o.seed = 3;
+    ASSERT_TRUE(MakeEncoderModel(dir_.path(), o).ok());
+    auto m = EncoderQaModel::Load(dir_.path());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(*m);
+  }
+  testing::ScratchDir dir_;
+  std::unique_ptr<EncoderQaModel> model_;
+};
+
+TEST_F(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
+  // Layers 0 and 3 are global, 1 and 2 see +-8 tokens: windows shorter and
+  // much longer than the band, and longer than the 64-token query block.
+  EXPECT_EQ(model_->config().global_layers, (std::vector<bool>{true, false, false, true}));
+  std::vector<std::vector<std::uint32_t>> windows;
+  std::uint32_t next = 7;
+  for (int len : {1, 5, 17, 40, 130}) {
+    std::vector<std::uint32_t> w;
+    for (int i = 0; i < len; ++i) w.push_back(next = (next * 31 + 11) % 509);
+    windows.push_back(w);
+  }
+  auto packed = model_->ForwardPacked(windows);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  ASSERT_EQ(packed->size(), windows.size());
+  double max_diff = 0, max_abs = 0;
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    auto ref = model_->ForwardReference(windows[k]);
+    ASSERT_TRUE(ref.ok());
+    ASSERT_EQ((*packed)[k].start.size(), windows[k].size());
+    for (std::size_t i = 0; i < windows[k].size(); ++i) {
+      max_diff = std::max({max_diff, static_cast<double>(std::abs(ref->start[i] - (*packed)[k].start[i])),
+                           static_cast<double>(std::abs(ref->end[i] - (*packed)[k].end[i]))});
+      max_abs = std::max<double>(max_abs, std::abs(ref->start[i]));
+    }
+  }
+  EXPECT_LT(max_diff, 1e-4) << "largest |logit| " << max_abs;
+  EXPECT_GT(max_abs, 0.1);  // the logits are not degenerate
+  // A window is independent of what it is packed with.
+  auto alone = model_->ForwardPacked({windows[3]});
+  ASSERT_TRUE(alone.ok());
+  for (std::size_t i = 0; i < windows[3].size(); ++i) EXPECT_NEAR((*alone)[0].start[i], (*packed)[3].start[i], 1e-5);
+}
+
+TEST_F(Encoder, QuestionAnsweringGivesContextSubstrings) {
+  auto tok = tok::Tokenizer::FromPath(dir_.path());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  std::string context;
+  for (int i = 0; i < 12; ++i) context += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  qa::WindowOptions wo;
+  wo.max_seq_len = 48;
+  wo.doc_stride = 16;
+  auto windows = qa::BuildWindows(**tok, "where does the fox jump", context, wo);
+  ASSERT_TRUE(windows.ok()) << windows.status().ToString();
+  ASSERT_GE(windows->size(), 3u);
+  EXPECT_EQ((*windows)[0].window.p_mask[0], 0);  // [CLS] open for the null answer
+  std::vector<std::vector<std::uint32_t>> ids;
+  for (const auto& w : *windows) ids.push_back(w.ids);
+  auto logits = model_->ForwardPacked(ids);
+  ASSERT_TRUE(logits.ok());
+  std::vector<qa::QaWindow> scored;
+  for (std::size_t k = 0; k < windows->size(); ++k) {
+    qa::QaWindow w = (*windows)[k].window;
+    w.start_logits = (*logits)[k].start;
+    w.end_logits = (*logits)[k].end;
+    scored.push_back(std::move(w));
+  }
+  const auto cps = tok::CountCodePoints(context);
+  for (qa::Scoring mode : {qa::Scoring::kPipeline, qa::Scoring::kLogits}) {
+    qa::QaOptions o;
+    o.scoring = mode;
+    o.top_k = 3;
+    o.handle_impossible_answer = true;
+    auto answers = qa::SelectAnswers(scored, context, o);
+    ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+    ASSERT_FALSE(answers->empty());
+    for (const auto& a : *answers) {
+      ASSERT_LE(a.start, a.end);
+      ASSERT_LE(a.end, static_cast<std::int64_t>(cps));
+      // context[start:end] == text (ASCII context: code points are bytes).
+      EXPECT_EQ(context.substr(static_cast<std::size_t>(a.start), static_cast<std::size_t>(a.end - a.start)), a.text);
+    }
+  }
+}
+
+TEST(EncoderLoad, BadCheckpointsAreClearErrors) {
+  testing::ScratchDir dir;
+  MakeEncoderOptions o;
+  ASSERT_TRUE(MakeEncoderModel(dir.path(), o).ok());
+  // A config that disagrees with the weights.
+  {
+    std::ifstream in(dir / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("\"intermediate_size\": 96");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, 23, "\"intermediate_size\": 80");
+    std::ofstream(dir / "config.json") << text;
+  }
+  auto m = EncoderQaModel::Load(dir.path());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("mlp.Wi.weight"), std::string::npos) << m.status().ToString();
+  EXPECT_FALSE(EncoderQaModel::Load(dir / "missing").ok());
+  // Ids outside the vocabulary, empty windows.
+  testing::ScratchDir good;
+  ASSERT_TRUE(MakeEncoderModel(good.path(), o).ok());
+  auto ok = EncoderQaModel::Load(good.path());
+  ASSERT_TRUE(ok.ok());
+  EXPECT_FALSE((*ok)->ForwardReference({1, 100000}).ok());
+  EXPECT_FALSE((*ok)->ForwardPacked({{1, 2}, {}}).ok());
+}
+
+}  // namespace
+}  // namespace ropeserve
