@@ -9,11 +9,13 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/error_mapping.h"
 #include "server/api/logging.h"
 #include "server/api/model_service.h"
+#include "server/api/qa_service.h"
 #include "server/api/serving_context.h"
 
 namespace ropeserve::api {
@@ -413,13 +415,54 @@ class Service final : public v1::Inference::CallbackService {
         });
   }
 
-  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* call, const v1::AnswerRequest*,
-                                   v1::AnswerResponse*) override {
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* call, const v1::AnswerRequest* req,
+                                   v1::AnswerResponse* resp) override {
     CallStart c;
     const std::string peer = call->peer();
-    const Status b = Begin(ctx_, call, "Answer", c);
-    const Status s = b.ok() ? Unimplemented("extractive question answering is not available yet: no QA model is loaded") : b;
-    return Reject(ctx_, c, s, peer, call->DefaultReactor());
+    auto* reactor = call->DefaultReactor();
+    if (Status b = Begin(ctx_, call, "Answer", c); !b.ok()) return Reject(ctx_, c, b, peer, reactor);
+    QaService* qa = ctx_.qa.load();
+    if (qa == nullptr) return Reject(ctx_, c, Unimplemented("no QA model is loaded (serve --qa DIR)"), peer, reactor);
+    if (!req->model().empty() && req->model() != qa->name())
+      return Reject(ctx_, c, NotFound("model '" + req->model() + "' does not exist (QA model: '" + qa->name() + "')"),
+                    peer, reactor);
+    QaRequest r;
+    r.question = req->question();
+    r.context = req->context();
+    r.options.top_k = req->top_k() == 0 ? 1 : req->top_k();
+    r.options.max_answer_len = req->max_answer_len() == 0 ? 15 : req->max_answer_len();
+    r.options.handle_impossible_answer = req->handle_impossible_answer();
+    if (!req->scoring().empty() && req->scoring() != "pipeline" && req->scoring() != "logits")
+      return Reject(ctx_, c, InvalidArgument("scoring must be \"pipeline\" or \"logits\""), peer, reactor);
+    r.options.scoring = req->scoring() == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
+    r.windows.max_seq_len = req->max_seq_len() == 0 ? 384 : req->max_seq_len();
+    if (req->doc_stride() != 0) r.windows.doc_stride = req->doc_stride();
+    if (r.options.top_k < 0 || r.options.top_k > 100 || r.options.max_answer_len < 0 || r.windows.max_seq_len < 8 ||
+        req->doc_stride() < 0 || req->doc_stride() >= r.windows.max_seq_len)
+      return Reject(ctx_, c, InvalidArgument("top_k, max_answer_len, max_seq_len or doc_stride out of range"), peer,
+                    reactor);
+    // The forward waits on the QA worker: run it off gRPC's threads. The
+    // admission ticket travels with it, so a drain waits for the answer.
+    auto start = std::make_shared<CallStart>(std::move(c));
+    std::thread([this, qa, r, resp, reactor, start, peer] {
+      auto result = qa->Answer(r, start->timeout_seconds);
+      grpc::Status status = ToGrpc(result.status());
+      if (result.ok()) {
+        resp->set_id(qa->NextRequestId());
+        resp->set_model(qa->name());
+        for (const auto& a : result->answers) {
+          auto* out = resp->add_answers();
+          out->set_text(a.text);
+          out->set_score(a.score);
+          out->set_start(a.start);
+          out->set_end(a.end);
+        }
+        resp->mutable_usage()->set_prompt_tokens(result->tokens);
+      }
+      Account(ctx_, *start, status, peer);
+      reactor->Finish(status);
+    }).detach();
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,
@@ -437,6 +480,17 @@ class Service final : public v1::Inference::CallbackService {
     m->set_dtype(service.dtype());
     m->set_device("cpu");
     m->set_has_tokenizer(service.tokenizer() != nullptr);
+    if (QaService* qa = ctx_.qa.load()) {
+      auto* q = resp->add_models();
+      q->set_id(qa->name());
+      q->set_architecture(qa->config().architecture);
+      q->set_max_model_len(qa->config().max_position_embeddings);
+      q->set_vocab_size(qa->config().vocab_size);
+      q->set_task("qa");
+      q->set_dtype("F32");
+      q->set_device("cpu");
+      q->set_has_tokenizer(true);
+    }
     const EngineOptions& o = service.options();
     resp->set_block_size(o.block_size);
     resp->set_num_kv_blocks(service.kv_cache().num_blocks);

@@ -225,14 +225,25 @@ void HttpServer::Impl::Install() {
                     {"max_body_bytes", options.max_body_bytes},
                     {"request_timeout_seconds", ctx.request_timeout_seconds}}},
         {"qa", nullptr}};
+    if (QaService* qa = ctx.qa.load()) {
+      info["qa"] = {{"model", qa->name()},
+                    {"architecture", qa->config().architecture},
+                    {"max_position_embeddings", qa->config().max_position_embeddings}};
+    }
     res.set_content(info.dump(), "application/json");
   });
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Work(&Completions, req, res); });
   s.Post("/v1/chat/completions",
          [this](const httplib::Request& req, httplib::Response& res) { Work(&ChatCompletions, req, res); });
   s.Post("/v1/summarize", [this](const httplib::Request& req, httplib::Response& res) { Work(&Summarize, req, res); });
-  s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res) {
-    SetError(res, Unimplemented("extractive question answering is not available yet: no QA model is loaded"));
+  s.Post("/v1/qa", [this](const httplib::Request& req, httplib::Response& res) {
+    auto ticket = ctx.lifecycle.Admit();
+    if (!ticket.ok()) return SetError(res, ticket.status());
+    QaService* qa = ctx.qa.load();
+    if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
+    auto reply = AnswerQuestions(*qa, RestRequest{req.body, ctx.request_timeout_seconds});
+    if (!reply.ok()) return SetError(res, reply.status());
+    res.set_content(reply->body, "application/json");
   });
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/api/model_service.h"
+#include "server/api/qa_service.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {
@@ -37,6 +38,8 @@ struct RestRequest {
 StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request);
 StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request);
 StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request);
+// POST /v1/qa: one {"question", "context", ...} or {"inputs": [...], ...}.
+StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& request);
 
 // Bodies nested deeper than this are refused before parsing, so that no
 // later recursive walk (templates, serialisation) can exhaust the stack.

@@ -1,6 +1,7 @@
 // What the REST and gRPC front ends share: the lifecycle (ready/draining),
-// API keys, metrics, the request timeout, and the model service, which is
-// null while the model loads (requests then get 503 / UNAVAILABLE).
+// API keys, metrics, the request timeout, the model service, which is null
+// while the model loads (requests then get 503 / UNAVAILABLE), and the QA
+// service when a QA model is served.
 #pragma once
 
 #include <atomic>
@@ -12,6 +13,7 @@
 namespace ropeserve::api {
 
 class ModelService;
+class QaService;
 
 struct ServingContext {
   Lifecycle lifecycle;
@@ -19,6 +21,7 @@ struct ServingContext {
   ServerMetrics* metrics = nullptr;  // null: not exported
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<ModelService*> service{nullptr};
+  std::atomic<QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
 };
 
 }  // namespace ropeserve::api

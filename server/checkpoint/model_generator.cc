@@ -323,6 +323,7 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
        {{"[CLS]", {{"id", "[CLS]"}, {"ids", {cls}}, {"tokens", {"[CLS]"}}}},
         {"[SEP]", {{"id", "[SEP]"}, {"ids", {sep}}, {"tokens", {"[SEP]"}}}}}}};
   json byte_level = tok["post_processor"];
+  byte_level["trim_offsets"] = true;  // answers start at the word, not at its leading space
   tok["post_processor"] = {{"type", "Sequence"}, {"processors", {byte_level, templ}}};
   RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer.json", tok));
   return WriteJson(out_dir + "/tokenizer_config.json",

@@ -41,7 +41,18 @@ Runner AddMakeModel(CLI::App& app) {
   sub->add_option("--tie-word-embeddings", f->options.tie_word_embeddings, "true or false");
   sub->add_option("--rope-scaling", f->options.rope_scaling_json,
                   R"(rope_scaling JSON, e.g. {"rope_type":"linear","factor":2.0})");
-  return [f] {
+  auto qa = std::make_shared<bool>(false);
+  sub->add_flag("--qa", *qa,
+                "Write a tiny ModernBertForQuestionAnswering span model instead (for `serve --qa`; --seed applies)");
+  return [f, qa] {
+    if (*qa) {
+      MakeEncoderOptions eo;
+      eo.seed = f->options.seed;
+      Status s = MakeEncoderModel(f->out, eo);
+      if (!s.ok()) return Fail(s.ToString());
+      std::fprintf(stderr, "wrote a ModernBertForQuestionAnswering checkpoint to %s\n", f->out.c_str());
+      return 0;
+    }
     f->options.dtype = ParseDTypeFlag(f->dtype);
     Status s = MakeModel(f->out, f->options);
     if (!s.ok()) return Fail(s.ToString());

@@ -20,6 +20,7 @@
 #include "server/api/http_server.h"
 #include "server/api/logging.h"
 #include "server/api/metrics.h"
+#include "server/api/qa_service.h"
 #include "server/api/model_service.h"
 #include "server/api/serving_context.h"
 #include "server/checkpoint/model_generator.h"
@@ -61,6 +62,15 @@ std::string CacheDir() {
   return "/tmp/ropeserve-cache";
 }
 
+StatusOr<std::string> EnsureDemoQaModel() {
+  const std::string dir = CacheDir() + "/models/demo-qa";
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    spdlog::info("generating the demo QA model into {}", dir);
+    RS_RETURN_IF_ERROR(MakeEncoderModel(dir, MakeEncoderOptions{}));  // seed 0: the same bytes everywhere
+  }
+  return dir;
+}
+
 StatusOr<std::string> EnsureDemoModel() {
   const std::string dir = CacheDir() + "/models/demo-tiny";
   if (!std::filesystem::exists(dir + "/config.json")) {
@@ -91,10 +101,13 @@ struct StopSignal {
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<api::ModelService> service;
+  std::unique_ptr<api::QaService> qa;  // null without a QA model
 };
 
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
   bool demo = false;
+  // With neither model named, both demo models; with only --summarizer, no QA.
+  const bool demo_qa = f.summarizer.empty() && f.qa.empty();
   if (f.summarizer.empty()) {
     RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
     demo = true;
@@ -125,6 +138,20 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
   }
   f.engine.observer = &metrics;
   RS_ASSIGN_OR_RETURN(out.service, api::ModelService::Create(*out.model, f.served_model_name, f.engine, tokenizer));
+  if (demo_qa) {
+    RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
+  }
+  if (!f.qa.empty()) {
+    api::QaServiceOptions qo;
+    qo.metrics = &metrics;
+    qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
+    const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
+    RS_ASSIGN_OR_RETURN(out.qa, api::QaService::Create(f.qa, name, qo));
+    const EncoderConfig& qc = out.qa->config();
+    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {}", name, qc.architecture, qc.num_hidden_layers,
+                 qc.hidden_size, f.qa);
+    if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
+  }
   return out;
 }
 
@@ -132,9 +159,6 @@ int Run(ServeFlags f) {
   if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
   if (f.device != "cpu") {
     return Fail("--device " + f.device + ": this build has CPU workers only (the CUDA runner is not built yet)");
-  }
-  if (!f.qa.empty()) {
-    return Fail("--qa: extractive QA models are not supported yet (ModernBERT / RoFormer span models are planned)");
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
@@ -202,6 +226,7 @@ int Run(ServeFlags f) {
   api::ModelService& service = *loaded->service;
   metrics.Attach(&service.engine(), service.options().block_size, static_cast<int>(service.kv_cache().num_blocks));
   ctx.service = &service;
+  ctx.qa = loaded->qa.get();
   ctx.lifecycle.SetReady();
   grpc_server.SetServing(true);
   spdlog::info("ready");
@@ -224,6 +249,7 @@ int Run(ServeFlags f) {
   http.Stop();
   http_thread.join();
   ctx.service = nullptr;
+  ctx.qa = nullptr;
   metrics.Attach(nullptr, 0, 0);
   if (!http_status.ok()) return Fail(http_status.ToString());
   spdlog::info("stopped");
@@ -236,8 +262,9 @@ Runner AddServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* sub = app.add_subcommand(
       "serve",
-      "Serve summarization (REST /v1/summarize, gRPC Summarize), OpenAI-compatible completions and chat, "
-      "Prometheus /metrics. Without --summarizer, a generated demo model with random weights. "
+      "Serve summarization (REST /v1/summarize, gRPC Summarize), extractive QA (/v1/qa, gRPC Answer), "
+      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --summarizer and --qa, generated demo "
+      "models with random weights. "
       "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
       "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
   sub->fallthrough();  // --threads and --config belong to the top level; accept them after `serve`
@@ -250,8 +277,12 @@ Runner AddServe(CLI::App& app) {
                   "for summarization and the OpenAI endpoints (default: a generated demo model)")
       ->envname("ROPESERVE_SUMMARIZER")
       ->check(CLI::ExistingDirectory);
-  sub->add_option("--qa", f->qa, "Extractive QA checkpoint directory (not supported yet: refused with an error)")
-      ->envname("ROPESERVE_QA");
+  sub->add_option("--qa", f->qa,
+                  "Extractive-QA span model directory (ModernBertForQuestionAnswering: config.json, model.safetensors, "
+                  "tokenizer.json) for /v1/qa and gRPC Answer (default: a generated demo model when --summarizer "
+                  "is not given either)")
+      ->envname("ROPESERVE_QA")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
   sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")->capture_default_str()->envname("ROPESERVE_HOST");

@@ -370,6 +370,49 @@ def test_grafana_dashboard_queries_existing_metrics(env):
         check(needed in used, f"the dashboard has no panel on {needed}")
 
 
+def test_question_answering_rest_and_grpc(env):
+    s, g = env.main, env.g
+    context = "The quick brown fox jumps over the lazy dog. It was a sunny day in the park near the river."
+    body = {"question": "Where does the fox jump?", "context": context, "top_k": 3}
+    status, one, _ = post_json(s.http, "/v1/qa", body)
+    check(status == 200 and one["model"] == "qa", f"{status} {one}")
+    check(1 <= len(one["answers"]) <= 3, one)
+    for a in one["answers"]:
+        check(set(a) == {"text", "score", "start", "end"}, a)
+        check(context[a["start"]:a["end"]] == a["text"], f"not a substring: {a}")
+    scores = [a["score"] for a in one["answers"]]
+    check(scores == sorted(scores, reverse=True), scores)
+    # Batched inputs answer each pair as if alone.
+    status, batch, _ = post_json(s.http, "/v1/qa", {"inputs": [{"question": body["question"], "context": context},
+                                                                {"question": "What?", "context": "A red ball."}],
+                                                     "top_k": 3})
+    check(status == 200 and len(batch["results"]) == 2, batch)
+    check(batch["results"][0]["answers"] == one["answers"], "batched answers differ from the single request's")
+    # A long context split into several windows; logits scoring; null answer.
+    long_context = " ".join(f"Sentence {i} talks about item {i}." for i in range(200))
+    status, long_ans, _ = post_json(s.http, "/v1/qa", {"question": "Which item?", "context": long_context,
+                                                       "max_seq_len": 64, "doc_stride": 16, "scoring": "logits",
+                                                       "handle_impossible_answer": True, "top_k": 2})
+    check(status == 200 and long_ans["usage"]["windows"] > 3, long_ans.get("usage", long_ans))
+    for a in long_ans["answers"]:
+        check(long_context[a["start"]:a["end"]] == a["text"], a)
+    # gRPC Answer gives the same answers.
+    r = g.stub(s.grpc).Answer(g.pb.AnswerRequest(question=body["question"], context=context, top_k=3), timeout=30)
+    check([(a.text, a.start, a.end) for a in r.answers] == [(a["text"], a["start"], a["end"]) for a in one["answers"]],
+          f"gRPC {r.answers} != REST {one['answers']}")
+    for a, b in zip(r.answers, one["answers"]):
+        check(abs(a.score - b["score"]) < 1e-9, "scores differ")
+    # Errors.
+    check(post_json(s.http, "/v1/qa", {"question": "x"})[0] == 400, "missing context")
+    check(post_json(s.http, "/v1/qa", dict(body, scoring="best"))[0] == 422, "bad scoring")
+    check(post_json(s.http, "/v1/qa", dict(body, max_seq_len=100000))[0] == 422, "max_seq_len beyond the model")
+    check(post_json(s.http, "/v1/qa", dict(body, question=""))[0] == 422, "empty question")
+    check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context=""), timeout=10))
+          == "INVALID_ARGUMENT", "gRPC empty context")
+    _, values = s.metrics()
+    check(values.get("ropeserve_qa_request_latency_seconds_count", 0) >= 4, "QA latency not observed")
+
+
 def test_prometheus_server_scrapes(env):
     s = env.main
     prom_port = free_port()
@@ -439,7 +482,6 @@ def test_errors_have_one_shape_and_the_right_status(env):
         ("GET", "/v1/summarize", None, 405),
         ("DELETE", "/health", None, 405),
         ("POST", "/v1/summarize", b'{"text": "' + b"a" * (2 << 20) + b'"}', 413),
-        ("POST", "/v1/qa", b'{"question": "q", "context": "c"}', 501),
     ]
     for method, path, raw, want in cases:
         status, hdrs, text = curl(s.http, path, method=method, raw=raw,
@@ -456,8 +498,8 @@ def test_errors_have_one_shape_and_the_right_status(env):
           == "INVALID_ARGUMENT", "max_tokens")
     check(g.code(lambda: stub.Generate(g.pb.GenerateRequest(prompt_ids=[10 ** 6]), timeout=10)) == "INVALID_ARGUMENT",
           "vocab")
-    check(g.code(lambda: stub.Answer(g.pb.AnswerRequest(question="q", context="c"), timeout=10)) == "UNIMPLEMENTED",
-          "answer")
+    check(g.code(lambda: stub.Answer(g.pb.AnswerRequest(question="q", context="c", model="nope"), timeout=10))
+          == "NOT_FOUND", "answer with an unknown model")
     # A deadline shorter than the generation: DEADLINE_EXCEEDED.
     long_gen = g.pb.GenerateRequest(prompt="x", max_tokens=2000, ignore_eos=True)
     check(g.code(lambda: stub.Generate(long_gen, timeout=0.3)) == "DEADLINE_EXCEEDED", "deadline")
@@ -529,6 +571,12 @@ def test_auth_overload_json_logs_and_yaml_config(env):
         check(post_json(s.http, "/v1/summarize", summarize_body(max_tokens=2),
                         ["Authorization: Bearer secret-two"])[0] == 200, "key from file")
         check(curl(s.http, "/health")[0] == 200 and curl(s.http, "/metrics")[0] == 200, "probes need no key")
+        # This server has a summarizer and no QA model: /v1/qa is 501, Answer UNIMPLEMENTED.
+        status, body501, _ = post_json(s.http, "/v1/qa", {"question": "q", "context": "c"}, ok)
+        check(status == 501 and body501["error"]["code"] == 501, f"QA without a QA model: {status}")
+        check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context="c"), timeout=10,
+                                                   metadata=[("authorization", "Bearer secret-one")]))
+              == "UNIMPLEMENTED", "gRPC Answer without a QA model")
         stub = g.stub(s.grpc)
         req = g.pb.SummarizeRequest(text=TEXT, max_tokens=2)
         check(g.code(lambda: stub.Summarize(req, timeout=10)) == "UNAUTHENTICATED", "gRPC without key")
@@ -679,8 +727,10 @@ def main():
     env.model = os.path.join(env.workdir, "model")
     subprocess.run([env.binary, "make-model", "--out", env.model, "--preset", "tiny"], check=True,
                    capture_output=True)
+    env.qa_model = os.path.join(env.workdir, "qa")
+    subprocess.run([env.binary, "make-model", "--qa", "--out", env.qa_model], check=True, capture_output=True)
     env.g = Grpc(env.workdir)
-    env.main = Server(env.binary, env.model, env.workdir, name="main")
+    env.main = Server(env.binary, env.model, env.workdir, ["--qa", env.qa_model], name="main")
     failures = 0
     try:
         for test in TESTS:
