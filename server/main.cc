@@ -8,7 +8,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "ropeserve: serves RoPE decoder (Llama, Qwen2, Qwen3) checkpoints in Hugging Face layout.\n"
+      "ropeserve: serves RoPE decoder (Llama, Qwen2, Qwen3) and span (ModernBERT QA) checkpoints in Hugging Face "
+      "layout.\n"
       "Run `ropeserve <command> --help` for a command's flags."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ropeserve 0.1.0");
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   add(&ropeserve::cli::AddBench);
   add(&ropeserve::cli::AddTokenize);
   add(&ropeserve::cli::AddChatTemplate);
+  add(&ropeserve::cli::AddQa);
+  add(&ropeserve::cli::AddEncode);
 #ifdef ROPESERVE_HAVE_NETWORK
   add(&ropeserve::cli::AddServe);
   add(&ropeserve::cli::AddLoadgen);

@@ -19,6 +19,8 @@ Runner AddMakeModel(CLI::App& app);
 Runner AddBench(CLI::App& app);
 Runner AddTokenize(CLI::App& app);
 Runner AddChatTemplate(CLI::App& app);
+Runner AddQa(CLI::App& app);
+Runner AddEncode(CLI::App& app);
 #ifdef ROPESERVE_HAVE_NETWORK
 Runner AddServe(CLI::App& app);
 Runner AddLoadgen(CLI::App& app);

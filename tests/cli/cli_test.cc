@@ -290,3 +290,45 @@ TEST(Cli, ChatTemplateRendersAndReportsTemplateErrors) {
 
 }  // namespace
 }  // namespace ropeserve
+
+namespace ropeserve {
+namespace {
+
+// `ropeserve qa` and `encode` on a generated span model: one answer line per
+// input line, an error line (and exit 1) for bad input; encode's fast and
+// reference paths agree.
+TEST(Cli, QaAndEncode) {
+  ScratchDir d;
+  const std::string model = d.path() + "/qa";
+  ASSERT_EQ(RunBinary("make-model --qa --out " + model, d.path()).exit_code, 0);
+  const std::string in = d.path() + "/in.jsonl";
+  const std::string context = "the fox jumps over the dog near the river";
+  std::ofstream(in) << nlohmann::json{{"question", "where"}, {"context", context}}.dump() << "\n"
+                    << "{\"question\": 1}\n";
+  auto r = RunBinary("qa --model " + model + " --top-k 2 < " + in, d.path());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  std::istringstream lines(r.out);
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  auto a = nlohmann::json::parse(first);
+  ASSERT_TRUE(a.contains("answers")) << first;
+  ASSERT_GE(a["answers"].size(), 1u);
+  for (const auto& x : a["answers"])
+    EXPECT_EQ(context.substr(x["start"].get<size_t>(), x["end"].get<size_t>() - x["start"].get<size_t>()), x["text"]);
+  EXPECT_NE(second.find("error"), std::string::npos) << second;
+
+  const std::string ids = d.path() + "/ids.jsonl";
+  std::ofstream(ids) << "{\"ids\": [509, 3, 44, 200, 510, 7, 8, 510]}\n";
+  auto fast = RunBinary("encode --model " + model + " < " + ids, d.path());
+  auto ref = RunBinary("encode --reference --model " + model + " < " + ids, d.path());
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  auto jf = nlohmann::json::parse(fast.out), jr = nlohmann::json::parse(ref.out);
+  ASSERT_EQ(jf["start_logits"].size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(jf["start_logits"][i].get<double>(), jr["start_logits"][i].get<double>(), 1e-4);
+  EXPECT_NE(RunBinary("qa --model " + d.path() + "/missing < " + in, d.path()).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace ropeserve

@@ -1,0 +1,151 @@
+// `ropeserve qa` and `ropeserve encode`: a span model offline, over JSON
+// Lines on stdin (one output line per input line; an input that fails gets
+// {"error": ...} and the exit status becomes 1). For checking a checkpoint
+// against another implementation:
+//   qa:     {"question": ..., "context": ...} -> {"answers": [{"text","score","start","end"}], "windows": n}
+//   encode: {"ids": [...]}                    -> {"start_logits": [...], "end_logits": [...]}
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/cli/commands.h"
+#include "server/models/encoder.h"
+#include "server/qa/span_scoring.h"
+#include "server/qa/windows.h"
+
+namespace ropeserve::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct QaFlags {
+  std::string model;
+  int top_k = 1;
+  int max_answer_len = 15;
+  int max_seq_len = 384;
+  int doc_stride = -1;  // -1 = the pipeline's default
+  bool handle_impossible_answer = false;
+  bool no_align_to_words = false;
+  std::string scoring = "pipeline";
+  bool reference = false;  // encode: the per-window reference path
+};
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, const QaFlags& f, const json& in) {
+  if (!in.is_object() || !in.contains("question") || !in["question"].is_string() || !in.contains("context") ||
+      !in["context"].is_string())
+    return InvalidArgument("expected {\"question\": \"...\", \"context\": \"...\"}");
+  qa::WindowOptions wo;
+  wo.max_seq_len = f.max_seq_len;
+  if (f.doc_stride >= 0) wo.doc_stride = f.doc_stride;
+  const std::string context = in["context"].get<std::string>();
+  RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tok, in["question"].get<std::string>(), context, wo));
+  std::vector<std::vector<std::uint32_t>> ids;
+  for (const auto& w : windows) ids.push_back(w.ids);
+  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardPacked(ids));
+  std::vector<qa::QaWindow> scored;
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    qa::QaWindow w = std::move(windows[k].window);
+    w.start_logits = std::move(logits[k].start);
+    w.end_logits = std::move(logits[k].end);
+    scored.push_back(std::move(w));
+  }
+  qa::QaOptions o;
+  o.top_k = f.top_k;
+  o.max_answer_len = f.max_answer_len;
+  o.handle_impossible_answer = f.handle_impossible_answer;
+  o.align_to_words = !f.no_align_to_words;
+  o.scoring = f.scoring == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
+  RS_ASSIGN_OR_RETURN(auto answers, qa::SelectAnswers(scored, context, o));
+  json out = {{"answers", json::array()}, {"windows", scored.size()}};
+  for (const auto& a : answers) out["answers"].push_back({{"text", a.text}, {"score", a.score}, {"start", a.start}, {"end", a.end}});
+  return out;
+}
+
+StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json& in) {
+  if (!in.is_object() || !in.contains("ids") || !in["ids"].is_array()) return InvalidArgument("expected {\"ids\": [...]}");
+  std::vector<std::uint32_t> ids;
+  for (const auto& v : in["ids"]) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > UINT32_MAX)
+      return InvalidArgument("ids must be non-negative integers, got " + v.dump());
+    ids.push_back(v.get<std::uint32_t>());
+  }
+  SpanLogits l;
+  if (f.reference) {
+    RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids));
+  } else {
+    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}));
+    l = std::move(packed[0]);
+  }
+  return json{{"start_logits", l.start}, {"end_logits", l.end}};
+}
+
+int Run(const QaFlags& f, bool encode) {
+  auto model = EncoderQaModel::Load(f.model);
+  if (!model.ok()) return Fail(model.status().ToString());
+  std::shared_ptr<const tok::Tokenizer> tok;
+  if (!encode) {
+    auto t = tok::Tokenizer::FromPath(f.model);
+    if (!t.ok()) return Fail(t.status().ToString());
+    tok = *t;
+  }
+  int status = 0;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    json in = json::parse(line, nullptr, false);
+    StatusOr<json> out = in.is_discarded() ? StatusOr<json>(InvalidArgument("line is not valid JSON"))
+                         : encode         ? Encode(**model, f, in)
+                                          : Answer(**model, *tok, f, in);
+    if (out.ok()) {
+      std::printf("%s\n", Dump(*out).c_str());
+    } else {
+      std::printf("%s\n", Dump({{"error", out.status().ToString()}}).c_str());
+      status = 1;
+    }
+    std::fflush(stdout);
+  }
+  return status;
+}
+
+void AddModelFlag(CLI::App* sub, QaFlags& f) {
+  sub->add_option("--model", f.model, "Span model directory (config.json, model.safetensors, tokenizer.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+}
+
+}  // namespace
+
+Runner AddQa(CLI::App& app) {
+  auto f = std::make_shared<QaFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "qa", "Extractive QA offline: JSON Lines {\"question\",\"context\"} on stdin -> {\"answers\":[...]} (docs/qa.md)");
+  AddModelFlag(sub, *f);
+  sub->add_option("--top-k", f->top_k)->capture_default_str()->check(CLI::Range(1, 100));
+  sub->add_option("--max-answer-len", f->max_answer_len, "Tokens")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--max-seq-len", f->max_seq_len, "Window length in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 1 << 20));
+  sub->add_option("--doc-stride", f->doc_stride, "Window overlap in tokens (default: min(max_seq_len/2, 128))")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--handle-impossible-answer", f->handle_impossible_answer, "Allow the empty answer");
+  sub->add_flag("--no-align-to-words", f->no_align_to_words, "Keep token offsets instead of whole words");
+  sub->add_option("--scoring", f->scoring, "pipeline (Hugging Face) or logits (SQuAD v2)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"pipeline", "logits"}));
+  return [f] { return Run(*f, /*encode=*/false); };
+}
+
+Runner AddEncode(CLI::App& app) {
+  auto f = std::make_shared<QaFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "encode", "Span logits of windows: JSON Lines {\"ids\":[...]} on stdin -> {\"start_logits\",\"end_logits\"}");
+  AddModelFlag(sub, *f);
+  sub->add_flag("--reference", f->reference, "Use the reference path (dense, per window)");
+  return [f] { return Run(*f, /*encode=*/true); };
+}
+
+}  // namespace ropeserve::cli
