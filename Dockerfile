@@ -4,7 +4,7 @@
 # OpenBLAS and curl (for HEALTHCHECK); non-root.
 #
 #   docker build -t ropeserve:cpu .                  (or: podman build)
-#   docker run -p 8080:8080 -p 50051:50051 ropeserve:cpu             # demo model
+#   docker run -p 8080:8080 -p 50051:50051 ropeserve:cpu             # demo models
 #   docker run -p 8080:8080 -p 50051:50051 -v /srv/models:/models:ro \
 #     -e ROPESERVE_SUMMARIZER=/models/Qwen2.5-0.5B-Instruct ropeserve:cpu
 #
@@ -25,6 +25,7 @@ RUN --mount=type=cache,target=/root/.cache/ropeserve/ccache \
     CMAKE_ARGS="-DROPESERVE_TESTS=OFF -DCMAKE_BUILD_TYPE=Release" BUILD_DIR=/build TARGETS=ropeserve scripts/build \
  && install -D /build/ropeserve /out/usr/local/bin/ropeserve \
  && /build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny \
+ && /build/ropeserve make-model --qa --out /out/opt/ropeserve/demo-qa \
  && ldd /build/ropeserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
       | while read -r lib; do dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true; done \
       | cut -d: -f1 | sort -u > /out/runtime-packages.txt \
@@ -42,7 +43,7 @@ RUN apt-get update \
 COPY --from=build /out/usr/local/bin/ropeserve /usr/local/bin/ropeserve
 COPY --from=build /out/opt/ropeserve /opt/ropeserve
 USER 10001
-# Without a model the pre-generated demo model (random weights) is served:
+# Without a model the pre-generated demo models (random weights) are served:
 # it sits where `serve` looks for it. No start period is needed for the
 # health check: /health answers while the model still loads (/ready does not).
 ENV ROPESERVE_HOST=0.0.0.0 \
@@ -50,7 +51,8 @@ ENV ROPESERVE_HOST=0.0.0.0 \
     ROPESERVE_GRPC_PORT=50051 \
     ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve
 RUN mkdir -p /home/ropeserve/.cache/ropeserve/models \
- && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny
+ && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny \
+ && ln -s /opt/ropeserve/demo-qa /home/ropeserve/.cache/ropeserve/models/demo-qa
 VOLUME ["/models"]
 EXPOSE 8080 50051
 HEALTHCHECK --interval=15s --timeout=3s --retries=3 \
