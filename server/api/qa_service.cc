@@ -19,6 +19,7 @@ namespace {
 // One request's windows on their way through the worker.
 struct Job {
   std::vector<std::vector<std::uint32_t>> windows;
+  std::vector<std::vector<std::uint32_t>> type_ids;
   std::vector<SpanLogits> logits;
   std::size_t next = 0;  // first window not yet taken by the worker
   std::size_t done = 0;
@@ -61,9 +62,12 @@ struct QaService::Impl {
         }
       }
       if (batch.empty()) continue;
-      std::vector<std::vector<std::uint32_t>> inputs;
-      for (auto& [job, k] : batch) inputs.push_back(job->windows[k]);
-      auto out = model->ForwardPacked(inputs);
+      std::vector<std::vector<std::uint32_t>> inputs, types;
+      for (auto& [job, k] : batch) {
+        inputs.push_back(job->windows[k]);
+        types.push_back(job->type_ids[k]);
+      }
+      auto out = model->ForwardPacked(inputs, types);
       {
         std::lock_guard<std::mutex> lock(mu);
         for (std::size_t b = 0; b < batch.size(); ++b) {
@@ -133,7 +137,10 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
   }
   auto job = std::make_shared<Job>();
   for (const auto& ws : windows)
-    for (const auto& w : ws) job->windows.push_back(w.ids);
+    for (const auto& w : ws) {
+      job->windows.push_back(w.ids);
+      job->type_ids.push_back(w.type_ids);
+    }
   job->logits.resize(job->windows.size());
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

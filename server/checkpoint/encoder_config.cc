@@ -166,7 +166,42 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   return c;
 }
 
+namespace {
+
+std::vector<TensorSpec> RoFormerTensors(const EncoderConfig& c) {
+  std::vector<TensorSpec> t;
+  const std::int64_t h = c.hidden_size, e = c.embedding_size;
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    t.push_back({name + ".weight", {out, in}});
+    t.push_back({name + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& name, std::int64_t n) {
+    t.push_back({name + ".weight", {n}});
+    t.push_back({name + ".bias", {n}});
+  };
+  t.push_back({"roformer.embeddings.word_embeddings.weight", {c.vocab_size, e}});
+  t.push_back({"roformer.embeddings.token_type_embeddings.weight", {c.type_vocab_size, e}});
+  norm("roformer.embeddings.LayerNorm", e);
+  if (e != h) linear("roformer.embeddings_project", h, e);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "roformer.encoder.layer." + std::to_string(i) + ".";
+    linear(p + "attention.self.query", h, h);
+    linear(p + "attention.self.key", h, h);
+    linear(p + "attention.self.value", h, h);
+    linear(p + "attention.output.dense", h, h);
+    norm(p + "attention.output.LayerNorm", h);
+    linear(p + "intermediate.dense", c.intermediate_size, h);
+    linear(p + "output.dense", h, c.intermediate_size);
+    norm(p + "output.LayerNorm", h);
+  }
+  linear("qa_outputs", c.num_labels, h);
+  return t;
+}
+
+}  // namespace
+
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c) {
+  if (c.family == EncoderFamily::kRoFormer) return RoFormerTensors(c);
   std::vector<TensorSpec> t;
   const std::int64_t h = c.hidden_size;
   auto norm = [&](const std::string& name) {

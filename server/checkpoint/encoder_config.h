@@ -52,10 +52,16 @@ struct EncoderConfig {
 // and for RoPE scaling types other than "default".
 StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const std::string& source = "config.json");
 
-// The tensors of a ModernBertForQuestionAnswering checkpoint, in Hugging
-// Face names (model.embeddings.*, model.layers.N.{attn_norm (not in layer 0),
-// attn.Wqkv, attn.Wo, mlp_norm, mlp.Wi, mlp.Wo}, model.final_norm,
-// head.{dense, norm}, classifier), biases as the config says.
+// The tensors of a span-model checkpoint, in Hugging Face names.
+// ModernBERT: model.embeddings.*, model.layers.N.{attn_norm (not in layer
+// 0), attn.Wqkv, attn.Wo, mlp_norm, mlp.Wi, mlp.Wo}, model.final_norm,
+// head.{dense, norm}, classifier (biases as the config says). RoFormer:
+// roformer.embeddings.{word_embeddings, token_type_embeddings, LayerNorm},
+// roformer.embeddings_project (when embedding_size != hidden_size),
+// roformer.encoder.layer.N.{attention.self.{query,key,value},
+// attention.output.{dense,LayerNorm}, intermediate.dense,
+// output.{dense,LayerNorm}}, qa_outputs. (The sinusoidal table
+// roformer.encoder.embed_positions.weight is computed, not read.)
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c);
 
 }  // namespace ropeserve

@@ -90,7 +90,7 @@ TensorToWrite RandomTensor(const TensorSpec& spec, DType dtype, std::uint64_t se
   if (n == "model.embed_tokens.weight" || n == "lm_head.weight") {
     stddev = 0.5 * std::sqrt(64.0 / static_cast<double>(hidden));
     if (hidden <= 64) stddev = 0.5;
-  } else if (ends_with("norm.weight")) {
+  } else if (ends_with("norm.weight") || ends_with("LayerNorm.weight")) {
     mean = 1.0;
     stddev = 0.1;
   } else if (ends_with(".bias")) {
@@ -278,7 +278,24 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
   if (o.vocab_size < 259 + 3) return InvalidArgument("vocab_size must be at least 262");
   const std::int64_t vocab = o.vocab_size;
   const std::int64_t cls = vocab - 3, sep = vocab - 2, pad = vocab - 1;
-  const json config = {{"architectures", {"ModernBertForQuestionAnswering"}},
+  if (o.arch != "modernbert" && o.arch != "roformer") return InvalidArgument("unknown QA architecture " + o.arch);
+  const json roformer = {{"architectures", {"RoFormerForQuestionAnswering"}},
+                         {"model_type", "roformer"},
+                         {"vocab_size", vocab},
+                         {"embedding_size", o.hidden_size},
+                         {"hidden_size", o.hidden_size},
+                         {"intermediate_size", o.intermediate_size},
+                         {"num_hidden_layers", o.num_layers},
+                         {"num_attention_heads", o.num_heads},
+                         {"max_position_embeddings", o.max_position_embeddings},
+                         {"type_vocab_size", 2},
+                         {"hidden_act", "gelu"},
+                         {"layer_norm_eps", 1e-12},
+                         {"rotary_value", false},
+                         {"pad_token_id", pad},
+                         {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
+                         {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
+  const json modernbert = {{"architectures", {"ModernBertForQuestionAnswering"}},
                        {"model_type", "modernbert"},
                        {"vocab_size", vocab},
                        {"hidden_size", o.hidden_size},
@@ -299,6 +316,7 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                        {"pad_token_id", pad},
                        {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
                        {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
+  const json& config = o.arch == "roformer" ? roformer : modernbert;
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
   std::error_code ec;
   fs::create_directories(out_dir, ec);

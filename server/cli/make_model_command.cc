@@ -42,15 +42,19 @@ Runner AddMakeModel(CLI::App& app) {
   sub->add_option("--rope-scaling", f->options.rope_scaling_json,
                   R"(rope_scaling JSON, e.g. {"rope_type":"linear","factor":2.0})");
   auto qa = std::make_shared<bool>(false);
-  sub->add_flag("--qa", *qa,
-                "Write a tiny ModernBertForQuestionAnswering span model instead (for `serve --qa`; --seed applies)");
-  return [f, qa] {
+  auto qa_arch = std::make_shared<std::string>("modernbert");
+  sub->add_flag("--qa", *qa, "Write a tiny extractive-QA span model instead (for `serve --qa`; --seed applies)");
+  sub->add_option("--qa-arch", *qa_arch, "With --qa: modernbert or roformer")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"modernbert", "roformer"}));
+  return [f, qa, qa_arch] {
     if (*qa) {
       MakeEncoderOptions eo;
       eo.seed = f->options.seed;
+      eo.arch = *qa_arch;
       Status s = MakeEncoderModel(f->out, eo);
       if (!s.ok()) return Fail(s.ToString());
-      std::fprintf(stderr, "wrote a ModernBertForQuestionAnswering checkpoint to %s\n", f->out.c_str());
+      std::fprintf(stderr, "wrote a %s question-answering checkpoint to %s\n", qa_arch->c_str(), f->out.c_str());
       return 0;
     }
     f->options.dtype = ParseDTypeFlag(f->dtype);

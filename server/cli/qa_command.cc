@@ -3,7 +3,7 @@
 // {"error": ...} and the exit status becomes 1). For checking a checkpoint
 // against another implementation:
 //   qa:     {"question": ..., "context": ...} -> {"answers": [{"text","score","start","end"}], "windows": n}
-//   encode: {"ids": [...]}                    -> {"start_logits": [...], "end_logits": [...]}
+//   encode: {"ids": [...], "type_ids": [...]?} -> {"start_logits": [...], "end_logits": [...]}
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -43,9 +43,12 @@ StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, co
   if (f.doc_stride >= 0) wo.doc_stride = f.doc_stride;
   const std::string context = in["context"].get<std::string>();
   RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tok, in["question"].get<std::string>(), context, wo));
-  std::vector<std::vector<std::uint32_t>> ids;
-  for (const auto& w : windows) ids.push_back(w.ids);
-  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardPacked(ids));
+  std::vector<std::vector<std::uint32_t>> ids, types;
+  for (const auto& w : windows) {
+    ids.push_back(w.ids);
+    types.push_back(w.type_ids);
+  }
+  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardPacked(ids, types));
   std::vector<qa::QaWindow> scored;
   for (std::size_t k = 0; k < windows.size(); ++k) {
     qa::QaWindow w = std::move(windows[k].window);
@@ -67,17 +70,25 @@ StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, co
 
 StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json& in) {
   if (!in.is_object() || !in.contains("ids") || !in["ids"].is_array()) return InvalidArgument("expected {\"ids\": [...]}");
-  std::vector<std::uint32_t> ids;
-  for (const auto& v : in["ids"]) {
-    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > UINT32_MAX)
-      return InvalidArgument("ids must be non-negative integers, got " + v.dump());
-    ids.push_back(v.get<std::uint32_t>());
+  auto read_ids = [](const json& list, std::vector<std::uint32_t>& out) -> Status {
+    for (const auto& v : list) {
+      if (!v.is_number_unsigned() || v.get<std::uint64_t>() > UINT32_MAX)
+        return InvalidArgument("ids must be non-negative integers, got " + v.dump());
+      out.push_back(v.get<std::uint32_t>());
+    }
+    return Status::Ok();
+  };
+  std::vector<std::uint32_t> ids, types;
+  RS_RETURN_IF_ERROR(read_ids(in["ids"], ids));
+  if (in.contains("type_ids")) {
+    if (!in["type_ids"].is_array()) return InvalidArgument("type_ids must be a list");
+    RS_RETURN_IF_ERROR(read_ids(in["type_ids"], types));
   }
   SpanLogits l;
   if (f.reference) {
-    RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids));
+    RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids, types));
   } else {
-    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}));
+    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}, {types}));
     l = std::move(packed[0]);
   }
   return json{{"start_logits", l.start}, {"end_logits", l.end}};

@@ -278,7 +278,8 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_SUMMARIZER")
       ->check(CLI::ExistingDirectory);
   sub->add_option("--qa", f->qa,
-                  "Extractive-QA span model directory (ModernBertForQuestionAnswering: config.json, model.safetensors, "
+                  "Extractive-QA span model directory (ModernBertForQuestionAnswering or RoFormerForQuestionAnswering: "
+                  "config.json, model.safetensors, "
                   "tokenizer.json) for /v1/qa and gRPC Answer (default: a generated demo model when --summarizer "
                   "is not given either)")
       ->envname("ROPESERVE_QA")

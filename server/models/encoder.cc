@@ -57,6 +57,130 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return x * cos + RotateHalf(x) * sin;
 }
 
+// ---- RoFormer ----
+
+// RoFormer's sinusoidal table for positions 0..len-1, expanded to the
+// interleaved layout: sin_pos[p, 2i] = sin_pos[p, 2i+1] = sin(p / 10000^(2i/d)),
+// same for cos (computed in double, as the reference's numpy table).
+std::pair<at::Tensor, at::Tensor> RoFormerRope(std::int64_t len, std::int64_t dim) {
+  at::Tensor i = at::arange(0, dim / 2, at::kDouble);
+  at::Tensor inv = at::pow(10000.0, -2.0 * i / static_cast<double>(dim));
+  at::Tensor angles = at::outer(at::arange(len, at::kDouble), inv).to(at::kFloat);  // [len, d/2]
+  at::Tensor sin = at::stack({angles.sin(), angles.sin()}, -1).reshape({len, dim});
+  at::Tensor cos = at::stack({angles.cos(), angles.cos()}, -1).reshape({len, dim});
+  return {cos, sin};
+}
+
+// x * cos + [-x1, x0, -x3, x2, ...] * sin over the last dimension.
+at::Tensor RoFormerRotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  auto sizes = x.sizes().vec();
+  at::Tensor pairs = x.reshape({-1, x.size(-1) / 2, 2});
+  at::Tensor rotated = at::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).reshape(sizes);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor RoFormerEmbed(const EncoderQaModel::Weights& w, const EncoderConfig& c, const std::vector<std::int64_t>& ids,
+                         const std::vector<std::int64_t>& types) {
+  at::Tensor x = at::embedding(w.t.at("roformer.embeddings.word_embeddings.weight"), at::tensor(ids, at::kLong)) +
+                 at::embedding(w.t.at("roformer.embeddings.token_type_embeddings.weight"), at::tensor(types, at::kLong));
+  x = w.Norm(x, "roformer.embeddings.LayerNorm", c.norm_eps);
+  if (c.embedding_size != c.hidden_size) x = w.Linear(x, "roformer.embeddings_project");
+  return x;
+}
+
+// One layer's post-attention part (BERT post-norm), on [T, H].
+at::Tensor RoFormerAfterAttention(const EncoderQaModel::Weights& w, const EncoderConfig& c, const std::string& p,
+                                  const at::Tensor& x, const at::Tensor& context) {
+  at::Tensor h = w.Norm(w.Linear(context, p + "attention.output.dense") + x, p + "attention.output.LayerNorm", c.norm_eps);
+  at::Tensor inter = Activation(w.Linear(h, p + "intermediate.dense"), c.activation);
+  return w.Norm(w.Linear(inter, p + "output.dense") + h, p + "output.LayerNorm", c.norm_eps);
+}
+
+SpanLogits ToSpans(const at::Tensor& logits, std::int64_t begin, std::int64_t len) {
+  at::Tensor s = logits.select(1, 0).contiguous(), e = logits.select(1, 1).contiguous();
+  SpanLogits out;
+  out.start.assign(s.data_ptr<float>() + begin, s.data_ptr<float>() + begin + len);
+  out.end.assign(e.data_ptr<float>() + begin, e.data_ptr<float>() + begin + len);
+  return out;
+}
+
+std::vector<std::int64_t> Types(const std::vector<std::uint32_t>& type_ids, std::size_t n) {
+  if (type_ids.empty()) return std::vector<std::int64_t>(n, 0);
+  return std::vector<std::int64_t>(type_ids.begin(), type_ids.end());
+}
+
+// Reference: one window, [H, L, D] attention as the reference module.
+StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const EncoderConfig& c,
+                                       const std::vector<std::uint32_t>& ids,
+                                       const std::vector<std::uint32_t>& type_ids) {
+  at::NoGradGuard no_grad;
+  const auto L = static_cast<std::int64_t>(ids.size());
+  const std::int64_t H = c.num_attention_heads, D = c.head_dim;
+  at::Tensor x = RoFormerEmbed(w, c, std::vector<std::int64_t>(ids.begin(), ids.end()), Types(type_ids, ids.size()));
+  auto [cos, sin] = RoFormerRope(L, D);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "roformer.encoder.layer." + std::to_string(i) + ".";
+    auto heads = [&](const char* name) { return w.Linear(x, p + "attention.self." + name).view({L, H, D}).transpose(0, 1); };
+    at::Tensor q = RoFormerRotate(heads("query"), cos, sin);
+    at::Tensor k = RoFormerRotate(heads("key"), cos, sin);
+    at::Tensor v = heads("value");
+    if (c.rotary_value) v = RoFormerRotate(v, cos, sin);
+    at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) * scale, -1);
+    at::Tensor context = at::matmul(probs, v).transpose(0, 1).reshape({L, H * D});
+    x = RoFormerAfterAttention(w, c, p, x, context);
+  }
+  return ToSpans(w.Linear(x, "qa_outputs").contiguous(), 0, L);
+}
+
+// Packed: linears over every window's tokens at once, attention per window.
+StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& w, const EncoderConfig& c,
+                                                 const std::vector<std::vector<std::uint32_t>>& windows,
+                                                 const std::vector<std::vector<std::uint32_t>>& type_ids) {
+  at::NoGradGuard no_grad;
+  std::vector<std::int64_t> ids, types, positions, starts;
+  std::int64_t longest = 0;
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    starts.push_back(static_cast<std::int64_t>(ids.size()));
+    const auto t = Types(type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k], windows[k].size());
+    for (std::size_t j = 0; j < windows[k].size(); ++j) {
+      ids.push_back(windows[k][j]);
+      types.push_back(t[j]);
+      positions.push_back(static_cast<std::int64_t>(j));
+    }
+    longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(windows[k].size()));
+  }
+  starts.push_back(static_cast<std::int64_t>(ids.size()));
+  const auto T = static_cast<std::int64_t>(ids.size());
+  const std::int64_t H = c.num_attention_heads, D = c.head_dim;
+  auto [cos_all, sin_all] = RoFormerRope(longest, D);
+  const at::Tensor pos = at::tensor(positions, at::kLong);
+  const at::Tensor cos = cos_all.index_select(0, pos).unsqueeze(1), sin = sin_all.index_select(0, pos).unsqueeze(1);
+  at::Tensor x = RoFormerEmbed(w, c, ids, types);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "roformer.encoder.layer." + std::to_string(i) + ".";
+    auto heads = [&](const char* name) { return w.Linear(x, p + "attention.self." + name).view({T, H, D}); };
+    at::Tensor q = RoFormerRotate(heads("query"), cos, sin);
+    at::Tensor k = RoFormerRotate(heads("key"), cos, sin);
+    at::Tensor v = heads("value");
+    if (c.rotary_value) v = RoFormerRotate(v, cos, sin);
+    at::Tensor context = at::empty({T, H, D});
+    for (std::size_t win = 0; win + 1 < starts.size(); ++win) {
+      const std::int64_t s0 = starts[win], len = starts[win + 1] - s0;
+      at::Tensor qb = q.narrow(0, s0, len).transpose(0, 1), kb = k.narrow(0, s0, len).transpose(0, 1);
+      at::Tensor vb = v.narrow(0, s0, len).transpose(0, 1);
+      at::Tensor probs = at::softmax(at::matmul(qb, kb.transpose(-1, -2)) * scale, -1);
+      context.narrow(0, s0, len).copy_(at::matmul(probs, vb).transpose(0, 1));
+    }
+    x = RoFormerAfterAttention(w, c, p, x, context.reshape({T, H * D}));
+  }
+  at::Tensor logits = w.Linear(x, "qa_outputs").contiguous();
+  std::vector<SpanLogits> out;
+  for (std::size_t win = 0; win + 1 < starts.size(); ++win) out.push_back(ToSpans(logits, starts[win], starts[win + 1] - starts[win]));
+  return out;
+}
+
 }  // namespace
 
 EncoderQaModel::~EncoderQaModel() = default;
@@ -68,8 +192,6 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
   ss << in.rdbuf();
   std::unique_ptr<EncoderQaModel> m(new EncoderQaModel());
   RS_ASSIGN_OR_RETURN(m->config_, ParseEncoderConfig(ss.str(), dir + "/config.json"));
-  if (m->config_.family != EncoderFamily::kModernBert)
-    return Unimplemented(dir + ": " + m->config_.architecture + " is parsed but its model is not built yet");
   const std::string path = dir + "/model.safetensors";
   RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   m->w_ = std::make_unique<Weights>();
@@ -91,8 +213,16 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
   return m;
 }
 
-Status EncoderQaModel::CheckIds(const std::vector<std::uint32_t>& ids) const {
+Status EncoderQaModel::CheckIds(const std::vector<std::uint32_t>& ids,
+                                const std::vector<std::uint32_t>& type_ids) const {
   if (ids.empty()) return InvalidArgument("an empty window");
+  // ModernBERT has no token types: they are ignored.
+  if (!type_ids.empty() && config_.family == EncoderFamily::kRoFormer) {
+    if (type_ids.size() != ids.size()) return InvalidArgument("token type ids and ids differ in length");
+    for (auto t : type_ids)
+      if (static_cast<std::int64_t>(t) >= std::max<std::int64_t>(config_.type_vocab_size, 1))
+        return InvalidArgument("token type id " + std::to_string(t) + " is outside the model's type vocabulary");
+  }
   if (static_cast<std::int64_t>(ids.size()) > config_.max_position_embeddings)
     return InvalidArgument("a window of " + std::to_string(ids.size()) + " tokens exceeds max_position_embeddings " +
                            std::to_string(config_.max_position_embeddings));
@@ -102,8 +232,10 @@ Status EncoderQaModel::CheckIds(const std::vector<std::uint32_t>& ids) const {
   return Status::Ok();
 }
 
-StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uint32_t>& ids) const {
-  RS_RETURN_IF_ERROR(CheckIds(ids));
+StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uint32_t>& ids,
+                                                      const std::vector<std::uint32_t>& type_ids) const {
+  RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
+  if (config_.family == EncoderFamily::kRoFormer) return RoFormerReference(*w_, config_, ids, type_ids);
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config_;
   const Weights& w = *w_;
@@ -146,11 +278,16 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
 }
 
 StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
-    const std::vector<std::vector<std::uint32_t>>& windows) const {
+    const std::vector<std::vector<std::uint32_t>>& windows,
+    const std::vector<std::vector<std::uint32_t>>& type_ids) const {
   if (windows.empty()) return std::vector<SpanLogits>{};
+  if (!type_ids.empty() && type_ids.size() != windows.size())
+    return InvalidArgument("token type ids are needed for every window or none");
+  for (std::size_t k = 0; k < windows.size(); ++k)
+    RS_RETURN_IF_ERROR(CheckIds(windows[k], type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k]));
+  if (config_.family == EncoderFamily::kRoFormer) return RoFormerPacked(*w_, config_, windows, type_ids);
   std::vector<std::int64_t> ids, positions, starts;
   for (const auto& win : windows) {
-    RS_RETURN_IF_ERROR(CheckIds(win));
     starts.push_back(static_cast<std::int64_t>(ids.size()));
     for (std::size_t j = 0; j < win.size(); ++j) {
       ids.push_back(win[j]);

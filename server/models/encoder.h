@@ -1,9 +1,13 @@
-// Span models for extractive QA: ModernBertForQuestionAnswering, mirroring
-// Hugging Face's modules (embeddings + norm; layers with no attn_norm in
-// layer 0, fused Wqkv, RoPE per layer kind, global or sliding-window
-// attention, GeGLU MLP with the fused Wi; final_norm; prediction head
-// dense -> activation -> norm; classifier). f32 compute. Torch stays out of
-// this header.
+// Span models for extractive QA, mirroring Hugging Face's modules, f32
+// compute; torch stays out of this header.
+//  - ModernBertForQuestionAnswering: embeddings + norm; layers with no
+//    attn_norm in layer 0, fused Wqkv, rotate-half RoPE per layer kind,
+//    global or sliding-window attention, GeGLU MLP with the fused Wi;
+//    final_norm; prediction head dense -> activation -> norm; classifier.
+//  - RoFormerForQuestionAnswering: word + token-type embeddings, LayerNorm,
+//    optional embeddings_project; BERT post-norm layers with RoFormer's
+//    rotary on q and k (and v when rotary_value) in the interleaved-pair
+//    layout from a sinusoidal table; qa_outputs.
 //
 // Two paths over the same weights: ForwardReference (one window, dense
 // attention with explicit masks, as HF's eager attention) and ForwardPacked
@@ -35,14 +39,17 @@ class EncoderQaModel {
   ~EncoderQaModel();
 
   const EncoderConfig& config() const { return config_; }
-  StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids) const;
-  StatusOr<std::vector<SpanLogits>> ForwardPacked(const std::vector<std::vector<std::uint32_t>>& windows) const;
+  struct Weights;  // opaque: the tensors by name
+  // `type_ids` (token types, RoFormer) may be empty: all 0.
+  StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids,
+                                        const std::vector<std::uint32_t>& type_ids = {}) const;
+  StatusOr<std::vector<SpanLogits>> ForwardPacked(const std::vector<std::vector<std::uint32_t>>& windows,
+                                                  const std::vector<std::vector<std::uint32_t>>& type_ids = {}) const;
 
  private:
   EncoderQaModel() = default;
-  Status CheckIds(const std::vector<std::uint32_t>& ids) const;
+  Status CheckIds(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids) const;
   EncoderConfig config_;
-  struct Weights;
   std::unique_ptr<Weights> w_;
 };
 

@@ -18,11 +18,12 @@
 namespace ropeserve {
 namespace {
 
-class Encoder : public ::testing::Test {
+class Encoder : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     MakeEncoderOptions o;
     o.seed = 3;
+    o.arch = GetParam();
     ASSERT_TRUE(MakeEncoderModel(dir_.path(), o).ok());
     auto m = EncoderQaModel::Load(dir_.path());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -32,10 +33,12 @@ class Encoder : public ::testing::Test {
   std::unique_ptr<EncoderQaModel> model_;
 };
 
-TEST_F(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
-  // Layers 0 and 3 are global, 1 and 2 see +-8 tokens: windows shorter and
-  // much longer than the band, and longer than the 64-token query block.
-  EXPECT_EQ(model_->config().global_layers, (std::vector<bool>{true, false, false, true}));
+TEST_P(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
+  // ModernBERT: layers 0 and 3 are global, 1 and 2 see +-8 tokens: windows
+  // shorter and much longer than the band, and longer than the 64-token
+  // query block.
+  if (model_->config().family == EncoderFamily::kModernBert)
+    EXPECT_EQ(model_->config().global_layers, (std::vector<bool>{true, false, false, true}));
   std::vector<std::vector<std::uint32_t>> windows;
   std::uint32_t next = 7;
   for (int len : {1, 5, 17, 40, 130}) {
@@ -43,12 +46,19 @@ TEST_F(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
     for (int i = 0; i < len; ++i) w.push_back(next = (next * 31 + 11) % 509);
     windows.push_back(w);
   }
-  auto packed = model_->ForwardPacked(windows);
+  // Token types: the second half of each window is segment 1.
+  std::vector<std::vector<std::uint32_t>> types;
+  for (const auto& w : windows) {
+    std::vector<std::uint32_t> t(w.size(), 0);
+    for (std::size_t i = w.size() / 2; i < w.size(); ++i) t[i] = 1;
+    types.push_back(t);
+  }
+  auto packed = model_->ForwardPacked(windows, types);
   ASSERT_TRUE(packed.ok()) << packed.status().ToString();
   ASSERT_EQ(packed->size(), windows.size());
   double max_diff = 0, max_abs = 0;
   for (std::size_t k = 0; k < windows.size(); ++k) {
-    auto ref = model_->ForwardReference(windows[k]);
+    auto ref = model_->ForwardReference(windows[k], types[k]);
     ASSERT_TRUE(ref.ok());
     ASSERT_EQ((*packed)[k].start.size(), windows[k].size());
     for (std::size_t i = 0; i < windows[k].size(); ++i) {
@@ -60,12 +70,12 @@ TEST_F(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
   EXPECT_LT(max_diff, 1e-4) << "largest |logit| " << max_abs;
   EXPECT_GT(max_abs, 0.1);  // the logits are not degenerate
   // A window is independent of what it is packed with.
-  auto alone = model_->ForwardPacked({windows[3]});
+  auto alone = model_->ForwardPacked({windows[3]}, {types[3]});
   ASSERT_TRUE(alone.ok());
   for (std::size_t i = 0; i < windows[3].size(); ++i) EXPECT_NEAR((*alone)[0].start[i], (*packed)[3].start[i], 1e-5);
 }
 
-TEST_F(Encoder, QuestionAnsweringGivesContextSubstrings) {
+TEST_P(Encoder, QuestionAnsweringGivesContextSubstrings) {
   auto tok = tok::Tokenizer::FromPath(dir_.path());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   std::string context;
@@ -77,9 +87,12 @@ TEST_F(Encoder, QuestionAnsweringGivesContextSubstrings) {
   ASSERT_TRUE(windows.ok()) << windows.status().ToString();
   ASSERT_GE(windows->size(), 3u);
   EXPECT_EQ((*windows)[0].window.p_mask[0], 0);  // [CLS] open for the null answer
-  std::vector<std::vector<std::uint32_t>> ids;
-  for (const auto& w : *windows) ids.push_back(w.ids);
-  auto logits = model_->ForwardPacked(ids);
+  std::vector<std::vector<std::uint32_t>> ids, types;
+  for (const auto& w : *windows) {
+    ids.push_back(w.ids);
+    types.push_back(w.type_ids);
+  }
+  auto logits = model_->ForwardPacked(ids, types);
   ASSERT_TRUE(logits.ok());
   std::vector<qa::QaWindow> scored;
   for (std::size_t k = 0; k < windows->size(); ++k) {
@@ -104,6 +117,24 @@ TEST_F(Encoder, QuestionAnsweringGivesContextSubstrings) {
       EXPECT_EQ(context.substr(static_cast<std::size_t>(a.start), static_cast<std::size_t>(a.end - a.start)), a.text);
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Encoder, ::testing::Values("modernbert", "roformer"));
+
+// RoFormer's token types matter (segment embeddings).
+TEST(RoFormer, TokenTypesChangeTheLogits) {
+  testing::ScratchDir dir;
+  MakeEncoderOptions o;
+  o.arch = "roformer";
+  ASSERT_TRUE(MakeEncoderModel(dir.path(), o).ok());
+  auto m = EncoderQaModel::Load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ((*m)->config().family, EncoderFamily::kRoFormer);
+  auto a = (*m)->ForwardReference({5, 6, 7, 8}, {0, 0, 0, 0});
+  auto b = (*m)->ForwardReference({5, 6, 7, 8}, {0, 0, 1, 1});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->start, b->start);
+  EXPECT_FALSE((*m)->ForwardReference({5, 6}, {0, 2}).ok());  // type 2 of 2
 }
 
 TEST(EncoderLoad, BadCheckpointsAreClearErrors) {
