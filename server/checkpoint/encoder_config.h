@@ -1,8 +1,8 @@
 // config.json of a RoPE encoder with a span head (extractive QA), parsed
 // and validated torch-free with Hugging Face's field names and defaults:
 // ModernBertForQuestionAnswering (ModernBertConfig) and
-// RoFormerForQuestionAnswering (RoFormerConfig). The models themselves are
-// not built yet (docs/qa.md).
+// RoFormerForQuestionAnswering (RoFormerConfig). The models are in
+// server/models/encoder (docs/qa.md).
 #pragma once
 
 #include <cstdint>
