@@ -7,7 +7,6 @@
 
 #include <fstream>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -70,18 +69,8 @@ struct CallStart {
 
 Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out) {
   out.method = method;
-  std::string id = Metadata(call, "x-request-id");
-  bool ok = !id.empty() && id.size() <= 128;
-  for (unsigned char c : id) ok = ok && (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':');
-  if (!ok) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    char buf[33];
-    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                  static_cast<unsigned long long>(rng()));
-    id = buf;
-  }
-  out.request_id = id;
-  call->AddInitialMetadata("x-request-id", id);
+  out.request_id = RequestIdOrNew(Metadata(call, "x-request-id"));
+  call->AddInitialMetadata("x-request-id", out.request_id);
   RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
   RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());
   out.service = ctx.service.load();

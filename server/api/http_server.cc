@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include <sys/socket.h>
 
@@ -48,21 +47,6 @@ struct RequestInfo {
 };
 thread_local RequestInfo t_request;
 
-// x-request-id: the client's if it is a sane token, else a fresh one.
-std::string RequestId(const httplib::Request& req) {
-  std::string id = req.get_header_value("x-request-id");
-  bool ok = !id.empty() && id.size() <= 128;
-  for (unsigned char c : id) ok = ok && (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':');
-  if (ok) return id;
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
-// `http_status` overrides the table's status (405, 413: protocol errors
-// without an ErrorCode of their own).
 void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
   res.status = http_status ? http_status : HttpStatusFor(s.code());
   if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
@@ -74,18 +58,22 @@ using Endpoint = StatusOr<RestReply> (*)(ModelService&, const RestRequest&);
 
 }  // namespace
 
-std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
-  auto r = Completions(service, RestRequest{body});
+namespace {
+// (status, body) of a unary endpoint called without the HTTP server.
+std::pair<int, std::string> Unary(Endpoint endpoint, ModelService& service, const std::string& body) {
+  auto r = endpoint(service, RestRequest{body});
   if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
   if (r->events) return {400, ErrorJson(MalformedRequest("streaming needs the HTTP server"))};
   return {200, r->body};
 }
+}  // namespace
+
+std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
+  return Unary(&Completions, service, body);
+}
 
 std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body) {
-  auto r = ChatCompletions(service, RestRequest{body});
-  if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
-  if (r->events) return {400, ErrorJson(MalformedRequest("streaming needs the HTTP server"))};
-  return {200, r->body};
+  return Unary(&ChatCompletions, service, body);
 }
 
 struct HttpServer::Impl {
@@ -162,7 +150,7 @@ void HttpServer::Impl::Install() {
   // Before routing: request id, 405 for known paths, API keys on /v1/*.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_request.start = std::chrono::steady_clock::now();
-    t_request.id = RequestId(req);
+    t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     res.set_header("x-request-id", t_request.id);
     const Route* route = FindRoute(req.path);
     if (route != nullptr && req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {

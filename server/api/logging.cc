@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <ctime>
+#include <random>
 
 namespace ropeserve::api {
 
@@ -47,6 +49,17 @@ class JsonFormatter : public spdlog::formatter {
 };
 
 }  // namespace
+
+std::string RequestIdOrNew(const std::string& given) {
+  bool ok = !given.empty() && given.size() <= 128;
+  for (unsigned char c : given) ok = ok && (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':');
+  if (ok) return given;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
 
 Status ConfigureLogging(const std::string& format) {
   if (format == "text") {
