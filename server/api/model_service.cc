@@ -73,9 +73,6 @@ StatusOr<std::unique_ptr<Generation>> ModelService::Start(const std::vector<std:
                                                         const GenerateOptions& options) {
   if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
   if (options.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
-  if (options.min_tokens < 0 || options.min_tokens > options.max_tokens) {
-    return InvalidArgument("min_tokens must be between 0 and max_tokens");
-  }
   if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
   EngineRequest r;
   for (auto id : prompt_ids) {
@@ -220,23 +217,26 @@ StatusOr<GenerateResult> ModelService::Collect(Generation& g) {
   }
 }
 
+StatusOr<std::vector<GenerateResult>> ModelService::CollectAll(std::vector<std::unique_ptr<Generation>>& gens) {
+  std::vector<GenerateResult> out;
+  for (auto& g : gens) {
+    RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 StatusOr<GenerateResult> ModelService::Generate(const std::vector<std::int64_t>& prompt_ids,
                                                 const GenerateOptions& options) {
-  RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, options));
-  RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
-  r.prompt_ids = prompt_ids;
-  return r;
+  RS_ASSIGN_OR_RETURN(auto results, GenerateN(prompt_ids, options, 1));
+  return std::move(results[0]);
 }
 
 StatusOr<std::vector<GenerateResult>> ModelService::GenerateN(const std::vector<std::int64_t>& prompt_ids,
                                                               const GenerateOptions& options, int n) {
   RS_ASSIGN_OR_RETURN(auto gens, StartN(prompt_ids, options, n));
-  std::vector<GenerateResult> out;
-  for (auto& g : gens) {
-    RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
-    r.prompt_ids = prompt_ids;
-    out.push_back(std::move(r));
-  }
+  RS_ASSIGN_OR_RETURN(auto out, CollectAll(gens));
+  for (auto& r : out) r.prompt_ids = prompt_ids;
   return out;
 }
 

@@ -114,6 +114,8 @@ class ModelService {
                                                   const GenerateOptions& options, int n);
   // Reads a generation to its end (result.prompt_ids left empty).
   static StatusOr<GenerateResult> Collect(Generation& g);
+  // Reads generations to their ends (they run concurrently in the engine).
+  static StatusOr<std::vector<GenerateResult>> CollectAll(std::vector<std::unique_ptr<Generation>>& gens);
   // The same as GenerateN, read incrementally (for streaming n > 1).
   StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
                                                             const GenerateOptions& options, int n);

@@ -38,11 +38,8 @@ struct RestRequest {
 StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request);
 StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request);
 StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request);
-// POST /v1/qa: one {"question", "context", ...} or {"inputs": [...], ...}.
+// POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
+// {"inputs": [...], ...}.
 StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& request);
-
-// Bodies nested deeper than this are refused before parsing, so that no
-// later recursive walk (templates, serialisation) can exhaust the stack.
-constexpr int kMaxJsonDepth = 64;
 
 }  // namespace ropeserve::api

@@ -1,0 +1,46 @@
+#include "server/api/json_request.h"
+
+namespace ropeserve::api {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Nesting depth of a JSON text, by scanning brackets outside strings.
+Status CheckDepth(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return MalformedRequest("request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<json> ParseBody(const std::string& text) {
+  RS_RETURN_IF_ERROR(CheckDepth(text));
+  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return MalformedRequest("request body is not valid JSON (or not valid UTF-8)");
+  if (!body.is_object()) return MalformedRequest("request body must be a JSON object");
+  return body;
+}
+
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace ropeserve::api
