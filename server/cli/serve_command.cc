@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -62,23 +63,23 @@ std::string CacheDir() {
   return "/tmp/ropeserve-cache";
 }
 
-StatusOr<std::string> EnsureDemoQaModel() {
-  const std::string dir = CacheDir() + "/models/demo-qa";
+// A demo model in the cache, generated on first use by `make` (fixed seeds:
+// the same bytes everywhere).
+StatusOr<std::string> EnsureDemo(const std::string& name, const std::function<Status(const std::string&)>& make) {
+  const std::string dir = CacheDir() + "/models/" + name;
   if (!std::filesystem::exists(dir + "/config.json")) {
-    spdlog::info("generating the demo QA model into {}", dir);
-    RS_RETURN_IF_ERROR(MakeEncoderModel(dir, MakeEncoderOptions{}));  // seed 0: the same bytes everywhere
+    spdlog::info("generating the demo model {} into {}", name, dir);
+    RS_RETURN_IF_ERROR(make(dir));
   }
   return dir;
 }
 
 StatusOr<std::string> EnsureDemoModel() {
-  const std::string dir = CacheDir() + "/models/demo-tiny";
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    spdlog::info("generating the demo model into {}", dir);
-    MakeModelOptions o;  // preset "tiny", seed 0: the same bytes everywhere
-    RS_RETURN_IF_ERROR(MakeModel(dir, o));
-  }
-  return dir;
+  return EnsureDemo("demo-tiny", [](const std::string& dir) { return MakeModel(dir, MakeModelOptions{}); });
+}
+
+StatusOr<std::string> EnsureDemoQaModel() {
+  return EnsureDemo("demo-qa", [](const std::string& dir) { return MakeEncoderModel(dir, MakeEncoderOptions{}); });
 }
 
 // The first stop signal starts the drain; a second one exits at once.
