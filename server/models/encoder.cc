@@ -57,6 +57,22 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return x * cos + RotateHalf(x) * sin;
 }
 
+// ---- ModernBERT pieces both paths share (everything but attention) ----
+
+// x + Wo(act(input) * gate), [input, gate] = Wi(mlp_norm(x)): the GeGLU block.
+at::Tensor ModernBertMlp(const EncoderQaModel::Weights& w, const EncoderConfig& c, const std::string& p,
+                         const at::Tensor& x) {
+  auto parts = w.Linear(w.Norm(x, p + "mlp_norm", c.norm_eps), p + "mlp.Wi").chunk(2, -1);
+  return x + w.Linear(Activation(parts[0], c.activation) * parts[1], p + "mlp.Wo");
+}
+
+// final_norm, the prediction head (dense, activation, norm), classifier: [T, 2].
+at::Tensor ModernBertLogits(const EncoderQaModel::Weights& w, const EncoderConfig& c, at::Tensor x) {
+  x = w.Norm(x, "model.final_norm", c.norm_eps);
+  x = w.Norm(Activation(w.Linear(x, "head.dense"), c.classifier_activation), "head.norm", c.norm_eps);
+  return w.Linear(x, "classifier").contiguous();
+}
+
 // ---- RoFormer ----
 
 // RoFormer's sinusoidal table for positions 0..len-1, expanded to the
@@ -96,11 +112,13 @@ at::Tensor RoFormerAfterAttention(const EncoderQaModel::Weights& w, const Encode
   return w.Norm(w.Linear(inter, p + "output.dense") + h, p + "output.LayerNorm", c.norm_eps);
 }
 
+// Rows [begin, begin + len) of [T, 2] logits (only those rows are copied).
 SpanLogits ToSpans(const at::Tensor& logits, std::int64_t begin, std::int64_t len) {
-  at::Tensor s = logits.select(1, 0).contiguous(), e = logits.select(1, 1).contiguous();
+  const at::Tensor rows = logits.narrow(0, begin, len);
+  const at::Tensor s = rows.select(1, 0).contiguous(), e = rows.select(1, 1).contiguous();
   SpanLogits out;
-  out.start.assign(s.data_ptr<float>() + begin, s.data_ptr<float>() + begin + len);
-  out.end.assign(e.data_ptr<float>() + begin, e.data_ptr<float>() + begin + len);
+  out.start.assign(s.data_ptr<float>(), s.data_ptr<float>() + len);
+  out.end.assign(e.data_ptr<float>(), e.data_ptr<float>() + len);
   return out;
 }
 
@@ -263,18 +281,9 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
     if (!global) scores = scores + sliding_mask;
     at::Tensor attn = at::matmul(at::softmax(scores, -1), qkv[2]);  // [H, L, D]
     x = x + w.Linear(attn.permute({1, 0, 2}).reshape({L, H * D}), p + "attn.Wo");
-    at::Tensor wi = w.Linear(w.Norm(x, p + "mlp_norm", c.norm_eps), p + "mlp.Wi");
-    auto parts = wi.chunk(2, -1);
-    x = x + w.Linear(Activation(parts[0], c.activation) * parts[1], p + "mlp.Wo");
+    x = ModernBertMlp(w, c, p, x);
   }
-  x = w.Norm(x, "model.final_norm", c.norm_eps);
-  x = w.Norm(Activation(w.Linear(x, "head.dense"), c.classifier_activation), "head.norm", c.norm_eps);
-  at::Tensor logits = w.Linear(x, "classifier").contiguous();  // [L, 2]
-  SpanLogits out;
-  at::Tensor s = logits.select(1, 0).contiguous(), e = logits.select(1, 1).contiguous();
-  out.start.assign(s.data_ptr<float>(), s.data_ptr<float>() + L);
-  out.end.assign(e.data_ptr<float>(), e.data_ptr<float>() + L);
-  return out;
+  return ToSpans(ModernBertLogits(w, c, x), 0, L);
 }
 
 StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
@@ -343,21 +352,11 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
       }
     }
     x = x + w.Linear(attn.reshape({T, H * D}), p + "attn.Wo");
-    at::Tensor wi = w.Linear(w.Norm(x, p + "mlp_norm", c.norm_eps), p + "mlp.Wi");
-    auto parts = wi.chunk(2, -1);
-    x = x + w.Linear(Activation(parts[0], c.activation) * parts[1], p + "mlp.Wo");
+    x = ModernBertMlp(w, c, p, x);
   }
-  x = w.Norm(x, "model.final_norm", c.norm_eps);
-  x = w.Norm(Activation(w.Linear(x, "head.dense"), c.classifier_activation), "head.norm", c.norm_eps);
-  at::Tensor logits = w.Linear(x, "classifier").contiguous();  // [T, 2]
-  at::Tensor s = logits.select(1, 0).contiguous(), e = logits.select(1, 1).contiguous();
-  std::vector<SpanLogits> out(windows.size());
-  for (std::size_t win = 0; win < windows.size(); ++win) {
-    const float* sp = s.data_ptr<float>() + starts[win];
-    const float* ep = e.data_ptr<float>() + starts[win];
-    out[win].start.assign(sp, sp + (starts[win + 1] - starts[win]));
-    out[win].end.assign(ep, ep + (starts[win + 1] - starts[win]));
-  }
+  const at::Tensor logits = ModernBertLogits(w, c, x);
+  std::vector<SpanLogits> out;
+  for (std::size_t win = 0; win + 1 < starts.size(); ++win) out.push_back(ToSpans(logits, starts[win], starts[win + 1] - starts[win]));
   return out;
 }
 
