@@ -58,6 +58,8 @@ struct ServerMetrics::Impl {
                                    "Time from arrival to the answer of a question-answering request", kLatencyBuckets);
   pm::Histogram& step_tokens = Hist(*registry, "ropeserve_step_tokens",
                                     "Tokens (prefill chunks + decodes) computed per engine step", kStepTokenBuckets);
+  pm::Counter& qa_window_tokens = Count(*registry, "ropeserve_qa_window_tokens_total",
+                                       "Tokens of question-answering windows run in engine steps");
   pm::Counter& prompt_tokens = Count(*registry, "ropeserve_prompt_tokens_total", "Prompt tokens of finished requests");
   pm::Counter& generation_tokens = Count(*registry, "ropeserve_generation_tokens_total", "Tokens generated");
   pm::Counter& preemptions = Count(*registry, "ropeserve_preemptions_total",
@@ -102,7 +104,8 @@ void ServerMetrics::OnRequestFinished(const RequestMetrics& m) {
 }
 
 void ServerMetrics::OnStep(const StepMetrics& m) {
-  impl_->step_tokens.Observe(static_cast<double>(m.scheduled_tokens));
+  if (m.scheduled_tokens > 0) impl_->step_tokens.Observe(static_cast<double>(m.scheduled_tokens));
+  if (m.encoder_tokens > 0) impl_->qa_window_tokens.Increment(static_cast<double>(m.encoder_tokens));
 }
 
 void ServerMetrics::CountRequest(const std::string& endpoint, const std::string& protocol, const std::string& code) {

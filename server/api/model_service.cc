@@ -48,6 +48,9 @@ StatusOr<std::unique_ptr<ModelService>> ModelService::CreateEngine(const Decoder
   s->runner_ = std::make_unique<ModelRunner>(model, s->kv_.num_blocks, options.block_size);
   EngineConfig ec;
   ec.scheduler = options.scheduler;
+  if (!(options.qa_token_share >= 0 && options.qa_token_share < 1))
+    return InvalidArgument("the QA token share must be in [0, 1)");
+  ec.encoder_token_share = options.qa_token_share;
   ec.num_blocks = static_cast<int>(s->kv_.num_blocks);
   ec.block_size = options.block_size;
   ec.eos_token_ids.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());

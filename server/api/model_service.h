@@ -30,6 +30,7 @@ struct EngineOptions {
   SchedulerConfig scheduler;  // max_model_len 0 = the model's max_position_embeddings
   int block_size = 16;
   std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
+  double qa_token_share = 0.5;           // EngineConfig::encoder_token_share
   EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
 };
 

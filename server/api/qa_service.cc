@@ -4,27 +4,95 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "server/api/metrics.h"
+#include "server/engine/engine.h"
+#include "server/engine/encoder_queue.h"
 #include "server/models/encoder.h"
 
 namespace ropeserve::api {
 
 namespace {
 
-// One request's windows on their way through the worker.
-struct Job {
+// One call's windows (one or several requests), as an encoder job.
+class QaJob : public EncoderJob {
+ public:
   std::vector<std::vector<std::uint32_t>> windows;
   std::vector<std::vector<std::uint32_t>> type_ids;
-  std::vector<SpanLogits> logits;
-  std::size_t next = 0;  // first window not yet taken by the worker
-  std::size_t done = 0;
-  bool cancelled = false;
-  Status error;
+
+  std::size_t num_windows() const override { return windows.size(); }
+  std::int64_t window_tokens(std::size_t w) const override { return static_cast<std::int64_t>(windows[w].size()); }
+  bool cancelled() const override { return cancelled_; }
+  void Fail(const Status& status) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = status;
+      failed_ = true;
+    }
+    cv_.notify_all();
+  }
+  void Deliver(std::size_t w, StatusOr<SpanLogits> result) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (result.ok()) {
+        logits_[w] = std::move(*result);
+      } else if (error_.ok()) {
+        error_ = result.status();
+      }
+      ++done_;
+    }
+    cv_.notify_all();
+  }
+  void Prepare() { logits_.resize(windows.size()); }
+  // Waits for every window (or a failure); DeadlineExceeded after `timeout_seconds` > 0.
+  Status Wait(double timeout_seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto finished = [&] { return failed_ || done_ == windows.size(); };
+    if (timeout_seconds > 0) {
+      if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), finished)) {
+        cancelled_ = true;  // the queue drops its remaining windows
+        return Status(ErrorCode::kDeadlineExceeded, "the QA request timed out");
+      }
+    } else {
+      cv_.wait(lock, finished);
+    }
+    return error_;
+  }
+  SpanLogits& logits(std::size_t w) { return logits_[w]; }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<SpanLogits> logits_;
+  std::size_t done_ = 0;
+  bool failed_ = false;
+  Status error_;
+};
+
+// Runs queued windows through the span model, packed into one forward.
+class QaRunner : public EncoderRunner {
+ public:
+  explicit QaRunner(const EncoderQaModel& model) : model_(model) {}
+  void Run(std::span<const EncoderItem> items) override {
+    std::vector<std::vector<std::uint32_t>> inputs, types;
+    for (const auto& it : items) {
+      auto& job = static_cast<QaJob&>(*it.job);
+      inputs.push_back(job.windows[it.window]);
+      types.push_back(job.type_ids[it.window]);
+    }
+    auto out = model_.ForwardPacked(inputs, types);
+    for (std::size_t b = 0; b < items.size(); ++b) {
+      auto& job = static_cast<QaJob&>(*items[b].job);
+      job.Deliver(items[b].window, out.ok() ? StatusOr<SpanLogits>(std::move((*out)[b])) : out.status());
+    }
+  }
+
+ private:
+  const EncoderQaModel& model_;
 };
 
 }  // namespace
@@ -33,67 +101,19 @@ struct QaService::Impl {
   std::unique_ptr<EncoderQaModel> model;
   std::shared_ptr<const tok::Tokenizer> tokenizer;
   QaServiceOptions options;
-  std::mutex mu;
-  std::condition_variable work_cv, done_cv;
-  std::deque<std::shared_ptr<Job>> queue;
-  bool stop = false;
-  std::thread worker;
-
-  void Loop() {
-    for (;;) {
-      // Take windows in arrival order until the token budget is used (at
-      // least one window per forward).
-      std::vector<std::pair<std::shared_ptr<Job>, std::size_t>> batch;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        work_cv.wait(lock, [&] { return stop || !queue.empty(); });
-        if (stop) return;
-        std::int64_t tokens = 0;
-        while (!queue.empty()) {
-          auto& job = queue.front();
-          if (job->cancelled || job->next == job->windows.size()) {
-            queue.pop_front();
-            continue;
-          }
-          const auto n = static_cast<std::int64_t>(job->windows[job->next].size());
-          if (!batch.empty() && tokens + n > options.max_batch_tokens) break;
-          batch.emplace_back(job, job->next++);
-          tokens += n;
-        }
-      }
-      if (batch.empty()) continue;
-      std::vector<std::vector<std::uint32_t>> inputs, types;
-      for (auto& [job, k] : batch) {
-        inputs.push_back(job->windows[k]);
-        types.push_back(job->type_ids[k]);
-      }
-      auto out = model->ForwardPacked(inputs, types);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        for (std::size_t b = 0; b < batch.size(); ++b) {
-          auto& [job, k] = batch[b];
-          if (out.ok()) {
-            job->logits[k] = std::move((*out)[b]);
-          } else if (job->error.ok()) {
-            job->error = out.status();
-          }
-          ++job->done;
-        }
-      }
-      done_cv.notify_all();
-    }
-  }
+  std::unique_ptr<EncoderQueue> queue;
+  std::unique_ptr<QaRunner> runner;
+  std::atomic<bool> stop{false};
+  std::thread worker;  // only without an engine
 };
 
 QaService::~QaService() {
-  if (impl_) {
-    {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      impl_->stop = true;
-    }
-    impl_->work_cv.notify_all();
-    if (impl_->worker.joinable()) impl_->worker.join();
-  }
+  if (!impl_) return;
+  if (impl_->options.engine != nullptr && impl_->queue) impl_->options.engine->AttachEncoder(nullptr, nullptr);
+  impl_->stop = true;
+  if (impl_->queue) impl_->queue->Wake();
+  if (impl_->worker.joinable()) impl_->worker.join();
+  if (impl_->queue) impl_->queue->Close(Status(ErrorCode::kUnavailable, "the QA service stopped"));
 }
 
 StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, std::string served_name,
@@ -103,6 +123,7 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, s
   s->name_ = std::move(served_name);
   s->impl_->options = options;
   if (options.max_batch_tokens < 1) return InvalidArgument("the QA batch budget must be positive");
+  if (options.max_queue_requests < 1) return InvalidArgument("the QA queue must hold at least one request");
   RS_ASSIGN_OR_RETURN(s->impl_->model, EncoderQaModel::Load(dir));
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": a QA model needs its tokenizer.json");
@@ -110,7 +131,15 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, s
   if (!s->impl_->tokenizer->config().cls_token)
     spdlog::warn("QA tokenizer in {} names no cls_token: the null answer cannot be scored", dir);
   Impl* impl = s->impl_.get();
-  impl->worker = std::thread([impl] { impl->Loop(); });
+  impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
+  impl->runner = std::make_unique<QaRunner>(*impl->model);
+  if (options.engine != nullptr) {
+    options.engine->AttachEncoder(impl->queue.get(), impl->runner.get());
+  } else {
+    impl->worker = std::thread([impl] {
+      RunEncoderWorker(*impl->queue, *impl->runner, impl->options.max_batch_tokens, [impl] { return impl->stop.load(); });
+    });
+  }
   return s;
 }
 
@@ -135,33 +164,15 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
     RS_ASSIGN_OR_RETURN(auto w, qa::BuildWindows(*impl_->tokenizer, r.question, r.context, r.windows));
     windows.push_back(std::move(w));
   }
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<QaJob>();
   for (const auto& ws : windows)
     for (const auto& w : ws) {
       job->windows.push_back(w.ids);
       job->type_ids.push_back(w.type_ids);
     }
-  job->logits.resize(job->windows.size());
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (static_cast<std::int64_t>(impl_->queue.size()) >= impl_->options.max_queue_requests)
-      return Status(ErrorCode::kResourceExhausted, "the QA queue is full; retry later");
-    impl_->queue.push_back(job);
-  }
-  impl_->work_cv.notify_all();
-  {
-    std::unique_lock<std::mutex> lock(impl_->mu);
-    auto finished = [&] { return job->done == job->windows.size(); };
-    if (timeout_seconds > 0) {
-      if (!impl_->done_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds), finished)) {
-        job->cancelled = true;
-        return Status(ErrorCode::kDeadlineExceeded, "the QA request timed out");
-      }
-    } else {
-      impl_->done_cv.wait(lock, finished);
-    }
-    if (!job->error.ok()) return job->error;
-  }
+  job->Prepare();
+  RS_RETURN_IF_ERROR(impl_->queue->Push(job));
+  RS_RETURN_IF_ERROR(job->Wait(timeout_seconds));
   std::vector<QaResult> out;
   std::size_t k = 0;
   for (std::size_t r = 0; r < requests.size(); ++r) {
@@ -169,8 +180,8 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
     QaResult result;
     for (auto& w : windows[r]) {
       qa::QaWindow q = std::move(w.window);
-      q.start_logits = std::move(job->logits[k].start);
-      q.end_logits = std::move(job->logits[k].end);
+      q.start_logits = std::move(job->logits(k).start);
+      q.end_logits = std::move(job->logits(k).end);
       result.tokens += static_cast<std::int64_t>(q.start_logits.size());
       ++k;
       scored.push_back(std::move(q));

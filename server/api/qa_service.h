@@ -1,9 +1,11 @@
 // The extractive-QA model behind /v1/qa and gRPC Answer: a span model
-// (EncoderQaModel), its tokenizer, and one worker thread that packs the
-// windows of concurrent requests into forwards of at most
-// max_batch_tokens tokens (no padding), then selects each request's answers
-// (server/qa). QA runs beside the decoder engine, not inside its steps (see
-// docs/qa.md). Thread-safe.
+// (EncoderQaModel) and its tokenizer. A request becomes its windows, queued
+// as one encoder job (server/engine/encoder_queue.h); the decoder engine's
+// steps run the windows of concurrent requests packed without padding, in
+// the part of each step's token budget that decodes and prefill chunks
+// leave (see docs/qa.md). Without an engine, a worker thread of the service
+// runs them in forwards of at most max_batch_tokens. The caller's thread
+// selects the answers (server/qa). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,10 @@
 #include "server/common/status.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
+
+namespace ropeserve {
+class Engine;
+}
 
 namespace ropeserve::api {
 
@@ -35,7 +41,10 @@ struct QaResult {
 };
 
 struct QaServiceOptions {
-  std::int64_t max_batch_tokens = 8192;  // per forward
+  // The engine whose steps run the windows (it must outlive the service);
+  // null: the service's own worker thread runs them.
+  Engine* engine = nullptr;
+  std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
   ServerMetrics* metrics = nullptr;
 };

@@ -145,6 +145,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
   if (!f.qa.empty()) {
     api::QaServiceOptions qo;
     qo.metrics = &metrics;
+    qo.engine = &out.service->engine();
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
     RS_ASSIGN_OR_RETURN(out.qa, api::QaService::Create(f.qa, name, qo));
@@ -318,6 +319,12 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--qa-token-share", e.qa_token_share,
+                  "Share of a step's token budget that prefill chunks leave to waiting QA windows (decodes never "
+                  "wait; QA runs at least one window per step)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_TOKEN_SHARE")
+      ->check(CLI::Range(0.0, 0.95));
   sub->add_option("--block-size", e.block_size, "Tokens per KV cache block")
       ->capture_default_str()
       ->envname("ROPESERVE_BLOCK_SIZE")

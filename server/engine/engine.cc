@@ -216,21 +216,73 @@ void Engine::End(RequestId id, FinishReason reason, const std::string& stream_re
   Complete(id, stream_reason, std::move(error));
 }
 
-bool Engine::Step() {
-  StepPlan plan = scheduler_.Schedule();
-  for (auto [id, reason] : scheduler_.TakeFinished()) Complete(id, FinishReasonName(reason));
-  if (plan.empty()) {
-    if (scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
-      // Admission guarantees a lone request fits, so this is a bug; fail the
-      // requests rather than spin forever.
-      std::vector<RequestId> stuck;
-      for (auto& [id, _] : active_) stuck.push_back(id);
-      for (RequestId id : stuck)
-        End(id, FinishReason::kCancelled, "error", Internal("the scheduler could not place the request"));
+void Engine::AttachEncoder(EncoderQueue* queue, EncoderRunner* runner) {
+  std::lock_guard<std::mutex> lock(encoder_mu_);
+  if (encoder_queue_ != nullptr) encoder_queue_->SetWake(nullptr);
+  encoder_queue_ = queue;
+  encoder_runner_ = runner;
+  if (queue == nullptr) return;
+  queue->SetWake([this] {
+    {
+      std::lock_guard<std::mutex> inbox_lock(inbox_mu_);
+      encoder_kick_ = true;
     }
-    return false;
-  }
+    inbox_cv_.notify_all();
+  });
+}
 
+bool Engine::Step() {
+  std::lock_guard<std::mutex> encoder_lock(encoder_mu_);
+  const std::int64_t budget = config_.scheduler.max_num_batched_tokens;
+  // Prefill chunks leave part of the budget to waiting encoder windows.
+  std::int64_t reserve = 0;
+  if (encoder_queue_ != nullptr) {
+    const auto share = static_cast<std::int64_t>(static_cast<double>(budget) * config_.encoder_token_share);
+    reserve = std::min(encoder_queue_->pending_tokens(), share);
+  }
+  StepPlan plan = scheduler_.Schedule(Clock::now(), std::max<std::int64_t>(1, budget - reserve));
+  for (auto [id, reason] : scheduler_.TakeFinished()) Complete(id, FinishReasonName(reason));
+  if (plan.empty() && scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
+    // Admission guarantees a lone request fits, so this is a bug; fail the
+    // requests rather than spin forever.
+    std::vector<RequestId> stuck;
+    for (auto& [id, _] : active_) stuck.push_back(id);
+    for (RequestId id : stuck)
+      End(id, FinishReason::kCancelled, "error", Internal("the scheduler could not place the request"));
+  }
+  if (!plan.empty()) RunPlan(plan);
+  const std::int64_t encoder_tokens = RunEncoder(budget - plan.num_tokens());
+  if (plan.empty() && encoder_tokens == 0) return false;
+
+  ++stats_.steps;
+  stats_.step_tokens += static_cast<std::uint64_t>(plan.num_tokens());
+  stats_.encoder_tokens += static_cast<std::uint64_t>(encoder_tokens);
+  UpdateStats();
+  if (observer_ != nullptr) {
+    StepMetrics m;
+    m.scheduled_tokens = plan.num_tokens();
+    m.encoder_tokens = encoder_tokens;
+    m.running = stats_.running;
+    m.waiting = stats_.waiting;
+    m.kv_usage = stats_.kv_usage;
+    m.preemptions_total = static_cast<std::int64_t>(stats_.preemptions.load());
+    observer_->OnStep(m);
+  }
+  return true;
+}
+
+std::int64_t Engine::RunEncoder(std::int64_t budget) {
+  if (encoder_queue_ == nullptr || encoder_runner_ == nullptr) return 0;
+  std::vector<EncoderItem> items = encoder_queue_->Take(budget);
+  if (items.empty()) return 0;
+  std::int64_t tokens = 0;
+  for (const auto& it : items) tokens += it.job->window_tokens(it.window);
+  encoder_runner_->Run(items);
+  stats_.encoder_windows += items.size();
+  return tokens;
+}
+
+void Engine::RunPlan(const StepPlan& plan) {
   const auto step_start = Clock::now();
   for (const auto& s : plan.sequences) {
     Active& a = *active_.at(s.request_id);
@@ -240,7 +292,7 @@ bool Engine::Step() {
   if (!logits.ok()) {
     // A failed forward fails the requests in it, not the server.
     for (const auto& s : plan.sequences) End(s.request_id, FinishReason::kCancelled, "error", logits.status());
-    return true;
+    return;
   }
 
   std::map<RequestId, TokenId> sampled;
@@ -285,19 +337,6 @@ bool Engine::Step() {
     else if (a.generated >= r.max_tokens) reason = FinishReason::kLength;
     if (reason) End(id, *reason, FinishReasonName(*reason));
   }
-  ++stats_.steps;
-  stats_.step_tokens += static_cast<std::uint64_t>(plan.num_tokens());
-  UpdateStats();
-  if (observer_ != nullptr) {
-    StepMetrics m;
-    m.scheduled_tokens = plan.num_tokens();
-    m.running = stats_.running;
-    m.waiting = stats_.waiting;
-    m.kv_usage = stats_.kv_usage;
-    m.preemptions_total = static_cast<std::int64_t>(stats_.preemptions.load());
-    observer_->OnStep(m);
-  }
-  return true;
 }
 
 void Engine::UpdateStats() {
@@ -339,7 +378,12 @@ void Engine::Loop() {
     if (Step()) continue;
     std::unique_lock<std::mutex> lock(inbox_mu_);
     inbox_cv_.wait_for(lock, std::chrono::milliseconds(scheduler_.has_work() ? 1 : 100),
-                       [&] { return stop_ || !inbox_.empty(); });
+                       [&] { return stop_ || !inbox_.empty() || encoder_kick_; });
+    encoder_kick_ = false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(encoder_mu_);
+    if (encoder_queue_ != nullptr) encoder_queue_->Close(Status(ErrorCode::kUnavailable, "the engine stopped"));
   }
   // Finish what is left so no reader waits forever.
   DrainInbox();

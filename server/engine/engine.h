@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/engine/encoder_queue.h"
 #include "server/engine/model_executor.h"
 #include "server/engine/sampling.h"
 #include "server/engine/scheduler.h"
@@ -86,6 +87,10 @@ struct EngineConfig {
   int num_blocks = 0;
   int block_size = 16;
   std::vector<TokenId> eos_token_ids;
+  // With an encoder queue attached and encoder windows waiting: the share of
+  // max_num_batched_tokens kept from prefill chunks for the windows (decode
+  // tokens are never held back). [0, 1).
+  double encoder_token_share = 0.5;
 };
 
 // Counters for metrics; read from any thread.
@@ -100,6 +105,8 @@ struct EngineStats {
   std::atomic<std::uint64_t> steps{0};
   std::atomic<std::uint64_t> step_tokens{0};
   std::atomic<std::uint64_t> generated_tokens{0};
+  std::atomic<std::uint64_t> encoder_windows{0};
+  std::atomic<std::uint64_t> encoder_tokens{0};
   // Token slots allocated but not holding a token, at peak usage.
   std::atomic<double> kv_waste_at_peak{0};
 };
@@ -121,6 +128,7 @@ struct RequestMetrics {
 // Per-step figures, after each forward.
 struct StepMetrics {
   std::int64_t scheduled_tokens = 0;  // prefill + decode tokens in the step
+  std::int64_t encoder_tokens = 0;    // encoder-window tokens in the step
   int running = 0;
   int waiting = 0;
   double kv_usage = 0;  // 0-1
@@ -144,6 +152,14 @@ class Engine {
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Encoder-only work shares the steps: each step runs the decoder's plan,
+  // then windows from `queue` through `runner` in the rest of the token
+  // budget (at least one window per step while any waits; prefill chunks
+  // leave encoder_token_share of the budget to them). Thread-safe, also
+  // while running; (nullptr, nullptr) detaches, waiting for a step in
+  // progress. The queue is closed (its jobs fail) when the engine stops.
+  void AttachEncoder(EncoderQueue* queue, EncoderRunner* runner);
 
   // Starts the engine thread. Without Start(), RunUntilIdle() drives the
   // engine from the caller's thread (offline use and tests).
@@ -169,6 +185,10 @@ class Engine {
   void Loop();
   void DrainInbox();
   bool Step();  // false if there was nothing to do
+  // The decoder's part of a step: forward, sampling, stop conditions.
+  void RunPlan(const StepPlan& plan);
+  // The encoder's part: windows within `budget` tokens; returns their tokens.
+  std::int64_t RunEncoder(std::int64_t budget);
   void Complete(RequestId id, const std::string& reason, Status error = Status::Ok());
   // Ends a live request: frees it in the scheduler and finishes its stream.
   void End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error = Status::Ok());
@@ -189,6 +209,11 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   bool threaded_ = false;
+  bool encoder_kick_ = false;  // guarded by inbox_mu_: encoder work arrived
+
+  std::mutex encoder_mu_;  // held by the engine thread during a step
+  EncoderQueue* encoder_queue_ = nullptr;
+  EncoderRunner* encoder_runner_ = nullptr;
   EngineStats stats_;
 };
 

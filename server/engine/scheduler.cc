@@ -134,7 +134,7 @@ void Scheduler::CacheFullBlocks(Request& r) {
   }
 }
 
-StepPlan Scheduler::Schedule(Clock::time_point now) {
+StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget) {
   // Deadlines first, so expired requests take no more work.
   std::vector<RequestId> expired;
   for (const auto& [id, r] : requests_)
@@ -144,10 +144,11 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
   StepPlan plan;
   plan.block_size = pool_.block_size();
   std::int64_t budget = config_.max_num_batched_tokens;
+  std::int64_t prefill_left = prefill_budget < 0 ? budget : std::min(prefill_budget, budget);
   std::map<Request*, std::size_t> scheduled;  // request -> index in plan
   bool preempted = false;
 
-  auto add_to_plan = [&](Request& r, std::int64_t n) {
+  auto add_to_plan = [&](Request& r, std::int64_t n, bool decode) {
     ScheduledSequence s;
     s.request_id = r.spec.id;
     s.start_position = r.num_computed;
@@ -157,12 +158,18 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
     scheduled[&r] = plan.sequences.size();
     plan.sequences.push_back(std::move(s));
     budget -= n;
+    if (!decode) prefill_left -= n;
   };
 
   // 1. Running requests, in arrival order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
-    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
+    const bool decode = r.num_tokens() - r.num_computed == 1;
+    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left));
+    if (n <= 0) {
+      ++i;  // its prefill waits for the next step; decodes behind it still run
+      continue;
+    }
     bool self_preempted = false;
     while (!AllocateFor(r, n)) {
       // Victim: largest priority value, then latest arrival.
@@ -171,7 +178,9 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
       });
       if (auto it = scheduled.find(victim); it != scheduled.end()) {
         // Undo its place in this step.
-        budget += static_cast<std::int64_t>(plan.sequences[it->second].token_ids.size());
+        const auto undone = static_cast<std::int64_t>(plan.sequences[it->second].token_ids.size());
+        budget += undone;
+        if (victim->num_tokens() - victim->num_computed != 1) prefill_left += undone;
         plan.sequences.erase(plan.sequences.begin() + static_cast<std::ptrdiff_t>(it->second));
         const std::size_t removed = it->second;
         scheduled.erase(it);
@@ -187,12 +196,12 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
       }
     }
     if (self_preempted) continue;  // running_[i] is now the next request
-    add_to_plan(r, n);
+    add_to_plan(r, n, decode);
     ++i;
   }
 
   // 2. Waiting requests, unless this step had to preempt.
-  while (!preempted && !waiting_.empty() && budget > 0 &&
+  while (!preempted && !waiting_.empty() && prefill_left > 0 && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request& r = *waiting_.front();
     std::vector<BlockId> hit;
@@ -206,7 +215,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
       r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
       hit = ids;
     }
-    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
+    const std::int64_t n = std::min({r.num_tokens() - r.num_computed, budget, prefill_left});
     if (!AllocateFor(r, n)) {
       ForgetComputed(r);  // give the prefix hit back; try again next step
       break;
@@ -218,7 +227,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now) {
     r.running = true;
     running_.push_back(&r);
     std::sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
-    add_to_plan(r, n);
+    add_to_plan(r, n, false);
   }
   return plan;
 }

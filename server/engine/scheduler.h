@@ -63,7 +63,10 @@ class Scheduler {
   Status Add(RequestSpec spec);
 
   // Plans the next step; first finishes requests whose deadline passed.
-  StepPlan Schedule(Clock::time_point now = Clock::now());
+  // Prefill chunks (everything but one-token decodes of running requests)
+  // together take at most `prefill_budget` tokens (default: the whole
+  // budget); the engine keeps the rest for encoder windows.
+  StepPlan Schedule(Clock::time_point now = Clock::now(), std::int64_t prefill_budget = -1);
 
   // Applies a step's results: advances computed tokens, caches newly full
   // blocks, and appends `sampled` tokens (one per sequence that needed

@@ -415,8 +415,9 @@ def test_question_answering_rest_and_grpc(env):
 
 def test_qa_and_decodes_both_progress(env):
     """A flood of QA requests does not stall running decodes, and many
-    running decodes do not stall QA (QA runs beside the decoder engine)."""
+    running decodes do not stall QA (QA windows share the engine's steps)."""
     s = env.main
+    qa_tokens_before = s.metrics()[1].get("ropeserve_qa_window_tokens_total", 0)
     body = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "temperature": 0}
     streams = [StreamingClient(s.http, "/v1/completions", body) for _ in range(4)]
     for c in streams:
@@ -455,6 +456,8 @@ def test_qa_and_decodes_both_progress(env):
     # Decode events arrived while QA ran: at least one per 100 ms on average
     # across the streams (a stalled engine delivers none).
     check(during / max(qa_seconds, 1e-3) > 10, f"{during} decode events in {qa_seconds:.2f} s")
+    check(s.metrics()[1].get("ropeserve_qa_window_tokens_total", 0) > qa_tokens_before,
+          "the QA windows did not run in engine steps")
     wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running") == 0, 10, "decodes still running")
 
 

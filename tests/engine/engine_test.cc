@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <thread>
 
 namespace ropeserve {
 namespace {
@@ -302,6 +306,159 @@ TEST(Engine, ObserverGetsRequestTimingAndStepFigures) {
   ASSERT_EQ(rec.requests.size(), 2u);
   EXPECT_EQ(rec.requests[1].finish_reason, "cancelled");
   EXPECT_EQ(rec.requests[1].ttft_seconds, -1);
+}
+
+// ---- Encoder windows (extractive QA) inside the engine's steps ----
+
+// Windows of `tokens` tokens each; counts how often each window ran.
+class FakeJob : public EncoderJob {
+ public:
+  FakeJob(std::size_t windows, std::int64_t tokens) : runs(windows, 0), tokens_(tokens) {}
+  std::size_t num_windows() const override { return runs.size(); }
+  std::int64_t window_tokens(std::size_t) const override { return tokens_; }
+  bool cancelled() const override { return cancel; }
+  void Fail(const Status& s) override { failed = s; }
+  bool done() const {
+    return std::all_of(runs.begin(), runs.end(), [](int r) { return r == 1; });
+  }
+  std::atomic<bool> cancel{false};
+  Status failed;
+  std::vector<int> runs;
+
+ private:
+  std::int64_t tokens_;
+};
+
+class FakeRunner : public EncoderRunner {
+ public:
+  void Run(std::span<const EncoderItem> items) override {
+    for (const auto& it : items) ++static_cast<FakeJob&>(*it.job).runs[it.window];
+    batches.push_back(items.size());
+  }
+  std::vector<std::size_t> batches;
+};
+
+TEST(EncoderQueue, TakesWindowsInArrivalOrderWithinTheBudget) {
+  EncoderQueue q(/*max_jobs=*/3);
+  auto a = std::make_shared<FakeJob>(3, 10), b = std::make_shared<FakeJob>(1, 50), c = std::make_shared<FakeJob>(2, 5);
+  ASSERT_TRUE(q.Push(a).ok());
+  ASSERT_TRUE(q.Push(b).ok());
+  ASSERT_TRUE(q.Push(c).ok());
+  EXPECT_EQ(q.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(q.pending_tokens(), 30 + 50 + 10);
+  auto take = [&](std::int64_t budget) {
+    std::vector<std::pair<EncoderJob*, std::size_t>> out;
+    for (auto& it : q.Take(budget)) out.emplace_back(it.job.get(), it.window);
+    return out;
+  };
+  using Items = std::vector<std::pair<EncoderJob*, std::size_t>>;
+  EXPECT_EQ(take(25), (Items{{a.get(), 0}, {a.get(), 1}}));
+  EXPECT_EQ(take(25), (Items{{a.get(), 2}}));  // b's window does not fit behind it
+  EXPECT_EQ(take(25), (Items{{b.get(), 0}}));  // alone, a window may exceed the budget
+  c->cancel = true;
+  EXPECT_EQ(q.pending_tokens(), 0);
+  EXPECT_TRUE(take(25).empty());
+  // Closing fails what waits and refuses what comes.
+  auto d = std::make_shared<FakeJob>(1, 4);
+  ASSERT_TRUE(q.Push(d).ok());
+  q.Close(Unavailable("stopped"));
+  EXPECT_EQ(d->failed.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(q.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kUnavailable);
+}
+
+TEST(Engine, EncoderWindowsAndDecodesShareEveryStep) {
+  CountingModel m(1000);
+  EngineConfig config = Config();
+  config.num_blocks = 64;
+  config.scheduler.max_num_batched_tokens = 32;
+  config.encoder_token_share = 0.5;
+  Engine e(config, m);
+  Recorder rec;
+  e.SetObserver(&rec);
+  EncoderQueue queue;
+  FakeRunner runner;
+  e.AttachEncoder(&queue, &runner);
+  // A QA flood: 40 jobs of 3 windows of 12 tokens (1440 tokens, ~60 steps).
+  std::vector<std::shared_ptr<FakeJob>> jobs;
+  for (int j = 0; j < 40; ++j) {
+    jobs.push_back(std::make_shared<FakeJob>(3, 12));
+    ASSERT_TRUE(queue.Push(jobs.back()).ok());
+  }
+  // Four summaries: 20-token prompts, 30 tokens each.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest r;
+    r.prompt.assign(20, 100 + i);
+    r.max_tokens = 30;
+    r.ignore_eos = true;
+    auto s = e.Submit(r);
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  e.RunUntilIdle();
+  for (auto& j : jobs) EXPECT_TRUE(j->done());
+  for (auto& s : streams) EXPECT_EQ(s->Next(std::chrono::seconds(0)).tokens.size(), 30u);
+
+  // Both kinds of work ran in every step until the summaries ended: the
+  // prompts (80 tokens) took at most 16 tokens a step while windows waited,
+  // then each step decoded all four and still ran two windows.
+  std::size_t both = 0;
+  while (both < rec.steps.size() && rec.steps[both].scheduled_tokens > 0) {
+    EXPECT_GT(rec.steps[both].encoder_tokens, 0) << "step " << both;
+    EXPECT_LE(rec.steps[both].scheduled_tokens + rec.steps[both].encoder_tokens, 32) << "step " << both;
+    ++both;
+  }
+  EXPECT_EQ(both, 5u + 29u);  // 5 prefill steps (the last samples the first token), 29 decodes
+  // Then the windows alone take the whole budget.
+  ASSERT_GT(rec.steps.size(), both);
+  for (std::size_t i = both; i + 1 < rec.steps.size(); ++i) {
+    EXPECT_EQ(rec.steps[i].scheduled_tokens, 0);
+    EXPECT_EQ(rec.steps[i].encoder_tokens, 24) << "step " << i;  // two windows: a third would exceed 32
+  }
+  EXPECT_EQ(e.stats().encoder_tokens.load(), 40u * 3 * 12);
+  EXPECT_EQ(e.pool().num_free(), 64);
+}
+
+TEST(Engine, StoppingTheEngineFailsWaitingEncoderJobs) {
+  CountingModel m(20);
+  Engine e(Config(), m);
+  EncoderQueue queue;
+  // A runner that blocks the engine until released, so jobs stay queued.
+  class Gate : public EncoderRunner {
+   public:
+    void Run(std::span<const EncoderItem> items) override {
+      for (const auto& it : items) ++static_cast<FakeJob&>(*it.job).runs[it.window];
+      std::unique_lock<std::mutex> lock(mu);
+      entered = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, open = false;
+  } gate;
+  e.AttachEncoder(&queue, &gate);
+  e.Start();
+  auto first = std::make_shared<FakeJob>(1, 8), second = std::make_shared<FakeJob>(1, 8);
+  ASSERT_TRUE(queue.Push(first).ok());
+  {
+    std::unique_lock<std::mutex> lock(gate.mu);
+    ASSERT_TRUE(gate.cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate.entered; }));
+  }
+  ASSERT_TRUE(queue.Push(second).ok());
+  std::thread stopper([&] { e.Stop(); });
+  {
+    std::lock_guard<std::mutex> lock(gate.mu);
+    gate.open = true;
+  }
+  gate.cv.notify_all();
+  stopper.join();
+  // The second job either ran (the engine had not seen the stop yet) or
+  // failed; it is never left waiting.
+  EXPECT_NE(second->done(), second->failed.code() == ErrorCode::kUnavailable) << second->failed.ToString();
+  EXPECT_TRUE(first->done());
+  // The engine closed the queue on its way out.
+  EXPECT_EQ(queue.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kUnavailable);
 }
 
 }  // namespace

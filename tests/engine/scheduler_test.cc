@@ -21,8 +21,8 @@ RequestSpec Spec(RequestId id, int prompt_len, int max_tokens = 4, int first_tok
 
 // Runs one step as an engine would: every sequence that needs logits gets
 // token 7.
-StepPlan Step(Scheduler& s) {
-  StepPlan plan = s.Schedule();
+StepPlan Step(Scheduler& s, std::int64_t prefill_budget = -1) {
+  StepPlan plan = s.Schedule(Clock::now(), prefill_budget);
   std::map<RequestId, TokenId> sampled;
   for (const auto& seq : plan.sequences)
     if (seq.needs_logits) sampled[seq.request_id] = 7;
@@ -55,6 +55,24 @@ TEST(Scheduler, PacksPrefillsIntoTheTokenBudgetAndChunksTheRest) {
   EXPECT_EQ(p2.sequences[1].start_position, 4);
   EXPECT_EQ(p2.sequences[1].block_table, (std::vector<BlockId>{2, 3}));
   EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 1}}));
+}
+
+TEST(Scheduler, APrefillBudgetCapsChunksButNeverDecodes) {
+  // The engine lowers the prefill budget to leave room for encoder windows.
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 10;
+  Scheduler s(c, pool);
+  ASSERT_TRUE(s.Add(Spec(1, 3)).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 3}}));
+  ASSERT_TRUE(s.Add(Spec(2, 9)).ok());
+  ASSERT_TRUE(s.Add(Spec(3, 5)).ok());
+  // Request 1 decodes; 2 gets 4 prefill tokens, 3 none.
+  EXPECT_EQ(Shape(Step(s, 4)), (Shp{{1, 1}, {2, 4}}));
+  // No prefill budget: the decode still runs, the chunks wait.
+  EXPECT_EQ(Shape(Step(s, 0)), (Shp{{1, 1}}));
+  // The whole budget again: 2 finishes its prompt, 3 starts.
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 5}, {3, 4}}));
 }
 
 TEST(Scheduler, MaxNumSeqsLimitsTheBatch) {

@@ -1,0 +1,92 @@
+#include "server/engine/encoder_queue.h"
+
+namespace ropeserve {
+
+Status EncoderQueue::Push(std::shared_ptr<EncoderJob> job) {
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return close_status_;
+    if (jobs_.size() >= max_jobs_) return Status(ErrorCode::kResourceExhausted, "the QA queue is full; retry later");
+    if (job->num_windows() == 0) return InvalidArgument("an encoder job needs at least one window");
+    jobs_.push_back(Entry{std::move(job), 0});
+    wake = wake_;
+  }
+  cv_.notify_all();
+  if (wake) wake();
+  return Status::Ok();
+}
+
+std::vector<EncoderItem> EncoderQueue::Take(std::int64_t budget) {
+  std::vector<EncoderItem> items;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::int64_t tokens = 0;
+  while (!jobs_.empty()) {
+    Entry& e = jobs_.front();
+    if (e.job->cancelled() || e.next == e.job->num_windows()) {
+      jobs_.pop_front();
+      continue;
+    }
+    const std::int64_t n = e.job->window_tokens(e.next);
+    if (!items.empty() && tokens + n > budget) break;
+    items.push_back(EncoderItem{e.job, e.next++});
+    tokens += n;
+  }
+  return items;
+}
+
+std::int64_t EncoderQueue::PendingLocked() const {
+  std::int64_t n = 0;
+  for (const Entry& e : jobs_) {
+    if (e.job->cancelled()) continue;
+    for (std::size_t w = e.next; w < e.job->num_windows(); ++w) n += e.job->window_tokens(w);
+  }
+  return n;
+}
+
+std::int64_t EncoderQueue::pending_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PendingLocked();
+}
+
+void EncoderQueue::SetWake(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = std::move(wake);
+}
+
+void EncoderQueue::Close(const Status& status) {
+  std::deque<Entry> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    close_status_ = status;
+    left.swap(jobs_);
+  }
+  for (Entry& e : left) e.job->Fail(status);
+  cv_.notify_all();
+}
+
+std::vector<EncoderItem> EncoderQueue::WaitAndTake(std::int64_t budget, const std::function<bool()>& stop) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stop() || PendingLocked() > 0; });
+    if (stop()) return {};
+  }
+  return Take(budget);
+}
+
+void EncoderQueue::Wake() {
+  { std::lock_guard<std::mutex> lock(mu_); }
+  cv_.notify_all();
+}
+
+void RunEncoderWorker(EncoderQueue& queue, EncoderRunner& runner, std::int64_t budget,
+                      const std::function<bool()>& stop) {
+  for (;;) {
+    std::vector<EncoderItem> items = queue.WaitAndTake(budget, stop);
+    if (stop()) return;
+    if (!items.empty()) runner.Run(items);
+  }
+}
+
+}  // namespace ropeserve
