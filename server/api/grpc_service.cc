@@ -426,12 +426,15 @@ class Service final : public v1::Inference::CallbackService {
     r.options.scoring = req->scoring() == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
     r.windows.max_seq_len = req->max_seq_len() == 0 ? 384 : req->max_seq_len();
     if (req->doc_stride() != 0) r.windows.doc_stride = req->doc_stride();
+    r.windows.max_question_len = req->max_question_len() == 0 ? 64 : req->max_question_len();
     if (r.options.top_k < 0 || r.options.top_k > 100 || r.options.max_answer_len < 0 || r.windows.max_seq_len < 8 ||
-        req->doc_stride() < 0 || req->doc_stride() >= r.windows.max_seq_len)
-      return Reject(ctx_, c, InvalidArgument("top_k, max_answer_len, max_seq_len or doc_stride out of range"), peer,
-                    reactor);
-    // The forward waits on the QA worker: run it off gRPC's threads. The
-    // admission ticket travels with it, so a drain waits for the answer.
+        req->doc_stride() < 0 || req->doc_stride() >= r.windows.max_seq_len || r.windows.max_question_len < 1)
+      return Reject(ctx_, c,
+                    InvalidArgument("top_k, max_answer_len, max_seq_len, doc_stride or max_question_len out of range"),
+                    peer, reactor);
+    // The caller waits for the engine steps that run the windows: off
+    // gRPC's threads. The admission ticket travels with it, so a drain
+    // waits for the answer.
     auto start = std::make_shared<CallStart>(std::move(c));
     std::thread([this, qa, r, resp, reactor, start, peer] {
       auto result = qa->Answer(r, start->timeout_seconds);

@@ -161,7 +161,9 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
                              " exceeds the QA model's max_position_embeddings " +
                              std::to_string(c.max_position_embeddings));
     if (r.options.max_answer_len > r.windows.max_seq_len) return InvalidArgument("max_answer_len exceeds max_seq_len");
-    RS_ASSIGN_OR_RETURN(auto w, qa::BuildWindows(*impl_->tokenizer, r.question, r.context, r.windows));
+    qa::WindowOptions wo = r.windows;
+    wo.max_context_bytes = impl_->options.max_context_bytes;
+    RS_ASSIGN_OR_RETURN(auto w, qa::BuildWindows(*impl_->tokenizer, r.question, r.context, wo));
     windows.push_back(std::move(w));
   }
   auto job = std::make_shared<QaJob>();

@@ -46,6 +46,7 @@ struct QaServiceOptions {
   Engine* engine = nullptr;
   std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
+  std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
   ServerMetrics* metrics = nullptr;
 };
 

@@ -22,7 +22,7 @@ StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& reque
   RS_RETURN_IF_ERROR(ReadField(body, "top_k", top_k));
   RS_RETURN_IF_ERROR(ReadField(body, "max_answer_len", max_answer_len));
   RS_RETURN_IF_ERROR(ReadField(body, "max_seq_len", max_seq_len));
-  RS_RETURN_IF_ERROR(ReadField(body, "max_question_len", max_question_len));  // accepted; the fast pipeline ignores it too
+  RS_RETURN_IF_ERROR(ReadField(body, "max_question_len", max_question_len));
   RS_RETURN_IF_ERROR(ReadField(body, "n_best_size", n_best));
   if (body.contains("doc_stride") && !body["doc_stride"].is_null()) {
     std::int64_t v = 0;
@@ -40,12 +40,15 @@ StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& reque
   if (max_answer_len < 1 || max_answer_len > 4096) return InvalidArgument("'max_answer_len' must be between 1 and 4096");
   if (max_seq_len < 8 || max_seq_len > (1 << 20)) return InvalidArgument("'max_seq_len' must be between 8 and 1048576");
   if (n_best < 1 || n_best > 1000) return InvalidArgument("'n_best_size' must be between 1 and 1000");
+  if (max_question_len < 1 || max_question_len > (1 << 20))
+    return InvalidArgument("'max_question_len' must be between 1 and 1048576");
   if (doc_stride && (*doc_stride < 0 || *doc_stride >= max_seq_len))
     return InvalidArgument("'doc_stride' must be between 0 and max_seq_len - 1");
   base.options.top_k = static_cast<int>(top_k);
   base.options.max_answer_len = static_cast<int>(max_answer_len);
   base.options.n_best_size = static_cast<int>(n_best);
   base.windows.max_seq_len = static_cast<int>(max_seq_len);
+  base.windows.max_question_len = static_cast<int>(max_question_len);
   if (doc_stride) base.windows.doc_stride = static_cast<int>(*doc_stride);
   // One pair, or a list of pairs sharing the options.
   std::vector<QaRequest> requests;

@@ -85,6 +85,12 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
     if (ckpt->tensors_.find(tname) == ckpt->tensors_.end())
       return NotFound(dir + "/" + fname + ": tensor '" + tname + "' listed in " + index_path + " is not in the file");
 
+  // A span head's trunk is "transformer." in Hugging Face's classes; some
+  // checkpoints of these classes name it "model.".
+  if (config.span_head && ckpt->tensors_.count("transformer.embed_tokens.weight") == 0 &&
+      ckpt->tensors_.count("model.embed_tokens.weight") != 0)
+    ckpt->config_.trunk_prefix = "model.";
+
   // Every expected tensor present, with the right shape and a float dtype.
   std::set<std::string> expected_names;
   for (const auto& spec : ExpectedTensors(config)) {

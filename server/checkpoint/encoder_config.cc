@@ -134,10 +134,26 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   } else if (c.architecture == "RoFormerForQuestionAnswering") {
     c.family = EncoderFamily::kRoFormer;
     RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
+  } else if (auto trunk = ParseModelConfig(json_text, source); trunk.ok() && trunk->span_head) {
+    const ModelConfig& m = *trunk;
+    c.family = EncoderFamily::kDecoder;
+    c.vocab_size = m.vocab_size;
+    c.hidden_size = c.embedding_size = m.hidden_size;
+    c.intermediate_size = m.intermediate_size;
+    c.num_hidden_layers = m.num_hidden_layers;
+    c.num_attention_heads = m.num_attention_heads;
+    c.head_dim = m.head_dim;
+    c.max_position_embeddings = m.max_position_embeddings;
+    c.norm_eps = m.rms_norm_eps;
+    c.activation = "silu";
+    c.trunk = m;
+    return c;
+  } else if (!trunk.ok() && trunk.status().code() != ErrorCode::kUnimplemented) {
+    return trunk.status();  // a decoder span head with a bad config
   } else {
     return Unimplemented(source + ": architecture '" + c.architecture +
                          "' is not a supported span model (ModernBertForQuestionAnswering, "
-                         "RoFormerForQuestionAnswering)");
+                         "RoFormerForQuestionAnswering, Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering)");
   }
   for (auto [key, v] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
@@ -202,6 +218,7 @@ std::vector<TensorSpec> RoFormerTensors(const EncoderConfig& c) {
 
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c) {
   if (c.family == EncoderFamily::kRoFormer) return RoFormerTensors(c);
+  if (c.family == EncoderFamily::kDecoder) return ExpectedTensors(*c.trunk);
   std::vector<TensorSpec> t;
   const std::int64_t h = c.hidden_size;
   auto norm = [&](const std::string& name) {

@@ -1,8 +1,9 @@
 // config.json of a RoPE encoder with a span head (extractive QA), parsed
 // and validated torch-free with Hugging Face's field names and defaults:
-// ModernBertForQuestionAnswering (ModernBertConfig) and
-// RoFormerForQuestionAnswering (RoFormerConfig). The models are in
-// server/models/encoder (docs/qa.md).
+// ModernBertForQuestionAnswering (ModernBertConfig),
+// RoFormerForQuestionAnswering (RoFormerConfig), and the span heads on
+// causal trunks (LlamaForQuestionAnswering & co., parsed as ModelConfig).
+// The models are in server/models/encoder (docs/qa.md).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,9 @@
 
 namespace ropeserve {
 
-enum class EncoderFamily { kModernBert, kRoFormer };
+// kDecoder: a causal decoder trunk with a span head
+// (Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering); `trunk` holds its config.
+enum class EncoderFamily { kModernBert, kRoFormer, kDecoder };
 
 struct EncoderConfig {
   std::string architecture;  // config.json "architectures"[0]
@@ -46,6 +49,8 @@ struct EncoderConfig {
   // Span head
   std::int64_t num_labels = 2;
   std::optional<std::int64_t> pad_token_id, cls_token_id, sep_token_id;
+  // kDecoder only: the trunk's full config (server/models/decoder loads it).
+  std::optional<ModelConfig> trunk;
 };
 
 // `source` names the file in errors. Unimplemented for other architectures
@@ -62,6 +67,8 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
 // attention.output.{dense,LayerNorm}, intermediate.dense,
 // output.{dense,LayerNorm}}, qa_outputs. (The sinusoidal table
 // roformer.encoder.embed_positions.weight is computed, not read.)
+// Decoder span heads: ExpectedTensors of the trunk (transformer.*) and
+// qa_outputs.
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c);
 
 }  // namespace ropeserve

@@ -123,15 +123,23 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   } else {
     return InvalidArgument(source + ": neither 'architectures' nor 'model_type' is given");
   }
-  if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM") {
+  const std::string kQa = "ForQuestionAnswering";
+  std::string base = c.architecture;
+  if (base.size() > kQa.size() && base.compare(base.size() - kQa.size(), kQa.size(), kQa) == 0) {
+    c.span_head = true;
+    c.trunk_prefix = "transformer.";  // Hugging Face's base_model_prefix for these heads
+    base = base.substr(0, base.size() - kQa.size()) + "ForCausalLM";
+  }
+  if (base == "LlamaForCausalLM" || base == "MistralForCausalLM") {
     c.family = ModelFamily::kLlama;
-  } else if (c.architecture == "Qwen2ForCausalLM") {
+  } else if (base == "Qwen2ForCausalLM") {
     c.family = ModelFamily::kQwen2;
-  } else if (c.architecture == "Qwen3ForCausalLM") {
+  } else if (base == "Qwen3ForCausalLM") {
     c.family = ModelFamily::kQwen3;
   } else {
     return Unimplemented(source + ": unknown architecture '" + c.architecture +
-                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                         "and their ForQuestionAnswering span heads)");
   }
 
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
@@ -217,7 +225,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
 
   // Sliding-window attention is not implemented: accept it only where it can
   // never take effect (the window covers the whole context).
-  bool sliding = c.architecture == "MistralForCausalLM";
+  bool sliding = c.architecture.rfind("Mistral", 0) == 0;
   if (c.family != ModelFamily::kLlama) {
     RS_ASSIGN_OR_RETURN(sliding, r.Bool("use_sliding_window", false));
   }
@@ -276,9 +284,10 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   std::vector<TensorSpec> t;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  t.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  const std::string& trunk = c.trunk_prefix;
+  t.push_back({trunk + "embed_tokens.weight", {c.vocab_size, H}});
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = trunk + "layers." + std::to_string(l) + ".";
     t.push_back({p + "input_layernorm.weight", {H}});
     t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), H}});
     t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), H}});
@@ -304,8 +313,13 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
       t.push_back({p + "mlp.down_proj.bias", {H}});
     }
   }
-  t.push_back({"model.norm.weight", {H}});
-  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, H}});
+  t.push_back({trunk + "norm.weight", {H}});
+  if (c.span_head) {
+    t.push_back({"qa_outputs.weight", {2, H}});
+    t.push_back({"qa_outputs.bias", {2}});
+  } else if (!c.tie_word_embeddings) {
+    t.push_back({"lm_head.weight", {c.vocab_size, H}});
+  }
   return t;
 }
 

@@ -1,4 +1,6 @@
-// config.json (+ generation_config.json) of a Hugging Face decoder checkpoint,
+// config.json (+ generation_config.json) of a Hugging Face decoder checkpoint
+// (LlamaForCausalLM & co., or the same trunk with a span head:
+// LlamaForQuestionAnswering & co.),
 // parsed and validated once, torch-free. Everything the model code needs to
 // know about a checkpoint's shape lives here, including the list of tensors
 // it must contain (ExpectedTensors), which both the loader and the
@@ -59,6 +61,11 @@ struct ModelConfig {
   std::string torch_dtype;   // informational ("float32", "bfloat16", ...)
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;  // generation_config overrides config
+  // *ForQuestionAnswering: a span head (qa_outputs [2, H] + bias) on the
+  // causal trunk instead of lm_head; Hugging Face names that trunk
+  // "transformer." (older checkpoints "model."; Checkpoint::Open decides).
+  bool span_head = false;
+  std::string trunk_prefix = "model.";
 
   std::int64_t rotary_dim() const {
     return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);

@@ -87,7 +87,7 @@ TensorToWrite RandomTensor(const TensorSpec& spec, DType dtype, std::uint64_t se
     return n.size() >= l && n.compare(n.size() - l, l, s) == 0;
   };
   double mean = 0, stddev;
-  if (n == "model.embed_tokens.weight" || n == "lm_head.weight") {
+  if (n == "model.embed_tokens.weight" || n == "transformer.embed_tokens.weight" || n == "lm_head.weight") {
     stddev = 0.5 * std::sqrt(64.0 / static_cast<double>(hidden));
     if (hidden <= 64) stddev = 0.5;
   } else if (ends_with("norm.weight") || ends_with("LayerNorm.weight")) {
@@ -278,7 +278,29 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
   if (o.vocab_size < 259 + 3) return InvalidArgument("vocab_size must be at least 262");
   const std::int64_t vocab = o.vocab_size;
   const std::int64_t cls = vocab - 3, sep = vocab - 2, pad = vocab - 1;
-  if (o.arch != "modernbert" && o.arch != "roformer") return InvalidArgument("unknown QA architecture " + o.arch);
+  if (o.arch != "modernbert" && o.arch != "roformer" && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
+    return InvalidArgument("unknown QA architecture '" + o.arch + "' (modernbert, roformer, llama, qwen2, qwen3)");
+  json decoder;  // Llama/Qwen2/Qwen3ForQuestionAnswering: the decoder generator's config, span head
+  if (o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen3") {
+    MakeModelOptions mo;
+    mo.arch = o.arch;
+    mo.dtype = o.dtype;
+    mo.hidden_size = o.hidden_size;
+    mo.intermediate_size = o.intermediate_size;
+    mo.num_layers = o.num_layers;
+    mo.num_heads = o.num_heads;
+    mo.num_kv_heads = std::max<std::int64_t>(1, o.num_heads / 2);  // grouped-query attention
+    mo.head_dim = o.hidden_size / o.num_heads;
+    mo.vocab_size = vocab;
+    mo.max_position_embeddings = o.max_position_embeddings;
+    mo.tie_word_embeddings = false;
+    RS_ASSIGN_OR_RETURN(std::string text, MakeModelConfigJson(mo));
+    decoder = json::parse(text);
+    const std::string name = o.arch == "llama" ? "Llama" : o.arch == "qwen2" ? "Qwen2" : "Qwen3";
+    decoder["architectures"] = {name + "ForQuestionAnswering"};
+    decoder["eos_token_id"] = sep;
+    decoder["pad_token_id"] = pad;
+  }
   const json roformer = {{"architectures", {"RoFormerForQuestionAnswering"}},
                          {"model_type", "roformer"},
                          {"vocab_size", vocab},
@@ -316,7 +338,7 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                        {"pad_token_id", pad},
                        {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
                        {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
-  const json& config = o.arch == "roformer" ? roformer : modernbert;
+  const json& config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
   std::error_code ec;
   fs::create_directories(out_dir, ec);

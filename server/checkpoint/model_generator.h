@@ -35,14 +35,15 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& options);
 // Writes the checkpoint into `out_dir` (created if needed).
 Status MakeModel(const std::string& out_dir, const MakeModelOptions& options);
 
-// A random ModernBertForQuestionAnswering or RoFormerForQuestionAnswering
-// checkpoint (config.json in
+// A random ModernBertForQuestionAnswering, RoFormerForQuestionAnswering or
+// Llama/Qwen2/Qwen3ForQuestionAnswering (trunk "transformer.*", qa_outputs;
+// half as many KV heads as query heads) checkpoint (config.json in
 // Hugging Face's format, model.safetensors with its tensor names, a
 // byte-level BPE tokenizer.json with [CLS] A [SEP] B [SEP] pairs, and a
 // tokenizer_config.json naming [CLS]/[SEP]/[PAD]). ModernBERT: every third
 // layer is global, the others see +-local_attention/2 tokens.
 struct MakeEncoderOptions {
-  std::string arch = "modernbert";  // modernbert | roformer
+  std::string arch = "modernbert";  // modernbert | roformer | llama | qwen2 | qwen3
   std::uint64_t seed = 0;
   std::int64_t hidden_size = 64;
   std::int64_t intermediate_size = 96;

@@ -44,9 +44,9 @@ Runner AddMakeModel(CLI::App& app) {
   auto qa = std::make_shared<bool>(false);
   auto qa_arch = std::make_shared<std::string>("modernbert");
   sub->add_flag("--qa", *qa, "Write a tiny extractive-QA span model instead (for `serve --qa`; --seed applies)");
-  sub->add_option("--qa-arch", *qa_arch, "With --qa: modernbert or roformer")
+  sub->add_option("--qa-arch", *qa_arch, "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"modernbert", "roformer"}));
+      ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
   return [f, qa, qa_arch] {
     if (*qa) {
       MakeEncoderOptions eo;

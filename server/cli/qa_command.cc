@@ -1,11 +1,17 @@
-// `ropeserve qa` and `ropeserve encode`: a span model offline, over JSON
-// Lines on stdin (one output line per input line; an input that fails gets
-// {"error": ...} and the exit status becomes 1). For checking a checkpoint
-// against another implementation:
-//   qa:     {"question": ..., "context": ...} -> {"answers": [{"text","score","start","end"}], "windows": n}
-//   encode: {"ids": [...], "type_ids": [...]?} -> {"start_logits": [...], "end_logits": [...]}
+// `ropeserve qa` and `ropeserve encode`: a span model offline, for checking
+// a checkpoint against another implementation. One input from the flags:
+//   qa --question Q --context C [--json]   -> {"answers": [{"text","score","start","end"}]}
+//   encode --input-ids 1,2,3 [--token-type-ids 0,0,1] [--json]
+//       -> {"last_hidden_state": [[...], ...], "start_logits": [...], "end_logits": [...]}
+// or, without those flags, JSON Lines on stdin with the same fields
+// ({"question","context"} / {"ids","type_ids"?}), one output line per
+// input line; an input that fails gets {"error": ...} and exit status 1.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -22,9 +28,13 @@ using json = nlohmann::json;
 
 struct QaFlags {
   std::string model;
+  std::optional<std::string> question, context;  // qa: one input from the flags
+  std::string input_ids, token_type_ids;         // encode: one input from the flags
+  bool json = false;                             // flags mode: JSON output
   int top_k = 1;
   int max_answer_len = 15;
   int max_seq_len = 384;
+  int max_question_len = 64;
   int doc_stride = -1;  // -1 = the pipeline's default
   bool handle_impossible_answer = false;
   bool no_align_to_words = false;
@@ -40,6 +50,7 @@ StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, co
     return InvalidArgument("expected {\"question\": \"...\", \"context\": \"...\"}");
   qa::WindowOptions wo;
   wo.max_seq_len = f.max_seq_len;
+  wo.max_question_len = f.max_question_len;
   if (f.doc_stride >= 0) wo.doc_stride = f.doc_stride;
   const std::string context = in["context"].get<std::string>();
   RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tok, in["question"].get<std::string>(), context, wo));
@@ -86,12 +97,17 @@ StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json&
   }
   SpanLogits l;
   if (f.reference) {
-    RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids, types));
+    RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids, types, /*with_hidden=*/true));
   } else {
-    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}, {types}));
+    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}, {types}, /*with_hidden=*/true));
     l = std::move(packed[0]);
   }
-  return json{{"start_logits", l.start}, {"end_logits", l.end}};
+  const auto H = static_cast<std::size_t>(model.config().hidden_size);
+  json hidden = json::array();
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    hidden.push_back(std::vector<float>(l.hidden.begin() + static_cast<std::ptrdiff_t>(t * H),
+                                        l.hidden.begin() + static_cast<std::ptrdiff_t>((t + 1) * H)));
+  return json{{"last_hidden_state", hidden}, {"start_logits", l.start}, {"end_logits", l.end}};
 }
 
 int Run(const QaFlags& f, bool encode) {
@@ -102,6 +118,40 @@ int Run(const QaFlags& f, bool encode) {
     auto t = tok::Tokenizer::FromPath(f.model);
     if (!t.ok()) return Fail(t.status().ToString());
     tok = *t;
+  }
+  // One input from the flags.
+  if (f.question || f.context || !f.input_ids.empty()) {
+    json in;
+    if (encode) {
+      in["ids"] = json::array();
+      in["type_ids"] = json::array();
+      for (auto [text, key] : {std::pair{&f.input_ids, "ids"}, std::pair{&f.token_type_ids, "type_ids"}}) {
+        std::stringstream ss(*text);
+        for (std::string item; std::getline(ss, item, ',');) {
+          char* end = nullptr;
+          errno = 0;
+          const long long v = std::strtoll(item.c_str(), &end, 10);
+          if (item.empty() || *end != '\0' || v < 0 || v > UINT32_MAX || errno != 0)
+            return Fail("--" + std::string(key == std::string("ids") ? "input-ids" : "token-type-ids") +
+                        ": '" + item + "' is not a non-negative integer");
+          in[key].push_back(static_cast<std::uint64_t>(v));
+        }
+      }
+      if (in["type_ids"].empty()) in.erase("type_ids");
+    } else {
+      if (!f.question || !f.context) return Fail("--question and --context go together");
+      in = {{"question", *f.question}, {"context", *f.context}};
+    }
+    StatusOr<json> out = encode ? Encode(**model, f, in) : Answer(**model, *tok, f, in);
+    if (!out.ok()) return Fail(out.status().ToString());
+    if (f.json || encode) {
+      std::printf("%s\n", Dump(*out).c_str());
+    } else {
+      for (const auto& a : (*out)["answers"])
+        std::printf("%.6g\t[%lld, %lld)\t%s\n", a["score"].get<double>(), a["start"].get<long long>(),
+                    a["end"].get<long long>(), a["text"].get<std::string>().c_str());
+    }
+    return 0;
   }
   int status = 0;
   std::string line;
@@ -133,8 +183,15 @@ void AddModelFlag(CLI::App* sub, QaFlags& f) {
 Runner AddQa(CLI::App& app) {
   auto f = std::make_shared<QaFlags>();
   CLI::App* sub = app.add_subcommand(
-      "qa", "Extractive QA offline: JSON Lines {\"question\",\"context\"} on stdin -> {\"answers\":[...]} (docs/qa.md)");
+      "qa", "Extractive QA offline: --question Q --context C, or JSON Lines {\"question\",\"context\"} on stdin "
+            "-> {\"answers\":[{\"text\",\"score\",\"start\",\"end\"}]} (docs/qa.md)");
   AddModelFlag(sub, *f);
+  sub->add_option("--question", f->question, "The question (with --context; else JSON Lines on stdin)");
+  sub->add_option("--context", f->context, "The context to find the answer in");
+  sub->add_flag("--json", f->json, "Print {\"answers\": [...]} (default with --question: one answer per line)");
+  sub->add_option("--max-question-len", f->max_question_len, "Question tokens kept (Hugging Face's max_question_len)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--top-k", f->top_k)->capture_default_str()->check(CLI::Range(1, 100));
   sub->add_option("--max-answer-len", f->max_answer_len, "Tokens")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--max-seq-len", f->max_seq_len, "Window length in tokens")
@@ -153,8 +210,13 @@ Runner AddQa(CLI::App& app) {
 Runner AddEncode(CLI::App& app) {
   auto f = std::make_shared<QaFlags>();
   CLI::App* sub = app.add_subcommand(
-      "encode", "Span logits of windows: JSON Lines {\"ids\":[...]} on stdin -> {\"start_logits\",\"end_logits\"}");
+      "encode", "One forward of exactly the given ids: --input-ids 1,2,3 (or JSON Lines {\"ids\":[...]} on stdin) -> "
+                "{\"last_hidden_state\",\"start_logits\",\"end_logits\"}");
   AddModelFlag(sub, *f);
+  sub->add_option("--input-ids", f->input_ids, "Comma-separated token ids, run as given (no added tokens; else JSON "
+                                               "Lines {\"ids\":[...]} on stdin)");
+  sub->add_option("--token-type-ids", f->token_type_ids, "Comma-separated token types (RoFormer)");
+  sub->add_flag("--json", f->json, "JSON output (the only format)");
   sub->add_flag("--reference", f->reference, "Use the reference path (dense, per window)");
   return [f] { return Run(*f, /*encode=*/true); };
 }

@@ -38,6 +38,7 @@ namespace {
 struct ServeFlags {
   std::string summarizer;
   std::string qa;
+  std::size_t qa_max_context_bytes = 1 << 20;
   std::string served_model_name;
   std::string host = "0.0.0.0";
   int http_port = 8080;
@@ -146,6 +147,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
     api::QaServiceOptions qo;
     qo.metrics = &metrics;
     qo.engine = &out.service->engine();
+    qo.max_context_bytes = f.qa_max_context_bytes;
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
     RS_ASSIGN_OR_RETURN(out.qa, api::QaService::Create(f.qa, name, qo));
@@ -319,6 +321,11 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
+                  "Longest QA context accepted, in bytes (longer: 422 / INVALID_ARGUMENT)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_MAX_CONTEXT_BYTES")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   sub->add_option("--qa-token-share", e.qa_token_share,
                   "Share of a step's token budget that prefill chunks leave to waiting QA windows (decodes never "
                   "wait; QA runs at least one window per step)")

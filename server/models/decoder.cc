@@ -9,6 +9,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/small_batch_linear.h"
 #include "kernels/reference/reference_ops.h"
+#include "server/models/span_head.h"
 #include "server/models/weight_loader.h"
 
 namespace ropeserve {
@@ -52,9 +53,21 @@ void EnsureCapacity(ContiguousKvCache& cache, int64_t needed, int64_t layers, in
 }  // namespace
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype) {
+  return LoadAny(dir, dtype, false);
+}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype) {
+  return LoadAny(dir, dtype, true);
+}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
     return InvalidArgument("compute dtype must be float32, bfloat16 or float16");
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  if (ckpt->config().span_head != span_head)
+    return InvalidArgument(dir + ": " + ckpt->config().architecture +
+                           (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --summarizer"
+                                      : " is a span (extractive QA) model: serve it with --qa"));
   c10::InferenceMode guard;
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->config_ = ckpt->config();
@@ -64,9 +77,10 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
   auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
 
-  m->w_.embed_tokens = load("model.embed_tokens.weight");
+  const std::string& trunk = c.trunk_prefix;
+  m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
     lw.q_proj = load(p + "self_attn.q_proj.weight");
@@ -88,8 +102,13 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
     lw.down_bias = load_if(c.mlp_bias, p + "mlp.down_proj.bias");
     m->w_.layers.push_back(std::move(lw));
   }
-  m->w_.norm = load("model.norm.weight");
-  m->w_.lm_head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
+  m->w_.norm = load(trunk + "norm.weight");
+  if (c.span_head) {
+    m->w_.qa_outputs = load("qa_outputs.weight");
+    m->w_.qa_outputs_bias = load("qa_outputs.bias");
+  } else {
+    m->w_.lm_head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
+  }
 
   RopeFrequencies rope = ComputeRopeFrequencies(c);
   m->inv_freq_ = InvFreqTensor(rope);
@@ -230,6 +249,76 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
                                      batch.context_len_tensor, attention_scale_);
   });
   return Logits(h.index_select(0, batch.logits_indices));
+}
+
+std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
+                                                   bool reference, bool with_hidden) const {
+  c10::InferenceMode guard;
+  std::vector<std::int64_t> ids, positions, starts;
+  for (const auto& w : windows) {
+    starts.push_back(static_cast<std::int64_t>(ids.size()));
+    for (std::size_t j = 0; j < w.size(); ++j) {
+      ids.push_back(w[j]);
+      positions.push_back(static_cast<std::int64_t>(j));
+    }
+  }
+  starts.push_back(static_cast<std::int64_t>(ids.size()));
+  const at::Tensor id_tensor = at::tensor(ids, at::kLong);
+  auto window = [&](std::size_t k) { return std::pair(starts[k], starts[k + 1] - starts[k]); };
+  // Trunk output after the final norm, [T, H], both paths.
+  at::Tensor hidden;
+  if (reference) {
+    std::vector<at::Tensor> parts;
+    for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+      auto [s0, len] = window(k);
+      auto [cos, sin] = CosSin(at::arange(len, at::kLong));
+      parts.push_back(RunLayers(
+          Embed(id_tensor.narrow(0, s0, len)), cos, sin,
+          [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+            return reference::CausalAttention(q, k, v, attention_scale_);
+          },
+          /*fused=*/false));
+    }
+    hidden = reference::RmsNorm(at::cat(parts, 0), w_.norm, config_.rms_norm_eps);
+  } else {
+    // Positions restart in every window; dynamic RoPE follows each window's length.
+    std::vector<at::Tensor> cos_parts, sin_parts;
+    const at::Tensor pos = at::tensor(positions, at::kLong);
+    at::Tensor cos, sin;
+    if (RopeDependsOnLength(config_)) {
+      for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+        auto [s0, len] = window(k);
+        auto [c, s] = CosSin(pos.narrow(0, s0, len));
+        cos_parts.push_back(c);
+        sin_parts.push_back(s);
+      }
+      cos = at::cat(cos_parts, 0);
+      sin = at::cat(sin_parts, 0);
+    } else {
+      std::tie(cos, sin) = CosSin(pos);
+    }
+    hidden = RunLayers(Embed(id_tensor), cos, sin,
+                       [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                         // No attention across windows: causal within each.
+                         at::Tensor out = at::empty_like(q);
+                         for (std::size_t w = 0; w + 1 < starts.size(); ++w) {
+                           auto [s0, len] = window(w);
+                           out.narrow(0, s0, len)
+                               .copy_(reference::CausalAttention(q.narrow(0, s0, len), k.narrow(0, s0, len),
+                                                                 v.narrow(0, s0, len), attention_scale_));
+                         }
+                         return out;
+                       });
+    hidden = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+  }
+  const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).to(at::kFloat).contiguous();
+  const at::Tensor hidden_f32 = with_hidden ? hidden.to(at::kFloat).contiguous() : at::Tensor();
+  std::vector<SpanLogits> out;
+  for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+    auto [s0, len] = window(k);
+    out.push_back(SpanRows(logits, s0, len, hidden_f32));
+  }
+  return out;
 }
 
 PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const {

@@ -20,6 +20,7 @@
 
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
+#include "server/models/span_logits.h"
 
 namespace ropeserve {
 
@@ -40,7 +41,8 @@ struct DecoderWeights {
   at::Tensor embed_tokens;  // [V, H]
   std::vector<DecoderLayerWeights> layers;
   at::Tensor norm;          // [H]
-  at::Tensor lm_head;       // [V, H] (aliases embed_tokens when tied)
+  at::Tensor lm_head;       // [V, H] (aliases embed_tokens when tied); undefined with a span head
+  at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
 };
 
 // Contiguous KV cache of one sequence. Grows by doubling.
@@ -78,7 +80,11 @@ struct PagedKvCache {
 class DecoderModel {
  public:
   // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16).
+  // A causal LM (lm_head); a checkpoint with a span head is refused.
   static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype);
+  // The same trunk with a span head (LlamaForQuestionAnswering & co.); only
+  // ForwardSpans runs on it.
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype);
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -96,12 +102,22 @@ class DecoderModel {
   // its chunk. Returns float32 logits [R, V] for batch.logits_indices.
   at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const;
 
+  // Span head: start/end logits of each window (positions 0..len-1, causal
+  // attention within the window, as Hugging Face's *ForQuestionAnswering).
+  // `reference`: one window at a time through ForwardReference's unfused
+  // ops; else all windows packed into one pass (fused kernels, linears
+  // over all tokens). `with_hidden` also returns the trunk's last hidden
+  // state (after the final norm).
+  std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows, bool reference,
+                                       bool with_hidden = false) const;
+
   PagedKvCache AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const;
   // K and V bytes one token occupies in the cache, all layers.
   std::int64_t KvBytesPerToken() const;
 
  private:
   DecoderModel() = default;
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden, bool fast = true) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "server/checkpoint/safetensors.h"
+#include "server/models/decoder.h"
+#include "server/models/span_head.h"
 #include "server/models/weight_loader.h"
 
 namespace ropeserve {
@@ -66,9 +68,11 @@ at::Tensor ModernBertMlp(const EncoderQaModel::Weights& w, const EncoderConfig& 
   return x + w.Linear(Activation(parts[0], c.activation) * parts[1], p + "mlp.Wo");
 }
 
-// final_norm, the prediction head (dense, activation, norm), classifier: [T, 2].
-at::Tensor ModernBertLogits(const EncoderQaModel::Weights& w, const EncoderConfig& c, at::Tensor x) {
+// final_norm (-> *hidden, the base model's last_hidden_state), the
+// prediction head (dense, activation, norm), classifier: [T, 2].
+at::Tensor ModernBertLogits(const EncoderQaModel::Weights& w, const EncoderConfig& c, at::Tensor x, at::Tensor* hidden) {
   x = w.Norm(x, "model.final_norm", c.norm_eps);
+  *hidden = x;
   x = w.Norm(Activation(w.Linear(x, "head.dense"), c.classifier_activation), "head.norm", c.norm_eps);
   return w.Linear(x, "classifier").contiguous();
 }
@@ -112,16 +116,6 @@ at::Tensor RoFormerAfterAttention(const EncoderQaModel::Weights& w, const Encode
   return w.Norm(w.Linear(inter, p + "output.dense") + h, p + "output.LayerNorm", c.norm_eps);
 }
 
-// Rows [begin, begin + len) of [T, 2] logits (only those rows are copied).
-SpanLogits ToSpans(const at::Tensor& logits, std::int64_t begin, std::int64_t len) {
-  const at::Tensor rows = logits.narrow(0, begin, len);
-  const at::Tensor s = rows.select(1, 0).contiguous(), e = rows.select(1, 1).contiguous();
-  SpanLogits out;
-  out.start.assign(s.data_ptr<float>(), s.data_ptr<float>() + len);
-  out.end.assign(e.data_ptr<float>(), e.data_ptr<float>() + len);
-  return out;
-}
-
 std::vector<std::int64_t> Types(const std::vector<std::uint32_t>& type_ids, std::size_t n) {
   if (type_ids.empty()) return std::vector<std::int64_t>(n, 0);
   return std::vector<std::int64_t>(type_ids.begin(), type_ids.end());
@@ -130,7 +124,7 @@ std::vector<std::int64_t> Types(const std::vector<std::uint32_t>& type_ids, std:
 // Reference: one window, [H, L, D] attention as the reference module.
 StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const EncoderConfig& c,
                                        const std::vector<std::uint32_t>& ids,
-                                       const std::vector<std::uint32_t>& type_ids) {
+                                       const std::vector<std::uint32_t>& type_ids, bool with_hidden) {
   at::NoGradGuard no_grad;
   const auto L = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
@@ -148,13 +142,14 @@ StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const E
     at::Tensor context = at::matmul(probs, v).transpose(0, 1).reshape({L, H * D});
     x = RoFormerAfterAttention(w, c, p, x, context);
   }
-  return ToSpans(w.Linear(x, "qa_outputs").contiguous(), 0, L);
+  return SpanRows(w.Linear(x, "qa_outputs").contiguous(), 0, L, with_hidden ? x : at::Tensor());
 }
 
 // Packed: linears over every window's tokens at once, attention per window.
 StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& w, const EncoderConfig& c,
                                                  const std::vector<std::vector<std::uint32_t>>& windows,
-                                                 const std::vector<std::vector<std::uint32_t>>& type_ids) {
+                                                 const std::vector<std::vector<std::uint32_t>>& type_ids,
+                                                 bool with_hidden) {
   at::NoGradGuard no_grad;
   std::vector<std::int64_t> ids, types, positions, starts;
   std::int64_t longest = 0;
@@ -195,7 +190,8 @@ StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& 
   }
   at::Tensor logits = w.Linear(x, "qa_outputs").contiguous();
   std::vector<SpanLogits> out;
-  for (std::size_t win = 0; win + 1 < starts.size(); ++win) out.push_back(ToSpans(logits, starts[win], starts[win + 1] - starts[win]));
+  for (std::size_t win = 0; win + 1 < starts.size(); ++win)
+    out.push_back(SpanRows(logits, starts[win], starts[win + 1] - starts[win], with_hidden ? x : at::Tensor()));
   return out;
 }
 
@@ -210,6 +206,10 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
   ss << in.rdbuf();
   std::unique_ptr<EncoderQaModel> m(new EncoderQaModel());
   RS_ASSIGN_OR_RETURN(m->config_, ParseEncoderConfig(ss.str(), dir + "/config.json"));
+  if (m->config_.family == EncoderFamily::kDecoder) {
+    RS_ASSIGN_OR_RETURN(m->decoder_, DecoderModel::LoadSpanModel(dir, DType::kF32));
+    return m;
+  }
   const std::string path = dir + "/model.safetensors";
   RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   m->w_ = std::make_unique<Weights>();
@@ -234,7 +234,7 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
 Status EncoderQaModel::CheckIds(const std::vector<std::uint32_t>& ids,
                                 const std::vector<std::uint32_t>& type_ids) const {
   if (ids.empty()) return InvalidArgument("an empty window");
-  // ModernBERT has no token types: they are ignored.
+  // Only RoFormer has token types; the other families ignore them.
   if (!type_ids.empty() && config_.family == EncoderFamily::kRoFormer) {
     if (type_ids.size() != ids.size()) return InvalidArgument("token type ids and ids differ in length");
     for (auto t : type_ids)
@@ -251,9 +251,11 @@ Status EncoderQaModel::CheckIds(const std::vector<std::uint32_t>& ids,
 }
 
 StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uint32_t>& ids,
-                                                      const std::vector<std::uint32_t>& type_ids) const {
+                                                      const std::vector<std::uint32_t>& type_ids,
+                                                      bool with_hidden) const {
   RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
-  if (config_.family == EncoderFamily::kRoFormer) return RoFormerReference(*w_, config_, ids, type_ids);
+  if (config_.family == EncoderFamily::kRoFormer) return RoFormerReference(*w_, config_, ids, type_ids, with_hidden);
+  if (decoder_) return std::move(decoder_->ForwardSpans({std::vector<std::int64_t>(ids.begin(), ids.end())}, true, with_hidden)[0]);
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config_;
   const Weights& w = *w_;
@@ -283,18 +285,25 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
     x = x + w.Linear(attn.permute({1, 0, 2}).reshape({L, H * D}), p + "attn.Wo");
     x = ModernBertMlp(w, c, p, x);
   }
-  return ToSpans(ModernBertLogits(w, c, x), 0, L);
+  at::Tensor hidden;
+  const at::Tensor logits = ModernBertLogits(w, c, x, &hidden);
+  return SpanRows(logits, 0, L, with_hidden ? hidden : at::Tensor());
 }
 
 StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
     const std::vector<std::vector<std::uint32_t>>& windows,
-    const std::vector<std::vector<std::uint32_t>>& type_ids) const {
+    const std::vector<std::vector<std::uint32_t>>& type_ids, bool with_hidden) const {
   if (windows.empty()) return std::vector<SpanLogits>{};
   if (!type_ids.empty() && type_ids.size() != windows.size())
     return InvalidArgument("token type ids are needed for every window or none");
   for (std::size_t k = 0; k < windows.size(); ++k)
     RS_RETURN_IF_ERROR(CheckIds(windows[k], type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k]));
-  if (config_.family == EncoderFamily::kRoFormer) return RoFormerPacked(*w_, config_, windows, type_ids);
+  if (config_.family == EncoderFamily::kRoFormer) return RoFormerPacked(*w_, config_, windows, type_ids, with_hidden);
+  if (decoder_) {
+    std::vector<std::vector<std::int64_t>> ids;
+    for (const auto& win : windows) ids.emplace_back(win.begin(), win.end());
+    return decoder_->ForwardSpans(ids, false, with_hidden);
+  }
   std::vector<std::int64_t> ids, positions, starts;
   for (const auto& win : windows) {
     starts.push_back(static_cast<std::int64_t>(ids.size()));
@@ -354,9 +363,11 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
     x = x + w.Linear(attn.reshape({T, H * D}), p + "attn.Wo");
     x = ModernBertMlp(w, c, p, x);
   }
-  const at::Tensor logits = ModernBertLogits(w, c, x);
+  at::Tensor hidden;
+  const at::Tensor logits = ModernBertLogits(w, c, x, &hidden);
   std::vector<SpanLogits> out;
-  for (std::size_t win = 0; win + 1 < starts.size(); ++win) out.push_back(ToSpans(logits, starts[win], starts[win + 1] - starts[win]));
+  for (std::size_t win = 0; win + 1 < starts.size(); ++win)
+    out.push_back(SpanRows(logits, starts[win], starts[win + 1] - starts[win], with_hidden ? hidden : at::Tensor()));
   return out;
 }
 

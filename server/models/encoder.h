@@ -4,6 +4,8 @@
 //    attn_norm in layer 0, fused Wqkv, rotate-half RoPE per layer kind,
 //    global or sliding-window attention, GeGLU MLP with the fused Wi;
 //    final_norm; prediction head dense -> activation -> norm; classifier.
+//  - Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering: the causal decoder
+//    (server/models/decoder) with qa_outputs on its final hidden states.
 //  - RoFormerForQuestionAnswering: word + token-type embeddings, LayerNorm,
 //    optional embeddings_project; BERT post-norm layers with RoFormer's
 //    rotary on q and k (and v when rotary_value) in the interleaved-pair
@@ -23,13 +25,11 @@
 
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
+#include "server/models/span_logits.h"
 
 namespace ropeserve {
 
-struct SpanLogits {
-  std::vector<float> start;
-  std::vector<float> end;
-};
+class DecoderModel;
 
 class EncoderQaModel {
  public:
@@ -40,17 +40,22 @@ class EncoderQaModel {
 
   const EncoderConfig& config() const { return config_; }
   struct Weights;  // opaque: the tensors by name
-  // `type_ids` (token types, RoFormer) may be empty: all 0.
+  // `type_ids` (token types, RoFormer) may be empty: all 0 (the other
+  // families ignore them). `with_hidden` also returns the trunk's last
+  // hidden state (Hugging Face's base-model last_hidden_state).
   StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids,
-                                        const std::vector<std::uint32_t>& type_ids = {}) const;
+                                        const std::vector<std::uint32_t>& type_ids = {},
+                                        bool with_hidden = false) const;
   StatusOr<std::vector<SpanLogits>> ForwardPacked(const std::vector<std::vector<std::uint32_t>>& windows,
-                                                  const std::vector<std::vector<std::uint32_t>>& type_ids = {}) const;
+                                                  const std::vector<std::vector<std::uint32_t>>& type_ids = {},
+                                                  bool with_hidden = false) const;
 
  private:
   EncoderQaModel() = default;
   Status CheckIds(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids) const;
   EncoderConfig config_;
   std::unique_ptr<Weights> w_;
+  std::unique_ptr<DecoderModel> decoder_;  // kDecoder: the causal trunk with its span head
 };
 
 }  // namespace ropeserve

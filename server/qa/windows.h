@@ -19,6 +19,13 @@ struct WindowOptions {
   int max_seq_len = 384;
   // Overlap in tokens; nullopt = min(max_seq_len / 2, 128), the pipeline's default.
   std::optional<int> doc_stride;
+  // A longer question is cut to its first max_question_len tokens (at a
+  // token boundary of the question alone), as Hugging Face's SQuAD feature
+  // conversion does (the fast-tokenizer pipeline ignores the parameter and
+  // fails when the question leaves no room for context).
+  int max_question_len = 64;
+  // Contexts longer than this many bytes are refused (InvalidArgument).
+  std::size_t max_context_bytes = 1 << 20;
 };
 
 // One model input: ids and token types, and the QaWindow (p_mask, offsets

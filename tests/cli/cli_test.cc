@@ -328,6 +328,24 @@ TEST(Cli, QaAndEncode) {
   ASSERT_EQ(jf["start_logits"].size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(jf["start_logits"][i].get<double>(), jr["start_logits"][i].get<double>(), 1e-4);
   EXPECT_NE(RunBinary("qa --model " + d.path() + "/missing < " + in, d.path()).exit_code, 0);
+
+  // One input from the flags, as the interface: a decoder span head.
+  const std::string llama = d.path() + "/llama-qa";
+  ASSERT_EQ(RunBinary("make-model --qa --qa-arch llama --out " + llama, d.path()).exit_code, 0);
+  auto q = RunBinary("qa --model " + llama + " --question where --context '" + context + "' --top-k 2 --json", d.path());
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  auto qj = nlohmann::json::parse(q.out);
+  ASSERT_EQ(qj["answers"].size(), 2u) << q.out;
+  for (const auto& x : qj["answers"])
+    EXPECT_EQ(context.substr(x["start"].get<size_t>(), x["end"].get<size_t>() - x["start"].get<size_t>()), x["text"]);
+  auto e = RunBinary("encode --model " + llama + " --input-ids 5,6,7,8 --json", d.path());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  auto ej = nlohmann::json::parse(e.out);
+  ASSERT_EQ(ej["last_hidden_state"].size(), 4u);
+  EXPECT_EQ(ej["last_hidden_state"][0].size(), 64u);  // the generator's hidden size
+  EXPECT_EQ(ej["start_logits"].size(), 4u);
+  EXPECT_NE(RunBinary("encode --model " + llama + " --input-ids 5,-1", d.path()).exit_code, 0);
+  EXPECT_NE(RunBinary("qa --model " + llama + " --question where", d.path()).exit_code, 0);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// ModernBertForQuestionAnswering on tiny random checkpoints from the
-// generator: the packed fast path equals the per-window reference path, and
+// The span models (ModernBERT, RoFormer, and Llama/Qwen2/Qwen3 trunks with
+// qa_outputs) on tiny random checkpoints from the generator: the packed fast path equals the per-window reference path, and
 // the whole QA flow (windows -> model -> answer selection) gives answers
 // that are exact substrings of the context.
 #include "server/models/encoder.h"
@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "server/checkpoint/model_generator.h"
+#include "server/models/decoder.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 #include "server/tokenizer/unicode.h"
@@ -37,8 +39,9 @@ TEST_P(Encoder, PackedEqualsReferenceAcrossWindowLengths) {
   // ModernBERT: layers 0 and 3 are global, 1 and 2 see +-8 tokens: windows
   // shorter and much longer than the band, and longer than the 64-token
   // query block.
-  if (model_->config().family == EncoderFamily::kModernBert)
+  if (model_->config().family == EncoderFamily::kModernBert) {
     EXPECT_EQ(model_->config().global_layers, (std::vector<bool>{true, false, false, true}));
+  }
   std::vector<std::vector<std::uint32_t>> windows;
   std::uint32_t next = 7;
   for (int len : {1, 5, 17, 40, 130}) {
@@ -119,7 +122,37 @@ TEST_P(Encoder, QuestionAnsweringGivesContextSubstrings) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Encoder, ::testing::Values("modernbert", "roformer"));
+TEST_P(Encoder, LastHiddenStateMatchesAcrossPaths) {
+  const std::vector<std::uint32_t> a = {9, 40, 41, 300, 7, 8, 120}, b = {11, 12, 13};
+  auto packed = model_->ForwardPacked({a, b}, {}, /*with_hidden=*/true);
+  auto ref = model_->ForwardReference(a, {}, /*with_hidden=*/true);
+  ASSERT_TRUE(packed.ok() && ref.ok());
+  const auto H = static_cast<std::size_t>(model_->config().hidden_size);
+  ASSERT_EQ(ref->hidden.size(), a.size() * H);
+  ASSERT_EQ((*packed)[1].hidden.size(), b.size() * H);
+  double diff = 0;
+  for (std::size_t i = 0; i < ref->hidden.size(); ++i)
+    diff = std::max<double>(diff, std::abs(ref->hidden[i] - (*packed)[0].hidden[i]));
+  EXPECT_LT(diff, 1e-4);
+  EXPECT_TRUE(model_->ForwardPacked({a}, {})->front().hidden.empty());  // only when asked
+}
+
+class DecoderSpan : public Encoder {};
+
+TEST_P(DecoderSpan, AttendsCausally) {
+  ASSERT_EQ(model_->config().family, EncoderFamily::kDecoder);
+  // Appending tokens leaves the logits of the earlier ones unchanged.
+  const std::vector<std::uint32_t> prefix = {5, 17, 250, 3}, longer = {5, 17, 250, 3, 99, 100};
+  auto p = model_->ForwardPacked({prefix, longer});
+  ASSERT_TRUE(p.ok());
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    EXPECT_NEAR((*p)[0].start[i], (*p)[1].start[i], 1e-5);
+    EXPECT_NEAR((*p)[0].end[i], (*p)[1].end[i], 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Encoder, ::testing::Values("modernbert", "roformer", "llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Decoders, DecoderSpan, ::testing::Values("llama", "qwen2", "qwen3"));
 
 // RoFormer's token types matter (segment embeddings).
 TEST(RoFormer, TokenTypesChangeTheLogits) {
@@ -161,6 +194,42 @@ TEST(EncoderLoad, BadCheckpointsAreClearErrors) {
   ASSERT_TRUE(ok.ok());
   EXPECT_FALSE((*ok)->ForwardReference({1, 100000}).ok());
   EXPECT_FALSE((*ok)->ForwardPacked({{1, 2}, {}}).ok());
+}
+
+TEST(DecoderSpanHead, LoadsEitherTrunkPrefixAndIsRefusedAsACausalLm) {
+  testing::ScratchDir dir;
+  MakeEncoderOptions o;
+  o.arch = "llama";
+  ASSERT_TRUE(MakeEncoderModel(dir.path(), o).ok());
+  auto as_lm = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_FALSE(as_lm.ok());
+  EXPECT_NE(as_lm.status().message().find("--qa"), std::string::npos) << as_lm.status().ToString();
+  auto m = EncoderQaModel::Load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ((*m)->config().architecture, "LlamaForQuestionAnswering");
+  auto before = (*m)->ForwardReference({5, 6, 7});
+  ASSERT_TRUE(before.ok());
+  // The same weights with the trunk named "model." (some checkpoints of
+  // these classes): rewrite the safetensors header's names.
+  {
+    const auto path = dir / "model.safetensors";
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    std::string header = bytes.substr(8, n);
+    const std::string data = bytes.substr(8 + n);
+    for (std::size_t at; (at = header.find("\"transformer.")) != std::string::npos;) header.replace(at, 13, "\"model.");
+    n = header.size();
+    std::string out(8, '\0');
+    std::memcpy(out.data(), &n, 8);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << out << header << data;
+  }
+  auto renamed = EncoderQaModel::Load(dir.path());
+  ASSERT_TRUE(renamed.ok()) << renamed.status().ToString();
+  auto after = (*renamed)->ForwardReference({5, 6, 7});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(before->start, after->start);
 }
 
 }  // namespace

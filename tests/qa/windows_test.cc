@@ -8,10 +8,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "server/qa/span_scoring.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::qa {
@@ -98,9 +100,9 @@ TEST_P(Windows, CoverTheContextWithStrideOverlap) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, Windows, ::testing::Values("synthetic/bert", "llama3", "qwen3", "llama2"));
 
-// The CLS slot stays open for the null answer; the question is masked.
-TEST(Windows, PMaskKeepsClsOpen) {
-  // The synthetic BERT tokenizer with a tokenizer_config.json naming [CLS].
+// The synthetic BERT tokenizer with a tokenizer_config.json naming [CLS]:
+// [CLS] question [SEP] context [SEP].
+std::shared_ptr<const tok::Tokenizer> BertWithCls() {
   const auto dir = std::filesystem::temp_directory_path() / ("ropeserve-qa-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(std::string(ROPESERVE_TEST_DATA) + "/tokenizers/synthetic/bert/tokenizer.json",
@@ -108,21 +110,93 @@ TEST(Windows, PMaskKeepsClsOpen) {
   std::ofstream(dir / "tokenizer_config.json") << R"({"cls_token": "[CLS]", "sep_token": "[SEP]"})";
   auto tok = tok::Tokenizer::FromPath(dir.string());
   std::filesystem::remove_all(dir);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  ASSERT_TRUE((*tok)->config().cls_token);
-  auto w = BuildWindows(**tok, "who is here", "alice is here today", WindowOptions{});
+  EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+  return tok.ok() ? *tok : nullptr;
+}
+
+// The CLS slot stays open for the null answer; the question is masked.
+TEST(Windows, PMaskKeepsClsOpen) {
+  auto tok = BertWithCls();
+  ASSERT_TRUE(tok);
+  ASSERT_TRUE(tok->config().cls_token);
+  auto w = BuildWindows(*tok, "who is here", "alice is here today", WindowOptions{});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   ASSERT_EQ(w->size(), 1u);
   const QaWindow& win = (*w)[0].window;
-  EXPECT_EQ((*w)[0].ids[0], *(*tok)->TokenToId("[CLS]"));
+  EXPECT_EQ((*w)[0].ids[0], *tok->TokenToId("[CLS]"));
   EXPECT_EQ(win.p_mask[0], 0);  // [CLS]: the null answer's slot
   EXPECT_EQ(win.p_mask[1], 1);  // the question
   EXPECT_EQ(win.p_mask.back(), 1);  // [SEP]
-  EXPECT_FALSE(BuildWindows(**tok, "", "context", WindowOptions{}).ok());
-  EXPECT_FALSE(BuildWindows(**tok, "q", "", WindowOptions{}).ok());
+  EXPECT_FALSE(BuildWindows(*tok, "", "context", WindowOptions{}).ok());
+  EXPECT_FALSE(BuildWindows(*tok, "q", "", WindowOptions{}).ok());
   WindowOptions tiny;
   tiny.max_seq_len = 8;
-  EXPECT_FALSE(BuildWindows(**tok, "a very long question that does not fit at all", "context", tiny).ok());
+  EXPECT_FALSE(BuildWindows(*tok, "a very long question that does not fit at all", "context", tiny).ok());
+}
+
+TEST(Windows, LongQuestionsAreCutAndLongContextsRefused) {
+  auto tok = BertWithCls();
+  ASSERT_TRUE(tok);
+  std::string question;
+  for (int i = 0; i < 40; ++i) question += "why is word" + std::to_string(i) + " here ";
+  WindowOptions o;
+  o.max_question_len = 10;
+  auto w = BuildWindows(*tok, question, "alice is here today", o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  // [CLS], ten question tokens, [SEP], then the context (type 1).
+  const auto& first = (*w)[0];
+  const auto sep = *tok->TokenToId("[SEP]");
+  EXPECT_EQ(std::find(first.ids.begin(), first.ids.end(), sep) - first.ids.begin(), 11);
+  auto whole = tok->Encode(question, false);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(std::equal(first.ids.begin() + 1, first.ids.begin() + 11, whole->ids.begin()));
+  EXPECT_EQ(first.type_ids[12], 1u);
+  o.max_context_bytes = 10;
+  auto refused = BuildWindows(*tok, "who", "alice is here today", o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("limit"), std::string::npos);
+}
+
+// An answer in the last of many windows is found at its exact offsets:
+// windows -> (logits pointing at one word of the last window) -> selection.
+TEST(Windows, AnAnswerInTheLastWindowIsFound) {
+  auto tok = BertWithCls();
+  ASSERT_TRUE(tok);
+  std::string context;
+  for (int i = 0; i < 300; ++i) context += "filler" + std::to_string(i % 7) + " text ";
+  const std::size_t needle = context.size();
+  context += "zebra stripes";
+  WindowOptions wo;
+  wo.max_seq_len = 48;
+  wo.doc_stride = 16;
+  auto windows = BuildWindows(*tok, "which animal", context, wo);
+  ASSERT_TRUE(windows.ok()) << windows.status().ToString();
+  ASSERT_GT(windows->size(), 10u);
+  std::vector<QaWindow> scored;
+  for (std::size_t k = 0; k < windows->size(); ++k) {
+    QaWindow w = (*windows)[k].window;
+    w.start_logits.assign(w.p_mask.size(), 0.0f);
+    w.end_logits.assign(w.p_mask.size(), 0.0f);
+    if (k + 1 == windows->size()) {
+      // The tokens of "zebra" (ASCII: code points are bytes).
+      for (std::size_t i = 0; i < w.p_mask.size(); ++i) {
+        if (w.p_mask[i] != 0 || w.offsets[i].first == w.offsets[i].second) continue;
+        if (w.offsets[i].first == static_cast<std::int64_t>(needle)) w.start_logits[i] = 12;
+        if (w.offsets[i].second == static_cast<std::int64_t>(needle + 5)) w.end_logits[i] = 12;
+      }
+    }
+    scored.push_back(std::move(w));
+  }
+  for (Scoring mode : {Scoring::kPipeline, Scoring::kLogits}) {
+    QaOptions o;
+    o.scoring = mode;
+    auto answers = SelectAnswers(scored, context, o);
+    ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+    ASSERT_EQ(answers->size(), 1u);
+    EXPECT_EQ((*answers)[0].text, "zebra");
+    EXPECT_EQ((*answers)[0].start, static_cast<std::int64_t>(needle));
+    EXPECT_EQ((*answers)[0].end, static_cast<std::int64_t>(needle + 5));
+  }
 }
 
 }  // namespace

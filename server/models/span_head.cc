@@ -1,0 +1,20 @@
+#include "server/models/span_head.h"
+
+#include <ATen/ATen.h>
+
+namespace ropeserve {
+
+SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden) {
+  const at::Tensor rows = logits.narrow(0, begin, len);
+  const at::Tensor s = rows.select(1, 0).contiguous(), e = rows.select(1, 1).contiguous();
+  SpanLogits out;
+  out.start.assign(s.data_ptr<float>(), s.data_ptr<float>() + len);
+  out.end.assign(e.data_ptr<float>(), e.data_ptr<float>() + len);
+  if (hidden.defined()) {
+    const at::Tensor h = hidden.narrow(0, begin, len).to(at::kFloat).contiguous();
+    out.hidden.assign(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  }
+  return out;
+}
+
+}  // namespace ropeserve

@@ -1,0 +1,15 @@
+// Splitting a packed span-head output into per-window SpanLogits (shared by
+// the encoder families and the decoder span heads).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "server/models/span_logits.h"
+
+namespace ropeserve {
+
+// Rows [begin, begin + len) of contiguous float32 logits [T, 2] (only those
+// rows are copied), and of `hidden` [T, H] when it is defined.
+SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden = {});
+
+}  // namespace ropeserve
