@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(&ropeserve::cli::AddGenerate);
   add(&ropeserve::cli::AddMakeModel);
   add(&ropeserve::cli::AddBench);
+  add(&ropeserve::cli::AddBenchQa);
   add(&ropeserve::cli::AddTokenize);
   add(&ropeserve::cli::AddChatTemplate);
   add(&ropeserve::cli::AddQa);

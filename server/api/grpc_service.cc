@@ -14,7 +14,7 @@
 #include "server/api/error_mapping.h"
 #include "server/api/logging.h"
 #include "server/api/model_service.h"
-#include "server/api/qa_service.h"
+#include "server/runner/qa_service.h"
 #include "server/api/serving_context.h"
 
 namespace ropeserve::api {

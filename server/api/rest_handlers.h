@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "server/api/model_service.h"
-#include "server/api/qa_service.h"
+#include "server/runner/qa_service.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {

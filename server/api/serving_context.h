@@ -10,10 +10,13 @@
 #include "server/api/lifecycle.h"
 #include "server/api/metrics.h"
 
+namespace ropeserve {
+class QaService;  // server/runner/qa_service.h
+}
+
 namespace ropeserve::api {
 
 class ModelService;
-class QaService;
 
 struct ServingContext {
   Lifecycle lifecycle;

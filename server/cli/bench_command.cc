@@ -1,7 +1,9 @@
-// `ropeserve bench`: see bench/offline_bench.h.
+// `ropeserve bench` (bench/offline_bench.h) and `ropeserve bench-qa`
+// (bench/qa_bench.h).
 #include <memory>
 
 #include "bench/offline_bench.h"
+#include "bench/qa_bench.h"
 #include "server/cli/commands.h"
 
 namespace ropeserve::cli {
@@ -34,6 +36,36 @@ Runner AddBench(CLI::App& app) {
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
     o->baseline_static = *baseline == "static";
     Status s = bench::RunBench(*o);
+    return s.ok() ? 0 : Fail(s.ToString());
+  };
+}
+
+Runner AddBenchQa(CLI::App& app) {
+  auto o = std::make_shared<bench::QaBenchOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "bench-qa", "Offline extractive-QA benchmark: packed windows (QaService) vs one window per forward, sequential");
+  sub->add_option("--model", o->model, "Span model directory")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--context-chars", o->context_chars, "Context lengths in characters")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 22));
+  sub->add_option("--concurrency", o->concurrency, "Client concurrencies")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--requests", o->requests, "Requests per cell (0 = max(4, concurrency))")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  sub->add_option("--max-seq-len", o->max_seq_len)->capture_default_str()->check(CLI::Range(8, 1 << 20));
+  sub->add_option("--doc-stride", o->doc_stride)->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per packed forward (the engine's step budget)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--seed", o->seed)->capture_default_str();
+  sub->add_flag("--json", o->json, "Print one JSON object");
+  return [o] {
+    if (o->doc_stride >= o->max_seq_len) return Fail("--doc-stride must be below --max-seq-len");
+    Status s = bench::RunQaBench(*o);
     return s.ok() ? 0 : Fail(s.ToString());
   };
 }

@@ -17,6 +17,7 @@ using Runner = std::function<int()>;
 Runner AddGenerate(CLI::App& app);
 Runner AddMakeModel(CLI::App& app);
 Runner AddBench(CLI::App& app);
+Runner AddBenchQa(CLI::App& app);
 Runner AddTokenize(CLI::App& app);
 Runner AddChatTemplate(CLI::App& app);
 Runner AddQa(CLI::App& app);

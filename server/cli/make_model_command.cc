@@ -43,7 +43,10 @@ Runner AddMakeModel(CLI::App& app) {
                   R"(rope_scaling JSON, e.g. {"rope_type":"linear","factor":2.0})");
   auto qa = std::make_shared<bool>(false);
   auto qa_arch = std::make_shared<std::string>("modernbert");
-  sub->add_flag("--qa", *qa, "Write a tiny extractive-QA span model instead (for `serve --qa`; --seed applies)");
+  sub->add_flag("--qa", *qa,
+                "Write an extractive-QA span model instead (for `serve --qa`; default tiny; --seed, --dtype "
+                "float32|bfloat16, --hidden-size, --intermediate-size, --layers, --heads, --vocab-size and "
+                "--max-position-embeddings apply)");
   sub->add_option("--qa-arch", *qa_arch, "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
@@ -52,6 +55,16 @@ Runner AddMakeModel(CLI::App& app) {
       MakeEncoderOptions eo;
       eo.seed = f->options.seed;
       eo.arch = *qa_arch;
+      const MakeModelOptions& m = f->options;
+      eo.hidden_size = m.hidden_size.value_or(eo.hidden_size);
+      eo.intermediate_size = m.intermediate_size.value_or(eo.intermediate_size);
+      eo.num_layers = m.num_layers.value_or(eo.num_layers);
+      eo.num_heads = m.num_heads.value_or(eo.num_heads);
+      eo.vocab_size = m.vocab_size.value_or(eo.vocab_size);
+      eo.max_position_embeddings = m.max_position_embeddings.value_or(eo.max_position_embeddings);
+      if (auto d = ParseDTypeFlag(f->dtype)) eo.dtype = *d;
+      if (eo.hidden_size % eo.num_heads != 0 || (eo.hidden_size / eo.num_heads) % 2 != 0)
+        return Fail("--hidden-size must be a multiple of --heads with an even head dimension");
       Status s = MakeEncoderModel(f->out, eo);
       if (!s.ok()) return Fail(s.ToString());
       std::fprintf(stderr, "wrote a %s question-answering checkpoint to %s\n", qa_arch->c_str(), f->out.c_str());

@@ -21,7 +21,7 @@
 #include "server/api/http_server.h"
 #include "server/api/logging.h"
 #include "server/api/metrics.h"
-#include "server/api/qa_service.h"
+#include "server/runner/qa_service.h"
 #include "server/api/model_service.h"
 #include "server/api/serving_context.h"
 #include "server/checkpoint/model_generator.h"
@@ -103,7 +103,7 @@ struct StopSignal {
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<api::ModelService> service;
-  std::unique_ptr<api::QaService> qa;  // null without a QA model
+  std::unique_ptr<QaService> qa;  // null without a QA model
 };
 
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
@@ -144,16 +144,18 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
     RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
   }
   if (!f.qa.empty()) {
-    api::QaServiceOptions qo;
-    qo.metrics = &metrics;
+    QaServiceOptions qo;
+    qo.on_latency = [&metrics](double seconds) { metrics.ObserveQaLatency(seconds); };
     qo.engine = &out.service->engine();
     qo.max_context_bytes = f.qa_max_context_bytes;
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
-    RS_ASSIGN_OR_RETURN(out.qa, api::QaService::Create(f.qa, name, qo));
+    RS_ASSIGN_OR_RETURN(out.qa, QaService::Create(f.qa, name, qo));
     const EncoderConfig& qc = out.qa->config();
     spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {}", name, qc.architecture, qc.num_hidden_layers,
                  qc.hidden_size, f.qa);
+    if (!out.qa->scores_null_answer())
+      spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
     if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
   }
   return out;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,12 +21,8 @@
 #include "server/qa/windows.h"
 
 namespace ropeserve {
+
 class Engine;
-}
-
-namespace ropeserve::api {
-
-class ServerMetrics;
 
 struct QaRequest {
   std::string question;
@@ -47,7 +44,8 @@ struct QaServiceOptions {
   std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
   std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
-  ServerMetrics* metrics = nullptr;
+  // Called with each answered call's latency in seconds (metrics); thread-safe.
+  std::function<void(double)> on_latency;
 };
 
 class QaService {
@@ -61,6 +59,9 @@ class QaService {
   // "qa-<n>", unique within the process.
   std::string NextRequestId() { return "qa-" + std::to_string(++counter_); }
   const EncoderConfig& config() const;
+  // False when the tokenizer names no cls_token: the null answer (the CLS
+  // slot) cannot be scored.
+  bool scores_null_answer() const;
   // Windows the request, waits for its forwards and selects answers.
   // `timeout_seconds` > 0 bounds the wait (DeadlineExceeded).
   StatusOr<QaResult> Answer(const QaRequest& request, double timeout_seconds = 0);
@@ -75,4 +76,4 @@ class QaService {
   std::atomic<std::uint64_t> counter_{0};
 };
 
-}  // namespace ropeserve::api
+}  // namespace ropeserve

@@ -1,6 +1,4 @@
-#include "server/api/qa_service.h"
-
-#include <spdlog/spdlog.h>
+#include "server/runner/qa_service.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -8,12 +6,11 @@
 #include <mutex>
 #include <thread>
 
-#include "server/api/metrics.h"
 #include "server/engine/engine.h"
 #include "server/engine/encoder_queue.h"
 #include "server/models/encoder.h"
 
-namespace ropeserve::api {
+namespace ropeserve {
 
 namespace {
 
@@ -128,8 +125,6 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, s
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": a QA model needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(s->impl_->tokenizer, tok::Tokenizer::FromPath(dir));
-  if (!s->impl_->tokenizer->config().cls_token)
-    spdlog::warn("QA tokenizer in {} names no cls_token: the null answer cannot be scored", dir);
   Impl* impl = s->impl_.get();
   impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
   impl->runner = std::make_unique<QaRunner>(*impl->model);
@@ -144,6 +139,8 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, s
 }
 
 const EncoderConfig& QaService::config() const { return impl_->model->config(); }
+
+bool QaService::scores_null_answer() const { return impl_->tokenizer->config().cls_token.has_value(); }
 
 StatusOr<QaResult> QaService::Answer(const QaRequest& request, double timeout_seconds) {
   RS_ASSIGN_OR_RETURN(auto results, AnswerBatch({request}, timeout_seconds));
@@ -192,10 +189,9 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
     RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(scored, requests[r].context, requests[r].options));
     out.push_back(std::move(result));
   }
-  if (impl_->options.metrics != nullptr)
-    impl_->options.metrics->ObserveQaLatency(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (impl_->options.on_latency)
+    impl_->options.on_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return out;
 }
 
-}  // namespace ropeserve::api
+}  // namespace ropeserve
