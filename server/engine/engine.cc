@@ -301,13 +301,15 @@ void Engine::RunPlan(const StepPlan& plan) {
   for (const auto& s : plan.sequences) {
     if (!s.needs_logits) continue;
     Active& a = *active_.at(s.request_id);
-    auto view = logits->Row(row++);
+    const std::int64_t r = row++;
+    auto view = logits->Row(r);
     GeneratedToken t;
     // Logprobs below are those of the raw logits (as vLLM reports them).
     t.id = static_cast<TokenId>(SampleStep(view, a.request.sampling, a.penalties, penalized_, a.rng));
-    t.logprob = LogprobOf(view, t.id);
+    const double lse = logits->logsumexp != nullptr ? logits->logsumexp[r] : LogSumExp(view);
+    t.logprob = LogprobOf(view, t.id, lse);
     if (a.request.top_logprobs > 0)
-      for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs)) t.top_logprobs.emplace_back(id, lp);
+      for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs, lse)) t.top_logprobs.emplace_back(id, lp);
     sampled[s.request_id] = t.id;
     produced.emplace_back(s.request_id, std::move(t));
   }

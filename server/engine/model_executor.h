@@ -19,6 +19,11 @@ struct StepLogits {
   const float* data = nullptr;
   std::int64_t rows = 0;
   std::int64_t vocab = 0;
+  // Per row log(sum(exp(row))) when the executor computes it (vectorized,
+  // float32 like the reference implementations' log_softmax); null: the
+  // engine computes it. Logprobs need it for every sampled token, and a
+  // scalar pass over a 152k vocabulary costs ~1.5 ms per row.
+  const float* logsumexp = nullptr;
   std::shared_ptr<const void> owner;
   std::span<const float> Row(std::int64_t i) const {
     return {data + i * vocab, static_cast<std::size_t>(vocab)};

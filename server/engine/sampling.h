@@ -62,12 +62,17 @@ std::int64_t SampleToken(std::span<const float> logits, const SamplingParams& pa
 std::int64_t SampleStep(std::span<const float> logits, const SamplingParams& params, PenaltyState& state,
                         std::vector<float>& scratch, SamplerRng& rng);
 
+// log(sum(exp(logits))), in double (the slow path: executors usually
+// supply it, see StepLogits::logsumexp).
+double LogSumExp(std::span<const float> logits);
+
 // The k most likely ids under log_softmax(logits) (raw logits, before
 // temperature, as OpenAI-style logprobs report), most likely first; ties by
-// lower id. Computed in double.
-std::vector<std::pair<std::int64_t, double>> TopLogprobs(std::span<const float> logits, std::size_t k);
+// lower id. `lse`: LogSumExp(logits) when known.
+std::vector<std::pair<std::int64_t, double>> TopLogprobs(std::span<const float> logits, std::size_t k,
+                                                         std::optional<double> lse = std::nullopt);
 
-// log_softmax(logits)[id], in double.
-double LogprobOf(std::span<const float> logits, std::int64_t id);
+// log_softmax(logits)[id] = logits[id] - lse.
+double LogprobOf(std::span<const float> logits, std::int64_t id, std::optional<double> lse = std::nullopt);
 
 }  // namespace ropeserve

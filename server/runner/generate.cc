@@ -60,10 +60,12 @@ StatusOr<GenerateResult> Generate(const DecoderModel& model, const std::vector<s
     std::span<const float> view(row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
     const std::int64_t next = SampleStep(view, options.sampling, penalties, penalized, rng);
     result.generated_ids.push_back(next);
-    result.logprobs.push_back(LogprobOf(view, next));
+    // log-sum-exp vectorized in float32, as the engine's runner computes it.
+    const double lse = at::logsumexp(row, 0).item<float>();
+    result.logprobs.push_back(LogprobOf(view, next, lse));
     if (options.top_logprobs > 0) {
       std::vector<TokenLogprob> top;
-      for (auto [id, lp] : TopLogprobs(view, options.top_logprobs)) top.push_back({id, lp});
+      for (auto [id, lp] : TopLogprobs(view, options.top_logprobs, lse)) top.push_back({id, lp});
       result.top_logprobs.push_back(std::move(top));
     }
     sequence.push_back(next);

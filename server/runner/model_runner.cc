@@ -69,9 +69,15 @@ StatusOr<StepLogits> ModelRunner::Execute(const StepPlan& plan) {
     impl_->model.ForwardPaged(batch, impl_->cache);  // prefill chunks only: K/V written, no logits used
     return out;
   }
-  auto logits = std::make_shared<at::Tensor>(impl_->model.ForwardPaged(batch, impl_->cache).contiguous());
-  out.data = logits->data_ptr<float>();
-  out.owner = logits;
+  struct Rows {
+    at::Tensor logits, logsumexp;
+  };
+  auto rows = std::make_shared<Rows>();
+  rows->logits = impl_->model.ForwardPaged(batch, impl_->cache).contiguous();
+  rows->logsumexp = at::logsumexp(rows->logits, 1).contiguous();
+  out.data = rows->logits.data_ptr<float>();
+  out.logsumexp = rows->logsumexp.data_ptr<float>();
+  out.owner = rows;
   return out;
 }
 
