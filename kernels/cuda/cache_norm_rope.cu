@@ -1,0 +1,138 @@
+// Cache writes, RMSNorm (plain and fused with the residual add) and
+// rotate-half RoPE: the memory-bound element-wise kernels of a layer.
+#include "kernels/cuda/common.cuh"
+
+namespace ropeserve::cuda {
+
+namespace {
+
+using detail::FromFloat;
+using detail::Round;
+using detail::ToFloat;
+
+template <typename T>
+__global__ void ReshapeAndCacheKernel(const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ k_cache,
+                                      T* __restrict__ v_cache, const std::int64_t* __restrict__ slot_mapping,
+                                      std::int64_t width, std::int64_t key_stride, std::int64_t value_stride) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t slot = slot_mapping[t];
+  if (slot < 0) return;  // padding
+  for (std::int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    k_cache[slot * width + i] = k[t * key_stride + i];
+    v_cache[slot * width + i] = v[t * value_stride + i];
+  }
+}
+
+// One block per row. x is read twice (sum of squares, then scale) and is
+// small enough to stay in L1/L2.
+template <typename T>
+__global__ void RmsNormKernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
+                              std::int64_t hidden, float eps) {
+  __shared__ float scratch[32];
+  const T* row = x + blockIdx.x * hidden;
+  float ss = 0;
+  for (std::int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const float v = ToFloat(row[i]);
+    ss += v * v;
+  }
+  const float r = rsqrtf(detail::BlockSum(ss, scratch) / static_cast<float>(hidden) + eps);
+  for (std::int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
+    out[blockIdx.x * hidden + i] = FromFloat<T>(Round<T>(ToFloat(row[i]) * r) * ToFloat(w[i]));
+}
+
+template <typename T>
+__global__ void FusedAddRmsNormKernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ w,
+                                      std::int64_t hidden, float eps) {
+  __shared__ float scratch[32];
+  T* xr = x + blockIdx.x * hidden;
+  T* rr = residual + blockIdx.x * hidden;
+  float ss = 0;
+  for (std::int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const T h = FromFloat<T>(ToFloat(rr[i]) + ToFloat(xr[i]));  // h = h + x, rounded as the dtype does
+    rr[i] = h;
+    const float v = ToFloat(h);
+    ss += v * v;
+  }
+  const float r = rsqrtf(detail::BlockSum(ss, scratch) / static_cast<float>(hidden) + eps);
+  for (std::int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
+    xr[i] = FromFloat<T>(Round<T>(ToFloat(rr[i]) * r) * ToFloat(w[i]));
+}
+
+// One block per token; threads over (head, pair). Pair i of a head is
+// (x[i], x[i + rotary_dim / 2]).
+template <typename T>
+__global__ void RopeKernel(const std::int64_t* __restrict__ positions, T* __restrict__ q, T* __restrict__ k,
+                           const float* __restrict__ cos_sin, std::int64_t num_heads, std::int64_t num_kv_heads,
+                           std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t q_stride,
+                           std::int64_t k_stride) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t half = rotary_dim / 2;
+  const float* cs = cos_sin + positions[t] * rotary_dim;
+  const std::int64_t pairs = (num_heads + num_kv_heads) * half;
+  for (std::int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
+    const std::int64_t head = j / half, i = j % half;
+    T* x = head < num_heads ? q + t * q_stride + head * head_dim : k + t * k_stride + (head - num_heads) * head_dim;
+    const float x1 = ToFloat(x[i]), x2 = ToFloat(x[i + half]);
+    const float c = cs[i], s = cs[half + i];
+    x[i] = FromFloat<T>(x1 * c - x2 * s);
+    x[i + half] = FromFloat<T>(x2 * c + x1 * s);
+  }
+}
+
+int Threads(std::int64_t work) {
+  int t = 32;
+  while (t < 1024 && t < work) t *= 2;
+  return t;
+}
+
+}  // namespace
+
+int ReshapeAndCache(const void* k, const void* v, void* k_cache, void* v_cache, const std::int64_t* slot_mapping,
+                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim,
+                    std::int64_t key_stride, std::int64_t value_stride, DType dtype, Stream stream) {
+  if (num_tokens == 0) return 0;
+  const std::int64_t width = num_kv_heads * head_dim;
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ReshapeAndCacheKernel<T><<<num_tokens, Threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(k_cache), static_cast<T*>(v_cache),
+        slot_mapping, width, key_stride, value_stride);
+  });
+}
+
+int RmsNorm(void* out, const void* x, const void* weight, std::int64_t rows, std::int64_t hidden, float eps,
+            DType dtype, Stream stream) {
+  if (rows == 0) return 0;
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    RmsNormKernel<T><<<rows, Threads(hidden), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(weight), hidden, eps);
+  });
+}
+
+int FusedAddRmsNorm(void* x, void* residual, const void* weight, std::int64_t rows, std::int64_t hidden, float eps,
+                    DType dtype, Stream stream) {
+  if (rows == 0) return 0;
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    FusedAddRmsNormKernel<T><<<rows, Threads(hidden), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden, eps);
+  });
+}
+
+int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float* cos_sin, std::int64_t num_tokens,
+                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                    std::int64_t rotary_dim, std::int64_t q_stride, std::int64_t k_stride, DType dtype,
+                    Stream stream) {
+  if (num_tokens == 0) return 0;
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) return static_cast<int>(cudaErrorInvalidValue);
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    RopeKernel<T><<<num_tokens, Threads((num_heads + num_kv_heads) * rotary_dim / 2), 0,
+                    static_cast<cudaStream_t>(stream)>>>(positions, static_cast<T*>(q), static_cast<T*>(k), cos_sin,
+                                                         num_heads, num_kv_heads, head_dim, rotary_dim, q_stride,
+                                                         k_stride);
+  });
+}
+
+}  // namespace ropeserve::cuda

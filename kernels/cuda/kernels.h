@@ -1,0 +1,75 @@
+// CUDA kernels for the GPU worker: raw-pointer entry points, no LibTorch
+// and no CUDA headers here (kernels/cuda/torch_glue.h wraps them for
+// tensors). Each returns 0 or a cudaError_t value from the launch; all run
+// asynchronously on `stream` (a cudaStream_t; null = the legacy default).
+//
+// Layouts match kernels/cpu and kernels/reference (their tests are the
+// oracle): activations row-major [tokens, heads, head_dim]; the paged KV
+// cache per layer is [num_blocks, block_size, num_kv_heads, head_dim]; slot
+// = block * block_size + offset. 16-bit float types (bf16, f16) with f32
+// accumulation.
+#pragma once
+
+#include <cstdint>
+
+namespace ropeserve::cuda {
+
+enum class DType { kF16, kBF16 };
+using Stream = void*;
+
+// k_cache/v_cache[slot_mapping[t]] = k/v[t] for every token t (slots < 0
+// are skipped: padding). k and v rows are `key_stride` / `value_stride`
+// elements apart (q/k/v may be views of one fused projection).
+int ReshapeAndCache(const void* k, const void* v, void* k_cache, void* v_cache, const std::int64_t* slot_mapping,
+                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim,
+                    std::int64_t key_stride, std::int64_t value_stride, DType dtype, Stream stream);
+
+// out[r] = weight * to_dtype(x[r] * rsqrt(mean(x[r]^2) + eps)), as Hugging
+// Face's LlamaRMSNorm rounds it.
+int RmsNorm(void* out, const void* x, const void* weight, std::int64_t rows, std::int64_t hidden, float eps,
+            DType dtype, Stream stream);
+
+// residual[r] = to_dtype(residual[r] + x[r]); x[r] = RmsNorm(residual[r]).
+int FusedAddRmsNorm(void* x, void* residual, const void* weight, std::int64_t rows, std::int64_t hidden, float eps,
+                    DType dtype, Stream stream);
+
+// Rotate-half RoPE in place on the first `rotary_dim` dims of every head of
+// q [T, num_heads, head_dim] and k [T, num_kv_heads, head_dim] (rows
+// `q_stride` / `k_stride` elements apart). cos_sin: float32
+// [max_position, rotary_dim]: cos(p * f_i) for i < rotary_dim / 2, then
+// sin(p * f_i).
+int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float* cos_sin, std::int64_t num_tokens,
+                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                    std::int64_t rotary_dim, std::int64_t q_stride, std::int64_t k_stride, DType dtype,
+                    Stream stream);
+
+// Attention of query rows over the paged cache, grouped-query aware. Row r
+// of q [R, num_heads, head_dim] belongs to sequence row_seq[r] and sees that
+// sequence's first row_context[r] cached tokens (decode: one row per
+// sequence with its context length; a prefill chunk: one row per token,
+// context = its position + 1, which makes it causal within the chunk).
+// Keys are split into partitions of `partition_size` tokens (split-KV,
+// "flash-decoding") when a row's context is longer; the partial results
+// meet in `workspace` (PagedAttentionWorkspaceBytes) and are combined.
+std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_heads, std::int64_t head_dim,
+                                          std::int64_t max_context, std::int64_t partition_size);
+int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
+                   const std::int32_t* row_seq, const std::int32_t* row_context, std::int64_t rows,
+                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
+                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream);
+
+// Sampling on the device, one row of float32 logits per sequence. Per row:
+// temperature <= 0 is greedy (lowest id among equal maxima); else the
+// softmax of logits / temperature restricted to the top_k most likely
+// (top_k <= 0: all), to the smallest most-likely set whose mass reaches
+// top_p, and to tokens at least min_p times the most likely, sampled with
+// the Gumbel-max trick from a counter-based generator keyed by (seed,
+// offset) so a sequence's draws do not depend on the batch. The filters
+// find their probability threshold by bisection (40 rounds), so tokens
+// whose probabilities tie at the threshold are kept or dropped together.
+int SampleRows(const float* logits, std::int64_t rows, std::int64_t vocab, const float* temperature,
+               const std::int32_t* top_k, const float* top_p, const float* min_p, const std::uint64_t* seed,
+               const std::uint64_t* offset, std::int64_t* out, Stream stream);
+
+}  // namespace ropeserve::cuda

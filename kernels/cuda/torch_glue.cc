@@ -1,0 +1,126 @@
+#include "kernels/cuda/torch_glue.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/cuda/kernels.h"
+
+namespace ropeserve::cuda {
+
+namespace {
+
+DType KernelDType(const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf,
+              "kernels/cuda take bfloat16 or float16, got ", t.scalar_type());
+  return t.scalar_type() == at::kBFloat16 ? DType::kBF16 : DType::kF16;
+}
+
+Stream CurrentStream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+void Check(int status, const char* what) { TORCH_CHECK(status == 0, what, ": CUDA error ", status); }
+
+void CheckCuda(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device");
+}
+
+}  // namespace
+
+void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                     const at::Tensor& slot_mapping) {
+  CheckCuda(k, "k");
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [T, Hkv, D]");
+  TORCH_CHECK(k.stride(2) == 1 && k.stride(1) == k.size(2) && v.stride(2) == 1 && v.stride(1) == v.size(2),
+              "k and v rows must be contiguous inside");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(2) == k.size(1) &&
+                  k_cache.size(3) == k.size(2),
+              "caches must be contiguous [blocks, block_size, Hkv, D]");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "slot_mapping: int64 [T]");
+  Check(ropeserve::cuda::ReshapeAndCache(k.data_ptr(), v.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                         slot_mapping.data_ptr<std::int64_t>(), k.size(0), k.size(1), k.size(2),
+                                         k.stride(0), v.stride(0), KernelDType(k), CurrentStream()),
+        "ReshapeAndCache");
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  CheckCuda(x, "x");
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const std::int64_t hidden = xc.size(-1);
+  TORCH_CHECK(weight.numel() == hidden && weight.scalar_type() == x.scalar_type(), "weight: [hidden], x's dtype");
+  Check(ropeserve::cuda::RmsNorm(out.data_ptr(), xc.data_ptr(), weight.contiguous().data_ptr(), xc.numel() / hidden,
+                                 hidden, static_cast<float>(eps), KernelDType(x), CurrentStream()),
+        "RmsNorm");
+  return out;
+}
+
+void FusedAddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  CheckCuda(x, "x");
+  TORCH_CHECK(x.is_contiguous() && residual.is_contiguous() && x.sizes() == residual.sizes(),
+              "x and residual: contiguous, same shape");
+  const std::int64_t hidden = x.size(-1);
+  TORCH_CHECK(weight.numel() == hidden && weight.scalar_type() == x.scalar_type(), "weight: [hidden], x's dtype");
+  Check(ropeserve::cuda::FusedAddRmsNorm(x.data_ptr(), residual.data_ptr(), weight.contiguous().data_ptr(),
+                                         x.numel() / hidden, hidden, static_cast<float>(eps), KernelDType(x),
+                                         CurrentStream()),
+        "FusedAddRmsNorm");
+}
+
+void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin) {
+  CheckCuda(q, "q");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.size(0) == k.size(0) && q.size(2) == k.size(2), "q, k: [T, H, D]");
+  TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2) && k.stride(2) == 1 && k.stride(1) == k.size(2),
+              "q and k rows must be contiguous inside");
+  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() && cos_sin.dim() == 2,
+              "cos_sin: float32 [max_pos, rotary_dim]");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == q.size(0), "positions: int64 [T]");
+  Check(ropeserve::cuda::RotaryEmbedding(positions.data_ptr<std::int64_t>(), q.data_ptr(), k.data_ptr(),
+                                         cos_sin.data_ptr<float>(), q.size(0), q.size(1), k.size(1), q.size(2),
+                                         cos_sin.size(1), q.stride(0), k.stride(0), KernelDType(q), CurrentStream()),
+        "RotaryEmbedding");
+}
+
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, const at::Tensor& row_seq, const at::Tensor& row_context,
+                          std::int64_t max_context, double scale, std::int64_t partition_size) {
+  CheckCuda(q, "q");
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "q: [R, Hq, D]; caches: contiguous [blocks, block_size, Hkv, D]");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && row_seq.scalar_type() == at::kInt &&
+                  row_context.scalar_type() == at::kInt,
+              "block_tables, row_seq, row_context: int32");
+  const at::Tensor qc = q.contiguous();
+  at::Tensor out = at::empty_like(qc);
+  const std::int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  at::Tensor workspace = at::empty(
+      {std::max<std::int64_t>(1, PagedAttentionWorkspaceBytes(rows, heads, dim, max_context, partition_size) / 4)},
+      q.options().dtype(at::kFloat));
+  Check(ropeserve::cuda::PagedAttention(out.data_ptr(), qc.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                        block_tables.contiguous().data_ptr<std::int32_t>(),
+                                        row_seq.contiguous().data_ptr<std::int32_t>(),
+                                        row_context.contiguous().data_ptr<std::int32_t>(), rows, heads,
+                                        k_cache.size(2), dim, k_cache.size(1), block_tables.size(1), max_context,
+                                        static_cast<float>(scale), partition_size, workspace.data_ptr(),
+                                        KernelDType(q), CurrentStream()),
+        "PagedAttention");
+  return out;
+}
+
+at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
+                      const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,
+                      const at::Tensor& offset) {
+  CheckCuda(logits, "logits");
+  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2, "logits: float32 [R, V]");
+  const at::Tensor l = logits.contiguous();
+  at::Tensor out = at::empty({l.size(0)}, l.options().dtype(at::kLong));
+  Check(ropeserve::cuda::SampleRows(
+            l.data_ptr<float>(), l.size(0), l.size(1), temperature.contiguous().data_ptr<float>(),
+            top_k.contiguous().data_ptr<std::int32_t>(), top_p.contiguous().data_ptr<float>(),
+            min_p.contiguous().data_ptr<float>(),
+            reinterpret_cast<const std::uint64_t*>(seed.contiguous().data_ptr<std::int64_t>()),
+            reinterpret_cast<const std::uint64_t*>(offset.contiguous().data_ptr<std::int64_t>()),
+            out.data_ptr<std::int64_t>(), CurrentStream()),
+        "SampleRows");
+  return out;
+}
+
+}  // namespace ropeserve::cuda

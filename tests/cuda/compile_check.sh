@@ -1,0 +1,47 @@
+#!/bin/sh
+# Compile-only check of kernels/cuda with nvcc for sm_80 (A100) and sm_90
+# (H100/H200), on machines without a GPU. Exit 77 (ctest: skipped) when no
+# nvcc is found. The LibTorch glue (kernels/cuda/torch_glue.cc) is
+# and its GPU test (tests/cuda/kernels_test.cc) are syntax-checked too when
+# the LibTorch headers and CUDA headers are there.
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+nvcc=${NVCC:-}
+[ -n "$nvcc" ] || nvcc=$(command -v nvcc || true)
+[ -n "$nvcc" ] || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc; } || true
+if [ -z "$nvcc" ]; then
+  echo "SKIPPED: no nvcc (PATH, \$NVCC or /usr/local/cuda/bin): kernels/cuda not compiled"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$nvcc" --version | tail -1
+for f in "$root"/kernels/cuda/*.cu; do
+  echo "nvcc sm_80 sm_90: ${f#"$root"/}"
+  "$nvcc" -std=c++17 -I"$root" -Werror all-warnings \
+    -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -c "$f" -o "$out/$(basename "$f").o"
+done
+cuda_inc=$(dirname "$(dirname "$nvcc")")/include
+torch_inc=${TORCH_INCLUDE:-/usr/include}
+if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api.h" ]; then
+  # (-isystem /usr/include would break the C++ headers' #include_next)
+  extra=""
+  [ "$torch_inc" = /usr/include ] || extra="-isystem $torch_inc"
+  # Debian's CPU LibTorch ships c10/cuda without its CMake-generated macros
+  # header; a CUDA LibTorch has it. Supply the one line it holds.
+  if [ ! -f "$torch_inc/c10/cuda/impl/cuda_cmake_macros.h" ]; then
+    mkdir -p "$out/shim/c10/cuda/impl"
+    echo "#define C10_CUDA_BUILD_SHARED_LIBS" > "$out/shim/c10/cuda/impl/cuda_cmake_macros.h"
+    extra="$extra -isystem $out/shim"
+  fi
+  # shellcheck disable=SC2086
+  for f in kernels/cuda/torch_glue.cc tests/cuda/kernels_test.cc; do
+    echo "g++ -fsyntax-only: $f"
+    ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -I"$root" $extra \
+      -isystem "$torch_inc/torch/csrc/api/include" -isystem "$cuda_inc" "$root/$f"
+  done
+else
+  echo "note: LibTorch CUDA headers or CUDA headers missing: torch_glue.cc not checked"
+fi
+echo "kernels/cuda compile check: OK"

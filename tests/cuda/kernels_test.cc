@@ -1,0 +1,212 @@
+// kernels/cuda against kernels/reference on random inputs (GPU machines
+// only; built when the LibTorch has CUDA). Inputs are fresh every run (the
+// seed is printed), outputs are poisoned with NaN before each kernel, and
+// 16-bit results must stay within relative error bounds of a float32
+// reference computed from the same rounded inputs.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "kernels/cuda/torch_glue.h"
+#include "kernels/reference/reference_ops.h"
+
+namespace ropeserve {
+namespace {
+
+const std::uint64_t kSeed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+
+class CudaKernels : public ::testing::TestWithParam<at::ScalarType> {
+ protected:
+  void SetUp() override {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+    at::manual_seed(kSeed);
+    std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+  }
+  at::ScalarType dtype() const { return GetParam(); }
+  at::TensorOptions gpu() const { return at::TensorOptions().device(at::kCUDA).dtype(dtype()); }
+  at::Tensor Randn(at::IntArrayRef shape) const { return at::randn(shape, gpu()); }
+  // max |a - b| / max(max |b|, 1e-6) over float32 copies.
+  static double RelError(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor x = a.to(at::kCPU, at::kFloat), y = b.to(at::kCPU, at::kFloat);
+    EXPECT_FALSE(x.isnan().any().item<bool>()) << "NaN in the kernel's output (poison left?)";
+    return (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), 1e-6);
+  }
+  double Bound() const { return dtype() == at::kBFloat16 ? 1e-2 : 2e-3; }
+};
+
+TEST_P(CudaKernels, ReshapeAndCacheWritesEverySlot) {
+  const std::int64_t T = 37, Hkv = 4, D = 64, blocks = 16, bs = 16;
+  at::Tensor k = Randn({T, Hkv, D}), v = Randn({T, Hkv, D});
+  at::Tensor slots = at::randperm(blocks * bs, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, T).to(at::kCUDA);
+  at::Tensor kc = at::full({blocks, bs, Hkv, D}, NAN, gpu()), vc = kc.clone();
+  cuda::ReshapeAndCache(k, v, kc, vc, slots);
+  at::Tensor kr = at::full({blocks, bs, Hkv, D}, NAN, gpu()), vr = kr.clone();
+  reference::WriteKvCache(k, v, kr, vr, slots);
+  EXPECT_TRUE(at::equal(kc.view({-1, Hkv, D}).index_select(0, slots), kr.view({-1, Hkv, D}).index_select(0, slots)));
+  EXPECT_TRUE(at::equal(kc.view({-1, Hkv, D}).index_select(0, slots), k));
+  EXPECT_TRUE(at::equal(vc.view({-1, Hkv, D}).index_select(0, slots), v));
+}
+
+TEST_P(CudaKernels, RmsNormAndFusedAddMatchTheReference) {
+  for (std::int64_t hidden : {64, 896, 1000, 2048, 4096}) {
+    at::Tensor x = Randn({7, hidden}), w = Randn({hidden}), h = Randn({7, hidden});
+    EXPECT_LT(RelError(cuda::RmsNorm(x, w, 1e-6), reference::RmsNorm(x.to(at::kFloat), w.to(at::kFloat), 1e-6)),
+              Bound())
+        << hidden;
+    at::Tensor xs = x.clone(), hs = h.clone();
+    cuda::FusedAddRmsNorm(xs, hs, w, 1e-6);
+    const at::Tensor h_ref = (h + x);  // rounded in the dtype, as h = h + x
+    EXPECT_TRUE(at::equal(hs, h_ref)) << hidden;
+    EXPECT_LT(RelError(xs, reference::RmsNorm(h_ref.to(at::kFloat), w.to(at::kFloat), 1e-6)), Bound()) << hidden;
+  }
+}
+
+TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
+  for (auto [hq, hkv, d, rot] : {std::tuple<int, int, int, int>{8, 8, 64, 64}, {14, 2, 64, 64}, {16, 2, 128, 128},
+                                 {8, 1, 128, 64}, {4, 4, 64, 32}}) {
+    const std::int64_t T = 19;
+    at::Tensor q = Randn({T, hq, d}), k = Randn({T, hkv, d});
+    at::Tensor pos = at::randint(0, 4096, {T}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor inv = at::pow(10000.0, -at::arange(0, rot, 2, at::kDouble) / rot).to(at::kFloat);
+    auto [cos, sin] = reference::RopeCosSin(inv, pos, 1.0, at::kFloat);  // [T, rot] duplicated halves
+    at::Tensor all = at::arange(4096, at::kLong);
+    auto [cos_all, sin_all] = reference::RopeCosSin(inv, all, 1.0, at::kFloat);
+    at::Tensor table = at::cat({cos_all.narrow(1, 0, rot / 2), sin_all.narrow(1, 0, rot / 2)}, 1).contiguous().to(at::kCUDA);
+    at::Tensor q_ref = reference::ApplyRope(q.to(at::kFloat).cpu(), cos, sin);
+    at::Tensor k_ref = reference::ApplyRope(k.to(at::kFloat).cpu(), cos, sin);
+    at::Tensor qg = q.clone(), kg = k.clone();
+    cuda::RotaryEmbedding(pos.to(at::kCUDA), qg, kg, table);
+    EXPECT_LT(RelError(qg, q_ref), Bound()) << hq << " " << d << " " << rot;
+    EXPECT_LT(RelError(kg, k_ref), Bound()) << hkv << " " << d << " " << rot;
+  }
+}
+
+// Decode rows and prefill-chunk rows against the gather-based reference.
+TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
+  const std::int64_t bs = 16;
+  for (auto [hq, hkv, d] : {std::tuple<int, int, int>{8, 8, 64}, {8, 4, 64}, {16, 4, 128}, {32, 4, 128}, {14, 2, 64}}) {
+    // Sequences: (context length, query rows): decodes across block and
+    // partition boundaries (512) and prefill chunks with a cached prefix.
+    const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{1, 1}, {17, 1}, {511, 1}, {513, 1},
+                                                                     {2100, 1}, {4096, 1}, {40, 40}, {700, 37}};
+    std::int64_t max_blocks = 0, total_blocks = 0, rows = 0;
+    for (auto [c, n] : seqs) {
+      max_blocks = std::max(max_blocks, (c + bs - 1) / bs);
+      total_blocks += (c + bs - 1) / bs;
+      rows += n;
+    }
+    at::Tensor kc = Randn({total_blocks, bs, hkv, d}), vc = Randn({total_blocks, bs, hkv, d});
+    at::Tensor perm = at::randperm(total_blocks, at::TensorOptions().dtype(at::kInt));
+    std::vector<std::vector<std::int32_t>> tables;
+    std::vector<std::int64_t> qlens, clens;
+    std::vector<std::int32_t> row_seq, row_ctx;
+    at::Tensor bt = at::zeros({static_cast<std::int64_t>(seqs.size()), max_blocks}, at::TensorOptions().dtype(at::kInt));
+    std::int64_t next = 0;
+    for (std::size_t s = 0; s < seqs.size(); ++s) {
+      auto [c, n] = seqs[s];
+      std::vector<std::int32_t> t;
+      for (std::int64_t b = 0; b < (c + bs - 1) / bs; ++b) {
+        t.push_back(perm[next++].item<std::int32_t>());
+        bt[static_cast<std::int64_t>(s)][b] = t.back();
+      }
+      tables.push_back(t);
+      qlens.push_back(n);
+      clens.push_back(c);
+      for (std::int64_t i = 0; i < n; ++i) {
+        row_seq.push_back(static_cast<std::int32_t>(s));
+        row_ctx.push_back(static_cast<std::int32_t>(c - n + i + 1));
+      }
+    }
+    at::Tensor q = Randn({rows, hq, d});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    at::Tensor ref = reference::PagedAttention(q.to(at::kFloat).cpu(), kc.to(at::kFloat).cpu(), vc.to(at::kFloat).cpu(),
+                                               tables, qlens, clens, scale);
+    auto i32 = [](const std::vector<std::int32_t>& v) {
+      return at::tensor(v, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
+    };
+    for (std::int64_t partition : {512, 64}) {
+      at::Tensor out = cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i32(row_seq), i32(row_ctx), 4096, scale,
+                                            partition);
+      EXPECT_LT(RelError(out, ref), Bound()) << hq << "/" << hkv << " d" << d << " partition " << partition;
+    }
+  }
+}
+
+TEST_P(CudaKernels, SamplingIsGreedyFilteredAndSeeded) {
+  if (dtype() != at::kBFloat16) GTEST_SKIP() << "float32 logits: one dtype is enough";
+  const std::int64_t R = 6, V = 151936;
+  at::Tensor logits = at::randn({R, V}, at::TensorOptions().device(at::kCUDA)) * 3;
+  auto col = [&](auto value, at::ScalarType t) { return at::full({R}, value, at::TensorOptions().device(at::kCUDA).dtype(t)); };
+  at::Tensor seed = at::arange(R, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)) + 7;
+  at::Tensor offset = col(0, at::kLong);
+  at::Tensor argmax = logits.argmax(1);
+  // Greedy, and top_k = 1 at any temperature.
+  EXPECT_TRUE(at::equal(cuda::SampleRows(logits, col(0.0f, at::kFloat), col(0, at::kInt), col(1.0f, at::kFloat),
+                                         col(0.0f, at::kFloat), seed, offset),
+                        argmax));
+  EXPECT_TRUE(at::equal(cuda::SampleRows(logits, col(1.0f, at::kFloat), col(1, at::kInt), col(1.0f, at::kFloat),
+                                         col(0.0f, at::kFloat), seed, offset),
+                        argmax));
+  // top_k = 5: always among the five most likely; seeded draws repeat, and a
+  // row's draw does not depend on the other rows.
+  at::Tensor top5 = std::get<1>(logits.topk(5, 1));
+  at::Tensor a = cuda::SampleRows(logits, col(1.0f, at::kFloat), col(5, at::kInt), col(1.0f, at::kFloat),
+                                  col(0.0f, at::kFloat), seed, offset);
+  EXPECT_TRUE((top5 == a.unsqueeze(1)).any(1).all().item<bool>());
+  at::Tensor b = cuda::SampleRows(logits.narrow(0, 2, 1), col(1.0f, at::kFloat).narrow(0, 0, 1),
+                                  col(5, at::kInt).narrow(0, 0, 1), col(1.0f, at::kFloat).narrow(0, 0, 1),
+                                  col(0.0f, at::kFloat).narrow(0, 0, 1), seed.narrow(0, 2, 1), offset.narrow(0, 0, 1));
+  EXPECT_EQ(a[2].item<std::int64_t>(), b[0].item<std::int64_t>());
+  // Frequencies follow softmax(logits / T) on a small vocabulary.
+  at::Tensor small = at::tensor({0.0f, 1.0f, 2.0f}).to(at::kCUDA).unsqueeze(0).repeat({4096, 1});
+  auto c4 = [&](auto value, at::ScalarType t) { return at::full({4096}, value, at::TensorOptions().device(at::kCUDA).dtype(t)); };
+  at::Tensor draws = cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat),
+                                      c4(0.0f, at::kFloat), at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)),
+                                      c4(0, at::kLong));
+  const double z = 1 + std::exp(0.5) + std::exp(1.0);
+  EXPECT_NEAR((draws == 2).sum().item<double>() / 4096, std::exp(1.0) / z, 0.04);
+  // min_p = 0.9 keeps only the most likely of these.
+  at::Tensor minp = cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat),
+                                     c4(0.9f, at::kFloat), at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)),
+                                     c4(0, at::kLong));
+  EXPECT_TRUE((minp == 2).all().item<bool>());
+}
+
+// Figures for scripts/gpu-check (c): bytes of K/V a decode step must read,
+// per second, against the device-to-device copy bandwidth of this run.
+TEST_P(CudaKernels, DISABLED_Bandwidth) {
+  if (dtype() != at::kBFloat16) GTEST_SKIP();
+  auto sync = [] { c10::cuda::getCurrentCUDAStream().synchronize(); };
+  auto seconds = [&](auto fn, int reps) {
+    fn();
+    sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    sync();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  at::Tensor a = at::empty({1LL << 29}, gpu()), b = at::empty_like(a);  // 1 GiB each
+  const double copy = 2.0 * static_cast<double>(a.nbytes()) / seconds([&] { b.copy_(a); }, 20) / 1e9;
+  std::printf("BANDWIDTH device copy (read + write): %.0f GB/s\n", copy);
+  for (auto [seqs, ctx, hq, hkv, d] : {std::tuple<int, int, int, int, int>{64, 4096, 14, 2, 64}, {256, 1024, 14, 2, 64},
+                                      {64, 4096, 32, 8, 64}, {8, 32768, 14, 2, 64}}) {
+    const std::int64_t bs = 16, blocks_per = ctx / bs, blocks = seqs * blocks_per;
+    at::Tensor kc = Randn({blocks, bs, hkv, d}), vc = Randn({blocks, bs, hkv, d});
+    at::Tensor bt = at::arange(blocks, at::TensorOptions().device(at::kCUDA).dtype(at::kInt)).view({seqs, blocks_per});
+    at::Tensor rs = at::arange(seqs, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
+    at::Tensor rc = at::full({seqs}, ctx, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
+    at::Tensor q = Randn({seqs, hq, d});
+    const double s = seconds([&] { cuda::PagedAttention(q, kc, vc, bt, rs, rc, ctx, 0.125, 512); }, 10);
+    const double gbs = 2.0 * static_cast<double>(kc.nbytes()) / s / 1e9;
+    std::printf("BANDWIDTH paged attention decode %d seqs x %d ctx, %d/%d heads, d%d: %.0f GB/s (%.0f%% of copy)\n",
+                seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaKernels, ::testing::Values(at::kBFloat16, at::kHalf));
+
+}  // namespace
+}  // namespace ropeserve

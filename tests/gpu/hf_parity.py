@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Parity with Hugging Face transformers, for a machine that has it (the GPU
+machine; run by scripts/gpu-check). Random checkpoints are written with
+transformers' own save_pretrained, then run through `ropeserve` and through
+transformers on the same inputs:
+
+  decoders (Qwen2ForCausalLM, LlamaForCausalLM), float32 and bfloat16:
+    greedy tokens of `ropeserve generate --prompt-ids ... --json` equal
+    transformers' greedy continuation; top-5 logprobs of every step within
+    a tolerance of transformers' log_softmax.
+  span models (ModernBertForQuestionAnswering, RoFormerForQuestionAnswering,
+    LlamaForQuestionAnswering, Qwen2ForQuestionAnswering), float32:
+    `ropeserve encode --input-ids ... --json` start/end logits and
+    last_hidden_state against the model's forward.
+
+Prints one line per check ("PASS name ..." / "FAIL name ...") and exits 1 if
+any failed. transformers runs on the GPU when there is one (cuda), else on
+the CPU; ropeserve runs its CPU path.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers as tf
+
+FAILED = []
+
+
+def report(name, ok, detail):
+    print(f"{'PASS' if ok else 'FAIL'} {name} {detail}", flush=True)
+    if not ok:
+        FAILED.append(name)
+
+
+def run(binary, *args):
+    p = subprocess.run([binary, *args], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:2])}: exit {p.returncode}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
+def device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def decoder_checks(binary, arch, dtype_name):
+    torch.manual_seed(1234)
+    common = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=3,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False)
+    if arch == "qwen2":
+        config = tf.Qwen2Config(**common, rope_theta=1000000.0, use_sliding_window=False)
+        model = tf.Qwen2ForCausalLM(config)
+    else:
+        config = tf.LlamaConfig(**common, rope_theta=500000.0)
+        model = tf.LlamaForCausalLM(config)
+    # Wider weights than the initializer so the logits are not flat.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3 if p.shape[0] == 512 else 0.08)
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    model = model.to(dtype)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        prompt = [int(x) for x in torch.randint(0, 500, (23,))]
+        steps = 12
+        ours = run(binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens",
+                   str(steps), "--ignore-eos", "--top-logprobs", "5", "--dtype", dtype_name, "--json")
+        model = model.to(device()).eval()
+        ids = torch.tensor([prompt], device=device())
+        with torch.no_grad():
+            theirs = model.generate(ids, max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
+                                    pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
+            logits = model(torch.tensor([prompt + ours["generated_ids"]], device=device())).logits[0].float()
+        name = f"decoder {arch} {dtype_name}"
+        report(name + " greedy", ours["generated_ids"] == theirs, f"ours={ours['generated_ids']} hf={theirs}")
+        logp = torch.log_softmax(logits, -1)
+        worst = 0.0
+        for step, top in enumerate(ours["top_logprobs"]):
+            row = logp[len(prompt) - 1 + step]
+            for item in top:
+                worst = max(worst, abs(float(row[item["id"]]) - item["logprob"]))
+        tol = 5e-2 if dtype_name == "bf16" else 1e-3
+        report(name + " top-5 logprobs", worst <= tol, f"max |diff| {worst:.2e} (tolerance {tol})")
+
+
+def span_model(arch):
+    torch.manual_seed(99)
+    if arch == "modernbert":
+        config = tf.ModernBertConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                                     num_attention_heads=4, max_position_embeddings=512, global_attn_every_n_layers=3,
+                                     local_attention=16, pad_token_id=509, cls_token_id=510, sep_token_id=511,
+                                     num_labels=2)
+        return tf.ModernBertForQuestionAnswering(config)
+    if arch == "roformer":
+        config = tf.RoFormerConfig(vocab_size=512, embedding_size=64, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=512,
+                                   type_vocab_size=2, num_labels=2)
+        return tf.RoFormerForQuestionAnswering(config)
+    common = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512, num_labels=2)
+    if arch == "llama":
+        return tf.LlamaForQuestionAnswering(tf.LlamaConfig(**common))
+    return tf.Qwen2ForQuestionAnswering(tf.Qwen2Config(**common, use_sliding_window=False))
+
+
+def span_checks(binary, arch):
+    model = span_model(arch).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.1)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        ids = [int(x) for x in torch.randint(0, 500, (37,))]
+        types = [0] * 15 + [1] * 22
+        args = ["encode", "--model", d, "--input-ids", ",".join(map(str, ids)), "--json"]
+        if arch == "roformer":
+            args += ["--token-type-ids", ",".join(map(str, types))]
+        ours = run(binary, *args)
+        model = model.to(device())
+        kwargs = dict(input_ids=torch.tensor([ids], device=device()))
+        if arch == "roformer":
+            kwargs["token_type_ids"] = torch.tensor([types], device=device())
+        with torch.no_grad():
+            out = model(**kwargs)
+        # The base model's last_hidden_state (ModernBERT: after final_norm;
+        # the decoders: after their final norm; RoFormer: the last layer).
+        with torch.no_grad():
+            hidden = model.base_model(**{k: v for k, v in kwargs.items() if k != "output_hidden_states"})[0][0]
+        for key, ref in (("start_logits", out.start_logits[0]), ("end_logits", out.end_logits[0]),
+                         ("last_hidden_state", hidden)):
+            diff = (torch.tensor(ours[key]) - ref.float().cpu()).abs().max().item()
+            report(f"span {arch} {key}", diff <= 1e-3, f"max |diff| {diff:.2e}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", required=True)
+    a = ap.parse_args()
+    print(f"transformers {tf.__version__}, torch {torch.__version__}, device {device()}", flush=True)
+    for arch in ("qwen2", "llama"):
+        for dtype_name in ("f32", "bf16"):
+            try:
+                decoder_checks(a.binary, arch, dtype_name)
+            except Exception as e:  # one broken check must not hide the others
+                report(f"decoder {arch} {dtype_name}", False, f"error: {e}")
+    for arch in ("modernbert", "roformer", "llama", "qwen2"):
+        try:
+            span_checks(a.binary, arch)
+        except Exception as e:
+            report(f"span {arch}", False, f"error: {e}")
+    print(f"{len(FAILED)} failed" if FAILED else "all passed", flush=True)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
