@@ -41,23 +41,20 @@ __device__ __forceinline__ float WarpMax(float x) {
 
 // Sum / max over the block (blockDim.x a multiple of 32, <= 1024); every
 // thread gets the result. `scratch`: 32 floats of shared memory.
-__device__ __forceinline__ float BlockSum(float x, float* scratch) {
+template <typename Warp>
+__device__ __forceinline__ float BlockReduce(float x, float* scratch, float identity, Warp warp_reduce) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  x = WarpSum(x);
+  x = warp_reduce(x);
   __syncthreads();
   if (lane == 0) scratch[warp] = x;
   __syncthreads();
-  x = lane < warps ? scratch[lane] : 0.0f;
-  return WarpSum(x);
+  return warp_reduce(lane < warps ? scratch[lane] : identity);
+}
+__device__ __forceinline__ float BlockSum(float x, float* scratch) {
+  return BlockReduce(x, scratch, 0.0f, [](float v) { return WarpSum(v); });
 }
 __device__ __forceinline__ float BlockMax(float x, float* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  x = WarpMax(x);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = x;
-  __syncthreads();
-  x = lane < warps ? scratch[lane] : -FLT_MAX;
-  return WarpMax(x);
+  return BlockReduce(x, scratch, -FLT_MAX, [](float v) { return WarpMax(v); });
 }
 
 inline int LaunchStatus() { return static_cast<int>(cudaGetLastError()); }

@@ -24,8 +24,9 @@ __device__ __forceinline__ float Uniform(std::uint64_t seed, std::uint64_t offse
   return (static_cast<float>(z >> 40) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
 }
 
-// Block-wide argmax of (value, index), lowest index among equal values.
-__device__ void BlockArgmax(float& v, std::int64_t& idx, float* sv, std::int64_t* si) {
+// Argmax of (value, index) over a warp, lowest index among equal values;
+// every lane gets it.
+__device__ __forceinline__ void WarpArgmax(float& v, std::int64_t& idx) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const std::int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
@@ -34,7 +35,12 @@ __device__ void BlockArgmax(float& v, std::int64_t& idx, float* sv, std::int64_t
       idx = oi;
     }
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+}
+
+// The same over the block; every thread gets it.
+__device__ void BlockArgmax(float& v, std::int64_t& idx, float* sv, std::int64_t* si) {
+  WarpArgmax(v, idx);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   __syncthreads();
   if (lane == 0) {
     sv[warp] = v;
@@ -42,16 +48,9 @@ __device__ void BlockArgmax(float& v, std::int64_t& idx, float* sv, std::int64_t
   }
   __syncthreads();
   if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? sv[lane] : -FLT_MAX;
-    idx = lane < static_cast<int>(blockDim.x / 32) ? si[lane] : INT64_MAX;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const std::int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (ov > v || (ov == v && oi < idx)) {
-        v = ov;
-        idx = oi;
-      }
-    }
+    v = lane < warps ? sv[lane] : -FLT_MAX;
+    idx = lane < warps ? si[lane] : INT64_MAX;
+    WarpArgmax(v, idx);
     if (lane == 0) {
       sv[0] = v;
       si[0] = idx;

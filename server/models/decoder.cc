@@ -254,15 +254,7 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
 std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
                                                    bool reference, bool with_hidden) const {
   c10::InferenceMode guard;
-  std::vector<std::int64_t> ids, positions, starts;
-  for (const auto& w : windows) {
-    starts.push_back(static_cast<std::int64_t>(ids.size()));
-    for (std::size_t j = 0; j < w.size(); ++j) {
-      ids.push_back(w[j]);
-      positions.push_back(static_cast<std::int64_t>(j));
-    }
-  }
-  starts.push_back(static_cast<std::int64_t>(ids.size()));
+  const auto [ids, positions, starts, longest] = PackWindows(windows);
   const at::Tensor id_tensor = at::tensor(ids, at::kLong);
   auto window = [&](std::size_t k) { return std::pair(starts[k], starts[k + 1] - starts[k]); };
   // Trunk output after the final norm, [T, H], both paths.

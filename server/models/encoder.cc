@@ -151,19 +151,12 @@ StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& 
                                                  const std::vector<std::vector<std::uint32_t>>& type_ids,
                                                  bool with_hidden) {
   at::NoGradGuard no_grad;
-  std::vector<std::int64_t> ids, types, positions, starts;
-  std::int64_t longest = 0;
+  const auto [ids, positions, starts, longest] = PackWindows(windows);
+  std::vector<std::int64_t> types;
   for (std::size_t k = 0; k < windows.size(); ++k) {
-    starts.push_back(static_cast<std::int64_t>(ids.size()));
     const auto t = Types(type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k], windows[k].size());
-    for (std::size_t j = 0; j < windows[k].size(); ++j) {
-      ids.push_back(windows[k][j]);
-      types.push_back(t[j]);
-      positions.push_back(static_cast<std::int64_t>(j));
-    }
-    longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(windows[k].size()));
+    types.insert(types.end(), t.begin(), t.end());
   }
-  starts.push_back(static_cast<std::int64_t>(ids.size()));
   const auto T = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
   auto [cos_all, sin_all] = RoFormerRope(longest, D);
@@ -304,22 +297,12 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
     for (const auto& win : windows) ids.emplace_back(win.begin(), win.end());
     return decoder_->ForwardSpans(ids, false, with_hidden);
   }
-  std::vector<std::int64_t> ids, positions, starts;
-  for (const auto& win : windows) {
-    starts.push_back(static_cast<std::int64_t>(ids.size()));
-    for (std::size_t j = 0; j < win.size(); ++j) {
-      ids.push_back(win[j]);
-      positions.push_back(static_cast<std::int64_t>(j));
-    }
-  }
-  starts.push_back(static_cast<std::int64_t>(ids.size()));
+  const auto [ids, positions, starts, longest] = PackWindows(windows);
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config_;
   const Weights& w = *w_;
   const auto T = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
-  std::int64_t longest = 0;
-  for (std::size_t k = 0; k + 1 < starts.size(); ++k) longest = std::max(longest, starts[k + 1] - starts[k]);
   at::Tensor pos = at::tensor(positions, at::kLong);
   auto [gcos_all, gsin_all] = Rope(longest, D, c.global_rope_theta);
   auto [lcos_all, lsin_all] = Rope(longest, D, c.local_rope_theta);
