@@ -31,6 +31,42 @@ inline void Axpy(float w, const float* x, float* acc, int64_t D) {
   for (; i < D; ++i) acc[i] += w * x[i];
 }
 
+// Sequences with at least this many query rows (prefill chunks) take the
+// GEMM path; the rest (decodes, short chunks) the per-row kernel.
+constexpr int64_t kGemmMinQueries = 16;
+// Query rows per GEMM tile: bounds the score matrix to
+// Hq x kQueryTile x context floats.
+constexpr int64_t kQueryTile = 256;
+
+// Prefill chunk of sequence s by GEMMs: its keys and values gathered from
+// the blocks and widened to float32 once, then per tile of query rows
+// scores = Q K^T (float32 GEMMs through the BLAS), causal mask, softmax,
+// P V. Per-row dot products cost O(L^2 D) vector ops with a horizontal sum
+// per key, ~4 GFLOP/s here; the GEMMs run at the BLAS rate.
+void GemmSequence(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                  const int32_t* table, int64_t q0, int64_t query_len, int64_t L, double scale, at::Tensor& out) {
+  const int64_t Hq = q.size(1), D = q.size(2), block_size = k_cache.size(1), Hkv = k_cache.size(2);
+  const int64_t G = Hq / Hkv, n_blocks = (L + block_size - 1) / block_size;
+  const at::Tensor ids = at::from_blob(const_cast<int32_t*>(table), {n_blocks}, at::kInt).to(at::kLong);
+  // [Hkv, L, D] float32
+  const at::Tensor k = k_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
+  const at::Tensor v = v_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
+  for (int64_t t0 = 0; t0 < query_len; t0 += kQueryTile) {
+    const int64_t n = std::min(kQueryTile, query_len - t0);
+    const int64_t visible = L - query_len + t0 + n;  // keys the tile's last row sees
+    // [Hkv, G * n, D]: the G query heads of a kv head stacked.
+    const at::Tensor qt = q.narrow(0, q0 + t0, n).to(at::kFloat).view({n, Hkv, G, D}).permute({1, 2, 0, 3}).reshape({Hkv, G * n, D});
+    at::Tensor scores = at::bmm(qt, k.narrow(1, 0, visible).transpose(1, 2)).mul_(scale).view({Hkv, G, n, visible});
+    // Row i of the tile sits at position L - query_len + t0 + i.
+    const at::Tensor qpos = at::arange(L - query_len + t0, L - query_len + t0 + n, at::kLong).unsqueeze(1);
+    const at::Tensor kpos = at::arange(visible, at::kLong).unsqueeze(0);
+    scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
+    const at::Tensor probs = at::softmax(scores, -1).view({Hkv, G * n, visible});
+    const at::Tensor o = at::bmm(probs, v.narrow(1, 0, visible)).view({Hkv, G, n, D}).permute({2, 0, 1, 3});
+    out.narrow(0, q0 + t0, n).copy_(o.reshape({n, Hq, D}));
+  }
+}
+
 template <typename Scalar>
 void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
             const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
@@ -59,6 +95,7 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       const int64_t s = item / Hkv, kvh = item % Hkv;
       const int64_t L = ctx[s];
       const int64_t q0 = qstart[s], query_len = qstart[s + 1] - q0;
+      if (query_len >= kGemmMinQueries) continue;  // GemmSequence's
       const int32_t* table = tables + s * max_blocks;
       keys.resize(static_cast<size_t>(L * D));
       values.resize(static_cast<size_t>(L * D));
@@ -94,6 +131,10 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       }
     }
   });
+  for (int64_t s = 0; s < S; ++s)
+    if (qstart[s + 1] - qstart[s] >= kGemmMinQueries)
+      GemmSequence(q, k_cache, v_cache, tables + s * max_blocks, qstart[s], qstart[s + 1] - qstart[s], ctx[s], scale,
+                   out);
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{8, 2, 8, 64, {{7, 20}, {1, 8}, {1, 9}, {16, 16}}},
         Case{1, 4, 1, 64, {{3, 7}}},                                    // block size 1
         Case{16, 2, 4, 128, {{1, 4096}, {2, 2049}}},                    // long contexts
-        Case{32, 8, 2, 128, {{17, 100}, {1, 1}, {1, 2}}}),
+        Case{32, 8, 2, 128, {{17, 100}, {1, 1}, {1, 2}}},
+        Case{16, 2, 7, 64, {{300, 1000}, {1, 50}, {600, 600}, {16, 40}}}),  // GEMM tiles, GQA 7
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace

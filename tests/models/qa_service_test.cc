@@ -1,0 +1,127 @@
+// QaService on a tiny span model: its own worker (no engine) and inside an
+// engine's steps (a fake decoder), batch == one by one, bad input, and a
+// stopped engine failing QA calls instead of leaving them waiting.
+#include "server/runner/qa_service.h"
+
+#include <gtest/gtest.h>
+
+#include "server/checkpoint/model_generator.h"
+#include "server/engine/engine.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+// A decoder that always predicts token 1 (the engine's steps need one).
+class OneModel : public ModelExecutor {
+ public:
+  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+    auto buf = std::make_shared<std::vector<float>>();
+    StepLogits out;
+    out.vocab = 8;
+    for (const auto& s : plan.sequences) {
+      if (!s.needs_logits) continue;
+      std::vector<float> row(8, 0.0f);
+      row[1] = 10;
+      buf->insert(buf->end(), row.begin(), row.end());
+      ++out.rows;
+    }
+    out.data = buf->data();
+    out.owner = buf;
+    return out;
+  }
+  std::int64_t vocab_size() const override { return 8; }
+};
+
+QaRequest Request(std::string question, std::string context) {
+  QaRequest r;
+  r.question = std::move(question);
+  r.context = std::move(context);
+  r.windows.max_seq_len = 32;
+  r.windows.doc_stride = 8;
+  r.options.top_k = 2;
+  return r;
+}
+
+class QaServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(MakeEncoderModel(dir_.path(), MakeEncoderOptions{}).ok()); }
+  testing::ScratchDir dir_;
+  const std::string context_ = "the fox jumps over the dog near the river bank, and the owl sleeps in the old oak tree";
+};
+
+TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
+  auto service = QaService::Create(dir_.path(), "qa");
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::vector<QaRequest> requests = {Request("where", context_), Request("who sleeps", context_),
+                                     Request("what jumps", context_.substr(0, 30))};
+  auto batch = (*service)->AnswerBatch(requests);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  ASSERT_EQ(batch->size(), 3u);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto one = (*service)->Answer(requests[i]);
+    ASSERT_TRUE(one.ok());
+    EXPECT_GT(one->windows, 0);
+    ASSERT_EQ(one->answers.size(), (*batch)[i].answers.size());
+    for (std::size_t a = 0; a < one->answers.size(); ++a) {
+      EXPECT_EQ(one->answers[a].text, (*batch)[i].answers[a].text);
+      EXPECT_NEAR(one->answers[a].score, (*batch)[i].answers[a].score, 1e-5);
+      const auto& ans = one->answers[a];
+      EXPECT_EQ(requests[i].context.substr(static_cast<std::size_t>(ans.start),
+                                           static_cast<std::size_t>(ans.end - ans.start)),
+                ans.text);
+    }
+  }
+  EXPECT_GT((*batch)[0].windows, 1);  // the context needed several windows
+}
+
+TEST_F(QaServiceTest, BadInputIsAClearError) {
+  QaServiceOptions o;
+  o.max_context_bytes = 40;
+  auto service = QaService::Create(dir_.path(), "qa", o);
+  ASSERT_TRUE(service.ok());
+  EXPECT_EQ((*service)->Answer(Request("", context_.substr(0, 20))).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ((*service)->Answer(Request("q", "")).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ((*service)->Answer(Request("q", context_)).status().code(), ErrorCode::kInvalidArgument);  // > 40 bytes
+  QaRequest too_long = Request("q", "short context");
+  too_long.windows.max_seq_len = 100000;
+  EXPECT_EQ((*service)->Answer(too_long).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(QaService::Create(dir_ / "missing", "qa").ok());
+}
+
+TEST_F(QaServiceTest, RunsInsideTheEngineStepsAndFailsOnceTheEngineStops) {
+  OneModel decoder;
+  EngineConfig ec;
+  ec.num_blocks = 64;
+  ec.block_size = 4;
+  ec.scheduler.max_model_len = 64;
+  ec.scheduler.max_num_batched_tokens = 64;
+  Engine engine(ec, decoder);
+  engine.Start();
+  QaServiceOptions o;
+  o.engine = &engine;
+  auto service = QaService::Create(dir_.path(), "qa", o);
+  ASSERT_TRUE(service.ok());
+  // A running decode beside the QA request.
+  EngineRequest r;
+  r.prompt = {2, 3, 4};
+  r.max_tokens = 40;
+  r.ignore_eos = true;
+  auto stream = engine.Submit(r);
+  ASSERT_TRUE(stream.ok());
+  auto answer = (*service)->Answer(Request("where", context_));
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_FALSE(answer->answers.empty());
+  EXPECT_GT(engine.stats().encoder_tokens.load(), 0u);
+  std::size_t tokens = 0;
+  for (StreamChunk c; !c.finished;) {
+    c = (*stream)->Next(std::chrono::seconds(30));
+    tokens += c.tokens.size();
+  }
+  EXPECT_EQ(tokens, 40u);
+  engine.Stop();
+  EXPECT_EQ((*service)->Answer(Request("where", context_)).status().code(), ErrorCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ropeserve
