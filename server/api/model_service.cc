@@ -109,7 +109,17 @@ StatusOr<std::unique_ptr<Generation>> ModelService::Start(const std::vector<std:
   g->options_ = options;
   g->prompt_size_ = prompt_ids.size();
   if (tokenizer_) g->detok_.emplace(tokenizer_, /*skip_special_tokens=*/true);
-  for (const auto& st : options.stop) g->max_stop_ = std::max(g->max_stop_, st.size());
+  for (const auto& st : options.stop) {
+    Generation::StopMatcher m;
+    m.stop = st;
+    m.fail.assign(st.size(), 0);  // fail[i]: longest proper border of st[0..i]
+    for (std::size_t i = 1, k = 0; i < st.size(); ++i) {
+      while (k > 0 && st[i] != st[k]) k = m.fail[k - 1];
+      if (st[i] == st[k]) ++k;
+      m.fail[i] = k;
+    }
+    g->stops_.push_back(std::move(m));
+  }
   return g;
 }
 
@@ -128,15 +138,8 @@ void Generation::Release(Delta& out, bool all) {
   if (!all) {
     // Hold back the longest tail of the text that begins some stop string.
     std::size_t hold = 0;
-    for (const auto& st : options_.stop) {
-      for (std::size_t k = std::min(st.size() - 1, text_.size() - released_); k > hold; --k) {
-        if (text_.compare(text_.size() - k, k, st, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    end -= hold;
+    for (const auto& m : stops_) hold = std::max(hold, m.state);
+    end -= std::min(hold, text_.size() - released_);
     // Never split a UTF-8 sequence (a stop string may start mid-character).
     while (end > released_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
   }
@@ -164,12 +167,19 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
     const std::size_t before = text_.size();
     RS_ASSIGN_OR_RETURN(std::string piece, detok_->Push(static_cast<uint32_t>(t.id)));
     text_ += piece;
-    // A stop string may straddle the previous piece; stop strings count only
-    // from min_tokens on (as vLLM).
-    const std::size_t from = before > max_stop_ ? before - max_stop_ : 0;
+    // Advance the stop automata over the new bytes; the earliest-starting
+    // stop string completed in them (it may begin in earlier pieces) cuts
+    // the text. Stop strings count only from min_tokens on (as vLLM).
     std::size_t cut = std::string::npos;
-    if (generated_ >= options_.min_tokens) {
-      for (const auto& st : options_.stop) cut = std::min(cut, text_.find(st, from));
+    for (auto& m : stops_) {
+      for (std::size_t i = before; i < text_.size(); ++i) {
+        while (m.state > 0 && text_[i] != m.stop[m.state]) m.state = m.fail[m.state - 1];
+        if (text_[i] == m.stop[m.state]) ++m.state;
+        if (m.state == m.stop.size()) {
+          if (generated_ >= options_.min_tokens) cut = std::min(cut, i + 1 - m.stop.size());
+          m.state = m.fail[m.state - 1];
+        }
+      }
     }
     if (cut != std::string::npos) {
       text_.resize(std::max(cut, released_));

@@ -77,7 +77,17 @@ class Generation {
   std::int64_t generated_ = 0;
   std::string text_;          // decoded so far (cut at a stop string)
   std::size_t released_ = 0;  // bytes of text_ handed out
-  std::size_t max_stop_ = 0;
+  // Stop strings as KMP automata (hand-written: no Debian library offers
+  // incremental multi-pattern matching over a growing string): per stop
+  // string its failure function and the length of its longest prefix that
+  // ends the text so far. One pass per new byte finds stop strings that
+  // span tokens and gives the tail to hold back, in O(new bytes) per token.
+  struct StopMatcher {
+    std::string stop;
+    std::vector<std::size_t> fail;
+    std::size_t state = 0;
+  };
+  std::vector<StopMatcher> stops_;
   bool stopped_ = false;      // a stop string was found; waiting for the engine to confirm the cancel
   bool finished_ = false;
 };

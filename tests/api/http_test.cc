@@ -417,8 +417,13 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
     return std::string("zz-none");
   };
   int stopped = 0;
+  // Also: a stop string whose prefix occurs but which never completes (held
+  // back, then released), and two overlapping stop strings.
+  const std::string p6 = ascii_piece(text.size() / 3, 6);
   for (const std::string& stops : {std::string("[]"), json::array({ascii_piece(text.size() / 2, 3)}).dump(),
-                                   json::array({"zz-never", ascii_piece(1, 2)}).dump()}) {
+                                   json::array({"zz-never", ascii_piece(1, 2)}).dump(),
+                                   json::array({ascii_piece(2, 4) + "\u0001"}).dump(),
+                                   json::array({p6, p6.substr(2, 3)}).dump()}) {
     const std::string body = "{" + base + ",\"stop\":" + stops;
     auto [c1, unary] = Post(body + "}");
     ASSERT_EQ(c1, 200);
@@ -432,6 +437,9 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
       if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
     }
     EXPECT_EQ(streamed, unary["choices"][0]["text"]) << stops;
+    const std::string got = unary["choices"][0]["text"];
+    EXPECT_EQ(text.compare(0, got.size(), got), 0) << "not a prefix of the full output: " << stops;
+    for (const auto& st : json::parse(stops)) EXPECT_EQ(got.find(st.get<std::string>()), std::string::npos) << stops;
     EXPECT_EQ(finish, unary["choices"][0]["finish_reason"]) << stops;
     stopped += finish == "stop";
   }
