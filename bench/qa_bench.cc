@@ -120,8 +120,9 @@ StatusOr<CellResult> RunSequential(const EncoderQaModel& model, const tok::Token
 Status RunQaBench(const QaBenchOptions& o) {
   QaServiceOptions so;
   so.max_batch_tokens = o.max_batch_tokens;
+  so.dtype = o.dtype;
   RS_ASSIGN_OR_RETURN(auto service, QaService::Create(o.model, "bench", so));
-  RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(o.model));
+  RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(o.model, o.dtype));
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   if (o.max_seq_len > service->config().max_position_embeddings)
     return InvalidArgument("--max-seq-len exceeds the model's max_position_embeddings");
@@ -165,7 +166,7 @@ Status RunQaBench(const QaBenchOptions& o) {
       cells.push_back(cell);
     }
   }
-  if (o.json) std::printf("%s\n", json{{"model", o.model}, {"max_batch_tokens", o.max_batch_tokens}, {"cells", cells}}.dump().c_str());
+  if (o.json) std::printf("%s\n", json{{"model", o.model}, {"dtype", DTypeSafetensorsName(o.dtype)}, {"max_batch_tokens", o.max_batch_tokens}, {"cells", cells}}.dump().c_str());
   return Status::Ok();
 }
 

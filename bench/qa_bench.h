@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
 
 namespace ropeserve::bench {
@@ -25,6 +26,7 @@ struct QaBenchOptions {
   int doc_stride = 128;
   std::int64_t max_batch_tokens = 2048;
   std::uint64_t seed = 0;
+  DType dtype = DType::kF32;
   bool json = false;
 };
 

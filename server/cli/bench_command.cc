@@ -62,8 +62,13 @@ Runner AddBenchQa(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
   sub->add_option("--seed", o->seed)->capture_default_str();
+  auto qa_dtype = std::make_shared<std::string>("float32");
+  sub->add_option("--dtype", *qa_dtype, "Compute dtype of the span model")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
   sub->add_flag("--json", o->json, "Print one JSON object");
-  return [o] {
+  return [o, qa_dtype] {
+    o->dtype = ParseDTypeFlag(*qa_dtype).value_or(DType::kF32);
     if (o->doc_stride >= o->max_seq_len) return Fail("--doc-stride must be below --max-seq-len");
     Status s = bench::RunQaBench(*o);
     return s.ok() ? 0 : Fail(s.ToString());

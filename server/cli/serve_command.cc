@@ -39,6 +39,7 @@ struct ServeFlags {
   std::string summarizer;
   std::string qa;
   std::size_t qa_max_context_bytes = 1 << 20;
+  std::string qa_dtype = "float32";
   std::string served_model_name;
   std::string host = "0.0.0.0";
   int http_port = 8080;
@@ -148,12 +149,13 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
     qo.on_latency = [&metrics](double seconds) { metrics.ObserveQaLatency(seconds); };
     qo.engine = &out.service->engine();
     qo.max_context_bytes = f.qa_max_context_bytes;
+    qo.dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
     RS_ASSIGN_OR_RETURN(out.qa, QaService::Create(f.qa, name, qo));
     const EncoderConfig& qc = out.qa->config();
-    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {}", name, qc.architecture, qc.num_hidden_layers,
-                 qc.hidden_size, f.qa);
+    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {}", name, qc.architecture,
+                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qo.dtype));
     if (!out.qa->scores_null_answer())
       spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
     if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
@@ -323,6 +325,11 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--qa-dtype", f->qa_dtype,
+                  "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_DTYPE")
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
   sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
                   "Longest QA context accepted, in bytes (longer: 422 / INVALID_ARGUMENT)")
       ->capture_default_str()

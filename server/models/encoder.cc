@@ -17,6 +17,7 @@ namespace ropeserve {
 
 struct EncoderQaModel::Weights {
   std::map<std::string, at::Tensor> t;
+  at::ScalarType dtype = at::kFloat;  // of every weight and activation
   const at::Tensor* Get(const std::string& name) const {
     auto it = t.find(name);
     return it == t.end() ? nullptr : &it->second;
@@ -40,13 +41,18 @@ at::Tensor Activation(const at::Tensor& x, const std::string& act) {
   return at::silu(x);
 }
 
-// cos/sin [len, head_dim] for positions 0..len-1 (rotate-half layout).
-std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, double theta) {
+// Attention probabilities: softmax in float32, then the compute dtype (as
+// Hugging Face's eager attention for 16-bit models).
+at::Tensor Softmax(const at::Tensor& scores) { return at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()); }
+
+// cos/sin [len, head_dim] for positions 0..len-1 (rotate-half layout),
+// computed in float32 and cast to `dtype`.
+std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, double theta, at::ScalarType dtype) {
   at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim));
   at::Tensor pos = at::arange(len, at::kLong).to(at::kFloat);
   at::Tensor freqs = at::outer(pos, inv);
   at::Tensor emb = at::cat({freqs, freqs}, -1);
-  return {emb.cos(), emb.sin()};
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
 at::Tensor RotateHalf(const at::Tensor& x) {
@@ -82,13 +88,13 @@ at::Tensor ModernBertLogits(const EncoderQaModel::Weights& w, const EncoderConfi
 // RoFormer's sinusoidal table for positions 0..len-1, expanded to the
 // interleaved layout: sin_pos[p, 2i] = sin_pos[p, 2i+1] = sin(p / 10000^(2i/d)),
 // same for cos (computed in double, as the reference's numpy table).
-std::pair<at::Tensor, at::Tensor> RoFormerRope(std::int64_t len, std::int64_t dim) {
+std::pair<at::Tensor, at::Tensor> RoFormerRope(std::int64_t len, std::int64_t dim, at::ScalarType dtype) {
   at::Tensor i = at::arange(0, dim / 2, at::kDouble);
   at::Tensor inv = at::pow(10000.0, -2.0 * i / static_cast<double>(dim));
   at::Tensor angles = at::outer(at::arange(len, at::kDouble), inv).to(at::kFloat);  // [len, d/2]
   at::Tensor sin = at::stack({angles.sin(), angles.sin()}, -1).reshape({len, dim});
   at::Tensor cos = at::stack({angles.cos(), angles.cos()}, -1).reshape({len, dim});
-  return {cos, sin};
+  return {cos.to(dtype), sin.to(dtype)};
 }
 
 // x * cos + [-x1, x0, -x3, x2, ...] * sin over the last dimension.
@@ -129,7 +135,7 @@ StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const E
   const auto L = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
   at::Tensor x = RoFormerEmbed(w, c, std::vector<std::int64_t>(ids.begin(), ids.end()), Types(type_ids, ids.size()));
-  auto [cos, sin] = RoFormerRope(L, D);
+  auto [cos, sin] = RoFormerRope(L, D, w.dtype);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "roformer.encoder.layer." + std::to_string(i) + ".";
@@ -138,7 +144,7 @@ StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const E
     at::Tensor k = RoFormerRotate(heads("key"), cos, sin);
     at::Tensor v = heads("value");
     if (c.rotary_value) v = RoFormerRotate(v, cos, sin);
-    at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) * scale, -1);
+    at::Tensor probs = Softmax(at::matmul(q, k.transpose(-1, -2)) * scale);
     at::Tensor context = at::matmul(probs, v).transpose(0, 1).reshape({L, H * D});
     x = RoFormerAfterAttention(w, c, p, x, context);
   }
@@ -159,7 +165,7 @@ StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& 
   }
   const auto T = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
-  auto [cos_all, sin_all] = RoFormerRope(longest, D);
+  auto [cos_all, sin_all] = RoFormerRope(longest, D, w.dtype);
   const at::Tensor pos = at::tensor(positions, at::kLong);
   const at::Tensor cos = cos_all.index_select(0, pos).unsqueeze(1), sin = sin_all.index_select(0, pos).unsqueeze(1);
   at::Tensor x = RoFormerEmbed(w, c, ids, types);
@@ -171,12 +177,12 @@ StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& 
     at::Tensor k = RoFormerRotate(heads("key"), cos, sin);
     at::Tensor v = heads("value");
     if (c.rotary_value) v = RoFormerRotate(v, cos, sin);
-    at::Tensor context = at::empty({T, H, D});
+    at::Tensor context = at::empty({T, H, D}, x.options());
     for (std::size_t win = 0; win + 1 < starts.size(); ++win) {
       const std::int64_t s0 = starts[win], len = starts[win + 1] - s0;
       at::Tensor qb = q.narrow(0, s0, len).transpose(0, 1), kb = k.narrow(0, s0, len).transpose(0, 1);
       at::Tensor vb = v.narrow(0, s0, len).transpose(0, 1);
-      at::Tensor probs = at::softmax(at::matmul(qb, kb.transpose(-1, -2)) * scale, -1);
+      at::Tensor probs = Softmax(at::matmul(qb, kb.transpose(-1, -2)) * scale);
       context.narrow(0, s0, len).copy_(at::matmul(probs, vb).transpose(0, 1));
     }
     x = RoFormerAfterAttention(w, c, p, x, context.reshape({T, H * D}));
@@ -192,7 +198,8 @@ StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& 
 
 EncoderQaModel::~EncoderQaModel() = default;
 
-StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string& dir) {
+StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string& dir, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("span models compute in float32 or bfloat16");
   std::ifstream in(dir + "/config.json");
   if (!in) return NotFound(dir + "/config.json: cannot read");
   std::stringstream ss;
@@ -200,12 +207,13 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
   std::unique_ptr<EncoderQaModel> m(new EncoderQaModel());
   RS_ASSIGN_OR_RETURN(m->config_, ParseEncoderConfig(ss.str(), dir + "/config.json"));
   if (m->config_.family == EncoderFamily::kDecoder) {
-    RS_ASSIGN_OR_RETURN(m->decoder_, DecoderModel::LoadSpanModel(dir, DType::kF32));
+    RS_ASSIGN_OR_RETURN(m->decoder_, DecoderModel::LoadSpanModel(dir, dtype));
     return m;
   }
   const std::string path = dir + "/model.safetensors";
   RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   m->w_ = std::make_unique<Weights>();
+  m->w_->dtype = ToScalarType(dtype);
   for (const TensorSpec& spec : ExpectedEncoderTensors(m->config_)) {
     const TensorInfo* info = file->Find(spec.name);
     if (info == nullptr) return InvalidArgument(path + ": missing tensor " + spec.name);
@@ -219,7 +227,7 @@ StatusOr<std::unique_ptr<EncoderQaModel>> EncoderQaModel::Load(const std::string
       return InvalidArgument(path + ": tensor " + spec.name + " is not a floating-point tensor");
     at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(ToScalarType(info->dtype)));
     std::memcpy(t.data_ptr(), file->Data(*info), info->end - info->begin);
-    m->w_->t[spec.name] = t.to(at::kFloat);
+    m->w_->t[spec.name] = t.to(m->w_->dtype);
   }
   return m;
 }
@@ -257,13 +265,14 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
   std::vector<std::int64_t> id64(ids.begin(), ids.end());
   at::Tensor x = at::embedding(w.t.at("model.embeddings.tok_embeddings.weight"), at::tensor(id64, at::kLong));
   x = w.Norm(x, "model.embeddings.norm", c.norm_eps);
-  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta);
-  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta);
+  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta, w.dtype);
+  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta, w.dtype);
   // Masks as HF builds them: 0 where attended, the dtype's minimum elsewhere.
   at::Tensor rows = at::arange(L, at::kLong);
   at::Tensor distance = (rows.unsqueeze(1) - rows.unsqueeze(0)).abs();
-  at::Tensor sliding_mask = at::zeros({L, L}).masked_fill(distance > c.local_attention / 2,
-                                                          std::numeric_limits<float>::lowest());
+  at::Tensor sliding_mask = at::zeros({L, L})
+                                .masked_fill(distance > c.local_attention / 2, std::numeric_limits<float>::lowest())
+                                .to(w.dtype);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -274,7 +283,7 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
     at::Tensor k = ApplyRope(qkv[1], global ? gcos : lcos, global ? gsin : lsin);
     at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
     if (!global) scores = scores + sliding_mask;
-    at::Tensor attn = at::matmul(at::softmax(scores, -1), qkv[2]);  // [H, L, D]
+    at::Tensor attn = at::matmul(Softmax(scores), qkv[2]);  // [H, L, D]
     x = x + w.Linear(attn.permute({1, 0, 2}).reshape({L, H * D}), p + "attn.Wo");
     x = ModernBertMlp(w, c, p, x);
   }
@@ -304,8 +313,8 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
   const auto T = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
   at::Tensor pos = at::tensor(positions, at::kLong);
-  auto [gcos_all, gsin_all] = Rope(longest, D, c.global_rope_theta);
-  auto [lcos_all, lsin_all] = Rope(longest, D, c.local_rope_theta);
+  auto [gcos_all, gsin_all] = Rope(longest, D, c.global_rope_theta, w.dtype);
+  auto [lcos_all, lsin_all] = Rope(longest, D, c.local_rope_theta, w.dtype);
   // Per-token cos/sin gathered by position within its window: [T, 1, D].
   const at::Tensor gcos = gcos_all.index_select(0, pos).unsqueeze(1), gsin = gsin_all.index_select(0, pos).unsqueeze(1);
   const at::Tensor lcos = lcos_all.index_select(0, pos).unsqueeze(1), lsin = lsin_all.index_select(0, pos).unsqueeze(1);
@@ -322,7 +331,7 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
     at::Tensor q = ApplyRope(qkv.select(1, 0), global ? gcos : lcos, global ? gsin : lsin);  // [T, H, D]
     at::Tensor k = ApplyRope(qkv.select(1, 1), global ? gcos : lcos, global ? gsin : lsin);
     at::Tensor v = qkv.select(1, 2);
-    at::Tensor attn = at::empty({T, H, D});
+    at::Tensor attn = at::empty({T, H, D}, x.options());
     for (std::size_t win = 0; win + 1 < starts.size(); ++win) {
       const std::int64_t s0 = starts[win], len = starts[win + 1] - starts[win];
       const std::int64_t block = global ? len : kBlock;
@@ -340,7 +349,7 @@ StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
           at::Tensor ki = at::arange(ks, ke, at::kLong).unsqueeze(0);
           scores = scores.masked_fill((qi - ki).abs() > half, -std::numeric_limits<float>::infinity());
         }
-        attn.narrow(0, s0 + qs, qn).copy_(at::matmul(at::softmax(scores, -1), vb).transpose(0, 1));
+        attn.narrow(0, s0 + qs, qn).copy_(at::matmul(Softmax(scores), vb).transpose(0, 1));
       }
     }
     x = x + w.Linear(attn.reshape({T, H * D}), p + "attn.Wo");

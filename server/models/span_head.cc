@@ -5,7 +5,7 @@
 namespace ropeserve {
 
 SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden) {
-  const at::Tensor rows = logits.narrow(0, begin, len);
+  const at::Tensor rows = logits.narrow(0, begin, len).to(at::kFloat);
   const at::Tensor s = rows.select(1, 0).contiguous(), e = rows.select(1, 1).contiguous();
   SpanLogits out;
   out.start.assign(s.data_ptr<float>(), s.data_ptr<float>() + len);

@@ -32,8 +32,8 @@ PackedWindows PackWindows(const std::vector<std::vector<Id>>& windows) {
   return p;
 }
 
-// Rows [begin, begin + len) of contiguous float32 logits [T, 2] (only those
-// rows are copied), and of `hidden` [T, H] when it is defined.
+// Rows [begin, begin + len) of logits [T, 2] (only those rows are copied,
+// as float32), and of `hidden` [T, H] when it is defined.
 SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden = {});
 
 }  // namespace ropeserve

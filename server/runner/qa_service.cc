@@ -121,7 +121,7 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, s
   s->impl_->options = options;
   if (options.max_batch_tokens < 1) return InvalidArgument("the QA batch budget must be positive");
   if (options.max_queue_requests < 1) return InvalidArgument("the QA queue must hold at least one request");
-  RS_ASSIGN_OR_RETURN(s->impl_->model, EncoderQaModel::Load(dir));
+  RS_ASSIGN_OR_RETURN(s->impl_->model, EncoderQaModel::Load(dir, options.dtype));
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": a QA model needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(s->impl_->tokenizer, tok::Tokenizer::FromPath(dir));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "server/checkpoint/dtype.h"
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
 #include "server/qa/span_scoring.h"
@@ -44,6 +45,7 @@ struct QaServiceOptions {
   std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
   std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
+  DType dtype = DType::kF32;                 // compute: float32 or bfloat16
   // Called with each answered call's latency in seconds (metrics); thread-safe.
   std::function<void(double)> on_latency;
 };

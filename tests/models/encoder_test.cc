@@ -137,6 +137,34 @@ TEST_P(Encoder, LastHiddenStateMatchesAcrossPaths) {
   EXPECT_TRUE(model_->ForwardPacked({a}, {})->front().hidden.empty());  // only when asked
 }
 
+// bfloat16 compute stays close to float32 (the exact path) and its packed
+// path close to its own reference path.
+TEST_P(Encoder, BFloat16IsCloseToFloat32) {
+  auto bf = EncoderQaModel::Load(dir_.path(), DType::kBF16);
+  ASSERT_TRUE(bf.ok()) << bf.status().ToString();
+  std::vector<std::vector<std::uint32_t>> windows = {{9, 40, 41, 300, 7, 8, 120, 4, 5, 6, 77, 78, 79, 80, 81, 82, 83},
+                                                     {11, 12, 13}};
+  auto f32 = model_->ForwardPacked(windows);
+  auto b16 = (*bf)->ForwardPacked(windows);
+  auto b16_ref = (*bf)->ForwardReference(windows[0]);
+  ASSERT_TRUE(f32.ok() && b16.ok() && b16_ref.ok());
+  double diff = 0, ref_diff = 0, scale = 0;
+  for (std::size_t k = 0; k < windows.size(); ++k)
+    for (std::size_t i = 0; i < windows[k].size(); ++i) {
+      diff = std::max<double>(diff, std::abs((*f32)[k].start[i] - (*b16)[k].start[i]));
+      scale = std::max<double>(scale, std::abs((*f32)[k].start[i]));
+    }
+  for (std::size_t i = 0; i < windows[0].size(); ++i)
+    ref_diff = std::max<double>(ref_diff, std::abs(b16_ref->start[i] - (*b16)[0].start[i]));
+  // bf16 keeps ~3 significant digits; through 3-4 layers of these random
+  // (large) weights that is 1-6% of the largest logit. A wrong dtype or
+  // layout shows as errors of the logits' own size.
+  EXPECT_LT(diff, 0.1 * std::max(scale, 1.0)) << "largest |logit| " << scale;
+  EXPECT_LT(ref_diff, 0.1 * std::max(scale, 1.0));
+  EXPECT_GT(diff, 0.0);  // it really computed in bfloat16
+  EXPECT_FALSE(EncoderQaModel::Load(dir_.path(), DType::kF16).ok());
+}
+
 class DecoderSpan : public Encoder {};
 
 TEST_P(DecoderSpan, AttendsCausally) {
