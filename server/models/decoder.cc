@@ -223,22 +223,23 @@ at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvC
   return Logits(h);
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& batch) const {
-  if (!RopeDependsOnLength(config_)) return CosSin(batch.positions);
+std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& positions,
+                                                              const std::vector<std::int64_t>& lens) const {
+  if (!RopeDependsOnLength(config_)) return CosSin(positions);
   std::vector<at::Tensor> cos, sin;
   int64_t row = 0;
-  for (size_t s = 0; s < batch.query_lens.size(); ++s) {
-    auto [c, si] = CosSin(batch.positions.narrow(0, row, batch.query_lens[s]));
+  for (const std::int64_t len : lens) {
+    auto [c, si] = CosSin(positions.narrow(0, row, len));
     cos.push_back(c);
     sin.push_back(si);
-    row += batch.query_lens[s];
+    row += len;
   }
   return {at::cat(cos, 0), at::cat(sin, 0)};
 }
 
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const {
   c10::InferenceMode guard;
-  auto [cos, sin] = CosSinPacked(batch);
+  auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     reference::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
@@ -274,21 +275,9 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     hidden = reference::RmsNorm(at::cat(parts, 0), w_.norm, config_.rms_norm_eps);
   } else {
     // Positions restart in every window; dynamic RoPE follows each window's length.
-    std::vector<at::Tensor> cos_parts, sin_parts;
-    const at::Tensor pos = at::tensor(positions, at::kLong);
-    at::Tensor cos, sin;
-    if (RopeDependsOnLength(config_)) {
-      for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
-        auto [s0, len] = window(k);
-        auto [c, s] = CosSin(pos.narrow(0, s0, len));
-        cos_parts.push_back(c);
-        sin_parts.push_back(s);
-      }
-      cos = at::cat(cos_parts, 0);
-      sin = at::cat(sin_parts, 0);
-    } else {
-      std::tie(cos, sin) = CosSin(pos);
-    }
+    std::vector<std::int64_t> lens;
+    for (std::size_t k = 0; k + 1 < starts.size(); ++k) lens.push_back(window(k).second);
+    auto [cos, sin] = CosSinPacked(at::tensor(positions, at::kLong), lens);
     hidden = RunLayers(Embed(id_tensor), cos, sin,
                        [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                          // No attention across windows: causal within each.

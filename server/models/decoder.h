@@ -136,8 +136,10 @@ class DecoderModel {
   at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend,
                        bool fused = true) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
-  // cos/sin for a packed batch; dynamic RoPE uses each sequence's length.
-  std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
+  // cos/sin for rows packed as consecutive segments of `lens` rows (the
+  // sequences of a paged batch, span-model windows); dynamic RoPE uses each
+  // segment's own length.
+  std::pair<at::Tensor, at::Tensor> CosSinPacked(const at::Tensor& positions, const std::vector<std::int64_t>& lens) const;
 
   ModelConfig config_;
   DType dtype_ = DType::kF32;
