@@ -7,8 +7,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/checkpoint/dtype.h"
+#include "server/common/status.h"
 
 namespace ropeserve::cli {
 
@@ -34,6 +36,9 @@ inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16",
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.
 DType ResolveComputeDType(const std::string& flag, const std::string& model_dir);
+
+// "1,15043, 7" -> {1, 15043, 7}; errors name `flag`.
+StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const std::string& flag);
 
 // Prints "error: <message>" to stderr and returns exit code 1.
 int Fail(const std::string& message);

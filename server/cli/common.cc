@@ -1,4 +1,7 @@
+#include <cctype>
 #include <cstdio>
+#include <exception>
+#include <string>
 
 #include "server/checkpoint/model_config.h"
 #include "server/cli/commands.h"
@@ -16,6 +19,30 @@ DType ResolveComputeDType(const std::string& flag, const std::string& model_dir)
   if (auto d = ParseDTypeFlag(flag)) return *d;
   auto config = LoadModelConfig(model_dir);
   return config.ok() && config->torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+}
+
+StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> ids;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+    if (item.empty()) return InvalidArgument(flag + ": empty item in '" + text + "'");
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size()) return InvalidArgument(flag + ": '" + item + "' is not an integer");
+    ids.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ids;
 }
 
 int Fail(const std::string& message) {

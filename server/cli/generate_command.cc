@@ -39,30 +39,6 @@ struct GenerateFlags {
   std::string dtype = "float32";
 };
 
-StatusOr<std::vector<std::int64_t>> ParseIds(const std::string& text) {
-  std::vector<std::int64_t> ids;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
-    if (item.empty()) return InvalidArgument("--prompt-ids: empty item in '" + text + "'");
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size()) return InvalidArgument("--prompt-ids: '" + item + "' is not an integer");
-    ids.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return ids;
-}
-
 int Run(const GenerateFlags& f) {
   // The model directory's tokenizer.json: required for --prompt, and used
   // to print text when present.
@@ -82,7 +58,7 @@ int Run(const GenerateFlags& f) {
     if (enc->ids.empty()) return Fail("--prompt: the text tokenizes to no tokens");
     prompt_ids.assign(enc->ids.begin(), enc->ids.end());
   } else {
-    auto ids = ParseIds(f.prompt_ids);
+    auto ids = ParseIdList(f.prompt_ids, "--prompt-ids");
     if (!ids.ok()) return Fail(ids.status().message());
     prompt_ids = *ids;
   }

@@ -6,14 +6,12 @@
 // or, without those flags, JSON Lines on stdin with the same fields
 // ({"question","context"} / {"ids","type_ids"?}), one output line per
 // input line; an input that fails gets {"error": ...} and exit status 1.
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "server/cli/commands.h"
 #include "server/models/encoder.h"
@@ -125,17 +123,13 @@ int Run(const QaFlags& f, bool encode) {
     if (encode) {
       in["ids"] = json::array();
       in["type_ids"] = json::array();
-      for (auto [text, key] : {std::pair{&f.input_ids, "ids"}, std::pair{&f.token_type_ids, "type_ids"}}) {
-        std::stringstream ss(*text);
-        for (std::string item; std::getline(ss, item, ',');) {
-          char* end = nullptr;
-          errno = 0;
-          const long long v = std::strtoll(item.c_str(), &end, 10);
-          if (item.empty() || *end != '\0' || v < 0 || v > UINT32_MAX || errno != 0)
-            return Fail("--" + std::string(key == std::string("ids") ? "input-ids" : "token-type-ids") +
-                        ": '" + item + "' is not a non-negative integer");
-          in[key].push_back(static_cast<std::uint64_t>(v));
-        }
+      for (auto [text, key, flag] : {std::tuple{&f.input_ids, "ids", "--input-ids"},
+                                     std::tuple{&f.token_type_ids, "type_ids", "--token-type-ids"}}) {
+        if (text->empty()) continue;
+        auto ids = ParseIdList(*text, flag);
+        if (!ids.ok()) return Fail(ids.status().message());
+        // Non-negative ids as unsigned JSON numbers; Encode refuses the rest.
+        for (std::int64_t v : *ids) v >= 0 ? in[key].push_back(static_cast<std::uint64_t>(v)) : in[key].push_back(v);
       }
       if (in["type_ids"].empty()) in.erase("type_ids");
     } else {
