@@ -164,10 +164,10 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
     windows.push_back(std::move(w));
   }
   auto job = std::make_shared<QaJob>();
-  for (const auto& ws : windows)
-    for (const auto& w : ws) {
-      job->windows.push_back(w.ids);
-      job->type_ids.push_back(w.type_ids);
+  for (auto& ws : windows)
+    for (auto& w : ws) {  // only w.window is needed after this
+      job->windows.push_back(std::move(w.ids));
+      job->type_ids.push_back(std::move(w.type_ids));
     }
   job->Prepare();
   RS_RETURN_IF_ERROR(impl_->queue->Push(job));
