@@ -96,7 +96,7 @@ StatusOr<CellResult> RunSequential(const EncoderQaModel& model, const tok::Token
     RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tokenizer, r.question, r.context, r.windows));
     std::vector<qa::QaWindow> scored;
     for (auto& w : windows) {
-      RS_ASSIGN_OR_RETURN(auto logits, model.ForwardPacked({w.ids}, {w.type_ids}));
+      RS_ASSIGN_OR_RETURN(auto logits, model.ForwardWindows({w.ids}, {w.type_ids}));
       qa::QaWindow q = std::move(w.window);
       q.start_logits = std::move(logits[0].start);
       q.end_logits = std::move(logits[0].end);

@@ -7,6 +7,7 @@
 #include "server/runner/threads.h"
 
 int main(int argc, char** argv) {
+  ropeserve::TuneAllocator();
   CLI::App app{
       "ropeserve: serves RoPE decoder (Llama, Qwen2, Qwen3) and span (ModernBERT QA) checkpoints in Hugging Face "
       "layout.\n"

@@ -57,7 +57,7 @@ StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, co
     ids.push_back(w.ids);
     types.push_back(w.type_ids);
   }
-  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardPacked(ids, types));
+  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardWindows(ids, types));
   std::vector<qa::QaWindow> scored;
   for (std::size_t k = 0; k < windows.size(); ++k) {
     qa::QaWindow w = std::move(windows[k].window);
@@ -97,7 +97,7 @@ StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json&
   if (f.reference) {
     RS_ASSIGN_OR_RETURN(l, model.ForwardReference(ids, types, /*with_hidden=*/true));
   } else {
-    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardPacked({ids}, {types}, /*with_hidden=*/true));
+    RS_ASSIGN_OR_RETURN(auto packed, model.ForwardWindows({ids}, {types}, /*with_hidden=*/true));
     l = std::move(packed[0]);
   }
   const auto H = static_cast<std::size_t>(model.config().hidden_size);

@@ -255,49 +255,23 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
 std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
                                                    bool reference, bool with_hidden) const {
   c10::InferenceMode guard;
-  const auto [ids, positions, starts, longest] = PackWindows(windows);
-  const at::Tensor id_tensor = at::tensor(ids, at::kLong);
-  auto window = [&](std::size_t k) { return std::pair(starts[k], starts[k + 1] - starts[k]); };
-  // Trunk output after the final norm, [T, H], both paths.
-  at::Tensor hidden;
-  if (reference) {
-    std::vector<at::Tensor> parts;
-    for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
-      auto [s0, len] = window(k);
-      auto [cos, sin] = CosSin(at::arange(len, at::kLong));
-      parts.push_back(RunLayers(
-          Embed(id_tensor.narrow(0, s0, len)), cos, sin,
-          [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-            return reference::CausalAttention(q, k, v, attention_scale_);
-          },
-          /*fused=*/false));
-    }
-    hidden = reference::RmsNorm(at::cat(parts, 0), w_.norm, config_.rms_norm_eps);
-  } else {
-    // Positions restart in every window; dynamic RoPE follows each window's length.
-    std::vector<std::int64_t> lens;
-    for (std::size_t k = 0; k + 1 < starts.size(); ++k) lens.push_back(window(k).second);
-    auto [cos, sin] = CosSinPacked(at::tensor(positions, at::kLong), lens);
-    hidden = RunLayers(Embed(id_tensor), cos, sin,
-                       [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                         // No attention across windows: causal within each.
-                         at::Tensor out = at::empty_like(q);
-                         for (std::size_t w = 0; w + 1 < starts.size(); ++w) {
-                           auto [s0, len] = window(w);
-                           out.narrow(0, s0, len)
-                               .copy_(reference::CausalAttention(q.narrow(0, s0, len), k.narrow(0, s0, len),
-                                                                 v.narrow(0, s0, len), attention_scale_));
-                         }
-                         return out;
-                       });
-    hidden = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
-  }
-  const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).to(at::kFloat).contiguous();
-  const at::Tensor hidden_f32 = with_hidden ? hidden.to(at::kFloat).contiguous() : at::Tensor();
+  // Each window on tensors of its own shape (positions restart, attention is
+  // causal within it): its logits then do not depend on the other windows,
+  // as a shared GEMM's rounding would make them.
   std::vector<SpanLogits> out;
-  for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
-    auto [s0, len] = window(k);
-    out.push_back(SpanRows(logits, s0, len, hidden_f32));
+  out.reserve(windows.size());
+  for (const auto& window : windows) {
+    const auto len = static_cast<std::int64_t>(window.size());
+    auto [cos, sin] = CosSin(at::arange(len, at::kLong));
+    at::Tensor hidden = RunLayers(
+        Embed(at::tensor(window, at::kLong)), cos, sin,
+        [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+          return reference::CausalAttention(q, k, v, attention_scale_);
+        },
+        /*fused=*/!reference);
+    hidden = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+    const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
+    out.push_back(SpanRows(logits, 0, len, with_hidden ? hidden : at::Tensor()));
   }
   return out;
 }

@@ -104,10 +104,10 @@ class DecoderModel {
 
   // Span head: start/end logits of each window (positions 0..len-1, causal
   // attention within the window, as Hugging Face's *ForQuestionAnswering).
-  // `reference`: one window at a time through ForwardReference's unfused
-  // ops; else all windows packed into one pass (fused kernels, linears
-  // over all tokens). `with_hidden` also returns the trunk's last hidden
-  // state (after the final norm).
+  // `reference`: ForwardReference's unfused ops; else the fused kernels.
+  // Either way each window is computed on tensors of its own shape, so its
+  // logits are bitwise independent of the other windows. `with_hidden` also
+  // returns the trunk's last hidden state (after the final norm).
   std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows, bool reference,
                                        bool with_hidden = false) const;
 
@@ -137,8 +137,7 @@ class DecoderModel {
                        bool fused = true) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
-  // sequences of a paged batch, span-model windows); dynamic RoPE uses each
-  // segment's own length.
+  // sequences of a paged batch); dynamic RoPE uses each segment's own length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const at::Tensor& positions, const std::vector<std::int64_t>& lens) const;
 
   ModelConfig config_;

@@ -127,10 +127,12 @@ std::vector<std::int64_t> Types(const std::vector<std::uint32_t>& type_ids, std:
   return std::vector<std::int64_t>(type_ids.begin(), type_ids.end());
 }
 
-// Reference: one window, [H, L, D] attention as the reference module.
-StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const EncoderConfig& c,
-                                       const std::vector<std::uint32_t>& ids,
-                                       const std::vector<std::uint32_t>& type_ids, bool with_hidden) {
+// One window, [H, L, D] attention as the reference module. RoFormer has no
+// separate fast path: every layer is dense GEMMs and one attention per
+// window, which is what a fast path would do too.
+SpanLogits RoFormerWindow(const EncoderQaModel::Weights& w, const EncoderConfig& c,
+                          const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids,
+                          bool with_hidden) {
   at::NoGradGuard no_grad;
   const auto L = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
@@ -151,47 +153,80 @@ StatusOr<SpanLogits> RoFormerReference(const EncoderQaModel::Weights& w, const E
   return SpanRows(w.Linear(x, "qa_outputs").contiguous(), 0, L, with_hidden ? x : at::Tensor());
 }
 
-// Packed: linears over every window's tokens at once, attention per window.
-StatusOr<std::vector<SpanLogits>> RoFormerPacked(const EncoderQaModel::Weights& w, const EncoderConfig& c,
-                                                 const std::vector<std::vector<std::uint32_t>>& windows,
-                                                 const std::vector<std::vector<std::uint32_t>>& type_ids,
-                                                 bool with_hidden) {
+// ---- ModernBERT ----
+
+// One window through ModernBERT's trunk and head. The two paths differ
+// only in attention: `banded` (the fast path) runs sliding-window layers in
+// query blocks that read only their band of keys; the reference builds
+// Hugging Face's dense masks.
+SpanLogits ModernBertWindow(const EncoderQaModel::Weights& w, const EncoderConfig& c,
+                            const std::vector<std::uint32_t>& ids, bool banded, bool with_hidden) {
   at::NoGradGuard no_grad;
-  const auto [ids, positions, starts, longest] = PackWindows(windows);
-  std::vector<std::int64_t> types;
-  for (std::size_t k = 0; k < windows.size(); ++k) {
-    const auto t = Types(type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k], windows[k].size());
-    types.insert(types.end(), t.begin(), t.end());
-  }
-  const auto T = static_cast<std::int64_t>(ids.size());
+  const auto L = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
-  auto [cos_all, sin_all] = RoFormerRope(longest, D, w.dtype);
-  const at::Tensor pos = at::tensor(positions, at::kLong);
-  const at::Tensor cos = cos_all.index_select(0, pos).unsqueeze(1), sin = sin_all.index_select(0, pos).unsqueeze(1);
-  at::Tensor x = RoFormerEmbed(w, c, ids, types);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "roformer.encoder.layer." + std::to_string(i) + ".";
-    auto heads = [&](const char* name) { return w.Linear(x, p + "attention.self." + name).view({T, H, D}); };
-    at::Tensor q = RoFormerRotate(heads("query"), cos, sin);
-    at::Tensor k = RoFormerRotate(heads("key"), cos, sin);
-    at::Tensor v = heads("value");
-    if (c.rotary_value) v = RoFormerRotate(v, cos, sin);
-    at::Tensor context = at::empty({T, H, D}, x.options());
-    for (std::size_t win = 0; win + 1 < starts.size(); ++win) {
-      const std::int64_t s0 = starts[win], len = starts[win + 1] - s0;
-      at::Tensor qb = q.narrow(0, s0, len).transpose(0, 1), kb = k.narrow(0, s0, len).transpose(0, 1);
-      at::Tensor vb = v.narrow(0, s0, len).transpose(0, 1);
-      at::Tensor probs = Softmax(at::matmul(qb, kb.transpose(-1, -2)) * scale);
-      context.narrow(0, s0, len).copy_(at::matmul(probs, vb).transpose(0, 1));
-    }
-    x = RoFormerAfterAttention(w, c, p, x, context.reshape({T, H * D}));
+  std::vector<std::int64_t> id64(ids.begin(), ids.end());
+  at::Tensor x = at::embedding(w.t.at("model.embeddings.tok_embeddings.weight"), at::tensor(id64, at::kLong));
+  x = w.Norm(x, "model.embeddings.norm", c.norm_eps);
+  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta, w.dtype);
+  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta, w.dtype);
+  const std::int64_t half = c.local_attention / 2;
+  at::Tensor sliding_mask;  // reference: 0 where attended, the dtype's minimum elsewhere (as HF builds it)
+  if (!banded) {
+    at::Tensor rows = at::arange(L, at::kLong);
+    at::Tensor distance = (rows.unsqueeze(1) - rows.unsqueeze(0)).abs();
+    sliding_mask =
+        at::zeros({L, L}).masked_fill(distance > half, std::numeric_limits<float>::lowest()).to(w.dtype);
   }
-  at::Tensor logits = w.Linear(x, "qa_outputs").contiguous();
-  std::vector<SpanLogits> out;
-  for (std::size_t win = 0; win + 1 < starts.size(); ++win)
-    out.push_back(SpanRows(logits, starts[win], starts[win + 1] - starts[win], with_hidden ? x : at::Tensor()));
-  return out;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  constexpr std::int64_t kBlock = 64;  // query block of the banded sliding-window layers
+  // The fast path keeps q, k, v token-major ([L, H, D], rotated in place of
+  // the projection's layout); the reference mirrors HF's [H, L, D].
+  const at::Tensor gcos_t = gcos.unsqueeze(1), gsin_t = gsin.unsqueeze(1);  // [L, 1, D]
+  const at::Tensor lcos_t = lcos.unsqueeze(1), lsin_t = lsin.unsqueeze(1);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const bool global = c.global_layers[static_cast<std::size_t>(i)];
+    at::Tensor h = i == 0 ? x : w.Norm(x, p + "attn_norm", c.norm_eps);
+    at::Tensor attn;  // [L, H * D]
+    if (!banded) {
+      at::Tensor qkv = w.Linear(h, p + "attn.Wqkv").view({L, 3, H, D}).permute({1, 2, 0, 3});  // [3, H, L, D]
+      at::Tensor q = ApplyRope(qkv[0], global ? gcos : lcos, global ? gsin : lsin);
+      at::Tensor k = ApplyRope(qkv[1], global ? gcos : lcos, global ? gsin : lsin);
+      at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+      if (!global) scores = scores + sliding_mask;
+      attn = at::matmul(Softmax(scores), qkv[2]).permute({1, 0, 2}).reshape({L, H * D});
+    } else {
+      at::Tensor qkv = w.Linear(h, p + "attn.Wqkv").view({L, 3, H, D});
+      at::Tensor q = ApplyRope(qkv.select(1, 0), global ? gcos_t : lcos_t, global ? gsin_t : lsin_t);  // [L, H, D]
+      at::Tensor k = ApplyRope(qkv.select(1, 1), global ? gcos_t : lcos_t, global ? gsin_t : lsin_t);
+      at::Tensor v = qkv.select(1, 2);
+      at::Tensor out = at::empty({L, H, D}, x.options());
+      // Global layers: one block of every query over every key; sliding
+      // layers: blocks of kBlock queries over their band of keys.
+      const std::int64_t block = global ? L : kBlock;
+      for (std::int64_t qs = 0; qs < L; qs += block) {
+        const std::int64_t qn = std::min(block, L - qs);
+        const std::int64_t ks = global ? 0 : std::max<std::int64_t>(0, qs - half);
+        const std::int64_t ke = global ? L : std::min(L, qs + qn + half);
+        at::Tensor qb = q.narrow(0, qs, qn).transpose(0, 1);  // [H, qn, D]
+        at::Tensor kb = k.narrow(0, ks, ke - ks).transpose(0, 1);
+        at::Tensor vb = v.narrow(0, ks, ke - ks).transpose(0, 1);
+        at::Tensor scores = at::matmul(qb, kb.transpose(-1, -2)) * scale;  // [H, qn, kn]
+        if (!global) {
+          at::Tensor qi = at::arange(qs, qs + qn, at::kLong).unsqueeze(1);
+          at::Tensor ki = at::arange(ks, ke, at::kLong).unsqueeze(0);
+          scores = scores.masked_fill((qi - ki).abs() > half, -std::numeric_limits<float>::infinity());
+        }
+        out.narrow(0, qs, qn).copy_(at::matmul(Softmax(scores), vb).transpose(0, 1));
+      }
+      attn = out.reshape({L, H * D});
+    }
+    x = x + w.Linear(attn, p + "attn.Wo");
+    x = ModernBertMlp(w, c, p, x);
+  }
+  at::Tensor hidden;
+  const at::Tensor logits = ModernBertLogits(w, c, x, &hidden);
+  return SpanRows(logits, 0, L, with_hidden ? hidden : at::Tensor());
 }
 
 }  // namespace
@@ -255,111 +290,39 @@ StatusOr<SpanLogits> EncoderQaModel::ForwardReference(const std::vector<std::uin
                                                       const std::vector<std::uint32_t>& type_ids,
                                                       bool with_hidden) const {
   RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
-  if (config_.family == EncoderFamily::kRoFormer) return RoFormerReference(*w_, config_, ids, type_ids, with_hidden);
-  if (decoder_) return std::move(decoder_->ForwardSpans({std::vector<std::int64_t>(ids.begin(), ids.end())}, true, with_hidden)[0]);
-  at::NoGradGuard no_grad;
-  const EncoderConfig& c = config_;
-  const Weights& w = *w_;
-  const auto L = static_cast<std::int64_t>(ids.size());
-  const std::int64_t H = c.num_attention_heads, D = c.head_dim;
-  std::vector<std::int64_t> id64(ids.begin(), ids.end());
-  at::Tensor x = at::embedding(w.t.at("model.embeddings.tok_embeddings.weight"), at::tensor(id64, at::kLong));
-  x = w.Norm(x, "model.embeddings.norm", c.norm_eps);
-  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta, w.dtype);
-  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta, w.dtype);
-  // Masks as HF builds them: 0 where attended, the dtype's minimum elsewhere.
-  at::Tensor rows = at::arange(L, at::kLong);
-  at::Tensor distance = (rows.unsqueeze(1) - rows.unsqueeze(0)).abs();
-  at::Tensor sliding_mask = at::zeros({L, L})
-                                .masked_fill(distance > c.local_attention / 2, std::numeric_limits<float>::lowest())
-                                .to(w.dtype);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const bool global = c.global_layers[static_cast<std::size_t>(i)];
-    at::Tensor h = i == 0 ? x : w.Norm(x, p + "attn_norm", c.norm_eps);
-    at::Tensor qkv = w.Linear(h, p + "attn.Wqkv").view({L, 3, H, D}).permute({1, 2, 0, 3});  // [3, H, L, D]
-    at::Tensor q = ApplyRope(qkv[0], global ? gcos : lcos, global ? gsin : lsin);
-    at::Tensor k = ApplyRope(qkv[1], global ? gcos : lcos, global ? gsin : lsin);
-    at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
-    if (!global) scores = scores + sliding_mask;
-    at::Tensor attn = at::matmul(Softmax(scores), qkv[2]);  // [H, L, D]
-    x = x + w.Linear(attn.permute({1, 0, 2}).reshape({L, H * D}), p + "attn.Wo");
-    x = ModernBertMlp(w, c, p, x);
+  switch (config_.family) {
+    case EncoderFamily::kRoFormer: return RoFormerWindow(*w_, config_, ids, type_ids, with_hidden);
+    case EncoderFamily::kDecoder:
+      return std::move(
+          decoder_->ForwardSpans({std::vector<std::int64_t>(ids.begin(), ids.end())}, true, with_hidden)[0]);
+    case EncoderFamily::kModernBert: break;
   }
-  at::Tensor hidden;
-  const at::Tensor logits = ModernBertLogits(w, c, x, &hidden);
-  return SpanRows(logits, 0, L, with_hidden ? hidden : at::Tensor());
+  return ModernBertWindow(*w_, config_, ids, /*banded=*/false, with_hidden);
 }
 
-StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardPacked(
+StatusOr<std::vector<SpanLogits>> EncoderQaModel::ForwardWindows(
     const std::vector<std::vector<std::uint32_t>>& windows,
     const std::vector<std::vector<std::uint32_t>>& type_ids, bool with_hidden) const {
-  if (windows.empty()) return std::vector<SpanLogits>{};
   if (!type_ids.empty() && type_ids.size() != windows.size())
     return InvalidArgument("token type ids are needed for every window or none");
-  for (std::size_t k = 0; k < windows.size(); ++k)
-    RS_RETURN_IF_ERROR(CheckIds(windows[k], type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k]));
-  if (config_.family == EncoderFamily::kRoFormer) return RoFormerPacked(*w_, config_, windows, type_ids, with_hidden);
-  if (decoder_) {
+  auto types = [&](std::size_t k) { return type_ids.empty() ? std::vector<std::uint32_t>{} : type_ids[k]; };
+  for (std::size_t k = 0; k < windows.size(); ++k) RS_RETURN_IF_ERROR(CheckIds(windows[k], types(k)));
+  if (config_.family == EncoderFamily::kDecoder) {
     std::vector<std::vector<std::int64_t>> ids;
     for (const auto& win : windows) ids.emplace_back(win.begin(), win.end());
     return decoder_->ForwardSpans(ids, false, with_hidden);
   }
-  const auto [ids, positions, starts, longest] = PackWindows(windows);
-  at::NoGradGuard no_grad;
-  const EncoderConfig& c = config_;
-  const Weights& w = *w_;
-  const auto T = static_cast<std::int64_t>(ids.size());
-  const std::int64_t H = c.num_attention_heads, D = c.head_dim;
-  at::Tensor pos = at::tensor(positions, at::kLong);
-  auto [gcos_all, gsin_all] = Rope(longest, D, c.global_rope_theta, w.dtype);
-  auto [lcos_all, lsin_all] = Rope(longest, D, c.local_rope_theta, w.dtype);
-  // Per-token cos/sin gathered by position within its window: [T, 1, D].
-  const at::Tensor gcos = gcos_all.index_select(0, pos).unsqueeze(1), gsin = gsin_all.index_select(0, pos).unsqueeze(1);
-  const at::Tensor lcos = lcos_all.index_select(0, pos).unsqueeze(1), lsin = lsin_all.index_select(0, pos).unsqueeze(1);
-  at::Tensor x = at::embedding(w.t.at("model.embeddings.tok_embeddings.weight"), at::tensor(ids, at::kLong));
-  x = w.Norm(x, "model.embeddings.norm", c.norm_eps);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const std::int64_t half = c.local_attention / 2;
-  constexpr std::int64_t kBlock = 64;  // query block of the sliding-window layers
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const bool global = c.global_layers[static_cast<std::size_t>(i)];
-    at::Tensor h = i == 0 ? x : w.Norm(x, p + "attn_norm", c.norm_eps);
-    at::Tensor qkv = w.Linear(h, p + "attn.Wqkv").view({T, 3, H, D});  // all windows at once
-    at::Tensor q = ApplyRope(qkv.select(1, 0), global ? gcos : lcos, global ? gsin : lsin);  // [T, H, D]
-    at::Tensor k = ApplyRope(qkv.select(1, 1), global ? gcos : lcos, global ? gsin : lsin);
-    at::Tensor v = qkv.select(1, 2);
-    at::Tensor attn = at::empty({T, H, D}, x.options());
-    for (std::size_t win = 0; win + 1 < starts.size(); ++win) {
-      const std::int64_t s0 = starts[win], len = starts[win + 1] - starts[win];
-      const std::int64_t block = global ? len : kBlock;
-      for (std::int64_t qs = 0; qs < len; qs += block) {
-        const std::int64_t qn = std::min(block, len - qs);
-        // Keys this query block can see: all of the window, or its band.
-        const std::int64_t ks = global ? 0 : std::max<std::int64_t>(0, qs - half);
-        const std::int64_t ke = global ? len : std::min(len, qs + qn + half);
-        at::Tensor qb = q.narrow(0, s0 + qs, qn).transpose(0, 1);  // [H, qn, D]
-        at::Tensor kb = k.narrow(0, s0 + ks, ke - ks).transpose(0, 1);
-        at::Tensor vb = v.narrow(0, s0 + ks, ke - ks).transpose(0, 1);
-        at::Tensor scores = at::matmul(qb, kb.transpose(-1, -2)) * scale;  // [H, qn, kn]
-        if (!global) {
-          at::Tensor qi = at::arange(qs, qs + qn, at::kLong).unsqueeze(1);
-          at::Tensor ki = at::arange(ks, ke, at::kLong).unsqueeze(0);
-          scores = scores.masked_fill((qi - ki).abs() > half, -std::numeric_limits<float>::infinity());
-        }
-        attn.narrow(0, s0 + qs, qn).copy_(at::matmul(Softmax(scores), vb).transpose(0, 1));
-      }
-    }
-    x = x + w.Linear(attn.reshape({T, H * D}), p + "attn.Wo");
-    x = ModernBertMlp(w, c, p, x);
-  }
-  at::Tensor hidden;
-  const at::Tensor logits = ModernBertLogits(w, c, x, &hidden);
+  // Every window on tensors of its own shape: GEMM libraries round a row
+  // differently depending on the matrix's row count and on the row's place
+  // in it (OpenBLAS does), so sharing GEMMs across windows would make a
+  // window's logits depend on its neighbours.
   std::vector<SpanLogits> out;
-  for (std::size_t win = 0; win + 1 < starts.size(); ++win)
-    out.push_back(SpanRows(logits, starts[win], starts[win + 1] - starts[win], with_hidden ? hidden : at::Tensor()));
+  out.reserve(windows.size());
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    out.push_back(config_.family == EncoderFamily::kRoFormer
+                      ? RoFormerWindow(*w_, config_, windows[k], types(k), with_hidden)
+                      : ModernBertWindow(*w_, config_, windows[k], /*banded=*/true, with_hidden));
+  }
   return out;
 }
 

@@ -12,10 +12,15 @@
 //    layout from a sinusoidal table; qa_outputs.
 //
 // Two paths over the same weights: ForwardReference (one window, dense
-// attention with explicit masks, as HF's eager attention) and ForwardPacked
-// (several windows packed without padding: linear layers over all tokens at
-// once, attention per window, sliding-window layers in query blocks that
-// only read their band of keys). Tests hold them equal.
+// attention with explicit masks, as HF's eager attention) and ForwardWindows
+// (the serving path: several windows per call, fused kernels where the
+// family has them, sliding-window layers in query blocks that only read
+// their band of keys). Tests hold them equal within rounding.
+//
+// Batch invariance: ForwardWindows computes every window on tensors of that
+// window's own shape, so a window's logits are bitwise the same whatever
+// else is in the call (GEMM libraries round a row differently depending on
+// the matrix it sits in; OpenBLAS does).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +55,7 @@ class EncoderQaModel {
   StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids,
                                         const std::vector<std::uint32_t>& type_ids = {},
                                         bool with_hidden = false) const;
-  StatusOr<std::vector<SpanLogits>> ForwardPacked(const std::vector<std::vector<std::uint32_t>>& windows,
+  StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<std::uint32_t>>& windows,
                                                   const std::vector<std::vector<std::uint32_t>>& type_ids = {},
                                                   bool with_hidden = false) const;
 

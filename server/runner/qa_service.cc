@@ -81,7 +81,7 @@ class QaRunner : public EncoderRunner {
       inputs.push_back(job.windows[it.window]);
       types.push_back(job.type_ids[it.window]);
     }
-    auto out = model_.ForwardPacked(inputs, types);
+    auto out = model_.ForwardWindows(inputs, types);
     for (std::size_t b = 0; b < items.size(); ++b) {
       auto& job = static_cast<QaJob&>(*items[b].job);
       job.Deliver(items[b].window, out.ok() ? StatusOr<SpanLogits>(std::move((*out)[b])) : out.status());

@@ -2,6 +2,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <malloc.h>
+
+#include <cstdlib>
 #include <thread>
 
 namespace ropeserve {
@@ -12,5 +15,12 @@ void SetComputeThreads(int n) {
 }
 
 int ComputeThreads() { return at::get_num_threads(); }
+
+void TuneAllocator() {
+  for (const char* v : {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"})
+    if (std::getenv(v) != nullptr) return;  // the operator chose
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
 
 }  // namespace ropeserve

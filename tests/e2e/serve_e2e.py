@@ -187,7 +187,7 @@ class Server:
         self.log = open(self.log_path, "wb")
         cmd = [binary, "serve", "--summarizer", model, "--host", "127.0.0.1", "--http-port", str(self.http),
                "--grpc-port", str(self.grpc), "--kv-cache-memory", "32M", "--dtype", "float32"] + list(args)
-        env = dict(os.environ, ROPESERVE_THREADS="1")
+        env = dict(os.environ, ROPESERVE_THREADS=os.environ.get("ROPESERVE_THREADS", "1"))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120
         while time.time() < deadline:

@@ -65,7 +65,10 @@ TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
     ASSERT_EQ(one->answers.size(), (*batch)[i].answers.size());
     for (std::size_t a = 0; a < one->answers.size(); ++a) {
       EXPECT_EQ(one->answers[a].text, (*batch)[i].answers[a].text);
-      EXPECT_NEAR(one->answers[a].score, (*batch)[i].answers[a].score, 1e-5);
+      // Bitwise: a window's logits do not depend on what it was batched with.
+      EXPECT_EQ(one->answers[a].score, (*batch)[i].answers[a].score);
+      EXPECT_EQ(one->answers[a].start, (*batch)[i].answers[a].start);
+      EXPECT_EQ(one->answers[a].end, (*batch)[i].answers[a].end);
       const auto& ans = one->answers[a];
       EXPECT_EQ(requests[i].context.substr(static_cast<std::size_t>(ans.start),
                                            static_cast<std::size_t>(ans.end - ans.start)),
@@ -73,6 +76,16 @@ TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
     }
   }
   EXPECT_GT((*batch)[0].windows, 1);  // the context needed several windows
+  // And in other compositions: the same request after others, twice in one batch.
+  auto again = (*service)->AnswerBatch({requests[2], requests[1], requests[0], requests[0]});
+  ASSERT_TRUE(again.ok());
+  for (const QaResult* r : {&(*again)[2], &(*again)[3]}) {
+    ASSERT_EQ(r->answers.size(), (*batch)[0].answers.size());
+    for (std::size_t a = 0; a < r->answers.size(); ++a) {
+      EXPECT_EQ(r->answers[a].score, (*batch)[0].answers[a].score);
+      EXPECT_EQ(r->answers[a].text, (*batch)[0].answers[a].text);
+    }
+  }
 }
 
 TEST_F(QaServiceTest, BadInputIsAClearError) {
