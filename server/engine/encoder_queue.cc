@@ -1,5 +1,9 @@
 #include "server/engine/encoder_queue.h"
 
+#include <chrono>
+#include <exception>
+#include <string>
+
 namespace ropeserve {
 
 Status EncoderQueue::Push(std::shared_ptr<EncoderJob> job) {
@@ -19,20 +23,37 @@ Status EncoderQueue::Push(std::shared_ptr<EncoderJob> job) {
 
 std::vector<EncoderItem> EncoderQueue::Take(std::int64_t budget) {
   std::vector<EncoderItem> items;
-  std::lock_guard<std::mutex> lock(mu_);
-  std::int64_t tokens = 0;
-  while (!jobs_.empty()) {
-    Entry& e = jobs_.front();
-    if (e.job->cancelled() || e.next == e.job->num_windows()) {
-      jobs_.pop_front();
-      continue;
+  std::vector<std::shared_ptr<EncoderJob>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    DropCancelledLocked(dropped);
+    std::int64_t tokens = 0;
+    while (!jobs_.empty()) {
+      Entry& e = jobs_.front();
+      if (e.next == e.job->num_windows()) {
+        jobs_.pop_front();
+        continue;
+      }
+      const std::int64_t n = e.job->window_tokens(e.next);
+      if (!items.empty() && tokens + n > budget) break;
+      items.push_back(EncoderItem{e.job, e.next++});
+      tokens += n;
     }
-    const std::int64_t n = e.job->window_tokens(e.next);
-    if (!items.empty() && tokens + n > budget) break;
-    items.push_back(EncoderItem{e.job, e.next++});
-    tokens += n;
   }
+  // Outside the lock: a job's failure may run its caller's callback.
+  for (auto& job : dropped) job->Fail(Status(ErrorCode::kCancelled, "the QA request was cancelled"));
   return items;
+}
+
+void EncoderQueue::DropCancelledLocked(std::vector<std::shared_ptr<EncoderJob>>& dropped) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->job->cancelled()) {
+      dropped.push_back(std::move(it->job));
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::int64_t EncoderQueue::PendingLocked() const {
@@ -68,8 +89,10 @@ void EncoderQueue::Close(const Status& status) {
 
 std::vector<EncoderItem> EncoderQueue::WaitAndTake(std::int64_t budget, const std::function<bool()>& stop) {
   {
+    // Wakes now and then even without work, so that Take drops jobs whose
+    // deadline passed while nothing ran.
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return stop() || PendingLocked() > 0; });
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop() || PendingLocked() > 0; });
     if (stop()) return {};
   }
   return Take(budget);
@@ -85,7 +108,18 @@ void RunEncoderWorker(EncoderQueue& queue, EncoderRunner& runner, std::int64_t b
   for (;;) {
     std::vector<EncoderItem> items = queue.WaitAndTake(budget, stop);
     if (stop()) return;
-    if (!items.empty()) runner.Run(items);
+    if (items.empty()) continue;
+    // As in the engine: an exception fails these windows' jobs, not the thread.
+    Status failed;
+    try {
+      runner.Run(items);
+    } catch (const std::exception& e) {
+      failed = Internal(std::string("the encoder forward failed: ") + e.what());
+    } catch (...) {
+      failed = Internal("the encoder forward failed: unknown exception");
+    }
+    if (!failed.ok())
+      for (const auto& it : items) it.job->Fail(failed);
   }
 }
 

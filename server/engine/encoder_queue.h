@@ -30,9 +30,11 @@ class EncoderJob {
   virtual ~EncoderJob() = default;
   virtual std::size_t num_windows() const = 0;
   virtual std::int64_t window_tokens(std::size_t window) const = 0;
-  // Thread-safe. A cancelled job's remaining windows are dropped.
+  // Thread-safe. A cancelled job's remaining windows are dropped (and the
+  // job told so through Fail); a job past its deadline counts as cancelled.
   virtual bool cancelled() const = 0;
-  // The job will get no results (the queue closed): wake its waiter.
+  // The job will get no (more) results: the queue closed, the job was
+  // cancelled or ran out of time, or its forward failed. Wakes its waiter.
   virtual void Fail(const Status& status) = 0;
 };
 
@@ -58,7 +60,7 @@ class EncoderQueue {
 
   // Windows in arrival order while their tokens fit in `budget`; at least
   // one window when any is waiting (a window is never split, so it may
-  // exceed a small budget). Skips cancelled jobs.
+  // exceed a small budget). Drops cancelled jobs, failing them.
   std::vector<EncoderItem> Take(std::int64_t budget);
 
   // Tokens of the windows not yet taken (cancelled jobs excluded).
@@ -71,8 +73,8 @@ class EncoderQueue {
   // Fails every waiting job with `status`; later pushes fail with it too.
   void Close(const Status& status);
 
-  // Waits until there is work or `stop()` holds after a wake, then Take.
-  // For drivers without an engine.
+  // Waits (up to 100 ms) until there is work or `stop()` holds after a
+  // wake, then Take. For drivers without an engine.
   std::vector<EncoderItem> WaitAndTake(std::int64_t budget, const std::function<bool()>& stop);
   // Wakes WaitAndTake (e.g. after setting the stop flag).
   void Wake();
@@ -83,6 +85,7 @@ class EncoderQueue {
     std::size_t next = 0;  // first window not taken
   };
   std::int64_t PendingLocked() const;
+  void DropCancelledLocked(std::vector<std::shared_ptr<EncoderJob>>& dropped);
 
   const std::size_t max_jobs_;
   mutable std::mutex mu_;

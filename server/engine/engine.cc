@@ -5,8 +5,29 @@
 #include <algorithm>
 #include <future>
 #include <set>
+#include <utility>
 
 namespace ropeserve {
+
+namespace {
+
+// Runs `fn`; an exception it throws (LibTorch reports allocation failures
+// and shape errors as c10::Error, a std::exception) becomes an Internal
+// status naming `what`, so that one bad step fails its own requests and the
+// engine thread goes on.
+template <typename Fn>
+Status Guarded(const char* what, Fn&& fn) noexcept {
+  try {
+    fn();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Internal(std::string(what) + ": " + e.what());
+  } catch (...) {
+    return Internal(std::string(what) + ": unknown exception");
+  }
+}
+
+}  // namespace
 
 // ---- RequestStream ----
 
@@ -31,14 +52,14 @@ StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
   return out;
 }
 
-void RequestStream::SetNotify(std::function<void()> fn) {
+void RequestStream::SetNotify(std::function<void()> fn, bool call_if_ready) {
   bool ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     notify_ = fn;
     ready = !pending_.tokens.empty() || (pending_.finished && !delivered_finish_);
   }
-  if (ready && fn) fn();
+  if (ready && fn && call_if_ready) Notify(fn);
 }
 
 void RequestStream::Push(GeneratedToken token) {
@@ -49,7 +70,7 @@ void RequestStream::Push(GeneratedToken token) {
     notify = notify_;
   }
   cv_.notify_all();
-  if (notify) notify();
+  if (notify) Notify(notify);
 }
 
 void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
@@ -65,7 +86,22 @@ void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens
     notify = notify_;
   }
   cv_.notify_all();
-  if (notify) notify();
+  if (notify) Notify(notify);
+}
+
+void RequestStream::Notify(const std::function<void()>& fn) {
+  // A reader's callback that throws must not take the engine thread down;
+  // the reader still finds its output through Next().
+  const Status s = Guarded("a stream callback failed", fn);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_error_ = s;
+  }
+}
+
+Status RequestStream::TakeNotifyError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(notify_error_, Status::Ok());
 }
 
 // ---- Engine ----
@@ -204,7 +240,7 @@ void Engine::Complete(RequestId id, const std::string& reason, Status error) {
     m.prompt_tokens = prompt_tokens;
     m.generated_tokens = a.generated;
     m.cached_tokens = a.cached_tokens;
-    observer_->OnRequestFinished(m);
+    (void)Guarded("metrics", [&] { observer_->OnRequestFinished(m); });  // metrics never fail a request
   }
   it->second->stream->Finish(reason, prompt_tokens, it->second->cached_tokens, std::move(error));
   active_.erase(it);
@@ -266,7 +302,7 @@ bool Engine::Step() {
     m.waiting = stats_.waiting;
     m.kv_usage = stats_.kv_usage;
     m.preemptions_total = static_cast<std::int64_t>(stats_.preemptions.load());
-    observer_->OnStep(m);
+    (void)Guarded("metrics", [&] { observer_->OnStep(m); });
   }
   return true;
 }
@@ -277,7 +313,9 @@ std::int64_t Engine::RunEncoder(std::int64_t budget) {
   if (items.empty()) return 0;
   std::int64_t tokens = 0;
   for (const auto& it : items) tokens += it.job->window_tokens(it.window);
-  encoder_runner_->Run(items);
+  if (Status s = Guarded("the encoder forward failed", [&] { encoder_runner_->Run(items); }); !s.ok()) {
+    for (const auto& it : items) it.job->Fail(s);  // those jobs only
+  }
   stats_.encoder_windows += items.size();
   return tokens;
 }
@@ -288,7 +326,8 @@ void Engine::RunPlan(const StepPlan& plan) {
     Active& a = *active_.at(s.request_id);
     if (!a.scheduled) a.scheduled = step_start;
   }
-  auto logits = executor_.Execute(plan);
+  StatusOr<StepLogits> logits = Internal("no forward ran");
+  if (Status s = Guarded("the model forward failed", [&] { logits = executor_.Execute(plan); }); !s.ok()) logits = s;
   if (!logits.ok()) {
     // A failed forward fails the requests in it, not the server.
     for (const auto& s : plan.sequences) End(s.request_id, FinishReason::kCancelled, "error", logits.status());
@@ -329,6 +368,10 @@ void Engine::RunPlan(const StepPlan& plan) {
     const TokenId tok = t.id;
     a.stream->Push(std::move(t));
     ++stats_.generated_tokens;
+    if (Status s = a.stream->TakeNotifyError(); !s.ok()) {
+      End(id, FinishReason::kCancelled, "error", s);
+      continue;
+    }
     const auto& r = a.request;
     const bool may_stop = a.generated >= r.min_tokens;
     const bool is_eos = !r.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), tok) !=
@@ -367,6 +410,14 @@ void Engine::UpdateStats() {
   }
 }
 
+void Engine::FailAll(const Status& status) {
+  std::vector<RequestId> ids;
+  for (auto& [id, _] : active_) ids.push_back(id);
+  for (RequestId id : ids) {
+    (void)Guarded("failing a request", [&] { End(id, FinishReason::kCancelled, "error", status); });
+  }
+}
+
 void Engine::RunUntilIdle() {
   for (;;) {
     DrainInbox();
@@ -377,7 +428,15 @@ void Engine::RunUntilIdle() {
 void Engine::Loop() {
   while (!stop_) {
     DrainInbox();
-    if (Step()) continue;
+    bool worked = false;
+    if (Status s = Guarded("engine step", [&] { worked = Step(); }); !s.ok()) {
+      // Outside the guarded forward and encoder runs only a bug throws; the
+      // step's state is unknown, so every live request fails and the
+      // engine serves new ones.
+      FailAll(s);
+      continue;
+    }
+    if (worked) continue;
     std::unique_lock<std::mutex> lock(inbox_mu_);
     inbox_cv_.wait_for(lock, std::chrono::milliseconds(scheduler_.has_work() ? 1 : 100),
                        [&] { return stop_ || !inbox_.empty() || encoder_kick_; });

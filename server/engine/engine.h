@@ -4,6 +4,10 @@
 //
 // Sampling happens here, per request with its own seeded generator, so a
 // request's tokens do not depend on what else is in the batch.
+//
+// Failures: an exception thrown by the model forward, the encoder runner or
+// a stream callback fails the requests of that step (their streams end with
+// "error"); the engine thread goes on with the others.
 #pragma once
 
 #include <atomic>
@@ -63,23 +67,29 @@ class RequestStream {
   StreamChunk Next(std::optional<Clock::duration> timeout = std::nullopt);
 
   // `fn` runs (on the engine thread, without the stream's lock) after every
-  // Push and Finish, and at once if output is already waiting: readers that
-  // must not block (gRPC reactors, multiplexed streams) wait for it and then
-  // call Next(zero). Keep it short and thread-safe.
-  void SetNotify(std::function<void()> fn);
+  // Push and Finish, and at once (on the caller's thread) if output is
+  // already waiting and `call_if_ready`: readers that must not block (gRPC
+  // reactors, multiplexed streams) wait for it and then call Next(zero).
+  // Keep it short and thread-safe.
+  void SetNotify(std::function<void()> fn, bool call_if_ready = true);
 
   // Engine side.
   void Push(GeneratedToken token);
   void Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
               Status error = Status::Ok());
+  // What the notify callback threw since the last call (Ok if nothing):
+  // the engine fails the request instead of dying.
+  Status TakeNotifyError();
 
  private:
+  void Notify(const std::function<void()>& fn);
   RequestId id_;
   std::mutex mu_;
   std::condition_variable cv_;
   StreamChunk pending_;
   bool delivered_finish_ = false;
   std::function<void()> notify_;
+  Status notify_error_;
 };
 
 struct EngineConfig {
@@ -193,6 +203,8 @@ class Engine {
   // Ends a live request: frees it in the scheduler and finishes its stream.
   void End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error = Status::Ok());
   void UpdateStats();
+  // Ends every live request with `status` (after an unexpected exception).
+  void FailAll(const Status& status);
 
   EngineConfig config_;
   ModelExecutor& executor_;

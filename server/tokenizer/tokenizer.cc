@@ -563,10 +563,11 @@ StatusOr<std::string> IncrementalDecoder::DecodeFrom(size_t start, size_t end) c
 }
 
 StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
-  if (tok_->IdToToken(id) == nullptr) {
-    return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
-                           std::to_string(tok_->VocabSize()) + ")");
-  }
+  // A model may sample an id the tokenizer does not have (embeddings padded
+  // to a multiple of 64 or 128 rows): it has no text. Hugging Face's decode
+  // skips such ids, and so do the serving engines; a generation must not
+  // fail on one.
+  if (tok_->IdToToken(id) == nullptr) return std::string();
   ids_.push_back(id);
   // While the ids end in byte-fallback pieces, the group is incomplete: a
   // later byte can turn all of it (even bytes that decode on their own)

@@ -117,7 +117,9 @@ class Tokenizer {
 // returned equals Tokenizer::Decode(all ids), and no piece ends inside a
 // UTF-8 character or a byte-fallback sequence: text that may still change
 // is held back (a trailing U+FFFD, a trailing run of byte-fallback tokens,
-// and the last few bytes for decoders with cleanup rules).
+// and the last few bytes for decoders with cleanup rules). Ids the
+// tokenizer does not have decode to nothing (Hugging Face's decode skips
+// them; models often have more embedding rows than the tokenizer has ids).
 //
 // Cost: each Push decodes a window of the last few ids twice, not the whole
 // sequence. The new text is the difference between decoding the window with

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 
 namespace ropeserve {
@@ -311,28 +313,46 @@ TEST(Engine, ObserverGetsRequestTimingAndStepFigures) {
 // ---- Encoder windows (extractive QA) inside the engine's steps ----
 
 // Windows of `tokens` tokens each; counts how often each window ran.
+// Thread-safe: the engine thread runs and fails it, the test reads it.
 class FakeJob : public EncoderJob {
  public:
-  FakeJob(std::size_t windows, std::int64_t tokens) : runs(windows, 0), tokens_(tokens) {}
-  std::size_t num_windows() const override { return runs.size(); }
+  FakeJob(std::size_t windows, std::int64_t tokens) : runs_(windows, 0), tokens_(tokens) {}
+  std::size_t num_windows() const override { return runs_.size(); }
   std::int64_t window_tokens(std::size_t) const override { return tokens_; }
   bool cancelled() const override { return cancel; }
-  void Fail(const Status& s) override { failed = s; }
+  void Fail(const Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = s;
+  }
+  void Ran(std::size_t window) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++runs_[window];
+  }
   bool done() const {
-    return std::all_of(runs.begin(), runs.end(), [](int r) { return r == 1; });
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::all_of(runs_.begin(), runs_.end(), [](int r) { return r == 1; });
+  }
+  std::vector<int> runs() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return runs_;
+  }
+  Status failure() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
   }
   std::atomic<bool> cancel{false};
-  Status failed;
-  std::vector<int> runs;
 
  private:
+  mutable std::mutex mu_;
+  Status failed_;
+  std::vector<int> runs_;
   std::int64_t tokens_;
 };
 
 class FakeRunner : public EncoderRunner {
  public:
   void Run(std::span<const EncoderItem> items) override {
-    for (const auto& it : items) ++static_cast<FakeJob&>(*it.job).runs[it.window];
+    for (const auto& it : items) static_cast<FakeJob&>(*it.job).Ran(it.window);
     batches.push_back(items.size());
   }
   std::vector<std::size_t> batches;
@@ -362,7 +382,7 @@ TEST(EncoderQueue, TakesWindowsInArrivalOrderWithinTheBudget) {
   auto d = std::make_shared<FakeJob>(1, 4);
   ASSERT_TRUE(q.Push(d).ok());
   q.Close(Unavailable("stopped"));
-  EXPECT_EQ(d->failed.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(d->failure().code(), ErrorCode::kUnavailable);
   EXPECT_EQ(q.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kUnavailable);
 }
 
@@ -419,6 +439,83 @@ TEST(Engine, EncoderWindowsAndDecodesShareEveryStep) {
   EXPECT_EQ(e.pool().num_free(), 64);
 }
 
+// Exceptions (what LibTorch throws on an allocation failure or a bug) in
+// the forward, the encoder runner or a reader's callback fail the requests
+// of that step, on the engine's own thread, and the engine goes on.
+TEST(Engine, ExceptionsFailOnlyTheirStepAndTheEngineGoesOn) {
+  class ThrowingModel : public CountingModel {
+   public:
+    using CountingModel::CountingModel;
+    StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+      if (throw_next.exchange(false)) throw std::runtime_error("injected: out of memory");
+      return CountingModel::Execute(plan);
+    }
+    std::atomic<bool> throw_next{false};
+  } m(20);
+  class ThrowingRunner : public FakeRunner {
+   public:
+    void Run(std::span<const EncoderItem> items) override {
+      if (throw_next.exchange(false)) throw std::logic_error("injected: bad window");
+      FakeRunner::Run(items);
+    }
+    std::atomic<bool> throw_next{false};
+  } runner;
+  Engine e(Config(), m);
+  EngineRequest r;
+  r.prompt = {1};
+  r.max_tokens = 3;
+  // A reader's callback throws (driven from this thread, so the callback is
+  // in place before the first token): that request fails, not the engine.
+  auto noisy = e.Submit(r);
+  ASSERT_TRUE(noisy.ok());
+  (*noisy)->SetNotify([] { throw std::runtime_error("injected: callback"); });
+  e.RunUntilIdle();
+  StreamChunk first = (*noisy)->Next(std::chrono::seconds(0));
+  EXPECT_EQ(first.finish_reason, "error");
+  EXPECT_NE(first.error.message().find("injected: callback"), std::string::npos) << first.error.ToString();
+  EncoderQueue queue;
+  e.AttachEncoder(&queue, &runner);
+  e.Start();
+  // The stream's end, with every token it produced.
+  auto finish = [](const std::shared_ptr<RequestStream>& s) {
+    StreamChunk all;
+    do {
+      StreamChunk c = s->Next(std::chrono::seconds(30));
+      for (auto& t : c.tokens) all.tokens.push_back(t);
+      if (c.finished) {
+        c.tokens = std::move(all.tokens);
+        return c;
+      }
+    } while (true);
+  };
+  // The forward throws: its request fails with the exception's message.
+  m.throw_next = true;
+  auto failed = e.Submit(r);
+  ASSERT_TRUE(failed.ok());
+  StreamChunk c = finish(*failed);
+  EXPECT_EQ(c.finish_reason, "error");
+  EXPECT_NE(c.error.message().find("injected: out of memory"), std::string::npos) << c.error.ToString();
+  // The encoder runner throws: that job fails, the next one runs.
+  runner.throw_next = true;
+  auto bad_job = std::make_shared<FakeJob>(1, 4);
+  ASSERT_TRUE(queue.Push(bad_job).ok());
+  for (int i = 0; i < 1000 && bad_job->failure().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_NE(bad_job->failure().message().find("injected: bad window"), std::string::npos)
+      << bad_job->failure().ToString();
+  auto good_job = std::make_shared<FakeJob>(1, 4);
+  ASSERT_TRUE(queue.Push(good_job).ok());
+  // And the engine still serves.
+  auto ok = e.Submit(r);
+  ASSERT_TRUE(ok.ok());
+  c = finish(*ok);
+  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.tokens.size(), 3u);
+  for (int i = 0; i < 1000 && !good_job->done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(good_job->done());
+  e.Stop();
+  EXPECT_EQ(e.pool().num_free(), 32);
+}
+
 TEST(Engine, StoppingTheEngineFailsWaitingEncoderJobs) {
   CountingModel m(20);
   Engine e(Config(), m);
@@ -427,7 +524,7 @@ TEST(Engine, StoppingTheEngineFailsWaitingEncoderJobs) {
   class Gate : public EncoderRunner {
    public:
     void Run(std::span<const EncoderItem> items) override {
-      for (const auto& it : items) ++static_cast<FakeJob&>(*it.job).runs[it.window];
+      for (const auto& it : items) static_cast<FakeJob&>(*it.job).Ran(it.window);
       std::unique_lock<std::mutex> lock(mu);
       entered = true;
       cv.notify_all();
@@ -455,7 +552,7 @@ TEST(Engine, StoppingTheEngineFailsWaitingEncoderJobs) {
   stopper.join();
   // The second job either ran (the engine had not seen the stop yet) or
   // failed; it is never left waiting.
-  EXPECT_NE(second->done(), second->failed.code() == ErrorCode::kUnavailable) << second->failed.ToString();
+  EXPECT_NE(second->done(), second->failure().code() == ErrorCode::kUnavailable) << second->failure().ToString();
   EXPECT_TRUE(first->done());
   // The engine closed the queue on its way out.
   EXPECT_EQ(queue.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kUnavailable);

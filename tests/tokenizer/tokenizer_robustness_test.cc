@@ -100,6 +100,26 @@ TEST(TokenizerDecode, UnknownIdsAreErrors) {
   EXPECT_TRUE(t->Decode({}, false).ok());
 }
 
+// A model with more embedding rows than the tokenizer has ids can sample
+// one of the extra ids: it decodes to nothing, and the text around it is
+// what it would be without it.
+TEST(IncrementalDecoder, IdsOutsideTheTokenizerDecodeToNothing) {
+  std::shared_ptr<const Tokenizer> t = Load("tokenizers/qwen3");
+  const auto outside = static_cast<uint32_t>(t->VocabSize() + 5);
+  IncrementalDecoder with(t, true), without(t, true);
+  std::string a, b;
+  for (uint32_t id : {9707u, outside, 1879u}) {
+    auto piece = with.Push(id);
+    ASSERT_TRUE(piece.ok()) << piece.status().ToString();
+    a += *piece;
+  }
+  for (uint32_t id : {9707u, 1879u}) b += *without.Push(id);
+  a += *with.Finish();
+  b += *without.Finish();
+  EXPECT_EQ(a, "Hello world");
+  EXPECT_EQ(a, b);
+}
+
 // Byte-fallback: an emoji is four <0x..> tokens in the llama2 tokenizer; the
 // incremental decoder emits nothing until the character is complete.
 TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
