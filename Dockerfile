@@ -49,13 +49,16 @@ USER 10001
 ENV ROPESERVE_HOST=0.0.0.0 \
     ROPESERVE_HTTP_PORT=8080 \
     ROPESERVE_GRPC_PORT=50051 \
+    ROPESERVE_ADMIN_PORT=8081 \
     ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve
 RUN mkdir -p /home/ropeserve/.cache/ropeserve/models \
  && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny \
  && ln -s /opt/ropeserve/demo-qa /home/ropeserve/.cache/ropeserve/models/demo-qa
 VOLUME ["/models"]
-EXPOSE 8080 50051
+EXPOSE 8080 8081 50051
+# The admin port (probes and metrics on connections of their own) answers
+# whatever the API port's load.
 HEALTHCHECK --interval=15s --timeout=3s --retries=3 \
-  CMD curl -fsS http://localhost:8080/health || exit 1
+  CMD curl -fsS http://localhost:8081/health || exit 1
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["ropeserve", "serve"]

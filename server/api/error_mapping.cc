@@ -40,8 +40,11 @@ int GrpcCodeFor(ErrorCode code) { return Lookup(code).grpc; }
 
 std::string ErrorJson(const Status& status, int http_status) {
   const Row& r = Lookup(status.code());
-  return nlohmann::json{{"error", {{"message", status.message()}, {"type", r.type}, {"code", http_status ? http_status : r.http}}}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json error = {{"message", status.message()},
+                          {"type", r.type},
+                          {"param", status.param().empty() ? nlohmann::json(nullptr) : nlohmann::json(status.param())},
+                          {"code", http_status ? http_status : r.http}};
+  return nlohmann::json{{"error", std::move(error)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace ropeserve::api

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "server/api/error_mapping.h"
+#include "server/api/http_connection.h"
 #include "server/api/logging.h"
 #include "server/api/model_service.h"
 #include "server/api/rest_handlers.h"
@@ -22,20 +23,23 @@ using json = nlohmann::json;
 namespace {
 
 // The endpoints and their methods; anything else on these paths is 405,
-// other paths 404.
+// other paths 404. The admin server has only the `admin` ones.
 struct Route {
   const char* path;
   const char* method;
+  bool admin;
 };
 constexpr Route kRoutes[] = {
-    {"/health", "GET"},          {"/ready", "GET"},           {"/metrics", "GET"},
-    {"/v1/models", "GET"},       {"/v1/info", "GET"},         {"/v1/summarize", "POST"},
-    {"/v1/qa", "POST"},          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/health", "GET", true},          {"/ready", "GET", true},
+    {"/metrics", "GET", true},         {"/v1/models", "GET", false},
+    {"/v1/info", "GET", false},        {"/v1/summarize", "POST", false},
+    {"/v1/qa", "POST", false},         {"/v1/completions", "POST", false},
+    {"/v1/chat/completions", "POST", false},
 };
 
-const Route* FindRoute(const std::string& path) {
+const Route* FindRoute(const std::string& path, bool admin) {
   for (const auto& r : kRoutes)
-    if (path == r.path) return &r;
+    if (path == r.path && (r.admin || !admin)) return &r;
   return nullptr;
 }
 
@@ -49,12 +53,51 @@ thread_local RequestInfo t_request;
 
 void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
   res.status = http_status ? http_status : HttpStatusFor(s.code());
+  // Server-side failures are logged with their cause (the client gets it too).
+  if (res.status >= 500 && res.status != 503) spdlog::error("request {} failed: {}", t_request.id, s.ToString());
   if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
   if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(ErrorJson(s, res.status), "application/json");
 }
 
 using Endpoint = StatusOr<RestReply> (*)(ModelService&, const RestRequest&);
+
+// The body of a POST, read under `max` bytes whatever its framing
+// (Content-Length, chunked, read to close, compressed); nullopt after
+// writing the error (413 past the cap, 408 when it arrived too slowly, 400
+// when its framing is broken). The connection closes after an error: the
+// rest of the body is never read.
+std::optional<std::string> ReadBody(const httplib::ContentReader& reader, std::size_t max, httplib::Response& res) {
+  std::string body;
+  bool too_large = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (body.size() + n > max) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (ok) {
+    connection::BodyRead();
+    return body;
+  }
+  connection::CloseAfterResponse();
+  if (too_large) {
+    SetError(res, MalformedRequest("request body too large (the limit is " + std::to_string(max) + " bytes)"), 413);
+  } else if (connection::ReadTimedOut()) {
+    SetError(res, MalformedRequest("the request body did not arrive in time"), 408);
+  } else {
+    SetError(res, MalformedRequest("the request body could not be read (broken framing or encoding)"));
+  }
+  return std::nullopt;
+}
+
+bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& origin) {
+  for (const auto& a : allowed)
+    if (a == "*" || a == origin) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -85,17 +128,27 @@ struct HttpServer::Impl {
   Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
 
   void Install();
+  void InstallApi();
+  // CORS: headers for an allowed Origin; answers preflights. True when
+  // the request was answered (a preflight).
+  bool Cors(const httplib::Request& req, httplib::Response& res, const Route* route);
   // Admits a work request (auth was checked before routing) and runs it;
   // a stream keeps its admission ticket until the last event is written.
-  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+            const httplib::ContentReader& reader);
 };
 
-void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                            const httplib::ContentReader& reader) {
   auto ticket = ctx.lifecycle.Admit();
   if (!ticket.ok()) return SetError(res, ticket.status());
   ModelService* service = ctx.service.load();
   if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-  auto reply = endpoint(*service, RestRequest{req.body, ctx.request_timeout_seconds});
+  std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
+  if (!body) return;
+  // A unary request whose client goes away is cancelled (streams notice
+  // it when writing).
+  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, "application/json");
@@ -132,8 +185,32 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
       });
 }
 
+bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res, const Route* route) {
+  const std::string origin = req.get_header_value("Origin");
+  const bool allowed = !origin.empty() && OriginAllowed(options.allowed_origins, origin);
+  if (allowed) {
+    const bool any = OriginAllowed({"*"}, "") && options.allowed_origins.size() == 1 && options.allowed_origins[0] == "*";
+    res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) res.set_header("Vary", "Origin");
+    res.set_header("Access-Control-Expose-Headers", "x-request-id, Retry-After");
+  }
+  if (req.method != "OPTIONS" || options.allowed_origins.empty() || route == nullptr) return false;
+  // A preflight: which method and headers a browser may use here.
+  if (!allowed) {
+    SetError(res, Status(ErrorCode::kUnauthenticated, "origin '" + origin.substr(0, 200) + "' is not allowed"), 403);
+    return true;
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", std::string(route->method) + ", OPTIONS");
+  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id");
+  res.set_header("Access-Control-Max-Age", "600");
+  return true;
+}
+
 void HttpServer::Impl::Install() {
   auto& s = *server;
+  // The connection layer caps bodies while they are read (ReadBody); this
+  // is httplib's own check for bodies it would read itself.
   s.set_payload_max_length(options.max_body_bytes);
   // cpp-httplib's defaults are SO_REUSEPORT (a second server on the same
   // port would silently share it) and a listen backlog of 5 (a burst of
@@ -144,27 +221,46 @@ void HttpServer::Impl::Install() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     listen_fd = sock;
   });
-  const int threads = options.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  // A body announced larger than the cap is refused before it is sent.
+  s.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
+      SetError(res, MalformedRequest("request body too large"), 413);
+      return 413;
+    }
+    return 100;
+  });
 
-  // Before routing: request id, 405 for known paths, API keys on /v1/*.
+  // Before routing (and before any body is read): request id, 404, CORS,
+  // 405, bodies announced too large, API keys on /v1/*.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    using Handled = httplib::Server::HandlerResponse;
     t_request.start = std::chrono::steady_clock::now();
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     res.set_header("x-request-id", t_request.id);
-    const Route* route = FindRoute(req.path);
-    if (route != nullptr && req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
+    const Route* route = FindRoute(req.path, options.admin);
+    if (route == nullptr) {
+      SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
+      return Handled::Handled;
+    }
+    if (Cors(req, res, route)) return Handled::Handled;
+    if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
       res.set_header("Allow", route->method);
       SetError(res, MalformedRequest(req.method + " is not allowed on " + req.path + " (use " + route->method + ")"), 405);
-      return httplib::Server::HandlerResponse::Handled;
+      return Handled::Handled;
+    }
+    if (req.has_header("Content-Length") && req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
+      SetError(res, MalformedRequest("request body too large (the limit is " + std::to_string(options.max_body_bytes) +
+                                     " bytes)"),
+               413);
+      return Handled::Handled;
     }
     if (req.path.rfind("/v1/", 0) == 0) {
       if (Status a = ctx.api_keys.Check(req.get_header_value("Authorization")); !a.ok()) {
         SetError(res, a);
-        return httplib::Server::HandlerResponse::Handled;
+        return Handled::Handled;
       }
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return Handled::Unhandled;
   });
 
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -181,6 +277,46 @@ void HttpServer::Impl::Install() {
     if (ctx.metrics == nullptr) return SetError(res, NotFound("metrics are disabled"));
     res.set_content(ctx.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  if (!options.admin) InstallApi();
+
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) return SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
+    // 413 (body over --max-body-bytes), 415 (unknown Content-Encoding)
+    // and other protocol-level errors.
+    SetError(res, MalformedRequest(res.status == 413 ? "request body too large" : "bad request"), res.status);
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("request failed: {}", what);
+    SetError(res, Internal("internal error"));
+  });
+  // One access-log line and one requests_total increment per request (for
+  // a stream, after its last event). Keys and bodies are never logged.
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request.start).count();
+    const Route* route = FindRoute(req.path, options.admin);
+    const std::string endpoint = route != nullptr ? route->path : "other";
+    if (ctx.metrics != nullptr) ctx.metrics->CountRequest(endpoint, "http", std::to_string(res.status));
+    if (route != nullptr && route->admin && res.status < 400) return;  // probes and scrapes: counted, not logged
+    LogAccess("http request", {{"method", req.method},
+                               {"path", req.path.substr(0, 200)},
+                               {"status", res.status},
+                               {"duration_ms", std::round(ms * 100) / 100},
+                               {"request_id", t_request.id},
+                               {"remote", req.remote_addr}});
+  });
+}
+
+void HttpServer::Impl::InstallApi() {
+  auto& s = *server;
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     ModelService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
@@ -210,7 +346,9 @@ void HttpServer::Impl::Install() {
                     {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
                     {"max_queue_requests", o.scheduler.max_waiting_requests},
                     {"max_queue_tokens", o.scheduler.max_waiting_tokens},
+                    {"max_request_tokens", service->limits().max_request_tokens},
                     {"max_body_bytes", options.max_body_bytes},
+                    {"max_connections", options.limits.max_connections},
                     {"request_timeout_seconds", ctx.request_timeout_seconds}}},
         {"qa", nullptr}};
     if (QaService* qa = ctx.qa.load()) {
@@ -220,65 +358,29 @@ void HttpServer::Impl::Install() {
     }
     res.set_content(info.dump(), "application/json");
   });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Work(&Completions, req, res); });
-  s.Post("/v1/chat/completions",
-         [this](const httplib::Request& req, httplib::Response& res) { Work(&ChatCompletions, req, res); });
-  s.Post("/v1/summarize", [this](const httplib::Request& req, httplib::Response& res) { Work(&Summarize, req, res); });
-  s.Post("/v1/qa", [this](const httplib::Request& req, httplib::Response& res) {
+  auto post = [this](const char* path, Endpoint endpoint) {
+    server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
+  };
+  post("/v1/completions", &Completions);
+  post("/v1/chat/completions", &ChatCompletions);
+  post("/v1/summarize", &Summarize);
+  s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
     auto ticket = ctx.lifecycle.Admit();
     if (!ticket.ok()) return SetError(res, ticket.status());
     QaService* qa = ctx.qa.load();
     if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
-    auto reply = AnswerQuestions(*qa, RestRequest{req.body, ctx.request_timeout_seconds});
+    std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
+    if (!body) return;
+    auto reply = AnswerQuestions(*qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone});
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
-  });
-
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) return SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
-    // 413 (body over --max-body-bytes) and other protocol-level errors.
-    SetError(res, MalformedRequest(res.status == 413 ? "request body too large" : "bad request"), res.status);
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("request failed: {}", what);
-    SetError(res, Internal("internal error"));
-  });
-  // One access-log line and one requests_total increment per request (for
-  // a stream, after its last event). Keys and bodies are never logged.
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request.start).count();
-    const Route* route = FindRoute(req.path);
-    const std::string endpoint = route != nullptr ? route->path : "other";
-    if (ctx.metrics != nullptr) ctx.metrics->CountRequest(endpoint, "http", std::to_string(res.status));
-    if (route != nullptr && (endpoint == "/health" || endpoint == "/ready" || endpoint == "/metrics") &&
-        res.status < 400) {
-      return;  // probes and scrapes: counted, not logged
-    }
-    LogAccess("http request", {{"method", req.method},
-                               {"path", req.path.substr(0, 200)},
-                               {"status", res.status},
-                               {"duration_ms", std::round(ms * 100) / 100},
-                               {"request_id", t_request.id},
-                               {"remote", req.remote_addr}});
   });
 }
 
 HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)
     : impl_(std::make_unique<Impl>(std::move(options), context)) {
-  if (!impl_->options.tls_cert.empty()) {
-    impl_->server = std::make_unique<httplib::SSLServer>(impl_->options.tls_cert.c_str(), impl_->options.tls_key.c_str());
-  } else {
-    impl_->server = std::make_unique<httplib::Server>();
-  }
+  impl_->server = MakeGuardedServer(impl_->options.limits, impl_->options.tls_cert, impl_->options.tls_key);
   impl_->Install();
 }
 
@@ -297,7 +399,8 @@ Status HttpServer::Bind() {
   }
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // Linux updates the backlog
   impl_->port = port;
-  spdlog::info("HTTP{} listening on {}:{}", impl_->options.tls_cert.empty() ? "" : "S", impl_->options.host, port);
+  spdlog::info("HTTP{}{} listening on {}:{}", impl_->options.tls_cert.empty() ? "" : "S",
+               impl_->options.admin ? " (admin: /health, /ready, /metrics)" : "", impl_->options.host, port);
   return Status::Ok();
 }
 

@@ -2,16 +2,25 @@
 //   GET  /health /ready /metrics /v1/models /v1/info
 //   POST /v1/summarize /v1/qa /v1/completions /v1/chat/completions
 // Streaming answers are Server-Sent Events. One error shape for every
-// failure: {"error":{"message","type","code"}}.
+// failure: {"error":{"message","type","param","code"}}.
 //
-// Threading: cpp-httplib runs each connection on a worker thread of a pool
-// of `threads` (a streaming client holds one for its whole stream); the
-// handlers submit to the engine and wait on their request's stream.
+// The admin server (`admin`) answers only /health, /ready and /metrics, on
+// a port of its own with its own few connections, so that probes and
+// scrapes are answered whatever the API port's load.
+//
+// Threading: each connection runs on a thread of its own, at most
+// `limits.max_connections` at once (http_connection.h: the connection
+// layer's caps and deadlines); a streaming client holds its thread for its
+// whole stream. Request bodies are read under a hard cap (413 as soon as it
+// is passed, whatever the framing). Unary requests are cancelled when their
+// client disconnects, as streams are.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "server/api/http_connection.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {
@@ -23,10 +32,14 @@ struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8080;
   std::size_t max_body_bytes = 1 << 20;
-  int threads = 64;
+  ConnectionLimits limits;
   // TLS when both are set (PEM files).
   std::string tls_cert;
   std::string tls_key;
+  // Origins allowed to call from a browser (CORS): exact origins, or "*".
+  // Empty: no CORS headers, and OPTIONS answers 405.
+  std::vector<std::string> allowed_origins;
+  bool admin = false;  // only /health, /ready, /metrics
 };
 
 class HttpServer {

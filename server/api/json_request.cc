@@ -4,10 +4,8 @@ namespace ropeserve::api {
 
 using json = nlohmann::json;
 
-namespace {
-
 // Nesting depth of a JSON text, by scanning brackets outside strings.
-Status CheckDepth(const std::string& text) {
+Status CheckJsonDepth(const std::string& text) {
   int depth = 0;
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -30,16 +28,13 @@ Status CheckDepth(const std::string& text) {
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<json> ParseBody(const std::string& text) {
-  RS_RETURN_IF_ERROR(CheckDepth(text));
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+StatusOr<nlohmann::ordered_json> ParseJsonObject(const std::string& text) {
+  RS_RETURN_IF_ERROR(CheckJsonDepth(text));
+  auto body = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return MalformedRequest("request body is not valid JSON (or not valid UTF-8)");
   if (!body.is_object()) return MalformedRequest("request body must be a JSON object");
   return body;
 }
-
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
 #include <condition_variable>
 #include <mutex>
 
@@ -10,6 +12,29 @@
 #include "server/runner/model_runner.h"
 
 namespace ropeserve::api {
+
+namespace {
+
+// A test hook for black-box fault tests: with ROPESERVE_INJECT_FAULTS=N in
+// the environment, every N-th forward throws, as LibTorch does when an
+// allocation fails. Announced loudly at start-up; never set it in
+// production.
+class FaultInjector final : public ModelExecutor {
+ public:
+  FaultInjector(ModelExecutor& inner, std::int64_t every) : inner_(inner), every_(every) {}
+  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+    if (++calls_ % every_ == 0) throw std::runtime_error("injected fault (ROPESERVE_INJECT_FAULTS)");
+    return inner_.Execute(plan);
+  }
+  std::int64_t vocab_size() const override { return inner_.vocab_size(); }
+
+ private:
+  ModelExecutor& inner_;
+  std::int64_t every_;
+  std::int64_t calls_ = 0;
+};
+
+}  // namespace
 
 StatusOr<std::unique_ptr<ModelService>> ModelService::Create(const DecoderModel& model, std::string served_name,
                                                             EngineOptions options,
@@ -46,6 +71,12 @@ StatusOr<std::unique_ptr<ModelService>> ModelService::CreateEngine(const Decoder
                static_cast<double>(s->kv_.bytes) / (1 << 20));
 
   s->runner_ = std::make_unique<ModelRunner>(model, s->kv_.num_blocks, options.block_size);
+  ModelExecutor* executor = s->runner_.get();
+  if (const char* f = std::getenv("ROPESERVE_INJECT_FAULTS"); f != nullptr && std::atoll(f) > 0) {
+    spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", f, std::atoll(f));
+    s->fault_injector_ = std::make_unique<FaultInjector>(*s->runner_, std::atoll(f));
+    executor = s->fault_injector_.get();
+  }
   EngineConfig ec;
   ec.scheduler = options.scheduler;
   if (!(options.qa_token_share >= 0 && options.qa_token_share < 1))
@@ -54,7 +85,11 @@ StatusOr<std::unique_ptr<ModelService>> ModelService::CreateEngine(const Decoder
   ec.num_blocks = static_cast<int>(s->kv_.num_blocks);
   ec.block_size = options.block_size;
   ec.eos_token_ids.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());
-  s->engine_ = std::make_unique<Engine>(ec, *s->runner_);
+  s->engine_ = std::make_unique<Engine>(ec, *executor);
+  if (options.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
+  s->limits_.max_model_len = s->max_model_len_;
+  s->limits_.vocab_size = c.vocab_size;
+  s->limits_.max_request_tokens = options.max_request_tokens > 0 ? options.max_request_tokens : s->kv_.tokens;
   if (options.observer != nullptr) s->engine_->SetObserver(options.observer);
   s->options_ = options;
   s->engine_->Start();
@@ -74,8 +109,8 @@ Status ModelService::CheckModelName(const std::string& requested) const {
 
 StatusOr<std::unique_ptr<Generation>> ModelService::Start(const std::vector<std::int64_t>& prompt_ids,
                                                         const GenerateOptions& options) {
-  if (options.top_logprobs > 20) return InvalidArgument("top_logprobs must be at most 20");
-  if (options.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  // `options` went through service::ValidateGeneration; the engine checks
+  // what it relies on again (ids, ranges) at admission.
   if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
   EngineRequest r;
   for (auto id : prompt_ids) {
@@ -131,7 +166,9 @@ void Generation::Cancel() {
   if (!finished_ && stream_) engine_->Cancel(stream_->id());
 }
 
-void Generation::SetNotify(std::function<void()> fn) { stream_->SetNotify(std::move(fn)); }
+void Generation::SetNotify(std::function<void()> fn, bool call_if_ready) {
+  stream_->SetNotify(std::move(fn), call_if_ready);
+}
 
 void Generation::Release(Delta& out, bool all) {
   std::size_t end = text_.size();
@@ -214,10 +251,15 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   return out;
 }
 
-StatusOr<GenerateResult> ModelService::Collect(Generation& g) {
+StatusOr<GenerateResult> ModelService::Collect(Generation& g, bool (*abandoned)()) {
   GenerateResult result;
   while (true) {
-    RS_ASSIGN_OR_RETURN(Generation::Delta d, g.Next());
+    if (abandoned != nullptr && abandoned()) {
+      g.Cancel();
+      return Status(ErrorCode::kCancelled, "the client disconnected");
+    }
+    RS_ASSIGN_OR_RETURN(Generation::Delta d,
+                        abandoned != nullptr ? g.Next(std::chrono::milliseconds(200)) : g.Next());
     result.generated_ids.insert(result.generated_ids.end(), d.ids.begin(), d.ids.end());
     result.logprobs.insert(result.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
     for (auto& t : d.top_logprobs) result.top_logprobs.push_back(std::move(t));
@@ -230,10 +272,12 @@ StatusOr<GenerateResult> ModelService::Collect(Generation& g) {
   }
 }
 
-StatusOr<std::vector<GenerateResult>> ModelService::CollectAll(std::vector<std::unique_ptr<Generation>>& gens) {
+StatusOr<std::vector<GenerateResult>> ModelService::CollectAll(std::vector<std::unique_ptr<Generation>>& gens,
+                                                              bool (*abandoned)()) {
   std::vector<GenerateResult> out;
   for (auto& g : gens) {
-    RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g));
+    // An error drops `gens` with the caller, which cancels the others.
+    RS_ASSIGN_OR_RETURN(GenerateResult r, Collect(*g, abandoned));
     out.push_back(std::move(r));
   }
   return out;
@@ -255,7 +299,8 @@ StatusOr<std::vector<GenerateResult>> ModelService::GenerateN(const std::vector<
 
 StatusOr<std::vector<std::unique_ptr<Generation>>> ModelService::StartN(const std::vector<std::int64_t>& prompt_ids,
                                                                        const GenerateOptions& options, int n) {
-  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
+  if (n < 1 || n > service::kMaxChoices)
+    return InvalidArgument("'n' must be between 1 and " + std::to_string(service::kMaxChoices));
   std::vector<std::unique_ptr<Generation>> gens;
   RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
   gens.push_back(std::move(first));

@@ -15,6 +15,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/runner/generate.h"
+#include "server/service/request_params.h"
 #include "server/template/chat_template.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -31,6 +32,9 @@ struct EngineOptions {
   int block_size = 16;
   std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
   double qa_token_share = 0.5;           // EngineConfig::encoder_token_share
+  // Tokens one request may reserve over all its sequences (serve
+  // --max-request-tokens); 0 = the KV cache's capacity.
+  std::int64_t max_request_tokens = 0;
   EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
 };
 
@@ -59,7 +63,7 @@ class Generation {
   // failed: DeadlineExceeded, Cancelled, or the engine's error.
   StatusOr<Delta> Next(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // See RequestStream::SetNotify.
-  void SetNotify(std::function<void()> fn);
+  void SetNotify(std::function<void()> fn, bool call_if_ready = true);
   void Cancel();
   bool finished() const { return finished_; }
   std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(prompt_size_); }
@@ -105,6 +109,8 @@ class ModelService {
   const ModelConfig& config() const;
   const KvCacheSize& kv_cache() const { return kv_; }
   std::int64_t max_model_len() const { return max_model_len_; }
+  // What the request validator checks against (server/service/request_params.h).
+  const service::Limits& limits() const { return limits_; }
   Engine& engine() { return *engine_; }
 
   // OK for "" (the only model) or the served name; NotFound otherwise.
@@ -117,16 +123,18 @@ class ModelService {
   // options.stop (the request is cancelled as soon as a stop string shows).
   StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
 
-  // n choices for one prompt (1 <= n <= kMaxChoices). The choices share the
+  // n choices for one prompt (1 <= n <= service::kMaxChoices). The choices share the
   // prompt's full KV blocks through the prefix cache: the first is
   // prefilled alone, the others start once its first token exists.
-  static constexpr int kMaxChoices = 16;
   StatusOr<std::vector<GenerateResult>> GenerateN(const std::vector<std::int64_t>& prompt_ids,
                                                   const GenerateOptions& options, int n);
-  // Reads a generation to its end (result.prompt_ids left empty).
-  static StatusOr<GenerateResult> Collect(Generation& g);
+  // Reads a generation to its end (result.prompt_ids left empty). With
+  // `abandoned`, it is polled every 200 ms: true cancels the generation
+  // (Cancelled) -- a unary client that disconnected.
+  static StatusOr<GenerateResult> Collect(Generation& g, bool (*abandoned)() = nullptr);
   // Reads generations to their ends (they run concurrently in the engine).
-  static StatusOr<std::vector<GenerateResult>> CollectAll(std::vector<std::unique_ptr<Generation>>& gens);
+  static StatusOr<std::vector<GenerateResult>> CollectAll(std::vector<std::unique_ptr<Generation>>& gens,
+                                                          bool (*abandoned)() = nullptr);
   // The same as GenerateN, read incrementally (for streaming n > 1).
   StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
                                                             const GenerateOptions& options, int n);
@@ -162,7 +170,9 @@ class ModelService {
   std::string name_;
   KvCacheSize kv_;
   std::int64_t max_model_len_ = 0;
+  service::Limits limits_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<ModelExecutor> fault_injector_;  // ROPESERVE_INJECT_FAULTS only
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;

@@ -8,6 +8,7 @@
 
 #include "server/api/error_mapping.h"
 #include "server/api/json_request.h"
+#include "server/api/rest_request.h"
 
 namespace ropeserve::api {
 
@@ -15,148 +16,13 @@ using json = nlohmann::json;
 
 namespace {
 
-// ---- request parsing ----
+using service::Endpoint;
 
-// `prompt`: a string (tokenized with the tokenizer's special tokens), a
-// list of token ids, or a list of either (several prompts).
-StatusOr<std::vector<std::vector<std::int64_t>>> ReadPrompts(ModelService& service, const json& body) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) return MalformedRequest("'prompt' is required");
-  auto one = [&](const json& p) -> StatusOr<std::vector<std::int64_t>> {
-    if (p.is_string()) {
-      RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(p.get<std::string>(), /*add_special_tokens=*/true));
-      if (ids.empty()) return InvalidArgument("'prompt' tokenizes to no tokens");
-      return ids;
-    }
-    if (!p.is_array() || p.empty()) return MalformedRequest("a prompt must be a string or a non-empty list of token ids");
-    std::vector<std::int64_t> ids;
-    for (const auto& v : p) {
-      if (!v.is_number_integer()) return MalformedRequest("a token-id prompt must contain only integers");
-      if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-        return InvalidArgument("prompt token id " + v.dump() + " is outside the vocabulary");
-      ids.push_back(v.get<std::int64_t>());
-    }
-    return ids;
-  };
-  std::vector<std::vector<std::int64_t>> prompts;
-  const json& p = *it;
-  if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
-    if (p.size() > 64) return InvalidArgument("at most 64 prompts per request");
-    for (const auto& q : p) {
-      RS_ASSIGN_OR_RETURN(auto ids, one(q));
-      prompts.push_back(std::move(ids));
-    }
-  } else {
-    RS_ASSIGN_OR_RETURN(auto ids, one(p));
-    prompts.push_back(std::move(ids));
-  }
-  return prompts;
-}
-
-// Fields shared by the generation endpoints.
-struct Common {
-  GenerateOptions options;
-  bool max_tokens_given = false;
-  std::int64_t logprobs = -1;  // -1 = not requested
-  std::int64_t n = 1;
-  bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool return_token_ids = false;
-};
-
-enum class Api { kCompletions, kChat, kSummarize };
-
-StatusOr<Common> ReadCommon(ModelService& service, const json& body, Api api, double timeout_seconds) {
-  std::string model_name;
-  RS_RETURN_IF_ERROR(ReadField(body, "model", model_name));
-  RS_RETURN_IF_ERROR(service.CheckModelName(model_name));
-  Common c;
-  RS_RETURN_IF_ERROR(ReadField(body, "stream", c.stream));
-  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
-    if (!so->is_object()) return MalformedRequest("'stream_options' must be an object");
-    RS_RETURN_IF_ERROR(ReadField(*so, "include_usage", c.include_usage));
-  }
-  RS_RETURN_IF_ERROR(ReadField(body, "return_token_ids", c.return_token_ids));
-  if (api != Api::kSummarize) RS_RETURN_IF_ERROR(ReadField(body, "n", c.n));
-  if (c.n < 1 || c.n > ModelService::kMaxChoices) {
-    return InvalidArgument("'n' must be between 1 and " + std::to_string(ModelService::kMaxChoices));
-  }
-  GenerateOptions& o = c.options;
-  o.timeout_seconds = timeout_seconds;
-  // OpenAI samples at temperature 1 by default; summaries are greedy unless
-  // asked otherwise (the same text gives the same summary).
-  o.sampling.temperature = api == Api::kSummarize ? 0.0 : 1.0;
-  c.max_tokens_given = body.contains("max_tokens") && !body["max_tokens"].is_null();
-  RS_RETURN_IF_ERROR(ReadField(body, "max_tokens", o.max_tokens));
-  if (api == Api::kChat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()) {
-    c.max_tokens_given = true;
-    RS_RETURN_IF_ERROR(ReadField(body, "max_completion_tokens", o.max_tokens));
-  }
-  if (c.max_tokens_given && (o.max_tokens < 1 || o.max_tokens > service.max_model_len())) {
-    return InvalidArgument("'max_tokens' must be between 1 and the context length " +
-                           std::to_string(service.max_model_len()));
-  }
-  RS_RETURN_IF_ERROR(ReadField(body, "temperature", o.sampling.temperature));
-  RS_RETURN_IF_ERROR(ReadField(body, "top_p", o.sampling.top_p));
-  RS_RETURN_IF_ERROR(ReadField(body, "top_k", o.sampling.top_k));
-  if (o.sampling.top_k == -1) o.sampling.top_k = 0;  // vLLM's "all tokens"
-  RS_RETURN_IF_ERROR(ReadField(body, "min_p", o.sampling.min_p));
-  RS_RETURN_IF_ERROR(ReadField(body, "ignore_eos", o.ignore_eos));
-  RS_RETURN_IF_ERROR(ReadField(body, "min_tokens", o.min_tokens));
-  RS_RETURN_IF_ERROR(ReadField(body, "repetition_penalty", o.sampling.repetition_penalty));
-  RS_RETURN_IF_ERROR(ReadField(body, "frequency_penalty", o.sampling.frequency_penalty));
-  RS_RETURN_IF_ERROR(ReadField(body, "presence_penalty", o.sampling.presence_penalty));
-  if (auto s = body.find("seed"); s != body.end() && !s->is_null()) {
-    if (!s->is_number_integer()) return MalformedRequest("'seed' must be an integer");
-    o.sampling.seed = s->is_number_unsigned() ? s->get<std::uint64_t>()
-                                              : static_cast<std::uint64_t>(s->get<std::int64_t>());
-  }
-  if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
-    if (st->is_string()) {
-      o.stop.push_back(st->get<std::string>());
-    } else if (st->is_array()) {
-      if (st->size() > 16) return InvalidArgument("'stop' may hold at most 16 strings");
-      for (const auto& v : *st) {
-        if (!v.is_string()) return MalformedRequest("'stop' must be a string or a list of strings");
-        o.stop.push_back(v.get<std::string>());
-      }
-    } else {
-      return MalformedRequest("'stop' must be a string or a list of strings");
-    }
-  }
-  if (auto st = body.find("stop_token_ids"); st != body.end() && !st->is_null()) {
-    if (!st->is_array()) return MalformedRequest("'stop_token_ids' must be a list of token ids");
-    for (const auto& v : *st) {
-      if (!v.is_number_integer()) return MalformedRequest("'stop_token_ids' must be a list of token ids");
-      // Beyond int64: outside the vocabulary anyway.
-      o.stop_token_ids.push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX ? -1 : v.get<std::int64_t>());
-    }
-  }
-  if (api == Api::kChat) {
-    // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
-    bool want = false;
-    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", want));
-    std::int64_t top = 0;
-    RS_RETURN_IF_ERROR(ReadField(body, "top_logprobs", top));
-    if (top < 0 || top > 20) return InvalidArgument("'top_logprobs' must be between 0 and 20");
-    if (top > 0 && !want) return InvalidArgument("'top_logprobs' needs 'logprobs': true");
-    c.logprobs = want ? top : -1;
-  } else if (api == Api::kCompletions) {
-    RS_RETURN_IF_ERROR(ReadField(body, "logprobs", c.logprobs));
-    if (c.logprobs > 20 || (body.contains("logprobs") && !body["logprobs"].is_null() && c.logprobs < 0))
-      return InvalidArgument("'logprobs' must be between 0 and 20");
-  }
-  o.top_logprobs = c.logprobs > 0 ? static_cast<std::size_t>(c.logprobs) : 0;
-  return c;
-}
-
-// Without max_tokens: completions generate 16 tokens (OpenAI), chat until
-// the context is full (vLLM), summaries at most 256 tokens.
-void DefaultMaxTokens(Common& c, const ModelService& service, std::size_t prompt_len, Api api) {
-  if (c.max_tokens_given) return;
-  const std::int64_t room = std::max<std::int64_t>(1, service.max_model_len() - static_cast<std::int64_t>(prompt_len));
-  if (api == Api::kChat) c.options.max_tokens = room;
-  if (api == Api::kSummarize) c.options.max_tokens = std::min<std::int64_t>(256, room);
+// Token counts of each prompt, for the validator.
+std::vector<std::size_t> Lengths(const std::vector<std::vector<std::int64_t>>& prompts) {
+  std::vector<std::size_t> out;
+  for (const auto& p : prompts) out.push_back(p.size());
+  return out;
 }
 
 // ---- response formatting ----
@@ -336,16 +202,30 @@ std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts)
 }  // namespace
 
 StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(json body, ParseBody(request.body));
-  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, Api::kCompletions, request.timeout_seconds));
-  RS_ASSIGN_OR_RETURN(auto prompts, ReadPrompts(service, body));
-  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, c.options, static_cast<int>(c.n)));
+  RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
+  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (const PromptInput& p : body.prompts) {
+    if (p.text) {
+      RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(*p.text, /*add_special_tokens=*/true));
+      prompts.push_back(std::move(ids));
+    } else {
+      RS_RETURN_IF_ERROR(service::ValidatePromptIds(p.ids, service.limits(), "prompt"));
+      prompts.push_back(p.ids);
+    }
+  }
+  auto v = service::ValidateGeneration(body.fields, Endpoint::kCompletions, Lengths(prompts), service.limits(),
+                                       request.timeout_seconds);
+  // Completions call the alternatives count `logprobs`.
+  if (!v.ok()) return v.status().param() == "top_logprobs" ? v.status().WithParam("logprobs") : v.status();
+  const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
+  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->options, v->n));
   const std::string id = service.NextRequestId("cmpl");
   const std::int64_t created = Now();
   const std::int64_t prompt_tokens = PromptTokens(prompts);
-  const std::size_t n = static_cast<std::size_t>(c.n);
+  const std::size_t n = static_cast<std::size_t>(v->n);
   RestReply reply;
-  if (c.stream) {
+  if (body.stream) {
     auto totals = std::make_shared<StreamTotals>();
     totals->prompt = prompt_tokens;
     auto chunk = [&service, id, created](json choices) {
@@ -353,14 +233,14 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
                   {"choices", std::move(choices)}};
     };
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
-    auto on_delta = [&service, c, chunk, totals, started, prompts, n](std::size_t i, const Generation::Delta& d,
-                                                                      std::string& out) {
+    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, prompts, n](
+                        std::size_t i, const Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
       json choice = {{"index", i}, {"text", d.text}, {"logprobs", nullptr},
                      {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
-      if (c.logprobs >= 0) choice["logprobs"] = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
-      if (c.return_token_ids) {
+      if (logprobs) choice["logprobs"] = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
+      if (return_token_ids) {
         choice["token_ids"] = d.ids;
         if (!(*started)[i]) choice["prompt_token_ids"] = prompts[i / n];  // first chunk of the choice
       }
@@ -368,10 +248,10 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
       out += Event(chunk(json::array({choice})));
     };
     reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
-                                                      UsageChunk(c.include_usage, chunk, totals));
+                                                      UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens));
+  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens, request.client_gone));
   json choices = json::array();
   std::int64_t completion_tokens = 0, cached = 0;
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -379,8 +259,8 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
     completion_tokens += static_cast<std::int64_t>(r.generated_ids.size());
     if (k % n == 0) cached += r.cached_tokens;
     json choice = {{"index", k}, {"text", r.text}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
-    if (c.logprobs >= 0) choice["logprobs"] = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
-    if (c.return_token_ids) {
+    if (logprobs) choice["logprobs"] = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
+    if (return_token_ids) {
       choice["token_ids"] = r.generated_ids;
       choice["prompt_token_ids"] = prompts[k / n];
     }
@@ -396,52 +276,21 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
 // special tokens (the template writes them), and generated like a
 // completion.
 StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(json body, ParseBody(request.body));
-  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, Api::kChat, request.timeout_seconds));
-  auto mit = body.find("messages");
-  if (mit == body.end() || !mit->is_array() || mit->empty()) {
-    return MalformedRequest("'messages' must be a non-empty list of {\"role\", \"content\"} objects");
-  }
-  // Keep the caller's key order (tools rendered with tojson must not be
-  // re-sorted): re-parse the body as ordered JSON.
-  auto ordered = nlohmann::ordered_json::parse(request.body, nullptr, false);
-  for (auto& m : ordered["messages"]) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return MalformedRequest("each message must be an object with a string 'role'");
-    if (!m.contains("content") || !m["content"].is_array()) continue;
-    // OpenAI content parts ([{"type":"text","text":...}, ...]) become one
-    // string (joined with newlines, as vLLM does for string templates).
-    std::string joined;
-    for (const auto& part : m["content"]) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-        return InvalidArgument("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-      }
-      if (!joined.empty()) joined += "\n";
-      joined += part["text"].get<std::string>();
-    }
-    m["content"] = joined;
-  }
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  for (const char* key : {"tools", "documents"}) {
-    if (ordered.contains(key) && !ordered[key].is_null()) extra[key] = ordered[key];
-  }
-  if (ordered.contains("chat_template_kwargs") && ordered["chat_template_kwargs"].is_object()) {
-    for (auto it = ordered["chat_template_kwargs"].begin(); it != ordered["chat_template_kwargs"].end(); ++it) {
-      extra[it.key()] = it.value();
-    }
-  }
-  bool add_generation_prompt = true;
-  RS_RETURN_IF_ERROR(ReadField(body, "add_generation_prompt", add_generation_prompt));
-  RS_ASSIGN_OR_RETURN(std::string prompt, service.ApplyChatTemplate(ordered["messages"], add_generation_prompt, extra));
+  RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
+  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
+  RS_ASSIGN_OR_RETURN(std::string prompt,
+                      service.ApplyChatTemplate(body.messages, body.add_generation_prompt, body.extra));
   RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
-  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
-  DefaultMaxTokens(c, service, ids.size(), Api::kChat);
-  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, c.options, static_cast<int>(c.n)));
+  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt").WithParam("messages");
+  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()},
+                                                          service.limits(), request.timeout_seconds));
+  const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
   const std::string id = service.NextRequestId("chatcmpl");
   const std::int64_t created = Now();
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   RestReply reply;
-  if (c.stream) {
+  if (body.stream) {
     auto totals = std::make_shared<StreamTotals>();
     totals->prompt = prompt_tokens;
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
@@ -449,7 +298,8 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
       return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
-    auto on_delta = [&service, c, chunk, totals, started, ids](std::size_t i, const Generation::Delta& d, std::string& out) {
+    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids](
+                        std::size_t i, const Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
       json delta = json::object();
@@ -461,17 +311,17 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
       if (!d.text.empty() || delta.contains("role")) delta["content"] = d.text;
       json choice = {{"index", i}, {"delta", delta}, {"logprobs", nullptr},
                      {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
-      if (c.logprobs >= 0) choice["logprobs"] = ChatLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
-      if (c.return_token_ids) choice["token_ids"] = d.ids;
+      if (logprobs) choice["logprobs"] = ChatLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
+      if (return_token_ids) choice["token_ids"] = d.ids;
       json ev = chunk(json::array({choice}));
-      if (c.return_token_ids && i == 0 && delta.contains("role")) ev["prompt_token_ids"] = ids;
+      if (return_token_ids && i == 0 && delta.contains("role")) ev["prompt_token_ids"] = ids;
       out += Event(ev);
     };
     reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
-                                                      UsageChunk(c.include_usage, chunk, totals));
+                                                      UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens));
+  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens, request.client_gone));
   json choices = json::array();
   std::int64_t completion_tokens = 0;
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -481,14 +331,14 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
                    {"message", {{"role", "assistant"}, {"content", r.text}}},
                    {"finish_reason", r.finish_reason},
                    {"logprobs", nullptr}};
-    if (c.logprobs >= 0) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
-    if (c.return_token_ids) choice["token_ids"] = r.generated_ids;
+    if (logprobs) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
+    if (return_token_ids) choice["token_ids"] = r.generated_ids;
     choices.push_back(std::move(choice));
   }
   json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", service.name()},
               {"choices", std::move(choices)},
               {"usage", Usage(prompt_tokens, completion_tokens, results.empty() ? 0 : results[0].cached_tokens)}};
-  if (c.return_token_ids) out["prompt_token_ids"] = ids;
+  if (return_token_ids) out["prompt_token_ids"] = ids;
   reply.body = Dump(out);
   return reply;
 }
@@ -496,22 +346,19 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
 // POST /v1/summarize (docs/api.md): the prompt comes from
 // ModelService::SummaryPrompt; greedy by default.
 StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(json body, ParseBody(request.body));
-  RS_ASSIGN_OR_RETURN(Common c, ReadCommon(service, body, Api::kSummarize, request.timeout_seconds));
-  std::string text, instruction;
-  if (!body.contains("text") || !body["text"].is_string()) return MalformedRequest("'text' (a string) is required");
-  RS_RETURN_IF_ERROR(ReadField(body, "text", text));
-  RS_RETURN_IF_ERROR(ReadField(body, "instruction", instruction));
-  RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(text, instruction));
-  DefaultMaxTokens(c, service, ids.size(), Api::kSummarize);
-  RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, c.options));
+  RS_ASSIGN_OR_RETURN(SummarizeBody body, ReadSummarizeBody(request.body));
+  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
+  RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(body.text, body.instruction));
+  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kSummarize, {ids.size()},
+                                                          service.limits(), request.timeout_seconds));
+  RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, v.options));
   const std::string id = service.NextRequestId("sum");
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   auto usage = [prompt_tokens](std::int64_t completion, std::int64_t cached) {
     return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"cached_tokens", cached}};
   };
   RestReply reply;
-  if (c.stream) {
+  if (body.stream) {
     auto generated = std::make_shared<std::int64_t>(0);
     auto on_delta = [&service, id, generated, usage](std::size_t, const Generation::Delta& d, std::string& out) {
       *generated += static_cast<std::int64_t>(d.ids.size());
@@ -526,7 +373,7 @@ StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request)
     reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta, [](std::string&) {});
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(GenerateResult r, ModelService::Collect(*gen));
+  RS_ASSIGN_OR_RETURN(GenerateResult r, ModelService::Collect(*gen, request.client_gone));
   reply.body = Dump({{"id", id}, {"model", service.name()}, {"summary", r.text}, {"finish_reason", r.finish_reason},
                      {"usage", usage(static_cast<std::int64_t>(r.generated_ids.size()), r.cached_tokens)}});
   return reply;

@@ -33,6 +33,8 @@ struct RestReply {
 struct RestRequest {
   const std::string& body;
   double timeout_seconds = 0;  // server's --request-timeout (0 = none)
+  // Polled while a unary request runs: true = the client went away, cancel.
+  bool (*client_gone)() = nullptr;
 };
 
 StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 
 #include "server/api/api_keys.h"
 #include "server/api/lifecycle.h"
@@ -17,6 +18,7 @@ class QaService;  // server/runner/qa_service.h
 namespace ropeserve::api {
 
 class ModelService;
+class WorkPool;
 
 struct ServingContext {
   Lifecycle lifecycle;
@@ -25,6 +27,9 @@ struct ServingContext {
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<ModelService*> service{nullptr};
   std::atomic<QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
+  // Where the gRPC front end prepares requests and selects QA answers
+  // (server/api/work_pool.h); the gRPC server makes one when this is null.
+  std::shared_ptr<WorkPool> work_pool;
 };
 
 }  // namespace ropeserve::api

@@ -1,5 +1,6 @@
 // `ropeserve generate`: offline generation for one prompt, used by tests and
 // parity checks against other implementations.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "server/cli/commands.h"
 #include "server/models/decoder.h"
 #include "server/runner/generate.h"
+#include "server/service/request_params.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
@@ -20,17 +22,7 @@ struct GenerateFlags {
   std::string model;
   std::string prompt;
   std::string prompt_ids;
-  std::int64_t max_tokens = 16;
-  double temperature = 0.0;
-  double top_p = 1.0;
-  std::int64_t top_k = 0;
-  double min_p = 0.0;
-  double repetition_penalty = 1.0;
-  double frequency_penalty = 0.0;
-  double presence_penalty = 0.0;
-  std::int64_t min_tokens = 0;
-  std::optional<std::uint64_t> seed;
-  std::size_t top_logprobs = 0;
+  service::GenerationFields fields;  // unset: the validator's defaults (gRPC Generate's)
   bool json = false;
   bool ignore_eos = false;
   bool reference = false;
@@ -66,19 +58,20 @@ int Run(const GenerateFlags& f) {
   auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model));
   if (!model.ok()) return Fail(model.status().ToString());
 
-  GenerateOptions opts;
-  opts.max_tokens = f.max_tokens;
-  opts.sampling.temperature = f.temperature;
-  opts.sampling.top_p = f.top_p;
-  opts.sampling.top_k = f.top_k;
-  opts.sampling.min_p = f.min_p;
-  opts.sampling.repetition_penalty = f.repetition_penalty;
-  opts.sampling.frequency_penalty = f.frequency_penalty;
-  opts.sampling.presence_penalty = f.presence_penalty;
-  opts.min_tokens = f.min_tokens;
-  opts.sampling.seed = f.seed;
-  opts.top_logprobs = f.top_logprobs;
-  opts.ignore_eos = f.ignore_eos;
+  // The same validator (defaults, ranges) as gRPC Generate.
+  service::Limits limits;
+  limits.max_model_len = (*model)->config().max_position_embeddings;
+  limits.vocab_size = (*model)->config().vocab_size;
+  if (Status s = service::ValidatePromptIds(prompt_ids, limits, "--prompt-ids"); !s.ok()) return Fail(s.message());
+  service::GenerationFields fields = f.fields;
+  if (f.ignore_eos) fields.ignore_eos = true;
+  auto validated = service::ValidateGeneration(fields, service::Endpoint::kGenerate, {prompt_ids.size()}, limits);
+  if (!validated.ok()) {
+    std::string flag = validated.status().param();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return Fail("--" + flag + ": " + validated.status().message());
+  }
+  GenerateOptions opts = validated->options;
   opts.use_reference = f.reference;
   // Text mode streams the decoded text as tokens arrive.
   std::optional<tok::IncrementalDecoder> stream;
@@ -143,21 +136,20 @@ Runner AddGenerate(CLI::App& app) {
   auto* text = sub->add_option("--prompt", f->prompt, "Prompt text, tokenized with the model's tokenizer.json (special tokens added as its post-processor says)");
   auto* ids = sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,15043");
   text->excludes(ids);
-  sub->add_option("--max-tokens", f->max_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temperature", f->temperature, "0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-p", f->top_p, "Nucleus sampling mass")->capture_default_str();
-  sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
-  sub->add_option("--min-p", f->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
-  sub->add_option("--seed", f->seed, "Random seed for sampling");
-  sub->add_option("--repetition-penalty", f->repetition_penalty,
-                  "Penalize tokens already in the prompt or output (> 0; 1 = off)")->capture_default_str();
-  sub->add_option("--frequency-penalty", f->frequency_penalty, "Subtract this per earlier occurrence in the output [-2, 2]")
-      ->capture_default_str();
-  sub->add_option("--presence-penalty", f->presence_penalty, "Subtract this once if the token was generated [-2, 2]")
-      ->capture_default_str();
-  sub->add_option("--min-tokens", f->min_tokens, "Do not stop at EOS before this many tokens")->capture_default_str();
-  sub->add_option("--top-logprobs", f->top_logprobs, "Report the K most likely tokens per step (max 20)")
-      ->check(CLI::Range(0, 20));
+  // Defaults and ranges are the request validator's (docs/api.md).
+  service::GenerationFields& g = f->fields;
+  sub->add_option("--max-tokens", g.max_tokens, "Tokens to generate (default 16)");
+  sub->add_option("--temperature", g.temperature, "0 = greedy (the default)");
+  sub->add_option("--top-p", g.top_p, "Nucleus sampling mass (default 1)");
+  sub->add_option("--top-k", g.top_k, "Keep the k most likely tokens (0 = all, the default)");
+  sub->add_option("--min-p", g.min_p, "Drop tokens below min_p x the top probability (default 0)");
+  sub->add_option("--seed", g.seed, "Random seed for sampling");
+  sub->add_option("--repetition-penalty", g.repetition_penalty,
+                  "Penalize tokens already in the prompt or output (> 0; 1 = off, the default)");
+  sub->add_option("--frequency-penalty", g.frequency_penalty, "Subtract this per earlier occurrence in the output [-2, 2]");
+  sub->add_option("--presence-penalty", g.presence_penalty, "Subtract this once if the token was generated [-2, 2]");
+  sub->add_option("--min-tokens", g.min_tokens, "Do not stop at EOS before this many tokens");
+  sub->add_option("--top-logprobs", g.top_logprobs, "Report the K most likely tokens per step (max 20)");
   sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at the model's EOS tokens");
   sub->add_flag("--reference", f->reference, "Use the slow reference path (full recompute, no KV cache)");

@@ -15,6 +15,8 @@
 
 #include "server/cli/commands.h"
 #include "server/models/encoder.h"
+#include "server/runner/qa_service.h"
+#include "server/service/request_params.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 
@@ -29,51 +31,33 @@ struct QaFlags {
   std::optional<std::string> question, context;  // qa: one input from the flags
   std::string input_ids, token_type_ids;         // encode: one input from the flags
   bool json = false;                             // flags mode: JSON output
-  int top_k = 1;
-  int max_answer_len = 15;
-  int max_seq_len = 384;
-  int max_question_len = 64;
-  int doc_stride = -1;  // -1 = the pipeline's default
-  bool handle_impossible_answer = false;
+  service::QaFields qa;                          // unset: the validator's defaults (docs/api.md)
   bool no_align_to_words = false;
-  std::string scoring = "pipeline";
+  bool handle_impossible_answer = false;
   bool reference = false;  // encode: the per-window reference path
 };
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-StatusOr<json> Answer(const EncoderQaModel& model, const tok::Tokenizer& tok, const QaFlags& f, const json& in) {
+// The same flow as /v1/qa and gRPC Answer: the validator's defaults and
+// ranges, then QaService (windows, forwards, answer selection).
+StatusOr<json> Answer(QaService& service, const QaFlags& f, const json& in) {
   if (!in.is_object() || !in.contains("question") || !in["question"].is_string() || !in.contains("context") ||
       !in["context"].is_string())
     return InvalidArgument("expected {\"question\": \"...\", \"context\": \"...\"}");
-  qa::WindowOptions wo;
-  wo.max_seq_len = f.max_seq_len;
-  wo.max_question_len = f.max_question_len;
-  if (f.doc_stride >= 0) wo.doc_stride = f.doc_stride;
-  const std::string context = in["context"].get<std::string>();
-  RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tok, in["question"].get<std::string>(), context, wo));
-  std::vector<std::vector<std::uint32_t>> ids, types;
-  for (const auto& w : windows) {
-    ids.push_back(w.ids);
-    types.push_back(w.type_ids);
-  }
-  RS_ASSIGN_OR_RETURN(auto logits, model.ForwardWindows(ids, types));
-  std::vector<qa::QaWindow> scored;
-  for (std::size_t k = 0; k < windows.size(); ++k) {
-    qa::QaWindow w = std::move(windows[k].window);
-    w.start_logits = std::move(logits[k].start);
-    w.end_logits = std::move(logits[k].end);
-    scored.push_back(std::move(w));
-  }
-  qa::QaOptions o;
-  o.top_k = f.top_k;
-  o.max_answer_len = f.max_answer_len;
-  o.handle_impossible_answer = f.handle_impossible_answer;
-  o.align_to_words = !f.no_align_to_words;
-  o.scoring = f.scoring == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
-  RS_ASSIGN_OR_RETURN(auto answers, qa::SelectAnswers(scored, context, o));
-  json out = {{"answers", json::array()}, {"windows", scored.size()}};
-  for (const auto& a : answers) out["answers"].push_back({{"text", a.text}, {"score", a.score}, {"start", a.start}, {"end", a.end}});
+  service::QaFields fields = f.qa;
+  if (f.no_align_to_words) fields.align_to_words = false;
+  if (f.handle_impossible_answer) fields.handle_impossible_answer = true;
+  RS_ASSIGN_OR_RETURN(service::ValidatedQa v, service::ValidateQa(fields, service.config().max_position_embeddings));
+  QaRequest r;
+  r.question = in["question"].get<std::string>();
+  r.context = in["context"].get<std::string>();
+  r.windows = v.windows;
+  r.options = v.options;
+  RS_ASSIGN_OR_RETURN(QaResult result, service.Answer(r));
+  json out = {{"answers", json::array()}, {"windows", result.windows}};
+  for (const auto& a : result.answers)
+    out["answers"].push_back({{"text", a.text}, {"score", a.score}, {"start", a.start}, {"end", a.end}});
   return out;
 }
 
@@ -109,13 +93,19 @@ StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json&
 }
 
 int Run(const QaFlags& f, bool encode) {
-  auto model = EncoderQaModel::Load(f.model);
-  if (!model.ok()) return Fail(model.status().ToString());
-  std::shared_ptr<const tok::Tokenizer> tok;
-  if (!encode) {
-    auto t = tok::Tokenizer::FromPath(f.model);
-    if (!t.ok()) return Fail(t.status().ToString());
-    tok = *t;
+  std::unique_ptr<EncoderQaModel> model;
+  std::unique_ptr<QaService> service;
+  if (encode) {
+    auto m = EncoderQaModel::Load(f.model);
+    if (!m.ok()) return Fail(m.status().ToString());
+    model = std::move(*m);
+  } else {
+    // Offline: no context-size limit beyond the window cap.
+    QaServiceOptions o;
+    o.max_context_bytes = std::size_t{1} << 30;
+    auto s = QaService::Create(f.model, "qa", o);
+    if (!s.ok()) return Fail(s.status().ToString());
+    service = std::move(*s);
   }
   // One input from the flags.
   if (f.question || f.context || !f.input_ids.empty()) {
@@ -136,7 +126,7 @@ int Run(const QaFlags& f, bool encode) {
       if (!f.question || !f.context) return Fail("--question and --context go together");
       in = {{"question", *f.question}, {"context", *f.context}};
     }
-    StatusOr<json> out = encode ? Encode(**model, f, in) : Answer(**model, *tok, f, in);
+    StatusOr<json> out = encode ? Encode(*model, f, in) : Answer(*service, f, in);
     if (!out.ok()) return Fail(out.status().ToString());
     if (f.json || encode) {
       std::printf("%s\n", Dump(*out).c_str());
@@ -153,8 +143,8 @@ int Run(const QaFlags& f, bool encode) {
     if (line.empty()) continue;
     json in = json::parse(line, nullptr, false);
     StatusOr<json> out = in.is_discarded() ? StatusOr<json>(InvalidArgument("line is not valid JSON"))
-                         : encode         ? Encode(**model, f, in)
-                                          : Answer(**model, *tok, f, in);
+                         : encode         ? Encode(*model, f, in)
+                                          : Answer(*service, f, in);
     if (out.ok()) {
       std::printf("%s\n", Dump(*out).c_str());
     } else {
@@ -183,21 +173,16 @@ Runner AddQa(CLI::App& app) {
   sub->add_option("--question", f->question, "The question (with --context; else JSON Lines on stdin)");
   sub->add_option("--context", f->context, "The context to find the answer in");
   sub->add_flag("--json", f->json, "Print {\"answers\": [...]} (default with --question: one answer per line)");
-  sub->add_option("--max-question-len", f->max_question_len, "Question tokens kept (Hugging Face's max_question_len)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--top-k", f->top_k)->capture_default_str()->check(CLI::Range(1, 100));
-  sub->add_option("--max-answer-len", f->max_answer_len, "Tokens")->capture_default_str()->check(CLI::Range(1, 4096));
-  sub->add_option("--max-seq-len", f->max_seq_len, "Window length in tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(8, 1 << 20));
-  sub->add_option("--doc-stride", f->doc_stride, "Window overlap in tokens (default: min(max_seq_len/2, 128))")
-      ->check(CLI::Range(0, 1 << 20));
+  // Defaults and ranges are the request validator's (docs/api.md), as for /v1/qa.
+  sub->add_option("--max-question-len", f->qa.max_question_len, "Question tokens kept (default 64)");
+  sub->add_option("--top-k", f->qa.top_k, "Answers to return (default 1, at most 100)");
+  sub->add_option("--max-answer-len", f->qa.max_answer_len, "Longest answer in tokens (default 15)");
+  sub->add_option("--max-seq-len", f->qa.max_seq_len, "Window length in tokens (default 384)");
+  sub->add_option("--doc-stride", f->qa.doc_stride,
+                  "Window overlap in tokens (default min(max_seq_len/2, 128), at most max_seq_len/2)");
   sub->add_flag("--handle-impossible-answer", f->handle_impossible_answer, "Allow the empty answer");
   sub->add_flag("--no-align-to-words", f->no_align_to_words, "Keep token offsets instead of whole words");
-  sub->add_option("--scoring", f->scoring, "pipeline (Hugging Face) or logits (SQuAD v2)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"pipeline", "logits"}));
+  sub->add_option("--scoring", f->qa.scoring, "pipeline (Hugging Face, default) or logits (SQuAD v2)");
   return [f] { return Run(*f, /*encode=*/false); };
 }
 

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "server/api/api_keys.h"
@@ -24,6 +25,7 @@
 #include "server/runner/qa_service.h"
 #include "server/api/model_service.h"
 #include "server/api/serving_context.h"
+#include "server/api/work_pool.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
 #include "server/cli/yaml_config.h"
@@ -47,7 +49,13 @@ struct ServeFlags {
   std::string device = "cpu";
   std::string dtype = "auto";
   std::size_t max_body_bytes = 1 << 20;
-  int http_threads = 64;
+  int admin_port = 8081;
+  std::size_t http_max_connections = 512;
+  double http_read_timeout = 30;
+  double http_keep_alive_timeout = 5;
+  std::vector<std::string> allowed_origins;
+  int grpc_max_concurrent_streams = 128;
+  std::size_t qa_max_windows = 2048;
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string tls_cert;
@@ -107,7 +115,7 @@ struct Loaded {
   std::unique_ptr<QaService> qa;  // null without a QA model
 };
 
-StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
+StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::shared_ptr<api::WorkPool>& work_pool) {
   bool demo = false;
   // With neither model named, both demo models; with only --summarizer, no QA.
   const bool demo_qa = f.summarizer.empty() && f.qa.empty();
@@ -151,6 +159,10 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics) {
     qo.max_context_bytes = f.qa_max_context_bytes;
     qo.dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
+    qo.max_windows = f.qa_max_windows;
+    // gRPC Answer calls select their answers on the work pool, not on the
+    // engine's thread.
+    if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
     RS_ASSIGN_OR_RETURN(out.qa, QaService::Create(f.qa, name, qo));
     const EncoderConfig& qc = out.qa->config();
@@ -198,36 +210,66 @@ int Run(ServeFlags f) {
     std::_Exit(128 + sig);
   }).detach();
 
+  // gRPC's request preparation and QA answer selection (server/api/work_pool.h).
+  ctx.work_pool = std::make_shared<api::WorkPool>(4, static_cast<std::size_t>(f.engine.scheduler.max_waiting_requests));
+
   // Listen first, so that probes answer while the model loads.
   api::HttpServerOptions ho;
   ho.host = f.host;
   ho.port = f.http_port;
   ho.max_body_bytes = f.max_body_bytes;
-  ho.threads = f.http_threads;
+  ho.limits.max_connections = f.http_max_connections;
+  ho.limits.request_read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_read_timeout * 1000));
+  ho.limits.keep_alive_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_keep_alive_timeout * 1000));
   ho.tls_cert = f.tls_cert;
   ho.tls_key = f.tls_key;
+  ho.allowed_origins = f.allowed_origins;
   api::HttpServer http(ho, ctx);
   if (Status s = http.Bind(); !s.ok()) return Fail(s.message());
+  // The admin port: probes and metrics with connections of their own.
+  std::optional<api::HttpServer> admin;
+  if (f.admin_port >= 0) {
+    api::HttpServerOptions ao = ho;
+    ao.port = f.admin_port;
+    ao.admin = true;
+    ao.allowed_origins.clear();
+    ao.limits.max_connections = 32;
+    ao.limits.request_read_timeout = std::chrono::seconds(10);
+    admin.emplace(ao, ctx);
+    if (Status s = admin->Bind(); !s.ok()) return Fail("--admin-port: " + s.message());
+  }
   api::GrpcServer grpc_server(ctx);
   if (f.grpc_port >= 0) {
     api::GrpcServerOptions go;
     go.host = f.host;
     go.port = f.grpc_port;
     go.max_message_bytes = f.max_body_bytes;
+    go.max_concurrent_streams = f.grpc_max_concurrent_streams;
+    go.memory_quota_bytes = std::max<std::size_t>(64 << 20, 256 * f.max_body_bytes);
     go.tls_cert = f.tls_cert;
     go.tls_key = f.tls_key;
     if (Status s = grpc_server.Start(go); !s.ok()) return Fail(s.message());
   }
-  Status http_status;
+  Status http_status, admin_status;
   std::thread http_thread([&] {
     http_status = http.Serve();
     if (!http_status.ok()) stop.Request();
   });
-
-  auto loaded = Load(f, metrics);
-  if (!loaded.ok()) {
+  std::thread admin_thread([&] {
+    if (!admin) return;
+    admin_status = admin->Serve();
+    if (!admin_status.ok()) stop.Request();
+  });
+  auto stop_http = [&] {
     http.Stop();
     http_thread.join();
+    if (admin) admin->Stop();
+    admin_thread.join();
+  };
+
+  auto loaded = Load(f, metrics, ctx.work_pool);
+  if (!loaded.ok()) {
+    stop_http();
     grpc_server.Stop();
     return Fail(loaded.status().ToString());
   }
@@ -254,12 +296,12 @@ int Run(ServeFlags f) {
   service.engine().Stop();
   grpc_server.Stop(std::chrono::milliseconds(drained ? 0 : 1000));
   ctx.lifecycle.WaitIdle(std::chrono::seconds(2));
-  http.Stop();
-  http_thread.join();
+  stop_http();
   ctx.service = nullptr;
   ctx.qa = nullptr;
   metrics.Attach(nullptr, 0, 0);
   if (!http_status.ok()) return Fail(http_status.ToString());
+  if (!admin_status.ok()) return Fail("admin port: " + admin_status.ToString());
   spdlog::info("stopped");
   return 0;
 }
@@ -363,11 +405,48 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_BODY_BYTES")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
-  sub->add_option("--http-threads", f->http_threads,
-                  "HTTP connection threads (each open connection, e.g. a streaming client, holds one)")
+  sub->add_option("--admin-port", f->admin_port,
+                  "Port of its own for /health, /ready and /metrics (probes and scrapes answered whatever the API "
+                  "port's load; they stay on the API port too; -1 disables, 0 = any free port)")
       ->capture_default_str()
-      ->envname("ROPESERVE_HTTP_THREADS")
-      ->check(CLI::Range(2, 4096));
+      ->envname("ROPESERVE_ADMIN_PORT")
+      ->check(CLI::Range(-1, 65535));
+  sub->add_option("--http-max-connections", f->http_max_connections,
+                  "HTTP connections served at once (each holds a thread, a streaming client for its whole stream); "
+                  "one more gets 503 at once")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_MAX_CONNECTIONS")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{65536}));
+  sub->add_option("--http-read-timeout", f->http_read_timeout,
+                  "Seconds a client has to send a whole request (head and body) once it starts; slower: 408")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_READ_TIMEOUT")
+      ->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--http-keep-alive-timeout", f->http_keep_alive_timeout,
+                  "Seconds an HTTP connection may sit idle before its next request")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_KEEP_ALIVE_TIMEOUT")
+      ->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--allowed-origins", f->allowed_origins,
+                  "Browser origins allowed to call the API (CORS; repeatable, or * for any); default: none, "
+                  "no CORS headers")
+      ->envname("ROPESERVE_ALLOWED_ORIGINS")
+      ->delimiter(',');
+  sub->add_option("--grpc-max-concurrent-streams", f->grpc_max_concurrent_streams,
+                  "gRPC calls one connection may have open at once")
+      ->capture_default_str()
+      ->envname("ROPESERVE_GRPC_MAX_CONCURRENT_STREAMS")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-request-tokens", f->engine.max_request_tokens,
+                  "Tokens one request may reserve: prompts x n x (prompt + max_tokens); 0 = the KV cache's capacity")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  sub->add_option("--qa-max-windows", f->qa_max_windows,
+                  "Windows one QA request (all its question-context pairs) may need; more: 422 / INVALID_ARGUMENT")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_MAX_WINDOWS")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   sub->add_option("--api-key", f->api_keys,
                   "Require 'Authorization: Bearer KEY' on /v1/* and gRPC calls (repeatable; /health, /ready and "
                   "/metrics stay open)")

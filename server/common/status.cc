@@ -28,7 +28,15 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  Status out(code_, context + ": " + message_);
+  out.param_ = param_;
+  return out;
+}
+
+Status Status::WithParam(std::string param) const {
+  Status out = *this;
+  if (!ok()) out.param_ = std::move(param);
+  return out;
 }
 
 }  // namespace ropeserve

@@ -46,9 +46,15 @@ class [[nodiscard]] Status {
   // Returns a copy whose message is prefixed with `context + ": "`.
   Status WithContext(const std::string& context) const;
 
+  // The request field an error is about ("max_tokens", "messages[2].content"),
+  // reported as OpenAI's error `param`; empty when none.
+  const std::string& param() const { return param_; }
+  Status WithParam(std::string param) const;
+
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
+  std::string param_;
 };
 
 inline Status InvalidArgument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }

@@ -54,6 +54,7 @@ StatusOr<std::vector<WindowInput>> BuildWindows(const tok::Tokenizer& tokenizer,
   t.max_length = static_cast<std::size_t>(o.max_seq_len);
   t.stride = static_cast<std::size_t>(stride);
   t.strategy = tok::TruncationStrategy::kOnlySecond;
+  t.max_windows = o.max_windows;
   auto e = tokenizer.EncodePair(q, context, /*add_special_tokens=*/true, t);
   if (!e.ok()) return e.status().WithContext("cannot split the context into windows (is the question too long for "
                                              "max_seq_len, or doc_stride too large?)");

@@ -26,6 +26,9 @@ struct WindowOptions {
   int max_question_len = 64;
   // Contexts longer than this many bytes are refused (InvalidArgument).
   std::size_t max_context_bytes = 1 << 20;
+  // A pair that needs more windows is refused (InvalidArgument) before
+  // they are built. 0 = no limit.
+  std::size_t max_windows = 0;
 };
 
 // One model input: ids and token types, and the QaWindow (p_mask, offsets

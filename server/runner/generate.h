@@ -13,27 +13,11 @@
 
 #include "server/common/status.h"
 #include "server/engine/sampling.h"
+#include "server/service/request_params.h"  // GenerateOptions
 
 namespace ropeserve {
 
 class DecoderModel;
-
-struct GenerateOptions {
-  std::int64_t max_tokens = 16;
-  std::int64_t min_tokens = 0;  // EOS and stop ids/strings are ignored before this many tokens
-  SamplingParams sampling;
-  std::size_t top_logprobs = 0;  // 0 = none
-  bool ignore_eos = false;
-  bool use_reference = false;
-  // Served requests only (need the tokenizer): generation ends when the
-  // decoded text contains one of `stop` (the text is cut before it) or a
-  // token of `stop_token_ids` is produced.
-  std::vector<std::string> stop;
-  std::vector<std::int64_t> stop_token_ids;
-  // Served requests: the engine ends the request with DeadlineExceeded this
-  // long after submission (0 = no deadline).
-  double timeout_seconds = 0;
-};
 
 struct TokenLogprob {
   std::int64_t id;

@@ -1,9 +1,11 @@
 #include "server/runner/qa_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "server/engine/engine.h"
@@ -14,24 +16,30 @@ namespace ropeserve {
 
 namespace {
 
-// One call's windows (one or several requests), as an encoder job.
-class QaJob : public EncoderJob {
+using Clock = std::chrono::steady_clock;
+
+// One call's windows (one or several requests), as an encoder job. It
+// completes once: when the last window's logits are in, or when it fails
+// (queue closed, forward failed, cancelled, deadline).
+class QaJob : public EncoderJob, public QaCall {
  public:
   std::vector<std::vector<std::uint32_t>> windows;
   std::vector<std::vector<std::uint32_t>> type_ids;
+  std::optional<Clock::time_point> deadline;
+  // Async calls: runs once on completion (Ok or the failure), without the lock.
+  std::function<void(const Status&)> on_complete;
 
   std::size_t num_windows() const override { return windows.size(); }
   std::int64_t window_tokens(std::size_t w) const override { return static_cast<std::int64_t>(windows[w].size()); }
-  bool cancelled() const override { return cancelled_; }
+  bool cancelled() const override { return cancelled_ || (deadline && Clock::now() > *deadline); }
+  void Cancel() override { cancelled_ = true; }
   void Fail(const Status& status) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (error_.ok()) error_ = status;
-      failed_ = true;
-    }
-    cv_.notify_all();
+    const bool late = deadline && Clock::now() > *deadline;
+    Complete(late ? Status(ErrorCode::kDeadlineExceeded, "the QA request timed out") : status);
   }
   void Deliver(std::size_t w, StatusOr<SpanLogits> result) {
+    bool all = false;
+    Status error;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (result.ok()) {
@@ -39,34 +47,54 @@ class QaJob : public EncoderJob {
       } else if (error_.ok()) {
         error_ = result.status();
       }
-      ++done_;
+      all = ++done_ == windows.size();
+      error = error_;
     }
-    cv_.notify_all();
+    if (all) Complete(error);
   }
   void Prepare() { logits_.resize(windows.size()); }
-  // Waits for every window (or a failure); DeadlineExceeded after `timeout_seconds` > 0.
-  Status Wait(double timeout_seconds) {
+  // Sync calls: waits for completion; DeadlineExceeded after the deadline,
+  // Cancelled when `abandoned` (polled every 200 ms) says so.
+  Status Wait(bool (*abandoned)()) {
     std::unique_lock<std::mutex> lock(mu_);
-    auto finished = [&] { return failed_ || done_ == windows.size(); };
-    if (timeout_seconds > 0) {
-      if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), finished)) {
+    for (;;) {
+      auto until = Clock::now() + std::chrono::milliseconds(200);
+      if (deadline) until = std::min(until, *deadline);
+      if (cv_.wait_until(lock, until, [&] { return complete_; })) return error_;
+      if (deadline && Clock::now() >= *deadline) {
         cancelled_ = true;  // the queue drops its remaining windows
         return Status(ErrorCode::kDeadlineExceeded, "the QA request timed out");
       }
-    } else {
-      cv_.wait(lock, finished);
+      if (abandoned != nullptr && abandoned()) {
+        cancelled_ = true;
+        return Status(ErrorCode::kCancelled, "the client disconnected");
+      }
     }
-    return error_;
   }
   SpanLogits& logits(std::size_t w) { return logits_[w]; }
 
  private:
+  void Complete(const Status& status) {
+    std::function<void(const Status&)> callback;
+    Status result;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (complete_) return;
+      complete_ = true;
+      if (error_.ok()) error_ = status;
+      result = error_;
+      callback = std::move(on_complete);
+    }
+    cv_.notify_all();
+    if (callback) callback(result);
+  }
+
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<SpanLogits> logits_;
   std::size_t done_ = 0;
-  bool failed_ = false;
+  bool complete_ = false;
   Status error_;
 };
 
@@ -147,51 +175,102 @@ StatusOr<QaResult> QaService::Answer(const QaRequest& request, double timeout_se
   return std::move(results[0]);
 }
 
-StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaRequest>& requests, double timeout_seconds) {
-  const auto start = std::chrono::steady_clock::now();
+// A call's windows: built and queued by Submit, scored by Select.
+struct QaService::Prepared {
+  std::vector<QaRequest> requests;
+  std::vector<std::vector<qa::WindowInput>> windows;  // per request; ids moved into the job
+  std::shared_ptr<QaJob> job;
+  Clock::time_point start = Clock::now();
+};
+
+StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<QaRequest> requests,
+                                                                   double timeout_seconds) const {
+  auto p = std::make_shared<Prepared>();
   const EncoderConfig& c = config();
+  std::size_t total = 0;
   // Windows first (in the caller's thread), so bad input fails before queueing.
-  std::vector<std::vector<qa::WindowInput>> windows;
   for (const QaRequest& r : requests) {
     if (r.windows.max_seq_len > c.max_position_embeddings)
       return InvalidArgument("max_seq_len " + std::to_string(r.windows.max_seq_len) +
                              " exceeds the QA model's max_position_embeddings " +
-                             std::to_string(c.max_position_embeddings));
-    if (r.options.max_answer_len > r.windows.max_seq_len) return InvalidArgument("max_answer_len exceeds max_seq_len");
+                             std::to_string(c.max_position_embeddings))
+          .WithParam("max_seq_len");
+    if (r.options.max_answer_len > r.windows.max_seq_len)
+      return InvalidArgument("max_answer_len exceeds max_seq_len").WithParam("max_answer_len");
     qa::WindowOptions wo = r.windows;
     wo.max_context_bytes = impl_->options.max_context_bytes;
-    RS_ASSIGN_OR_RETURN(auto w, qa::BuildWindows(*impl_->tokenizer, r.question, r.context, wo));
-    windows.push_back(std::move(w));
+    wo.max_windows = impl_->options.max_windows;
+    auto w = qa::BuildWindows(*impl_->tokenizer, r.question, r.context, wo);
+    if (!w.ok()) return w.status().param().empty() ? w.status().WithParam("context") : w.status();
+    total += w->size();
+    if (total > impl_->options.max_windows)
+      return InvalidArgument("the request's contexts need more than " + std::to_string(impl_->options.max_windows) +
+                             " windows (serve --qa-max-windows)")
+          .WithParam("inputs");
+    p->windows.push_back(std::move(*w));
   }
-  auto job = std::make_shared<QaJob>();
-  for (auto& ws : windows)
+  p->job = std::make_shared<QaJob>();
+  for (auto& ws : p->windows)
     for (auto& w : ws) {  // only w.window is needed after this
-      job->windows.push_back(std::move(w.ids));
-      job->type_ids.push_back(std::move(w.type_ids));
+      p->job->windows.push_back(std::move(w.ids));
+      p->job->type_ids.push_back(std::move(w.type_ids));
     }
-  job->Prepare();
-  RS_RETURN_IF_ERROR(impl_->queue->Push(job));
-  RS_RETURN_IF_ERROR(job->Wait(timeout_seconds));
+  p->job->Prepare();
+  if (timeout_seconds > 0)
+    p->job->deadline = p->start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(std::min(timeout_seconds, 1e7)));
+  p->requests = std::move(requests);
+  return p;
+}
+
+StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
   std::vector<QaResult> out;
   std::size_t k = 0;
-  for (std::size_t r = 0; r < requests.size(); ++r) {
+  for (std::size_t r = 0; r < p.requests.size(); ++r) {
     std::vector<qa::QaWindow> scored;
     QaResult result;
-    for (auto& w : windows[r]) {
+    for (auto& w : p.windows[r]) {
       qa::QaWindow q = std::move(w.window);
-      q.start_logits = std::move(job->logits(k).start);
-      q.end_logits = std::move(job->logits(k).end);
+      q.start_logits = std::move(p.job->logits(k).start);
+      q.end_logits = std::move(p.job->logits(k).end);
       result.tokens += static_cast<std::int64_t>(q.start_logits.size());
       ++k;
       scored.push_back(std::move(q));
     }
     result.windows = static_cast<std::int64_t>(scored.size());
-    RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(scored, requests[r].context, requests[r].options));
+    RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(scored, p.requests[r].context, p.requests[r].options));
     out.push_back(std::move(result));
   }
   if (impl_->options.on_latency)
-    impl_->options.on_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    impl_->options.on_latency(std::chrono::duration<double>(Clock::now() - p.start).count());
   return out;
+}
+
+StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaRequest>& requests, double timeout_seconds,
+                                                       bool (*abandoned)()) {
+  RS_ASSIGN_OR_RETURN(auto p, Prepare(requests, timeout_seconds));
+  RS_RETURN_IF_ERROR(impl_->queue->Push(p->job));
+  RS_RETURN_IF_ERROR(p->job->Wait(abandoned));
+  return Select(*p);
+}
+
+StatusOr<std::shared_ptr<QaCall>> QaService::AnswerBatchAsync(std::vector<QaRequest> requests, double timeout_seconds,
+                                                             Done done) {
+  RS_ASSIGN_OR_RETURN(auto p, Prepare(std::move(requests), timeout_seconds));
+  std::shared_ptr<QaJob> job = p->job;
+  // The job holds the callback, the callback the prepared call; the cycle
+  // ends when the callback runs (Complete moves it out of the job).
+  job->on_complete = [this, p, done = std::move(done)](const Status& status) {
+    if (!status.ok()) return done(status);
+    auto select = [this, p, done] { done(Select(*p)); };
+    const auto& post = impl_->options.post;
+    if (!post || !post(select)) select();
+  };
+  if (Status s = impl_->queue->Push(job); !s.ok()) {
+    job->on_complete = nullptr;
+    return s;
+  }
+  return std::static_pointer_cast<QaCall>(job);
 }
 
 }  // namespace ropeserve

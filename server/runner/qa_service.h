@@ -4,8 +4,9 @@
 // steps run the windows of concurrent requests packed without padding, in
 // the part of each step's token budget that decodes and prefill chunks
 // leave (see docs/qa.md). Without an engine, a worker thread of the service
-// runs them in forwards of at most max_batch_tokens. The caller's thread
-// selects the answers (server/qa). Thread-safe.
+// runs them in forwards of at most max_batch_tokens. Answers are selected
+// (server/qa) on the caller's thread (AnswerBatch) or on the `post`
+// executor (AnswerBatchAsync). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -45,9 +46,22 @@ struct QaServiceOptions {
   std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
   std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
+  std::size_t max_windows = 2048;            // windows one request (all its pairs) may need
   DType dtype = DType::kF32;                 // compute: float32 or bfloat16
   // Called with each answered call's latency in seconds (metrics); thread-safe.
   std::function<void(double)> on_latency;
+  // Runs AnswerBatchAsync's answer selection off the thread that finished
+  // the forward (the engine's); false = full, then it runs there. Unset:
+  // inline.
+  std::function<bool(std::function<void()>)> post;
+};
+
+// A request in flight (AnswerBatchAsync); Cancel() drops its remaining
+// windows and completes it with Cancelled. Thread-safe.
+class QaCall {
+ public:
+  virtual ~QaCall() = default;
+  virtual void Cancel() = 0;
 };
 
 class QaService {
@@ -67,11 +81,24 @@ class QaService {
   // Windows the request, waits for its forwards and selects answers.
   // `timeout_seconds` > 0 bounds the wait (DeadlineExceeded).
   StatusOr<QaResult> Answer(const QaRequest& request, double timeout_seconds = 0);
-  // Several pairs, packed together.
-  StatusOr<std::vector<QaResult>> AnswerBatch(const std::vector<QaRequest>& requests, double timeout_seconds = 0);
+  // Several pairs, packed together. `abandoned`, when set, is polled every
+  // 200 ms while waiting: true cancels the call (a client that left).
+  StatusOr<std::vector<QaResult>> AnswerBatch(const std::vector<QaRequest>& requests, double timeout_seconds = 0,
+                                              bool (*abandoned)() = nullptr);
+  // The same without blocking: windows are built on the calling thread (bad
+  // input is an error here), then `done` runs exactly once, with the
+  // results or the failure (deadline, cancel, engine stopped). It may run
+  // on the engine's thread, the `post` executor, or (for a failure) the
+  // calling thread: keep it short.
+  using Done = std::function<void(StatusOr<std::vector<QaResult>>)>;
+  StatusOr<std::shared_ptr<QaCall>> AnswerBatchAsync(std::vector<QaRequest> requests, double timeout_seconds,
+                                                     Done done);
 
  private:
   QaService() = default;
+  struct Prepared;
+  StatusOr<std::shared_ptr<Prepared>> Prepare(std::vector<QaRequest> requests, double timeout_seconds) const;
+  StatusOr<std::vector<QaResult>> Select(Prepared& p) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;

@@ -107,7 +107,7 @@ class CharIndex {
 // be millions of windows).
 constexpr size_t kMaxWindowTokens = size_t{1} << 24;
 
-Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDirection dir) {
+Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDirection dir, size_t max_windows) {
   const size_t n = e.size();
   if (max_len >= n) return Status::Ok();
   if (max_len == 0) {
@@ -122,6 +122,15 @@ Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDi
                            std::to_string(max_len) + " tokens)");
   }
   const size_t step = max_len - stride;
+  if (max_windows > 0) {
+    const size_t windows = n <= max_len ? 1 : (n - max_len + step - 1) / step + 1;
+    if (windows > max_windows) {
+      return InvalidArgument("the text would be split into " + std::to_string(windows) + " windows of " +
+                             std::to_string(max_len) + " tokens with a stride of " + std::to_string(stride) +
+                             "; the limit is " + std::to_string(max_windows) +
+                             " (shorten the text, or use a longer window or a smaller stride)");
+    }
+  }
   if ((n / step + 1) * max_len > kMaxWindowTokens) {
     return InvalidArgument("truncation would produce more than " + std::to_string(kMaxWindowTokens) +
                            " tokens of overflowing windows; use a smaller stride");
@@ -151,8 +160,8 @@ Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDi
 
 Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t) {
   if (t.max_length == 0) {
-    RS_RETURN_IF_ERROR(TruncateEncoding(a, 0, t.stride, t.direction));
-    if (b) RS_RETURN_IF_ERROR(TruncateEncoding(*b, 0, t.stride, t.direction));
+    RS_RETURN_IF_ERROR(TruncateEncoding(a, 0, t.stride, t.direction, t.max_windows));
+    if (b) RS_RETURN_IF_ERROR(TruncateEncoding(*b, 0, t.stride, t.direction, t.max_windows));
     return Status::Ok();
   }
   const size_t total = a.size() + (b ? b->size() : 0);
@@ -161,7 +170,7 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
   switch (t.strategy) {
     case TruncationStrategy::kLongestFirst: {
       if (!b) {
-        RS_RETURN_IF_ERROR(TruncateEncoding(a, total - to_remove, t.stride, t.direction));
+        RS_RETURN_IF_ERROR(TruncateEncoding(a, total - to_remove, t.stride, t.direction, t.max_windows));
         break;
       }
       size_t n1 = a.size(), n2 = b->size();
@@ -174,8 +183,8 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
         n2 = n1 + t.max_length % 2;
       }
       if (swap) std::swap(n1, n2);
-      RS_RETURN_IF_ERROR(TruncateEncoding(a, n1, t.stride, t.direction));
-      RS_RETURN_IF_ERROR(TruncateEncoding(*b, n2, t.stride, t.direction));
+      RS_RETURN_IF_ERROR(TruncateEncoding(a, n1, t.stride, t.direction, t.max_windows));
+      RS_RETURN_IF_ERROR(TruncateEncoding(*b, n2, t.stride, t.direction, t.max_windows));
       // Both sequences overflowing combine pairwise (and nest) when merged.
       const size_t wa = a.overflowing.size() + 1, wb = b->overflowing.size() + 1;
       if (wa * wb * (wa + wb) * t.max_length > kMaxWindowTokens) {
@@ -193,7 +202,7 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
                                " tokens) is too short to remove " + std::to_string(to_remove) +
                                " tokens; use longest_first or a larger max_length");
       }
-      RS_RETURN_IF_ERROR(TruncateEncoding(*target, target->size() - to_remove, t.stride, t.direction));
+      RS_RETURN_IF_ERROR(TruncateEncoding(*target, target->size() - to_remove, t.stride, t.direction, t.max_windows));
       break;
     }
   }

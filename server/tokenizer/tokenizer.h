@@ -34,6 +34,10 @@ struct Truncation {
   size_t stride = 0;
   TruncationStrategy strategy = TruncationStrategy::kLongestFirst;
   TruncationDirection direction = TruncationDirection::kRight;
+  // Most windows (the encoding and its overflowing ones) one sequence may
+  // be split into; more is an error, raised before they are built. 0 = only
+  // the built-in bound on their total tokens.
+  size_t max_windows = 0;
 };
 
 // What tokenizer_config.json / special_tokens_map.json add.

@@ -137,11 +137,16 @@ if (!dep) {
   const c = spec.containers[0];
   if (c.readinessProbe.httpGet.path !== '/ready') fail(dep.where, 'readiness must probe /ready');
   if (c.livenessProbe.httpGet.path !== '/health') fail(dep.where, 'liveness must probe /health');
+  // Probes on the admin port, answered whatever the API port's load.
+  for (const probe of [c.readinessProbe, c.livenessProbe])
+    if (probe.httpGet.port !== 'admin') fail(dep.where, 'probes must use the admin port');
+  const scrape = dep.doc.spec.template.metadata.annotations['prometheus.io/port'];
+  if (scrape !== '8081') fail(dep.where, 'Prometheus must scrape the admin port (8081)');
   const shutdown = Number((c.env.find((e) => e.name === 'ROPESERVE_SHUTDOWN_TIMEOUT') || {}).value || 30);
   if (!(spec.terminationGracePeriodSeconds > shutdown + 5))
     fail(dep.where, 'terminationGracePeriodSeconds must exceed the preStop pause plus --shutdown-timeout');
   const ports = c.ports.map((p) => p.containerPort).sort();
-  if (ports.join() !== '50051,8080') fail(dep.where, 'container ports must be 8080 and 50051');
+  if (ports.join() !== '50051,8080,8081') fail(dep.where, 'container ports must be 8080, 8081 (admin) and 50051');
 }
 const hpa = objects.find((o) => o.doc.kind === 'HorizontalPodAutoscaler');
 if (!hpa || hpa.doc.spec.metrics[0].pods.metric.name !== 'ropeserve_num_requests_waiting')

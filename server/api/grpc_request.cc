@@ -1,0 +1,92 @@
+#include "server/api/grpc_request.h"
+
+namespace ropeserve::api {
+
+namespace v1 = ::ropeserve::v1;
+
+namespace {
+
+// 0 = unset for proto3 scalars.
+template <typename T>
+std::optional<T> NonZero(T v) {
+  return v == T{} ? std::nullopt : std::optional<T>(v);
+}
+
+void ReadSampling(const v1::SamplingParams& s, service::GenerationFields& f) {
+  f.temperature = NonZero(s.temperature());
+  f.top_p = NonZero(s.top_p());
+  f.top_k = NonZero(s.top_k());
+  f.min_p = NonZero(s.min_p());
+  if (s.has_seed()) f.seed = s.seed();
+  if (s.has_repetition_penalty()) f.repetition_penalty = s.repetition_penalty();
+  f.frequency_penalty = NonZero(s.frequency_penalty());
+  f.presence_penalty = NonZero(s.presence_penalty());
+}
+
+// The validator caps how many stop strings a request may have; copying
+// one more than that is enough for it to refuse the request.
+std::vector<std::string> Stops(const google::protobuf::RepeatedPtrField<std::string>& stop) {
+  std::vector<std::string> out;
+  for (const auto& st : stop) {
+    if (out.size() > static_cast<std::size_t>(service::kMaxStopStrings)) break;
+    out.push_back(st);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
+  GrpcGenerate out;
+  out.model = req.model();
+  service::GenerationFields& f = out.fields;
+  f.max_tokens = NonZero(req.max_tokens());
+  ReadSampling(req.sampling(), f);
+  f.min_tokens = NonZero(req.min_tokens());
+  if (req.top_logprobs() > 0) f.top_logprobs = static_cast<std::int64_t>(req.top_logprobs());
+  if (req.ignore_eos()) f.ignore_eos = true;
+  f.stop = Stops(req.stop());
+  for (const auto id : req.stop_token_ids()) {
+    if (f.stop_token_ids.size() > static_cast<std::size_t>(service::kMaxStopTokenIds)) break;
+    f.stop_token_ids.push_back(id);
+  }
+  if (!req.prompt().empty()) {
+    if (req.prompt_ids_size() > 0)
+      return InvalidArgument("give either prompt_ids or prompt, not both").WithParam("prompt");
+    out.prompt = req.prompt();
+  } else {
+    if (req.prompt_ids_size() == 0) return InvalidArgument("prompt_ids (or prompt) is required").WithParam("prompt_ids");
+    out.prompt_ids.assign(req.prompt_ids().begin(), req.prompt_ids().end());
+  }
+  return out;
+}
+
+StatusOr<GrpcSummarize> ReadSummarize(const v1::SummarizeRequest& req) {
+  GrpcSummarize out;
+  out.model = req.model();
+  if (req.text().empty()) return InvalidArgument("'text' is required").WithParam("text");
+  out.text = req.text();
+  out.instruction = req.instruction();
+  out.fields.max_tokens = NonZero(req.max_tokens());
+  ReadSampling(req.sampling(), out.fields);
+  out.fields.stop = Stops(req.stop());
+  return out;
+}
+
+StatusOr<GrpcAnswer> ReadAnswer(const v1::AnswerRequest& req) {
+  GrpcAnswer out;
+  out.model = req.model();
+  out.question = req.question();
+  out.context = req.context();
+  service::QaFields& f = out.fields;
+  f.top_k = NonZero<std::int64_t>(req.top_k());
+  f.max_answer_len = NonZero<std::int64_t>(req.max_answer_len());
+  f.max_seq_len = NonZero<std::int64_t>(req.max_seq_len());
+  f.doc_stride = NonZero<std::int64_t>(req.doc_stride());
+  f.max_question_len = NonZero<std::int64_t>(req.max_question_len());
+  if (req.handle_impossible_answer()) f.handle_impossible_answer = true;
+  if (!req.scoring().empty()) f.scoring = req.scoring();
+  return out;
+}
+
+}  // namespace ropeserve::api

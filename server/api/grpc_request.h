@@ -1,0 +1,43 @@
+// Reading gRPC request messages into the transport-neutral fields of
+// server/service/request_params.h. Proto3 scalars have no "unset": 0 (or
+// an empty string) means "the default", as the .proto comments say.
+// Torch-free and model-free: tests/fuzz/grpc_request_fuzz.cc fuzzes it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/ropeserve/v1/ropeserve.pb.h"
+#include "server/common/status.h"
+#include "server/service/request_params.h"
+
+namespace ropeserve::api {
+
+struct GrpcGenerate {
+  std::string model;
+  std::optional<std::string> prompt;  // text, or
+  std::vector<std::int64_t> prompt_ids;
+  service::GenerationFields fields;
+};
+
+struct GrpcSummarize {
+  std::string model;
+  std::string text;
+  std::string instruction;
+  service::GenerationFields fields;
+};
+
+struct GrpcAnswer {
+  std::string model;
+  std::string question;
+  std::string context;
+  service::QaFields fields;
+};
+
+StatusOr<GrpcGenerate> ReadGenerate(const ::ropeserve::v1::GenerateRequest& req);
+StatusOr<GrpcSummarize> ReadSummarize(const ::ropeserve::v1::SummarizeRequest& req);
+StatusOr<GrpcAnswer> ReadAnswer(const ::ropeserve::v1::AnswerRequest& req);
+
+}  // namespace ropeserve::api

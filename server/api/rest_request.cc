@@ -1,0 +1,432 @@
+#include "server/api/rest_request.h"
+
+#include <limits>
+
+#include "server/api/json_request.h"
+
+namespace ropeserve::api {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using service::Endpoint;
+
+Status Malformed(const std::string& param, const std::string& message) {
+  return MalformedRequest(message).WithParam(param);
+}
+
+// ---- the fields each endpoint knows ----
+
+// A field is read, accepted and ignored (it changes nothing about the
+// output), or refused when its value asks for behaviour not implemented.
+enum class Kind { kRead, kIgnored, kUnsupported };
+struct Rule {
+  const char* name;
+  Kind kind;
+  bool (*asks)(const ojson&) = nullptr;  // kUnsupported: does this value ask for it?
+};
+
+bool NotNull(const ojson& v) { return !v.is_null(); }
+bool NotFalse(const ojson& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); }
+bool NotEmpty(const ojson& v) {
+  if (v.is_null()) return false;
+  if (v.is_object() || v.is_array() || v.is_string()) return !v.empty();
+  return true;
+}
+bool BestOfAboveOne(const ojson& v) { return !v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1); }
+bool NotTextFormat(const ojson& v) {
+  return !v.is_null() && !(v.is_object() && v.contains("type") && v["type"] == "text");
+}
+bool ToolChoiceAsks(const ojson& v) { return !v.is_null() && v != "none"; }
+bool NotTextModality(const ojson& v) { return !v.is_null() && v != ojson::array({"text"}); }
+bool NotSkippingSpecial(const ojson& v) { return !v.is_null() && v != true; }
+
+// Fields every generation endpoint reads (vLLM's sampling extensions
+// included).
+constexpr Rule kSamplingRules[] = {
+    {"model", Kind::kRead},
+    {"max_tokens", Kind::kRead},
+    {"temperature", Kind::kRead},
+    {"top_p", Kind::kRead},
+    {"top_k", Kind::kRead},
+    {"min_p", Kind::kRead},
+    {"seed", Kind::kRead},
+    {"stop", Kind::kRead},
+    {"stop_token_ids", Kind::kRead},
+    {"min_tokens", Kind::kRead},
+    {"ignore_eos", Kind::kRead},
+    {"repetition_penalty", Kind::kRead},
+    {"frequency_penalty", Kind::kRead},
+    {"presence_penalty", Kind::kRead},
+    {"stream", Kind::kRead},
+    {"stream_options", Kind::kRead},
+    {"return_token_ids", Kind::kRead},
+    {"user", Kind::kIgnored},
+    {"skip_special_tokens", Kind::kUnsupported, NotSkippingSpecial},  // true is what ropeserve does
+    {"logit_bias", Kind::kUnsupported, NotEmpty},
+    {"response_format", Kind::kUnsupported, NotTextFormat},
+    {"guided_json", Kind::kUnsupported, NotNull},
+    {"guided_regex", Kind::kUnsupported, NotNull},
+    {"guided_choice", Kind::kUnsupported, NotNull},
+    {"guided_grammar", Kind::kUnsupported, NotNull},
+    {"structured_outputs", Kind::kUnsupported, NotNull},
+    {"prompt_logprobs", Kind::kUnsupported, NotNull},
+    {"use_beam_search", Kind::kUnsupported, NotFalse},
+    {"best_of", Kind::kUnsupported, BestOfAboveOne},
+};
+constexpr Rule kCompletionRules[] = {
+    {"prompt", Kind::kRead},
+    {"n", Kind::kRead},
+    {"logprobs", Kind::kRead},
+    {"echo", Kind::kUnsupported, NotFalse},
+    {"suffix", Kind::kUnsupported, NotEmpty},
+};
+constexpr Rule kChatRules[] = {
+    {"messages", Kind::kRead},
+    {"n", Kind::kRead},
+    {"logprobs", Kind::kRead},
+    {"top_logprobs", Kind::kRead},
+    {"max_completion_tokens", Kind::kRead},
+    {"add_generation_prompt", Kind::kRead},
+    {"chat_template_kwargs", Kind::kRead},
+    {"documents", Kind::kRead},
+    {"metadata", Kind::kIgnored},
+    {"service_tier", Kind::kIgnored},
+    {"parallel_tool_calls", Kind::kIgnored},  // no tools are accepted, so nothing to parallelize
+    {"store", Kind::kUnsupported, NotFalse},
+    {"tools", Kind::kUnsupported, NotEmpty},
+    {"tool_choice", Kind::kUnsupported, ToolChoiceAsks},
+    {"functions", Kind::kUnsupported, NotEmpty},
+    {"function_call", Kind::kUnsupported, NotNull},
+    {"modalities", Kind::kUnsupported, NotTextModality},
+    {"audio", Kind::kUnsupported, NotNull},
+    {"prediction", Kind::kUnsupported, NotNull},
+    {"reasoning_effort", Kind::kUnsupported, NotNull},
+    {"web_search_options", Kind::kUnsupported, NotNull},
+};
+constexpr Rule kSummarizeRules[] = {
+    {"text", Kind::kRead},
+    {"instruction", Kind::kRead},
+};
+constexpr Rule kQaRules[] = {
+    {"model", Kind::kRead},
+    {"question", Kind::kRead},
+    {"context", Kind::kRead},
+    {"inputs", Kind::kRead},
+    {"top_k", Kind::kRead},
+    {"max_answer_len", Kind::kRead},
+    {"max_seq_len", Kind::kRead},
+    {"max_question_len", Kind::kRead},
+    {"doc_stride", Kind::kRead},
+    {"n_best_size", Kind::kRead},
+    {"handle_impossible_answer", Kind::kRead},
+    {"align_to_words", Kind::kRead},
+    {"null_score_diff_threshold", Kind::kRead},
+    {"scoring", Kind::kRead},
+};
+
+template <std::size_t N>
+const Rule* Find(const Rule (&rules)[N], const std::string& key) {
+  for (const Rule& r : rules)
+    if (key == r.name) return &r;
+  return nullptr;
+}
+
+// Every key of `body` must be known to one of the rule sets; unsupported
+// values are refused.
+template <std::size_t... Ns>
+Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const Rule* rule = nullptr;
+    ((rule = rule ? rule : Find(sets, it.key())), ...);
+    const std::string key = it.key().substr(0, 100);
+    if (rule == nullptr) return Malformed(key, "unrecognized request argument: '" + key + "'");
+    if (rule->kind == Kind::kUnsupported && rule->asks(it.value()))
+      return Malformed(key, "'" + key + "' is not supported by this server (" + it.value().dump().substr(0, 100) + ")");
+  }
+  return Status::Ok();
+}
+
+// ---- typed reads ----
+
+std::string Show(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100); }
+
+template <typename T>
+Status Read(const ojson& body, const char* key, std::optional<T>& out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = it->is_boolean();
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    ok = it->is_number_integer();  // seeds: any integer, taken modulo 2^64
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = it->is_number_integer() && !(it->is_number_unsigned() && it->template get<std::uint64_t>() >
+                                                                      static_cast<std::uint64_t>(INT64_MAX));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = it->is_number();
+  } else {
+    ok = it->is_string();
+  }
+  if (!ok) return Malformed(key, "'" + std::string(key) + "' has the wrong type: " + Show(*it));
+  if constexpr (std::is_same_v<T, std::uint64_t>) {
+    out = it->is_number_unsigned() ? it->template get<std::uint64_t>()
+                                   : static_cast<std::uint64_t>(it->template get<std::int64_t>());
+  } else {
+    out = it->template get<T>();
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status ReadInto(const ojson& body, const char* key, T& out) {
+  std::optional<T> v;
+  RS_RETURN_IF_ERROR(Read(body, key, v));
+  if (v) out = std::move(*v);
+  return Status::Ok();
+}
+
+// "stop": a string or a list of strings.
+Status ReadStop(const ojson& body, std::vector<std::string>& out) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  if (it->is_string()) {
+    out.push_back(it->get<std::string>());
+    return Status::Ok();
+  }
+  if (!it->is_array()) return Malformed("stop", "'stop' must be a string or a list of strings");
+  // At most one more than the limit is copied: enough for the validator to
+  // refuse the list, however long it is.
+  for (const auto& v : *it) {
+    if (!v.is_string()) return Malformed("stop", "'stop' must be a string or a list of strings");
+    if (out.size() > static_cast<std::size_t>(service::kMaxStopStrings)) break;
+    out.push_back(v.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+Status ReadStopIds(const ojson& body, std::vector<std::int64_t>& out) {
+  auto it = body.find("stop_token_ids");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  if (!it->is_array()) return Malformed("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) return Malformed("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (out.size() > static_cast<std::size_t>(service::kMaxStopTokenIds)) break;  // enough to be refused
+    // Beyond int64: outside the vocabulary anyway.
+    out.push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX ? -1 : v.get<std::int64_t>());
+  }
+  return Status::Ok();
+}
+
+// The fields every generation endpoint shares.
+Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
+  RS_RETURN_IF_ERROR(ReadInto(body, "model", g.model));
+  RS_RETURN_IF_ERROR(ReadInto(body, "stream", g.stream));
+  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return Malformed("stream_options", "'stream_options' must be an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.key() != "include_usage" && it.key() != "continuous_usage_stats")
+        return Malformed("stream_options", "unrecognized stream option: '" + it.key().substr(0, 100) + "'");
+    }
+    RS_RETURN_IF_ERROR(ReadInto(*so, "include_usage", g.include_usage));
+  }
+  RS_RETURN_IF_ERROR(ReadInto(body, "return_token_ids", g.return_token_ids));
+  service::GenerationFields& f = g.fields;
+  RS_RETURN_IF_ERROR(Read(body, "max_tokens", f.max_tokens));
+  if (endpoint == Endpoint::kChat) {
+    std::optional<std::int64_t> mct;
+    RS_RETURN_IF_ERROR(Read(body, "max_completion_tokens", mct));
+    if (mct) f.max_tokens = mct;
+  }
+  RS_RETURN_IF_ERROR(Read(body, "min_tokens", f.min_tokens));
+  RS_RETURN_IF_ERROR(Read(body, "temperature", f.temperature));
+  RS_RETURN_IF_ERROR(Read(body, "top_p", f.top_p));
+  RS_RETURN_IF_ERROR(Read(body, "top_k", f.top_k));
+  RS_RETURN_IF_ERROR(Read(body, "min_p", f.min_p));
+  RS_RETURN_IF_ERROR(Read(body, "repetition_penalty", f.repetition_penalty));
+  RS_RETURN_IF_ERROR(Read(body, "frequency_penalty", f.frequency_penalty));
+  RS_RETURN_IF_ERROR(Read(body, "presence_penalty", f.presence_penalty));
+  RS_RETURN_IF_ERROR(Read(body, "seed", f.seed));
+  RS_RETURN_IF_ERROR(Read(body, "ignore_eos", f.ignore_eos));
+  RS_RETURN_IF_ERROR(ReadStop(body, f.stop));
+  RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
+  if (endpoint != Endpoint::kSummarize) RS_RETURN_IF_ERROR(Read(body, "n", f.n));
+  if (endpoint == Endpoint::kChat) {
+    // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
+    RS_RETURN_IF_ERROR(ReadInto(body, "logprobs", g.logprobs));
+    std::optional<std::int64_t> top;
+    RS_RETURN_IF_ERROR(Read(body, "top_logprobs", top));
+    if (top && *top > 0 && !g.logprobs)
+      return InvalidArgument("'top_logprobs' needs 'logprobs': true").WithParam("top_logprobs");
+    if (g.logprobs) f.top_logprobs = top.value_or(0);
+  } else if (endpoint == Endpoint::kCompletions) {
+    // Completions: logprobs is the count of alternatives.
+    RS_RETURN_IF_ERROR(Read(body, "logprobs", f.top_logprobs));
+    g.logprobs = f.top_logprobs.has_value();
+    if (f.top_logprobs && *f.top_logprobs < 0)
+      return InvalidArgument("'logprobs' must be between 0 and 20").WithParam("logprobs");
+  }
+  return Status::Ok();
+}
+
+StatusOr<PromptInput> ReadPrompt(const ojson& p) {
+  PromptInput in;
+  if (p.is_string()) {
+    in.text = p.get<std::string>();
+    return in;
+  }
+  if (!p.is_array() || p.empty())
+    return Malformed("prompt", "a prompt must be a string or a non-empty list of token ids");
+  for (const auto& v : p) {
+    if (!v.is_number_integer()) return Malformed("prompt", "a token-id prompt must contain only integers");
+    in.ids.push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)
+                         ? -1  // outside the vocabulary: the validator says so
+                         : v.get<std::int64_t>());
+  }
+  return in;
+}
+
+// A chat message's content: a string, null, or OpenAI content parts
+// ([{"type": "text", "text": ...}, ...]) joined with newlines (as vLLM
+// does for string templates).
+Status JoinContent(ojson& m, const std::string& where) {
+  auto c = m.find("content");
+  if (c == m.end() || c->is_null() || c->is_string()) return Status::Ok();
+  if (!c->is_array())
+    return Malformed(where + ".content", "a message's content must be a string or a list of content parts");
+  if (c->size() > static_cast<std::size_t>(service::kMaxContentParts))
+    return InvalidArgument("a message may have at most " + std::to_string(service::kMaxContentParts) +
+                           " content parts")
+        .WithParam(where + ".content");
+  std::string joined;
+  for (std::size_t j = 0; j < c->size(); ++j) {
+    const ojson& part = (*c)[j];
+    const std::string at = where + ".content[" + std::to_string(j) + "]";
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      return Malformed(at + ".type", "each content part must be an object with a string 'type'");
+    if (part["type"] != "text")
+      return Malformed(at + ".type", "content parts of type '" + part["type"].get<std::string>().substr(0, 50) +
+                                         "' are not supported (only 'text')");
+    if (!part.contains("text") || !part["text"].is_string())
+      return Malformed(at + ".text", "a text content part needs a string 'text'");
+    if (!joined.empty()) joined += "\n";
+    joined += part["text"].get<std::string>();
+  }
+  *c = joined;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kCompletionRules));
+  CompletionBody out;
+  RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kCompletions, out));
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Malformed("prompt", "'prompt' is required");
+  const ojson& p = *it;
+  if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
+    if (p.size() > static_cast<std::size_t>(service::kMaxPrompts))
+      return InvalidArgument("at most " + std::to_string(service::kMaxPrompts) + " prompts per request")
+          .WithParam("prompt");
+    for (const auto& q : p) {
+      RS_ASSIGN_OR_RETURN(PromptInput in, ReadPrompt(q));
+      out.prompts.push_back(std::move(in));
+    }
+  } else {
+    RS_ASSIGN_OR_RETURN(PromptInput in, ReadPrompt(p));
+    out.prompts.push_back(std::move(in));
+  }
+  return out;
+}
+
+StatusOr<ChatBody> ReadChatBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kChatRules));
+  ChatBody out;
+  RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kChat, out));
+  auto mit = body.find("messages");
+  if (mit == body.end() || !mit->is_array() || mit->empty())
+    return Malformed("messages", "'messages' must be a non-empty list of {\"role\", \"content\"} objects");
+  if (mit->size() > static_cast<std::size_t>(service::kMaxMessages))
+    return InvalidArgument("at most " + std::to_string(service::kMaxMessages) + " messages per request")
+        .WithParam("messages");
+  out.messages = std::move(*mit);
+  for (std::size_t i = 0; i < out.messages.size(); ++i) {
+    ojson& m = out.messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty())
+      return Malformed(where + ".role", "each message must be an object with a non-empty string 'role'");
+    RS_RETURN_IF_ERROR(JoinContent(m, where));
+  }
+  if (auto d = body.find("documents"); d != body.end() && !d->is_null()) {
+    if (!d->is_array()) return Malformed("documents", "'documents' must be a list");
+    out.extra["documents"] = *d;
+  }
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object()) return Malformed("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (auto it = k->begin(); it != k->end(); ++it) out.extra[it.key()] = it.value();
+  }
+  std::optional<bool> agp;
+  RS_RETURN_IF_ERROR(Read(body, "add_generation_prompt", agp));
+  out.add_generation_prompt = agp.value_or(true);
+  return out;
+}
+
+StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kSummarizeRules));
+  SummarizeBody out;
+  RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kSummarize, out));
+  if (!body.contains("text") || !body["text"].is_string()) return Malformed("text", "'text' (a string) is required");
+  out.text = body["text"].get<std::string>();
+  if (out.text.empty()) return InvalidArgument("'text' must not be empty").WithParam("text");
+  RS_RETURN_IF_ERROR(ReadInto(body, "instruction", out.instruction));
+  return out;
+}
+
+StatusOr<QaBody> ReadQaBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kQaRules));
+  QaBody out;
+  RS_RETURN_IF_ERROR(ReadInto(body, "model", out.model));
+  service::QaFields& f = out.fields;
+  RS_RETURN_IF_ERROR(Read(body, "top_k", f.top_k));
+  RS_RETURN_IF_ERROR(Read(body, "max_answer_len", f.max_answer_len));
+  RS_RETURN_IF_ERROR(Read(body, "max_seq_len", f.max_seq_len));
+  RS_RETURN_IF_ERROR(Read(body, "max_question_len", f.max_question_len));
+  RS_RETURN_IF_ERROR(Read(body, "doc_stride", f.doc_stride));
+  RS_RETURN_IF_ERROR(Read(body, "n_best_size", f.n_best_size));
+  RS_RETURN_IF_ERROR(Read(body, "handle_impossible_answer", f.handle_impossible_answer));
+  RS_RETURN_IF_ERROR(Read(body, "align_to_words", f.align_to_words));
+  RS_RETURN_IF_ERROR(Read(body, "null_score_diff_threshold", f.null_score_diff_threshold));
+  RS_RETURN_IF_ERROR(Read(body, "scoring", f.scoring));
+  // One pair, or a list of pairs sharing the options.
+  auto read_pair = [&](const ojson& item, const std::string& where) -> Status {
+    if (!item.is_object()) return Malformed(where, "each input must be an object with 'question' and 'context'");
+    for (const char* key : {"question", "context"}) {
+      if (!item.contains(key) || !item[key].is_string())
+        return Malformed(where.empty() ? key : where + "." + key, "'question' and 'context' (strings) are required");
+    }
+    out.inputs.emplace_back(item["question"].get<std::string>(), item["context"].get<std::string>());
+    return Status::Ok();
+  };
+  out.batch = body.contains("inputs");
+  if (out.batch) {
+    if (body.contains("question") || body.contains("context"))
+      return Malformed("inputs", "give either 'inputs' or 'question' and 'context', not both");
+    const ojson& inputs = body["inputs"];
+    if (!inputs.is_array() || inputs.empty()) return Malformed("inputs", "'inputs' must be a non-empty list");
+    if (inputs.size() > static_cast<std::size_t>(service::kMaxQaInputs))
+      return InvalidArgument("at most " + std::to_string(service::kMaxQaInputs) + " inputs per request")
+          .WithParam("inputs");
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      RS_RETURN_IF_ERROR(read_pair(inputs[i], "inputs[" + std::to_string(i) + "]"));
+  } else {
+    RS_RETURN_IF_ERROR(read_pair(body, ""));
+  }
+  return out;
+}
+
+}  // namespace ropeserve::api

@@ -1,0 +1,73 @@
+// Reading the REST endpoints' request bodies into transport-neutral fields
+// (server/service/request_params.h), before any model is involved.
+//
+// Strict, as OpenAI's API is: a body that is not a JSON object, a field of
+// the wrong type, an unknown field, or a field whose value asks for
+// something ropeserve does not implement (echo, logit_bias, tools,
+// response_format json_schema, ...) is a 400 naming the field in `param`.
+// Fields that change nothing about the output are accepted and ignored
+// (user, metadata, service_tier, store: false). docs/api.md lists every
+// accepted field per endpoint.
+//
+// Torch-free and model-free: tests/fuzz/rest_request_fuzz.cc fuzzes it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/service/request_params.h"
+
+namespace ropeserve::api {
+
+// A prompt: text (tokenized with the tokenizer's special tokens) or ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<std::int64_t> ids;
+};
+
+// What the generation endpoints share.
+struct GenerationBody {
+  std::string model;  // "" = the served model
+  service::GenerationFields fields;
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // vLLM extension
+  bool logprobs = false;          // logprobs were asked for (fields.top_logprobs holds how many alternatives)
+};
+
+struct CompletionBody : GenerationBody {
+  std::vector<PromptInput> prompts;  // one, or a list
+};
+
+struct ChatBody : GenerationBody {
+  // The messages with content parts joined into one string per message,
+  // the caller's key order kept (templates render tools with tojson).
+  nlohmann::ordered_json messages;
+  // Template variables: documents and chat_template_kwargs.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+};
+
+struct SummarizeBody : GenerationBody {
+  std::string text;
+  std::string instruction;  // "" = the default instruction
+};
+
+struct QaBody {
+  std::string model;
+  std::vector<std::pair<std::string, std::string>> inputs;  // (question, context)
+  bool batch = false;  // "inputs": [...] (answers come back as "results")
+  service::QaFields fields;
+};
+
+StatusOr<CompletionBody> ReadCompletionBody(const std::string& text);
+StatusOr<ChatBody> ReadChatBody(const std::string& text);
+StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text);
+StatusOr<QaBody> ReadQaBody(const std::string& text);
+
+}  // namespace ropeserve::api

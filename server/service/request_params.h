@@ -1,0 +1,146 @@
+// Request parameters: one set of defaults and limits, one validator, for
+// every transport. REST, gRPC and the CLI each read their wire format into
+// the *Fields structs below (an unset field stays nullopt) and call
+// Validate*; what comes back is what the services run. docs/api.md
+// ("Defaults and limits") documents every number here.
+//
+// Errors name the offending field in Status::param() (OpenAI's `param`).
+// Torch-free and network-free (the fuzz targets link it alone).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/engine/sampling.h"
+#include "server/qa/span_scoring.h"
+#include "server/qa/windows.h"
+
+namespace ropeserve {
+
+// One generation's options, validated (the engine's and the output
+// processor's view of a request).
+struct GenerateOptions {
+  std::int64_t max_tokens = 16;
+  std::int64_t min_tokens = 0;  // EOS and stop ids/strings are ignored before this many tokens
+  SamplingParams sampling;
+  std::size_t top_logprobs = 0;  // 0 = none
+  bool ignore_eos = false;
+  bool use_reference = false;  // offline `generate --reference` only
+  // Served requests only (need the tokenizer): generation ends when the
+  // decoded text contains one of `stop` (the text is cut before it) or a
+  // token of `stop_token_ids` is produced.
+  std::vector<std::string> stop;
+  std::vector<std::int64_t> stop_token_ids;
+  // Served requests: the engine ends the request with DeadlineExceeded this
+  // long after submission (0 = no deadline).
+  double timeout_seconds = 0;
+};
+
+}  // namespace ropeserve
+
+namespace ropeserve::service {
+
+// Temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits
+// divided by a vanishing temperature overflow and the probabilities
+// become NaN.
+constexpr double kGreedyTemperature = 1e-5;
+
+// Fixed limits (not flags): what one request may ask for.
+constexpr int kMaxPrompts = 64;             // prompts in one completions request
+constexpr int kMaxChoices = 16;             // n
+constexpr int kMaxSequences = 64;           // prompts x n
+constexpr int kMaxStopStrings = 16;
+constexpr std::size_t kMaxStopStringBytes = 256;
+constexpr int kMaxStopTokenIds = 64;
+constexpr int kMaxTopLogprobs = 20;
+constexpr int kMaxMessages = 1024;          // chat messages
+constexpr int kMaxContentParts = 256;       // content parts of one chat message
+constexpr int kMaxQaInputs = 64;            // (question, context) pairs of one QA request
+constexpr int kMaxQaTopK = 100;
+constexpr int kMaxQaAnswerLen = 4096;
+constexpr int kMaxQaNBest = 1000;
+
+// The server's limits that depend on its model and flags.
+struct Limits {
+  std::int64_t max_model_len = 0;       // prompt + generated tokens of one sequence
+  std::int64_t vocab_size = 0;          // token ids must be below this
+  // Tokens one request may reserve: the sum over its sequences (prompts x
+  // n) of prompt + max_tokens (serve --max-request-tokens; by default the
+  // KV cache's capacity). 0 = no limit.
+  std::int64_t max_request_tokens = 0;
+};
+
+// The endpoint a request came through: it decides the defaults.
+enum class Endpoint {
+  kCompletions,    // POST /v1/completions: temperature 1, max_tokens 16 (OpenAI)
+  kChat,           // POST /v1/chat/completions: temperature 1, max_tokens = the rest of the context (vLLM)
+  kSummarize,      // /v1/summarize and gRPC Summarize*: greedy, max_tokens min(256, the rest)
+  kGenerate,       // gRPC Generate and `ropeserve generate`: greedy, max_tokens 16
+};
+
+// What a transport read; nullopt = not given (the endpoint's default).
+struct GenerationFields {
+  std::optional<std::int64_t> max_tokens;
+  std::optional<std::int64_t> min_tokens;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<std::int64_t> top_k;  // -1 or 0 = all tokens
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<double> frequency_penalty;
+  std::optional<double> presence_penalty;
+  std::optional<std::uint64_t> seed;
+  std::optional<bool> ignore_eos;
+  std::vector<std::string> stop;
+  std::vector<std::int64_t> stop_token_ids;
+  std::optional<std::int64_t> top_logprobs;  // alternatives per token (0 = the chosen token's logprob only)
+  std::optional<std::int64_t> n;
+};
+
+struct ValidatedGeneration {
+  GenerateOptions options;  // the same for every prompt and choice (choice i's seed is seed + i)
+  int n = 1;
+};
+
+// Defaults, ranges and caps of one generation request whose prompts have
+// `prompt_lengths` tokens (already tokenized; each >= 1). `timeout_seconds`
+// is the server's --request-timeout or a shorter client deadline.
+StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& fields, Endpoint endpoint,
+                                                 const std::vector<std::size_t>& prompt_lengths, const Limits& limits,
+                                                 double timeout_seconds = 0);
+
+// Token-id prompts: non-empty, every id in [0, vocab_size). `param` names
+// the field in errors ("prompt", "prompt_ids").
+Status ValidatePromptIds(const std::vector<std::int64_t>& ids, const Limits& limits, const std::string& param);
+
+// What a QA request may set (Hugging Face pipeline names).
+struct QaFields {
+  std::optional<std::int64_t> top_k;
+  std::optional<std::int64_t> max_answer_len;
+  std::optional<std::int64_t> max_seq_len;
+  std::optional<std::int64_t> doc_stride;
+  std::optional<std::int64_t> max_question_len;
+  std::optional<std::int64_t> n_best_size;
+  std::optional<bool> handle_impossible_answer;
+  std::optional<bool> align_to_words;
+  std::optional<double> null_score_diff_threshold;
+  std::optional<std::string> scoring;  // "pipeline" | "logits"
+};
+
+struct ValidatedQa {
+  qa::WindowOptions windows;
+  qa::QaOptions options;
+};
+
+// Defaults (top_k 1, max_answer_len 15, max_seq_len 384, doc_stride
+// min(max_seq_len / 2, 128), max_question_len 64, n_best_size 20, pipeline
+// scoring) and ranges; doc_stride at most max_seq_len / 2.
+// `max_position_embeddings` bounds max_seq_len. The QA service adds its
+// context-size and window-count limits (serve --qa-max-context-bytes,
+// --qa-max-windows).
+StatusOr<ValidatedQa> ValidateQa(const QaFields& fields, std::int64_t max_position_embeddings);
+
+}  // namespace ropeserve::service
