@@ -1,0 +1,60 @@
+// libFuzzer target: arbitrary REST bodies through the readers of every
+// endpoint (server/api/rest_request.h) and the request validator. Errors
+// are fine; crashes, hangs, leaks and exceptions are not.
+#include <cstdint>
+#include <string>
+
+#include "server/api/rest_request.h"
+
+namespace {
+
+using namespace ropeserve;
+
+service::Limits Limits() {
+  service::Limits l;
+  l.max_model_len = 4096;
+  l.vocab_size = 32000;
+  l.max_request_tokens = 1 << 16;
+  return l;
+}
+
+// Prompts as the handlers see them after tokenizing: one token per byte.
+void Generation(const api::GenerationBody& body, const std::vector<std::size_t>& lengths, service::Endpoint e) {
+  (void)service::ValidateGeneration(body.fields, e, lengths, Limits(), 0);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 4) {
+    case 0: {
+      auto r = api::ReadCompletionBody(body);
+      if (!r.ok()) return 0;
+      std::vector<std::size_t> lengths;
+      for (const auto& p : r->prompts) {
+        if (!p.text) (void)service::ValidatePromptIds(p.ids, Limits(), "prompt");
+        lengths.push_back(p.text ? p.text->size() : p.ids.size());
+      }
+      Generation(*r, lengths, service::Endpoint::kCompletions);
+      break;
+    }
+    case 1: {
+      auto r = api::ReadChatBody(body);
+      if (r.ok()) Generation(*r, {r->messages.dump().size()}, service::Endpoint::kChat);
+      break;
+    }
+    case 2: {
+      auto r = api::ReadSummarizeBody(body);
+      if (r.ok()) Generation(*r, {r->text.size()}, service::Endpoint::kSummarize);
+      break;
+    }
+    default: {
+      auto r = api::ReadQaBody(body);
+      if (r.ok()) (void)service::ValidateQa(r->fields, 512);
+      break;
+    }
+  }
+  return 0;
+}
