@@ -19,7 +19,9 @@
 
 namespace ropeserve::jinja {
 
+namespace detail {
 struct Node;
+}
 
 class Template {
  public:
@@ -36,7 +38,7 @@ class Template {
 
  private:
   Template() = default;
-  std::vector<std::unique_ptr<Node>> body_;
+  std::vector<std::unique_ptr<detail::Node>> body_;
 };
 
 }  // namespace ropeserve::jinja
