@@ -340,7 +340,10 @@ class ConnectionQueue final : public httplib::TaskQueue {
     }
     ++busy_;
     tasks_.push_back(std::move(fn));
-    if (idle_ > 0) {
+    // A waiting thread counts as idle until it has taken a task, so two
+    // connections arriving together must not both count on the same one
+    // (the second would then wait for some other connection to end).
+    if (tasks_.size() <= idle_) {
       cv_.notify_one();
     } else {
       threads_.emplace_back([this] { Work(); });

@@ -1,17 +1,71 @@
 // Unit tests of the serving pieces that need no model: lifecycle, API keys,
-// metrics rendering, JSON log lines.
+// metrics rendering, JSON log lines, the HTTP connection layer.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "server/api/api_keys.h"
+#include "server/api/http_connection.h"
 #include "server/api/lifecycle.h"
 #include "server/api/metrics.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve::api {
 namespace {
+
+// Every accepted connection is served while the others are still open: a
+// round of n clients whose handlers each wait for all n must complete, for
+// n growing past the threads left idle by the round before (a connection
+// once waited for another to end when two arrived while one thread was
+// idle).
+// (The race is timing-dependent: ten fresh servers make a miss unlikely.)
+void ServeRoundsOfConcurrentClients() {
+  ConnectionLimits limits;
+  auto server = MakeGuardedServer(limits, "", "");
+  ASSERT_TRUE(server && server->is_valid());
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0, round_size = 0;
+  server->Get("/latch", [&](const httplib::Request&, httplib::Response& res) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++arrived;
+    cv.notify_all();
+    const bool all = cv.wait_for(lock, std::chrono::seconds(10), [&] { return arrived >= round_size; });
+    res.status = all ? 200 : 504;
+  });
+  const int port = server->bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serve([&] { server->listen_after_bind(); });
+  for (int n = 1; n <= 12; ++n) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      arrived = 0;
+      round_size = n;
+    }
+    std::vector<int> status(n, -1);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < n; ++i) {
+      clients.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(20, 0);
+        if (auto r = c.Get("/latch")) status[i] = r->status;
+      });
+    }
+    for (auto& t : clients) t.join();
+    for (int i = 0; i < n; ++i) EXPECT_EQ(status[i], 200) << "round of " << n << ", client " << i;
+  }
+  server->stop();
+  serve.join();
+}
+
+TEST(ConnectionLayer, ConcurrentConnectionsAreServedAtOnce) {
+  for (int pass = 0; pass < 10 && !HasFailure(); ++pass) ServeRoundsOfConcurrentClients();
+}
 
 TEST(Lifecycle, AdmitsOnlyWhileReadyAndDrainWaitsForTickets) {
   Lifecycle l;
