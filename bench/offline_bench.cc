@@ -60,7 +60,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
       EngineRequest r;
       r.prompt = w.prompts[next];
       r.max_tokens = w.output_lens[next];
-      r.ignore_eos = true;
+      r.stop.ignore_eos = true;
       RS_ASSIGN_OR_RETURN(auto s, engine.Submit(r));
       flying.push_back({next, s, Clock::now(), Clock::now()});
       ++next;
@@ -83,8 +83,8 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
         for (auto& t : c.tokens) run.outputs[f.index].push_back(t.id);
       }
       if (c.finished) {
-        if (c.finish_reason != "length" && c.finish_reason != "stop")
-          return Internal("request ended with " + c.finish_reason + ": " + c.error.message());
+        if (c.finish_reason != FinishReason::kLength && c.finish_reason != FinishReason::kStop)
+          return Internal("request ended early: " + c.error.ToString());
         flying.erase(flying.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;
@@ -112,6 +112,7 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
   const std::int64_t blocks_per_seq = (max_len + bs - 1) / bs;  // reserved for the maximum length
   ModelRunner runner(model, blocks_per_seq * o.concurrency, bs);
   std::int64_t useful = 0;
+  std::vector<RequestId> previous;
   const auto start = Clock::now();
   for (std::size_t b = 0; b < w.prompts.size(); b += static_cast<std::size_t>(o.concurrency)) {
     const std::size_t e = std::min(w.prompts.size(), b + static_cast<std::size_t>(o.concurrency));
@@ -124,24 +125,33 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
     steps = std::min(steps, max_len - pad_to);
     StepPlan plan;
     plan.block_size = static_cast<int>(bs);
+    plan.removed = std::move(previous);  // the runner drops the last batch's state
+    previous.clear();
     for (std::size_t i = b; i < e; ++i) {
       ScheduledSequence s;
       s.request_id = i;
       s.token_ids.assign(static_cast<std::size_t>(pad_to - static_cast<std::int64_t>(w.prompts[i].size())), 0);
       s.token_ids.insert(s.token_ids.end(), w.prompts[i].begin(), w.prompts[i].end());  // left padding
+      s.reset_blocks = true;
       for (std::int64_t k = 0; k < blocks_per_seq; ++k)
-        s.block_table.push_back(static_cast<BlockId>(static_cast<std::int64_t>(i - b) * blocks_per_seq + k));
+        s.new_blocks.push_back(static_cast<BlockId>(static_cast<std::int64_t>(i - b) * blocks_per_seq + k));
       s.needs_logits = true;
       plan.sequences.push_back(std::move(s));
+      SamplingSpec greedy;
+      greedy.id = i;
+      plan.added.push_back(std::move(greedy));
+      previous.push_back(i);
     }
     for (std::int64_t step = 0; step < steps; ++step) {
-      RS_ASSIGN_OR_RETURN(StepLogits logits, runner.Execute(plan));
+      RS_ASSIGN_OR_RETURN(StepOutput out, runner.Execute(plan));
+      plan.added.clear();
+      plan.removed.clear();
       for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
-        auto row = logits.Row(static_cast<std::int64_t>(i));
-        const auto next = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
         auto& s = plan.sequences[i];
         s.start_position += static_cast<std::int64_t>(s.token_ids.size());
-        s.token_ids = {next};
+        s.token_ids = {out.tokens[i].token};
+        s.reset_blocks = false;
+        s.new_blocks.clear();
       }
     }
   }

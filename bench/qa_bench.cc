@@ -11,7 +11,7 @@
 #include "server/models/encoder.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
-#include "server/runner/qa_service.h"
+#include "server/runner/service_factory.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::bench {
@@ -25,9 +25,9 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // A context of about `chars` characters of numbered facts, and a question
 // about one of them.
-QaRequest MakeRequest(int chars, std::mt19937_64& rng, const QaBenchOptions& o) {
+service::QaRequest MakeRequest(int chars, std::mt19937_64& rng, const QaBenchOptions& o) {
   static const char* kThings[] = {"river", "bridge", "tower", "garden", "harbour", "market", "library", "station"};
-  QaRequest r;
+  service::QaRequest r;
   int n = 0;
   while (static_cast<int>(r.context.size()) < chars) {
     const char* thing = kThings[rng() % 8];
@@ -50,8 +50,8 @@ struct CellResult {
   std::vector<std::string> answers;
 };
 
-// (a) QaService with `concurrency` client threads.
-StatusOr<CellResult> RunPacked(QaService& service, const std::vector<QaRequest>& requests, int concurrency) {
+// (a) service::QaService with `concurrency` client threads.
+StatusOr<CellResult> RunPacked(service::QaService& service, const std::vector<service::QaRequest>& requests, int concurrency) {
   CellResult out;
   out.latencies.resize(requests.size());
   out.answers.resize(requests.size());
@@ -88,11 +88,11 @@ StatusOr<CellResult> RunPacked(QaService& service, const std::vector<QaRequest>&
 // sequential server would give them to `concurrency` closed-loop clients
 // (request i is submitted when request i - concurrency finishes).
 StatusOr<CellResult> RunSequential(const EncoderQaModel& model, const tok::Tokenizer& tokenizer,
-                                   const std::vector<QaRequest>& requests, int concurrency) {
+                                   const std::vector<service::QaRequest>& requests, int concurrency) {
   CellResult out;
   std::vector<double> finish;
   const auto start = Clock::now();
-  for (const QaRequest& r : requests) {
+  for (const service::QaRequest& r : requests) {
     RS_ASSIGN_OR_RETURN(auto windows, qa::BuildWindows(tokenizer, r.question, r.context, r.windows));
     std::vector<qa::QaWindow> scored;
     for (auto& w : windows) {
@@ -118,10 +118,9 @@ StatusOr<CellResult> RunSequential(const EncoderQaModel& model, const tok::Token
 }  // namespace
 
 Status RunQaBench(const QaBenchOptions& o) {
-  QaServiceOptions so;
+  service::QaServiceOptions so;
   so.max_batch_tokens = o.max_batch_tokens;
-  so.dtype = o.dtype;
-  RS_ASSIGN_OR_RETURN(auto service, QaService::Create(o.model, "bench", so));
+  RS_ASSIGN_OR_RETURN(auto service, LoadQaService(o.model, "bench", so, o.dtype));
   RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(o.model, o.dtype));
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   if (o.max_seq_len > service->config().max_position_embeddings)
@@ -134,7 +133,7 @@ Status RunQaBench(const QaBenchOptions& o) {
     for (int conc : o.concurrency) {
       std::mt19937_64 rng(o.seed + static_cast<std::uint64_t>(chars) * 31 + static_cast<std::uint64_t>(conc));
       const int n = o.requests > 0 ? o.requests : std::max(4, conc);
-      std::vector<QaRequest> requests;
+      std::vector<service::QaRequest> requests;
       for (int i = 0; i < n; ++i) requests.push_back(MakeRequest(chars, rng, o));
       RS_ASSIGN_OR_RETURN(CellResult packed, RunPacked(*service, requests, conc));
       RS_ASSIGN_OR_RETURN(CellResult seq, RunSequential(*model, *tokenizer, requests, conc));

@@ -1,6 +1,6 @@
 // `ropeserve bench-qa`: extractive-QA throughput and latency, offline. For
 // each context length and client concurrency, the same seeded requests run
-// (a) through QaService, which packs the windows of concurrent requests into
+// (a) through service::QaService, which packs the windows of concurrent requests into
 // forwards of at most max_batch_tokens tokens (the engine's budget), and
 // (b) through a sequential baseline that runs one window per forward, one
 // request after another (how Hugging Face's pipeline is usually served), in

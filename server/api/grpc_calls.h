@@ -21,7 +21,7 @@
 #include <mutex>
 #include <string>
 
-#include "server/api/model_service.h"
+#include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
 
 namespace ropeserve::api {
@@ -36,7 +36,7 @@ struct CallStart {
   std::string peer;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   Lifecycle::Ticket ticket;
-  ModelService* service = nullptr;
+  service::GenerationService* service = nullptr;
   double timeout_seconds = 0;  // 0 = none
 };
 
@@ -60,7 +60,7 @@ struct CallLink {
   Derived* target = nullptr;
 };
 
-// What both generation reactors share: the Generation (attached from the
+// What both generation reactors share: the service::Generation (attached from the
 // pool), finishing and accounting.
 template <typename Base, typename Derived>
 class GenerationCall : public Base {
@@ -72,12 +72,12 @@ class GenerationCall : public Base {
 
   std::shared_ptr<Link> link() const { return link_; }
   // With link->mu held: what the pool task needs to start the generation.
-  ModelService* service() const { return start_.service; }
+  service::GenerationService* service() const { return start_.service; }
   double timeout_seconds() const { return start_.timeout_seconds; }
 
   // From the pool: the call's generation, or why it could not start. A call
   // that ended meanwhile drops it (its destructor cancels the request).
-  static void Attach(const std::shared_ptr<Link>& link, StatusOr<std::unique_ptr<Generation>> gen) {
+  static void Attach(const std::shared_ptr<Link>& link, StatusOr<std::unique_ptr<service::Generation>> gen) {
     std::unique_lock<std::mutex> lock(link->mu);
     Derived* self = link->target;
     if (self == nullptr || self->finish_called_) return;
@@ -122,14 +122,14 @@ class GenerationCall : public Base {
   ServingContext& ctx_;
   CallStart start_;
   std::shared_ptr<Link> link_;
-  std::unique_ptr<Generation> gen_;  // null until the pool attaches it
+  std::unique_ptr<service::Generation> gen_;  // null until the pool attaches it
   std::int64_t prompt_tokens_ = 0;
   Accumulated acc_;
   bool finish_called_ = false;
   grpc::Status final_status_;
 };
 
-// A server-streaming call driven by a Generation. `Fill` turns a delta into
+// A server-streaming call driven by a service::Generation. `Fill` turns a delta into
 // the next message.
 template <typename Msg>
 class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, StreamCall<Msg>> {
@@ -137,7 +137,7 @@ class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, St
   friend Base;
 
  public:
-  using Fill = std::function<void(const Generation::Delta&, std::int64_t prompt_tokens, Accumulated&, Msg&)>;
+  using Fill = std::function<void(const service::Generation::Delta&, std::int64_t prompt_tokens, Accumulated&, Msg&)>;
   StreamCall(ServingContext& ctx, CallStart start, Fill fill) : Base(ctx, std::move(start)), fill_(std::move(fill)) {}
 
   void OnWriteDone(bool ok) override {
@@ -174,13 +174,13 @@ class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, St
   bool last_written_ = false;
 };
 
-// A unary call answered when its Generation ends. `Done` fills the response.
+// A unary call answered when its service::Generation ends. `Done` fills the response.
 class UnaryCall final : public GenerationCall<grpc::ServerUnaryReactor, UnaryCall> {
   using Base = GenerationCall<grpc::ServerUnaryReactor, UnaryCall>;
   friend Base;
 
  public:
-  using Done = std::function<void(const Generation::Delta& last, std::int64_t prompt_tokens, const Accumulated&)>;
+  using Done = std::function<void(const service::Generation::Delta& last, std::int64_t prompt_tokens, const Accumulated&)>;
   UnaryCall(ServingContext& ctx, CallStart start, Done done) : Base(ctx, std::move(start)), done_(std::move(done)) {}
 
   void OnCancel() override {

@@ -15,9 +15,9 @@
 #include "server/api/logging.h"
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_request.h"
-#include "server/api/model_service.h"
+#include "server/service/generation_service.h"
 #include "server/api/work_pool.h"
-#include "server/runner/qa_service.h"
+#include "server/service/qa_service.h"
 #include "server/api/serving_context.h"
 
 namespace ropeserve::api {
@@ -103,17 +103,17 @@ void FillUsage(v1::Usage* u, std::int64_t prompt, std::int64_t completion, std::
 }
 
 // Summarize / SummarizeStream, on the work pool: validation and the generation.
-StatusOr<std::unique_ptr<Generation>> StartSummary(ModelService& service, double timeout,
+StatusOr<std::unique_ptr<service::Generation>> StartSummary(service::GenerationService& service, double timeout,
                                                    const v1::SummarizeRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcSummarize r, ReadSummarize(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
   RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(r.text, r.instruction));
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kSummarize, {ids.size()},
                                                           service.limits(), timeout));
-  return service.Start(ids, v.options);
+  return service.Start(ids, v.options, service::GenerationService::Admission::kDontWait);
 }
 
-StatusOr<std::unique_ptr<Generation>> StartGenerate(ModelService& service, double timeout,
+StatusOr<std::unique_ptr<service::Generation>> StartGenerate(service::GenerationService& service, double timeout,
                                                     const v1::GenerateRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcGenerate r, ReadGenerate(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
@@ -125,7 +125,7 @@ StatusOr<std::unique_ptr<Generation>> StartGenerate(ModelService& service, doubl
   }
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kGenerate, {ids.size()},
                                                           service.limits(), timeout));
-  return service.Start(ids, v.options);
+  return service.Start(ids, v.options, service::GenerationService::Admission::kDontWait);
 }
 
 // Finishes a call that needs no generation (or failed before starting one).
@@ -160,14 +160,14 @@ class Service final : public v1::Inference::CallbackService {
     if (Status b = Begin(ctx_, call, "Summarize", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     const std::string id = c.service->NextRequestId("sum"), model = c.service->name();
     auto* reactor = new UnaryCall(ctx_, std::move(c),
-                                  [resp, id, model](const Generation::Delta& last, std::int64_t prompt, const Accumulated& acc) {
+                                  [resp, id, model](const service::Generation::Delta& last, std::int64_t prompt, const Accumulated& acc) {
                                     resp->set_id(id);
                                     resp->set_model(model);
                                     resp->set_summary(acc.text);
                                     resp->set_finish_reason(last.finish_reason);
                                     FillUsage(resp->mutable_usage(), prompt, acc.completion, last.cached_tokens);
                                   });
-    Prepare(reactor, [req](ModelService& service, double timeout) { return StartSummary(service, timeout, *req); });
+    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartSummary(service, timeout, *req); });
     return reactor;
   }
 
@@ -180,7 +180,7 @@ class Service final : public v1::Inference::CallbackService {
     }
     const std::string id = c.service->NextRequestId("sum");
     auto* reactor = new StreamCall<v1::SummarizeChunk>(
-        ctx_, std::move(c), [id](const Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::SummarizeChunk& m) {
+        ctx_, std::move(c), [id](const service::Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::SummarizeChunk& m) {
           acc.completion += static_cast<std::int64_t>(d.ids.size());
           m.set_id(id);
           m.set_delta(d.text);
@@ -189,7 +189,7 @@ class Service final : public v1::Inference::CallbackService {
             FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
           }
         });
-    Prepare(reactor, [req](ModelService& service, double timeout) { return StartSummary(service, timeout, *req); });
+    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartSummary(service, timeout, *req); });
     return reactor;
   }
 
@@ -203,7 +203,7 @@ class Service final : public v1::Inference::CallbackService {
     const std::string id = c.service->NextRequestId("gen"), model = c.service->name();
     auto* reactor = new StreamCall<v1::GenerateResponse>(
         ctx_, std::move(c),
-        [id, model](const Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::GenerateResponse& m) {
+        [id, model](const service::Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::GenerateResponse& m) {
           acc.completion += static_cast<std::int64_t>(d.ids.size());
           m.set_id(id);
           m.set_model(model);
@@ -225,7 +225,7 @@ class Service final : public v1::Inference::CallbackService {
             FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
           }
         });
-    Prepare(reactor, [req](ModelService& service, double timeout) { return StartGenerate(service, timeout, *req); });
+    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartGenerate(service, timeout, *req); });
     return reactor;
   }
 
@@ -233,7 +233,7 @@ class Service final : public v1::Inference::CallbackService {
                                    v1::AnswerResponse* resp) override {
     CallStart c;
     if (Status b = Begin(ctx_, call, "Answer", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
-    QaService* qa = ctx_.qa.load();
+    service::QaService* qa = ctx_.qa.load();
     if (qa == nullptr) return Reject(ctx_, c, Unimplemented("no QA model is loaded (serve --qa DIR)"), call->DefaultReactor());
     const double timeout = c.timeout_seconds;
     auto* reactor = new DeferredUnaryCall(ctx_, std::move(c));
@@ -249,12 +249,12 @@ class Service final : public v1::Inference::CallbackService {
         return fail(NotFound("model '" + r->model + "' does not exist (QA model: '" + qa->name() + "')"));
       auto v = service::ValidateQa(r->fields, qa->config().max_position_embeddings);
       if (!v.ok()) return fail(v.status());
-      QaRequest q;
+      service::QaRequest q;
       q.question = std::move(r->question);
       q.context = std::move(r->context);
       q.windows = v->windows;
       q.options = v->options;
-      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link](StatusOr<std::vector<QaResult>> out) {
+      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link](StatusOr<std::vector<service::QaResult>> out) {
         DeferredUnaryCall::Complete(link, out.status(), [&] {
           resp->set_id(qa->NextRequestId());
           resp->set_model(qa->name());
@@ -281,7 +281,7 @@ class Service final : public v1::Inference::CallbackService {
                                          v1::GetModelInfoResponse* resp) override {
     CallStart c;
     if (Status b = Begin(ctx_, call, "GetModelInfo", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
-    ModelService& service = *c.service;
+    service::GenerationService& service = *c.service;
     auto* m = resp->add_models();
     m->set_id(service.name());
     m->set_architecture(service.config().architecture);
@@ -291,7 +291,7 @@ class Service final : public v1::Inference::CallbackService {
     m->set_dtype(service.dtype());
     m->set_device("cpu");
     m->set_has_tokenizer(service.tokenizer() != nullptr);
-    if (QaService* qa = ctx_.qa.load()) {
+    if (service::QaService* qa = ctx_.qa.load()) {
       auto* q = resp->add_models();
       q->set_id(qa->name());
       q->set_architecture(qa->config().architecture);
@@ -302,7 +302,7 @@ class Service final : public v1::Inference::CallbackService {
       q->set_device("cpu");
       q->set_has_tokenizer(true);
     }
-    const EngineOptions& o = service.options();
+    const EngineConfig& o = service.engine_config();
     resp->set_block_size(o.block_size);
     resp->set_num_kv_blocks(service.kv_cache().num_blocks);
     resp->set_max_num_seqs(o.scheduler.max_num_seqs);
@@ -321,7 +321,7 @@ class Service final : public v1::Inference::CallbackService {
     const bool queued = pool_.TrySubmit([link, start] {
       // Read what the call needs under the lock, then work without it (the
       // reactor may go away meanwhile; the service outlives the pool).
-      ModelService* service = nullptr;
+      service::GenerationService* service = nullptr;
       double timeout = 0;
       {
         std::lock_guard<std::mutex> lock(link->mu);

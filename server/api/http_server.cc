@@ -12,7 +12,7 @@
 #include "server/api/error_mapping.h"
 #include "server/api/http_connection.h"
 #include "server/api/logging.h"
-#include "server/api/model_service.h"
+#include "server/service/generation_service.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/serving_context.h"
 
@@ -60,7 +60,7 @@ void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
   res.set_content(ErrorJson(s, res.status), "application/json");
 }
 
-using Endpoint = StatusOr<RestReply> (*)(ModelService&, const RestRequest&);
+using Endpoint = StatusOr<RestReply> (*)(service::GenerationService&, const RestRequest&);
 
 // The body of a POST, read under `max` bytes whatever its framing
 // (Content-Length, chunked, read to close, compressed); nullopt after
@@ -103,7 +103,7 @@ bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& o
 
 namespace {
 // (status, body) of a unary endpoint called without the HTTP server.
-std::pair<int, std::string> Unary(Endpoint endpoint, ModelService& service, const std::string& body) {
+std::pair<int, std::string> Unary(Endpoint endpoint, service::GenerationService& service, const std::string& body) {
   auto r = endpoint(service, RestRequest{body});
   if (!r.ok()) return {HttpStatusFor(r.status().code()), ErrorJson(r.status())};
   if (r->events) return {400, ErrorJson(MalformedRequest("streaming needs the HTTP server"))};
@@ -111,11 +111,11 @@ std::pair<int, std::string> Unary(Endpoint endpoint, ModelService& service, cons
 }
 }  // namespace
 
-std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body) {
+std::pair<int, std::string> HandleCompletion(service::GenerationService& service, const std::string& body) {
   return Unary(&Completions, service, body);
 }
 
-std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body) {
+std::pair<int, std::string> HandleChatCompletion(service::GenerationService& service, const std::string& body) {
   return Unary(&ChatCompletions, service, body);
 }
 
@@ -142,7 +142,7 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
                             const httplib::ContentReader& reader) {
   auto ticket = ctx.lifecycle.Admit();
   if (!ticket.ok()) return SetError(res, ticket.status());
-  ModelService* service = ctx.service.load();
+  service::GenerationService* service = ctx.service.load();
   if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
   std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
   if (!body) return;
@@ -318,7 +318,7 @@ void HttpServer::Impl::Install() {
 void HttpServer::Impl::InstallApi() {
   auto& s = *server;
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    ModelService* service = ctx.service.load();
+    service::GenerationService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
     json model = {{"id", service->name()},
                   {"object", "model"},
@@ -329,9 +329,9 @@ void HttpServer::Impl::InstallApi() {
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
   s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
-    ModelService* service = ctx.service.load();
+    service::GenerationService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    const EngineOptions& o = service->options();
+    const EngineConfig& o = service->engine_config();
     json info = {
         {"model", service->name()},
         {"architecture", service->config().architecture},
@@ -351,7 +351,7 @@ void HttpServer::Impl::InstallApi() {
                     {"max_connections", options.limits.max_connections},
                     {"request_timeout_seconds", ctx.request_timeout_seconds}}},
         {"qa", nullptr}};
-    if (QaService* qa = ctx.qa.load()) {
+    if (service::QaService* qa = ctx.qa.load()) {
       info["qa"] = {{"model", qa->name()},
                     {"architecture", qa->config().architecture},
                     {"max_position_embeddings", qa->config().max_position_embeddings}};
@@ -368,7 +368,7 @@ void HttpServer::Impl::InstallApi() {
   s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
     auto ticket = ctx.lifecycle.Admit();
     if (!ticket.ok()) return SetError(res, ticket.status());
-    QaService* qa = ctx.qa.load();
+    service::QaService* qa = ctx.qa.load();
     if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
     std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
     if (!body) return;

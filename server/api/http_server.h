@@ -23,10 +23,13 @@
 #include "server/api/http_connection.h"
 #include "server/common/status.h"
 
+namespace ropeserve::service {
+class GenerationService;
+}
+
 namespace ropeserve::api {
 
 struct ServingContext;
-class ModelService;
 
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
@@ -66,7 +69,7 @@ class HttpServer {
 
 // Exposed for tests: handles a unary /v1/completions or /v1/chat/completions
 // body, returns (status, body).
-std::pair<int, std::string> HandleCompletion(ModelService& service, const std::string& body);
-std::pair<int, std::string> HandleChatCompletion(ModelService& service, const std::string& body);
+std::pair<int, std::string> HandleCompletion(service::GenerationService& service, const std::string& body);
+std::pair<int, std::string> HandleChatCompletion(service::GenerationService& service, const std::string& body);
 
 }  // namespace ropeserve::api

@@ -29,7 +29,7 @@ std::vector<std::size_t> Lengths(const std::vector<std::vector<std::int64_t>>& p
 
 // A token as text for logprobs: its decoded string with a tokenizer, else
 // "token_id:N" (vLLM's return_tokens_as_token_ids format).
-std::string TokenText(const ModelService& service, std::int64_t id) {
+std::string TokenText(const service::GenerationService& service, std::int64_t id) {
   if (const tok::Tokenizer* t = service.tokenizer()) {
     auto s = t->Decode({static_cast<uint32_t>(id)}, false);
     if (s.ok()) return *s;
@@ -38,7 +38,7 @@ std::string TokenText(const ModelService& service, std::int64_t id) {
 }
 
 // Logprobs of a run of tokens, in the completions API's shape.
-json CompletionLogprobs(const ModelService& service, const std::vector<std::int64_t>& ids,
+json CompletionLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids,
                         const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -59,7 +59,7 @@ json CompletionLogprobs(const ModelService& service, const std::vector<std::int6
 }
 
 // ... and in the chat API's shape.
-json ChatLogprobs(const ModelService& service, const std::vector<std::int64_t>& ids, const std::vector<double>& logprobs,
+json ChatLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids, const std::vector<double>& logprobs,
                   const std::vector<std::vector<TokenLogprob>>& tops) {
   json content = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -89,10 +89,10 @@ std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 // event stream: callbacks turn each delta into events.
 class GenerationStream : public EventSource {
  public:
-  using OnDelta = std::function<void(std::size_t index, const Generation::Delta& d, std::string& out)>;
+  using OnDelta = std::function<void(std::size_t index, const service::Generation::Delta& d, std::string& out)>;
   using OnEnd = std::function<void(std::string& out)>;
 
-  GenerationStream(std::vector<std::unique_ptr<Generation>> gens, OnDelta on_delta, OnEnd on_end)
+  GenerationStream(std::vector<std::unique_ptr<service::Generation>> gens, OnDelta on_delta, OnEnd on_end)
       : gens_(std::move(gens)), on_delta_(std::move(on_delta)), on_end_(std::move(on_end)),
         signal_(std::make_shared<Signal>()) {
     for (auto& g : gens_) {
@@ -116,7 +116,7 @@ class GenerationStream : public EventSource {
     }
     bool all_finished = true;
     for (std::size_t i = 0; i < gens_.size(); ++i) {
-      Generation& g = *gens_[i];
+      service::Generation& g = *gens_[i];
       if (g.finished()) continue;
       auto d = g.Next(std::chrono::milliseconds(0));
       if (!d.ok()) {
@@ -154,7 +154,7 @@ class GenerationStream : public EventSource {
     std::condition_variable cv;
     bool pending = false;
   };
-  std::vector<std::unique_ptr<Generation>> gens_;
+  std::vector<std::unique_ptr<service::Generation>> gens_;
   OnDelta on_delta_;
   OnEnd on_end_;
   std::shared_ptr<Signal> signal_;
@@ -163,10 +163,10 @@ class GenerationStream : public EventSource {
 
 
 // Starts n choices for each prompt; choice index = prompt * n + k.
-StatusOr<std::vector<std::unique_ptr<Generation>>> StartAll(ModelService& service,
+StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(service::GenerationService& service,
                                                             const std::vector<std::vector<std::int64_t>>& prompts,
                                                             const GenerateOptions& options, int n) {
-  std::vector<std::unique_ptr<Generation>> all;
+  std::vector<std::unique_ptr<service::Generation>> all;
   for (const auto& ids : prompts) {
     RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, options, n));
     for (auto& g : gens) all.push_back(std::move(g));
@@ -201,7 +201,7 @@ std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts)
 
 }  // namespace
 
-StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request) {
+StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   std::vector<std::vector<std::int64_t>> prompts;
@@ -234,7 +234,7 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
     };
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
     auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, prompts, n](
-                        std::size_t i, const Generation::Delta& d, std::string& out) {
+                        std::size_t i, const service::Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
       json choice = {{"index", i}, {"text", d.text}, {"logprobs", nullptr},
@@ -251,7 +251,7 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
                                                       UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens, request.client_gone));
+  RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
   json choices = json::array();
   std::int64_t completion_tokens = 0, cached = 0;
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -275,7 +275,7 @@ StatusOr<RestReply> Completions(ModelService& service, const RestRequest& reques
 // chat template (add_generation_prompt=true), tokenized without adding
 // special tokens (the template writes them), and generated like a
 // completion.
-StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request) {
+StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   RS_ASSIGN_OR_RETURN(std::string prompt,
@@ -299,7 +299,7 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
                   {"choices", std::move(choices)}};
     };
     auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids](
-                        std::size_t i, const Generation::Delta& d, std::string& out) {
+                        std::size_t i, const service::Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
       json delta = json::object();
@@ -321,7 +321,7 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
                                                       UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(auto results, ModelService::CollectAll(gens, request.client_gone));
+  RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
   json choices = json::array();
   std::int64_t completion_tokens = 0;
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -344,8 +344,8 @@ StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& re
 }
 
 // POST /v1/summarize (docs/api.md): the prompt comes from
-// ModelService::SummaryPrompt; greedy by default.
-StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request) {
+// service::GenerationService::SummaryPrompt; greedy by default.
+StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(SummarizeBody body, ReadSummarizeBody(request.body));
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(body.text, body.instruction));
@@ -360,7 +360,7 @@ StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request)
   RestReply reply;
   if (body.stream) {
     auto generated = std::make_shared<std::int64_t>(0);
-    auto on_delta = [&service, id, generated, usage](std::size_t, const Generation::Delta& d, std::string& out) {
+    auto on_delta = [&service, id, generated, usage](std::size_t, const service::Generation::Delta& d, std::string& out) {
       *generated += static_cast<std::int64_t>(d.ids.size());
       if (!d.text.empty()) out += Event({{"id", id}, {"delta", d.text}});
       if (d.finished) {
@@ -368,12 +368,12 @@ StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request)
                       {"usage", usage(*generated, d.cached_tokens)}});
       }
     };
-    std::vector<std::unique_ptr<Generation>> gens;
+    std::vector<std::unique_ptr<service::Generation>> gens;
     gens.push_back(std::move(gen));
     reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta, [](std::string&) {});
     return reply;
   }
-  RS_ASSIGN_OR_RETURN(GenerateResult r, ModelService::Collect(*gen, request.client_gone));
+  RS_ASSIGN_OR_RETURN(GenerateResult r, service::Generation::Collect(*gen, request.client_gone));
   reply.body = Dump({{"id", id}, {"model", service.name()}, {"summary", r.text}, {"finish_reason", r.finish_reason},
                      {"usage", usage(static_cast<std::int64_t>(r.generated_ids.size()), r.cached_tokens)}});
   return reply;

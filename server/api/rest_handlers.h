@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "server/api/model_service.h"
-#include "server/runner/qa_service.h"
+#include "server/service/generation_service.h"
+#include "server/service/qa_service.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {
@@ -37,11 +37,11 @@ struct RestRequest {
   bool (*client_gone)() = nullptr;
 };
 
-StatusOr<RestReply> Completions(ModelService& service, const RestRequest& request);
-StatusOr<RestReply> ChatCompletions(ModelService& service, const RestRequest& request);
-StatusOr<RestReply> Summarize(ModelService& service, const RestRequest& request);
+StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request);
 // POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
 // {"inputs": [...], ...}.
-StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& request);
+StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request);
 
 }  // namespace ropeserve::api

@@ -1,4 +1,4 @@
-// POST /v1/qa: request parsing and answer formatting around QaService.
+// POST /v1/qa: request parsing and answer formatting around service::QaService.
 #include <nlohmann/json.hpp>
 
 #include "server/api/json_request.h"
@@ -11,14 +11,14 @@ using json = nlohmann::json;
 
 // POST /v1/qa (docs/api.md): Hugging Face question-answering pipeline
 // parameters and defaults, plus `scoring` ("pipeline" or "logits").
-StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& request) {
+StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(QaBody body, ReadQaBody(request.body));
   if (!body.model.empty() && body.model != service.name())
     return NotFound("model '" + body.model + "' does not exist (QA model: '" + service.name() + "')").WithParam("model");
   RS_ASSIGN_OR_RETURN(service::ValidatedQa v, service::ValidateQa(body.fields, service.config().max_position_embeddings));
-  std::vector<QaRequest> requests;
+  std::vector<service::QaRequest> requests;
   for (auto& [question, context] : body.inputs) {
-    QaRequest r;
+    service::QaRequest r;
     r.question = std::move(question);
     r.context = std::move(context);
     r.windows = v.windows;
@@ -27,7 +27,7 @@ StatusOr<RestReply> AnswerQuestions(QaService& service, const RestRequest& reque
   }
   const bool batch = body.batch;
   RS_ASSIGN_OR_RETURN(auto results, service.AnswerBatch(requests, request.timeout_seconds, request.client_gone));
-  auto answers_json = [](const QaResult& r) {
+  auto answers_json = [](const service::QaResult& r) {
     json a = json::array();
     for (const auto& x : r.answers) a.push_back({{"text", x.text}, {"score", x.score}, {"start", x.start}, {"end", x.end}});
     return a;

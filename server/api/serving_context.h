@@ -11,13 +11,13 @@
 #include "server/api/lifecycle.h"
 #include "server/api/metrics.h"
 
-namespace ropeserve {
-class QaService;  // server/runner/qa_service.h
-}
+namespace ropeserve::service {
+class GenerationService;  // server/service/generation_service.h
+class QaService;          // server/service/qa_service.h
+}  // namespace ropeserve::service
 
 namespace ropeserve::api {
 
-class ModelService;
 class WorkPool;
 
 struct ServingContext {
@@ -25,8 +25,8 @@ struct ServingContext {
   ApiKeys api_keys;
   ServerMetrics* metrics = nullptr;  // null: not exported
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
-  std::atomic<ModelService*> service{nullptr};
-  std::atomic<QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
+  std::atomic<service::GenerationService*> service{nullptr};
+  std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
   // Where the gRPC front end prepares requests and selects QA answers
   // (server/api/work_pool.h); the gRPC server makes one when this is null.
   std::shared_ptr<WorkPool> work_pool;

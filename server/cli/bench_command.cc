@@ -43,7 +43,7 @@ Runner AddBench(CLI::App& app) {
 Runner AddBenchQa(CLI::App& app) {
   auto o = std::make_shared<bench::QaBenchOptions>();
   CLI::App* sub = app.add_subcommand(
-      "bench-qa", "Offline extractive-QA benchmark: packed windows (QaService) vs one window per forward, sequential");
+      "bench-qa", "Offline extractive-QA benchmark: packed windows (service::QaService) vs one window per forward, sequential");
   sub->add_option("--model", o->model, "Span model directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--context-chars", o->context_chars, "Context lengths in characters")
       ->delimiter(',')

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "server/cli/commands.h"
 #include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "server/runner/service_factory.h"
 #include "server/service/request_params.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -58,10 +57,15 @@ int Run(const GenerateFlags& f) {
   auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model));
   if (!model.ok()) return Fail(model.status().ToString());
 
+  // The serving path, driven from this thread: the same scheduler, runner,
+  // sampler and output processor (detokenization, stop strings).
+  OfflineOptions eo;
+  eo.max_num_seqs = 1;
+  eo.reference_attention = f.reference;
+  auto service = OfflineDecoder(**model, eo, tokenizer);
+  if (!service.ok()) return Fail(service.status().ToString());
   // The same validator (defaults, ranges) as gRPC Generate.
-  service::Limits limits;
-  limits.max_model_len = (*model)->config().max_position_embeddings;
-  limits.vocab_size = (*model)->config().vocab_size;
+  const service::Limits& limits = (*service)->limits();
   if (Status s = service::ValidatePromptIds(prompt_ids, limits, "--prompt-ids"); !s.ok()) return Fail(s.message());
   service::GenerationFields fields = f.fields;
   if (f.ignore_eos) fields.ignore_eos = true;
@@ -71,31 +75,20 @@ int Run(const GenerateFlags& f) {
     std::replace(flag.begin(), flag.end(), '_', '-');
     return Fail("--" + flag + ": " + validated.status().message());
   }
-  GenerateOptions opts = validated->options;
-  opts.use_reference = f.reference;
-  // Text mode streams the decoded text as tokens arrive.
-  std::optional<tok::IncrementalDecoder> stream;
-  if (tokenizer && !f.json) stream.emplace(tokenizer, /*skip_special_tokens=*/true);
-  auto on_token = [&](std::int64_t id) {
-    if (!stream) return;
-    auto piece = stream->Push(static_cast<uint32_t>(id));
-    if (piece.ok()) std::cout << *piece << std::flush;
+  // Text mode streams the decoded text as it arrives.
+  const bool stream = tokenizer && !f.json;
+  auto on_delta = [&](std::size_t, const service::Generation::Delta& d) {
+    if (stream) std::cout << d.text << std::flush;
   };
-  auto result = Generate(**model, prompt_ids, opts, on_token);
-  if (!result.ok()) return Fail(result.status().ToString());
-  std::string text;
-  if (tokenizer) {
-    auto decoded = tokenizer->Decode(std::vector<uint32_t>(result->generated_ids.begin(), result->generated_ids.end()),
-                                     /*skip_special_tokens=*/true);
-    if (!decoded.ok()) return Fail(decoded.status().message());
-    text = *decoded;
-  }
+  auto results = (*service)->GenerateBatch({prompt_ids}, validated->options, false, on_delta);
+  if (!results.ok()) return Fail(results.status().ToString());
+  const GenerateResult* result = &(*results)[0];
 
   if (f.json) {
     nlohmann::json out;
     out["prompt_ids"] = result->prompt_ids;
     out["generated_ids"] = result->generated_ids;
-    out["text"] = text;  // skip_special_tokens=true; "" without a tokenizer.json
+    out["text"] = result->text;  // skip_special_tokens=true; "" without a tokenizer.json
     out["finish_reason"] = result->finish_reason;
     out["logprobs"] = result->logprobs;
     nlohmann::json top = nlohmann::json::array();
@@ -113,11 +106,7 @@ int Run(const GenerateFlags& f) {
                                                       : 0.0}};
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
-    if (stream) {
-      auto rest = stream->Finish();
-      if (rest.ok()) std::cout << *rest;
-      std::cout << "\n";
-    }
+    if (stream) std::cout << "\n";
     for (std::size_t i = 0; i < result->generated_ids.size(); ++i)
       std::cout << (i ? " " : "") << result->generated_ids[i];
     std::cout << "\nfinish_reason: " << result->finish_reason << "\n";
@@ -149,10 +138,12 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--frequency-penalty", g.frequency_penalty, "Subtract this per earlier occurrence in the output [-2, 2]");
   sub->add_option("--presence-penalty", g.presence_penalty, "Subtract this once if the token was generated [-2, 2]");
   sub->add_option("--min-tokens", g.min_tokens, "Do not stop at EOS before this many tokens");
+  sub->add_option("--stop", g.stop, "Stop when the output text contains this string (repeatable; needs tokenizer.json)");
   sub->add_option("--top-logprobs", g.top_logprobs, "Report the K most likely tokens per step (max 20)");
   sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at the model's EOS tokens");
-  sub->add_flag("--reference", f->reference, "Use the slow reference path (full recompute, no KV cache)");
+  sub->add_flag("--reference", f->reference,
+                "Use the reference paged attention (gather-based, slow; the oracle of the CPU kernel)");
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->check(CLI::IsMember(kDTypeChoices));

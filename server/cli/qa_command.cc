@@ -15,7 +15,7 @@
 
 #include "server/cli/commands.h"
 #include "server/models/encoder.h"
-#include "server/runner/qa_service.h"
+#include "server/runner/service_factory.h"
 #include "server/service/request_params.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
@@ -40,8 +40,8 @@ struct QaFlags {
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // The same flow as /v1/qa and gRPC Answer: the validator's defaults and
-// ranges, then QaService (windows, forwards, answer selection).
-StatusOr<json> Answer(QaService& service, const QaFlags& f, const json& in) {
+// ranges, then service::QaService (windows, forwards, answer selection).
+StatusOr<json> Answer(service::QaService& service, const QaFlags& f, const json& in) {
   if (!in.is_object() || !in.contains("question") || !in["question"].is_string() || !in.contains("context") ||
       !in["context"].is_string())
     return InvalidArgument("expected {\"question\": \"...\", \"context\": \"...\"}");
@@ -49,12 +49,12 @@ StatusOr<json> Answer(QaService& service, const QaFlags& f, const json& in) {
   if (f.no_align_to_words) fields.align_to_words = false;
   if (f.handle_impossible_answer) fields.handle_impossible_answer = true;
   RS_ASSIGN_OR_RETURN(service::ValidatedQa v, service::ValidateQa(fields, service.config().max_position_embeddings));
-  QaRequest r;
+  service::QaRequest r;
   r.question = in["question"].get<std::string>();
   r.context = in["context"].get<std::string>();
   r.windows = v.windows;
   r.options = v.options;
-  RS_ASSIGN_OR_RETURN(QaResult result, service.Answer(r));
+  RS_ASSIGN_OR_RETURN(service::QaResult result, service.Answer(r));
   json out = {{"answers", json::array()}, {"windows", result.windows}};
   for (const auto& a : result.answers)
     out["answers"].push_back({{"text", a.text}, {"score", a.score}, {"start", a.start}, {"end", a.end}});
@@ -94,16 +94,16 @@ StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json&
 
 int Run(const QaFlags& f, bool encode) {
   std::unique_ptr<EncoderQaModel> model;
-  std::unique_ptr<QaService> service;
+  std::unique_ptr<service::QaService> service;
   if (encode) {
     auto m = EncoderQaModel::Load(f.model);
     if (!m.ok()) return Fail(m.status().ToString());
     model = std::move(*m);
   } else {
     // Offline: no context-size limit beyond the window cap.
-    QaServiceOptions o;
+    service::QaServiceOptions o;
     o.max_context_bytes = std::size_t{1} << 30;
-    auto s = QaService::Create(f.model, "qa", o);
+    auto s = LoadQaService(f.model, "qa", o);
     if (!s.ok()) return Fail(s.status().ToString());
     service = std::move(*s);
   }

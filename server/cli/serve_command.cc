@@ -22,8 +22,7 @@
 #include "server/api/http_server.h"
 #include "server/api/logging.h"
 #include "server/api/metrics.h"
-#include "server/runner/qa_service.h"
-#include "server/api/model_service.h"
+#include "server/runner/service_factory.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
 #include "server/checkpoint/model_generator.h"
@@ -63,7 +62,7 @@ struct ServeFlags {
   double request_timeout = 0;
   double shutdown_timeout = 30;
   std::string log_format = "text";
-  api::EngineOptions engine;
+  service::EngineOptions engine;
 };
 
 std::string CacheDir() {
@@ -111,8 +110,8 @@ struct StopSignal {
 // Loads the summarization model and its tokenizer and starts the engine.
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
-  std::unique_ptr<api::ModelService> service;
-  std::unique_ptr<QaService> qa;  // null without a QA model
+  std::unique_ptr<service::GenerationService> service;
+  std::unique_ptr<service::QaService> qa;  // null without a QA model
 };
 
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::shared_ptr<api::WorkPool>& work_pool) {
@@ -148,26 +147,35 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::sha
     spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
   }
   f.engine.observer = &metrics;
-  RS_ASSIGN_OR_RETURN(out.service, api::ModelService::Create(*out.model, f.served_model_name, f.engine, tokenizer));
+  if (const char* every = std::getenv("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
+    f.engine.inject_faults_every = std::atoll(every);
+    spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", every,
+                 f.engine.inject_faults_every);
+  }
+  RS_ASSIGN_OR_RETURN(out.service, ServeDecoder(*out.model, f.served_model_name, f.engine, tokenizer));
+  const KvCacheSize& kv = out.service->kv_cache();
+  spdlog::info("KV cache: {} blocks x {} tokens = {} tokens, {} bytes per token, {:.1f} MiB", kv.num_blocks,
+               out.service->block_size(), kv.tokens, out.model->KvBytesPerToken(),
+               static_cast<double>(kv.bytes) / (1 << 20));
   if (demo_qa) {
     RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
   }
   if (!f.qa.empty()) {
-    QaServiceOptions qo;
+    service::QaServiceOptions qo;
     qo.on_latency = [&metrics](double seconds) { metrics.ObserveQaLatency(seconds); };
     qo.engine = &out.service->engine();
     qo.max_context_bytes = f.qa_max_context_bytes;
-    qo.dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
     qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     qo.max_windows = f.qa_max_windows;
     // gRPC Answer calls select their answers on the work pool, not on the
     // engine's thread.
     if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
-    RS_ASSIGN_OR_RETURN(out.qa, QaService::Create(f.qa, name, qo));
+    const DType qa_dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
+    RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype));
     const EncoderConfig& qc = out.qa->config();
     spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {}", name, qc.architecture,
-                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qo.dtype));
+                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype));
     if (!out.qa->scores_null_answer())
       spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
     if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
@@ -273,8 +281,8 @@ int Run(ServeFlags f) {
     grpc_server.Stop();
     return Fail(loaded.status().ToString());
   }
-  api::ModelService& service = *loaded->service;
-  metrics.Attach(&service.engine(), service.options().block_size, static_cast<int>(service.kv_cache().num_blocks));
+  service::GenerationService& service = *loaded->service;
+  metrics.Attach(&service.engine(), service.block_size(), static_cast<int>(service.kv_cache().num_blocks));
   ctx.service = &service;
   ctx.qa = loaded->qa.get();
   ctx.lifecycle.SetReady();

@@ -21,10 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "server/common/token_id.h"
+
 namespace ropeserve {
 
 using BlockId = std::int32_t;
-using TokenId = std::int32_t;
 
 // Content hash of a full block, chained over the blocks before it so a hit
 // implies the whole prefix matches.

@@ -3,7 +3,8 @@
 #include <optional>
 
 #include <algorithm>
-#include <future>
+#include <map>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -29,102 +30,13 @@ Status Guarded(const char* what, Fn&& fn) noexcept {
 
 }  // namespace
 
-// ---- RequestStream ----
-
-StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto ready = [&] { return !pending_.tokens.empty() || (pending_.finished && !delivered_finish_); };
-  if (timeout) {
-    cv_.wait_for(lock, *timeout, ready);
-  } else {
-    cv_.wait(lock, ready);
-  }
-  StreamChunk out;
-  out.tokens.swap(pending_.tokens);
-  if (pending_.finished && !delivered_finish_) {
-    out.finished = true;
-    out.finish_reason = pending_.finish_reason;
-    out.error = pending_.error;
-    out.prompt_tokens = pending_.prompt_tokens;
-    out.cached_tokens = pending_.cached_tokens;
-    delivered_finish_ = true;
-  }
-  return out;
-}
-
-void RequestStream::SetNotify(std::function<void()> fn, bool call_if_ready) {
-  bool ready;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    notify_ = fn;
-    ready = !pending_.tokens.empty() || (pending_.finished && !delivered_finish_);
-  }
-  if (ready && fn && call_if_ready) Notify(fn);
-}
-
-void RequestStream::Push(GeneratedToken token) {
-  std::function<void()> notify;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.tokens.push_back(std::move(token));
-    notify = notify_;
-  }
-  cv_.notify_all();
-  if (notify) Notify(notify);
-}
-
-void RequestStream::Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
-                           Status error) {
-  std::function<void()> notify;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.finished = true;
-    pending_.finish_reason = reason;
-    pending_.prompt_tokens = prompt_tokens;
-    pending_.cached_tokens = cached_tokens;
-    pending_.error = std::move(error);
-    notify = notify_;
-  }
-  cv_.notify_all();
-  if (notify) Notify(notify);
-}
-
-void RequestStream::Notify(const std::function<void()>& fn) {
-  // A reader's callback that throws must not take the engine thread down;
-  // the reader still finds its output through Next().
-  const Status s = Guarded("a stream callback failed", fn);
-  if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    notify_error_ = s;
-  }
-}
-
-Status RequestStream::TakeNotifyError() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::exchange(notify_error_, Status::Ok());
-}
-
 // ---- Engine ----
-
-struct Engine::Active {
-  EngineRequest request;
-  std::shared_ptr<RequestStream> stream;
-  SamplerRng rng;
-  PenaltyState penalties;  // filled only when the request has penalties
-  std::int64_t generated = 0;
-  // Timing for RequestMetrics.
-  Clock::time_point submitted, last_token;
-  std::optional<Clock::time_point> scheduled, first_token;
-  std::vector<double> gaps;
-  std::int64_t cached_tokens = 0;
-};
 
 struct Engine::InboxItem {
   enum class Kind { kSubmit, kCancel } kind;
   RequestId id = 0;
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
-  std::promise<Status> verdict;
   Clock::time_point submitted;
 };
 
@@ -150,7 +62,7 @@ void Engine::Stop() {
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   RS_RETURN_IF_ERROR(request.sampling.Validate());
-  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens)
+  if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.max_tokens)
     return InvalidArgument("min_tokens must be between 0 and max_tokens");
   for (TokenId id : request.prompt)
     if (id < 0 || id >= executor_.vocab_size())
@@ -162,7 +74,6 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   item->request = std::move(request);
   item->stream = std::make_shared<RequestStream>(item->id);
   item->submitted = Clock::now();
-  auto verdict = item->verdict.get_future();
   auto stream = item->stream;
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -171,8 +82,6 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   }
   inbox_cv_.notify_all();
   if (!threaded_) DrainInbox();
-  Status s = verdict.get();
-  if (!s.ok()) return s;
   return stream;
 }
 
@@ -196,60 +105,72 @@ void Engine::DrainInbox() {
   }
   for (auto& item : items) {
     if (item->kind == InboxItem::Kind::kCancel) {
-      if (active_.count(item->id)) End(item->id, FinishReason::kCancelled, "cancelled");
+      FinishRequest(item->id, FinishReason::kCancelled);
       continue;
     }
+    EngineRequest& req = item->request;
     RequestSpec spec;
     spec.id = item->id;
-    spec.prompt = item->request.prompt;
-    spec.max_tokens = item->request.max_tokens;
-    spec.priority = item->request.priority;
-    if (item->request.timeout) spec.deadline = item->submitted + *item->request.timeout;
-    Status s = scheduler_.Add(std::move(spec));
-    if (s.ok()) {
-      auto a = std::make_unique<Active>();
-      a->request = std::move(item->request);
-      a->stream = item->stream;
-      a->rng.seed(a->request.sampling.seed.value_or(std::random_device{}()));
-      a->submitted = item->submitted;
-      if (a->request.sampling.repetition_penalty != 1.0) {
-        a->penalties.prompt_tokens.insert(a->request.prompt.begin(), a->request.prompt.end());
-      }
-      active_.emplace(item->id, std::move(a));
+    spec.prompt = req.prompt;
+    spec.max_tokens = req.max_tokens;
+    spec.priority = req.priority;
+    if (req.timeout) spec.deadline = item->submitted + *req.timeout;
+    auto admitted = scheduler_.Add(std::move(spec));
+    if (!admitted.ok()) {
+      item->stream->Finish(FinishReason::kRejected, static_cast<std::int64_t>(req.prompt.size()), 0,
+                           admitted.status());
+      continue;
     }
-    item->verdict.set_value(s);
+    Request& r = **admitted;
+    r.stop = std::move(req.stop);
+    r.stream = item->stream;
+    r.submitted = item->submitted;
+    // The runner learns how to sample it before its first step.
+    SamplingSpec sampling;
+    sampling.id = item->id;
+    sampling.params = req.sampling;
+    sampling.seed = req.sampling.seed.value_or(std::random_device{}());
+    sampling.top_logprobs = req.top_logprobs;
+    if (req.sampling.repetition_penalty != 1.0) sampling.prompt = std::move(req.prompt);
+    sampling.processor = std::move(req.processor);
+    pending_added_.push_back(std::move(sampling));
+    item->stream->Admit();
   }
   UpdateStats();
 }
 
-void Engine::Complete(RequestId id, const std::string& reason, Status error) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
-  const Active& a = *it->second;
-  const auto prompt_tokens = static_cast<std::int64_t>(a.request.prompt.size());
+void Engine::FinishRequest(RequestId id, FinishReason reason, Status error) {
+  if (scheduler_.Find(id) == nullptr) return;  // ended already
+  scheduler_.Finish(id, reason);
+  for (auto& [r, why] : scheduler_.TakeFinished()) ReportEnd(*r, why, r->spec.id == id ? error : Status::Ok());
+}
+
+void Engine::ReportEnd(const Request& r, FinishReason reason, const Status& error) {
+  const auto prompt_tokens = static_cast<std::int64_t>(r.spec.prompt.size());
+  // The runner drops its state at the next step (or never saw the request).
+  auto unsent = std::find_if(pending_added_.begin(), pending_added_.end(),
+                             [&](const SamplingSpec& s) { return s.id == r.spec.id; });
+  if (unsent != pending_added_.end()) {
+    pending_added_.erase(unsent);
+  } else {
+    pending_removed_.push_back(r.spec.id);
+  }
   if (observer_ != nullptr) {
     const auto now = Clock::now();
     auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
     RequestMetrics m;
-    m.id = id;
+    m.id = r.spec.id;
     m.finish_reason = reason;
-    m.queue_seconds = secs((a.scheduled ? *a.scheduled : now) - a.submitted);
-    if (a.first_token) m.ttft_seconds = secs(*a.first_token - a.submitted);
-    m.e2e_seconds = secs(now - a.submitted);
-    m.inter_token_seconds = a.gaps;
+    m.queue_seconds = secs((r.scheduled ? *r.scheduled : now) - r.submitted);
+    if (r.first_token) m.ttft_seconds = secs(*r.first_token - r.submitted);
+    m.e2e_seconds = secs(now - r.submitted);
+    m.inter_token_seconds = r.gaps;
     m.prompt_tokens = prompt_tokens;
-    m.generated_tokens = a.generated;
-    m.cached_tokens = a.cached_tokens;
+    m.generated_tokens = r.generated;
+    m.cached_tokens = r.num_cached_prompt_tokens;
     (void)Guarded("metrics", [&] { observer_->OnRequestFinished(m); });  // metrics never fail a request
   }
-  it->second->stream->Finish(reason, prompt_tokens, it->second->cached_tokens, std::move(error));
-  active_.erase(it);
-}
-
-void Engine::End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error) {
-  scheduler_.Finish(id, reason);
-  scheduler_.TakeFinished();  // the engine reports this end itself, below
-  Complete(id, stream_reason, std::move(error));
+  if (r.stream) r.stream->Finish(reason, prompt_tokens, r.num_cached_prompt_tokens, error);
 }
 
 void Engine::AttachEncoder(EncoderQueue* queue, EncoderRunner* runner) {
@@ -277,14 +198,11 @@ bool Engine::Step() {
     reserve = std::min(encoder_queue_->pending_tokens(), share);
   }
   StepPlan plan = scheduler_.Schedule(Clock::now(), std::max<std::int64_t>(1, budget - reserve));
-  for (auto [id, reason] : scheduler_.TakeFinished()) Complete(id, FinishReasonName(reason));
+  for (auto& [r, reason] : scheduler_.TakeFinished()) ReportEnd(*r, reason, Status::Ok());  // deadlines
   if (plan.empty() && scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
     // Admission guarantees a lone request fits, so this is a bug; fail the
     // requests rather than spin forever.
-    std::vector<RequestId> stuck;
-    for (auto& [id, _] : active_) stuck.push_back(id);
-    for (RequestId id : stuck)
-      End(id, FinishReason::kCancelled, "error", Internal("the scheduler could not place the request"));
+    FailAll(Internal("the scheduler could not place the request"));
   }
   if (!plan.empty()) RunPlan(plan);
   const std::int64_t encoder_tokens = RunEncoder(budget - plan.num_tokens());
@@ -320,67 +238,60 @@ std::int64_t Engine::RunEncoder(std::int64_t budget) {
   return tokens;
 }
 
-void Engine::RunPlan(const StepPlan& plan) {
+void Engine::RunPlan(StepPlan& plan) {
   const auto step_start = Clock::now();
   for (const auto& s : plan.sequences) {
-    Active& a = *active_.at(s.request_id);
-    if (!a.scheduled) a.scheduled = step_start;
+    Request& r = *scheduler_.Find(s.request_id);
+    if (!r.scheduled) r.scheduled = step_start;
   }
-  StatusOr<StepLogits> logits = Internal("no forward ran");
-  if (Status s = Guarded("the model forward failed", [&] { logits = executor_.Execute(plan); }); !s.ok()) logits = s;
-  if (!logits.ok()) {
-    // A failed forward fails the requests in it, not the server.
-    for (const auto& s : plan.sequences) End(s.request_id, FinishReason::kCancelled, "error", logits.status());
+  plan.added = std::move(pending_added_);
+  plan.removed = std::move(pending_removed_);
+  pending_added_.clear();
+  pending_removed_.clear();
+  StatusOr<StepOutput> out = Internal("no forward ran");
+  if (Status s = Guarded("the model forward failed", [&] { out = executor_.Execute(plan); }); !s.ok()) out = s;
+  if (!out.ok()) {
+    // A failed forward fails the requests in it, not the server (and those
+    // the runner may not have met yet: their sampling state is unknown).
+    for (const auto& s : plan.sequences) FinishRequest(s.request_id, FinishReason::kError, out.status());
+    for (const auto& a : plan.added) FinishRequest(a.id, FinishReason::kError, out.status());
     return;
   }
 
   std::map<RequestId, TokenId> sampled;
-  std::vector<std::pair<RequestId, GeneratedToken>> produced;
-  std::int64_t row = 0;
-  for (const auto& s : plan.sequences) {
-    if (!s.needs_logits) continue;
-    Active& a = *active_.at(s.request_id);
-    const std::int64_t r = row++;
-    auto view = logits->Row(r);
-    GeneratedToken t;
-    // Logprobs below are those of the raw logits (as vLLM reports them).
-    t.id = static_cast<TokenId>(SampleStep(view, a.request.sampling, a.penalties, penalized_, a.rng));
-    const double lse = logits->logsumexp != nullptr ? logits->logsumexp[r] : LogSumExp(view);
-    t.logprob = LogprobOf(view, t.id, lse);
-    if (a.request.top_logprobs > 0)
-      for (auto [id, lp] : TopLogprobs(view, a.request.top_logprobs, lse)) t.top_logprobs.emplace_back(id, lp);
-    sampled[s.request_id] = t.id;
-    produced.emplace_back(s.request_id, std::move(t));
-  }
+  for (const SampledToken& t : out->tokens) sampled[t.id] = t.token;
   scheduler_.Update(plan, sampled);
 
-  for (auto& [id, t] : produced) {
-    Active& a = *active_.at(id);
-    if (a.generated == 0) a.cached_tokens = scheduler_.num_cached_prompt_tokens(id);
+  for (SampledToken& t : out->tokens) {
+    Request* found = scheduler_.Find(t.id);
+    if (found == nullptr) continue;
+    Request& r = *found;
     const auto now = Clock::now();
-    if (!a.first_token) {
-      a.first_token = now;
+    if (!r.first_token) {
+      r.first_token = now;
     } else if (observer_ != nullptr) {
-      a.gaps.push_back(std::chrono::duration<double>(now - a.last_token).count());
+      r.gaps.push_back(std::chrono::duration<double>(now - r.last_token).count());
     }
-    a.last_token = now;
-    ++a.generated;
-    const TokenId tok = t.id;
-    a.stream->Push(std::move(t));
+    r.last_token = now;
+    ++r.generated;
+    const TokenId tok = t.token;
+    r.stream->Push(GeneratedToken{tok, t.logprob, std::move(t.top)});
     ++stats_.generated_tokens;
-    if (Status s = a.stream->TakeNotifyError(); !s.ok()) {
-      End(id, FinishReason::kCancelled, "error", s);
+    if (Status s = r.stream->TakeNotifyError(); !s.ok()) {
+      FinishRequest(t.id, FinishReason::kError, s);
       continue;
     }
-    const auto& r = a.request;
-    const bool may_stop = a.generated >= r.min_tokens;
-    const bool is_eos = !r.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), tok) !=
-                                             config_.eos_token_ids.end();
-    const bool is_stop_id = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
-    std::optional<FinishReason> reason;
-    if (may_stop && (is_eos || is_stop_id)) reason = FinishReason::kStop;
-    else if (a.generated >= r.max_tokens) reason = FinishReason::kLength;
-    if (reason) End(id, *reason, FinishReasonName(*reason));
+    const StopConditions& stop = r.stop;
+    const bool may_stop = r.generated >= stop.min_tokens;
+    const bool is_eos = !stop.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), tok) !=
+                                                config_.eos_token_ids.end();
+    const bool is_stop_id = std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), tok) !=
+                            stop.stop_token_ids.end();
+    if (may_stop && (is_eos || is_stop_id)) {
+      FinishRequest(t.id, FinishReason::kStop);
+    } else if (r.generated >= r.spec.max_tokens) {
+      FinishRequest(t.id, FinishReason::kLength);
+    }
   }
 }
 
@@ -412,10 +323,15 @@ void Engine::UpdateStats() {
 
 void Engine::FailAll(const Status& status) {
   std::vector<RequestId> ids;
-  for (auto& [id, _] : active_) ids.push_back(id);
+  scheduler_.ForEach([&](Request& r) { ids.push_back(r.spec.id); });
   for (RequestId id : ids) {
-    (void)Guarded("failing a request", [&] { End(id, FinishReason::kCancelled, "error", status); });
+    (void)Guarded("failing a request", [&] { FinishRequest(id, FinishReason::kError, status); });
   }
+}
+
+bool Engine::RunOnce() {
+  DrainInbox();
+  return Step() || scheduler_.has_work();
 }
 
 void Engine::RunUntilIdle() {
@@ -449,8 +365,8 @@ void Engine::Loop() {
   // Finish what is left so no reader waits forever.
   DrainInbox();
   std::vector<RequestId> left;
-  for (auto& [id, _] : active_) left.push_back(id);
-  for (RequestId id : left) End(id, FinishReason::kCancelled, "cancelled");
+  scheduler_.ForEach([&](Request& r) { left.push_back(r.spec.id); });
+  for (RequestId id : left) FinishRequest(id, FinishReason::kCancelled);
 }
 
 }  // namespace ropeserve

@@ -1,95 +1,46 @@
-// The engine: one thread owns the scheduler, the block pool and the model
-// executor; API threads Submit requests and read each request's output
-// channel (RequestStream). Only the inbox and the streams lock.
+// The engine: one thread owns the scheduler (and through it every Request),
+// the block pool and the model executor; API threads Submit requests and
+// read each request's output channel (RequestStream). Only the inbox and
+// the streams lock.
 //
-// Sampling happens here, per request with its own seeded generator, so a
-// request's tokens do not depend on what else is in the batch.
+// Sampling happens in the executor (the runner), per request with its own
+// seeded generator, so a request's tokens do not depend on what else is in
+// the batch; the engine only sees sampled ids and their logprobs.
 //
 // Failures: an exception thrown by the model forward, the encoder runner or
 // a stream callback fails the requests of that step (their streams end with
-// "error"); the engine thread goes on with the others.
+// FinishReason::kError); the engine thread goes on with the others.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "server/engine/encoder_queue.h"
 #include "server/engine/model_executor.h"
+#include "server/engine/request.h"
+#include "server/engine/request_stream.h"
 #include "server/engine/sampling.h"
 #include "server/engine/scheduler.h"
 
 namespace ropeserve {
 
+// What a caller submits.
 struct EngineRequest {
   std::vector<TokenId> prompt;
   std::int64_t max_tokens = 16;
-  std::int64_t min_tokens = 0;  // EOS and stop ids are ignored before this many tokens
+  StopConditions stop;
   SamplingParams sampling;
-  bool ignore_eos = false;
-  std::vector<TokenId> stop_token_ids;  // end generation like EOS (token kept in the output)
   std::size_t top_logprobs = 0;
+  std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook; may be null
   int priority = 0;
   std::optional<Clock::duration> timeout;  // deadline = submission time + timeout
-};
-
-struct GeneratedToken {
-  TokenId id = 0;
-  double logprob = 0;
-  std::vector<std::pair<TokenId, double>> top_logprobs;
-};
-
-// What a reader gets from a stream: tokens since the previous read, and the
-// end of the request when it came.
-struct StreamChunk {
-  std::vector<GeneratedToken> tokens;
-  bool finished = false;
-  std::string finish_reason;  // stop | length | cancelled | deadline | error
-  Status error;               // set when finish_reason == "error"
-  std::int64_t prompt_tokens = 0;
-  std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
-};
-
-// Per-request output channel. The engine thread writes; one API thread reads.
-class RequestStream {
- public:
-  explicit RequestStream(RequestId id) : id_(id) {}
-  RequestId id() const { return id_; }
-  // Waits until there is something new (or `timeout` passes) and takes it.
-  StreamChunk Next(std::optional<Clock::duration> timeout = std::nullopt);
-
-  // `fn` runs (on the engine thread, without the stream's lock) after every
-  // Push and Finish, and at once (on the caller's thread) if output is
-  // already waiting and `call_if_ready`: readers that must not block (gRPC
-  // reactors, multiplexed streams) wait for it and then call Next(zero).
-  // Keep it short and thread-safe.
-  void SetNotify(std::function<void()> fn, bool call_if_ready = true);
-
-  // Engine side.
-  void Push(GeneratedToken token);
-  void Finish(const std::string& reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
-              Status error = Status::Ok());
-  // What the notify callback threw since the last call (Ok if nothing):
-  // the engine fails the request instead of dying.
-  Status TakeNotifyError();
-
- private:
-  void Notify(const std::function<void()>& fn);
-  RequestId id_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  StreamChunk pending_;
-  bool delivered_finish_ = false;
-  std::function<void()> notify_;
-  Status notify_error_;
 };
 
 struct EngineConfig {
@@ -125,7 +76,7 @@ struct EngineStats {
 // Times are in seconds.
 struct RequestMetrics {
   RequestId id = 0;
-  std::string finish_reason;          // stop | length | cancelled | deadline | error
+  FinishReason finish_reason = FinishReason::kStop;
   double queue_seconds = 0;           // submission -> first scheduled
   double ttft_seconds = -1;           // submission -> first token (-1: none)
   double e2e_seconds = 0;             // submission -> end
@@ -176,32 +127,39 @@ class Engine {
   void Start();
   void Stop();
 
-  // Admission happens on the engine thread; this waits for its verdict
-  // (InvalidArgument for requests that can never run, ResourceExhausted when
-  // overloaded). Thread-safe.
+  // Checks what can be checked at once (ids in the vocabulary, sampling
+  // ranges) and queues the request; never waits for the engine thread. The
+  // admission verdict arrives on the stream: a refused request (queue full,
+  // can never run) finishes at once with FinishReason::kRejected and the
+  // reason (RequestStream::WaitAdmission returns it). Thread-safe.
   StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
-  // Thread-safe; the stream then finishes with "cancelled".
+  // Thread-safe; the stream then finishes with FinishReason::kCancelled.
   void Cancel(RequestId id);
 
   // Processes the inbox and runs steps until no request is left.
   void RunUntilIdle();
+  // Processes the inbox and runs one step; false when there was nothing to
+  // do. For callers that drive the engine themselves (offline streaming).
+  bool RunOnce();
 
   const EngineStats& stats() const { return stats_; }
   const BlockPool& pool() const { return pool_; }
 
  private:
-  struct Active;
   struct InboxItem;
   void Loop();
   void DrainInbox();
   bool Step();  // false if there was nothing to do
-  // The decoder's part of a step: forward, sampling, stop conditions.
-  void RunPlan(const StepPlan& plan);
+  // The decoder's part of a step: forward with sampling, stop conditions.
+  void RunPlan(StepPlan& plan);
   // The encoder's part: windows within `budget` tokens; returns their tokens.
   std::int64_t RunEncoder(std::int64_t budget);
-  void Complete(RequestId id, const std::string& reason, Status error = Status::Ok());
-  // Ends a live request: frees it in the scheduler and finishes its stream.
-  void End(RequestId id, FinishReason reason, const std::string& stream_reason, Status error = Status::Ok());
+  // Ends a live request: reports its metrics, finishes its stream, frees it
+  // in the scheduler, and tells the runner at the next step.
+  void FinishRequest(RequestId id, FinishReason reason, Status error = Status::Ok());
+  // Reports and streams the end of a request the scheduler already freed
+  // (deadlines found while scheduling): `r` is its last state.
+  void ReportEnd(const Request& r, FinishReason reason, const Status& error);
   void UpdateStats();
   // Ends every live request with `status` (after an unexpected exception).
   void FailAll(const Status& status);
@@ -210,8 +168,9 @@ class Engine {
   ModelExecutor& executor_;
   BlockPool pool_;
   Scheduler scheduler_;
-  std::map<RequestId, std::unique_ptr<Active>> active_;  // engine thread only
-  std::vector<float> penalized_;                           // scratch row for penalties
+  // Runner diffs waiting for the next plan that runs (engine thread only).
+  std::vector<SamplingSpec> pending_added_;
+  std::vector<RequestId> pending_removed_;
   EngineObserver* observer_ = nullptr;
 
   std::mutex inbox_mu_;

@@ -1,17 +1,34 @@
-// The engine's view of a model: runs one StepPlan, returns next-token
-// logits. An interface so the engine loop is tested with a fake model and
-// runs the real one through ModelRunner (server/runner/), which owns the
-// tensors. Torch-free.
+// The engine's view of a model: runs one StepPlan and returns the sampled
+// token of every sequence that needed one (with its logprobs). Sampling
+// happens in the executor, on the batch's device; the engine never sees
+// logits rows. An interface so the engine loop is tested with a fake model
+// and runs the real one through ModelRunner (server/runner/), which owns
+// the tensors. Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "server/common/status.h"
+#include "server/engine/host_sampler.h"
 #include "server/engine/step_plan.h"
 
 namespace ropeserve {
+
+// One sampled token per sequence of the plan with needs_logits, in plan order.
+struct StepOutput {
+  std::vector<SampledToken> tokens;
+};
+
+// Threading: called from one thread at a time (the engine's).
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+  virtual StatusOr<StepOutput> Execute(const StepPlan& plan) = 0;
+  virtual std::int64_t vocab_size() const = 0;
+};
 
 // Row-major [rows, vocab] float32 logits, one row per sequence of the plan
 // with needs_logits, in plan order. `owner` keeps the memory alive.
@@ -19,10 +36,9 @@ struct StepLogits {
   const float* data = nullptr;
   std::int64_t rows = 0;
   std::int64_t vocab = 0;
-  // Per row log(sum(exp(row))) when the executor computes it (vectorized,
+  // Per row log(sum(exp(row))) when the producer computes it (vectorized,
   // float32 like the reference implementations' log_softmax); null: the
-  // engine computes it. Logprobs need it for every sampled token, and a
-  // scalar pass over a 152k vocabulary costs ~1.5 ms per row.
+  // sampler computes it.
   const float* logsumexp = nullptr;
   std::shared_ptr<const void> owner;
   std::span<const float> Row(std::int64_t i) const {
@@ -30,11 +46,23 @@ struct StepLogits {
   }
 };
 
-class ModelExecutor {
+// Samples every row of `logits` (the plan's sequences with needs_logits,
+// in order) with `sampler`, after applying the plan's added/removed.
+StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits);
+
+// An executor made of a forward that yields host logits rows and the host
+// sampler: the shape of the CPU runner, and of the engine tests' fakes.
+class LogitsExecutor : public ModelExecutor {
  public:
-  virtual ~ModelExecutor() = default;
-  virtual StatusOr<StepLogits> Execute(const StepPlan& plan) = 0;
-  virtual std::int64_t vocab_size() const = 0;
+  StatusOr<StepOutput> Execute(const StepPlan& plan) final;
+
+ protected:
+  // Logits of the plan's sequences with needs_logits (none for a plan of
+  // prefill chunks only).
+  virtual StatusOr<StepLogits> Forward(const StepPlan& plan) = 0;
+
+ private:
+  HostSampler sampler_;
 };
 
 }  // namespace ropeserve

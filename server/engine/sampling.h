@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/common/status.h"
+#include "server/common/token_id.h"
 
 namespace ropeserve {
 
@@ -38,6 +39,16 @@ struct SamplingParams {
   bool has_penalties() const {
     return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;
   }
+};
+
+// A per-request hook on the logits before sampling (a grammar's mask, say):
+// called on the runner's thread with the tokens the request generated so
+// far; it may lower logits to -inf. Logprobs are reported from the raw
+// logits, as the reference servers do by default.
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual void Process(std::span<const TokenId> generated, std::span<float> logits) = 0;
 };
 
 // What the penalties look at: how often each token was generated, and which

@@ -4,16 +4,6 @@
 
 namespace ropeserve {
 
-const char* FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kDeadline: return "deadline";
-  }
-  return "?";
-}
-
 Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return InvalidArgument("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return InvalidArgument("max_num_batched_tokens must be at least 1");
@@ -23,22 +13,10 @@ Status SchedulerConfig::Validate() const {
   return Status::Ok();
 }
 
-struct Scheduler::Request {
-  RequestSpec spec;
-  std::vector<TokenId> tokens;  // prompt, then generated tokens
-  std::int64_t num_computed = 0;
-  std::int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
-  BlockAllocation blocks;
-  std::vector<BlockHash> hashes;  // of the full blocks cached so far, in order
-  std::uint64_t arrival = 0;
-  bool running = false;
-  std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
-};
-
 Scheduler::Scheduler(SchedulerConfig config, BlockPool& pool) : config_(config), pool_(pool) {}
 Scheduler::~Scheduler() = default;
 
-Scheduler::Request* Scheduler::Find(RequestId id) const {
+Request* Scheduler::Find(RequestId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : it->second.get();
 }
@@ -58,7 +36,11 @@ std::int64_t Scheduler::num_cached_prompt_tokens(RequestId id) const {
   return r ? r->num_cached_prompt_tokens : 0;
 }
 
-Status Scheduler::Add(RequestSpec spec) {
+void Scheduler::ForEach(const std::function<void(Request&)>& fn) const {
+  for (const auto& [id, r] : requests_) fn(*r);
+}
+
+StatusOr<Request*> Scheduler::Add(RequestSpec spec) {
   const auto prompt_len = static_cast<std::int64_t>(spec.prompt.size());
   if (prompt_len == 0) return InvalidArgument("the prompt is empty");
   if (spec.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
@@ -84,7 +66,7 @@ Status Scheduler::Add(RequestSpec spec) {
   Request* raw = r.get();
   requests_.emplace(raw->spec.id, std::move(r));
   InsertWaiting(raw);
-  return Status::Ok();
+  return raw;
 }
 
 void Scheduler::InsertWaiting(Request* r) {
@@ -110,6 +92,7 @@ void Scheduler::ForgetComputed(Request& r) {
   r.blocks.Release();
   r.num_computed = 0;
   r.hashes.clear();
+  r.blocks_sent = 0;  // the runner's table is reset at its next step
 }
 
 void Scheduler::Preempt(Request& r) {
@@ -153,7 +136,11 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     s.request_id = r.spec.id;
     s.start_position = r.num_computed;
     s.token_ids.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
-    s.block_table = r.blocks.ids();
+    // The block table as a diff against what the runner has.
+    const std::vector<BlockId>& ids = r.blocks.ids();
+    s.reset_blocks = r.blocks_sent == 0;
+    s.new_blocks.assign(ids.begin() + static_cast<std::ptrdiff_t>(r.blocks_sent), ids.end());
+    r.blocks_sent = ids.size();
     s.needs_logits = r.num_computed + n == r.num_tokens();
     scheduled[&r] = plan.sequences.size();
     plan.sequences.push_back(std::move(s));
@@ -255,16 +242,18 @@ void Scheduler::Finish(RequestId id, FinishReason reason) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
     waiting_tokens_ -= r->num_tokens();
   }
-  finished_.emplace_back(id, reason);
-  requests_.erase(it);  // BlockAllocation returns the blocks
+  r->blocks.Release();  // the blocks return to the pool now
+  r->running = false;
+  finished_.emplace_back(std::move(it->second), reason);
+  requests_.erase(it);
 }
 
 void Scheduler::ForEachRunning(const std::function<void(const std::vector<BlockId>&, std::int64_t)>& fn) const {
   for (const Request* r : running_) fn(r->blocks.ids(), r->num_computed);
 }
 
-std::vector<std::pair<RequestId, FinishReason>> Scheduler::TakeFinished() {
-  std::vector<std::pair<RequestId, FinishReason>> out;
+std::vector<std::pair<std::unique_ptr<Request>, FinishReason>> Scheduler::TakeFinished() {
+  std::vector<std::pair<std::unique_ptr<Request>, FinishReason>> out;
   out.swap(finished_);
   return out;
 }

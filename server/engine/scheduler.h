@@ -24,11 +24,10 @@
 
 #include "server/common/status.h"
 #include "server/engine/block_pool.h"
+#include "server/engine/request.h"
 #include "server/engine/step_plan.h"
 
 namespace ropeserve {
-
-using Clock = std::chrono::steady_clock;
 
 struct SchedulerConfig {
   int max_num_seqs = 64;
@@ -40,18 +39,6 @@ struct SchedulerConfig {
   Status Validate() const;
 };
 
-struct RequestSpec {
-  RequestId id = 0;
-  std::vector<TokenId> prompt;
-  std::int64_t max_tokens = 16;
-  int priority = 0;  // lower runs first (vLLM's convention)
-  std::optional<Clock::time_point> deadline;
-  std::uint64_t cache_salt = 0;  // separates prefix-cache namespaces
-};
-
-enum class FinishReason { kStop, kLength, kCancelled, kDeadline };
-const char* FinishReasonName(FinishReason r);
-
 class Scheduler {
  public:
   Scheduler(SchedulerConfig config, BlockPool& pool);
@@ -59,8 +46,9 @@ class Scheduler {
 
   // Admission. InvalidArgument for a request that can never run (empty,
   // longer than the model's context, larger than the whole KV pool);
-  // ResourceExhausted when the waiting queue is full.
-  Status Add(RequestSpec spec);
+  // ResourceExhausted when the waiting queue is full. The request lives in
+  // the scheduler until Finish; the caller fills in its other fields.
+  StatusOr<Request*> Add(RequestSpec spec);
 
   // Plans the next step; first finishes requests whose deadline passed.
   // Prefill chunks (everything but one-token decodes of running requests)
@@ -77,9 +65,15 @@ class Scheduler {
   // Unknown ids are ignored (it may have finished already).
   void Finish(RequestId id, FinishReason reason);
 
+  // A live request; nullptr when unknown (finished).
+  Request* Find(RequestId id) const;
+  // Calls fn for every live request (running and waiting).
+  void ForEach(const std::function<void(Request&)>& fn) const;
+
   // Requests the scheduler ended by itself (deadlines) and those passed to
-  // Finish, since the last call.
-  std::vector<std::pair<RequestId, FinishReason>> TakeFinished();
+  // Finish, since the last call, handed over with their last state (their
+  // blocks are already free).
+  std::vector<std::pair<std::unique_ptr<Request>, FinishReason>> TakeFinished();
 
   // Tokens of a live request (prompt + generated so far); empty if unknown.
   const std::vector<TokenId>* Tokens(RequestId id) const;
@@ -95,8 +89,6 @@ class Scheduler {
   std::int64_t num_cached_prompt_tokens(RequestId id) const;
 
  private:
-  struct Request;
-  Request* Find(RequestId id) const;
   bool AllocateFor(Request& r, std::int64_t num_new);
   void Preempt(Request& r);
   // Drops r's blocks and computed tokens (its token list is kept).
@@ -112,7 +104,7 @@ class Scheduler {
   std::int64_t waiting_tokens_ = 0;
   std::uint64_t next_arrival_ = 0;
   std::uint64_t num_preemptions_ = 0;
-  std::vector<std::pair<RequestId, FinishReason>> finished_;
+  std::vector<std::pair<std::unique_ptr<Request>, FinishReason>> finished_;
 };
 
 }  // namespace ropeserve

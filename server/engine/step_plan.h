@@ -1,27 +1,65 @@
-// The plain-data contract between the scheduler and the model runner: one
-// forward over a packed, unpadded batch of prefill chunks and decode tokens.
-// The runner turns it into tensors in exactly one place (ModelRunner).
+// The plain-data contract between the engine and the model runner: one
+// forward over a packed, unpadded batch of prefill chunks and decode tokens,
+// plus what changed since the previous step (requests the runner meets for
+// the first time, requests that ended, blocks appended to block tables).
+// The runner keeps per-request state (block table rows, sampler state)
+// across steps and updates it from these diffs (BlockTables below is the
+// host-side mirror it and the tests use). Torch-free.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "server/engine/block_pool.h"
+#include "server/engine/sampling.h"
 
 namespace ropeserve {
 
 using RequestId = std::uint64_t;
 
+// Why a request ended. Strings for clients ("stop", "length") are made in
+// the API layer only.
+enum class FinishReason {
+  kStop,       // EOS, a stop token id, or a stop string
+  kLength,     // max_tokens
+  kCancelled,  // the client cancelled or went away
+  kDeadline,   // its deadline passed
+  kRejected,   // refused at admission (queue full, can never run)
+  kError,      // a forward failed (an exception, a device error)
+};
+
+// A request's sampling, sent to the runner once (StepPlan::added, before
+// the request's first scheduled step) and kept by it until the request
+// ends (StepPlan::removed).
+struct SamplingSpec {
+  RequestId id = 0;
+  SamplingParams params;
+  std::uint64_t seed = 0;         // resolved: the request's seed, or a random one
+  std::size_t top_logprobs = 0;   // alternatives reported per token
+  std::vector<TokenId> prompt;    // only when the repetition penalty is on (it looks at the prompt)
+  std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook (grammar masks); may be null
+};
+
 struct ScheduledSequence {
   RequestId request_id = 0;
   std::vector<TokenId> token_ids;      // the tokens computed this step
   std::int64_t start_position = 0;     // position of token_ids[0] (= tokens already cached)
-  std::vector<BlockId> block_table;    // covers start_position + token_ids.size() slots
+  // The request's block table as a diff: when `reset_blocks` (its first
+  // step, or its first after a preemption) the table is `new_blocks`,
+  // else `new_blocks` are appended to what the runner has. Afterwards the
+  // table covers start_position + token_ids.size() slots.
+  bool reset_blocks = false;
+  std::vector<BlockId> new_blocks;
   bool needs_logits = false;           // this chunk ends the known tokens: sample next
   std::int64_t context_length() const { return start_position + static_cast<std::int64_t>(token_ids.size()); }
 };
 
 struct StepPlan {
+  std::vector<SamplingSpec> added;           // new to the runner (apply before the step)
+  std::vector<RequestId> removed;            // ended since the previous step (drop their state)
   std::vector<ScheduledSequence> sequences;  // packed in this order
   int block_size = 16;
   std::int64_t num_tokens() const {
@@ -30,6 +68,20 @@ struct StepPlan {
     return n;
   }
   bool empty() const { return sequences.empty(); }
+};
+
+// The block tables a plan's diffs describe, per request. Not thread-safe.
+class BlockTables {
+ public:
+  // Applies `plan`: removed requests are dropped, each sequence's table reset
+  // or extended.
+  void Apply(const StepPlan& plan);
+  // Empty for an unknown request.
+  const std::vector<BlockId>& Of(RequestId id) const;
+  std::size_t size() const { return tables_.size(); }
+
+ private:
+  std::unordered_map<RequestId, std::vector<BlockId>> tables_;
 };
 
 }  // namespace ropeserve

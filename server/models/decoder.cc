@@ -29,27 +29,6 @@ at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
   return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
 }
 
-void EnsureCapacity(ContiguousKvCache& cache, int64_t needed, int64_t layers, int64_t hkv, int64_t D,
-                    const at::TensorOptions& opts) {
-  int64_t capacity = cache.k.empty() ? 0 : cache.k[0].size(0);
-  if (needed <= capacity) return;
-  int64_t new_capacity = std::max<int64_t>(needed, std::max<int64_t>(16, 2 * capacity));
-  if (cache.k.empty()) {
-    cache.k.resize(layers);
-    cache.v.resize(layers);
-  }
-  for (int64_t l = 0; l < layers; ++l) {
-    at::Tensor nk = at::empty({new_capacity, hkv, D}, opts);
-    at::Tensor nv = at::empty({new_capacity, hkv, D}, opts);
-    if (cache.length > 0) {
-      nk.narrow(0, 0, cache.length).copy_(cache.k[l].narrow(0, 0, cache.length));
-      nv.narrow(0, 0, cache.length).copy_(cache.v[l].narrow(0, 0, cache.length));
-    }
-    cache.k[l] = nk;
-    cache.v[l] = nv;
-  }
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype) {
@@ -204,23 +183,6 @@ at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
                     },
                     /*fused=*/false),
                 /*fast=*/false);
-}
-
-at::Tensor DecoderModel::ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const {
-  c10::InferenceMode guard;
-  const int64_t T = ids.size(0), start = cache.length, S = start + T;
-  EnsureCapacity(cache, S, config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim,
-                 w_.embed_tokens.options());
-  auto [cos, sin] = CosSin(at::arange(start, S, at::kLong));
-  at::Tensor h = RunLayers(Embed(ids), cos, sin, [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    cache.k[l].narrow(0, start, T).copy_(k);
-    cache.v[l].narrow(0, start, T).copy_(v);
-    return reference::PrefixCausalAttention(q, cache.k[l].narrow(0, 0, S), cache.v[l].narrow(0, 0, S),
-                                            attention_scale_);
-  });
-  cache.length = S;
-  if (!all_logits) h = h.narrow(0, T - 1, 1);
-  return Logits(h);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& positions,

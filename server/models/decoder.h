@@ -4,11 +4,12 @@
 //
 // Two forward paths compute the same function:
 //  - ForwardReference: dense causal attention over the whole sequence, no
-//    cache, no batching; the oracle in tests.
-//  - ForwardIncremental: appends tokens to a contiguous per-sequence KV cache
-//    and attends over it (grouped-query attention without repeating K/V).
-// Thread-safety: a loaded model is immutable; both forwards may run
-// concurrently on different caches.
+//    cache, no batching, unfused ops; the oracle in tests.
+//  - ForwardPaged: the serving path: a packed batch of prefill chunks and
+//    decode tokens over the paged KV cache, with the fused CPU kernels.
+// (ForwardSpans runs span heads on either path.)
+// Thread-safety: a loaded model is immutable; forwards may run concurrently
+// on different caches.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,13 +44,6 @@ struct DecoderWeights {
   at::Tensor norm;          // [H]
   at::Tensor lm_head;       // [V, H] (aliases embed_tokens when tied); undefined with a span head
   at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
-};
-
-// Contiguous KV cache of one sequence. Grows by doubling.
-struct ContiguousKvCache {
-  std::vector<at::Tensor> k;  // per layer [capacity, Hkv, D]
-  std::vector<at::Tensor> v;  // per layer [capacity, Hkv, D]
-  std::int64_t length = 0;    // tokens stored
 };
 
 // One step's packed, unpadded batch, as tensors (built by ModelRunner from
@@ -92,11 +86,6 @@ class DecoderModel {
   // ids: [T] int64, positions 0..T-1. Returns float32 logits [T, V].
   at::Tensor ForwardReference(const at::Tensor& ids) const;
 
-  // ids: [T] int64 at positions cache.length .. cache.length+T-1; appends
-  // their K/V to `cache`. Returns float32 logits [T, V], or [1, V] for the
-  // last token only when !all_logits.
-  at::Tensor ForwardIncremental(const at::Tensor& ids, ContiguousKvCache& cache, bool all_logits) const;
-
   // Packed batch over the paged cache: writes this step's K/V into their
   // slots, attends each sequence to its cached prefix plus causally within
   // its chunk. Returns float32 logits [R, V] for batch.logits_indices.
@@ -128,11 +117,11 @@ class DecoderModel {
   bool FusedKernelsApply(const at::Tensor& h) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x, bool fused) const;
   // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
-  // which the three forward paths differ.
+  // which the forward paths differ.
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
   // Embedded tokens h [T,H] through every decoder layer -> [T,H]. `fused`
-  // uses the fused RMSNorm/residual and RoPE kernels (the incremental and
-  // paged paths); the reference path keeps the unfused reference ops.
+  // uses the fused RMSNorm/residual and RoPE kernels (the paged and span
+  // paths); the reference path keeps the unfused reference ops.
   at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend,
                        bool fused = true) const;
   std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;

@@ -32,12 +32,13 @@
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
 #include "server/models/span_logits.h"
+#include "server/models/span_model.h"
 
 namespace ropeserve {
 
 class DecoderModel;
 
-class EncoderQaModel {
+class EncoderQaModel final : public SpanModel {
  public:
   // `dir` holds config.json and model.safetensors. Every expected tensor is
   // checked (present, shape, floating dtype) before any is used. Compute in
@@ -45,9 +46,9 @@ class EncoderQaModel {
   // AVX-512-BF16; attention softmax in float32 as Hugging Face's eager
   // attention).
   static StatusOr<std::unique_ptr<EncoderQaModel>> Load(const std::string& dir, DType dtype = DType::kF32);
-  ~EncoderQaModel();
+  ~EncoderQaModel() override;
 
-  const EncoderConfig& config() const { return config_; }
+  const EncoderConfig& config() const override { return config_; }
   struct Weights;  // opaque: the tensors by name
   // `type_ids` (token types, RoFormer) may be empty: all 0 (the other
   // families ignore them). `with_hidden` also returns the trunk's last
@@ -57,7 +58,7 @@ class EncoderQaModel {
                                         bool with_hidden = false) const;
   StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<std::uint32_t>>& windows,
                                                   const std::vector<std::vector<std::uint32_t>>& type_ids = {},
-                                                  bool with_hidden = false) const;
+                                                  bool with_hidden = false) const override;
 
  private:
   EncoderQaModel() = default;

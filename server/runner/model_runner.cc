@@ -3,56 +3,130 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <unordered_map>
+#include <vector>
 
 #include "server/models/decoder.h"
 
 namespace ropeserve {
+
+namespace {
+
+// Each live request's block table as a row of one persistent tensor; rows
+// are reused when requests end and the tensor grows (doubling rows) when
+// more requests are live than it has rows.
+class BlockTableRows {
+ public:
+  BlockTableRows(std::int64_t max_blocks, at::Device device) : max_blocks_(max_blocks), device_(device) {}
+
+  // Applies the plan's diffs; a table longer than max_blocks is an error.
+  Status Apply(const StepPlan& plan) {
+    for (RequestId id : plan.removed) {
+      auto it = rows_.find(id);
+      if (it == rows_.end()) continue;
+      free_rows_.push_back(it->second.row);
+      rows_.erase(it);
+    }
+    for (const auto& s : plan.sequences) {
+      auto it = rows_.find(s.request_id);
+      if (it == rows_.end()) it = rows_.emplace(s.request_id, Row{Take(), 0}).first;
+      Row& r = it->second;
+      if (s.reset_blocks) r.length = 0;
+      if (r.length + static_cast<std::int64_t>(s.new_blocks.size()) > max_blocks_)
+        return Internal("a block table outgrew the runner's rows");
+      if (!s.new_blocks.empty()) {
+        // Only the new entries are written.
+        auto src = at::tensor(std::vector<std::int32_t>(s.new_blocks.begin(), s.new_blocks.end()), at::kInt);
+        table_[r.row].narrow(0, r.length, static_cast<std::int64_t>(s.new_blocks.size())).copy_(src);
+        r.length += static_cast<std::int64_t>(s.new_blocks.size());
+      }
+    }
+    return Status::Ok();
+  }
+
+  // [S, max_blocks] rows of the plan's sequences, in plan order.
+  at::Tensor Gather(const StepPlan& plan) const {
+    std::vector<std::int64_t> rows;
+    for (const auto& s : plan.sequences) rows.push_back(rows_.at(s.request_id).row);
+    return table_.index_select(0, at::tensor(rows, at::kLong).to(device_));
+  }
+
+ private:
+  struct Row {
+    std::int64_t row = 0;
+    std::int64_t length = 0;  // blocks in the table
+  };
+  std::int64_t Take() {
+    if (free_rows_.empty()) {
+      const std::int64_t old = table_.defined() ? table_.size(0) : 0;
+      const std::int64_t grown = std::max<std::int64_t>(64, 2 * old);
+      at::Tensor t = at::zeros({grown, max_blocks_}, at::TensorOptions().dtype(at::kInt).device(device_));
+      if (old > 0) t.narrow(0, 0, old).copy_(table_);
+      table_ = t;
+      for (std::int64_t r = grown - 1; r >= old; --r) free_rows_.push_back(r);
+    }
+    const std::int64_t r = free_rows_.back();
+    free_rows_.pop_back();
+    return r;
+  }
+
+  const std::int64_t max_blocks_;
+  const at::Device device_;
+  at::Tensor table_;  // [rows, max_blocks] int32
+  std::vector<std::int64_t> free_rows_;
+  std::unordered_map<RequestId, Row> rows_;
+};
+
+}  // namespace
 
 struct ModelRunner::Impl {
   const DecoderModel& model;
   std::int64_t block_size;
   PagedKvCache cache;
   bool reference_attention;
+  BlockTableRows tables;  // on the device, for the attention kernel
+  BlockTables host;       // the same tables on the host, for slot mappings
 };
 
 ModelRunner::ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size,
                          bool reference_attention)
-    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size), reference_attention}) {}
+    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size), reference_attention,
+                     BlockTableRows((model.config().max_position_embeddings + block_size - 1) / block_size,
+                                    at::kCPU),
+                     BlockTables()}) {}
 
 ModelRunner::~ModelRunner() = default;
 
 std::int64_t ModelRunner::vocab_size() const { return impl_->model.config().vocab_size; }
 
-StatusOr<StepLogits> ModelRunner::Execute(const StepPlan& plan) {
+StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   const std::int64_t bs = impl_->block_size;
   if (plan.block_size != bs) return Internal("step plan block size differs from the KV cache's");
-  std::vector<std::int64_t> ids, positions, slots, logits_rows;
+  RS_RETURN_IF_ERROR(impl_->tables.Apply(plan));
+  impl_->host.Apply(plan);
+  StepLogits out;
+  out.vocab = vocab_size();
+  if (plan.sequences.empty()) return out;
+  // Per-step data: the packed tokens, their positions and cache slots.
+  std::vector<std::int64_t> ids, positions, slots, logits_rows, query_start{0};
   PagedBatch batch;
-  std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     const auto n = static_cast<std::int64_t>(s.token_ids.size());
+    const std::vector<BlockId>& table = impl_->host.Of(s.request_id);
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t pos = s.start_position + i;
+      if (pos / bs >= static_cast<std::int64_t>(table.size())) return Internal("a block table is too short for its tokens");
       ids.push_back(s.token_ids[i]);
       positions.push_back(pos);
-      slots.push_back(static_cast<std::int64_t>(s.block_table.at(pos / bs)) * bs + pos % bs);
+      slots.push_back(static_cast<std::int64_t>(table[pos / bs]) * bs + pos % bs);
     }
-    row += n;
-    if (s.needs_logits) logits_rows.push_back(row - 1);
-    batch.block_tables.push_back(s.block_table);
+    query_start.push_back(query_start.back() + n);
+    if (s.needs_logits) logits_rows.push_back(query_start.back() - 1);
+    if (impl_->reference_attention) batch.block_tables.push_back(table);
     batch.query_lens.push_back(n);
     batch.context_lens.push_back(s.context_length());
   }
-  std::size_t max_blocks = 1;
-  for (const auto& t : batch.block_tables) max_blocks = std::max(max_blocks, t.size());
-  batch.block_table_tensor = at::zeros({static_cast<std::int64_t>(batch.block_tables.size()),
-                                        static_cast<std::int64_t>(max_blocks)}, at::kInt);
-  auto* table_ptr = batch.block_table_tensor.data_ptr<std::int32_t>();
-  std::vector<std::int64_t> query_start{0};
-  for (std::size_t s = 0; s < batch.block_tables.size(); ++s) {
-    std::copy(batch.block_tables[s].begin(), batch.block_tables[s].end(), table_ptr + s * max_blocks);
-    query_start.push_back(query_start.back() + batch.query_lens[s]);
-  }
+  batch.block_table_tensor = impl_->tables.Gather(plan);
   batch.reference_attention = impl_->reference_attention;
   const auto opts = at::TensorOptions().dtype(at::kLong);
   batch.query_start = at::tensor(query_start, opts);
@@ -62,8 +136,6 @@ StatusOr<StepLogits> ModelRunner::Execute(const StepPlan& plan) {
   batch.slot_mapping = at::tensor(slots, opts);
   batch.logits_indices = at::tensor(logits_rows, opts);
 
-  StepLogits out;
-  out.vocab = vocab_size();
   out.rows = static_cast<std::int64_t>(logits_rows.size());
   if (out.rows == 0) {
     impl_->model.ForwardPaged(batch, impl_->cache);  // prefill chunks only: K/V written, no logits used

@@ -1,8 +1,17 @@
-// ModelRunner: the one place a StepPlan becomes tensors. Owns the paged KV
-// cache of a DecoderModel and runs one packed forward per step.
-// Threading: called only from the engine thread.
+// The model runner: turns a StepPlan into the batch's tensors (in exactly
+// one place), runs the decoder's paged forward and samples every sequence
+// that needs a token, returning only ids and logprobs to the engine.
+//
+// State kept across steps and updated from the plans' diffs: each live
+// request's block table as a row of a persistent [rows, max_blocks] int32
+// tensor (a step gathers its sequences' rows), and its sampler state. It
+// runs on the CPU (the model's tensors) with the host sampler; a CUDA
+// runner is to keep the same state on the device with the device sampler
+// behind the same LogitsExecutor / ModelExecutor contract.
+// Threading: the engine's thread only.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "server/engine/model_executor.h"
@@ -11,7 +20,7 @@ namespace ropeserve {
 
 class DecoderModel;
 
-class ModelRunner final : public ModelExecutor {
+class ModelRunner final : public LogitsExecutor {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer.
   // reference_attention: use the slow gather-based attention (the oracle).
@@ -19,8 +28,10 @@ class ModelRunner final : public ModelExecutor {
               bool reference_attention = false);
   ~ModelRunner() override;
 
-  StatusOr<StepLogits> Execute(const StepPlan& plan) override;
   std::int64_t vocab_size() const override;
+
+ protected:
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override;
 
  private:
   struct Impl;

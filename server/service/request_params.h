@@ -28,7 +28,6 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::size_t top_logprobs = 0;  // 0 = none
   bool ignore_eos = false;
-  bool use_reference = false;  // offline `generate --reference` only
   // Served requests only (need the tokenizer): generation ends when the
   // decoded text contains one of `stop` (the text is cut before it) or a
   // token of `stop_token_ids` is produced.
@@ -37,6 +36,24 @@ struct GenerateOptions {
   // Served requests: the engine ends the request with DeadlineExceeded this
   // long after submission (0 = no deadline).
   double timeout_seconds = 0;
+};
+
+struct TokenLogprob {
+  std::int64_t id;
+  double logprob;
+};
+
+// A whole generation, as the offline path and unary requests return it.
+struct GenerateResult {
+  std::vector<std::int64_t> prompt_ids;
+  std::vector<std::int64_t> generated_ids;
+  std::vector<double> logprobs;                         // of each generated id
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
+  std::string finish_reason;                            // "length" | "stop"
+  std::string text;            // decoded output (with a tokenizer)
+  std::int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
+  double prefill_seconds = 0;  // submission to the first token
+  double decode_seconds = 0;   // all later tokens
 };
 
 }  // namespace ropeserve

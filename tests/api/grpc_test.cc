@@ -4,7 +4,8 @@
 
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/grpc_service.h"
-#include "server/api/model_service.h"
+#include "tests/common/offline.h"
+#include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
 #include "server/models/decoder.h"
 #include "server/tokenizer/tokenizer.h"
@@ -20,12 +21,12 @@ class GrpcApi : public ::testing::Test {
     auto m = DecoderModel::Load(dir_.path(), DType::kF32);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value();
-    api::EngineOptions eo;
+    service::EngineOptions eo;
     eo.kv_cache_memory = "16M";
     auto tok = tok::Tokenizer::FromPath(dir_.path());
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tokenizer_ = *tok;
-    auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
+    auto svc = ServeDecoder(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
     ctx_.service = service_.get();
@@ -62,7 +63,7 @@ class GrpcApi : public ::testing::Test {
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
-  std::unique_ptr<api::ModelService> service_;
+  std::unique_ptr<service::GenerationService> service_;
   api::ServingContext ctx_;
   std::unique_ptr<api::GrpcServer> server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
@@ -91,7 +92,7 @@ TEST_F(GrpcApi, GreedyGenerateEqualsOfflineGenerate) {
   GenerateOptions o;
   o.max_tokens = 5;
   o.ignore_eos = true;
-  auto want = Generate(*model_, {9, 8, 7}, o);
+  auto want = testing::OfflineGenerate(*model_, {9, 8, 7}, o);
   ASSERT_TRUE(want.ok());
   EXPECT_EQ(std::vector<std::int64_t>(resp.token_ids().begin(), resp.token_ids().end()), want->generated_ids);
   ASSERT_EQ(resp.top_logprobs_size(), 5);

@@ -1,6 +1,6 @@
 // Black-box tests of the REST API on a tiny generated model.
 #include "server/api/http_server.h"
-#include "server/api/model_service.h"
+#include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "tests/common/offline.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
@@ -30,12 +30,12 @@ class HttpApi : public ::testing::Test {
     o.host = "127.0.0.1";
     o.port = 0;
     o.max_body_bytes = 4096;
-    api::EngineOptions eo;
+    service::EngineOptions eo;
     eo.kv_cache_memory = "16M";
     auto tok = tok::Tokenizer::FromPath(dir_.path());
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tokenizer_ = *tok;
-    auto svc = api::ModelService::Create(*model_, "tiny", eo, tokenizer_);
+    auto svc = ServeDecoder(*model_, "tiny", eo, tokenizer_);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     service_ = std::move(svc).value();
     ctx_.service = service_.get();
@@ -70,7 +70,7 @@ class HttpApi : public ::testing::Test {
   testing::ScratchDir dir_;
   std::unique_ptr<DecoderModel> model_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
-  std::unique_ptr<api::ModelService> service_;
+  std::unique_ptr<service::GenerationService> service_;
   api::ServingContext ctx_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
@@ -93,7 +93,7 @@ TEST_F(HttpApi, GreedyCompletionEqualsOfflineGenerate) {
   GenerateOptions o;
   o.max_tokens = 6;
   o.ignore_eos = true;
-  auto want = Generate(*model_, {5, 6, 7}, o);
+  auto want = testing::OfflineGenerate(*model_, {5, 6, 7}, o);
   ASSERT_TRUE(want.ok());
   EXPECT_EQ(body["choices"][0]["token_ids"].get<std::vector<std::int64_t>>(), want->generated_ids);
   EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
@@ -150,7 +150,7 @@ TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
     GenerateOptions o;
     o.max_tokens = 8;
     o.ignore_eos = true;
-    auto want = Generate(*model_, {i + 1, i + 2, i + 3}, o);
+    auto want = testing::OfflineGenerate(*model_, {i + 1, i + 2, i + 3}, o);
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(got[i], want->generated_ids) << "client " << i;
   }
@@ -253,9 +253,9 @@ TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
   testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
   auto m = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_TRUE(m.ok());
-  api::EngineOptions eo;
+  service::EngineOptions eo;
   eo.kv_cache_memory = "8M";
-  auto svc = api::ModelService::Create(**m, "tiny", eo);
+  auto svc = ServeDecoder(**m, "tiny", eo);
   ASSERT_TRUE(svc.ok());
   auto [code, body] = api::HandleCompletion(**svc, R"({"prompt":"hello"})");
   EXPECT_EQ(code, 422);
@@ -285,7 +285,7 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
   o.sampling.frequency_penalty = -2;
   o.sampling.presence_penalty = -2;
   o.sampling.repetition_penalty = 1.5;
-  auto want = Generate(*model_, {5, 6, 7}, o);
+  auto want = testing::OfflineGenerate(*model_, {5, 6, 7}, o);
   ASSERT_TRUE(want.ok());
   EXPECT_EQ(pen["choices"][0]["token_ids"], want->generated_ids);
   // A huge repetition penalty: no token of the prompt or of the output

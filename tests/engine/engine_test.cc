@@ -16,10 +16,10 @@ namespace ropeserve {
 namespace {
 
 // Logits that make the next token (last token + 1) % vocab, by a wide margin.
-class CountingModel : public ModelExecutor {
+class CountingModel : public LogitsExecutor {
  public:
   explicit CountingModel(std::int64_t vocab) : vocab_(vocab) {}
-  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     ++calls;
     if (fail_next) {
       fail_next = false;
@@ -77,24 +77,24 @@ TEST(Engine, StopsAtMaxTokensEosAndStopIds) {
   r.max_tokens = 4;
   StreamChunk c = RunOne(e, r);
   EXPECT_EQ(Ids(c), (std::vector<TokenId>{3, 4, 5, 6}));
-  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.finish_reason, FinishReason::kLength);
   EXPECT_EQ(c.prompt_tokens, 2);
 
   r.prompt = {5};
   r.max_tokens = 10;
   c = RunOne(e, r);  // 6 7 8 9=eos
   EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9}));
-  EXPECT_EQ(c.finish_reason, "stop");
+  EXPECT_EQ(c.finish_reason, FinishReason::kStop);
 
-  r.ignore_eos = true;
-  r.stop_token_ids = {11};
+  r.stop.ignore_eos = true;
+  r.stop.stop_token_ids = {11};
   c = RunOne(e, r);
   EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9, 10, 11}));
-  EXPECT_EQ(c.finish_reason, "stop");
+  EXPECT_EQ(c.finish_reason, FinishReason::kStop);
 
-  r.ignore_eos = false;
-  r.stop_token_ids = {};
-  r.min_tokens = 6;  // EOS at token 4 is ignored
+  r.stop.ignore_eos = false;
+  r.stop.stop_token_ids = {};
+  r.stop.min_tokens = 6;  // EOS at token 4 is ignored
   c = RunOne(e, r);
   EXPECT_EQ(Ids(c), (std::vector<TokenId>{6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
   EXPECT_EQ(e.pool().num_free(), 32);
@@ -115,13 +115,26 @@ TEST(Engine, TopLogprobsAndLogprobsAreReported) {
   EXPECT_GT(c.tokens[0].logprob, -1e-6);
 }
 
-TEST(Engine, AdmissionVerdictsComeBackFromSubmit) {
+TEST(Engine, SubmitNeverWaitsAndTheVerdictArrivesOnTheStream) {
   CountingModel m(20);
   Engine e(Config(), m);
+  e.Start();  // the engine thread decides admission
   EngineRequest r;
   r.prompt = {1, 2, 3};
-  r.max_tokens = 100;  // > max_model_len 64
-  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+  r.max_tokens = 100;  // > max_model_len 64: refused by the scheduler
+  auto refused = e.Submit(r);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)->WaitAdmission().code(), ErrorCode::kInvalidArgument);
+  StreamChunk c = (*refused)->Next(std::chrono::seconds(10));
+  EXPECT_TRUE(c.finished);
+  EXPECT_EQ(c.finish_reason, FinishReason::kRejected);
+  EXPECT_EQ(c.error.code(), ErrorCode::kInvalidArgument);
+  r.max_tokens = 3;
+  auto admitted = e.Submit(r);
+  ASSERT_TRUE(admitted.ok());
+  EXPECT_TRUE((*admitted)->WaitAdmission().ok());
+  e.Stop();
+  // What Submit checks itself, at once.
   r.max_tokens = 4;
   r.prompt = {25};  // outside the vocabulary
   EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
@@ -141,11 +154,11 @@ TEST(Engine, AFailedForwardFailsOnlyItsRequests) {
   m.fail_next = true;
   e.RunUntilIdle();
   StreamChunk c = (*a)->Next(std::chrono::seconds(0));
-  EXPECT_EQ(c.finish_reason, "error");
+  EXPECT_EQ(c.finish_reason, FinishReason::kError);
   EXPECT_NE(c.error.message().find("device lost"), std::string::npos);
   // The engine keeps serving.
   StreamChunk ok = RunOne(e, r);
-  EXPECT_EQ(ok.finish_reason, "length");
+  EXPECT_EQ(ok.finish_reason, FinishReason::kLength);
   EXPECT_EQ(e.pool().num_free(), 32);
 }
 
@@ -167,14 +180,14 @@ TEST(Engine, ThreadedEngineServesAndShutsDownCleanly) {
   EXPECT_EQ(got, (std::vector<TokenId>{2, 3, 4, 5, 6}));
   // A long request still running at Stop() is finished, not abandoned.
   r.max_tokens = 60;
-  r.ignore_eos = true;
+  r.stop.ignore_eos = true;
   auto long_one = e.Submit(r);
   ASSERT_TRUE(long_one.ok());
   e.Stop();
   do {
     c = (*long_one)->Next(std::chrono::seconds(10));
   } while (!c.finished);
-  EXPECT_TRUE(c.finish_reason == "cancelled" || c.finish_reason == "length");
+  EXPECT_TRUE(c.finish_reason == FinishReason::kCancelled || c.finish_reason == FinishReason::kLength);
 }
 
 }  // namespace
@@ -214,9 +227,9 @@ namespace ropeserve {
 namespace {
 
 // Same logits every step: token 3 > 4 > 5 > the rest.
-class FavoriteModel : public ModelExecutor {
+class FavoriteModel : public LogitsExecutor {
  public:
-  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     auto buf = std::make_shared<std::vector<float>>();
     StepLogits out;
     out.vocab = 16;
@@ -280,12 +293,12 @@ TEST(Engine, ObserverGetsRequestTimingAndStepFigures) {
   EngineRequest r;
   r.prompt = {1, 2, 3, 4, 5, 6};
   r.max_tokens = 5;
-  r.ignore_eos = true;
+  r.stop.ignore_eos = true;
   auto c = RunOne(e, r);
-  ASSERT_EQ(c.finish_reason, "length");
+  ASSERT_EQ(c.finish_reason, FinishReason::kLength);
   ASSERT_EQ(rec.requests.size(), 1u);
   const RequestMetrics& rm = rec.requests[0];
-  EXPECT_EQ(rm.finish_reason, "length");
+  EXPECT_EQ(rm.finish_reason, FinishReason::kLength);
   EXPECT_EQ(rm.prompt_tokens, 6);
   EXPECT_EQ(rm.generated_tokens, 5);
   EXPECT_EQ(rm.inter_token_seconds.size(), 4u);
@@ -306,7 +319,7 @@ TEST(Engine, ObserverGetsRequestTimingAndStepFigures) {
   e.Cancel((*s)->id());
   e.RunUntilIdle();
   ASSERT_EQ(rec.requests.size(), 2u);
-  EXPECT_EQ(rec.requests[1].finish_reason, "cancelled");
+  EXPECT_EQ(rec.requests[1].finish_reason, FinishReason::kCancelled);
   EXPECT_EQ(rec.requests[1].ttft_seconds, -1);
 }
 
@@ -410,7 +423,7 @@ TEST(Engine, EncoderWindowsAndDecodesShareEveryStep) {
     EngineRequest r;
     r.prompt.assign(20, 100 + i);
     r.max_tokens = 30;
-    r.ignore_eos = true;
+    r.stop.ignore_eos = true;
     auto s = e.Submit(r);
     ASSERT_TRUE(s.ok());
     streams.push_back(*s);
@@ -446,9 +459,9 @@ TEST(Engine, ExceptionsFailOnlyTheirStepAndTheEngineGoesOn) {
   class ThrowingModel : public CountingModel {
    public:
     using CountingModel::CountingModel;
-    StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+    StatusOr<StepLogits> Forward(const StepPlan& plan) override {
       if (throw_next.exchange(false)) throw std::runtime_error("injected: out of memory");
-      return CountingModel::Execute(plan);
+      return CountingModel::Forward(plan);
     }
     std::atomic<bool> throw_next{false};
   } m(20);
@@ -471,7 +484,7 @@ TEST(Engine, ExceptionsFailOnlyTheirStepAndTheEngineGoesOn) {
   (*noisy)->SetNotify([] { throw std::runtime_error("injected: callback"); });
   e.RunUntilIdle();
   StreamChunk first = (*noisy)->Next(std::chrono::seconds(0));
-  EXPECT_EQ(first.finish_reason, "error");
+  EXPECT_EQ(first.finish_reason, FinishReason::kError);
   EXPECT_NE(first.error.message().find("injected: callback"), std::string::npos) << first.error.ToString();
   EncoderQueue queue;
   e.AttachEncoder(&queue, &runner);
@@ -493,7 +506,7 @@ TEST(Engine, ExceptionsFailOnlyTheirStepAndTheEngineGoesOn) {
   auto failed = e.Submit(r);
   ASSERT_TRUE(failed.ok());
   StreamChunk c = finish(*failed);
-  EXPECT_EQ(c.finish_reason, "error");
+  EXPECT_EQ(c.finish_reason, FinishReason::kError);
   EXPECT_NE(c.error.message().find("injected: out of memory"), std::string::npos) << c.error.ToString();
   // The encoder runner throws: that job fails, the next one runs.
   runner.throw_next = true;
@@ -508,7 +521,7 @@ TEST(Engine, ExceptionsFailOnlyTheirStepAndTheEngineGoesOn) {
   auto ok = e.Submit(r);
   ASSERT_TRUE(ok.ok());
   c = finish(*ok);
-  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.finish_reason, FinishReason::kLength);
   EXPECT_EQ(c.tokens.size(), 3u);
   for (int i = 0; i < 1000 && !good_job->done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(good_job->done());

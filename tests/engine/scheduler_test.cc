@@ -20,9 +20,11 @@ RequestSpec Spec(RequestId id, int prompt_len, int max_tokens = 4, int first_tok
 }
 
 // Runs one step as an engine would: every sequence that needs logits gets
-// token 7.
-StepPlan Step(Scheduler& s, std::int64_t prefill_budget = -1) {
+// token 7. `tables` mirrors the block tables as a runner would from the
+// plans' diffs.
+StepPlan Step(Scheduler& s, std::int64_t prefill_budget = -1, BlockTables* tables = nullptr) {
   StepPlan plan = s.Schedule(Clock::now(), prefill_budget);
+  if (tables != nullptr) tables->Apply(plan);
   std::map<RequestId, TokenId> sampled;
   for (const auto& seq : plan.sequences)
     if (seq.needs_logits) sampled[seq.request_id] = 7;
@@ -45,15 +47,22 @@ TEST(Scheduler, PacksPrefillsIntoTheTokenBudgetAndChunksTheRest) {
   Scheduler s(c, pool);
   ASSERT_TRUE(s.Add(Spec(1, 6)).ok());
   ASSERT_TRUE(s.Add(Spec(2, 7)).ok());
-  StepPlan p1 = Step(s);
+  BlockTables tables;
+  StepPlan p1 = Step(s, -1, &tables);
   EXPECT_EQ(Shape(p1), (Shp{{1, 6}, {2, 4}}));  // request 2 chunked
   EXPECT_TRUE(p1.sequences[0].needs_logits);
   EXPECT_FALSE(p1.sequences[1].needs_logits);
-  EXPECT_EQ(p1.sequences[1].block_table, (std::vector<BlockId>{2}));
-  StepPlan p2 = Step(s);
+  EXPECT_TRUE(p1.sequences[1].reset_blocks);  // the runner's first sight of it
+  EXPECT_EQ(tables.Of(2), (std::vector<BlockId>{2}));
+  StepPlan p2 = Step(s, -1, &tables);
   EXPECT_EQ(Shape(p2), (Shp{{1, 1}, {2, 3}}));  // decode + rest of the prefill
   EXPECT_EQ(p2.sequences[1].start_position, 4);
-  EXPECT_EQ(p2.sequences[1].block_table, (std::vector<BlockId>{2, 3}));
+  // Only what changed travels: request 2's new block, nothing for 1.
+  EXPECT_FALSE(p2.sequences[1].reset_blocks);
+  EXPECT_EQ(p2.sequences[1].new_blocks, (std::vector<BlockId>{3}));
+  EXPECT_TRUE(p2.sequences[0].new_blocks.empty());
+  EXPECT_EQ(tables.Of(2), (std::vector<BlockId>{2, 3}));
+  EXPECT_EQ(tables.Of(1), (std::vector<BlockId>{0, 1}));
   EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 1}}));
 }
 
@@ -116,10 +125,11 @@ TEST(Scheduler, PreemptsTheLatestArrivalAndRecomputesItLater) {
   Scheduler s(SchedulerConfig{}, pool);
   ASSERT_TRUE(s.Add(Spec(1, 3, 4)).ok());
   ASSERT_TRUE(s.Add(Spec(2, 3, 4)).ok());
-  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 3}, {2, 3}}));  // 4 blocks in use
-  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 1}}));  // positions 3: still in block 1
+  BlockTables tables;
+  EXPECT_EQ(Shape(Step(s, -1, &tables)), (Shp{{1, 3}, {2, 3}}));  // 4 blocks in use
+  EXPECT_EQ(Shape(Step(s, -1, &tables)), (Shp{{1, 1}, {2, 1}}));  // positions 3: still in block 1
   // Position 4 needs a third block each: request 2 (latest) is preempted.
-  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}}));
+  EXPECT_EQ(Shape(Step(s, -1, &tables)), (Shp{{1, 1}}));
   EXPECT_EQ(s.num_preemptions(), 1u);
   EXPECT_EQ(s.num_waiting(), 1);
   // Its tokens so far (3 prompt + 2 generated) are kept for the recompute.
@@ -128,10 +138,13 @@ TEST(Scheduler, PreemptsTheLatestArrivalAndRecomputesItLater) {
   // Recompute: request 2's first block survived in the prefix cache (its
   // second was evicted first, to give request 1 a block), so 3 of 5 tokens
   // are recomputed.
-  StepPlan p = Step(s);
+  StepPlan p = Step(s, -1, &tables);
   EXPECT_EQ(Shape(p), (Shp{{2, 3}}));
   EXPECT_EQ(p.sequences[0].start_position, 2);
   EXPECT_TRUE(p.sequences[0].needs_logits);
+  // The runner's table for it starts over (the old blocks are gone).
+  EXPECT_TRUE(p.sequences[0].reset_blocks);
+  EXPECT_EQ(tables.Of(2).size(), 3u);  // 5 tokens in blocks of 2
 }
 
 TEST(Scheduler, HigherPriorityValueIsPreemptedFirst) {
@@ -160,7 +173,8 @@ TEST(Scheduler, CancellationAndDeadlinesFreeEveryBlock) {
   StepPlan p = s.Schedule(Clock::now() + std::chrono::hours(2));  // 2's deadline passed
   s.Update(p, {});
   EXPECT_EQ(Shape(p), (Shp{{3, 1}}));
-  auto finished = s.TakeFinished();
+  std::vector<std::pair<RequestId, FinishReason>> finished;
+  for (auto& [r, reason] : s.TakeFinished()) finished.emplace_back(r->spec.id, reason);
   EXPECT_EQ(finished, (std::vector<std::pair<RequestId, FinishReason>>{{1, FinishReason::kCancelled},
                                                                        {2, FinishReason::kDeadline}}));
   s.Finish(3, FinishReason::kCancelled);
@@ -174,19 +188,19 @@ TEST(Scheduler, RejectsWhatCanNeverRunAndOverload) {
   c.max_model_len = 12;
   c.max_waiting_requests = 2;
   Scheduler s(c, pool);
-  Status too_long = s.Add(Spec(1, 10, 4));
+  Status too_long = s.Add(Spec(1, 10, 4)).status();
   EXPECT_EQ(too_long.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(too_long.message().find("maximum context length is 12"), std::string::npos);
-  EXPECT_EQ(s.Add(Spec(2, 0)).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.Add(Spec(2, 0)).status().code(), ErrorCode::kInvalidArgument);
   BlockPool tiny(2, 4);  // 8 slots < 6 + 4
   Scheduler t(c, tiny);
-  Status never = t.Add(Spec(3, 6, 4));
+  Status never = t.Add(Spec(3, 6, 4)).status();
   EXPECT_EQ(never.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(never.message().find("can never run"), std::string::npos);
   ASSERT_TRUE(s.Add(Spec(4, 2)).ok());
   ASSERT_TRUE(s.Add(Spec(5, 2)).ok());
-  EXPECT_EQ(s.Add(Spec(6, 2)).code(), ErrorCode::kResourceExhausted);
-  EXPECT_EQ(s.Add(Spec(4, 2)).code(), ErrorCode::kInvalidArgument);  // duplicate id
+  EXPECT_EQ(s.Add(Spec(6, 2)).status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(s.Add(Spec(4, 2)).status().code(), ErrorCode::kInvalidArgument);  // duplicate id
 }
 
 }  // namespace

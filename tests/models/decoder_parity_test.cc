@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
@@ -67,7 +67,7 @@ TEST_F(LlamaCppParity, GreedyTokensUpToFirstNearTie) {
     GenerateOptions opts;
     opts.max_tokens = static_cast<std::int64_t>(want.size());
     opts.ignore_eos = true;
-    auto got = Generate(*model_, prompt, opts);
+    auto got = testing::OfflineGenerate(*model_, prompt, opts);  // the serving path
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     size_t limit = c["first_near_tie_step"].is_null() ? want.size() : c["first_near_tie_step"].get<size_t>();
     ASSERT_GE(got->generated_ids.size(), limit);

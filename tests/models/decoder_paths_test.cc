@@ -1,12 +1,14 @@
-// The incremental (KV-cache) path against the dense reference path, for
-// every family and RoPE variant: logits agree at every position.
+// The serving path (paged KV cache, fused kernels, chunked prefill) against
+// the dense reference path, for every family and RoPE variant: logits agree
+// at every position; and offline generation through the engine.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
+#include "tests/models/reference_decode.h"
 
 namespace ropeserve {
 namespace {
@@ -38,26 +40,9 @@ std::vector<std::int64_t> RandomIds(std::int64_t n, std::int64_t vocab, std::uin
   return ids;
 }
 
-// Feeds `ids` through ForwardIncremental in uneven chunks (a prefill, single
-// tokens, and multi-token chunks that attend to the cached prefix).
-at::Tensor IncrementalLogits(const DecoderModel& m, const std::vector<std::int64_t>& ids) {
-  const std::vector<std::int64_t> chunks{7, 1, 5, 1, 1, 12};
-  ContiguousKvCache cache;
-  std::vector<at::Tensor> parts;
-  size_t pos = 0;
-  for (size_t c = 0; pos < ids.size(); ++c) {
-    const size_t n = std::min<size_t>(c < chunks.size() ? chunks[c] : 3, ids.size() - pos);
-    std::vector<std::int64_t> chunk(ids.begin() + pos, ids.begin() + pos + n);
-    parts.push_back(m.ForwardIncremental(at::tensor(chunk, at::kLong), cache, /*all_logits=*/true));
-    pos += n;
-  }
-  EXPECT_EQ(cache.length, static_cast<std::int64_t>(ids.size()));
-  return at::cat(parts, 0);
-}
-
 class PathsAgree : public ::testing::TestWithParam<Variant> {};
 
-TEST_P(PathsAgree, IncrementalEqualsReferenceAtEveryPosition) {
+TEST_P(PathsAgree, PagedEqualsReferenceAtEveryPosition) {
   const Variant& v = GetParam();
   ScratchDir dir;
   auto o = testing::TinyOptions(v.arch);
@@ -74,7 +59,7 @@ TEST_P(PathsAgree, IncrementalEqualsReferenceAtEveryPosition) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const auto ids = RandomIds(48, (*m)->config().vocab_size, 11);
   at::Tensor ref = (*m)->ForwardReference(at::tensor(ids, at::kLong));
-  at::Tensor inc = IncrementalLogits(**m, ids);
+  at::Tensor inc = testing::PagedLogits(**m, ids);
   ASSERT_EQ(ref.sizes(), inc.sizes());
   const double scale = ref.abs().max().item<double>();
   EXPECT_GT(scale, 1.0);  // logits are not degenerate
@@ -122,7 +107,7 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   const auto ids = RandomIds(24, 300, 3);
   at::Tensor ref32 = (*f32)->ForwardReference(at::tensor(ids, at::kLong));
   at::Tensor ref16 = (*bf16)->ForwardReference(at::tensor(ids, at::kLong));
-  at::Tensor inc16 = IncrementalLogits(**bf16, ids);
+  at::Tensor inc16 = testing::PagedLogits(**bf16, ids);
   EXPECT_EQ(ref16.scalar_type(), at::kFloat);
   // bf16 keeps ~3 significant digits and rounds after every op, so the
   // bounds are relative to the logit scale; a wrong path is off by O(1).
@@ -131,7 +116,7 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   EXPECT_LE((ref16 - ref32).abs().max().item<double>() / scale, 1e-1);
 }
 
-TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
+TEST(Generate, TheEngineGeneratesTheReferenceTokens) {
   ScratchDir dir;
   auto m = LoadTiny(dir, "qwen2");
   ASSERT_NE(m, nullptr);
@@ -139,13 +124,28 @@ TEST(Generate, ReferenceAndIncrementalGenerateTheSameTokens) {
   o.max_tokens = 12;
   o.ignore_eos = true;
   o.top_logprobs = 3;
-  auto fast = Generate(*m, {1, 2, 3}, o);
-  o.use_reference = true;
-  auto slow = Generate(*m, {1, 2, 3}, o);
-  ASSERT_TRUE(fast.ok() && slow.ok());
-  EXPECT_EQ(fast->generated_ids, slow->generated_ids);
-  ASSERT_EQ(fast->top_logprobs.size(), 12u);
-  EXPECT_EQ(fast->top_logprobs[0][0].id, fast->generated_ids[0]);
+  auto engine = OfflineDecoder(*m);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::vector<std::int64_t> streamed;
+  auto fast = (*engine)->GenerateBatch({{1, 2, 3}}, o, false, [&](std::size_t, const service::Generation::Delta& d) {
+    streamed.insert(streamed.end(), d.ids.begin(), d.ids.end());
+  });
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  ASSERT_EQ(fast->size(), 1u);
+  const auto want = testing::ReferenceGreedy(*m, {1, 2, 3}, 12);
+  const GenerateResult& got = (*fast)[0];
+  EXPECT_EQ(got.generated_ids, std::vector<std::int64_t>(want.begin(), want.end()));
+  EXPECT_EQ(streamed, got.generated_ids);
+  ASSERT_EQ(got.top_logprobs.size(), 12u);
+  EXPECT_EQ(got.top_logprobs[0][0].id, got.generated_ids[0]);
+  EXPECT_EQ(got.prompt_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_GT(got.prefill_seconds, 0);
+  // The gather-based reference attention gives the same tokens.
+  OfflineOptions ro;
+  ro.reference_attention = true;
+  auto slow = testing::OfflineGenerate(*m, {1, 2, 3}, o, ro);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(slow->generated_ids, got.generated_ids);
 }
 
 TEST(Generate, StopsAtEosUnlessIgnored) {
@@ -155,7 +155,7 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   GenerateOptions o;
   o.max_tokens = 6;
   o.ignore_eos = true;
-  auto free_run = Generate(*m, {5, 6}, o);
+  auto free_run = testing::OfflineGenerate(*m, {5, 6}, o);
   ASSERT_TRUE(free_run.ok());
   // Make the third generated token an EOS token, then generation must stop there.
   auto j = testing::ReadJson(dir / "generation_config.json");
@@ -164,7 +164,7 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   auto m2 = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_TRUE(m2.ok());
   o.ignore_eos = false;
-  auto stopped = Generate(**m2, {5, 6}, o);
+  auto stopped = testing::OfflineGenerate(**m2, {5, 6}, o);
   ASSERT_TRUE(stopped.ok());
   const size_t first_eos = std::find(free_run->generated_ids.begin(), free_run->generated_ids.end(),
                                      free_run->generated_ids[2]) - free_run->generated_ids.begin();
@@ -177,10 +177,16 @@ TEST(Generate, RejectsBadRequests) {
   auto m = LoadTiny(dir, "llama");
   ASSERT_NE(m, nullptr);
   GenerateOptions o;
-  EXPECT_FALSE(Generate(*m, {}, o).ok());
-  EXPECT_NE(Generate(*m, {1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
+  auto made = OfflineDecoder(*m);
+  ASSERT_TRUE(made.ok());
+  service::GenerationService& engine = **made;
+  EXPECT_FALSE(engine.Generate({}, o).ok());
+  EXPECT_NE(engine.Generate({1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
   o.max_tokens = 5000;
-  EXPECT_NE(Generate(*m, {1}, o).status().message().find("maximum context length"), std::string::npos);
+  EXPECT_NE(engine.Generate({1}, o).status().message().find("maximum context length"), std::string::npos);
+  o.max_tokens = 4;
+  EXPECT_TRUE(engine.Generate({1}, o).ok());  // the engine is usable after refusals
+  EXPECT_EQ(engine.engine().pool().num_free(), engine.kv_cache().num_blocks);
 }
 
 }  // namespace

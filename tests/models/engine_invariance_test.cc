@@ -7,9 +7,11 @@
 
 #include "server/engine/engine.h"
 #include "server/models/decoder.h"
-#include "server/runner/generate.h"
+#include "tests/common/offline.h"
 #include "server/runner/model_runner.h"
 #include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/float_bounds.h"
+#include "tests/models/reference_decode.h"
 
 namespace ropeserve {
 namespace {
@@ -54,15 +56,17 @@ class EngineInvariance : public ::testing::Test {
     return c;
   }
 
-  // Runs every prompt through one engine, all submitted together.
+  // Every prompt through one engine, all submitted together: the tokens,
+  // and their logprobs in `logprobs` when given.
   static std::vector<std::vector<TokenId>> RunBatch(Engine& engine, const std::vector<std::vector<TokenId>>& prompts,
-                                                    std::int64_t max_tokens, SamplingParams sampling = {}) {
+                                                    std::int64_t max_tokens, SamplingParams sampling = {},
+                                                    std::vector<std::vector<double>>* logprobs = nullptr) {
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& p : prompts) {
       EngineRequest r;
       r.prompt = p;
       r.max_tokens = max_tokens;
-      r.ignore_eos = true;
+      r.stop.ignore_eos = true;
       r.sampling = sampling;
       auto s = engine.Submit(r);
       EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -74,20 +78,24 @@ class EngineInvariance : public ::testing::Test {
       StreamChunk c = s->Next(std::chrono::seconds(0));
       EXPECT_TRUE(c.finished);
       std::vector<TokenId> ids;
-      for (auto& t : c.tokens) ids.push_back(t.id);
+      std::vector<double> lps;
+      for (auto& t : c.tokens) {
+        ids.push_back(t.id);
+        lps.push_back(t.logprob);
+      }
       out.push_back(ids);
+      if (logprobs != nullptr) logprobs->push_back(lps);
     }
     return out;
   }
 
+  // One request alone: through its own engine, or (reference) by dense
+  // greedy recompute through ForwardReference.
   static std::vector<TokenId> Alone(const std::vector<TokenId>& prompt, std::int64_t max_tokens, bool reference) {
-    GenerateOptions o;
-    o.max_tokens = max_tokens;
-    o.ignore_eos = true;
-    o.use_reference = reference;
-    auto r = Generate(*model_, std::vector<std::int64_t>(prompt.begin(), prompt.end()), o);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::vector<TokenId>(r->generated_ids.begin(), r->generated_ids.end());
+    if (reference) return testing::ReferenceGreedy(*model_, prompt, static_cast<int>(max_tokens));
+    ModelRunner runner(*model_, 64, 4);
+    Engine engine(Config(64), runner);
+    return RunBatch(engine, {prompt}, max_tokens)[0];
   }
 
   static ScratchDir* dir_;
@@ -149,7 +157,7 @@ TEST_F(EngineInvariance, CancellingHalfReturnsEveryBlock) {
     EngineRequest r;
     r.prompt = p;
     r.max_tokens = 40;
-    r.ignore_eos = true;
+    r.stop.ignore_eos = true;
     streams.push_back(*engine.Submit(r));
   }
   // Cancel every other request at a point measured in its own tokens (not
@@ -172,14 +180,18 @@ TEST_F(EngineInvariance, CancellingHalfReturnsEveryBlock) {
   for (size_t i = 0; i < streams.size(); ++i) {
     StreamChunk c = early[i];
     while (!c.finished) c = streams[i]->Next(std::chrono::seconds(60));
-    cancelled += c.finish_reason == "cancelled";
+    cancelled += c.finish_reason == FinishReason::kCancelled;
   }
   engine.Stop();
   EXPECT_GT(cancelled, 0);
   EXPECT_EQ(engine.pool().num_free(), 200);
 }
 
-TEST_F(EngineInvariance, SeededSamplingIsTheSameAloneAndInABatch) {
+// The sampler lives in the runner with each request's own seeded generator
+// (kept across preemption): the same seeded requests give the same tokens
+// alone, in a batch, and in a batch short of KV blocks; their logprobs agree
+// up to the rounding of GEMMs of other shapes.
+TEST_F(EngineInvariance, SeededSamplingIsTheSameAloneInABatchAndPreempted) {
   const auto prompts = Prompts(16, 6);
   SamplingParams p;
   p.temperature = 0.9;
@@ -187,11 +199,24 @@ TEST_F(EngineInvariance, SeededSamplingIsTheSameAloneAndInABatch) {
   p.seed = 1234;
   ModelRunner runner(*model_, 512, 4);
   Engine batch_engine(Config(512), runner);
-  const auto batched = RunBatch(batch_engine, prompts, 10, p);
-  for (size_t i = 0; i < prompts.size(); i += 3) {
+  std::vector<std::vector<double>> batched_lp;
+  const auto batched = RunBatch(batch_engine, prompts, 10, p, &batched_lp);
+  ModelRunner tight_runner(*model_, 24, 4);  // 96 slots for 16 requests of up to 50 tokens
+  Engine tight(Config(24), tight_runner);
+  std::vector<std::vector<double>> tight_lp;
+  EXPECT_EQ(RunBatch(tight, prompts, 10, p, &tight_lp), batched);
+  EXPECT_GT(tight.stats().preemptions, 0u);
+  const ModelConfig& c = model_->config();
+  const double bound = testing::RoundingBound(std::max<std::int64_t>({c.hidden_size, c.intermediate_size, 60}),
+                                              c.num_hidden_layers, 20.0);  // the tiny models' logits are within +-20
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t k = 0; k < batched_lp[i].size(); ++k) EXPECT_NEAR(tight_lp[i][k], batched_lp[i][k], bound) << i;
+    if (i % 3 != 0) continue;
     ModelRunner alone_runner(*model_, 64, 4);
     Engine alone(Config(64), alone_runner);
-    ASSERT_EQ(RunBatch(alone, {prompts[i]}, 10, p)[0], batched[i]) << "request " << i;
+    std::vector<std::vector<double>> alone_lp;
+    ASSERT_EQ(RunBatch(alone, {prompts[i]}, 10, p, &alone_lp)[0], batched[i]) << "request " << i;
+    for (size_t k = 0; k < alone_lp[0].size(); ++k) EXPECT_NEAR(alone_lp[0][k], batched_lp[i][k], bound) << i;
   }
 }
 

@@ -1,7 +1,7 @@
-// QaService on a tiny span model: its own worker (no engine) and inside an
+// service::QaService on a tiny span model: its own worker (no engine) and inside an
 // engine's steps (a fake decoder), batch == one by one, bad input, and a
 // stopped engine failing QA calls instead of leaving them waiting.
-#include "server/runner/qa_service.h"
+#include "server/runner/service_factory.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@ namespace ropeserve {
 namespace {
 
 // A decoder that always predicts token 1 (the engine's steps need one).
-class OneModel : public ModelExecutor {
+class OneModel : public LogitsExecutor {
  public:
-  StatusOr<StepLogits> Execute(const StepPlan& plan) override {
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     auto buf = std::make_shared<std::vector<float>>();
     StepLogits out;
     out.vocab = 8;
@@ -33,8 +33,8 @@ class OneModel : public ModelExecutor {
   std::int64_t vocab_size() const override { return 8; }
 };
 
-QaRequest Request(std::string question, std::string context) {
-  QaRequest r;
+service::QaRequest Request(std::string question, std::string context) {
+  service::QaRequest r;
   r.question = std::move(question);
   r.context = std::move(context);
   r.windows.max_seq_len = 32;
@@ -51,9 +51,9 @@ class QaServiceTest : public ::testing::Test {
 };
 
 TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
-  auto service = QaService::Create(dir_.path(), "qa");
+  auto service = LoadQaService(dir_.path(), "qa");
   ASSERT_TRUE(service.ok()) << service.status().ToString();
-  std::vector<QaRequest> requests = {Request("where", context_), Request("who sleeps", context_),
+  std::vector<service::QaRequest> requests = {Request("where", context_), Request("who sleeps", context_),
                                      Request("what jumps", context_.substr(0, 30))};
   auto batch = (*service)->AnswerBatch(requests);
   ASSERT_TRUE(batch.ok()) << batch.status().ToString();
@@ -79,7 +79,7 @@ TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
   // And in other compositions: the same request after others, twice in one batch.
   auto again = (*service)->AnswerBatch({requests[2], requests[1], requests[0], requests[0]});
   ASSERT_TRUE(again.ok());
-  for (const QaResult* r : {&(*again)[2], &(*again)[3]}) {
+  for (const service::QaResult* r : {&(*again)[2], &(*again)[3]}) {
     ASSERT_EQ(r->answers.size(), (*batch)[0].answers.size());
     for (std::size_t a = 0; a < r->answers.size(); ++a) {
       EXPECT_EQ(r->answers[a].score, (*batch)[0].answers[a].score);
@@ -89,17 +89,17 @@ TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
 }
 
 TEST_F(QaServiceTest, BadInputIsAClearError) {
-  QaServiceOptions o;
+  service::QaServiceOptions o;
   o.max_context_bytes = 40;
-  auto service = QaService::Create(dir_.path(), "qa", o);
+  auto service = LoadQaService(dir_.path(), "qa", o);
   ASSERT_TRUE(service.ok());
   EXPECT_EQ((*service)->Answer(Request("", context_.substr(0, 20))).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ((*service)->Answer(Request("q", "")).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ((*service)->Answer(Request("q", context_)).status().code(), ErrorCode::kInvalidArgument);  // > 40 bytes
-  QaRequest too_long = Request("q", "short context");
+  service::QaRequest too_long = Request("q", "short context");
   too_long.windows.max_seq_len = 100000;
   EXPECT_EQ((*service)->Answer(too_long).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_FALSE(QaService::Create(dir_ / "missing", "qa").ok());
+  EXPECT_FALSE(LoadQaService(dir_ / "missing", "qa").ok());
 }
 
 TEST_F(QaServiceTest, RunsInsideTheEngineStepsAndFailsOnceTheEngineStops) {
@@ -111,15 +111,15 @@ TEST_F(QaServiceTest, RunsInsideTheEngineStepsAndFailsOnceTheEngineStops) {
   ec.scheduler.max_num_batched_tokens = 64;
   Engine engine(ec, decoder);
   engine.Start();
-  QaServiceOptions o;
+  service::QaServiceOptions o;
   o.engine = &engine;
-  auto service = QaService::Create(dir_.path(), "qa", o);
+  auto service = LoadQaService(dir_.path(), "qa", o);
   ASSERT_TRUE(service.ok());
   // A running decode beside the QA request.
   EngineRequest r;
   r.prompt = {2, 3, 4};
   r.max_tokens = 40;
-  r.ignore_eos = true;
+  r.stop.ignore_eos = true;
   auto stream = engine.Submit(r);
   ASSERT_TRUE(stream.ok());
   auto answer = (*service)->Answer(Request("where", context_));

@@ -1,5 +1,5 @@
-// The extractive-QA model behind /v1/qa and gRPC Answer: a span model
-// (EncoderQaModel) and its tokenizer. A request becomes its windows, queued
+// The extractive-QA service behind /v1/qa, gRPC Answer and `ropeserve qa`:
+// a span model (server/models/span_model.h) and its tokenizer. A request becomes its windows, queued
 // as one encoder job (server/engine/encoder_queue.h); the decoder engine's
 // steps run the windows of concurrent requests packed without padding, in
 // the part of each step's token budget that decodes and prefill chunks
@@ -16,15 +16,18 @@
 #include <string>
 #include <vector>
 
-#include "server/checkpoint/dtype.h"
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
 #include "server/qa/span_scoring.h"
+#include "server/models/span_model.h"
 #include "server/qa/windows.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve {
-
 class Engine;
+}
+
+namespace ropeserve::service {
 
 struct QaRequest {
   std::string question;
@@ -47,7 +50,6 @@ struct QaServiceOptions {
   std::int64_t max_queue_requests = 1024;
   std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
   std::size_t max_windows = 2048;            // windows one request (all its pairs) may need
-  DType dtype = DType::kF32;                 // compute: float32 or bfloat16
   // Called with each answered call's latency in seconds (metrics); thread-safe.
   std::function<void(double)> on_latency;
   // Runs AnswerBatchAsync's answer selection off the thread that finished
@@ -66,9 +68,11 @@ class QaCall {
 
 class QaService {
  public:
-  // Loads config.json, model.safetensors and tokenizer.json from `dir`.
-  static StatusOr<std::unique_ptr<QaService>> Create(const std::string& dir, std::string served_name,
-                                                     QaServiceOptions options = {});
+  // Serves `model` with `tokenizer` (server/runner/service_factory.h loads
+  // both from a checkpoint directory).
+  static StatusOr<std::unique_ptr<QaService>> Create(std::unique_ptr<SpanModel> model,
+                                                     std::shared_ptr<const tok::Tokenizer> tokenizer,
+                                                     std::string served_name, QaServiceOptions options = {});
   ~QaService();
 
   const std::string& name() const { return name_; }
@@ -105,4 +109,4 @@ class QaService {
   std::atomic<std::uint64_t> counter_{0};
 };
 
-}  // namespace ropeserve
+}  // namespace ropeserve::service

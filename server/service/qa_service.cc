@@ -1,18 +1,16 @@
-#include "server/runner/qa_service.h"
+#include "server/service/qa_service.h"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "server/engine/engine.h"
 #include "server/engine/encoder_queue.h"
-#include "server/models/encoder.h"
 
-namespace ropeserve {
+namespace ropeserve::service {
 
 namespace {
 
@@ -101,7 +99,7 @@ class QaJob : public EncoderJob, public QaCall {
 // Runs queued windows through the span model, packed into one forward.
 class QaRunner : public EncoderRunner {
  public:
-  explicit QaRunner(const EncoderQaModel& model) : model_(model) {}
+  explicit QaRunner(const SpanModel& model) : model_(model) {}
   void Run(std::span<const EncoderItem> items) override {
     std::vector<std::vector<std::uint32_t>> inputs, types;
     for (const auto& it : items) {
@@ -117,13 +115,13 @@ class QaRunner : public EncoderRunner {
   }
 
  private:
-  const EncoderQaModel& model_;
+  const SpanModel& model_;
 };
 
 }  // namespace
 
 struct QaService::Impl {
-  std::unique_ptr<EncoderQaModel> model;
+  std::unique_ptr<SpanModel> model;
   std::shared_ptr<const tok::Tokenizer> tokenizer;
   QaServiceOptions options;
   std::unique_ptr<EncoderQueue> queue;
@@ -141,18 +139,18 @@ QaService::~QaService() {
   if (impl_->queue) impl_->queue->Close(Status(ErrorCode::kUnavailable, "the QA service stopped"));
 }
 
-StatusOr<std::unique_ptr<QaService>> QaService::Create(const std::string& dir, std::string served_name,
-                                                       QaServiceOptions options) {
+StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel> model,
+                                                       std::shared_ptr<const tok::Tokenizer> tokenizer,
+                                                       std::string served_name, QaServiceOptions options) {
+  if (!model || !tokenizer) return InvalidArgument("the QA service needs a span model and its tokenizer");
   std::unique_ptr<QaService> s(new QaService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);
   s->impl_->options = options;
   if (options.max_batch_tokens < 1) return InvalidArgument("the QA batch budget must be positive");
   if (options.max_queue_requests < 1) return InvalidArgument("the QA queue must hold at least one request");
-  RS_ASSIGN_OR_RETURN(s->impl_->model, EncoderQaModel::Load(dir, options.dtype));
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
-    return NotFound(dir + ": a QA model needs its tokenizer.json");
-  RS_ASSIGN_OR_RETURN(s->impl_->tokenizer, tok::Tokenizer::FromPath(dir));
+  s->impl_->model = std::move(model);
+  s->impl_->tokenizer = std::move(tokenizer);
   Impl* impl = s->impl_.get();
   impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
   impl->runner = std::make_unique<QaRunner>(*impl->model);
@@ -273,4 +271,4 @@ StatusOr<std::shared_ptr<QaCall>> QaService::AnswerBatchAsync(std::vector<QaRequ
   return std::static_pointer_cast<QaCall>(job);
 }
 
-}  // namespace ropeserve
+}  // namespace ropeserve::service

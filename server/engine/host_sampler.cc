@@ -1,0 +1,40 @@
+#include "server/engine/host_sampler.h"
+
+namespace ropeserve {
+
+void HostSampler::Apply(const StepPlan& plan) {
+  for (RequestId id : plan.removed) states_.erase(id);
+  for (const SamplingSpec& spec : plan.added) {
+    State s;
+    s.spec = spec;
+    s.rng.seed(spec.seed);
+    if (spec.params.repetition_penalty != 1.0) s.penalties.prompt_tokens.insert(spec.prompt.begin(), spec.prompt.end());
+    s.spec.prompt.clear();  // not needed any more
+    states_.insert_or_assign(spec.id, std::move(s));
+  }
+}
+
+StatusOr<SampledToken> HostSampler::Sample(RequestId id, std::span<const float> logits, std::optional<double> lse) {
+  auto it = states_.find(id);
+  if (it == states_.end()) return Internal("the runner has no sampling state for request " + std::to_string(id));
+  State& s = it->second;
+  std::span<const float> row = logits;
+  if (s.spec.processor) {
+    scratch_.assign(logits.begin(), logits.end());
+    s.spec.processor->Process(s.generated, scratch_);
+    row = scratch_;
+  }
+  SampledToken out;
+  out.id = id;
+  // The processed row is sampled (SampleStep copies it again when penalties
+  // apply); the raw one gives the logprobs.
+  out.token = static_cast<TokenId>(SampleStep(row, s.spec.params, s.penalties, penalized_, s.rng));
+  const double l = lse ? *lse : LogSumExp(logits);
+  out.logprob = LogprobOf(logits, out.token, l);
+  if (s.spec.top_logprobs > 0)
+    for (auto [tid, lp] : TopLogprobs(logits, s.spec.top_logprobs, l)) out.top.emplace_back(static_cast<TokenId>(tid), lp);
+  s.generated.push_back(out.token);
+  return out;
+}
+
+}  // namespace ropeserve

@@ -1,0 +1,103 @@
+#include "server/runner/service_factory.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "server/models/decoder.h"
+#include "server/models/encoder.h"
+#include "server/runner/model_runner.h"
+
+namespace ropeserve {
+
+namespace {
+
+// EngineOptions::inject_faults_every: every N-th step throws, as LibTorch
+// does when an allocation fails.
+class FaultInjector final : public ModelExecutor {
+ public:
+  FaultInjector(std::unique_ptr<ModelExecutor> inner, std::int64_t every) : inner_(std::move(inner)), every_(every) {}
+  StatusOr<StepOutput> Execute(const StepPlan& plan) override {
+    if (++calls_ % every_ == 0) throw std::runtime_error("injected fault (ROPESERVE_INJECT_FAULTS)");
+    return inner_->Execute(plan);
+  }
+  std::int64_t vocab_size() const override { return inner_->vocab_size(); }
+
+ private:
+  std::unique_ptr<ModelExecutor> inner_;
+  std::int64_t every_;
+  std::int64_t calls_ = 0;
+};
+
+service::GenerationServiceConfig BaseConfig(const DecoderModel& model, std::string name) {
+  service::GenerationServiceConfig sc;
+  sc.name = std::move(name);
+  sc.model = model.config();
+  sc.dtype = DTypeSafetensorsName(model.dtype());
+  sc.engine.eos_token_ids.assign(model.config().eos_token_ids.begin(), model.config().eos_token_ids.end());
+  return sc;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const DecoderModel& model, std::string served_name,
+                                                                   service::EngineOptions options,
+                                                                   std::shared_ptr<const tok::Tokenizer> tokenizer) {
+  const ModelConfig& c = model.config();
+  if (options.scheduler.max_model_len <= 0) options.scheduler.max_model_len = c.max_position_embeddings;
+  if (options.scheduler.max_model_len > c.max_position_embeddings)
+    return InvalidArgument("--max-model-len " + std::to_string(options.scheduler.max_model_len) +
+                           " exceeds the model's max_position_embeddings " + std::to_string(c.max_position_embeddings));
+  RS_RETURN_IF_ERROR(options.scheduler.Validate());
+  if (options.block_size < 1 || options.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
+  if (!(options.qa_token_share >= 0 && options.qa_token_share < 1))
+    return InvalidArgument("the QA token share must be in [0, 1)");
+  if (options.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
+
+  service::GenerationServiceConfig sc = BaseConfig(model, std::move(served_name));
+  RS_ASSIGN_OR_RETURN(sc.kv, SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
+                                                  options.scheduler.max_model_len, options.scheduler.max_num_seqs));
+  if (sc.kv.num_blocks > (1LL << 31) - 1) return InvalidArgument("--kv-cache-memory is too large");
+  sc.engine.scheduler = options.scheduler;
+  sc.engine.encoder_token_share = options.qa_token_share;
+  sc.engine.num_blocks = static_cast<int>(sc.kv.num_blocks);
+  sc.engine.block_size = options.block_size;
+  sc.max_request_tokens = options.max_request_tokens;
+  sc.observer = options.observer;
+  std::unique_ptr<ModelExecutor> executor = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size);
+  if (options.inject_faults_every > 0)
+    executor = std::make_unique<FaultInjector>(std::move(executor), options.inject_faults_every);
+  return service::GenerationService::Create(std::move(sc), std::move(executor), std::move(tokenizer));
+}
+
+StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const DecoderModel& model, OfflineOptions o,
+                                                                     std::shared_ptr<const tok::Tokenizer> tokenizer) {
+  const ModelConfig& c = model.config();
+  if (o.max_model_len <= 0) o.max_model_len = c.max_position_embeddings;
+  if (o.block_size < 1 || o.max_num_seqs < 1) return InvalidArgument("the offline engine needs blocks and sequences");
+  const std::int64_t blocks_per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
+  const std::int64_t num_blocks = blocks_per_seq * o.max_num_seqs;
+  if (num_blocks > (1LL << 31) - 1) return InvalidArgument("the offline KV cache is too large");
+  service::GenerationServiceConfig sc = BaseConfig(model, "offline");
+  sc.kv.num_blocks = num_blocks;
+  sc.kv.tokens = num_blocks * o.block_size;
+  sc.kv.bytes = sc.kv.tokens * model.KvBytesPerToken();
+  sc.engine.num_blocks = static_cast<int>(num_blocks);
+  sc.engine.block_size = static_cast<int>(o.block_size);
+  sc.engine.scheduler.max_model_len = o.max_model_len;
+  sc.engine.scheduler.max_num_seqs = o.max_num_seqs;
+  sc.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.engine_thread = false;
+  auto runner = std::make_unique<ModelRunner>(model, num_blocks, o.block_size, o.reference_attention);
+  return service::GenerationService::Create(std::move(sc), std::move(runner), std::move(tokenizer));
+}
+
+StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& dir, std::string served_name,
+                                                            service::QaServiceOptions options, DType dtype) {
+  RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(dir, dtype));
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+    return NotFound(dir + ": a QA model needs its tokenizer.json");
+  RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));
+  return service::QaService::Create(std::move(model), std::move(tokenizer), std::move(served_name), std::move(options));
+}
+
+}  // namespace ropeserve

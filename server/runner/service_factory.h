@@ -1,0 +1,47 @@
+// Builds the generation service (server/service/generation_service.h) for
+// a decoder checkpoint: validates the engine options against the model,
+// sizes the paged KV cache, and hands the service a ModelRunner over the
+// model. The torch side of serving; the service itself is torch-free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/common/status.h"
+#include "server/checkpoint/dtype.h"
+#include "server/service/generation_service.h"
+#include "server/service/qa_service.h"
+
+namespace ropeserve {
+
+class DecoderModel;
+
+// Serving: the KV cache sized from options.kv_cache_memory, the engine on
+// its own thread. `model` must outlive the service; `tokenizer` may be
+// null (token-id prompts only).
+StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
+    const DecoderModel& model, std::string served_name, service::EngineOptions options,
+    std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
+
+struct OfflineOptions {
+  std::int64_t block_size = 16;
+  std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+  int max_num_seqs = 64;           // the KV cache holds this many sequences of max_model_len
+  std::int64_t max_num_batched_tokens = 2048;
+  bool reference_attention = false;  // the gather-based paged attention (the oracle), not the CPU kernel
+};
+
+// Offline (`ropeserve generate`, tests): the same scheduler, runner and
+// sampler as serving, the engine stepped by the caller's thread inside
+// Generate / GenerateBatch.
+StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(
+    const DecoderModel& model, OfflineOptions options = {}, std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
+
+// Loads a span model (config.json, model.safetensors; compute in `dtype`,
+// float32 or bfloat16) and its tokenizer.json from `dir` and serves them.
+StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& dir, std::string served_name,
+                                                            service::QaServiceOptions options = {},
+                                                            DType dtype = DType::kF32);
+
+}  // namespace ropeserve

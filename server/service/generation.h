@@ -1,0 +1,95 @@
+// The output processor: one running generation read incrementally, with
+// the engine's token ids turned into what every transport and the CLI
+// return -- incremental detokenization, stop strings (text that could begin
+// one is held back), logprobs, and the finish reason as OpenAI names it.
+// Torch-free. Not thread-safe: one reader.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/engine/engine.h"
+#include "server/service/request_params.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace ropeserve::service {
+
+class GenerationService;
+
+// Destroying an unfinished Generation cancels its request (its KV blocks
+// return to the pool at the engine's next step).
+class Generation {
+ public:
+  struct Delta {
+    std::vector<std::int64_t> ids;  // tokens since the previous Delta
+    std::vector<double> logprobs;   // of each id
+    std::vector<std::vector<TokenLogprob>> top_logprobs;  // when asked
+    // New text (special tokens skipped). Text that could be the start of a
+    // stop string is held back until it is known not to be one.
+    std::string text;
+    bool finished = false;
+    std::string finish_reason;  // when finished: "stop" | "length"
+    std::int64_t prompt_tokens = 0;
+    std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  };
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+  // Waits up to `timeout` (nullopt: until something arrives) and returns
+  // what is new; an empty Delta on timeout. An error when the request
+  // failed: DeadlineExceeded, Cancelled, or the engine's error.
+  StatusOr<Delta> Next(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // See RequestStream::SetNotify.
+  void SetNotify(std::function<void()> fn, bool call_if_ready = true);
+  void Cancel();
+  bool finished() const { return finished_; }
+  std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(prompt_size_); }
+
+  // Reads a generation to its end (result.prompt_ids left empty). With
+  // `abandoned`, it is polled every 200 ms: true cancels the generation
+  // (Cancelled) -- a unary client that disconnected.
+  static StatusOr<GenerateResult> Collect(Generation& g, bool (*abandoned)() = nullptr);
+  // Reads generations to their ends (they run concurrently in the engine).
+  static StatusOr<std::vector<GenerateResult>> CollectAll(std::vector<std::unique_ptr<Generation>>& gens,
+                                                          bool (*abandoned)() = nullptr);
+
+ private:
+  friend class GenerationService;
+  // `tokenizer` null: ids only (no text, no stop strings).
+  Generation(Engine& engine, std::shared_ptr<RequestStream> stream, const GenerateOptions& options,
+             std::size_t prompt_size, std::shared_ptr<const tok::Tokenizer> tokenizer);
+  // Moves text that can no longer start a stop string into `out`.
+  void Release(Delta& out, bool all);
+  // Appends a token's text; true when a stop string completed in it.
+  StatusOr<bool> PushText(TokenId id);
+
+  Engine& engine_;
+  std::shared_ptr<RequestStream> stream_;
+  GenerateOptions options_;
+  std::optional<tok::IncrementalDecoder> detok_;
+  std::size_t prompt_size_ = 0;
+  std::int64_t generated_ = 0;
+  std::string text_;          // decoded so far (cut at a stop string)
+  std::size_t released_ = 0;  // bytes of text_ handed out
+  // Stop strings as KMP automata (hand-written: no Debian library offers
+  // incremental multi-pattern matching over a growing string): per stop
+  // string its failure function and the length of its longest prefix that
+  // ends the text so far. One pass per new byte finds stop strings that
+  // span tokens and gives the tail to hold back, in O(new bytes) per token.
+  struct StopMatcher {
+    std::string stop;
+    std::vector<std::size_t> fail;
+    std::size_t state = 0;
+  };
+  std::vector<StopMatcher> stops_;
+  bool stopped_ = false;  // a stop string was found; waiting for the engine to confirm the cancel
+  bool finished_ = false;
+};
+
+}  // namespace ropeserve::service

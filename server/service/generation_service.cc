@@ -1,0 +1,273 @@
+#include "server/service/generation_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+namespace ropeserve::service {
+
+StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(GenerationServiceConfig config,
+                                                                       std::unique_ptr<ModelExecutor> executor,
+                                                                       std::shared_ptr<const tok::Tokenizer> tokenizer) {
+  if (!executor) return InvalidArgument("the generation service needs a model executor");
+  if (config.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
+  RS_RETURN_IF_ERROR(config.engine.scheduler.Validate());
+  std::unique_ptr<GenerationService> s(new GenerationService());
+  s->limits_.max_model_len = config.engine.scheduler.max_model_len;
+  s->limits_.vocab_size = config.model.vocab_size;
+  s->limits_.max_request_tokens = config.max_request_tokens > 0 ? config.max_request_tokens : config.kv.tokens;
+  s->tokenizer_ = std::move(tokenizer);
+  if (s->tokenizer_ && s->tokenizer_->config().chat_template) {
+    RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));
+    s->chat_template_ = std::move(t);
+  }
+  s->executor_ = std::move(executor);
+  s->engine_ = std::make_unique<Engine>(config.engine, *s->executor_);
+  if (config.observer != nullptr) s->engine_->SetObserver(config.observer);
+  s->config_ = std::move(config);
+  if (s->config_.engine_thread) s->engine_->Start();
+  return s;
+}
+
+GenerationService::~GenerationService() {
+  if (engine_) engine_->Stop();
+}
+
+Status GenerationService::CheckModelName(const std::string& requested) const {
+  if (requested.empty() || requested == name()) return Status::Ok();
+  return NotFound("model '" + requested + "' does not exist (served: '" + name() + "')");
+}
+
+StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector<std::int64_t>& prompt_ids,
+                                                               const GenerateOptions& options, Admission admission) {
+  // The engine checks what it relies on again (ids, ranges) at admission;
+  // these are the checks a caller that skipped the validator would miss.
+  if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
+  EngineRequest r;
+  const std::int64_t vocab = config().vocab_size;
+  for (auto id : prompt_ids) {
+    if (id < 0 || id >= vocab)
+      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(vocab) + ")");
+    r.prompt.push_back(static_cast<TokenId>(id));
+  }
+  r.max_tokens = options.max_tokens;
+  r.stop.min_tokens = options.min_tokens;
+  for (auto id : options.stop_token_ids) {
+    if (id < 0 || id >= vocab)
+      return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary");
+    r.stop.stop_token_ids.push_back(static_cast<TokenId>(id));
+  }
+  r.sampling = options.sampling;
+  r.stop.ignore_eos = options.ignore_eos;
+  r.top_logprobs = options.top_logprobs;
+  if (options.timeout_seconds > 0) {
+    r.timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7)));
+  }
+  if (!options.stop.empty() && !tokenizer_)
+    return FailedPrecondition("'stop' strings need the model's tokenizer.json, which this server has not loaded");
+  for (const auto& st : options.stop)
+    if (st.empty()) return InvalidArgument("'stop' strings must not be empty");
+  RS_ASSIGN_OR_RETURN(auto stream, engine_->Submit(std::move(r)));
+  // Submit never waits; a caller that must answer a refusal (queue full,
+  // can never run) before anything else waits for the verdict here. An
+  // offline engine gives its verdict at its next step: Next() reports it.
+  if (admission == Admission::kWait && config_.engine_thread) RS_RETURN_IF_ERROR(stream->WaitAdmission());
+  return std::unique_ptr<Generation>(
+      new Generation(*engine_, std::move(stream), options, prompt_ids.size(), tokenizer_));
+}
+
+Status GenerationService::AwaitOutput(Generation& g) {
+  // Shared: the engine thread may still hold a copy of the callback.
+  struct Signal {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ready = false;
+  };
+  auto sig = std::make_shared<Signal>();
+  g.SetNotify([sig] {
+    std::lock_guard<std::mutex> lock(sig->mu);
+    sig->ready = true;
+    sig->cv.notify_all();
+  });
+  if (config_.engine_thread) {
+    std::unique_lock<std::mutex> lock(sig->mu);
+    sig->cv.wait(lock, [&] { return sig->ready; });
+  } else {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(sig->mu);
+        if (sig->ready) break;
+      }
+      if (!engine_->RunOnce()) {
+        g.SetNotify(nullptr);
+        return Internal("the engine went idle before the request produced output");
+      }
+    }
+  }
+  g.SetNotify(nullptr);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::unique_ptr<Generation>>> GenerationService::StartN(
+    const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options, int n) {
+  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
+  std::vector<std::unique_ptr<Generation>> gens;
+  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
+  gens.push_back(std::move(first));
+  if (n == 1) return gens;
+  // The first choice runs alone until its prompt is prefilled, so that the
+  // others find the prompt's full blocks in the prefix cache: wait for its
+  // first token (the stream keeps it for the caller's reads).
+  RS_RETURN_IF_ERROR(AwaitOutput(*gens[0]));
+  // Destroying `gens` on an error cancels what started.
+  for (int i = 1; i < n; ++i) {
+    GenerateOptions o = options;
+    if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
+    RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, o));
+    gens.push_back(std::move(g));
+  }
+  return gens;
+}
+
+StatusOr<std::vector<GenerateResult>> GenerationService::RunToEnd(std::vector<std::unique_ptr<Generation>>& gens,
+                                                                  const OnDelta& on_delta) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto start = SteadyClock::now();
+  std::vector<GenerateResult> out(gens.size());
+  std::vector<std::optional<SteadyClock::time_point>> first(gens.size()), last(gens.size());
+  // One read of generation i; false when it has ended.
+  auto read = [&](std::size_t i, std::optional<std::chrono::milliseconds> timeout) -> StatusOr<bool> {
+    RS_ASSIGN_OR_RETURN(Generation::Delta d, gens[i]->Next(timeout));
+    const auto now = SteadyClock::now();
+    if (!d.ids.empty()) {
+      if (!first[i]) first[i] = now;
+      last[i] = now;
+    }
+    GenerateResult& r = out[i];
+    r.generated_ids.insert(r.generated_ids.end(), d.ids.begin(), d.ids.end());
+    r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    for (auto& t : d.top_logprobs) r.top_logprobs.push_back(t);
+    r.text += d.text;
+    if (on_delta && (!d.ids.empty() || !d.text.empty() || d.finished)) on_delta(i, d);
+    if (!d.finished) return true;
+    r.finish_reason = d.finish_reason;
+    r.cached_tokens = d.cached_tokens;
+    return false;
+  };
+  Status failed;
+  if (config_.engine_thread) {
+    for (std::size_t i = 0; i < gens.size() && failed.ok(); ++i) {
+      for (;;) {
+        auto more = read(i, std::nullopt);
+        if (!more.ok()) failed = more.status();
+        if (!more.ok() || !*more) break;
+      }
+    }
+  } else {
+    std::vector<bool> open(gens.size(), true);
+    std::size_t remaining = gens.size();
+    while (remaining > 0 && failed.ok()) {
+      const bool worked = engine_->RunOnce();
+      for (std::size_t i = 0; i < gens.size() && failed.ok(); ++i) {
+        if (!open[i]) continue;
+        auto more = read(i, std::chrono::milliseconds(0));
+        if (!more.ok()) failed = more.status();
+        else if (!*more) open[i] = false, --remaining;
+      }
+      if (!worked && remaining > 0 && failed.ok()) failed = Internal("the engine went idle before a request ended");
+    }
+  }
+  if (!failed.ok()) {
+    gens.clear();  // cancels the others
+    if (!config_.engine_thread) engine_->RunUntilIdle();  // leave the engine empty for the next call
+    return failed;
+  }
+  const auto done = SteadyClock::now();
+  for (std::size_t i = 0; i < gens.size() && !config_.engine_thread; ++i) {
+    const auto first_token = first[i].value_or(done);
+    out[i].prefill_seconds = std::chrono::duration<double>(first_token - start).count();
+    out[i].decode_seconds = std::chrono::duration<double>(last[i].value_or(done) - first_token).count();
+  }
+  return out;
+}
+
+StatusOr<GenerateResult> GenerationService::Generate(const std::vector<std::int64_t>& prompt_ids,
+                                                     const GenerateOptions& options) {
+  RS_ASSIGN_OR_RETURN(auto results, GenerateN(prompt_ids, options, 1));
+  return std::move(results[0]);
+}
+
+StatusOr<std::vector<GenerateResult>> GenerationService::GenerateN(const std::vector<std::int64_t>& prompt_ids,
+                                                                   const GenerateOptions& options, int n) {
+  RS_ASSIGN_OR_RETURN(auto gens, StartN(prompt_ids, options, n));
+  RS_ASSIGN_OR_RETURN(auto out, RunToEnd(gens, nullptr));
+  for (auto& r : out) r.prompt_ids = prompt_ids;
+  return out;
+}
+
+StatusOr<std::vector<GenerateResult>> GenerationService::GenerateBatch(
+    const std::vector<std::vector<std::int64_t>>& prompts, const GenerateOptions& options, bool seed_offsets,
+    const OnDelta& on_delta) {
+  std::vector<std::unique_ptr<Generation>> gens;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions o = options;
+    if (seed_offsets && o.sampling.seed) o.sampling.seed = *o.sampling.seed + i;
+    auto g = Start(prompts[i], o);
+    if (!g.ok()) {
+      gens.clear();
+      if (!config_.engine_thread) engine_->RunUntilIdle();
+      return g.status();
+    }
+    gens.push_back(std::move(*g));
+  }
+  RS_ASSIGN_OR_RETURN(auto out, RunToEnd(gens, on_delta));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].prompt_ids = prompts[i];
+  return out;
+}
+
+StatusOr<std::vector<std::int64_t>> GenerationService::Tokenize(const std::string& text,
+                                                                bool add_special_tokens) const {
+  if (!tokenizer_) {
+    return FailedPrecondition("text prompts need the model's tokenizer.json, which this server has not loaded; "
+                              "send token ids");
+  }
+  RS_ASSIGN_OR_RETURN(tok::Encoding e, tokenizer_->Encode(text, add_special_tokens));
+  return std::vector<std::int64_t>(e.ids.begin(), e.ids.end());
+}
+
+StatusOr<std::string> GenerationService::ApplyChatTemplate(const nlohmann::ordered_json& messages,
+                                                           bool add_generation_prompt,
+                                                           const nlohmann::ordered_json& extra) const {
+  if (!chat_template_) {
+    return FailedPrecondition("the model has no chat template (tokenizer_config.json 'chat_template'); "
+                              "use /v1/completions");
+  }
+  ChatTemplateOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.bos_token = tokenizer_->config().bos_token;
+  o.eos_token = tokenizer_->config().eos_token;
+  o.extra = extra;
+  return chat_template_->Render(messages, o);
+}
+
+StatusOr<std::vector<std::int64_t>> GenerationService::SummaryPrompt(const std::string& text,
+                                                                     const std::string& instruction) const {
+  if (text.empty()) return InvalidArgument("'text' must not be empty");
+  const std::string task = instruction.empty() ? kDefaultSummaryInstruction : instruction;
+  if (chat_template_) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", task + "\n\n" + text}});
+    RS_ASSIGN_OR_RETURN(std::string prompt, ApplyChatTemplate(messages, true, nlohmann::ordered_json::object()));
+    return Tokenize(prompt, /*add_special_tokens=*/false);
+  }
+  return Tokenize(task + "\n\n" + text + "\n\nSummary:", /*add_special_tokens=*/true);
+}
+
+std::string GenerationService::NextRequestId(const char* prefix) {
+  return std::string(prefix) + "-" + std::to_string(++counter_);
+}
+
+}  // namespace ropeserve::service

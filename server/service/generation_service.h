@@ -1,0 +1,154 @@
+// The generation service: what every transport (REST, gRPC) and the CLI
+// call to run a decoder request. It turns validated GenerateOptions into an
+// engine request, submits it, and hands back a Generation (the output
+// processor, server/service/generation.h). It owns the engine and the
+// model executor it is given (the runner; server/runner/decoder_service.h
+// builds both from a checkpoint), so it stays torch-free.
+//
+// Two ways to run the engine: its own thread (serving: Start/Collect from
+// any thread), or stepped on the caller's thread (offline: `ropeserve
+// generate`, tests; Generate and GenerateBatch step it until their
+// requests end). Thread-safety: all methods may be called from any thread;
+// an offline service from one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/checkpoint/model_config.h"
+#include "server/engine/engine.h"
+#include "server/engine/kv_cache_sizing.h"
+#include "server/service/generation.h"
+#include "server/service/request_params.h"
+#include "server/template/chat_template.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace ropeserve::service {
+
+// What `serve` sets for the decoder engine (its flags).
+struct EngineOptions {
+  EngineOptions() { scheduler.max_model_len = 0; }
+  SchedulerConfig scheduler;  // max_model_len 0 = the model's max_position_embeddings
+  int block_size = 16;
+  std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
+  double qa_token_share = 0.5;           // EngineConfig::encoder_token_share
+  // Tokens one request may reserve over all its sequences (serve
+  // --max-request-tokens); 0 = the KV cache's capacity.
+  std::int64_t max_request_tokens = 0;
+  EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
+  // A test hook for black-box fault tests (serve reads it from
+  // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
+  // when an allocation fails. 0 = off; never set it in production.
+  std::int64_t inject_faults_every = 0;
+};
+
+struct GenerationServiceConfig {
+  std::string name;          // the served model name
+  ModelConfig model;         // vocabulary size, EOS ids, positions
+  std::string dtype;         // compute dtype ("bfloat16", "float32", ...)
+  EngineConfig engine;       // scheduler, KV blocks, EOS ids
+  KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
+  std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
+  EngineObserver* observer = nullptr;
+  bool engine_thread = true;  // false: offline, the caller's thread steps the engine
+};
+
+class GenerationService {
+ public:
+  // Builds the engine over `executor` (owned) and, with engine_thread,
+  // starts its thread. `tokenizer` may be null (token-id prompts only).
+  static StatusOr<std::unique_ptr<GenerationService>> Create(GenerationServiceConfig config,
+                                                             std::unique_ptr<ModelExecutor> executor,
+                                                             std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
+  ~GenerationService();
+  GenerationService(const GenerationService&) = delete;
+  GenerationService& operator=(const GenerationService&) = delete;
+
+  const std::string& name() const { return config_.name; }
+  const ModelConfig& config() const { return config_.model; }
+  const KvCacheSize& kv_cache() const { return config_.kv; }
+  // The engine's shape (block size, scheduler limits), as /v1/info reports it.
+  const EngineConfig& engine_config() const { return config_.engine; }
+  int block_size() const { return config_.engine.block_size; }
+  std::int64_t max_model_len() const { return config_.engine.scheduler.max_model_len; }
+  // The compute dtype ("bfloat16", "float32", ...).
+  const std::string& dtype() const { return config_.dtype; }
+  // What the request validator checks against (server/service/request_params.h).
+  const Limits& limits() const { return limits_; }
+  Engine& engine() { return *engine_; }
+  const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+
+  // OK for "" (the only model) or the served name; NotFound otherwise.
+  Status CheckModelName(const std::string& requested) const;
+
+  // Submits to the engine; the caller reads the output incrementally.
+  // kWait: waits for the engine's admission verdict and returns a refusal
+  // (ResourceExhausted, InvalidArgument) as the error (REST answers it as
+  // the HTTP status); kDontWait returns at once and a refusal is the first
+  // thing Next() returns (gRPC's reactors, which must not block).
+  // `options` went through ValidateGeneration.
+  enum class Admission { kWait, kDontWait };
+  StatusOr<std::unique_ptr<Generation>> Start(const std::vector<std::int64_t>& prompt_ids,
+                                              const GenerateOptions& options, Admission admission = Admission::kWait);
+  // n choices for one prompt (1 <= n <= kMaxChoices), read incrementally.
+  // The choices share the prompt's full KV blocks through the prefix
+  // cache: the first is prefilled alone, the others start once its first
+  // token exists. Choice i samples with seed + i when seeded.
+  StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
+                                                            const GenerateOptions& options, int n);
+  // Start + read to the end. With a tokenizer, result.text holds the text
+  // (special tokens skipped) and options.stop applies.
+  StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
+  StatusOr<std::vector<GenerateResult>> GenerateN(const std::vector<std::int64_t>& prompt_ids,
+                                                  const GenerateOptions& options, int n);
+  // Several prompts run together to their ends (prompt i samples with
+  // seed + i when seeded and `seed_offsets`). `on_delta(i, delta)` sees
+  // each prompt's output as it comes. Offline, the results' timing fields
+  // (prefill_seconds, decode_seconds) are filled; with an engine thread the
+  // outputs are read one after the other and the timings stay 0.
+  using OnDelta = std::function<void(std::size_t, const Generation::Delta&)>;
+  StatusOr<std::vector<GenerateResult>> GenerateBatch(const std::vector<std::vector<std::int64_t>>& prompts,
+                                                      const GenerateOptions& options, bool seed_offsets = false,
+                                                      const OnDelta& on_delta = nullptr);
+
+  // The prompt of a summarization request. With a chat template: one user
+  // message "<instruction>\n\n<text>" rendered with the generation prompt
+  // (special tokens come from the template). Without one, the plain text
+  // "<instruction>\n\n<text>\n\nSummary:" tokenized with the tokenizer's
+  // special tokens. An empty `instruction` means kDefaultSummaryInstruction.
+  static constexpr const char* kDefaultSummaryInstruction =
+      "Summarize the following text concisely, in a few sentences.";
+  StatusOr<std::vector<std::int64_t>> SummaryPrompt(const std::string& text, const std::string& instruction) const;
+  // FailedPrecondition naming what is missing when there is no tokenizer.
+  StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
+  // Renders `messages` with the tokenizer_config.json chat template.
+  StatusOr<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& extra) const;
+  // "<prefix>-<n>", unique within the process.
+  std::string NextRequestId(const char* prefix);
+
+ private:
+  GenerationService() = default;
+  // Waits until `g` has output (offline: steps the engine until it has).
+  Status AwaitOutput(Generation& g);
+  // Reads `gens` to their ends (offline: stepping the engine between reads).
+  StatusOr<std::vector<GenerateResult>> RunToEnd(std::vector<std::unique_ptr<Generation>>& gens,
+                                                 const OnDelta& on_delta);
+
+  GenerationServiceConfig config_;
+  Limits limits_;
+  // Declared before engine_: the engine refers to it until destroyed.
+  std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::atomic<std::uint64_t> counter_{0};
+};
+
+}  // namespace ropeserve::service

@@ -1,0 +1,187 @@
+// The generation service and its output processor with a scripted fake
+// model (no LibTorch): text, stop strings with hold-back, offline and
+// threaded engines giving the same results, n choices' seeds, refusals.
+#include "server/service/generation_service.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace ropeserve::service {
+namespace {
+
+constexpr std::size_t kPromptLen = 2;  // every test prompt
+
+// Emits script[k] as the k-th generated token of every request (a wide
+// margin over the rest of the row); after the script, token 0. With
+// `flat`, every row is uniform instead (sampling then depends only on the
+// request's generator).
+class ScriptedModel : public LogitsExecutor {
+ public:
+  ScriptedModel(std::vector<TokenId> script, std::int64_t vocab, bool flat = false)
+      : script_(std::move(script)), vocab_(vocab), flat_(flat) {}
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
+    auto buf = std::make_shared<std::vector<float>>();
+    StepLogits out;
+    out.vocab = vocab_;
+    for (const auto& s : plan.sequences) {
+      if (!s.needs_logits) continue;
+      std::vector<float> row(static_cast<std::size_t>(vocab_), 0.0f);
+      const std::size_t k = static_cast<std::size_t>(s.context_length()) - kPromptLen;
+      if (!flat_) row[k < script_.size() ? static_cast<std::size_t>(script_[k]) : 0] = 30.0f;
+      buf->insert(buf->end(), row.begin(), row.end());
+      ++out.rows;
+    }
+    out.data = buf->data();
+    out.owner = buf;
+    return out;
+  }
+  std::int64_t vocab_size() const override { return vocab_; }
+
+ private:
+  std::vector<TokenId> script_;
+  std::int64_t vocab_;
+  bool flat_;
+};
+
+std::shared_ptr<const tok::Tokenizer> Qwen3() {
+  auto t = tok::Tokenizer::FromPath(std::string(ROPESERVE_TEST_DATA) + "/tokenizers/qwen3");
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : nullptr;
+}
+
+std::unique_ptr<GenerationService> Make(std::unique_ptr<ModelExecutor> model, bool thread,
+                                        std::shared_ptr<const tok::Tokenizer> tokenizer) {
+  GenerationServiceConfig c;
+  c.name = "fake";
+  c.model.vocab_size = model->vocab_size();
+  c.model.max_position_embeddings = 256;
+  c.dtype = "float32";
+  c.engine.num_blocks = 64;
+  c.engine.block_size = 4;
+  c.engine.scheduler.max_model_len = 64;
+  c.kv.num_blocks = 64;
+  c.kv.tokens = 256;
+  c.engine_thread = thread;
+  auto s = GenerationService::Create(std::move(c), std::move(model), std::move(tokenizer));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// The script: the tokens of `text`.
+std::vector<TokenId> Script(const tok::Tokenizer& t, const std::string& text) {
+  auto e = t.Encode(text, false);
+  EXPECT_TRUE(e.ok());
+  return std::vector<TokenId>(e->ids.begin(), e->ids.end());
+}
+
+TEST(GenerationService, TextAndStopStringsWithHoldBack) {
+  auto tok = Qwen3();
+  ASSERT_NE(tok, nullptr);
+  const std::string text = "The answer is forty-two. END of the story.";
+  const auto script = Script(*tok, text);
+  ASSERT_GT(script.size(), 8u);
+  for (bool thread : {false, true}) {
+    SCOPED_TRACE(thread ? "engine thread" : "offline");
+    auto s = Make(std::make_unique<ScriptedModel>(script, tok->VocabSize()), thread, tok);
+    ASSERT_NE(s, nullptr);
+    GenerateOptions o;
+    o.max_tokens = static_cast<std::int64_t>(script.size());
+    o.ignore_eos = true;
+    auto whole = s->Generate({1, 2}, o);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_EQ(whole->text, text);
+    EXPECT_EQ(whole->finish_reason, "length");
+
+    o.stop = {"END of"};  // spans tokens: " END" must be held back until " of" decides
+    std::vector<std::string> pieces;
+    auto stopped = s->GenerateBatch({{1, 2}}, o, false, [&](std::size_t, const Generation::Delta& d) {
+      pieces.push_back(d.text);
+    });
+    ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+    const auto& r = (*stopped)[0];
+    EXPECT_EQ(r.text, "The answer is forty-two. ");
+    EXPECT_EQ(r.finish_reason, "stop");
+    EXPECT_LT(r.generated_ids.size(), script.size());
+    std::string joined;
+    for (const auto& p : pieces) {
+      joined += p;
+      EXPECT_EQ(p.find('E'), std::string::npos) << "a piece of the stop string was released: " << p;
+    }
+    EXPECT_EQ(joined, r.text);
+    if (!thread) {
+      EXPECT_EQ(s->engine().pool().num_free(), 64);
+    }
+  }
+}
+
+TEST(GenerationService, OfflineAndThreadedEnginesAgree) {
+  for (bool flat : {false, true}) {
+    std::vector<TokenId> script{5, 7, 11, 13, 17, 19};
+    auto offline = Make(std::make_unique<ScriptedModel>(script, 50, flat), false, nullptr);
+    auto threaded = Make(std::make_unique<ScriptedModel>(script, 50, flat), true, nullptr);
+    ASSERT_TRUE(offline && threaded);
+    GenerateOptions o;
+    o.max_tokens = 6;
+    o.top_logprobs = 2;
+    o.sampling.temperature = 1.0;
+    o.sampling.seed = 99;
+    auto a = offline->GenerateBatch({{1, 2}, {3, 4}, {5, 6}}, o, /*seed_offsets=*/true);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    for (std::size_t i = 0; i < 3; ++i) {
+      GenerateOptions oi = o;
+      oi.sampling.seed = 99 + i;
+      auto b = threaded->Generate((*a)[i].prompt_ids, oi);
+      ASSERT_TRUE(b.ok());
+      EXPECT_EQ((*a)[i].generated_ids, b->generated_ids);
+      EXPECT_EQ((*a)[i].logprobs, b->logprobs);  // same rows, same arithmetic
+      if (!flat) {
+        EXPECT_EQ(b->generated_ids, std::vector<std::int64_t>(script.begin(), script.end()));
+      }
+    }
+  }
+}
+
+TEST(GenerationService, ChoicesUseSeedPlusIndex) {
+  auto s = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 1000, /*flat=*/true), false, nullptr);
+  ASSERT_NE(s, nullptr);
+  GenerateOptions o;
+  o.max_tokens = 8;
+  o.sampling.temperature = 1.0;
+  o.sampling.seed = 7;
+  auto n = s->GenerateN({1, 2}, o, 3);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(n->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    GenerateOptions oi = o;
+    oi.sampling.seed = 7 + i;
+    auto one = s->Generate({1, 2}, oi);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ((*n)[i].generated_ids, one->generated_ids) << "choice " << i;
+  }
+  // 8 uniform draws from 1000 ids: different seeds give different tokens.
+  EXPECT_NE((*n)[0].generated_ids, (*n)[1].generated_ids);
+}
+
+TEST(GenerationService, RefusalsAreErrorsAndLeaveTheEngineUsable) {
+  for (bool thread : {false, true}) {
+    auto s = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{3}, 50), thread, nullptr);
+    ASSERT_NE(s, nullptr);
+    GenerateOptions o;
+    o.max_tokens = 100;  // 2 + 100 > max_model_len 64
+    auto r = s->Generate({1, 2}, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("maximum context length"), std::string::npos) << r.status().ToString();
+    EXPECT_EQ(s->Generate({1, 99}, GenerateOptions{}).status().code(), ErrorCode::kInvalidArgument);
+    o.stop = {"x"};
+    o.max_tokens = 2;
+    EXPECT_EQ(s->Generate({1, 2}, o).status().code(), ErrorCode::kFailedPrecondition);  // no tokenizer
+    o.stop.clear();
+    auto ok = s->Generate({1, 2}, o);
+    ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+    EXPECT_EQ(ok->generated_ids, (std::vector<std::int64_t>{3, 0}));
+  }
+}
+
+}  // namespace
+}  // namespace ropeserve::service
