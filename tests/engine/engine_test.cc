@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/engine/one_hot_logits.h"
+
 namespace ropeserve {
 namespace {
 
@@ -25,19 +27,8 @@ class CountingModel : public LogitsExecutor {
       fail_next = false;
       return Internal("device lost");
     }
-    auto buf = std::make_shared<std::vector<float>>();
-    StepLogits out;
-    out.vocab = vocab_;
-    for (const auto& s : plan.sequences) {
-      if (!s.needs_logits) continue;
-      std::vector<float> row(static_cast<size_t>(vocab_), 0.0f);
-      row[static_cast<size_t>((s.token_ids.back() + 1) % vocab_)] = 20.0f;
-      buf->insert(buf->end(), row.begin(), row.end());
-      ++out.rows;
-    }
-    out.data = buf->data();
-    out.owner = buf;
-    return out;
+    return testing::OneHotLogits(plan, vocab_, 20.0f,
+                                 [&](const auto& s) { return (s.token_ids.back() + 1) % vocab_; });
   }
   std::int64_t vocab_size() const override { return vocab_; }
   int calls = 0;

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "tests/engine/one_hot_logits.h"
+
 namespace ropeserve::service {
 namespace {
 
@@ -21,20 +23,11 @@ class ScriptedModel : public LogitsExecutor {
   ScriptedModel(std::vector<TokenId> script, std::int64_t vocab, bool flat = false)
       : script_(std::move(script)), vocab_(vocab), flat_(flat) {}
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {
-    auto buf = std::make_shared<std::vector<float>>();
-    StepLogits out;
-    out.vocab = vocab_;
-    for (const auto& s : plan.sequences) {
-      if (!s.needs_logits) continue;
-      std::vector<float> row(static_cast<std::size_t>(vocab_), 0.0f);
+    return testing::OneHotLogits(plan, vocab_, 30.0f, [&](const auto& s) -> std::int64_t {
+      if (flat_) return -1;
       const std::size_t k = static_cast<std::size_t>(s.context_length()) - kPromptLen;
-      if (!flat_) row[k < script_.size() ? static_cast<std::size_t>(script_[k]) : 0] = 30.0f;
-      buf->insert(buf->end(), row.begin(), row.end());
-      ++out.rows;
-    }
-    out.data = buf->data();
-    out.owner = buf;
-    return out;
+      return k < script_.size() ? script_[k] : 0;
+    });
   }
   std::int64_t vocab_size() const override { return vocab_; }
 
