@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "bench/workload.h"
-#include "server/models/encoder.h"
+#include "server/models/span_models.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 #include "server/runner/service_factory.h"
@@ -87,7 +87,7 @@ StatusOr<CellResult> RunPacked(service::QaService& service, const std::vector<se
 // (b) One window per forward, one request after another; latencies as a
 // sequential server would give them to `concurrency` closed-loop clients
 // (request i is submitted when request i - concurrency finishes).
-StatusOr<CellResult> RunSequential(const EncoderQaModel& model, const tok::Tokenizer& tokenizer,
+StatusOr<CellResult> RunSequential(const SpanModel& model, const tok::Tokenizer& tokenizer,
                                    const std::vector<service::QaRequest>& requests, int concurrency) {
   CellResult out;
   std::vector<double> finish;
@@ -121,7 +121,7 @@ Status RunQaBench(const QaBenchOptions& o) {
   service::QaServiceOptions so;
   so.max_batch_tokens = o.max_batch_tokens;
   RS_ASSIGN_OR_RETURN(auto service, LoadQaService(o.model, "bench", so, o.dtype));
-  RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(o.model, o.dtype));
+  RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(o.model, o.dtype));
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   if (o.max_seq_len > service->config().max_position_embeddings)
     return InvalidArgument("--max-seq-len exceeds the model's max_position_embeddings");

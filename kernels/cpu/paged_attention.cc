@@ -162,4 +162,30 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   return out;
 }
 
+void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& slot_mapping) {
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
+                  v_cache.sizes() == k_cache.sizes(),
+              "WriteKvCache: caches [num_blocks, block_size, Hkv, D], contiguous");
+  const int64_t T = slot_mapping.size(0), slots = k_cache.size(0) * k_cache.size(1);
+  const int64_t row = k_cache.size(2) * k_cache.size(3);
+  TORCH_CHECK(k.numel() == T * row && v.numel() == T * row, "WriteKvCache: k, v must be [T, Hkv, D]");
+  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() && v.scalar_type() == v_cache.scalar_type(),
+              "WriteKvCache: k, v in the caches' dtype");
+  const at::Tensor kc = k.contiguous(), vc = v.contiguous(), slot = slot_mapping.to(at::kLong).contiguous();
+  const int64_t* s = slot.data_ptr<int64_t>();
+  for (int64_t i = 0; i < T; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < slots, "WriteKvCache: slot outside the cache");
+  const auto bytes = static_cast<std::size_t>(row * k_cache.element_size());
+  const auto* ksrc = static_cast<const char*>(kc.data_ptr());
+  const auto* vsrc = static_cast<const char*>(vc.data_ptr());
+  auto* kdst = static_cast<char*>(k_cache.data_ptr());
+  auto* vdst = static_cast<char*>(v_cache.data_ptr());
+  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::memcpy(kdst + s[i] * bytes, ksrc + i * bytes, bytes);
+      std::memcpy(vdst + s[i] * bytes, vsrc + i * bytes, bytes);
+    }
+  });
+}
+
 }  // namespace ropeserve::cpu

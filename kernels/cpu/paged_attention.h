@@ -23,4 +23,12 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const at::Tensor& block_tables, const at::Tensor& query_start,
                           const at::Tensor& context_lens, double scale);
 
+// Stores the step's keys and values in their cache slots: row i of k and v
+// goes to slot slot_mapping[i] (= block * block_size + offset) of k_cache
+// and v_cache. A row copy per token, parallel over tokens; every slot is
+// checked to lie inside the cache. Oracle: reference::WriteKvCache.
+// k, v: [T, Hkv, D]; caches as above; slot_mapping: [T] int64.
+void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& slot_mapping);
+
 }  // namespace ropeserve::cpu

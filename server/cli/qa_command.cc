@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "server/cli/commands.h"
-#include "server/models/encoder.h"
+#include "server/models/span_models.h"
 #include "server/runner/service_factory.h"
 #include "server/service/request_params.h"
 #include "server/qa/span_scoring.h"
@@ -61,7 +61,7 @@ StatusOr<json> Answer(service::QaService& service, const QaFlags& f, const json&
   return out;
 }
 
-StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json& in) {
+StatusOr<json> Encode(const SpanModel& model, const QaFlags& f, const json& in) {
   if (!in.is_object() || !in.contains("ids") || !in["ids"].is_array()) return InvalidArgument("expected {\"ids\": [...]}");
   auto read_ids = [](const json& list, std::vector<std::uint32_t>& out) -> Status {
     for (const auto& v : list) {
@@ -93,10 +93,10 @@ StatusOr<json> Encode(const EncoderQaModel& model, const QaFlags& f, const json&
 }
 
 int Run(const QaFlags& f, bool encode) {
-  std::unique_ptr<EncoderQaModel> model;
+  std::unique_ptr<SpanModel> model;
   std::unique_ptr<service::QaService> service;
   if (encode) {
-    auto m = EncoderQaModel::Load(f.model);
+    auto m = LoadSpanModel(f.model);
     if (!m.ok()) return Fail(m.status().ToString());
     model = std::move(*m);
   } else {

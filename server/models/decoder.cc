@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/rotary.h"
 #include "kernels/cpu/small_batch_linear.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/span_head.h"
@@ -99,8 +100,12 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
 
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden, bool fast) const {
-  at::Tensor h = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);  // once per step: not worth fusing
-  return Linear(h, w_.lm_head, at::Tensor(), fast).to(at::kFloat);
+  return Linear(FinalNorm(hidden, fast), w_.lm_head, at::Tensor(), fast).to(at::kFloat);
+}
+
+at::Tensor DecoderModel::FinalNorm(const at::Tensor& hidden, bool fast) const {
+  if (fast && FusedKernelsApply(hidden)) return cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps);
+  return reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positions) const {
@@ -114,7 +119,8 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positio
     inv_freq = InvFreqTensor(rope);
     factor = rope.attention_factor;
   }
-  return reference::RopeCosSin(inv_freq, positions, factor, ToScalarType(dtype_));
+  return cpu::RotaryTable(inv_freq, positions, factor, cpu::RotaryLayout::kRotateHalf, at::kFloat,
+                          ToScalarType(dtype_));
 }
 
 bool DecoderModel::FusedKernelsApply(const at::Tensor& h) const {
@@ -204,7 +210,7 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
   auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    reference::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
+    cpu::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
     return batch.reference_attention
                ? reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
                                            batch.context_lens, attention_scale_)
@@ -225,13 +231,20 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
   for (const auto& window : windows) {
     const auto len = static_cast<std::int64_t>(window.size());
     auto [cos, sin] = CosSin(at::arange(len, at::kLong));
+    const at::Tensor window_table = at::zeros({1, 1}, at::kInt);
+    const at::Tensor window_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong);
+    const at::Tensor window_len = at::tensor(std::vector<std::int64_t>{len}, at::kLong);
     at::Tensor hidden = RunLayers(
         Embed(at::tensor(window, at::kLong)), cos, sin,
         [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-          return reference::CausalAttention(q, k, v, attention_scale_);
+          if (reference || !FusedKernelsApply(q)) return reference::CausalAttention(q, k, v, attention_scale_);
+          // The window is one sequence whose cache is its own keys: one
+          // block of `len` slots, every query causal within it.
+          return cpu::PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0),
+                                     window_table, window_start, window_len, attention_scale_);
         },
         /*fused=*/!reference);
-    hidden = reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+    hidden = FinalNorm(hidden, !reference);
     const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
     out.push_back(SpanRows(logits, 0, len, with_hidden ? hidden : at::Tensor()));
   }

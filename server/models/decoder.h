@@ -109,6 +109,8 @@ class DecoderModel {
   static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden, bool fast = true) const;
+  // The final RMSNorm: the fused kernel when `fast` and it applies, else the reference op.
+  at::Tensor FinalNorm(const at::Tensor& hidden, bool fast) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
                                                              const at::Tensor& cos, const at::Tensor& sin,

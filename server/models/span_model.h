@@ -1,7 +1,7 @@
 // What extractive QA needs from a model: windows of token ids in, per-token
 // start/end span logits out. The QA service (server/service/qa_service.h)
 // sees only this interface; the families implement it behind LoadSpanModel
-// (server/models/encoder.h). Torch-free.
+// (server/models/span_models.h). Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,11 @@ class SpanModel {
  public:
   virtual ~SpanModel() = default;
   virtual const EncoderConfig& config() const = 0;
+  // The reference path: one window computed as Hugging Face's eager modules
+  // do (dense masks, unfused ops); the oracle of ForwardWindows.
+  virtual StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids,
+                                                const std::vector<std::uint32_t>& type_ids = {},
+                                                bool with_hidden = false) const = 0;
   // The serving path: several windows in one call, each computed on tensors
   // of its own shape (a window's logits do not depend on the others).
   // `type_ids` (token types, RoFormer) may be empty: all 0. `with_hidden`

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "server/models/decoder.h"
-#include "server/models/encoder.h"
+#include "server/models/span_models.h"
 #include "server/runner/model_runner.h"
 
 namespace ropeserve {
@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const Decod
 
 StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& dir, std::string served_name,
                                                             service::QaServiceOptions options, DType dtype) {
-  RS_ASSIGN_OR_RETURN(auto model, EncoderQaModel::Load(dir, dtype));
+  RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype));
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": a QA model needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));

@@ -4,7 +4,7 @@
 // logits are bitwise the same whatever it is batched with, and the whole
 // QA flow (windows -> model -> answer selection) gives answers
 // that are exact substrings of the context.
-#include "server/models/encoder.h"
+#include "server/models/span_models.h"
 
 #include <gtest/gtest.h>
 
@@ -31,12 +31,12 @@ class Encoder : public ::testing::TestWithParam<const char*> {
     o.seed = 3;
     o.arch = GetParam();
     ASSERT_TRUE(MakeEncoderModel(dir_.path(), o).ok());
-    auto m = EncoderQaModel::Load(dir_.path());
+    auto m = LoadSpanModel(dir_.path());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(*m);
   }
   testing::ScratchDir dir_;
-  std::unique_ptr<EncoderQaModel> model_;
+  std::unique_ptr<SpanModel> model_;
 };
 
 // Windows of the given lengths with pseudo-random ids, and token types
@@ -97,11 +97,11 @@ TEST_P(Encoder, ServingPathEqualsReferenceAcrossWindowLengths) {
 // composition (before, after, between other windows of other lengths), in
 // float32 and bfloat16: a request's answer never depends on the load.
 TEST_P(Encoder, WindowLogitsDoNotDependOnTheBatch) {
-  auto bf = EncoderQaModel::Load(dir_.path(), DType::kBF16);
+  auto bf = LoadSpanModel(dir_.path(), DType::kBF16);
   ASSERT_TRUE(bf.ok()) << bf.status().ToString();
   const TestWindows t = MakeWindows({23, 1, 64, 5, 130, 17, 40}, 11);
   const std::vector<std::vector<std::size_t>> batches = {{0}, {1, 0}, {0, 2}, {3, 4, 0, 5}, {6, 5, 4, 3, 2, 1, 0}};
-  for (const EncoderQaModel* m : {model_.get(), bf->get()}) {
+  for (const SpanModel* m : {model_.get(), bf->get()}) {
     std::optional<SpanLogits> alone;
     for (const auto& batch : batches) {
       std::vector<std::vector<std::uint32_t>> ids, types;
@@ -190,7 +190,7 @@ TEST_P(Encoder, LastHiddenStateMatchesAcrossPaths) {
 // bfloat16 compute stays close to float32 (the exact path) and its packed
 // path close to its own reference path.
 TEST_P(Encoder, BFloat16IsCloseToFloat32) {
-  auto bf = EncoderQaModel::Load(dir_.path(), DType::kBF16);
+  auto bf = LoadSpanModel(dir_.path(), DType::kBF16);
   ASSERT_TRUE(bf.ok()) << bf.status().ToString();
   std::vector<std::vector<std::uint32_t>> windows = {{9, 40, 41, 300, 7, 8, 120, 4, 5, 6, 77, 78, 79, 80, 81, 82, 83},
                                                      {11, 12, 13}};
@@ -212,7 +212,7 @@ TEST_P(Encoder, BFloat16IsCloseToFloat32) {
   EXPECT_LT(diff, 0.1 * std::max(scale, 1.0)) << "largest |logit| " << scale;
   EXPECT_LT(ref_diff, 0.1 * std::max(scale, 1.0));
   EXPECT_GT(diff, 0.0);  // it really computed in bfloat16
-  EXPECT_FALSE(EncoderQaModel::Load(dir_.path(), DType::kF16).ok());
+  EXPECT_FALSE(LoadSpanModel(dir_.path(), DType::kF16).ok());
 }
 
 class DecoderSpan : public Encoder {};
@@ -249,7 +249,7 @@ TEST(RoFormer, TokenTypesChangeTheLogits) {
   MakeEncoderOptions o;
   o.arch = "roformer";
   ASSERT_TRUE(MakeEncoderModel(dir.path(), o).ok());
-  auto m = EncoderQaModel::Load(dir.path());
+  auto m = LoadSpanModel(dir.path());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ((*m)->config().family, EncoderFamily::kRoFormer);
   auto a = (*m)->ForwardReference({5, 6, 7, 8}, {0, 0, 0, 0});
@@ -272,14 +272,14 @@ TEST(EncoderLoad, BadCheckpointsAreClearErrors) {
     text.replace(at, 23, "\"intermediate_size\": 80");
     std::ofstream(dir / "config.json") << text;
   }
-  auto m = EncoderQaModel::Load(dir.path());
+  auto m = LoadSpanModel(dir.path());
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("mlp.Wi.weight"), std::string::npos) << m.status().ToString();
-  EXPECT_FALSE(EncoderQaModel::Load(dir / "missing").ok());
+  EXPECT_FALSE(LoadSpanModel(dir / "missing").ok());
   // Ids outside the vocabulary, empty windows.
   testing::ScratchDir good;
   ASSERT_TRUE(MakeEncoderModel(good.path(), o).ok());
-  auto ok = EncoderQaModel::Load(good.path());
+  auto ok = LoadSpanModel(good.path());
   ASSERT_TRUE(ok.ok());
   EXPECT_FALSE((*ok)->ForwardReference({1, 100000}).ok());
   EXPECT_FALSE((*ok)->ForwardWindows({{1, 2}, {}}).ok());
@@ -293,7 +293,7 @@ TEST(DecoderSpanHead, LoadsEitherTrunkPrefixAndIsRefusedAsACausalLm) {
   auto as_lm = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_FALSE(as_lm.ok());
   EXPECT_NE(as_lm.status().message().find("--qa"), std::string::npos) << as_lm.status().ToString();
-  auto m = EncoderQaModel::Load(dir.path());
+  auto m = LoadSpanModel(dir.path());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ((*m)->config().architecture, "LlamaForQuestionAnswering");
   auto before = (*m)->ForwardReference({5, 6, 7});
@@ -314,7 +314,7 @@ TEST(DecoderSpanHead, LoadsEitherTrunkPrefixAndIsRefusedAsACausalLm) {
     std::memcpy(out.data(), &n, 8);
     std::ofstream(path, std::ios::binary | std::ios::trunc) << out << header << data;
   }
-  auto renamed = EncoderQaModel::Load(dir.path());
+  auto renamed = LoadSpanModel(dir.path());
   ASSERT_TRUE(renamed.ok()) << renamed.status().ToString();
   auto after = (*renamed)->ForwardReference({5, 6, 7});
   ASSERT_TRUE(after.ok());

@@ -1,0 +1,109 @@
+#include "server/models/encoder_parts.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "server/checkpoint/safetensors.h"
+
+namespace ropeserve::encoder {
+
+StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig& config, at::ScalarType dtype) {
+  const std::string path = dir + "/model.safetensors";
+  RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+  TensorSet set;
+  for (const TensorSpec& spec : ExpectedEncoderTensors(config)) {
+    const TensorInfo* info = file->Find(spec.name);
+    if (info == nullptr) return InvalidArgument(path + ": missing tensor " + spec.name);
+    if (info->shape != spec.shape) {
+      std::string want, got;
+      for (auto d : spec.shape) want += std::to_string(d) + " ";
+      for (auto d : info->shape) got += std::to_string(d) + " ";
+      return InvalidArgument(path + ": tensor " + spec.name + " has shape [ " + got + "], the config says [ " + want + "]");
+    }
+    if (info->dtype != DType::kF32 && info->dtype != DType::kBF16 && info->dtype != DType::kF16)
+      return InvalidArgument(path + ": tensor " + spec.name + " is not a floating-point tensor");
+    at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(ToScalarType(info->dtype)));
+    std::memcpy(t.data_ptr(), file->Data(*info), info->end - info->begin);
+    set.t_[spec.name] = t.to(dtype);
+  }
+  return set;
+}
+
+at::Tensor TensorSet::Take(const std::string& name) {
+  auto it = t_.find(name);
+  // Load checked the config's list; a name outside it is a bug here.
+  TORCH_CHECK(it != t_.end(), "span model: no tensor ", name);
+  at::Tensor t = std::move(it->second);
+  t_.erase(it);
+  return t;
+}
+
+Linear TensorSet::TakeLinear(const std::string& prefix) {
+  Linear l;
+  l.weight = Take(prefix + ".weight");
+  if (t_.count(prefix + ".bias") != 0) l.bias = Take(prefix + ".bias");
+  return l;
+}
+
+LayerNorm TensorSet::TakeNorm(const std::string& prefix) {
+  LayerNorm n;
+  n.weight = Take(prefix + ".weight");
+  if (t_.count(prefix + ".bias") != 0) n.bias = Take(prefix + ".bias");
+  return n;
+}
+
+at::Tensor Activation(const at::Tensor& x, const std::string& act) {
+  if (act == "gelu" || act == "gelu_python") return at::gelu(x);  // exact (erf)
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
+  if (act == "relu") return at::relu(x);
+  return at::silu(x);
+}
+
+std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& ids) {
+  return std::vector<std::int64_t>(ids.begin(), ids.end());
+}
+
+Status WindowedSpanModel::CheckIds(const std::vector<std::uint32_t>& ids,
+                                   const std::vector<std::uint32_t>& type_ids) const {
+  if (ids.empty()) return InvalidArgument("an empty window");
+  // Only RoFormer has token types; the other families ignore them.
+  if (!type_ids.empty() && config_.family == EncoderFamily::kRoFormer) {
+    if (type_ids.size() != ids.size()) return InvalidArgument("token type ids and ids differ in length");
+    for (auto t : type_ids)
+      if (static_cast<std::int64_t>(t) >= std::max<std::int64_t>(config_.type_vocab_size, 1))
+        return InvalidArgument("token type id " + std::to_string(t) + " is outside the model's type vocabulary");
+  }
+  if (static_cast<std::int64_t>(ids.size()) > config_.max_position_embeddings)
+    return InvalidArgument("a window of " + std::to_string(ids.size()) + " tokens exceeds max_position_embeddings " +
+                           std::to_string(config_.max_position_embeddings));
+  for (auto id : ids)
+    if (static_cast<std::int64_t>(id) >= config_.vocab_size)
+      return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
+  return Status::Ok();
+}
+
+StatusOr<SpanLogits> WindowedSpanModel::ForwardReference(const std::vector<std::uint32_t>& ids,
+                                                         const std::vector<std::uint32_t>& type_ids,
+                                                         bool with_hidden) const {
+  RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
+  return Window(ids, type_ids, /*reference=*/true, with_hidden);
+}
+
+StatusOr<std::vector<SpanLogits>> WindowedSpanModel::ForwardWindows(
+    const std::vector<std::vector<std::uint32_t>>& windows, const std::vector<std::vector<std::uint32_t>>& type_ids,
+    bool with_hidden) const {
+  if (!type_ids.empty() && type_ids.size() != windows.size())
+    return InvalidArgument("token type ids are needed for every window or none");
+  static const std::vector<std::uint32_t> kNoTypes;
+  auto types = [&](std::size_t k) -> const std::vector<std::uint32_t>& {
+    return type_ids.empty() ? kNoTypes : type_ids[k];
+  };
+  for (std::size_t k = 0; k < windows.size(); ++k) RS_RETURN_IF_ERROR(CheckIds(windows[k], types(k)));
+  std::vector<SpanLogits> out;
+  out.reserve(windows.size());
+  for (std::size_t k = 0; k < windows.size(); ++k)
+    out.push_back(Window(windows[k], types(k), /*reference=*/false, with_hidden));
+  return out;
+}
+
+}  // namespace ropeserve::encoder

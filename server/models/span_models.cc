@@ -1,0 +1,48 @@
+#include "server/models/span_models.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "server/models/decoder.h"
+#include "server/models/encoder_parts.h"
+#include "server/models/modernbert.h"
+#include "server/models/roformer.h"
+
+namespace ropeserve {
+namespace {
+
+// A causal LM's trunk with its span head (DecoderModel::ForwardSpans).
+class DecoderSpanModel final : public encoder::WindowedSpanModel {
+ public:
+  DecoderSpanModel(EncoderConfig config, std::unique_ptr<DecoderModel> decoder)
+      : WindowedSpanModel(std::move(config)), decoder_(std::move(decoder)) {}
+
+ protected:
+  SpanLogits Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>&, bool reference,
+                    bool with_hidden) const override {
+    return std::move(decoder_->ForwardSpans({encoder::ToInt64(ids)}, reference, with_hidden)[0]);
+  }
+
+ private:
+  std::unique_ptr<DecoderModel> decoder_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("span models compute in float32 or bfloat16");
+  std::ifstream in(dir + "/config.json");
+  if (!in) return NotFound(dir + "/config.json: cannot read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  RS_ASSIGN_OR_RETURN(EncoderConfig config, ParseEncoderConfig(ss.str(), dir + "/config.json"));
+  switch (config.family) {
+    case EncoderFamily::kModernBert: return LoadModernBert(config, dir, dtype);
+    case EncoderFamily::kRoFormer: return LoadRoFormer(config, dir, dtype);
+    case EncoderFamily::kDecoder: break;
+  }
+  RS_ASSIGN_OR_RETURN(auto decoder, DecoderModel::LoadSpanModel(dir, dtype));
+  return std::unique_ptr<SpanModel>(new DecoderSpanModel(std::move(config), std::move(decoder)));
+}
+
+}  // namespace ropeserve
