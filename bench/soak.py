@@ -59,12 +59,16 @@ def post(port, path, body, timeout=120):
         return e.code, e.read()
 
 
-def rss_kib(pid):
+def proc_status(pid, field):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid):
+    return proc_status(pid, "VmRSS")
 
 
 # ---- clients ----
@@ -264,10 +268,14 @@ def main():
         t.start()
     time.sleep(args.warmup_minutes * 60)
     rss_warm = rss_kib(s.proc.pid)
+    samples = [rss_warm]  # resident memory about once a minute, to tell a leak from a plateau
+    threads_seen = [proc_status(s.proc.pid, "Threads")]
     rng = random.Random(args.seed)
     while time.time() - start < args.minutes * 60:
         time.sleep(rng.uniform(20, 60))
         flood(s, rng)
+        samples.append(rss_kib(s.proc.pid))
+        threads_seen.append(proc_status(s.proc.pid, "Threads"))
     STOP.set()
     for t in threads:
         t.join()
@@ -286,6 +294,8 @@ def main():
     print(f"accepted but not completed: {len(LOST)}" + "".join(f"\n  {x}" for x in LOST[:10]))
     print(f"resident memory: {rss_warm / 1024:.1f} MiB after warm-up, {rss_end / 1024:.1f} MiB at the end "
           f"({100 * growth:+.1f}%)")
+    print("resident memory over the run (MiB): " + " ".join(f"{x / 1024:.0f}" for x in samples + [rss_end]))
+    print("server threads over the run: " + " ".join(str(x) for x in threads_seen))
     print(f"KV cache usage after the load: {m.get('ropeserve_kv_cache_usage_perc')}; running "
           f"{m.get('ropeserve_num_requests_running')}, waiting {m.get('ropeserve_num_requests_waiting')}")
     print(f"exit status after SIGTERM: {code}")

@@ -13,10 +13,12 @@ int ComputeThreads();
 // defaults such blocks go back to the OS and are page-faulted in again on
 // the next op (measured: 20% of a QA forward in page faults, and a forward
 // up to 1.6x slower depending on the allocation pattern). Raises the mmap
-// threshold to 256 MiB and the trim threshold to 512 MiB (mallopt). Call
-// once at start-up, before threads start. Environment variables
-// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES, when
-// set, win.
+// threshold to 256 MiB and the trim threshold to 512 MiB, and caps malloc
+// arenas at one per core (at least 2) so that resident memory does not
+// creep with the number of connection threads (mallopt). Call once at
+// start-up, before threads start. Environment variables
+// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES, and
+// MALLOC_ARENA_MAX for the arena cap, when set, win.
 void TuneAllocator();
 
 }  // namespace ropeserve
