@@ -130,16 +130,19 @@ StatusOr<GenerateResult> Generation::Collect(Generation& g, bool (*abandoned)())
       return Status(ErrorCode::kCancelled, "the client disconnected");
     }
     RS_ASSIGN_OR_RETURN(Delta d, abandoned != nullptr ? g.Next(std::chrono::milliseconds(200)) : g.Next());
-    result.generated_ids.insert(result.generated_ids.end(), d.ids.begin(), d.ids.end());
-    result.logprobs.insert(result.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    for (auto& t : d.top_logprobs) result.top_logprobs.push_back(std::move(t));
-    result.text += d.text;
-    if (d.finished) {
-      result.finish_reason = d.finish_reason;
-      result.cached_tokens = d.cached_tokens;
-      return result;
-    }
+    if (Append(result, d)) return result;
   }
+}
+
+bool Generation::Append(GenerateResult& r, Delta& d) {
+  r.generated_ids.insert(r.generated_ids.end(), d.ids.begin(), d.ids.end());
+  r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  for (auto& t : d.top_logprobs) r.top_logprobs.push_back(std::move(t));
+  r.text += d.text;
+  if (!d.finished) return false;
+  r.finish_reason = d.finish_reason;
+  r.cached_tokens = d.cached_tokens;
+  return true;
 }
 
 StatusOr<std::vector<GenerateResult>> Generation::CollectAll(std::vector<std::unique_ptr<Generation>>& gens,

@@ -55,6 +55,9 @@ class Generation {
   // `abandoned`, it is polled every 200 ms: true cancels the generation
   // (Cancelled) -- a unary client that disconnected.
   static StatusOr<GenerateResult> Collect(Generation& g, bool (*abandoned)() = nullptr);
+  // Appends a delta to a result (ids, logprobs, text; the finish reason and
+  // cached tokens at the end); returns d.finished.
+  static bool Append(GenerateResult& r, Delta& d);
   // Reads generations to their ends (they run concurrently in the engine).
   static StatusOr<std::vector<GenerateResult>> CollectAll(std::vector<std::unique_ptr<Generation>>& gens,
                                                           bool (*abandoned)() = nullptr);

@@ -146,16 +146,9 @@ StatusOr<std::vector<GenerateResult>> GenerationService::RunToEnd(std::vector<st
       if (!first[i]) first[i] = now;
       last[i] = now;
     }
-    GenerateResult& r = out[i];
-    r.generated_ids.insert(r.generated_ids.end(), d.ids.begin(), d.ids.end());
-    r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    for (auto& t : d.top_logprobs) r.top_logprobs.push_back(t);
-    r.text += d.text;
+    // on_delta sees the delta before Append moves its top logprobs out.
     if (on_delta && (!d.ids.empty() || !d.text.empty() || d.finished)) on_delta(i, d);
-    if (!d.finished) return true;
-    r.finish_reason = d.finish_reason;
-    r.cached_tokens = d.cached_tokens;
-    return false;
+    return !Generation::Append(out[i], d);
   };
   Status failed;
   if (config_.engine_thread) {
