@@ -13,9 +13,20 @@ int HttpStatusFor(ErrorCode code);
 // A grpc::StatusCode value (an int here so this header needs no gRPC).
 int GrpcCodeFor(ErrorCode code);
 
-// OpenAI-style error body: {"error":{"message","type","param","code"}};
-// `param` is the field the error is about (null if none), `code` the HTTP
-// status (`http_status`, or the one the table gives).
+// OpenAI's error type for an HTTP status ("invalid_request_error",
+// "authentication_error", "not_found_error", "rate_limit_error",
+// "server_error", ...).
+const char* ErrorTypeFor(int http_status);
+
+// The machine-readable name of an error: status.reason(), else the table's
+// name for its code ("invalid_api_key", "timeout", ...), else "".
+std::string ErrorReason(const Status& status);
+
+// OpenAI's error body: {"error":{"message","type","param","code"}};
+// `param` is the field the error is about (null if none), `code` a string
+// naming the failure ("context_length_exceeded", "model_not_found",
+// "invalid_api_key", ...) or null. `http_status` overrides the table's
+// status (405, 408, 413, 431 come from the HTTP layer).
 std::string ErrorJson(const Status& status, int http_status = 0);
 
 }  // namespace ropeserve::api

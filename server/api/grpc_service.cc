@@ -12,6 +12,8 @@
 
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/error_mapping.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "server/api/logging.h"
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_request.h"
@@ -24,9 +26,35 @@ namespace ropeserve::api {
 
 namespace v1 = ::ropeserve::v1;
 
+// The gRPC status of an error, with google.rpc details in the
+// grpc-status-details-bin trailer (AIP-193): ErrorInfo with the REST
+// error's `code` as its reason, BadRequest naming the field (`param`) of an
+// invalid request, RetryInfo (1 s, as REST's Retry-After) when overloaded.
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(GrpcCodeFor(s.code())), s.message());
+  const int code = GrpcCodeFor(s.code());
+  google::rpc::Status details;
+  details.set_code(code);
+  details.set_message(s.message());
+  if (const std::string reason = ErrorReason(s); !reason.empty()) {
+    google::rpc::ErrorInfo info;
+    info.set_reason(reason);
+    info.set_domain("ropeserve.ai");
+    details.add_details()->PackFrom(info);
+  }
+  if (!s.param().empty()) {
+    google::rpc::BadRequest bad;
+    auto* v = bad.add_field_violations();
+    v->set_field(s.param());
+    v->set_description(s.message());
+    details.add_details()->PackFrom(bad);
+  }
+  if (s.code() == ErrorCode::kResourceExhausted || s.code() == ErrorCode::kUnavailable) {
+    google::rpc::RetryInfo retry;
+    retry.mutable_retry_delay()->set_seconds(1);
+    details.add_details()->PackFrom(retry);
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(code), s.message(), details.SerializeAsString());
 }
 
 namespace {

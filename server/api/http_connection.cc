@@ -1,5 +1,7 @@
 #include "server/api/http_connection.h"
 
+#include "server/api/error_mapping.h"
+
 #include <fcntl.h>
 #include <httplib.h>
 #include <netdb.h>
@@ -276,8 +278,7 @@ class ConnStream final : public httplib::Stream {
 // A complete response written without httplib (the request could not be
 // parsed into one it can answer).
 void WriteStatus(Connection& c, int status, const char* reason, const char* message) {
-  const std::string body = std::string(R"({"error":{"message":")") + message + R"(","type":"invalid_request_error","param":null,"code":)" +
-                           std::to_string(status) + "}}";
+  const std::string body = ErrorJson(MalformedRequest(message), status);
   const std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason +
                           "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -292,8 +293,7 @@ void WriteStatus(Connection& c, int status, const char* reason, const char* mess
 // Plain TCP only (a TLS client would need a handshake first: it is closed).
 void RejectFast(int fd, bool tls) {
   if (!tls) {
-    static const std::string kBody =
-        R"({"error":{"message":"the server has too many open connections; retry later","type":"overloaded_error","param":null,"code":503}})";
+    static const std::string kBody = ErrorJson(Unavailable("the server has too many open connections; retry later"));
     static const std::string kResponse =
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: "
         "close\r\nContent-Length: " +

@@ -15,6 +15,7 @@
 #include "server/service/generation_service.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/serving_context.h"
+#include "server/api/openapi.h"
 
 namespace ropeserve::api {
 
@@ -23,18 +24,29 @@ using json = nlohmann::json;
 namespace {
 
 // The endpoints and their methods; anything else on these paths is 405,
-// other paths 404. The admin server has only the `admin` ones.
+// other paths 404. The admin server has only the `admin` ones; `auth` ones
+// need an API key when keys are configured. docs/openapi.json describes
+// every non-admin route (a test checks they agree).
 struct Route {
   const char* path;
   const char* method;
   bool admin;
+  bool auth;
 };
 constexpr Route kRoutes[] = {
-    {"/health", "GET", true},          {"/ready", "GET", true},
-    {"/metrics", "GET", true},         {"/v1/models", "GET", false},
-    {"/v1/info", "GET", false},        {"/v1/summarize", "POST", false},
-    {"/v1/qa", "POST", false},         {"/v1/completions", "POST", false},
-    {"/v1/chat/completions", "POST", false},
+    {"/health", "GET", true, false},
+    {"/ready", "GET", true, false},
+    {"/metrics", "GET", true, false},
+    {"/version", "GET", false, false},
+    {"/openapi.json", "GET", false, false},
+    {"/v1/models", "GET", false, true},
+    {"/v1/info", "GET", false, true},
+    {"/v1/summarize", "POST", false, true},
+    {"/v1/qa", "POST", false, true},
+    {"/v1/completions", "POST", false, true},
+    {"/v1/chat/completions", "POST", false, true},
+    {"/tokenize", "POST", false, true},
+    {"/detokenize", "POST", false, true},
 };
 
 const Route* FindRoute(const std::string& path, bool admin) {
@@ -254,7 +266,7 @@ void HttpServer::Impl::Install() {
                413);
       return Handled::Handled;
     }
-    if (req.path.rfind("/v1/", 0) == 0) {
+    if (route->auth) {
       if (Status a = ctx.api_keys.Check(req.get_header_value("Authorization")); !a.ok()) {
         SetError(res, a);
         return Handled::Handled;
@@ -317,16 +329,28 @@ void HttpServer::Impl::Install() {
 
 void HttpServer::Impl::InstallApi() {
   auto& s = *server;
+  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"version", ROPESERVE_VERSION}}.dump(), "application/json");
+  });
+  s.Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(OpenApiDocument(), "application/json");
+  });
+  // Every served model: the decoder, and the QA model when there is one
+  // (`task` and `max_model_len` are extensions, as vLLM's max_model_len).
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     service::GenerationService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    json model = {{"id", service->name()},
-                  {"object", "model"},
-                  {"created", 0},
-                  {"owned_by", "ropeserve"},
-                  {"max_model_len", service->max_model_len()},
-                  {"architecture", service->config().architecture}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+    auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
+      return json{{"id", id},           {"object", "model"},        {"created", 0},
+                  {"owned_by", "ropeserve"}, {"task", task},        {"max_model_len", max_len},
+                  {"architecture", arch}};
+    };
+    json data = json::array(
+        {card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
+    if (service::QaService* qa = ctx.qa.load())
+      data.push_back(card(qa->name(), "question-answering", qa->config().max_position_embeddings,
+                          qa->config().architecture));
+    res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
   });
   s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
     service::GenerationService* service = ctx.service.load();
@@ -365,6 +389,8 @@ void HttpServer::Impl::InstallApi() {
   post("/v1/completions", &Completions);
   post("/v1/chat/completions", &ChatCompletions);
   post("/v1/summarize", &Summarize);
+  post("/tokenize", &Tokenize);
+  post("/detokenize", &Detokenize);
   s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
     auto ticket = ctx.lifecycle.Admit();
     if (!ticket.ok()) return SetError(res, ticket.status());

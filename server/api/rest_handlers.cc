@@ -9,6 +9,7 @@
 #include "server/api/error_mapping.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_request.h"
+#include "server/service/reasoning.h"
 
 namespace ropeserve::api {
 
@@ -38,11 +39,17 @@ std::string TokenText(const service::GenerationService& service, std::int64_t id
 }
 
 // Logprobs of a run of tokens, in the completions API's shape.
+// `text_offset` counts characters (bytes here, as vLLM) of the token texts
+// before each token; `offset` carries it across the chunks of a stream.
 json CompletionLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids,
-                        const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops) {
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array();
+                        const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops,
+                        std::int64_t& offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    tokens.push_back(TokenText(service, ids[i]));
+    std::string text = TokenText(service, ids[i]);
+    offsets.push_back(offset);
+    offset += static_cast<std::int64_t>(text.size());
+    tokens.push_back(std::move(text));
     token_logprobs.push_back(logprobs[i]);
     json step = json::object();
     if (i < tops.size())
@@ -55,18 +62,28 @@ json CompletionLogprobs(const service::GenerationService& service, const std::ve
       }
     top.push_back(step);
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
 // ... and in the chat API's shape.
+// `bytes` is the token text's UTF-8 bytes (OpenAI: a token may be part of
+// a character, and then `token` alone cannot be joined back).
 json ChatLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids, const std::vector<double>& logprobs,
                   const std::vector<std::vector<TokenLogprob>>& tops) {
+  auto entry = [&service](std::int64_t id, double logprob) {
+    const std::string text = TokenText(service, id);
+    json bytes = json::array();
+    for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+    return json{{"token", text}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+  };
   json content = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     json top = json::array();
     if (i < tops.size())
-      for (const auto& t : tops[i]) top.push_back({{"token", TokenText(service, t.id)}, {"logprob", t.logprob}});
-    content.push_back({{"token", TokenText(service, ids[i])}, {"logprob", logprobs[i]}, {"top_logprobs", top}});
+      for (const auto& t : tops[i]) top.push_back(entry(t.id, t.logprob));
+    json e = entry(ids[i], logprobs[i]);
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
   }
   return {{"content", content}};
 }
@@ -233,13 +250,14 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
                   {"choices", std::move(choices)}};
     };
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
-    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, prompts, n](
+    auto offsets = std::make_shared<std::vector<std::int64_t>>(gens.size(), 0);
+    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, offsets, prompts, n](
                         std::size_t i, const service::Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
       json choice = {{"index", i}, {"text", d.text}, {"logprobs", nullptr},
                      {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
-      if (logprobs) choice["logprobs"] = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
+      if (logprobs) choice["logprobs"] = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs, (*offsets)[i]);
       if (return_token_ids) {
         choice["token_ids"] = d.ids;
         if (!(*started)[i]) choice["prompt_token_ids"] = prompts[i / n];  // first chunk of the choice
@@ -259,7 +277,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     completion_tokens += static_cast<std::int64_t>(r.generated_ids.size());
     if (k % n == 0) cached += r.cached_tokens;
     json choice = {{"index", k}, {"text", r.text}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
-    if (logprobs) choice["logprobs"] = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
+    std::int64_t offset = 0;
+    if (logprobs) choice["logprobs"] = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs, offset);
     if (return_token_ids) {
       choice["token_ids"] = r.generated_ids;
       choice["prompt_token_ids"] = prompts[k / n];
@@ -285,6 +304,9 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()},
                                                           service.limits(), request.timeout_seconds));
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
+  // Models that reason: <think> text goes to reasoning_content (or nowhere
+  // with include_reasoning: false), the rest to content.
+  const bool reasons = service.reasons(), include_reasoning = body.include_reasoning;
   RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
   const std::string id = service.NextRequestId("chatcmpl");
   const std::int64_t created = Now();
@@ -298,8 +320,10 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
       return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
-    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids](
-                        std::size_t i, const service::Generation::Delta& d, std::string& out) {
+    auto splitters = std::make_shared<std::vector<service::ReasoningSplitter>>(gens.size(),
+                                                                               service::ReasoningSplitter(prompt));
+    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, reasons, include_reasoning,
+                     splitters](std::size_t i, const service::Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
       json delta = json::object();
@@ -308,7 +332,19 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
         (*started)[i] = true;
         delta["role"] = "assistant";
       }
-      if (!d.text.empty() || delta.contains("role")) delta["content"] = d.text;
+      service::ReasoningSplitter::Split split{"", d.text};
+      if (reasons) {
+        service::ReasoningSplitter& sp = (*splitters)[i];
+        split = sp.Push(d.text);
+        if (d.finished) {
+          auto rest = sp.Finish();
+          split.reasoning += rest.reasoning;
+          split.content += rest.content;
+        }
+        if (!include_reasoning) split.reasoning.clear();
+        if (!split.reasoning.empty()) delta["reasoning_content"] = split.reasoning;
+      }
+      if (!split.content.empty() || delta.contains("role")) delta["content"] = split.content;
       json choice = {{"index", i}, {"delta", delta}, {"logprobs", nullptr},
                      {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
       if (logprobs) choice["logprobs"] = ChatLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
@@ -327,10 +363,15 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   for (std::size_t k = 0; k < results.size(); ++k) {
     const GenerateResult& r = results[k];
     completion_tokens += static_cast<std::int64_t>(r.generated_ids.size());
-    json choice = {{"index", k},
-                   {"message", {{"role", "assistant"}, {"content", r.text}}},
-                   {"finish_reason", r.finish_reason},
-                   {"logprobs", nullptr}};
+    json message = {{"role", "assistant"}, {"content", r.text}};
+    if (reasons) {
+      auto split = service::ReasoningSplitter(prompt).All(r.text);
+      // As vLLM: null for a part the output does not have.
+      message["content"] = split.content.empty() ? json(nullptr) : json(split.content);
+      message["reasoning_content"] =
+          split.reasoning.empty() || !include_reasoning ? json(nullptr) : json(split.reasoning);
+    }
+    json choice = {{"index", k}, {"message", std::move(message)}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
     if (logprobs) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
     if (return_token_ids) choice["token_ids"] = r.generated_ids;
     choices.push_back(std::move(choice));

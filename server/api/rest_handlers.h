@@ -40,6 +40,9 @@ struct RestRequest {
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request);
+// POST /tokenize and /detokenize (rest_tokenize.cc), vLLM's shapes.
+StatusOr<RestReply> Tokenize(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRequest& request);
 // POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
 // {"inputs": [...], ...}.
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request);

@@ -14,7 +14,7 @@ using json = nlohmann::json;
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(QaBody body, ReadQaBody(request.body));
   if (!body.model.empty() && body.model != service.name())
-    return NotFound("model '" + body.model + "' does not exist (QA model: '" + service.name() + "')").WithParam("model");
+    return NotFound("model '" + body.model + "' does not exist (QA model: '" + service.name() + "')").WithParam("model").WithReason("model_not_found");
   RS_ASSIGN_OR_RETURN(service::ValidatedQa v, service::ValidateQa(body.fields, service.config().max_position_embeddings));
   std::vector<service::QaRequest> requests;
   for (auto& [question, context] : body.inputs) {

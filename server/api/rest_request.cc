@@ -15,6 +15,9 @@ Status Malformed(const std::string& param, const std::string& message) {
   return MalformedRequest(message).WithParam(param);
 }
 
+// A value quoted in an error message: at most 100 bytes, invalid UTF-8 replaced.
+std::string Show(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100); }
+
 // ---- the fields each endpoint knows ----
 
 // A field is read, accepted and ignored (it changes nothing about the
@@ -62,8 +65,11 @@ constexpr Rule kSamplingRules[] = {
     {"stream_options", Kind::kRead},
     {"return_token_ids", Kind::kRead},
     {"user", Kind::kIgnored},
+    {"safety_identifier", Kind::kIgnored},  // OpenAI's successor of `user`
+    {"prompt_cache_key", Kind::kIgnored},   // the prefix cache needs no key
+    {"priority", Kind::kRead},
     {"skip_special_tokens", Kind::kUnsupported, NotSkippingSpecial},  // true is what ropeserve does
-    {"logit_bias", Kind::kUnsupported, NotEmpty},
+    {"logit_bias", Kind::kRead},
     {"response_format", Kind::kUnsupported, NotTextFormat},
     {"guided_json", Kind::kUnsupported, NotNull},
     {"guided_regex", Kind::kUnsupported, NotNull},
@@ -102,6 +108,8 @@ constexpr Rule kChatRules[] = {
     {"audio", Kind::kUnsupported, NotNull},
     {"prediction", Kind::kUnsupported, NotNull},
     {"reasoning_effort", Kind::kUnsupported, NotNull},
+    {"verbosity", Kind::kUnsupported, NotNull},
+    {"include_reasoning", Kind::kRead},
     {"web_search_options", Kind::kUnsupported, NotNull},
 };
 constexpr Rule kSummarizeRules[] = {
@@ -125,6 +133,25 @@ constexpr Rule kQaRules[] = {
     {"scoring", Kind::kRead},
 };
 
+constexpr Rule kTokenizeRules[] = {
+    {"model", Kind::kRead},
+    {"prompt", Kind::kRead},
+    {"messages", Kind::kRead},
+    {"add_special_tokens", Kind::kRead},
+    {"add_generation_prompt", Kind::kRead},
+    {"return_token_strs", Kind::kRead},
+    {"chat_template_kwargs", Kind::kRead},
+    {"documents", Kind::kRead},
+    {"continue_final_message", Kind::kUnsupported, NotFalse},
+    {"chat_template", Kind::kUnsupported, NotNull},
+    {"tools", Kind::kUnsupported, NotEmpty},
+    {"mm_processor_kwargs", Kind::kUnsupported, NotEmpty},
+};
+constexpr Rule kDetokenizeRules[] = {
+    {"model", Kind::kRead},
+    {"tokens", Kind::kRead},
+};
+
 template <std::size_t N>
 const Rule* Find(const Rule (&rules)[N], const std::string& key) {
   for (const Rule& r : rules)
@@ -140,16 +167,16 @@ Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
     const Rule* rule = nullptr;
     ((rule = rule ? rule : Find(sets, it.key())), ...);
     const std::string key = it.key().substr(0, 100);
-    if (rule == nullptr) return Malformed(key, "unrecognized request argument: '" + key + "'");
+    if (rule == nullptr)
+      return Malformed(key, "unrecognized request argument: '" + key + "'").WithReason("unknown_parameter");
     if (rule->kind == Kind::kUnsupported && rule->asks(it.value()))
-      return Malformed(key, "'" + key + "' is not supported by this server (" + it.value().dump().substr(0, 100) + ")");
+      return Malformed(key, "'" + key + "' is not supported by this server (" + Show(it.value()) + ")")
+          .WithReason("unsupported_parameter");
   }
   return Status::Ok();
 }
 
 // ---- typed reads ----
-
-std::string Show(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100); }
 
 template <typename T>
 Status Read(const ojson& body, const char* key, std::optional<T>& out) {
@@ -218,6 +245,29 @@ Status ReadStopIds(const ojson& body, std::vector<std::int64_t>& out) {
   return Status::Ok();
 }
 
+// "logit_bias": {"<token id>": bias, ...} (OpenAI: keys are token ids
+// written as strings).
+Status ReadLogitBias(const ojson& body, std::vector<std::pair<std::int64_t, double>>& out) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object()) return Malformed("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    const std::string& key = e.key();
+    std::int64_t id = 0;
+    bool digits = !key.empty() && key.size() <= 18;
+    for (char c : key) {
+      if (c < '0' || c > '9') digits = false;
+      else id = id * 10 + (c - '0');
+    }
+    if (!digits)
+      return Malformed("logit_bias", "'logit_bias' keys must be token ids (got '" + key.substr(0, 50) + "')");
+    if (!e.value().is_number()) return Malformed("logit_bias", "'logit_bias' values must be numbers");
+    if (out.size() > static_cast<std::size_t>(service::kMaxLogitBias)) break;  // enough to be refused
+    out.emplace_back(id, e.value().get<double>());
+  }
+  return Status::Ok();
+}
+
 // The fields every generation endpoint shares.
 Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(ReadInto(body, "model", g.model));
@@ -250,6 +300,8 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(Read(body, "ignore_eos", f.ignore_eos));
   RS_RETURN_IF_ERROR(ReadStop(body, f.stop));
   RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
+  RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));
+  RS_RETURN_IF_ERROR(Read(body, "priority", f.priority));
   if (endpoint != Endpoint::kSummarize) RS_RETURN_IF_ERROR(Read(body, "n", f.n));
   if (endpoint == Endpoint::kChat) {
     // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
@@ -286,12 +338,18 @@ StatusOr<PromptInput> ReadPrompt(const ojson& p) {
   return in;
 }
 
-// A chat message's content: a string, null, or OpenAI content parts
-// ([{"type": "text", "text": ...}, ...]) joined with newlines (as vLLM
-// does for string templates).
+// A chat message's content: a string, null or absent (""), or OpenAI
+// content parts ([{"type": "text", "text": ...}, ...]) joined with
+// newlines (as vLLM does for string templates).
 Status JoinContent(ojson& m, const std::string& where) {
   auto c = m.find("content");
-  if (c == m.end() || c->is_null() || c->is_string()) return Status::Ok();
+  // No content (an assistant message with tool calls): "" for the
+  // template, as vLLM gives string-content templates.
+  if (c == m.end() || c->is_null()) {
+    m["content"] = "";
+    return Status::Ok();
+  }
+  if (c->is_string()) return Status::Ok();
   if (!c->is_array())
     return Malformed(where + ".content", "a message's content must be a string or a list of content parts");
   if (c->size() > static_cast<std::size_t>(service::kMaxContentParts))
@@ -313,6 +371,74 @@ Status JoinContent(ojson& m, const std::string& where) {
     joined += part["text"].get<std::string>();
   }
   *c = joined;
+  return Status::Ok();
+}
+
+// Tool-call history, made what chat templates expect (as vLLM does): an
+// assistant message's tool_calls[].function.arguments, a JSON string on
+// the wire, parsed to an object (templates render it with tojson, which
+// would otherwise encode the string twice); a `tool` message's
+// tool_call_id must be a string.
+Status ReadToolHistory(ojson& m, const std::string& where) {
+  const std::string role = m["role"].get<std::string>();
+  if (role == "tool") {
+    auto id = m.find("tool_call_id");
+    if (id != m.end() && !id->is_null() && !id->is_string())
+      return Malformed(where + ".tool_call_id", "'tool_call_id' must be a string");
+  }
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return Status::Ok();
+  if (role != "assistant") return Malformed(where + ".tool_calls", "only assistant messages have 'tool_calls'");
+  if (!calls->is_array()) return Malformed(where + ".tool_calls", "'tool_calls' must be a list");
+  for (std::size_t j = 0; j < calls->size(); ++j) {
+    ojson& call = (*calls)[j];
+    const std::string at = where + ".tool_calls[" + std::to_string(j) + "]";
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      return Malformed(at + ".function", "each tool call needs a 'function' object");
+    ojson& fn = call["function"];
+    if (!fn.contains("name") || !fn["name"].is_string())
+      return Malformed(at + ".function.name", "a tool call's function needs a string 'name'");
+    auto args = fn.find("arguments");
+    if (args == fn.end() || !args->is_string()) continue;  // absent or already an object
+    // The body's depth limit holds for what the string holds too.
+    RS_RETURN_IF_ERROR(CheckJsonDepth(args->get<std::string>()).WithParam(at + ".function.arguments"));
+    ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded())
+      return Malformed(at + ".function.arguments", "a tool call's 'arguments' must be a JSON text");
+    *args = std::move(parsed);
+  }
+  return Status::Ok();
+}
+
+// What a chat request's prompt is made of: the messages (content parts
+// joined, tool history parsed) and the template variables.
+Status ReadMessages(ojson& body, ojson& messages, ojson& extra, bool& add_generation_prompt) {
+  auto mit = body.find("messages");
+  if (mit == body.end() || !mit->is_array() || mit->empty())
+    return Malformed("messages", "'messages' must be a non-empty list of {\"role\", \"content\"} objects");
+  if (mit->size() > static_cast<std::size_t>(service::kMaxMessages))
+    return InvalidArgument("at most " + std::to_string(service::kMaxMessages) + " messages per request")
+        .WithParam("messages");
+  messages = std::move(*mit);
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    ojson& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty())
+      return Malformed(where + ".role", "each message must be an object with a non-empty string 'role'");
+    RS_RETURN_IF_ERROR(JoinContent(m, where));
+    RS_RETURN_IF_ERROR(ReadToolHistory(m, where));
+  }
+  if (auto d = body.find("documents"); d != body.end() && !d->is_null()) {
+    if (!d->is_array()) return Malformed("documents", "'documents' must be a list");
+    extra["documents"] = *d;
+  }
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object()) return Malformed("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (auto it = k->begin(); it != k->end(); ++it) extra[it.key()] = it.value();
+  }
+  std::optional<bool> agp;
+  RS_RETURN_IF_ERROR(Read(body, "add_generation_prompt", agp));
+  add_generation_prompt = agp.value_or(true);
   return Status::Ok();
 }
 
@@ -346,31 +472,10 @@ StatusOr<ChatBody> ReadChatBody(const std::string& text) {
   RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kChatRules));
   ChatBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kChat, out));
-  auto mit = body.find("messages");
-  if (mit == body.end() || !mit->is_array() || mit->empty())
-    return Malformed("messages", "'messages' must be a non-empty list of {\"role\", \"content\"} objects");
-  if (mit->size() > static_cast<std::size_t>(service::kMaxMessages))
-    return InvalidArgument("at most " + std::to_string(service::kMaxMessages) + " messages per request")
-        .WithParam("messages");
-  out.messages = std::move(*mit);
-  for (std::size_t i = 0; i < out.messages.size(); ++i) {
-    ojson& m = out.messages[i];
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty())
-      return Malformed(where + ".role", "each message must be an object with a non-empty string 'role'");
-    RS_RETURN_IF_ERROR(JoinContent(m, where));
-  }
-  if (auto d = body.find("documents"); d != body.end() && !d->is_null()) {
-    if (!d->is_array()) return Malformed("documents", "'documents' must be a list");
-    out.extra["documents"] = *d;
-  }
-  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
-    if (!k->is_object()) return Malformed("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    for (auto it = k->begin(); it != k->end(); ++it) out.extra[it.key()] = it.value();
-  }
-  std::optional<bool> agp;
-  RS_RETURN_IF_ERROR(Read(body, "add_generation_prompt", agp));
-  out.add_generation_prompt = agp.value_or(true);
+  RS_RETURN_IF_ERROR(ReadMessages(body, out.messages, out.extra, out.add_generation_prompt));
+  std::optional<bool> reasoning;
+  RS_RETURN_IF_ERROR(Read(body, "include_reasoning", reasoning));
+  out.include_reasoning = reasoning.value_or(true);
   return out;
 }
 
@@ -425,6 +530,44 @@ StatusOr<QaBody> ReadQaBody(const std::string& text) {
       RS_RETURN_IF_ERROR(read_pair(inputs[i], "inputs[" + std::to_string(i) + "]"));
   } else {
     RS_RETURN_IF_ERROR(read_pair(body, ""));
+  }
+  return out;
+}
+
+StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kTokenizeRules));
+  TokenizeBody out;
+  RS_RETURN_IF_ERROR(ReadInto(body, "model", out.model));
+  RS_RETURN_IF_ERROR(ReadInto(body, "return_token_strs", out.return_token_strs));
+  const bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
+  out.chat = body.contains("messages") && !body["messages"].is_null();
+  if (has_prompt == out.chat) return Malformed("prompt", "give either 'prompt' or 'messages'");
+  if (out.chat) {
+    RS_RETURN_IF_ERROR(ReadMessages(body, out.messages, out.extra, out.add_generation_prompt));
+    out.add_special_tokens = false;  // the template writes them
+  } else {
+    if (!body["prompt"].is_string()) return Malformed("prompt", "'prompt' must be a string");
+    out.prompt = body["prompt"].get<std::string>();
+    if (body.contains("add_generation_prompt") || body.contains("chat_template_kwargs") || body.contains("documents"))
+      return Malformed("add_generation_prompt", "chat options need 'messages'");
+  }
+  RS_RETURN_IF_ERROR(ReadInto(body, "add_special_tokens", out.add_special_tokens));
+  return out;
+}
+
+StatusOr<DetokenizeBody> ReadDetokenizeBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kDetokenizeRules));
+  DetokenizeBody out;
+  RS_RETURN_IF_ERROR(ReadInto(body, "model", out.model));
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) return Malformed("tokens", "'tokens' (a list of token ids) is required");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) return Malformed("tokens", "'tokens' must contain only integers");
+    out.tokens.push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)
+                             ? -1  // outside the vocabulary: the handler says so
+                             : v.get<std::int64_t>());
   }
   return out;
 }

@@ -51,6 +51,9 @@ struct ChatBody : GenerationBody {
   // Template variables: documents and chat_template_kwargs.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
+  // vLLM's include_reasoning: false drops the reasoning_content of models
+  // that reason (server/service/reasoning.h).
+  bool include_reasoning = true;
 };
 
 struct SummarizeBody : GenerationBody {
@@ -65,9 +68,30 @@ struct QaBody {
   service::QaFields fields;
 };
 
+// POST /tokenize (vLLM): a prompt, or chat messages rendered with the
+// chat template.
+struct TokenizeBody {
+  std::string model;
+  bool chat = false;       // `messages` given instead of `prompt`
+  std::string prompt;
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  bool add_special_tokens = true;  // default: true for a prompt, false for messages (vLLM)
+  bool return_token_strs = false;
+};
+
+// POST /detokenize (vLLM).
+struct DetokenizeBody {
+  std::string model;
+  std::vector<std::int64_t> tokens;
+};
+
 StatusOr<CompletionBody> ReadCompletionBody(const std::string& text);
 StatusOr<ChatBody> ReadChatBody(const std::string& text);
 StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text);
 StatusOr<QaBody> ReadQaBody(const std::string& text);
+StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text);
+StatusOr<DetokenizeBody> ReadDetokenizeBody(const std::string& text);
 
 }  // namespace ropeserve::api

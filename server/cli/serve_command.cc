@@ -55,6 +55,7 @@ struct ServeFlags {
   std::vector<std::string> allowed_origins;
   int grpc_max_concurrent_streams = 128;
   std::size_t qa_max_windows = 2048;
+  std::string scheduling_policy = "fcfs";
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string tls_cert;
@@ -147,6 +148,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::sha
     spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
   }
   f.engine.observer = &metrics;
+  f.engine.priority_scheduling = f.scheduling_policy == "priority";
   if (const char* every = std::getenv("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
     f.engine.inject_faults_every = std::atoll(every);
     spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", every,
@@ -381,7 +383,7 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_QA_DTYPE")
       ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
   sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
-                  "Longest QA context accepted, in bytes (longer: 422 / INVALID_ARGUMENT)")
+                  "Longest QA context accepted, in bytes (longer: 400 / INVALID_ARGUMENT)")
       ->capture_default_str()
       ->envname("ROPESERVE_QA_MAX_CONTEXT_BYTES")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
@@ -445,13 +447,19 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_GRPC_MAX_CONCURRENT_STREAMS")
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--scheduling-policy", f->scheduling_policy,
+                  "fcfs: requests run in arrival order; priority: a request's `priority` (lower first) orders "
+                  "admission and preemption, and any client may set it (as vLLM)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_SCHEDULING_POLICY")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
   sub->add_option("--max-request-tokens", f->engine.max_request_tokens,
                   "Tokens one request may reserve: prompts x n x (prompt + max_tokens); 0 = the KV cache's capacity")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   sub->add_option("--qa-max-windows", f->qa_max_windows,
-                  "Windows one QA request (all its question-context pairs) may need; more: 422 / INVALID_ARGUMENT")
+                  "Windows one QA request (all its question-context pairs) may need; more: 400 / INVALID_ARGUMENT")
       ->capture_default_str()
       ->envname("ROPESERVE_QA_MAX_WINDOWS")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));

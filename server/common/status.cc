@@ -30,12 +30,19 @@ Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
   Status out(code_, context + ": " + message_);
   out.param_ = param_;
+  out.reason_ = reason_;
   return out;
 }
 
 Status Status::WithParam(std::string param) const {
   Status out = *this;
   if (!ok()) out.param_ = std::move(param);
+  return out;
+}
+
+Status Status::WithReason(std::string reason) const {
+  Status out = *this;
+  if (!ok()) out.reason_ = std::move(reason);
   return out;
 }
 

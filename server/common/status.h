@@ -50,11 +50,17 @@ class [[nodiscard]] Status {
   // reported as OpenAI's error `param`; empty when none.
   const std::string& param() const { return param_; }
   Status WithParam(std::string param) const;
+  // A machine-readable reason, reported as OpenAI's error `code`
+  // ("context_length_exceeded", "model_not_found"); empty = the transport's
+  // default for the error code (server/api/error_mapping.cc).
+  const std::string& reason() const { return reason_; }
+  Status WithReason(std::string reason) const;
 
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
   std::string param_;
+  std::string reason_;
 };
 
 inline Status InvalidArgument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }

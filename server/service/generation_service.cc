@@ -1,11 +1,29 @@
 #include "server/service/generation_service.h"
 
+#include "server/service/reasoning.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 
 namespace ropeserve::service {
+
+namespace {
+// OpenAI's logit_bias: fixed amounts added to some tokens' logits. Stateless,
+// so the choices of one request share it.
+class LogitBias : public LogitsProcessor {
+ public:
+  explicit LogitBias(std::vector<std::pair<std::int64_t, float>> bias) : bias_(std::move(bias)) {}
+  void Process(std::span<const TokenId>, std::span<float> logits) override {
+    for (auto [id, b] : bias_)
+      if (static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
+  }
+
+ private:
+  std::vector<std::pair<std::int64_t, float>> bias_;
+};
+}  // namespace
 
 StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(GenerationServiceConfig config,
                                                                        std::unique_ptr<ModelExecutor> executor,
@@ -17,10 +35,12 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(Generatio
   s->limits_.max_model_len = config.engine.scheduler.max_model_len;
   s->limits_.vocab_size = config.model.vocab_size;
   s->limits_.max_request_tokens = config.max_request_tokens > 0 ? config.max_request_tokens : config.kv.tokens;
+  s->limits_.priority_scheduling = config.priority_scheduling;
   s->tokenizer_ = std::move(tokenizer);
   if (s->tokenizer_ && s->tokenizer_->config().chat_template) {
     RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));
     s->chat_template_ = std::move(t);
+    s->reasons_ = ReasoningSplitter::ForTemplate(*s->tokenizer_->config().chat_template);
   }
   s->executor_ = std::move(executor);
   s->engine_ = std::make_unique<Engine>(config.engine, *s->executor_);
@@ -36,7 +56,9 @@ GenerationService::~GenerationService() {
 
 Status GenerationService::CheckModelName(const std::string& requested) const {
   if (requested.empty() || requested == name()) return Status::Ok();
-  return NotFound("model '" + requested + "' does not exist (served: '" + name() + "')");
+  return NotFound("model '" + requested + "' does not exist (served: '" + name() + "')")
+      .WithParam("model")
+      .WithReason("model_not_found");
 }
 
 StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector<std::int64_t>& prompt_ids,
@@ -60,7 +82,13 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
     r.stop.stop_token_ids.push_back(static_cast<TokenId>(id));
   }
   r.sampling = options.sampling;
+  if (!options.logit_bias.empty()) {
+    for (auto [id, bias] : options.logit_bias)
+      if (id < 0 || id >= vocab) return InvalidArgument("logit_bias: " + std::to_string(id) + " is outside the vocabulary");
+    r.processor = std::make_shared<LogitBias>(options.logit_bias);
+  }
   r.stop.ignore_eos = options.ignore_eos;
+  r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
   if (options.timeout_seconds > 0) {
     r.timeout = std::chrono::duration_cast<Clock::duration>(

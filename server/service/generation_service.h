@@ -41,6 +41,9 @@ struct EngineOptions {
   // Tokens one request may reserve over all its sequences (serve
   // --max-request-tokens); 0 = the KV cache's capacity.
   std::int64_t max_request_tokens = 0;
+  // serve --scheduling-policy priority: requests may set `priority`
+  // (vLLM's rule: with fcfs, a non-zero priority is refused).
+  bool priority_scheduling = false;
   EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
@@ -55,6 +58,7 @@ struct GenerationServiceConfig {
   EngineConfig engine;       // scheduler, KV blocks, EOS ids
   KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
   std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
+  bool priority_scheduling = false;     // requests may set `priority`
   EngineObserver* observer = nullptr;
   bool engine_thread = true;  // false: offline, the caller's thread steps the engine
 };
@@ -130,6 +134,9 @@ class GenerationService {
   // Renders `messages` with the tokenizer_config.json chat template.
   StatusOr<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                           const nlohmann::ordered_json& extra) const;
+  // True when the chat template writes <think> blocks: chat replies then
+  // carry the reasoning apart (server/service/reasoning.h).
+  bool reasons() const { return reasons_; }
   // "<prefix>-<n>", unique within the process.
   std::string NextRequestId(const char* prefix);
 
@@ -148,6 +155,7 @@ class GenerationService {
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  bool reasons_ = false;
   std::atomic<std::uint64_t> counter_{0};
 };
 

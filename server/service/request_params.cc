@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ropeserve::service {
 
 namespace {
+
+// OpenAI's error code for a request that does not fit the context.
+constexpr const char* kContextLengthExceeded = "context_length_exceeded";
 
 Status Bad(const std::string& param, const std::string& message) {
   return InvalidArgument(message).WithParam(param);
@@ -73,15 +77,19 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   const std::int64_t room = limits.max_model_len - static_cast<std::int64_t>(longest);
   if (room < 1)
     return Bad("prompt", "the prompt has " + std::to_string(longest) + " tokens; the context length is " +
-                             std::to_string(limits.max_model_len) + " (prompt + at least one generated token)");
+                             std::to_string(limits.max_model_len) + " (prompt + at least one generated token)")
+        .WithReason(kContextLengthExceeded);
 
   // max_tokens: given, or the endpoint's default, bounded by the context and
   // by the tokens one request may reserve.
-  RS_RETURN_IF_ERROR(CheckRange(f.max_tokens, 1, limits.max_model_len, "max_tokens"));
+  // Beyond the room left (the context included) is OpenAI's
+  // context_length_exceeded, whatever the number.
+  RS_RETURN_IF_ERROR(CheckRange(f.max_tokens, 1, std::numeric_limits<std::int64_t>::max(), "max_tokens"));
   if (f.max_tokens && *f.max_tokens > room)
     return Bad("max_tokens", "'max_tokens' " + std::to_string(*f.max_tokens) + " plus the prompt's " +
                                  std::to_string(longest) + " tokens exceed the context length " +
-                                 std::to_string(limits.max_model_len));
+                                 std::to_string(limits.max_model_len))
+          .WithReason(kContextLengthExceeded);
   std::int64_t budget_room = room;  // per sequence, under --max-request-tokens
   if (limits.max_request_tokens > 0) {
     budget_room = (limits.max_request_tokens - prompt_tokens) / sequences;
@@ -141,6 +149,19 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
       return Bad("stop_token_ids", "stop token id " + std::to_string(id) + " is outside the vocabulary");
   }
   o.stop_token_ids = f.stop_token_ids;
+  RS_RETURN_IF_ERROR(CheckRange(f.priority, -kMaxPriority, kMaxPriority, "priority"));
+  o.priority = static_cast<int>(f.priority.value_or(0));
+  if (o.priority != 0 && !limits.priority_scheduling)
+    return Bad("priority", "'priority' needs a server started with --scheduling-policy priority");
+  if (f.logit_bias.size() > static_cast<std::size_t>(kMaxLogitBias))
+    return Bad("logit_bias", "'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) + " entries");
+  for (auto [id, bias] : f.logit_bias) {
+    if (id < 0 || id >= limits.vocab_size)
+      return Bad("logit_bias", "logit_bias token id " + std::to_string(id) + " is outside the vocabulary");
+    if (!(bias >= -kMaxAbsLogitBias && bias <= kMaxAbsLogitBias))
+      return Bad("logit_bias", "logit_bias values must be between -100 and 100");
+    o.logit_bias.emplace_back(id, static_cast<float>(bias));
+  }
 
   RS_RETURN_IF_ERROR(CheckRange(f.top_logprobs, 0, kMaxTopLogprobs, "top_logprobs"));
   o.top_logprobs = static_cast<std::size_t>(f.top_logprobs.value_or(0));

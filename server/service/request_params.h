@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/common/status.h"
@@ -33,6 +34,13 @@ struct GenerateOptions {
   // token of `stop_token_ids` is produced.
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;
+  // Added to the logits of these token ids before sampling (OpenAI's
+  // logit_bias: -100 bans a token, 100 all but forces it); logprobs are
+  // still those of the model's raw logits.
+  std::vector<std::pair<std::int64_t, float>> logit_bias;
+  // Scheduling priority: lower values are admitted first and preempted
+  // last (vLLM's convention); 0 by default.
+  int priority = 0;
   // Served requests: the engine ends the request with DeadlineExceeded this
   // long after submission (0 = no deadline).
   double timeout_seconds = 0;
@@ -73,6 +81,9 @@ constexpr int kMaxStopStrings = 16;
 constexpr std::size_t kMaxStopStringBytes = 256;
 constexpr int kMaxStopTokenIds = 64;
 constexpr int kMaxTopLogprobs = 20;
+constexpr int kMaxLogitBias = 1024;
+constexpr int kMaxPriority = 1000;          // |priority| (vLLM's scheduling priority)         // entries of logit_bias
+constexpr double kMaxAbsLogitBias = 100;    // bias values lie in [-100, 100] (OpenAI)
 constexpr int kMaxMessages = 1024;          // chat messages
 constexpr int kMaxContentParts = 256;       // content parts of one chat message
 constexpr int kMaxQaInputs = 64;            // (question, context) pairs of one QA request
@@ -88,6 +99,10 @@ struct Limits {
   // n) of prompt + max_tokens (serve --max-request-tokens; by default the
   // KV cache's capacity). 0 = no limit.
   std::int64_t max_request_tokens = 0;
+  // Whether requests may set a scheduling priority (serve
+  // --scheduling-policy priority); off, a non-zero priority is refused:
+  // letting any client jump the queue is the operator's choice.
+  bool priority_scheduling = false;
 };
 
 // The endpoint a request came through: it decides the defaults.
@@ -115,6 +130,8 @@ struct GenerationFields {
   std::vector<std::int64_t> stop_token_ids;
   std::optional<std::int64_t> top_logprobs;  // alternatives per token (0 = the chosen token's logprob only)
   std::optional<std::int64_t> n;
+  std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
+  std::optional<std::int64_t> priority;  // lower runs first; [-kMaxPriority, kMaxPriority]
 };
 
 struct ValidatedGeneration {

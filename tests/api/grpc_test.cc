@@ -2,7 +2,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
+#include "server/api/grpc_calls.h"
 #include "server/api/grpc_service.h"
 #include "tests/common/offline.h"
 #include "server/service/generation_service.h"
@@ -122,6 +125,41 @@ TEST_F(GrpcApi, ErrorsMapToStatusCodes) {
   both.add_prompt_ids(1);
   both.set_prompt("hi");
   EXPECT_EQ(Call(both, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// google.rpc details (AIP-193) in grpc-status-details-bin.
+TEST(GrpcErrors, CarryGoogleRpcDetails) {
+  auto details = [](const grpc::Status& st) {
+    google::rpc::Status out;
+    EXPECT_TRUE(out.ParseFromString(st.error_details()));
+    EXPECT_EQ(out.code(), static_cast<int>(st.error_code()));
+    EXPECT_EQ(out.message(), st.error_message());
+    return out;
+  };
+  const grpc::Status bad = api::ToGrpc(
+      InvalidArgument("too long").WithParam("max_tokens").WithReason("context_length_exceeded"));
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  google::rpc::Status s = details(bad);
+  ASSERT_EQ(s.details_size(), 2);
+  google::rpc::ErrorInfo info;
+  ASSERT_TRUE(s.details(0).UnpackTo(&info));
+  EXPECT_EQ(info.reason(), "context_length_exceeded");
+  google::rpc::BadRequest br;
+  ASSERT_TRUE(s.details(1).UnpackTo(&br));
+  ASSERT_EQ(br.field_violations_size(), 1);
+  EXPECT_EQ(br.field_violations(0).field(), "max_tokens");
+  // Overload: RetryInfo with REST's Retry-After.
+  const grpc::Status busy = api::ToGrpc(Status(ErrorCode::kResourceExhausted, "queue full"));
+  EXPECT_EQ(busy.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  s = details(busy);
+  google::rpc::RetryInfo retry;
+  bool found = false;
+  for (const auto& any : s.details())
+    if (any.UnpackTo(&retry)) found = true;
+  ASSERT_TRUE(found);
+  EXPECT_EQ(retry.retry_delay().seconds(), 1);
+  // No field, no reason: no BadRequest, no ErrorInfo.
+  EXPECT_EQ(details(api::ToGrpc(Internal("x"))).details_size(), 0);
 }
 
 TEST_F(GrpcApi, TextPromptStopStringsAndDecodedText) {

@@ -2,10 +2,12 @@
 #include "server/api/http_server.h"
 #include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
+#include "server/api/rest_handlers.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -116,13 +118,13 @@ TEST_F(HttpApi, BadRequestsGetClearErrors) {
   EXPECT_EQ(Post(R"({"prompt":["a","b"],"max_tokens":1})").first, 200);
   EXPECT_EQ(Post(R"({"prompt":"bad utf8 \udc00"})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"stop":[1]})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"stop":""})").first, 422);
-  EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1],"stop":""})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1,99999]})").first, 400);
   EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":"many"})").first, 400);
-  EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 422);
-  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":100000})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1],"temperature":-1})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"max_tokens":100000})").first, 400);
   auto [code, body] = Post(R"({"prompt":[1],"top_p":0})");
-  EXPECT_EQ(code, 422);
+  EXPECT_EQ(code, 400);
   EXPECT_NE(body["error"]["message"].get<std::string>().find("top_p"), std::string::npos);
   EXPECT_EQ(Post(R"({"prompt":[)" + std::string(5000, '1') + "]}").first, 413);
   // The server is still healthy after all of that.
@@ -239,11 +241,123 @@ TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
   EXPECT_EQ(Post(R"({"messages":[]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":[{"content":"no role"}]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":"hi"})", "/v1/chat/completions").first, 400);
-  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 422);
+  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 400);
   auto [c2, lp] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})",
                        "/v1/chat/completions");
   ASSERT_EQ(c2, 200) << lp.dump();
   EXPECT_EQ(lp["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+}
+
+TEST_F(HttpApi, LogitBiasBansAndForcesTokensAndLogprobsHaveOpenAiShapes) {
+  const std::string base = R"("prompt":[1,2,3],"max_tokens":4,"temperature":0,"ignore_eos":true)";
+  auto [c0, plain] = Post("{" + base + "}");
+  ASSERT_EQ(c0, 200) << plain.dump();
+  const auto first = plain["choices"][0]["token_ids"][0].get<int>();
+  auto [c1, banned] = Post("{" + base + R"(,"logit_bias":{")" + std::to_string(first) + R"(":-100}})");
+  ASSERT_EQ(c1, 200) << banned.dump();
+  for (const auto& id : banned["choices"][0]["token_ids"]) EXPECT_NE(id.get<int>(), first);
+  auto [c2, forced] = Post("{" + base + R"(,"logit_bias":{"9":100},"logprobs":1})");
+  ASSERT_EQ(c2, 200) << forced.dump();
+  EXPECT_EQ(forced["choices"][0]["token_ids"], json::array({9, 9, 9, 9}));
+  // Logprobs stay the model's (a forced token is usually unlikely).
+  const json& lp = forced["choices"][0]["logprobs"];
+  EXPECT_LT(lp["token_logprobs"][0].get<double>(), 0.0);
+  // text_offset: bytes of the token texts before each token.
+  ASSERT_EQ(lp["text_offset"].size(), 4u);
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(lp["text_offset"][i], offset);
+    offset += static_cast<std::int64_t>(lp["tokens"][i].get<std::string>().size());
+  }
+  EXPECT_EQ(Post("{" + base + R"(,"logit_bias":{"999999":1}})").first, 400);
+  // Chat logprobs carry each token's UTF-8 bytes.
+  auto [c3, chat] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,"logprobs":true,"top_logprobs":1})",
+                         "/v1/chat/completions");
+  ASSERT_EQ(c3, 200) << chat.dump();
+  for (const auto& e : chat["choices"][0]["logprobs"]["content"]) {
+    std::string bytes;
+    for (const auto& b : e["bytes"]) bytes.push_back(static_cast<char>(b.get<int>()));
+    EXPECT_EQ(bytes, e["token"].get<std::string>());
+    EXPECT_EQ(e["top_logprobs"][0]["bytes"].size(), e["top_logprobs"][0]["token"].get<std::string>().size());
+  }
+}
+
+TEST_F(HttpApi, TokenizeDetokenizeVersionModels) {
+  auto [c1, t] = PostRaw(R"({"prompt":"Hello world","return_token_strs":true})", "/tokenize");
+  ASSERT_EQ(c1, 200) << t.dump();
+  const auto expected = tokenizer_->Encode("Hello world", true)->ids;
+  EXPECT_EQ(t["tokens"], json(expected));
+  EXPECT_EQ(t["count"], expected.size());
+  EXPECT_EQ(t["max_model_len"], service_->max_model_len());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(t["token_strs"][i], *tokenizer_->IdToToken(expected[i]));
+  auto [c2, d] = PostRaw(json{{"tokens", t["tokens"]}}.dump(), "/detokenize");
+  ASSERT_EQ(c2, 200) << d.dump();
+  EXPECT_EQ(d["prompt"], *tokenizer_->Decode(expected, false));
+  // Chat messages are rendered as chat completions render them.
+  auto [c3, chat] = PostRaw(R"({"messages":[{"role":"user","content":"Hi"}]})", "/tokenize");
+  ASSERT_EQ(c3, 200) << chat.dump();
+  auto [c4, gen] = Post(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})", "/v1/chat/completions");
+  ASSERT_EQ(c4, 200);
+  EXPECT_EQ(chat["count"], gen["usage"]["prompt_tokens"]);
+  EXPECT_EQ(PostRaw(R"({"tokens":[-1]})", "/detokenize").first, 400);
+  EXPECT_EQ(PostRaw(R"({"prompt":"x","model":"other"})", "/tokenize").first, 404);
+  auto v = client_->Get("/version");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200);
+  EXPECT_TRUE(json::parse(v->body)["version"].is_string());
+  auto m = client_->Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["task"], "generate");
+}
+
+// Templates that write <think> blocks: the reasoning comes apart from the
+// content, unary and streamed alike.
+TEST(HttpApiReasoning, ThinkBlocksBecomeReasoningContent) {
+  testing::ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
+  const std::string cfg_path = dir.path() + "/tokenizer_config.json";
+  std::ifstream in(cfg_path);
+  json cfg = json::parse(in);
+  // The generation prompt opens the block (as Qwen3 thinking templates do);
+  // a random model never closes it, so all of its output is reasoning.
+  cfg["chat_template"] = cfg["chat_template"].get<std::string>() +
+                         "{% if add_generation_prompt %}<think>\n{% endif %}{# closed by </think> #}";
+  testing::WriteFile(cfg_path, cfg.dump());
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  auto tok = tok::Tokenizer::FromPath(dir.path());
+  ASSERT_TRUE(tok.ok());
+  service::EngineOptions eo;
+  eo.kv_cache_memory = "8M";
+  auto svc = ServeDecoder(**m, "tiny", eo, *tok);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE((*svc)->reasons());
+  const std::string body = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"ignore_eos":true)";
+  auto [code, unary] = api::HandleChatCompletion(**svc, body + "}");
+  ASSERT_EQ(code, 200) << unary;
+  const json msg = json::parse(unary)["choices"][0]["message"];
+  ASSERT_TRUE(msg["reasoning_content"].is_string()) << msg.dump();
+  EXPECT_FALSE(msg["reasoning_content"].get<std::string>().empty());
+  EXPECT_TRUE(msg["content"].is_null()) << msg.dump();
+  // Streamed: the deltas' reasoning joins to the same text.
+  auto reply = api::ChatCompletions(**svc, api::RestRequest{body + R"(,"stream":true})"});
+  ASSERT_TRUE(reply.ok() && reply->events);
+  std::string events;
+  while (!reply->events->Poll(events, std::chrono::milliseconds(100))) {
+  }
+  std::string reasoning, content;
+  for (std::size_t at = 0; (at = events.find("data: {", at)) != std::string::npos; ++at) {
+    const json chunk = json::parse(events.substr(at + 6, events.find("\n\n", at) - at - 6));
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, msg["reasoning_content"].get<std::string>());
+  EXPECT_EQ(content, "");
+  // include_reasoning: false drops it.
+  auto [c2, dropped] = api::HandleChatCompletion(**svc, body + R"(,"include_reasoning":false})");
+  ASSERT_EQ(c2, 200);
+  EXPECT_TRUE(json::parse(dropped)["choices"][0]["message"]["reasoning_content"].is_null());
 }
 
 // Without a tokenizer the server still serves token ids and says why text
@@ -258,10 +372,10 @@ TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
   auto svc = ServeDecoder(**m, "tiny", eo);
   ASSERT_TRUE(svc.ok());
   auto [code, body] = api::HandleCompletion(**svc, R"({"prompt":"hello"})");
-  EXPECT_EQ(code, 422);
+  EXPECT_EQ(code, 400);
   EXPECT_NE(body.find("tokenizer"), std::string::npos) << body;
   EXPECT_EQ(api::HandleCompletion(**svc, R"({"prompt":[1],"max_tokens":1})").first, 200);
-  EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 422);
+  EXPECT_EQ(api::HandleChatCompletion(**svc, R"({"messages":[{"role":"user","content":"x"}]})").first, 400);
 }
 
 }  // namespace
@@ -294,10 +408,10 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
   ASSERT_EQ(c3, 200);
   std::set<std::int64_t> seen = {227, 179, 58, 214, 21, 171};
   for (const auto& id : strong["choices"][0]["token_ids"]) EXPECT_TRUE(seen.insert(id.get<std::int64_t>()).second) << id;
-  EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 422);
-  EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 422);
-  EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 422);
-  EXPECT_EQ(Post("{" + base + R"(,"stop_token_ids":[-1]})").first, 422);
+  EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 400);
+  EXPECT_EQ(Post("{" + base + R"(,"stop_token_ids":[-1]})").first, 400);
 }
 
 }  // namespace
@@ -329,8 +443,8 @@ TEST_F(HttpApi, NChoicesShareThePromptAndFollowSeeds) {
     EXPECT_EQ(body["choices"][i]["token_ids"], single["choices"][0]["token_ids"]) << i;
   }
   EXPECT_NE(body["choices"][0]["token_ids"], body["choices"][1]["token_ids"]);
-  EXPECT_EQ(Post(R"({"prompt":[1],"n":0})").first, 422);
-  EXPECT_EQ(Post(R"({"prompt":[1],"n":17})").first, 422);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":0})").first, 400);
+  EXPECT_EQ(Post(R"({"prompt":[1],"n":17})").first, 400);
   auto [c2, chat] = Post(R"({"messages":[{"role":"user","content":"hi"}],"n":2,"max_tokens":3,"temperature":0})",
                          "/v1/chat/completions");
   ASSERT_EQ(c2, 200);

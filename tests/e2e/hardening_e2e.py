@@ -245,8 +245,9 @@ def test_malformed_and_unsupported_requests_are_4xx(env):
         "name": "f"}}], "tool_choice": "auto"}, 400, "tools")
     expect(chat, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}, 400,
            "response_format")
-    for field, value in [("echo", True), ("logit_bias", {"3": 5}), ("best_of", 3), ("suffix", "!"),
-                         ("temprature", 0.5)]:
+    for field, value in [("echo", True), ("best_of", 3), ("suffix", "!"), ("temprature", 0.5),
+                         ("logit_bias", {"3": 101}), ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}),
+                         ("logit_bias", {str(i): 1 for i in range(2000)}), ("priority", 1)]:
         expect("/v1/completions", {"prompt": "hi", field: value}, 400, field)
     # A vanishing temperature is greedy (it used to turn the probabilities into NaN).
     got, tiny, _ = post_json(s.http, "/v1/completions", {"prompt": "hi", "max_tokens": 8, "temperature": 1e-320,
@@ -256,13 +257,13 @@ def test_malformed_and_unsupported_requests_are_4xx(env):
                                                          "return_token_ids": True})
     check(tiny["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"], "1e-320 is not greedy")
     # What one request may ask for.
-    expect("/v1/completions", {"prompt": ["hi"] * 64, "n": 16}, 422, "n")
-    expect("/v1/completions", {"prompt": "hi", "stop": [str(i) for i in range(100)]}, 422, "stop")
-    expect("/v1/completions", {"prompt": "hi", "stop_token_ids": list(range(1000))}, 422, "stop_token_ids")
-    expect("/v1/completions", {"prompt": "hi", "logprobs": 21}, 422, "logprobs")
+    expect("/v1/completions", {"prompt": ["hi"] * 64, "n": 16}, 400, "n")
+    expect("/v1/completions", {"prompt": "hi", "stop": [str(i) for i in range(100)]}, 400, "stop")
+    expect("/v1/completions", {"prompt": "hi", "stop_token_ids": list(range(1000))}, 400, "stop_token_ids")
+    expect("/v1/completions", {"prompt": "hi", "logprobs": 21}, 400, "logprobs")
     context = "word " * (200 << 10)  # 1 MiB
-    expect("/v1/qa", {"question": "q", "context": context, "max_seq_len": 8, "doc_stride": 3}, 422, "context")
-    expect("/v1/qa", {"question": "q", "context": "c", "max_seq_len": 64, "doc_stride": 40}, 422, "doc_stride")
+    expect("/v1/qa", {"question": "q", "context": context, "max_seq_len": 8, "doc_stride": 3}, 400, "context")
+    expect("/v1/qa", {"question": "q", "context": "c", "max_seq_len": 64, "doc_stride": 40}, 400, "doc_stride")
     # gRPC has the same limits.
     g = env.g
     stub = g.pb_grpc.InferenceStub(g.grpc.insecure_channel(f"127.0.0.1:{s.grpc}"))

@@ -187,9 +187,9 @@ def test_question_answering_rest_and_grpc(env):
         check(abs(a.score - b["score"]) < 1e-9, "scores differ")
     # Errors.
     check(post_json(s.http, "/v1/qa", {"question": "x"})[0] == 400, "missing context")
-    check(post_json(s.http, "/v1/qa", dict(body, scoring="best"))[0] == 422, "bad scoring")
-    check(post_json(s.http, "/v1/qa", dict(body, max_seq_len=100000))[0] == 422, "max_seq_len beyond the model")
-    check(post_json(s.http, "/v1/qa", dict(body, question=""))[0] == 422, "empty question")
+    check(post_json(s.http, "/v1/qa", dict(body, scoring="best"))[0] == 400, "bad scoring")
+    check(post_json(s.http, "/v1/qa", dict(body, max_seq_len=100000))[0] == 400, "max_seq_len beyond the model")
+    check(post_json(s.http, "/v1/qa", dict(body, question=""))[0] == 400, "empty question")
     check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context=""), timeout=10))
           == "INVALID_ARGUMENT", "gRPC empty context")
     _, values = s.metrics()
@@ -296,6 +296,12 @@ def test_grpc_health_and_reflection(env):
     check(("x-request-id", "r-9") in list(call.initial_metadata()), call.initial_metadata())
 
 
+# OpenAI's error `type` per HTTP status (5xx: server_error).
+OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                      404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+                      413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error"}
+
+
 def test_errors_have_one_shape_and_the_right_status(env):
     s, g = env.main, env.g
     cases = [
@@ -304,10 +310,10 @@ def test_errors_have_one_shape_and_the_right_status(env):
         ("POST", "/v1/summarize", b'[1,2]', 400),                   # not an object
         ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 1e400}', 400),
         ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 99999999999999999999}', 400),
-        ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 9223372036854775807}', 422),
-        ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 100000}', 422),  # beyond the context
-        ("POST", "/v1/summarize", b'{"text": ""}', 422),
-        ("POST", "/v1/summarize", b'{"text": "a", "temperature": -1}', 422),
+        ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 9223372036854775807}', 400),
+        ("POST", "/v1/summarize", b'{"text": "a", "max_tokens": 100000}', 400),  # beyond the context
+        ("POST", "/v1/summarize", b'{"text": ""}', 400),
+        ("POST", "/v1/summarize", b'{"text": "a", "temperature": -1}', 400),
         ("POST", "/v1/summarize", b'{"text": "\xff\xfe"}', 400),   # invalid UTF-8
         ("POST", "/v1/summarize", b"[" * 100000 + b"]" * 100000, 400),  # deep nesting
         ("POST", "/v1/completions", b'{"prompt": [1, 2], "model": "nope"}', 404),
@@ -321,7 +327,15 @@ def test_errors_have_one_shape_and_the_right_status(env):
                                   headers=["Content-Type: application/json"] if raw else [])
         check(status == want, f"{method} {path} {raw[:40] if raw else ''}: got {status}, want {want}: {text[:200]}")
         body = json.loads(text)
-        check(set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["code"] == want, body)
+        err = body["error"]
+        check(set(err) == {"message", "type", "param", "code"}, body)
+        # OpenAI's shape: a type its SDKs know, `code` a string or null.
+        check(err["type"] == OPENAI_ERROR_TYPES[want // 100 * 100 if want >= 500 else want], body)
+        check(err["code"] is None or isinstance(err["code"], str), body)
+        if b"100000" in (raw or b""):
+            check(err["code"] == "context_length_exceeded" and err["param"] == "max_tokens", body)
+        if path == "/v1/completions":
+            check(err["code"] == "model_not_found" and err["param"] == "model", body)
         if want == 405:
             check("allow" in hdrs, hdrs)
     stub = g.stub(s.grpc)
@@ -397,7 +411,7 @@ def test_auth_overload_json_logs_and_yaml_config(env):
         check(curl(s.http, "/health")[0] == 200 and curl(s.http, "/metrics")[0] == 200, "probes need no key")
         # This server has a summarizer and no QA model: /v1/qa is 501, Answer UNIMPLEMENTED.
         status, body501, _ = post_json(s.http, "/v1/qa", {"question": "q", "context": "c"}, ok)
-        check(status == 501 and body501["error"]["code"] == 501, f"QA without a QA model: {status}")
+        check(status == 501 and body501["error"]["code"] == "not_implemented", f"QA without a QA model: {status}")
         check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context="c"), timeout=10,
                                                    metadata=[("authorization", "Bearer secret-one")]))
               == "UNIMPLEMENTED", "gRPC Answer without a QA model")
@@ -457,7 +471,7 @@ def test_request_timeout_is_504(env):
     try:
         status, body, _ = post_json(s.http, "/v1/completions",
                                     {"prompt": "x", "max_tokens": 1500, "ignore_eos": True})
-        check(status == 504 and body["error"]["code"] == 504, f"{status} {body}")
+        check(status == 504 and body["error"]["code"] == "timeout", f"{status} {body}")
         status, events = stream(s.http, "/v1/completions", {"prompt": "x", "max_tokens": 1500, "ignore_eos": True})
         check(status == 200 and "error" in json.loads(events[-2]) and events[-1] == "[DONE]", events[-2:])
     finally:
@@ -475,7 +489,7 @@ def test_sigterm_drains_streams_and_exits_0(env):
         s.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: curl(s.http, "/ready")[0] == 503, 10, "/ready did not turn 503")
         status, body503, _ = post_json(s.http, "/v1/summarize", summarize_body(max_tokens=2))
-        check(status == 503 and body503["error"]["code"] == 503, f"new work during drain: {status}")
+        check(status == 503 and body503["error"]["code"] == "service_unavailable", f"new work during drain: {status}")
         check(g.health(s.grpc) == "NOT_SERVING", "gRPC health while draining")
         check(g.code(lambda: g.stub(s.grpc).Summarize(g.pb.SummarizeRequest(text="a"), timeout=10)) == "UNAVAILABLE",
               "gRPC during drain")

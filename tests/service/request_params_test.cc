@@ -135,6 +135,45 @@ TEST(ValidateGeneration, CapsOnWhatOneRequestMayAskFor) {
   EXPECT_EQ(Param(V(min)), "min_tokens");
 }
 
+TEST(ValidateGeneration, LogitBiasAndPriority) {
+  GenerationFields f;
+  f.logit_bias = {{3, -100.0}, {499, 100.0}};
+  f.priority = -7;
+  // A priority needs --scheduling-policy priority.
+  EXPECT_EQ(Param(V(f)), "priority");
+  Limits with_priority = TestLimits();
+  with_priority.priority_scheduling = true;
+  auto v = V(f, Endpoint::kCompletions, {10}, with_priority);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->options.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{3, -100.f}, {499, 100.f}}));
+  EXPECT_EQ(v->options.priority, -7);
+  f.priority.reset();
+  f.logit_bias = {{500, 1.0}};  // outside the vocabulary
+  EXPECT_EQ(Param(V(f)), "logit_bias");
+  f.logit_bias = {{1, 100.5}};
+  EXPECT_EQ(Param(V(f)), "logit_bias");
+  f.logit_bias = {{1, std::nan("")}};
+  EXPECT_EQ(Param(V(f)), "logit_bias");
+  f.logit_bias.assign(kMaxLogitBias + 1, {1, 1.0});
+  EXPECT_EQ(Param(V(f)), "logit_bias");
+  f.logit_bias.clear();
+  f.priority = kMaxPriority + 1;
+  EXPECT_EQ(Param(V(f, Endpoint::kCompletions, {10}, with_priority)), "priority");
+  f.priority = 0;  // asks for nothing: accepted either way
+  EXPECT_TRUE(V(f).ok());
+}
+
+TEST(ValidateGeneration, ContextOverflowIsNamedAsOpenAiNamesIt) {
+  GenerationFields f;
+  f.max_tokens = 995;
+  auto v = V(f);
+  EXPECT_EQ(Param(v), "max_tokens");
+  EXPECT_EQ(v.status().reason(), "context_length_exceeded");
+  auto p = V({}, Endpoint::kCompletions, {1000});
+  EXPECT_EQ(Param(p), "prompt");
+  EXPECT_EQ(p.status().reason(), "context_length_exceeded");
+}
+
 TEST(ValidatePromptIds, IdsMustBeInTheVocabulary) {
   EXPECT_TRUE(ValidatePromptIds({0, 499}, TestLimits(), "prompt").ok());
   EXPECT_EQ(ValidatePromptIds({1, 500}, TestLimits(), "prompt").param(), "prompt");

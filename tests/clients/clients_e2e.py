@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Starts ropeserve on the demo models (one plain server with the QA model,
+one with API keys, one that queues a single request) and runs
+clients.test.mjs against them with `node --test` (see run.sh)."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from e2e_lib import Server  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--binary", required=True)
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="ropeserve-clients-")
+    model, qa = os.path.join(workdir, "model"), os.path.join(workdir, "qa")
+    subprocess.run([args.binary, "make-model", "--out", model, "--preset", "tiny"], check=True, capture_output=True)
+    subprocess.run([args.binary, "make-model", "--qa", "--out", qa], check=True, capture_output=True)
+    servers = []
+    ok = False
+    try:
+        main_server = Server(args.binary, model, workdir, ["--qa", qa], name="main")
+        servers.append(main_server)
+        auth = Server(args.binary, model, workdir, ["--api-key", "secret-one"], name="auth")
+        servers.append(auth)
+        busy = Server(args.binary, model, workdir, ["--max-num-seqs", "1", "--max-queue-requests", "1"], name="busy")
+        servers.append(busy)
+        env = dict(os.environ, RS_HTTP=f"http://127.0.0.1:{main_server.http}",
+                   RS_AUTH_HTTP=f"http://127.0.0.1:{auth.http}", RS_BUSY_HTTP=f"http://127.0.0.1:{busy.http}",
+                   RS_GRPC=f"127.0.0.1:{main_server.grpc}", RS_ROOT=ROOT)
+        r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs")],
+                           env=env, timeout=900)
+        ok = r.returncode == 0
+        for s in servers:
+            if s.stop() != 0:
+                print(f"FAIL {s.log_path}: exit code")
+                ok = False
+    finally:
+        for s in servers:
+            s.kill()
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"server logs kept in {workdir}")
+            for s in servers:
+                print(f"--- {s.log_path}\n{s.read_log()[-2000:]}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
