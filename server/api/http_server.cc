@@ -60,6 +60,7 @@ const Route* FindRoute(const std::string& path, bool admin) {
 struct RequestInfo {
   std::chrono::steady_clock::time_point start;
   std::string id;
+  std::string user;  // the body's `user` (OpenAI), when it has one
 };
 thread_local RequestInfo t_request;
 
@@ -160,7 +161,7 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   if (!body) return;
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
-  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone});
+  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, "application/json");
@@ -248,6 +249,7 @@ void HttpServer::Impl::Install() {
     using Handled = httplib::Server::HandlerResponse;
     t_request.start = std::chrono::steady_clock::now();
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
+    t_request.user.clear();
     res.set_header("x-request-id", t_request.id);
     const Route* route = FindRoute(req.path, options.admin);
     if (route == nullptr) {
@@ -318,12 +320,14 @@ void HttpServer::Impl::Install() {
     const std::string endpoint = route != nullptr ? route->path : "other";
     if (ctx.metrics != nullptr) ctx.metrics->CountRequest(endpoint, "http", std::to_string(res.status));
     if (route != nullptr && route->admin && res.status < 400) return;  // probes and scrapes: counted, not logged
-    LogAccess("http request", {{"method", req.method},
-                               {"path", req.path.substr(0, 200)},
-                               {"status", res.status},
-                               {"duration_ms", std::round(ms * 100) / 100},
-                               {"request_id", t_request.id},
-                               {"remote", req.remote_addr}});
+    nlohmann::ordered_json fields = {{"method", req.method},
+                                     {"path", req.path.substr(0, 200)},
+                                     {"status", res.status},
+                                     {"duration_ms", std::round(ms * 100) / 100},
+                                     {"request_id", t_request.id},
+                                     {"remote", req.remote_addr}};
+    if (!t_request.user.empty()) fields["user"] = t_request.user.substr(0, 200);
+    LogAccess("http request", fields);
   });
 }
 

@@ -65,6 +65,63 @@ json CompletionLogprobs(const service::GenerationService& service, const std::ve
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
+// The prompt's part of echoed logprobs: its tokens with their logprobs
+// (the first has none: null, as OpenAI and vLLM), in the completions shape.
+json EchoLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& prompt,
+                  const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops,
+                  std::int64_t& offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    std::string text = TokenText(service, prompt[i]);
+    offsets.push_back(offset);
+    offset += static_cast<std::int64_t>(text.size());
+    tokens.push_back(std::move(text));
+    if (i == 0 || i - 1 >= logprobs.size()) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(logprobs[i - 1]);
+    json step = json::object();
+    step[TokenText(service, prompt[i])] = logprobs[i - 1];  // the prompt's own token is always listed
+    if (i - 1 < tops.size())
+      for (const auto& t : tops[i - 1]) {
+        std::string key = TokenText(service, t.id);
+        if (step.contains(key) && t.id != prompt[i]) key = "token_id:" + std::to_string(t.id);
+        step[key] = t.logprob;
+      }
+    top.push_back(std::move(step));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+// `a` followed by `b` (two logprobs objects of the completions shape).
+json JoinLogprobs(json a, const json& b) {
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const auto& v : b[k]) a[k].push_back(v);
+  return a;
+}
+
+// vLLM's prompt_logprobs: per prompt token, null for the first, else
+// {"<id>": {"logprob", "decoded_token"}} for the token and the alternatives.
+json VllmPromptLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& prompt,
+                        const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops) {
+  json out = json::array();
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (i == 0 || i - 1 >= logprobs.size()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json step = json::object();
+    step[std::to_string(prompt[i])] = {{"logprob", logprobs[i - 1]}, {"decoded_token", TokenText(service, prompt[i])}};
+    if (i - 1 < tops.size())
+      for (const auto& t : tops[i - 1])
+        step[std::to_string(t.id)] = {{"logprob", t.logprob}, {"decoded_token", TokenText(service, t.id)}};
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
 // ... and in the chat API's shape.
 // `bytes` is the token text's UTF-8 bytes (OpenAI: a token may be part of
 // a character, and then `token` alone cannot be joined back).
@@ -145,7 +202,7 @@ class GenerationStream : public EventSource {
         done_ = true;
         return true;
       }
-      if (!d->ids.empty() || !d->text.empty() || d->finished) on_delta_(i, *d, out);
+      if (!d->ids.empty() || !d->text.empty() || d->finished || !d->prompt_logprobs.empty()) on_delta_(i, *d, out);
       if (!g.finished()) all_finished = false;
     }
     if (all_finished) {
@@ -220,6 +277,7 @@ std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts)
 
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
+  if (request.user != nullptr) *request.user = body.user;
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   std::vector<std::vector<std::int64_t>> prompts;
   for (const PromptInput& p : body.prompts) {
@@ -235,7 +293,24 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
                                        request.timeout_seconds);
   // Completions call the alternatives count `logprobs`.
   if (!v.ok()) return v.status().param() == "top_logprobs" ? v.status().WithParam("logprobs") : v.status();
-  const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
+  const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
+  const bool vllm_prompt_logprobs = body.prompt_logprobs;
+  // Echo: the prompt's text as given (token-id prompts: decoded, special
+  // tokens kept).
+  std::vector<std::string> prompt_texts;
+  if (echo) {
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      if (body.prompts[p].text) {
+        prompt_texts.push_back(*body.prompts[p].text);
+      } else if (const tok::Tokenizer* t = service.tokenizer()) {
+        std::vector<std::uint32_t> ids(prompts[p].begin(), prompts[p].end());
+        RS_ASSIGN_OR_RETURN(std::string text, t->Decode(ids, /*skip_special_tokens=*/false));
+        prompt_texts.push_back(std::move(text));
+      } else {
+        prompt_texts.emplace_back();
+      }
+    }
+  }
   RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->options, v->n));
   const std::string id = service.NextRequestId("cmpl");
   const std::int64_t created = Now();
@@ -251,13 +326,39 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     };
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
     auto offsets = std::make_shared<std::vector<std::int64_t>>(gens.size(), 0);
-    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, offsets, prompts, n](
-                        std::size_t i, const service::Generation::Delta& d, std::string& out) {
+    // Prompt logprobs come (possibly in several deltas) before a choice's
+    // first token; they go out with its first chunk.
+    struct PromptPart {
+      std::vector<double> logprobs;
+      std::vector<std::vector<TokenLogprob>> tops;
+    };
+    auto prompt_parts = std::make_shared<std::vector<PromptPart>>(gens.size());
+    auto on_delta = [&service, logprobs, return_token_ids, echo, vllm_prompt_logprobs, prompt_texts, prompt_parts,
+                     chunk, totals, started, offsets, prompts, n](std::size_t i, const service::Generation::Delta& d,
+                                                                  std::string& out) {
+      PromptPart& part = (*prompt_parts)[i];
+      part.logprobs.insert(part.logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+      part.tops.insert(part.tops.end(), d.prompt_top_logprobs.begin(), d.prompt_top_logprobs.end());
+      if (d.ids.empty() && d.text.empty() && !d.finished) return;  // prompt logprobs only: wait for the token
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
-      json choice = {{"index", i}, {"text", d.text}, {"logprobs", nullptr},
-                     {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
-      if (logprobs) choice["logprobs"] = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs, (*offsets)[i]);
+      const bool first = !(*started)[i];
+      json choice = {{"index", i}, {"text", (echo && first ? prompt_texts[i / n] : std::string()) + d.text},
+                     {"logprobs", nullptr}, {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
+      if (logprobs) {
+        json lp = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs, (*offsets)[i]);
+        if (echo && first) {
+          std::int64_t at = 0;
+          json head = EchoLogprobs(service, prompts[i / n], part.logprobs, part.tops, at);
+          // The completion's offsets follow the prompt's.
+          for (auto& o : lp["text_offset"]) o = o.get<std::int64_t>() + at;
+          (*offsets)[i] += at;
+          lp = JoinLogprobs(std::move(head), lp);
+        }
+        choice["logprobs"] = std::move(lp);
+      }
+      if (vllm_prompt_logprobs && first)
+        choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[i / n], part.logprobs, part.tops);
       if (return_token_ids) {
         choice["token_ids"] = d.ids;
         if (!(*started)[i]) choice["prompt_token_ids"] = prompts[i / n];  // first chunk of the choice
@@ -276,9 +377,19 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     const GenerateResult& r = results[k];
     completion_tokens += static_cast<std::int64_t>(r.generated_ids.size());
     if (k % n == 0) cached += r.cached_tokens;
-    json choice = {{"index", k}, {"text", r.text}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
+    // Prompt logprobs: the first choice of each prompt has them (StartN).
+    const GenerateResult& head = results[k - k % n];
+    json choice = {{"index", k}, {"text", (echo ? prompt_texts[k / n] : std::string()) + r.text},
+                   {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
     std::int64_t offset = 0;
-    if (logprobs) choice["logprobs"] = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs, offset);
+    if (logprobs) {
+      json lp;
+      if (echo) lp = EchoLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_top_logprobs, offset);
+      json gen = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs, offset);
+      choice["logprobs"] = echo ? JoinLogprobs(std::move(lp), gen) : std::move(gen);
+    }
+    if (vllm_prompt_logprobs)
+      choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_top_logprobs);
     if (return_token_ids) {
       choice["token_ids"] = r.generated_ids;
       choice["prompt_token_ids"] = prompts[k / n];
@@ -296,6 +407,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
 // completion.
 StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
+  if (request.user != nullptr) *request.user = body.user;
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   RS_ASSIGN_OR_RETURN(std::string prompt,
                       service.ApplyChatTemplate(body.messages, body.add_generation_prompt, body.extra));
@@ -324,6 +436,7 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
                                                                                service::ReasoningSplitter(prompt));
     auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, reasons, include_reasoning,
                      splitters](std::size_t i, const service::Generation::Delta& d, std::string& out) {
+      if (d.ids.empty() && d.text.empty() && !d.finished) return;  // nothing for the client yet
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
       json delta = json::object();
@@ -380,6 +493,8 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
               {"choices", std::move(choices)},
               {"usage", Usage(prompt_tokens, completion_tokens, results.empty() ? 0 : results[0].cached_tokens)}};
   if (return_token_ids) out["prompt_token_ids"] = ids;
+  if (body.prompt_logprobs && !results.empty())
+    out["prompt_logprobs"] = VllmPromptLogprobs(service, ids, results[0].prompt_logprobs, results[0].prompt_top_logprobs);
   reply.body = Dump(out);
   return reply;
 }
@@ -388,6 +503,7 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
 // service::GenerationService::SummaryPrompt; greedy by default.
 StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(SummarizeBody body, ReadSummarizeBody(request.body));
+  if (request.user != nullptr) *request.user = body.user;
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(body.text, body.instruction));
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kSummarize, {ids.size()},

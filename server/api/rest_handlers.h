@@ -35,6 +35,8 @@ struct RestRequest {
   double timeout_seconds = 0;  // server's --request-timeout (0 = none)
   // Polled while a unary request runs: true = the client went away, cancel.
   bool (*client_gone)() = nullptr;
+  // Set to the body's `user` (OpenAI), which the access log records.
+  std::string* user = nullptr;
 };
 
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);

@@ -64,7 +64,7 @@ constexpr Rule kSamplingRules[] = {
     {"stream", Kind::kRead},
     {"stream_options", Kind::kRead},
     {"return_token_ids", Kind::kRead},
-    {"user", Kind::kIgnored},
+    {"user", Kind::kRead},
     {"safety_identifier", Kind::kIgnored},  // OpenAI's successor of `user`
     {"prompt_cache_key", Kind::kIgnored},   // the prefix cache needs no key
     {"priority", Kind::kRead},
@@ -76,7 +76,6 @@ constexpr Rule kSamplingRules[] = {
     {"guided_choice", Kind::kUnsupported, NotNull},
     {"guided_grammar", Kind::kUnsupported, NotNull},
     {"structured_outputs", Kind::kUnsupported, NotNull},
-    {"prompt_logprobs", Kind::kUnsupported, NotNull},
     {"use_beam_search", Kind::kUnsupported, NotFalse},
     {"best_of", Kind::kUnsupported, BestOfAboveOne},
 };
@@ -84,7 +83,8 @@ constexpr Rule kCompletionRules[] = {
     {"prompt", Kind::kRead},
     {"n", Kind::kRead},
     {"logprobs", Kind::kRead},
-    {"echo", Kind::kUnsupported, NotFalse},
+    {"prompt_logprobs", Kind::kRead},
+    {"echo", Kind::kRead},
     {"suffix", Kind::kUnsupported, NotEmpty},
 };
 constexpr Rule kChatRules[] = {
@@ -92,6 +92,7 @@ constexpr Rule kChatRules[] = {
     {"n", Kind::kRead},
     {"logprobs", Kind::kRead},
     {"top_logprobs", Kind::kRead},
+    {"prompt_logprobs", Kind::kRead},
     {"max_completion_tokens", Kind::kRead},
     {"add_generation_prompt", Kind::kRead},
     {"chat_template_kwargs", Kind::kRead},
@@ -271,6 +272,7 @@ Status ReadLogitBias(const ojson& body, std::vector<std::pair<std::int64_t, doub
 // The fields every generation endpoint shares.
 Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(ReadInto(body, "model", g.model));
+  RS_RETURN_IF_ERROR(ReadInto(body, "user", g.user));
   RS_RETURN_IF_ERROR(ReadInto(body, "stream", g.stream));
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Malformed("stream_options", "'stream_options' must be an object");
@@ -302,7 +304,11 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
   RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));
   RS_RETURN_IF_ERROR(Read(body, "priority", f.priority));
-  if (endpoint != Endpoint::kSummarize) RS_RETURN_IF_ERROR(Read(body, "n", f.n));
+  if (endpoint != Endpoint::kSummarize) {
+    RS_RETURN_IF_ERROR(Read(body, "n", f.n));
+    RS_RETURN_IF_ERROR(Read(body, "prompt_logprobs", f.prompt_logprobs));
+    g.prompt_logprobs = f.prompt_logprobs.has_value();
+  }
   if (endpoint == Endpoint::kChat) {
     // Chat: logprobs is a boolean and top_logprobs the count (OpenAI).
     RS_RETURN_IF_ERROR(ReadInto(body, "logprobs", g.logprobs));
@@ -449,6 +455,11 @@ StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
   RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kCompletionRules));
   CompletionBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kCompletions, out));
+  RS_RETURN_IF_ERROR(ReadInto(body, "echo", out.echo));
+  // OpenAI's echo with logprobs: the prompt's tokens get logprobs too.
+  if (out.echo && out.logprobs && !out.fields.prompt_logprobs) out.fields.prompt_logprobs = out.fields.top_logprobs;
+  if (out.echo && out.logprobs && out.stream && out.fields.n.value_or(1) > 1)
+    return Malformed("echo", "'echo' with 'logprobs' streams one choice per prompt ('n': 1)");
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Malformed("prompt", "'prompt' is required");
   const ojson& p = *it;
@@ -473,6 +484,8 @@ StatusOr<ChatBody> ReadChatBody(const std::string& text) {
   ChatBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kChat, out));
   RS_RETURN_IF_ERROR(ReadMessages(body, out.messages, out.extra, out.add_generation_prompt));
+  if (out.prompt_logprobs && out.stream)
+    return Malformed("prompt_logprobs", "'prompt_logprobs' is returned by unary chat completions only");
   std::optional<bool> reasoning;
   RS_RETURN_IF_ERROR(Read(body, "include_reasoning", reasoning));
   out.include_reasoning = reasoning.value_or(true);

@@ -33,15 +33,18 @@ struct PromptInput {
 // What the generation endpoints share.
 struct GenerationBody {
   std::string model;  // "" = the served model
+  std::string user;   // OpenAI's `user`: logged with the request, nothing else
   service::GenerationFields fields;
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // vLLM extension
   bool logprobs = false;          // logprobs were asked for (fields.top_logprobs holds how many alternatives)
+  bool prompt_logprobs = false;   // vLLM's prompt_logprobs was given (fields.prompt_logprobs: how many)
 };
 
 struct CompletionBody : GenerationBody {
   std::vector<PromptInput> prompts;  // one, or a list
+  bool echo = false;  // the prompt is returned before the completion (with logprobs: its tokens' too)
 };
 
 struct ChatBody : GenerationBody {

@@ -114,6 +114,7 @@ void Engine::DrainInbox() {
     spec.prompt = req.prompt;
     spec.max_tokens = req.max_tokens;
     spec.priority = req.priority;
+    spec.prompt_logprobs = req.prompt_logprobs;
     if (req.timeout) spec.deadline = item->submitted + *req.timeout;
     auto admitted = scheduler_.Add(std::move(spec));
     if (!admitted.ok()) {
@@ -256,6 +257,14 @@ void Engine::RunPlan(StepPlan& plan) {
     for (const auto& s : plan.sequences) FinishRequest(s.request_id, FinishReason::kError, out.status());
     for (const auto& a : plan.added) FinishRequest(a.id, FinishReason::kError, out.status());
     return;
+  }
+
+  // Prompt logprobs first: they precede a request's first token.
+  for (PromptLogprobs& p : out->prompt) {
+    Request* r = scheduler_.Find(p.id);
+    if (r == nullptr || p.first_position != r->prompt_logprobs_done + 1) continue;  // a recompute's repeat
+    r->prompt_logprobs_done += static_cast<std::int64_t>(p.tokens.size());
+    r->stream->PushPrompt(std::move(p.tokens));
   }
 
   std::map<RequestId, TokenId> sampled;

@@ -38,6 +38,10 @@ struct EngineRequest {
   StopConditions stop;
   SamplingParams sampling;
   std::size_t top_logprobs = 0;
+  // Logprobs of the prompt's tokens (after the first) with this many
+  // alternatives; nullopt = none. Costs a logits row per prompt token and
+  // the prefix cache's help.
+  std::optional<std::size_t> prompt_logprobs;
   std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook; may be null
   int priority = 0;
   std::optional<Clock::duration> timeout;  // deadline = submission time + timeout

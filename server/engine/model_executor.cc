@@ -14,6 +14,26 @@ StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, cons
     out.tokens.push_back(std::move(t));
     ++row;
   }
+  std::int64_t prow = 0;
+  for (const auto& s : plan.sequences) {
+    if (s.prompt_logprob_targets.empty()) continue;
+    if (prow + static_cast<std::int64_t>(s.prompt_logprob_targets.size()) > logits.prompt_rows)
+      return Internal("the forward returned fewer prompt logits rows than the plan needs");
+    PromptLogprobs p;
+    p.id = s.request_id;
+    p.first_position = s.prompt_logprobs_from;
+    for (TokenId target : s.prompt_logprob_targets) {
+      std::span<const float> r{logits.prompt_data + prow * logits.vocab, static_cast<std::size_t>(logits.vocab)};
+      const double lse = LogSumExp(r);
+      GeneratedToken g;
+      g.id = target;
+      g.logprob = LogprobOf(r, target, lse);
+      for (auto [id, lp] : TopLogprobs(r, s.prompt_top_logprobs, lse)) g.top_logprobs.emplace_back(static_cast<TokenId>(id), lp);
+      p.tokens.push_back(std::move(g));
+      ++prow;
+    }
+    out.prompt.push_back(std::move(p));
+  }
   return out;
 }
 

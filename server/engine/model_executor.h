@@ -13,13 +13,23 @@
 
 #include "server/common/status.h"
 #include "server/engine/host_sampler.h"
+#include "server/engine/request_stream.h"
 #include "server/engine/step_plan.h"
 
 namespace ropeserve {
 
-// One sampled token per sequence of the plan with needs_logits, in plan order.
+// Logprobs of prompt tokens first_position, +1, ... of one request.
+struct PromptLogprobs {
+  RequestId id = 0;
+  std::int64_t first_position = 0;
+  std::vector<GeneratedToken> tokens;  // the prompt token, its logprob, the alternatives
+};
+
+// One sampled token per sequence of the plan with needs_logits, in plan
+// order; prompt logprobs of the sequences with prompt_logprob_targets.
 struct StepOutput {
   std::vector<SampledToken> tokens;
+  std::vector<PromptLogprobs> prompt;
 };
 
 // Threading: called from one thread at a time (the engine's).
@@ -40,6 +50,10 @@ struct StepLogits {
   // float32 like the reference implementations' log_softmax); null: the
   // sampler computes it.
   const float* logsumexp = nullptr;
+  // Row-major [prompt_rows, vocab]: one row per prompt logprob target of
+  // the plan's sequences, in plan order (null when none was asked).
+  const float* prompt_data = nullptr;
+  std::int64_t prompt_rows = 0;
   std::shared_ptr<const void> owner;
   std::span<const float> Row(std::int64_t i) const {
     return {data + i * vocab, static_cast<std::size_t>(vocab)};
@@ -47,7 +61,8 @@ struct StepLogits {
 };
 
 // Samples every row of `logits` (the plan's sequences with needs_logits,
-// in order) with `sampler`, after applying the plan's added/removed.
+// in order) with `sampler`, after applying the plan's added/removed, and
+// turns the prompt rows into prompt logprobs (raw logits, as vLLM).
 StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits);
 
 // An executor made of a forward that yields host logits rows and the host

@@ -24,6 +24,9 @@ struct RequestSpec {
   int priority = 0;  // lower runs first (vLLM's convention)
   std::optional<Clock::time_point> deadline;
   std::uint64_t cache_salt = 0;  // separates prefix-cache namespaces
+  // Prompt logprobs with this many alternatives (nullopt: none). Such a
+  // request takes no prefix-cache hit: every prompt position is computed.
+  std::optional<std::size_t> prompt_logprobs;
 };
 
 // When generation stops, besides max_tokens.
@@ -46,6 +49,9 @@ struct Request {
   std::size_t blocks_sent = 0;    // block ids the runner already has (StepPlan diffs)
   std::uint64_t arrival = 0;
   bool running = false;
+  // Prompt positions whose logprobs were delivered: 1..prompt_logprobs_done
+  // (position 0 has none). A recompute after preemption skips them.
+  std::int64_t prompt_logprobs_done = 0;
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
 
   // Output and timing (RequestMetrics).

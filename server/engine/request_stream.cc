@@ -15,6 +15,7 @@ StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
   }
   StreamChunk out;
   out.tokens.swap(pending_.tokens);
+  out.prompt_logprobs.swap(pending_.prompt_logprobs);
   if (pending_.finished && !delivered_finish_) {
     out.finished = true;
     out.finish_reason = pending_.finish_reason;
@@ -55,6 +56,17 @@ void RequestStream::Push(GeneratedToken token) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.tokens.push_back(std::move(token));
+    notify = notify_;
+  }
+  cv_.notify_all();
+  if (notify) Notify(notify);
+}
+
+void RequestStream::PushPrompt(std::vector<GeneratedToken> logprobs) {
+  std::function<void()> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& g : logprobs) pending_.prompt_logprobs.push_back(std::move(g));
     notify = notify_;
   }
   cv_.notify_all();

@@ -27,6 +27,9 @@ struct GeneratedToken {
 // What a reader gets: tokens since the previous read, and the end of the
 // request when it came.
 struct StreamChunk {
+  // Logprobs of prompt tokens 1, 2, ... (requests that asked; they all come
+  // before the first generated token).
+  std::vector<GeneratedToken> prompt_logprobs;
   std::vector<GeneratedToken> tokens;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;  // when finished
@@ -59,6 +62,7 @@ class RequestStream {
   // Engine side.
   void Admit();
   void Push(GeneratedToken token);
+  void PushPrompt(std::vector<GeneratedToken> logprobs);
   void Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
               Status error = Status::Ok());
   // What the notify callback threw since the last call (Ok if nothing):
@@ -67,7 +71,9 @@ class RequestStream {
 
  private:
   void Notify(const std::function<void()>& fn);
-  bool Ready() const { return !pending_.tokens.empty() || (pending_.finished && !delivered_finish_); }
+  bool Ready() const {
+    return !pending_.tokens.empty() || !pending_.prompt_logprobs.empty() || (pending_.finished && !delivered_finish_);
+  }
 
   RequestId id_;
   std::mutex mu_;

@@ -130,6 +130,19 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   std::int64_t prefill_left = prefill_budget < 0 ? budget : std::min(prefill_budget, budget);
   std::map<Request*, std::size_t> scheduled;  // request -> index in plan
   bool preempted = false;
+  // Prompt logprobs need a [rows, vocab] float32 logits block: a step
+  // computes at most kMaxPromptLogprobRows of them (a long prompt is
+  // scored over several steps), so that one request cannot make the
+  // runner allocate gigabytes (2048 rows of a 152k vocabulary: 1.2 GiB).
+  std::int64_t prompt_rows_left = kMaxPromptLogprobRows;
+  auto cap_prompt_rows = [&](const Request& r, std::int64_t n) {
+    if (!r.spec.prompt_logprobs) return n;
+    const auto last_target = static_cast<std::int64_t>(r.spec.prompt.size()) - 1;
+    if (r.num_computed >= last_target) return n;  // past the prompt: no rows
+    n = std::min(n, prompt_rows_left);
+    prompt_rows_left -= std::max<std::int64_t>(n, 0);
+    return n;
+  };
 
   auto add_to_plan = [&](Request& r, std::int64_t n, bool decode) {
     ScheduledSequence s;
@@ -142,6 +155,18 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     s.new_blocks.assign(ids.begin() + static_cast<std::ptrdiff_t>(r.blocks_sent), ids.end());
     r.blocks_sent = ids.size();
     s.needs_logits = r.num_computed + n == r.num_tokens();
+    if (r.spec.prompt_logprobs) {
+      // Rows p in [num_computed, num_computed + n) give the token at p + 1;
+      // prompt positions 1 .. prompt size - 1 have logprobs, each once.
+      const auto prompt_size = static_cast<std::int64_t>(r.spec.prompt.size());
+      const std::int64_t from = std::max(r.num_computed + 1, r.prompt_logprobs_done + 1);
+      const std::int64_t to = std::min(r.num_computed + n, prompt_size - 1);  // inclusive
+      s.prompt_top_logprobs = *r.spec.prompt_logprobs;
+      if (from <= to) {
+        s.prompt_logprobs_from = from;
+        s.prompt_logprob_targets.assign(r.spec.prompt.begin() + from, r.spec.prompt.begin() + to + 1);
+      }
+    }
     scheduled[&r] = plan.sequences.size();
     plan.sequences.push_back(std::move(s));
     budget -= n;
@@ -152,7 +177,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
     const bool decode = r.num_tokens() - r.num_computed == 1;
-    const std::int64_t n = std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left));
+    const std::int64_t n = cap_prompt_rows(
+        r, std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left)));
     if (n <= 0) {
       ++i;  // its prefill waits for the next step; decodes behind it still run
       continue;
@@ -192,7 +218,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request& r = *waiting_.front();
     std::vector<BlockId> hit;
-    if (r.num_computed == 0 && r.blocks.ids().empty() && config_.enable_prefix_caching) {
+    if (r.num_computed == 0 && r.blocks.ids().empty() && config_.enable_prefix_caching && !r.spec.prompt_logprobs) {
       // Leave at least one token to compute: its logits start generation.
       std::span<const TokenId> known(r.tokens.data(), r.tokens.size() - 1);
       auto [ids, hashes] = pool_.MatchPrefix(known, r.spec.cache_salt);
@@ -202,8 +228,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
       hit = ids;
     }
-    const std::int64_t n = std::min({r.num_tokens() - r.num_computed, budget, prefill_left});
-    if (!AllocateFor(r, n)) {
+    const std::int64_t n = cap_prompt_rows(r, std::min({r.num_tokens() - r.num_computed, budget, prefill_left}));
+    if (n <= 0 || !AllocateFor(r, n)) {
       ForgetComputed(r);  // give the prefix hit back; try again next step
       break;
     }

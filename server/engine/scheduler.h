@@ -29,6 +29,9 @@
 
 namespace ropeserve {
 
+// Prompt-logprob rows (logits of prompt positions) one step may compute.
+constexpr std::int64_t kMaxPromptLogprobRows = 256;
+
 struct SchedulerConfig {
   int max_num_seqs = 64;
   std::int64_t max_num_batched_tokens = 2048;

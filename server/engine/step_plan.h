@@ -54,6 +54,13 @@ struct ScheduledSequence {
   bool reset_blocks = false;
   std::vector<BlockId> new_blocks;
   bool needs_logits = false;           // this chunk ends the known tokens: sample next
+  // Prompt logprobs (requests that asked for them): the prompt tokens at
+  // positions prompt_logprobs_from, +1, ... whose logprobs this chunk's
+  // rows give (the row of position p predicts the token at p + 1), and
+  // how many alternatives to report for each.
+  std::int64_t prompt_logprobs_from = 0;
+  std::vector<TokenId> prompt_logprob_targets;
+  std::size_t prompt_top_logprobs = 0;
   std::int64_t context_length() const { return start_position + static_cast<std::int64_t>(token_ids.size()); }
 };
 

@@ -205,7 +205,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& p
   return {at::cat(cos, 0), at::cat(sin, 0)};
 }
 
-at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const {
+at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
@@ -217,6 +217,8 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
                : cpu::PagedAttention(q, cache.k[l], cache.v[l], batch.block_table_tensor, batch.query_start,
                                      batch.context_len_tensor, attention_scale_);
   });
+  if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
+    *prompt_logits = Logits(h.index_select(0, batch.prompt_logits_indices)).contiguous();
   return Logits(h.index_select(0, batch.logits_indices));
 }
 

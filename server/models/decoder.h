@@ -56,6 +56,10 @@ struct PagedBatch {
   std::vector<std::int64_t> query_lens;                 // per sequence
   std::vector<std::int64_t> context_lens;               // per sequence, incl. this step's tokens
   at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
+  // [P] int64: rows whose logits give prompt logprobs (undefined: none).
+  // Computed apart from logits_indices' rows, so that a request asking for
+  // prompt logprobs does not change the others' logits by a rounding.
+  at::Tensor prompt_logits_indices;
   // The same layout as tensors, for the CPU kernel.
   at::Tensor block_table_tensor;  // [S, max_blocks] int32
   at::Tensor query_start;         // [S + 1] int64
@@ -89,7 +93,9 @@ class DecoderModel {
   // Packed batch over the paged cache: writes this step's K/V into their
   // slots, attends each sequence to its cached prefix plus causally within
   // its chunk. Returns float32 logits [R, V] for batch.logits_indices.
-  at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache) const;
+  // With `prompt_logits`, also float32 logits [P, V] for
+  // batch.prompt_logits_indices.
+  at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits = nullptr) const;
 
   // Span head: start/end logits of each window (positions 0..len-1, causal
   // attention within the window, as Hugging Face's *ForQuestionAnswering).

@@ -108,7 +108,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   out.vocab = vocab_size();
   if (plan.sequences.empty()) return out;
   // Per-step data: the packed tokens, their positions and cache slots.
-  std::vector<std::int64_t> ids, positions, slots, logits_rows, query_start{0};
+  std::vector<std::int64_t> ids, positions, slots, logits_rows, prompt_rows, query_start{0};
   PagedBatch batch;
   for (const auto& s : plan.sequences) {
     const auto n = static_cast<std::int64_t>(s.token_ids.size());
@@ -119,6 +119,13 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
       ids.push_back(s.token_ids[i]);
       positions.push_back(pos);
       slots.push_back(static_cast<std::int64_t>(table[pos / bs]) * bs + pos % bs);
+    }
+    // Prompt logprobs: the row of position p predicts the token at p + 1.
+    for (std::size_t j = 0; j < s.prompt_logprob_targets.size(); ++j) {
+      const std::int64_t pos = s.prompt_logprobs_from + static_cast<std::int64_t>(j) - 1;
+      if (pos < s.start_position || pos >= s.start_position + n)
+        return Internal("a prompt logprob target lies outside its chunk");
+      prompt_rows.push_back(query_start.back() + pos - s.start_position);
     }
     query_start.push_back(query_start.back() + n);
     if (s.needs_logits) logits_rows.push_back(query_start.back() - 1);
@@ -135,20 +142,25 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   batch.positions = at::tensor(positions, opts);
   batch.slot_mapping = at::tensor(slots, opts);
   batch.logits_indices = at::tensor(logits_rows, opts);
+  if (!prompt_rows.empty()) batch.prompt_logits_indices = at::tensor(prompt_rows, opts);
 
-  out.rows = static_cast<std::int64_t>(logits_rows.size());
-  if (out.rows == 0) {
-    impl_->model.ForwardPaged(batch, impl_->cache);  // prefill chunks only: K/V written, no logits used
-    return out;
-  }
   struct Rows {
-    at::Tensor logits, logsumexp;
+    at::Tensor logits, logsumexp, prompt;
   };
   auto rows = std::make_shared<Rows>();
-  rows->logits = impl_->model.ForwardPaged(batch, impl_->cache).contiguous();
-  rows->logsumexp = at::logsumexp(rows->logits, 1).contiguous();
-  out.data = rows->logits.data_ptr<float>();
-  out.logsumexp = rows->logsumexp.data_ptr<float>();
+  out.rows = static_cast<std::int64_t>(logits_rows.size());
+  // A step of prefill chunks only writes K/V (and prompt logits when asked).
+  at::Tensor logits = impl_->model.ForwardPaged(batch, impl_->cache, prompt_rows.empty() ? nullptr : &rows->prompt);
+  if (!prompt_rows.empty()) {
+    out.prompt_data = rows->prompt.data_ptr<float>();
+    out.prompt_rows = rows->prompt.size(0);
+  }
+  if (out.rows > 0) {
+    rows->logits = logits.contiguous();
+    rows->logsumexp = at::logsumexp(rows->logits, 1).contiguous();
+    out.data = rows->logits.data_ptr<float>();
+    out.logsumexp = rows->logsumexp.data_ptr<float>();
+  }
   out.owner = rows;
   return out;
 }

@@ -76,6 +76,12 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   Delta out;
   if (finished_) return out;
   StreamChunk c = stream_->Next(timeout ? std::optional<Clock::duration>(*timeout) : std::nullopt);
+  for (auto& t : c.prompt_logprobs) {
+    out.prompt_logprobs.push_back(t.logprob);
+    std::vector<TokenLogprob> top;
+    for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
+    out.prompt_top_logprobs.push_back(std::move(top));
+  }
   for (auto& t : c.tokens) {
     if (stopped_) break;  // tokens already in flight when we cancelled
     ++generated_;
@@ -139,6 +145,8 @@ bool Generation::Append(GenerateResult& r, Delta& d) {
   r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   for (auto& t : d.top_logprobs) r.top_logprobs.push_back(std::move(t));
   r.text += d.text;
+  r.prompt_logprobs.insert(r.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+  for (auto& t : d.prompt_top_logprobs) r.prompt_top_logprobs.push_back(std::move(t));
   if (!d.finished) return false;
   r.finish_reason = d.finish_reason;
   r.cached_tokens = d.cached_tokens;

@@ -30,6 +30,10 @@ class Generation {
     std::vector<std::int64_t> ids;  // tokens since the previous Delta
     std::vector<double> logprobs;   // of each id
     std::vector<std::vector<TokenLogprob>> top_logprobs;  // when asked
+    // Logprobs of prompt tokens 1, 2, ... (options.prompt_logprobs); they
+    // all come before the first generated token.
+    std::vector<double> prompt_logprobs;
+    std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
     // New text (special tokens skipped). Text that could be the start of a
     // stop string is held back until it is known not to be one.
     std::string text;

@@ -90,6 +90,7 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   r.stop.ignore_eos = options.ignore_eos;
   r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
+  r.prompt_logprobs = options.prompt_logprobs;
   if (options.timeout_seconds > 0) {
     r.timeout = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7)));
@@ -154,6 +155,7 @@ StatusOr<std::vector<std::unique_ptr<Generation>>> GenerationService::StartN(
   for (int i = 1; i < n; ++i) {
     GenerateOptions o = options;
     if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
+    o.prompt_logprobs.reset();  // the first choice reports them; the others may use the prefix cache
     RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, o));
     gens.push_back(std::move(g));
   }

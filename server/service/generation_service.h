@@ -103,7 +103,8 @@ class GenerationService {
   // n choices for one prompt (1 <= n <= kMaxChoices), read incrementally.
   // The choices share the prompt's full KV blocks through the prefix
   // cache: the first is prefilled alone, the others start once its first
-  // token exists. Choice i samples with seed + i when seeded.
+  // token exists. Choice i samples with seed + i when seeded. Only the
+  // first choice reports prompt logprobs (they are the same for all).
   StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
                                                             const GenerateOptions& options, int n);
   // Start + read to the end. With a tokenizer, result.text holds the text

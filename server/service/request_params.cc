@@ -164,6 +164,8 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   }
 
   RS_RETURN_IF_ERROR(CheckRange(f.top_logprobs, 0, kMaxTopLogprobs, "top_logprobs"));
+  RS_RETURN_IF_ERROR(CheckRange(f.prompt_logprobs, 0, kMaxTopLogprobs, "prompt_logprobs"));
+  if (f.prompt_logprobs) o.prompt_logprobs = static_cast<std::size_t>(*f.prompt_logprobs);
   o.top_logprobs = static_cast<std::size_t>(f.top_logprobs.value_or(0));
   if (!std::isfinite(timeout_seconds) || timeout_seconds < 0)
     return Bad("timeout", "the request timeout must be a finite number >= 0");

@@ -38,6 +38,9 @@ struct GenerateOptions {
   // logit_bias: -100 bans a token, 100 all but forces it); logprobs are
   // still those of the model's raw logits.
   std::vector<std::pair<std::int64_t, float>> logit_bias;
+  // Logprobs of the prompt's tokens after the first, with this many
+  // alternatives (vLLM's prompt_logprobs; OpenAI's echo with logprobs).
+  std::optional<std::size_t> prompt_logprobs;
   // Scheduling priority: lower values are admitted first and preempted
   // last (vLLM's convention); 0 by default.
   int priority = 0;
@@ -57,6 +60,8 @@ struct GenerateResult {
   std::vector<std::int64_t> generated_ids;
   std::vector<double> logprobs;                         // of each generated id
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
+  std::vector<double> prompt_logprobs;                  // of prompt tokens 1.., when asked
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::string finish_reason;                            // "length" | "stop"
   std::string text;            // decoded output (with a tokenizer)
   std::int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
@@ -132,6 +137,7 @@ struct GenerationFields {
   std::optional<std::int64_t> n;
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
   std::optional<std::int64_t> priority;  // lower runs first; [-kMaxPriority, kMaxPriority]
+  std::optional<std::int64_t> prompt_logprobs;  // alternatives per prompt token (0-20)
 };
 
 struct ValidatedGeneration {

@@ -282,6 +282,72 @@ TEST_F(HttpApi, LogitBiasBansAndForcesTokensAndLogprobsHaveOpenAiShapes) {
   }
 }
 
+// OpenAI's echo (with logprobs: the prompt scored, as lm-eval uses it) and
+// vLLM's prompt_logprobs, unary and streamed.
+TEST_F(HttpApi, EchoAndPromptLogprobs) {
+  const std::vector<std::int64_t> prompt = {5, 9, 14, 3, 7};
+  const std::string base = R"("prompt":[5,9,14,3,7],"max_tokens":3,"temperature":0,"ignore_eos":true)";
+  auto [c0, plain] = Post("{" + base + R"(,"logprobs":1})");
+  ASSERT_EQ(c0, 200) << plain.dump();
+  auto [c1, echo] = Post("{" + base + R"(,"echo":true,"logprobs":1})");
+  ASSERT_EQ(c1, 200) << echo.dump();
+  const json& ch = echo["choices"][0];
+  const std::string prompt_text = *tokenizer_->Decode({5, 9, 14, 3, 7}, false);
+  EXPECT_EQ(ch["text"], prompt_text + plain["choices"][0]["text"].get<std::string>());
+  const json& lp = ch["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), prompt.size() + 3);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (std::size_t i = 1; i < prompt.size(); ++i) EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0) << i;
+  // The completion's part is what it is without echo.
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(lp["token_logprobs"][prompt.size() + i], plain["choices"][0]["logprobs"]["token_logprobs"][i]);
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], offset) << i;
+    offset += static_cast<std::int64_t>(lp["tokens"][i].get<std::string>().size());
+  }
+  // Echo without logprobs: the text only. n > 1: every choice echoes.
+  auto [c2, texts] = Post("{" + base + R"(,"echo":true,"n":2,"seed":1,"temperature":1})");
+  ASSERT_EQ(c2, 200) << texts.dump();
+  for (const auto& c : texts["choices"]) {
+    EXPECT_EQ(c["text"].get<std::string>().rfind(prompt_text, 0), 0u);
+    EXPECT_TRUE(c["logprobs"].is_null());
+  }
+  // vLLM's prompt_logprobs: the same numbers, in vLLM's shape.
+  auto [c3, vllm] = Post("{" + base + R"(,"prompt_logprobs":0})");
+  ASSERT_EQ(c3, 200) << vllm.dump();
+  const json& pl = vllm["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), prompt.size());
+  EXPECT_TRUE(pl[0].is_null());
+  for (std::size_t i = 1; i < prompt.size(); ++i) {
+    ASSERT_EQ(pl[i].size(), 1u);
+    EXPECT_EQ(pl[i][std::to_string(prompt[i])]["logprob"], lp["token_logprobs"][i]) << i;
+  }
+  // Streamed: the first chunk carries the echo and the prompt's logprobs.
+  auto r = client_->Post("/v1/completions", "{" + base + R"(,"echo":true,"logprobs":1,"stream":true})",
+                         "application/json");
+  ASSERT_TRUE(r);
+  std::string text;
+  json tokens = json::array(), lps = json::array();
+  for (std::size_t at = 0; (at = r->body.find("data: {", at)) != std::string::npos; ++at) {
+    const json c = json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6));
+    for (const auto& choice : c["choices"]) {
+      text += choice["text"].get<std::string>();
+      for (const auto& t : choice["logprobs"]["tokens"]) tokens.push_back(t);
+      for (const auto& t : choice["logprobs"]["token_logprobs"]) lps.push_back(t);
+    }
+  }
+  EXPECT_EQ(text, ch["text"]);
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(lps, lp["token_logprobs"]);
+  // Chat: vLLM's prompt_logprobs at the top level.
+  auto [c4, chat] = Post(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1,"prompt_logprobs":1})",
+                         "/v1/chat/completions");
+  ASSERT_EQ(c4, 200) << chat.dump();
+  EXPECT_EQ(chat["prompt_logprobs"].size(), chat["usage"]["prompt_tokens"]);
+}
+
 TEST_F(HttpApi, TokenizeDetokenizeVersionModels) {
   auto [c1, t] = PostRaw(R"({"prompt":"Hello world","return_token_strs":true})", "/tokenize");
   ASSERT_EQ(c1, 200) << t.dump();

@@ -29,10 +29,18 @@ TEST(RestRequest, UnknownFieldsAreRefusedByName) {
 
 TEST(RestRequest, UnsupportedOpenAiFieldsAreRefusedOnlyWhenTheyAskForSomething) {
   // Asking for behaviour ropeserve does not implement: 400 naming the field.
-  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","echo":true})"), "echo");
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","best_of":2})"), "best_of");
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","suffix":"end"})"), "suffix");
-  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","prompt_logprobs":1})"), "prompt_logprobs");
+  EXPECT_EQ(Refused(ReadSummarizeBody, R"({"text":"x","prompt_logprobs":1})"), "prompt_logprobs");
+  EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":1,"stream":true})"),
+            "prompt_logprobs");
+  // Echo with logprobs: the prompt's tokens get the same number of alternatives.
+  auto echo = ReadCompletionBody(R"({"prompt":"x","echo":true,"logprobs":2})");
+  ASSERT_TRUE(echo.ok());
+  EXPECT_TRUE(echo->echo);
+  EXPECT_EQ(echo->fields.prompt_logprobs, 2);
+  EXPECT_FALSE(echo->prompt_logprobs);  // not vLLM's field: no prompt_logprobs in the answer
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","echo":true,"logprobs":1,"stream":true,"n":2})"), "echo");
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"json_object"}})"), "response_format");
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("tools":[{"type":"function","function":{"name":"f"}}]})"), "tools");
@@ -65,7 +73,7 @@ TEST(RestRequest, EveryOpenAiFieldIsHonouredOrRefusedByName) {
       {"prompt_cache_key", R"("k")"},
   };
   const Case completion_only[] = {
-      {"logprobs", "2"}, {"echo", "true"}, {"suffix", R"("end")"}, {"best_of", "3"},
+      {"logprobs", "2"}, {"echo", "true"}, {"suffix", R"("end")"}, {"best_of", "3"}, {"prompt_logprobs", "1"},
   };
   const Case chat_only[] = {
       {"logprobs", "true"},        {"top_logprobs", R"(2,"logprobs":true)"},        {"max_completion_tokens", "5"},
@@ -77,7 +85,7 @@ TEST(RestRequest, EveryOpenAiFieldIsHonouredOrRefusedByName) {
       {"verbosity", R"("low")"},   {"web_search_options", "{}"}, {"response_format", R"({"type":"json_object"})"},
   };
   // Honoured: read into the request. Refused: a 400 naming the field.
-  const std::set<std::string> refused = {"echo", "suffix", "best_of", "store", "tools", "tool_choice", "functions",
+  const std::set<std::string> refused = {"suffix", "best_of", "store", "tools", "tool_choice", "functions",
                                          "function_call", "modalities", "audio", "prediction", "reasoning_effort",
                                          "verbosity", "web_search_options", "response_format"};
   auto check = [&](auto read, const std::string& head, const Case& c) {

@@ -175,6 +175,39 @@ test('openai SDK: models, completions, chat and streaming', async () => {
   assert.equal(usage.completion_tokens, chat.usage.completion_tokens);
 });
 
+test('openai SDK: echo with logprobs scores the prompt as lm-eval does', async () => {
+  // lm-eval's local-completions loglikelihood: echo, max_tokens 1, logprobs 1.
+  const prompt = 'The cat sat on the mat';
+  const r = await client.completions.create({ prompt, echo: true, max_tokens: 1, logprobs: 1, temperature: 0 });
+  const ch = r.choices[0];
+  assert.ok(ch.text.startsWith(prompt), ch.text);
+  const lp = ch.logprobs;
+  const n = r.usage.prompt_tokens;
+  assert.equal(lp.tokens.length, n + 1);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i <= n; i++) {
+    assert.equal(typeof lp.token_logprobs[i], 'number');
+    assert.ok(lp.token_logprobs[i] <= 0);
+    // The prompt's own token is among the listed ones, with the same logprob.
+    if (i < n) assert.equal(lp.top_logprobs[i][lp.tokens[i]], lp.token_logprobs[i]);
+  }
+  assert.equal(lp.tokens.slice(0, n).join(''), prompt);
+  // Scoring the prompt plus the generated token gives the generated token's logprob.
+  const again = await client.completions.create({ prompt: prompt + lp.tokens[n], echo: true, max_tokens: 1, logprobs: 0, temperature: 0 });
+  const tokens = again.choices[0].logprobs.tokens;
+  if (tokens.length === n + 2 && tokens[n] === lp.tokens[n])
+    assert.ok(Math.abs(again.choices[0].logprobs.token_logprobs[n] - lp.token_logprobs[n]) < 4e-3);
+  // vLLM's prompt_logprobs on the same request.
+  const v = await postJson('/v1/completions', { prompt, max_tokens: 1, prompt_logprobs: 2 });
+  assert.equal(v.status, 200);
+  conforms('Completion', v.body);
+  const pl = v.body.choices[0].prompt_logprobs;
+  assert.equal(pl.length, n);
+  assert.equal(pl[0], null);
+  assert.ok(Object.keys(pl[1]).length >= 2 && Object.keys(pl[1]).length <= 3);
+});
+
 test('openai SDK: logit_bias bans and forces tokens', async () => {
   const base = await client.completions.create({ prompt: 'The', max_tokens: 4, temperature: 0, return_token_ids: true });
   const first = base.choices[0].token_ids[0];
@@ -191,9 +224,9 @@ test('openai SDK: errors arrive as the SDK\'s exception classes', async () => {
     e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded' && e.param === 'max_tokens');
   await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x' }), (e) =>
     e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
-  // Refused, never ignored: echo needs prompt logprobs, not implemented yet.
-  await assert.rejects(client.completions.create({ prompt: 'x', echo: true, logprobs: 1, max_tokens: 1 }), (e) =>
-    e instanceof OpenAI.BadRequestError && e.param === 'echo' && e.code === 'unsupported_parameter');
+  // Refused, never ignored.
+  await assert.rejects(client.completions.create({ prompt: 'x', suffix: 'y', max_tokens: 1 }), (e) =>
+    e instanceof OpenAI.BadRequestError && e.param === 'suffix' && e.code === 'unsupported_parameter');
   await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f' } }] }), (e) =>
     e instanceof OpenAI.BadRequestError && e.param === 'tools');
   const noKey = new OpenAI({ baseURL: `${process.env.RS_AUTH_HTTP}/v1`, apiKey: 'wrong', maxRetries: 0 });

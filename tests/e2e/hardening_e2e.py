@@ -245,7 +245,7 @@ def test_malformed_and_unsupported_requests_are_4xx(env):
         "name": "f"}}], "tool_choice": "auto"}, 400, "tools")
     expect(chat, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}, 400,
            "response_format")
-    for field, value in [("echo", True), ("best_of", 3), ("suffix", "!"), ("temprature", 0.5),
+    for field, value in [("best_of", 3), ("suffix", "!"), ("temprature", 0.5),
                          ("logit_bias", {"3": 101}), ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}),
                          ("logit_bias", {str(i): 1 for i in range(2000)}), ("priority", 1)]:
         expect("/v1/completions", {"prompt": "hi", field: value}, 400, field)

@@ -406,6 +406,9 @@ def test_auth_overload_json_logs_and_yaml_config(env):
         check(post_json(s.http, "/v1/summarize", summarize_body(max_tokens=2), ["Authorization: Bearer nope"])[0] == 401,
               "bad key")
         check(post_json(s.http, "/v1/summarize", summarize_body(max_tokens=2), ok)[0] == 200, "good key")
+        # OpenAI's `user` goes to the access log.
+        check(post_json(s.http, "/v1/completions", {"prompt": "hi", "max_tokens": 1, "user": "alice-7"}, ok)[0] == 200,
+              "user")
         check(post_json(s.http, "/v1/summarize", summarize_body(max_tokens=2),
                         ["Authorization: Bearer secret-two"])[0] == 200, "key from file")
         check(curl(s.http, "/health")[0] == 200 and curl(s.http, "/metrics")[0] == 200, "probes need no key")
@@ -464,6 +467,7 @@ def test_auth_overload_json_logs_and_yaml_config(env):
         check("time" in obj and "level" in obj and "msg" in obj, obj)
     check(not any("secret-one" in line for line in lines), "an API key was logged")
     check(any(json.loads(line).get("msg") == "http request" for line in lines), "no access log line")
+    check(any(json.loads(line).get("user") == "alice-7" for line in lines), "the request's user was not logged")
 
 
 def test_request_timeout_is_504(env):

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 namespace ropeserve {
@@ -118,6 +119,51 @@ TEST(Scheduler, PrefixHitSkipsCachedBlocksButComputesTheLastToken) {
   StepPlan pc = Step(s);
   EXPECT_EQ(pc.sequences.back().start_position, 4);
   EXPECT_EQ(pc.sequences.back().token_ids.size(), 4u);
+}
+
+// Prompt logprobs: every prompt position after the first is a target
+// exactly once, in order, at most kMaxPromptLogprobRows a step, and such a
+// request takes no prefix hit.
+TEST(Scheduler, PromptLogprobTargetsCoverThePromptOnceWithinTheRowCap) {
+  BlockPool pool(512, 4);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 1000;
+  Scheduler s(c, pool);
+  RequestSpec warm = Spec(1, 600);
+  ASSERT_TRUE(s.Add(warm).ok());
+  while (s.num_running() + s.num_waiting() > 0 && Step(s).num_tokens() > 1) {
+  }
+  s.Finish(1, FinishReason::kStop);
+  RequestSpec a = warm;  // the same prompt: all in the prefix cache
+  a.id = 2;
+  a.prompt_logprobs = 2;
+  RequestSpec b = Spec(3, 5);
+  b.prompt_logprobs = 0;
+  ASSERT_TRUE(s.Add(a).ok());
+  ASSERT_TRUE(s.Add(b).ok());
+  std::map<RequestId, std::vector<TokenId>> targets;
+  std::map<RequestId, std::int64_t> next = {{2, 1}, {3, 1}};
+  for (int step = 0; step < 10; ++step) {
+    StepPlan p = Step(s);
+    std::int64_t rows = 0;
+    for (const auto& seq : p.sequences) {
+      if (seq.request_id == 2) EXPECT_EQ(seq.prompt_top_logprobs, 2u);
+      if (seq.prompt_logprob_targets.empty()) continue;
+      if (seq.request_id == 2 && step == 0) EXPECT_EQ(seq.start_position, 0);  // no prefix hit
+      EXPECT_EQ(seq.prompt_logprobs_from, next[seq.request_id]);
+      // Each target's row (position - 1) lies in this chunk.
+      EXPECT_GE(seq.prompt_logprobs_from - 1, seq.start_position);
+      EXPECT_LE(seq.prompt_logprobs_from - 1 + static_cast<std::int64_t>(seq.prompt_logprob_targets.size()),
+                seq.context_length());
+      next[seq.request_id] += static_cast<std::int64_t>(seq.prompt_logprob_targets.size());
+      rows += static_cast<std::int64_t>(seq.prompt_logprob_targets.size());
+      auto& t = targets[seq.request_id];
+      t.insert(t.end(), seq.prompt_logprob_targets.begin(), seq.prompt_logprob_targets.end());
+    }
+    EXPECT_LE(rows, kMaxPromptLogprobRows) << step;
+  }
+  EXPECT_EQ(targets[2], std::vector<TokenId>(a.prompt.begin() + 1, a.prompt.end()));
+  EXPECT_EQ(targets[3], std::vector<TokenId>(b.prompt.begin() + 1, b.prompt.end()));
 }
 
 TEST(Scheduler, PreemptsTheLatestArrivalAndRecomputesItLater) {
