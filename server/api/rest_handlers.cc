@@ -38,59 +38,42 @@ std::string TokenText(const service::GenerationService& service, std::int64_t id
   return "token_id:" + std::to_string(id);
 }
 
-// Logprobs of a run of tokens, in the completions API's shape.
-// `text_offset` counts characters (bytes here, as vLLM) of the token texts
-// before each token; `offset` carries it across the chunks of a stream.
+// Logprobs of a run of tokens in the completions API's shape: per token
+// its text, logprob, alternatives and `text_offset` (bytes of the token
+// texts before it, as vLLM counts; `offset` carries it across the chunks of
+// a stream). The first `unscored` tokens have no logprob (null: an echoed
+// prompt's first token); logprobs[i] and tops[i] belong to token
+// unscored + i. A token is always among its own top_logprobs (OpenAI: up
+// to logprobs + 1 entries).
 json CompletionLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids,
                         const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops,
-                        std::int64_t& offset) {
+                        std::int64_t& offset, std::size_t unscored = 0) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     std::string text = TokenText(service, ids[i]);
     offsets.push_back(offset);
     offset += static_cast<std::int64_t>(text.size());
-    tokens.push_back(std::move(text));
-    token_logprobs.push_back(logprobs[i]);
-    json step = json::object();
-    if (i < tops.size())
-      for (const auto& t : tops[i]) {
-        // Two tokens can decode to the same text (e.g. partial UTF-8
-        // bytes); keep both by naming the later one by its id.
-        std::string key = TokenText(service, t.id);
-        if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
-        step[key] = t.logprob;
-      }
-    top.push_back(step);
-  }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
-}
-
-// The prompt's part of echoed logprobs: its tokens with their logprobs
-// (the first has none: null, as OpenAI and vLLM), in the completions shape.
-json EchoLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& prompt,
-                  const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops,
-                  std::int64_t& offset) {
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
-  for (std::size_t i = 0; i < prompt.size(); ++i) {
-    std::string text = TokenText(service, prompt[i]);
-    offsets.push_back(offset);
-    offset += static_cast<std::int64_t>(text.size());
-    tokens.push_back(std::move(text));
-    if (i == 0 || i - 1 >= logprobs.size()) {
+    if (i < unscored || i - unscored >= logprobs.size()) {
+      tokens.push_back(std::move(text));
       token_logprobs.push_back(nullptr);
       top.push_back(nullptr);
       continue;
     }
-    token_logprobs.push_back(logprobs[i - 1]);
+    const std::size_t k = i - unscored;
+    token_logprobs.push_back(logprobs[k]);
     json step = json::object();
-    step[TokenText(service, prompt[i])] = logprobs[i - 1];  // the prompt's own token is always listed
-    if (i - 1 < tops.size())
-      for (const auto& t : tops[i - 1]) {
+    step[text] = logprobs[k];
+    if (k < tops.size())
+      for (const auto& t : tops[k]) {
+        // Two tokens can decode to the same text (e.g. partial UTF-8
+        // bytes); keep both by naming the later one by its id.
+        if (t.id == ids[i]) continue;
         std::string key = TokenText(service, t.id);
-        if (step.contains(key) && t.id != prompt[i]) key = "token_id:" + std::to_string(t.id);
+        if (step.contains(key)) key = "token_id:" + std::to_string(t.id);
         step[key] = t.logprob;
       }
     top.push_back(std::move(step));
+    tokens.push_back(std::move(text));
   }
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
@@ -349,7 +332,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
         json lp = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs, (*offsets)[i]);
         if (echo && first) {
           std::int64_t at = 0;
-          json head = EchoLogprobs(service, prompts[i / n], part.logprobs, part.tops, at);
+          json head = CompletionLogprobs(service, prompts[i / n], part.logprobs, part.tops, at, 1);
           // The completion's offsets follow the prompt's.
           for (auto& o : lp["text_offset"]) o = o.get<std::int64_t>() + at;
           (*offsets)[i] += at;
@@ -384,7 +367,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     std::int64_t offset = 0;
     if (logprobs) {
       json lp;
-      if (echo) lp = EchoLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_top_logprobs, offset);
+      if (echo)
+        lp = CompletionLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_top_logprobs, offset, 1);
       json gen = CompletionLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs, offset);
       choice["logprobs"] = echo ? JoinLogprobs(std::move(lp), gen) : std::move(gen);
     }

@@ -154,7 +154,12 @@ test('openai SDK: models, completions, chat and streaming', async () => {
   assert.equal(lp.text_offset.length, lp.tokens.length);
   assert.equal(lp.text_offset[0], 0);
   for (let i = 1; i < lp.tokens.length; i++) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + Buffer.byteLength(lp.tokens[i - 1]));
-  for (const top of lp.top_logprobs) assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 3);
+  // Up to logprobs + 1 entries: the sampled token is always listed (OpenAI).
+  for (let i = 0; i < lp.tokens.length; i++) {
+    const top = lp.top_logprobs[i];
+    assert.ok(Object.keys(top).length >= 3 && Object.keys(top).length <= 4, JSON.stringify(top));
+    assert.equal(top[lp.tokens[i]], lp.token_logprobs[i]);
+  }
 
   const chat = await client.chat.completions.create({ messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
   const content = chat.choices[0].logprobs.content;
