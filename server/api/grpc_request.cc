@@ -1,5 +1,7 @@
 #include "server/api/grpc_request.h"
 
+#include <algorithm>
+
 namespace ropeserve::api {
 
 namespace v1 = ::ropeserve::v1;
@@ -21,6 +23,13 @@ void ReadSampling(const v1::SamplingParams& s, service::GenerationFields& f) {
   if (s.has_repetition_penalty()) f.repetition_penalty = s.repetition_penalty();
   f.frequency_penalty = NonZero(s.frequency_penalty());
   f.presence_penalty = NonZero(s.presence_penalty());
+  // In id order (a map's order is unspecified); one more entry than the cap
+  // is enough for the validator to refuse the request.
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (f.logit_bias.size() > static_cast<std::size_t>(service::kMaxLogitBias)) break;
+    f.logit_bias.emplace_back(id, bias);
+  }
+  std::sort(f.logit_bias.begin(), f.logit_bias.end());
 }
 
 // The validator caps how many stop strings a request may have; copying

@@ -104,6 +104,21 @@ TEST_F(GrpcApi, GreedyGenerateEqualsOfflineGenerate) {
   EXPECT_EQ(resp.finish_reason(), "length");
 }
 
+TEST_F(GrpcApi, LogitBiasForcesAndItsRangeIsChecked) {
+  v1::GenerateRequest req;
+  for (int id : {9, 8, 7}) req.add_prompt_ids(id);
+  req.set_max_tokens(3);
+  req.set_ignore_eos(true);
+  (*req.mutable_sampling()->mutable_logit_bias())[11] = 100;
+  v1::GenerateResponse resp;
+  grpc::Status st = Call(req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(std::vector<std::int64_t>(resp.token_ids().begin(), resp.token_ids().end()),
+            (std::vector<std::int64_t>{11, 11, 11}));
+  (*req.mutable_sampling()->mutable_logit_bias())[11] = 101;
+  EXPECT_EQ(Call(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(GrpcApi, ErrorsMapToStatusCodes) {
   v1::GenerateResponse resp;
   v1::GenerateRequest empty;

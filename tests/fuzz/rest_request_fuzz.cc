@@ -28,7 +28,7 @@ void Generation(const api::GenerationBody& body, const std::vector<std::size_t>&
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 6) {
     case 0: {
       auto r = api::ReadCompletionBody(body);
       if (!r.ok()) return 0;
@@ -50,6 +50,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.ok()) Generation(*r, {r->text.size()}, service::Endpoint::kSummarize);
       break;
     }
+    case 4:
+      (void)api::ReadTokenizeBody(body);
+      break;
+    case 5:
+      (void)api::ReadDetokenizeBody(body);
+      break;
     default: {
       auto r = api::ReadQaBody(body);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
