@@ -86,9 +86,11 @@ json JoinLogprobs(json a, const json& b) {
 }
 
 // vLLM's prompt_logprobs: per prompt token, null for the first, else
-// {"<id>": {"logprob", "decoded_token"}} for the token and the alternatives.
+// {"<id>": {"logprob", "rank", "decoded_token"}} for the token and the
+// alternatives (ranked 1, 2, ... in order).
 json VllmPromptLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& prompt,
-                        const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops) {
+                        const std::vector<double>& logprobs, const std::vector<std::int64_t>& ranks,
+                        const std::vector<std::vector<TokenLogprob>>& tops) {
   json out = json::array();
   for (std::size_t i = 0; i < prompt.size(); ++i) {
     if (i == 0 || i - 1 >= logprobs.size()) {
@@ -96,10 +98,15 @@ json VllmPromptLogprobs(const service::GenerationService& service, const std::ve
       continue;
     }
     json step = json::object();
-    step[std::to_string(prompt[i])] = {{"logprob", logprobs[i - 1]}, {"decoded_token", TokenText(service, prompt[i])}};
     if (i - 1 < tops.size())
-      for (const auto& t : tops[i - 1])
-        step[std::to_string(t.id)] = {{"logprob", t.logprob}, {"decoded_token", TokenText(service, t.id)}};
+      for (std::size_t k = 0; k < tops[i - 1].size(); ++k) {
+        const TokenLogprob& t = tops[i - 1][k];
+        step[std::to_string(t.id)] = {
+            {"logprob", t.logprob}, {"rank", k + 1}, {"decoded_token", TokenText(service, t.id)}};
+      }
+    step[std::to_string(prompt[i])] = {{"logprob", logprobs[i - 1]},
+                                       {"rank", i - 1 < ranks.size() ? ranks[i - 1] : 0},
+                                       {"decoded_token", TokenText(service, prompt[i])}};
     out.push_back(std::move(step));
   }
   return out;
@@ -313,6 +320,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     // first token; they go out with its first chunk.
     struct PromptPart {
       std::vector<double> logprobs;
+      std::vector<std::int64_t> ranks;
       std::vector<std::vector<TokenLogprob>> tops;
     };
     auto prompt_parts = std::make_shared<std::vector<PromptPart>>(gens.size());
@@ -321,6 +329,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
                                                                   std::string& out) {
       PromptPart& part = (*prompt_parts)[i];
       part.logprobs.insert(part.logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+      part.ranks.insert(part.ranks.end(), d.prompt_ranks.begin(), d.prompt_ranks.end());
       part.tops.insert(part.tops.end(), d.prompt_top_logprobs.begin(), d.prompt_top_logprobs.end());
       if (d.ids.empty() && d.text.empty() && !d.finished) return;  // prompt logprobs only: wait for the token
       totals->completion += static_cast<std::int64_t>(d.ids.size());
@@ -341,7 +350,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
         choice["logprobs"] = std::move(lp);
       }
       if (vllm_prompt_logprobs && first)
-        choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[i / n], part.logprobs, part.tops);
+        choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[i / n], part.logprobs, part.ranks, part.tops);
       if (return_token_ids) {
         choice["token_ids"] = d.ids;
         if (!(*started)[i]) choice["prompt_token_ids"] = prompts[i / n];  // first chunk of the choice
@@ -373,7 +382,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
       choice["logprobs"] = echo ? JoinLogprobs(std::move(lp), gen) : std::move(gen);
     }
     if (vllm_prompt_logprobs)
-      choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_top_logprobs);
+      choice["prompt_logprobs"] = VllmPromptLogprobs(service, prompts[k / n], head.prompt_logprobs, head.prompt_ranks,
+                                                     head.prompt_top_logprobs);
     if (return_token_ids) {
       choice["token_ids"] = r.generated_ids;
       choice["prompt_token_ids"] = prompts[k / n];
@@ -478,7 +488,8 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
               {"usage", Usage(prompt_tokens, completion_tokens, results.empty() ? 0 : results[0].cached_tokens)}};
   if (return_token_ids) out["prompt_token_ids"] = ids;
   if (body.prompt_logprobs && !results.empty())
-    out["prompt_logprobs"] = VllmPromptLogprobs(service, ids, results[0].prompt_logprobs, results[0].prompt_top_logprobs);
+    out["prompt_logprobs"] = VllmPromptLogprobs(service, ids, results[0].prompt_logprobs, results[0].prompt_ranks,
+                                                 results[0].prompt_top_logprobs);
   reply.body = Dump(out);
   return reply;
 }

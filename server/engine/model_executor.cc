@@ -1,5 +1,7 @@
 #include "server/engine/model_executor.h"
 
+#include <algorithm>
+
 namespace ropeserve {
 
 StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits) {
@@ -28,6 +30,8 @@ StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, cons
       GeneratedToken g;
       g.id = target;
       g.logprob = LogprobOf(r, target, lse);
+      const float own = r[static_cast<std::size_t>(target)];
+      g.rank = 1 + std::count_if(r.begin(), r.end(), [own](float x) { return x > own; });
       for (auto [id, lp] : TopLogprobs(r, s.prompt_top_logprobs, lse)) g.top_logprobs.emplace_back(static_cast<TokenId>(id), lp);
       p.tokens.push_back(std::move(g));
       ++prow;

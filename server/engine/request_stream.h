@@ -22,6 +22,9 @@ struct GeneratedToken {
   TokenId id = 0;
   double logprob = 0;
   std::vector<std::pair<TokenId, double>> top_logprobs;
+  // Prompt logprobs only: 1 + how many tokens the model found likelier
+  // (vLLM's rank); 0 when not computed.
+  std::int64_t rank = 0;
 };
 
 // What a reader gets: tokens since the previous read, and the end of the

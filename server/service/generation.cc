@@ -78,6 +78,7 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   StreamChunk c = stream_->Next(timeout ? std::optional<Clock::duration>(*timeout) : std::nullopt);
   for (auto& t : c.prompt_logprobs) {
     out.prompt_logprobs.push_back(t.logprob);
+    out.prompt_ranks.push_back(t.rank);
     std::vector<TokenLogprob> top;
     for (auto [id, lp] : t.top_logprobs) top.push_back({id, lp});
     out.prompt_top_logprobs.push_back(std::move(top));
@@ -146,6 +147,7 @@ bool Generation::Append(GenerateResult& r, Delta& d) {
   for (auto& t : d.top_logprobs) r.top_logprobs.push_back(std::move(t));
   r.text += d.text;
   r.prompt_logprobs.insert(r.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+  r.prompt_ranks.insert(r.prompt_ranks.end(), d.prompt_ranks.begin(), d.prompt_ranks.end());
   for (auto& t : d.prompt_top_logprobs) r.prompt_top_logprobs.push_back(std::move(t));
   if (!d.finished) return false;
   r.finish_reason = d.finish_reason;

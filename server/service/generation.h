@@ -33,6 +33,7 @@ class Generation {
     // Logprobs of prompt tokens 1, 2, ... (options.prompt_logprobs); they
     // all come before the first generated token.
     std::vector<double> prompt_logprobs;
+    std::vector<std::int64_t> prompt_ranks;  // vLLM's rank of each prompt token
     std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
     // New text (special tokens skipped). Text that could be the start of a
     // stop string is held back until it is known not to be one.

@@ -61,6 +61,7 @@ struct GenerateResult {
   std::vector<double> logprobs;                         // of each generated id
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when asked
   std::vector<double> prompt_logprobs;                  // of prompt tokens 1.., when asked
+  std::vector<std::int64_t> prompt_ranks;               // their ranks (1 = the likeliest token)
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::string finish_reason;                            // "length" | "stop"
   std::string text;            // decoded output (with a tokenizer)

@@ -323,6 +323,18 @@ TEST_F(HttpApi, EchoAndPromptLogprobs) {
   for (std::size_t i = 1; i < prompt.size(); ++i) {
     ASSERT_EQ(pl[i].size(), 1u);
     EXPECT_EQ(pl[i][std::to_string(prompt[i])]["logprob"], lp["token_logprobs"][i]) << i;
+    EXPECT_GE(pl[i][std::to_string(prompt[i])]["rank"].get<int>(), 1) << i;
+  }
+  // With alternatives: ranked 1, 2 in order; the prompt token's rank is 1
+  // exactly when it is the first alternative.
+  auto [c5, two] = Post("{" + base + R"(,"prompt_logprobs":2})");
+  ASSERT_EQ(c5, 200) << two.dump();
+  for (std::size_t i = 1; i < prompt.size(); ++i) {
+    const json& step = two["choices"][0]["prompt_logprobs"][i];
+    int ones = 0;
+    for (const auto& [id, e] : step.items()) ones += e["rank"] == 1;
+    EXPECT_EQ(ones, 1) << step.dump();
+    EXPECT_EQ(step[std::to_string(prompt[i])]["logprob"], pl[i][std::to_string(prompt[i])]["logprob"]);
   }
   // Streamed: the first chunk carries the echo and the prompt's logprobs.
   auto r = client_->Post("/v1/completions", "{" + base + R"(,"echo":true,"logprobs":1,"stream":true})",

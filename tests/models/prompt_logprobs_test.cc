@@ -46,11 +46,19 @@ TEST_F(PromptLogprobs, EveryPromptTokenAfterTheFirstMatchesTheReference) {
   auto r = testing::OfflineGenerate(*model_, prompt, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->prompt_logprobs.size(), prompt.size() - 1);
+  ASSERT_EQ(r->prompt_ranks.size(), prompt.size() - 1);
   ASSERT_EQ(r->prompt_top_logprobs.size(), prompt.size() - 1);
   const at::Tensor ref = ReferenceLogprobs(prompt);
   for (std::size_t j = 1; j < prompt.size(); ++j) {
     // Row j - 1 predicts token j.
     EXPECT_NEAR(r->prompt_logprobs[j - 1], ref[j - 1][prompt[j]].item<double>(), kLogprobTolerance) << j;
+    // vLLM's rank: 1 + the tokens the model finds likelier. The reference's
+    // logprobs may differ by the tolerance, so tokens within it of the
+    // prompt token may count either way.
+    const double own = ref[j - 1][prompt[j]].item<double>();
+    const auto likelier = [&](double margin) { return (ref[j - 1] > own + margin).sum().item<std::int64_t>(); };
+    EXPECT_GE(r->prompt_ranks[j - 1], 1 + likelier(2 * kLogprobTolerance)) << j;
+    EXPECT_LE(r->prompt_ranks[j - 1], 1 + likelier(-2 * kLogprobTolerance)) << j;
     const auto& top = r->prompt_top_logprobs[j - 1];
     ASSERT_EQ(top.size(), 3u);
     EXPECT_NEAR(top[0].logprob, ref[j - 1].max().item<double>(), kLogprobTolerance) << j;
