@@ -292,9 +292,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     for (std::size_t p = 0; p < prompts.size(); ++p) {
       if (body.prompts[p].text) {
         prompt_texts.push_back(*body.prompts[p].text);
-      } else if (const tok::Tokenizer* t = service.tokenizer()) {
-        std::vector<std::uint32_t> ids(prompts[p].begin(), prompts[p].end());
-        RS_ASSIGN_OR_RETURN(std::string text, t->Decode(ids, /*skip_special_tokens=*/false));
+      } else if (service.tokenizer() != nullptr) {
+        RS_ASSIGN_OR_RETURN(std::string text, service.Detokenize(prompts[p], /*skip_special_tokens=*/false));
         prompt_texts.push_back(std::move(text));
       } else {
         prompt_texts.emplace_back();

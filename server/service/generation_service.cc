@@ -261,6 +261,19 @@ StatusOr<std::vector<std::int64_t>> GenerationService::Tokenize(const std::strin
   return std::vector<std::int64_t>(e.ids.begin(), e.ids.end());
 }
 
+StatusOr<std::string> GenerationService::Detokenize(const std::vector<std::int64_t>& ids,
+                                                     bool skip_special_tokens) const {
+  if (!tokenizer_) return FailedPrecondition("this server has not loaded the model's tokenizer.json: no text");
+  std::vector<std::uint32_t> ids32;
+  ids32.reserve(ids.size());
+  for (auto id : ids) {
+    if (id < 0 || id > static_cast<std::int64_t>(UINT32_MAX))
+      return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
+    ids32.push_back(static_cast<std::uint32_t>(id));
+  }
+  return tokenizer_->Decode(ids32, skip_special_tokens);  // InvalidArgument for an unknown id
+}
+
 StatusOr<std::string> GenerationService::ApplyChatTemplate(const nlohmann::ordered_json& messages,
                                                            bool add_generation_prompt,
                                                            const nlohmann::ordered_json& extra) const {

@@ -132,6 +132,9 @@ class GenerationService {
   StatusOr<std::vector<std::int64_t>> SummaryPrompt(const std::string& text, const std::string& instruction) const;
   // FailedPrecondition naming what is missing when there is no tokenizer.
   StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
+  // The text of token ids; the same FailedPrecondition without a tokenizer,
+  // InvalidArgument for an id outside its vocabulary.
+  StatusOr<std::string> Detokenize(const std::vector<std::int64_t>& ids, bool skip_special_tokens) const;
   // Renders `messages` with the tokenizer_config.json chat template.
   StatusOr<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                           const nlohmann::ordered_json& extra) const;
