@@ -114,6 +114,11 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual Status DecodeChain(std::vector<std::string>& tokens) const = 0;
+  // One token's contribution to a decode in the middle of a sequence, as
+  // raw bytes (before UTF-8 repair: a byte-level token may hold part of a
+  // character). Effects at the start of a decode (Strip, Metaspace's first
+  // space) do not apply. Default: the token unchanged.
+  virtual void TokenBytes(std::string& /*token*/) const {}
 };
 
 // Factories. Errors name the component and field ("normalizer: unknown type

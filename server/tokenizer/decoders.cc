@@ -19,6 +19,17 @@ namespace {
 
 class ByteLevelDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    std::string bytes;
+    for (size_t k = 0; k < t.size();) {
+      size_t n;
+      const int b = CharToByte(DecodeUtf8(t, k, &n));
+      if (b < 0) return;  // not a byte-level token: left as it is (as DecodeChain does)
+      bytes.push_back(static_cast<char>(b));
+      k += n;
+    }
+    t = std::move(bytes);
+  }
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     std::string bytes;
     for (const std::string& t : tokens) {
@@ -43,6 +54,18 @@ class ByteLevelDecoder final : public Decoder {
 
 class MetaspaceDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    std::string out;
+    for (size_t k = 0; k < t.size();) {
+      if (t.compare(k, rep_.size(), rep_) == 0) {
+        out.push_back(' ');
+        k += rep_.size();
+      } else {
+        out.push_back(t[k++]);
+      }
+    }
+    t = std::move(out);
+  }
   MetaspaceDecoder(std::string rep, bool prepend) : rep_(std::move(rep)), prepend_(prepend) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -68,6 +91,11 @@ class MetaspaceDecoder final : public Decoder {
 
 class ByteFallbackDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+        std::isxdigit(static_cast<unsigned char>(t[4])))
+      t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  }
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     std::vector<std::string> out;
     std::string pending;
@@ -134,6 +162,10 @@ class StripDecoder final : public Decoder {
 
 class ReplaceDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    std::vector<std::string> one{t};
+    if (DecodeChain(one).ok()) t = std::move(one[0]);
+  }
   ReplaceDecoder(std::shared_ptr<Pattern> p, std::string content) : pattern_(std::move(p)), content_(std::move(content)) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (std::string& t : tokens) {
@@ -174,6 +206,10 @@ std::string CleanupTokenization(std::string s) {
 
 class WordPieceDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    if (t.compare(0, prefix_.size(), prefix_) == 0) t = t.substr(prefix_.size());
+    else t = " " + t;
+  }
   WordPieceDecoder(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -194,6 +230,10 @@ class WordPieceDecoder final : public Decoder {
 
 class BpeSuffixDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    size_t hit;
+    while (!suffix_.empty() && (hit = t.find(suffix_)) != std::string::npos) t.replace(hit, suffix_.size(), " ");
+  }
   explicit BpeSuffixDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -218,6 +258,9 @@ class BpeSuffixDecoder final : public Decoder {
 
 class SequenceDecoder final : public Decoder {
  public:
+  void TokenBytes(std::string& t) const override {
+    for (const auto& d : parts_) d->TokenBytes(t);
+  }
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> d) : parts_(std::move(d)) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (const auto& d : parts_) RS_RETURN_IF_ERROR(d->DecodeChain(tokens));

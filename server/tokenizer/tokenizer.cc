@@ -556,6 +556,16 @@ StatusOr<std::string> Tokenizer::Decode(const std::vector<uint32_t>& ids, bool s
   return out;
 }
 
+std::optional<std::string> Tokenizer::TokenBytes(uint32_t id) const {
+  if (IsSpecial(id)) return std::nullopt;
+  const std::string* t = IdToToken(id);
+  if (t == nullptr) return std::nullopt;
+  if (!decoder_) return " " + *t;  // Decode joins tokens with spaces
+  std::string bytes = *t;
+  decoder_->TokenBytes(bytes);
+  return bytes;
+}
+
 // ------------------------------------------------------- incremental decode
 
 }  // namespace ropeserve::tok

@@ -75,6 +75,10 @@ class Tokenizer {
   std::optional<uint32_t> TokenToId(const std::string& token) const;
   const std::string* IdToToken(uint32_t id) const;
   bool IsSpecial(uint32_t id) const { return special_ids_.count(id) > 0; }
+  // The bytes token `id` adds to a decode in the middle of a sequence
+  // (Decoder::TokenBytes), or nullopt for special tokens and ids outside
+  // the vocabulary. What constrained decoding walks its automata with.
+  std::optional<std::string> TokenBytes(uint32_t id) const;
   // A byte-fallback piece ("<0xE4>"): its text is only final once the
   // group of bytes it belongs to is complete.
   bool IsByteFallbackToken(uint32_t id) const;
