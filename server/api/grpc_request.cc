@@ -1,6 +1,7 @@
 #include "server/api/grpc_request.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace ropeserve::api {
 
@@ -43,6 +44,37 @@ std::vector<std::string> Stops(const google::protobuf::RepeatedPtrField<std::str
   return out;
 }
 
+constexpr int kMaxChoiceValues = 1024;
+
+// The request's OutputConstraint (unset: none).
+Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out) {
+  using K = structured::Constraint::Kind;
+  switch (c.kind_case()) {
+    case v1::OutputConstraint::KIND_NOT_SET:
+      return Status::Ok();
+    case v1::OutputConstraint::kJsonSchema: {
+      nlohmann::ordered_json s = nlohmann::ordered_json::parse(c.json_schema(), nullptr, false);
+      if (s.is_discarded() || !(s.is_object() || s.is_boolean()))
+        return InvalidArgument("constraint.json_schema must be the JSON text of a JSON Schema").WithParam("constraint.json_schema");
+      out = {K::kJsonSchema, s.dump(), {}, "constraint.json_schema"};
+      return Status::Ok();
+    }
+    case v1::OutputConstraint::kJsonObject:
+      if (c.json_object()) out = {K::kJsonObject, "", {}, "constraint.json_object"};
+      return Status::Ok();
+    case v1::OutputConstraint::kRegex:
+      if (c.regex().empty()) return InvalidArgument("constraint.regex must not be empty").WithParam("constraint.regex");
+      out = {K::kRegex, c.regex(), {}, "constraint.regex"};
+      return Status::Ok();
+    case v1::OutputConstraint::kChoice:
+      if (c.choice().values_size() == 0 || c.choice().values_size() > kMaxChoiceValues)
+        return InvalidArgument("constraint.choice must hold 1 to 1024 values").WithParam("constraint.choice");
+      out = {K::kChoice, "", {c.choice().values().begin(), c.choice().values().end()}, "constraint.choice"};
+      return Status::Ok();
+  }
+  return InvalidArgument("unknown constraint kind").WithParam("constraint");
+}
+
 }  // namespace
 
 StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
@@ -59,6 +91,7 @@ StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
     if (f.stop_token_ids.size() > static_cast<std::size_t>(service::kMaxStopTokenIds)) break;
     f.stop_token_ids.push_back(id);
   }
+  RS_RETURN_IF_ERROR(ReadConstraint(req.constraint(), f.constraint));
   if (!req.prompt().empty()) {
     if (req.prompt_ids_size() > 0)
       return InvalidArgument("give either prompt_ids or prompt, not both").WithParam("prompt");
@@ -79,6 +112,7 @@ StatusOr<GrpcSummarize> ReadSummarize(const v1::SummarizeRequest& req) {
   out.fields.max_tokens = NonZero(req.max_tokens());
   ReadSampling(req.sampling(), out.fields);
   out.fields.stop = Stops(req.stop());
+  RS_RETURN_IF_ERROR(ReadConstraint(req.constraint(), out.fields.constraint));
   return out;
 }
 

@@ -427,8 +427,12 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
     };
     auto splitters = std::make_shared<std::vector<service::ReasoningSplitter>>(gens.size(),
                                                                                service::ReasoningSplitter(prompt));
+    auto tool_streams = std::make_shared<std::vector<service::ToolCallStreamer>>(
+        gens.size(), service::ToolCallStreamer(body.tools, service.tool_format()));
+    const service::ToolRequest tools = body.tools;
     auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, reasons, include_reasoning,
-                     splitters](std::size_t i, const service::Generation::Delta& d, std::string& out) {
+                     splitters, tool_streams, tools](std::size_t i, const service::Generation::Delta& d,
+                                                     std::string& out) {
       if (d.ids.empty() && d.text.empty() && !d.finished) return;  // nothing for the client yet
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
@@ -450,9 +454,23 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
         if (!include_reasoning) split.reasoning.clear();
         if (!split.reasoning.empty()) delta["reasoning_content"] = split.reasoning;
       }
+      std::string finish_reason = d.finish_reason;
+      if (tools.choice != service::ToolChoice::kNone) {
+        // Calls are held back and sent whole in the last chunk.
+        service::ToolCallStreamer& ts = (*tool_streams)[i];
+        split.content = ts.Push(split.content);
+        if (d.finished) {
+          service::ToolOutput calls = ts.Finish();
+          split.content += calls.content.value_or("");
+          if (!calls.calls.empty()) delta["tool_calls"] = service::ToolCallsJson(calls.calls, /*with_index=*/true);
+          finish_reason = service::ToolFinishReason(tools, calls, finish_reason);
+        }
+      }
       if (!split.content.empty() || delta.contains("role")) delta["content"] = split.content;
+      // Nothing to send while a call is held back (unless per-token data was asked for).
+      if (delta.empty() && !d.finished && !logprobs && !return_token_ids) return;
       json choice = {{"index", i}, {"delta", delta}, {"logprobs", nullptr},
-                     {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
+                     {"finish_reason", d.finished ? json(finish_reason) : json(nullptr)}};
       if (logprobs) choice["logprobs"] = ChatLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
       if (return_token_ids) choice["token_ids"] = d.ids;
       json ev = chunk(json::array({choice}));
@@ -477,7 +495,15 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
       message["reasoning_content"] =
           split.reasoning.empty() || !include_reasoning ? json(nullptr) : json(split.reasoning);
     }
-    json choice = {{"index", k}, {"message", std::move(message)}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
+    std::string finish_reason = r.finish_reason;
+    if (body.tools.choice != service::ToolChoice::kNone) {
+      const std::string content = message["content"].is_string() ? message["content"].get<std::string>() : "";
+      service::ToolOutput calls = service::ParseToolOutput(body.tools, service.tool_format(), content);
+      message["content"] = calls.content ? json(*calls.content) : json(nullptr);
+      if (!calls.calls.empty()) message["tool_calls"] = service::ToolCallsJson(calls.calls, /*with_index=*/false);
+      finish_reason = service::ToolFinishReason(body.tools, calls, finish_reason);
+    }
+    json choice = {{"index", k}, {"message", std::move(message)}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
     if (logprobs) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
     if (return_token_ids) choice["token_ids"] = r.generated_ids;
     choices.push_back(std::move(choice));

@@ -37,10 +37,6 @@ bool NotEmpty(const ojson& v) {
   return true;
 }
 bool BestOfAboveOne(const ojson& v) { return !v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1); }
-bool NotTextFormat(const ojson& v) {
-  return !v.is_null() && !(v.is_object() && v.contains("type") && v["type"] == "text");
-}
-bool ToolChoiceAsks(const ojson& v) { return !v.is_null() && v != "none"; }
 bool NotTextModality(const ojson& v) { return !v.is_null() && v != ojson::array({"text"}); }
 bool NotSkippingSpecial(const ojson& v) { return !v.is_null() && v != true; }
 
@@ -70,12 +66,12 @@ constexpr Rule kSamplingRules[] = {
     {"priority", Kind::kRead},
     {"skip_special_tokens", Kind::kUnsupported, NotSkippingSpecial},  // true is what ropeserve does
     {"logit_bias", Kind::kRead},
-    {"response_format", Kind::kUnsupported, NotTextFormat},
-    {"guided_json", Kind::kUnsupported, NotNull},
-    {"guided_regex", Kind::kUnsupported, NotNull},
-    {"guided_choice", Kind::kUnsupported, NotNull},
-    {"guided_grammar", Kind::kUnsupported, NotNull},
-    {"structured_outputs", Kind::kUnsupported, NotNull},
+    {"response_format", Kind::kRead},
+    {"guided_json", Kind::kRead},
+    {"guided_regex", Kind::kRead},
+    {"guided_choice", Kind::kRead},
+    {"guided_grammar", Kind::kUnsupported, NotNull},  // context-free grammars (EBNF, Lark): not implemented
+    {"structured_outputs", Kind::kRead},
     {"use_beam_search", Kind::kUnsupported, NotFalse},
     {"best_of", Kind::kUnsupported, BestOfAboveOne},
 };
@@ -99,10 +95,10 @@ constexpr Rule kChatRules[] = {
     {"documents", Kind::kRead},
     {"metadata", Kind::kIgnored},
     {"service_tier", Kind::kIgnored},
-    {"parallel_tool_calls", Kind::kIgnored},  // no tools are accepted, so nothing to parallelize
+    {"parallel_tool_calls", Kind::kRead},
     {"store", Kind::kUnsupported, NotFalse},
-    {"tools", Kind::kUnsupported, NotEmpty},
-    {"tool_choice", Kind::kUnsupported, ToolChoiceAsks},
+    {"tools", Kind::kRead},
+    {"tool_choice", Kind::kRead},
     {"functions", Kind::kUnsupported, NotEmpty},
     {"function_call", Kind::kUnsupported, NotNull},
     {"modalities", Kind::kUnsupported, NotTextModality},
@@ -269,6 +265,94 @@ Status ReadLogitBias(const ojson& body, std::vector<std::pair<std::int64_t, doub
   return Status::Ok();
 }
 
+// Structured output: OpenAI's response_format, vLLM's guided_json /
+// guided_regex / guided_choice and its structured_outputs object; at most
+// one of them.
+constexpr std::size_t kMaxChoiceList = 1024;
+constexpr std::size_t kMaxRegexBytes = 4096;
+
+Status ReadConstraint(const ojson& body, structured::Constraint& c) {
+  using K = structured::Constraint::Kind;
+  int given = 0;
+  auto schema = [&](const ojson& v, const std::string& param) -> Status {
+    ojson s = v;
+    if (v.is_string()) {
+      s = ojson::parse(v.get<std::string>(), nullptr, false);
+      if (s.is_discarded()) return Malformed(param, "'" + param + "' must be a JSON Schema (an object or its JSON text)");
+    }
+    if (!s.is_object() && !s.is_boolean()) return Malformed(param, "'" + param + "' must be a JSON Schema object");
+    c = {K::kJsonSchema, s.dump(), {}, param};
+    ++given;
+    return Status::Ok();
+  };
+  auto regex = [&](const ojson& v, const std::string& param) -> Status {
+    if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > kMaxRegexBytes)
+      return Malformed(param, "'" + param + "' must be a regular expression of 1 to " + std::to_string(kMaxRegexBytes) + " bytes");
+    c = {K::kRegex, v.get<std::string>(), {}, param};
+    ++given;
+    return Status::Ok();
+  };
+  auto choice = [&](const ojson& v, const std::string& param) -> Status {
+    if (!v.is_array() || v.empty() || v.size() > kMaxChoiceList)
+      return Malformed(param, "'" + param + "' must be a list of 1 to " + std::to_string(kMaxChoiceList) + " strings");
+    c = {K::kChoice, "", {}, param};
+    for (const auto& x : v) {
+      if (!x.is_string() || x.get<std::string>().empty())
+        return Malformed(param, "'" + param + "' must hold non-empty strings");
+      c.choices.push_back(x.get<std::string>());
+    }
+    ++given;
+    return Status::Ok();
+  };
+  if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      return Malformed("response_format", "'response_format' must be an object with a string 'type'");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      c = {K::kJsonObject, "", {}, "response_format"};
+      ++given;
+    } else if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema"))
+        return Malformed("response_format", "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\"}");
+      RS_RETURN_IF_ERROR(schema((*js)["schema"], "response_format"));
+    } else if (type != "text") {
+      return Malformed("response_format", "'response_format' type must be text, json_object or json_schema, not '" +
+                                              type.substr(0, 50) + "'");
+    }
+  }
+  if (auto v = body.find("guided_json"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(schema(*v, "guided_json"));
+  if (auto v = body.find("guided_regex"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(regex(*v, "guided_regex"));
+  if (auto v = body.find("guided_choice"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(choice(*v, "guided_choice"));
+  if (auto so = body.find("structured_outputs"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return Malformed("structured_outputs", "'structured_outputs' must be an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      const std::string param = "structured_outputs." + it.key().substr(0, 50);
+      if (it.value().is_null()) continue;
+      if (it.key() == "json") RS_RETURN_IF_ERROR(schema(it.value(), param));
+      else if (it.key() == "regex") RS_RETURN_IF_ERROR(regex(it.value(), param));
+      else if (it.key() == "choice") RS_RETURN_IF_ERROR(choice(it.value(), param));
+      else if (it.key() == "json_object") {
+        if (!it.value().is_boolean()) return Malformed(param, "'" + param + "' must be a boolean");
+        if (it.value().get<bool>()) {
+          c = {K::kJsonObject, "", {}, param};
+          ++given;
+        }
+      } else if (it.key() == "grammar" || it.key() == "structural_tag") {
+        return Malformed(param, "'" + param + "' is not supported by this server (JSON Schema, regex and choice are)")
+            .WithReason("unsupported_parameter");
+      } else if (it.key() != "disable_any_whitespace" && it.key() != "disable_additional_properties" &&
+                 it.key() != "whitespace_pattern") {
+        return Malformed(param, "unrecognized structured output option: '" + it.key().substr(0, 50) + "'")
+            .WithReason("unknown_parameter");
+      }
+    }
+  }
+  if (given > 1)
+    return Malformed(c.param, "give one of response_format, guided_json, guided_regex, guided_choice, structured_outputs");
+  return Status::Ok();
+}
+
 // The fields every generation endpoint shares.
 Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(ReadInto(body, "model", g.model));
@@ -304,6 +388,7 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
   RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));
   RS_RETURN_IF_ERROR(Read(body, "priority", f.priority));
+  RS_RETURN_IF_ERROR(ReadConstraint(body, f.constraint));
   if (endpoint != Endpoint::kSummarize) {
     RS_RETURN_IF_ERROR(Read(body, "n", f.n));
     RS_RETURN_IF_ERROR(Read(body, "prompt_logprobs", f.prompt_logprobs));
@@ -486,6 +571,18 @@ StatusOr<ChatBody> ReadChatBody(const std::string& text) {
   RS_RETURN_IF_ERROR(ReadMessages(body, out.messages, out.extra, out.add_generation_prompt));
   if (out.prompt_logprobs && out.stream)
     return Malformed("prompt_logprobs", "'prompt_logprobs' is returned by unary chat completions only");
+  auto field = [&](const char* key) -> const ojson* {
+    auto it = body.find(key);
+    return it == body.end() ? nullptr : &*it;
+  };
+  RS_ASSIGN_OR_RETURN(out.tools, service::ReadToolRequest(field("tools"), field("tool_choice"), field("parallel_tool_calls")));
+  if (!out.tools.empty()) out.extra["tools"] = body["tools"];  // the chat template renders them
+  if (out.tools.choice == service::ToolChoice::kRequired || out.tools.choice == service::ToolChoice::kNamed) {
+    if (!out.fields.constraint.empty())
+      return Malformed("tool_choice", "'tool_choice' \"required\" or a named function cannot be combined with '" +
+                                          out.fields.constraint.param + "'");
+    out.fields.constraint = service::ToolConstraint(out.tools);
+  }
   std::optional<bool> reasoning;
   RS_RETURN_IF_ERROR(Read(body, "include_reasoning", reasoning));
   out.include_reasoning = reasoning.value_or(true);

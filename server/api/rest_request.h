@@ -3,8 +3,8 @@
 //
 // Strict, as OpenAI's API is: a body that is not a JSON object, a field of
 // the wrong type, an unknown field, or a field whose value asks for
-// something ropeserve does not implement (echo, logit_bias, tools,
-// response_format json_schema, ...) is a 400 naming the field in `param`.
+// something ropeserve does not implement (suffix, best_of > 1, audio,
+// guided_grammar, ...) is a 400 naming the field in `param`.
 // Fields that change nothing about the output are accepted and ignored
 // (user, metadata, service_tier, store: false). docs/api.md lists every
 // accepted field per endpoint.
@@ -21,6 +21,7 @@
 
 #include "server/common/status.h"
 #include "server/service/request_params.h"
+#include "server/service/tool_calls.h"
 
 namespace ropeserve::api {
 
@@ -57,6 +58,9 @@ struct ChatBody : GenerationBody {
   // vLLM's include_reasoning: false drops the reasoning_content of models
   // that reason (server/service/reasoning.h).
   bool include_reasoning = true;
+  // tools / tool_choice / parallel_tool_calls (server/service/tool_calls.h);
+  // required and named choices also set fields.constraint.
+  service::ToolRequest tools;
 };
 
 struct SummarizeBody : GenerationBody {

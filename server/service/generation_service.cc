@@ -1,6 +1,7 @@
 #include "server/service/generation_service.h"
 
 #include "server/service/reasoning.h"
+#include "server/structured/grammar.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +24,23 @@ class LogitBias : public LogitsProcessor {
  private:
   std::vector<std::pair<std::int64_t, float>> bias_;
 };
+
+// Several processors in order (logit_bias, then a grammar's mask).
+class ProcessorChain : public LogitsProcessor {
+ public:
+  explicit ProcessorChain(std::vector<std::shared_ptr<LogitsProcessor>> p) : parts_(std::move(p)) {}
+  void Process(std::span<const TokenId> generated, std::span<float> logits) override {
+    for (auto& p : parts_) p->Process(generated, logits);
+  }
+
+ private:
+  std::vector<std::shared_ptr<LogitsProcessor>> parts_;
+};
 }  // namespace
+
+GenerationService::~GenerationService() {
+  if (engine_) engine_->Stop();
+}
 
 StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(GenerationServiceConfig config,
                                                                        std::unique_ptr<ModelExecutor> executor,
@@ -41,6 +58,7 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(Generatio
     RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));
     s->chat_template_ = std::move(t);
     s->reasons_ = ReasoningSplitter::ForTemplate(*s->tokenizer_->config().chat_template);
+    s->tool_format_ = ToolFormatForTemplate(*s->tokenizer_->config().chat_template);
   }
   s->executor_ = std::move(executor);
   s->engine_ = std::make_unique<Engine>(config.engine, *s->executor_);
@@ -48,10 +66,6 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(Generatio
   s->config_ = std::move(config);
   if (s->config_.engine_thread) s->engine_->Start();
   return s;
-}
-
-GenerationService::~GenerationService() {
-  if (engine_) engine_->Stop();
 }
 
 Status GenerationService::CheckModelName(const std::string& requested) const {
@@ -82,11 +96,21 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
     r.stop.stop_token_ids.push_back(static_cast<TokenId>(id));
   }
   r.sampling = options.sampling;
+  std::vector<std::shared_ptr<LogitsProcessor>> processors;
   if (!options.logit_bias.empty()) {
     for (auto [id, bias] : options.logit_bias)
       if (id < 0 || id >= vocab) return InvalidArgument("logit_bias: " + std::to_string(id) + " is outside the vocabulary");
-    r.processor = std::make_shared<LogitBias>(options.logit_bias);
+    processors.push_back(std::make_shared<LogitBias>(options.logit_bias));
   }
+  if (!options.constraint.empty()) {
+    if (options.ignore_eos || options.min_tokens > 0)
+      return InvalidArgument("structured output cannot be combined with ignore_eos or min_tokens");
+    RS_ASSIGN_OR_RETURN(auto grammar, CompileConstraint(options.constraint));
+    // One per choice: it follows its sequence's tokens.
+    processors.push_back(std::make_shared<structured::GrammarProcessor>(std::move(grammar), options.max_tokens));
+  }
+  if (processors.size() == 1) r.processor = std::move(processors[0]);
+  else if (!processors.empty()) r.processor = std::make_shared<ProcessorChain>(std::move(processors));
   r.stop.ignore_eos = options.ignore_eos;
   r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
@@ -106,6 +130,21 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   if (admission == Admission::kWait && config_.engine_thread) RS_RETURN_IF_ERROR(stream->WaitAdmission());
   return std::unique_ptr<Generation>(
       new Generation(*engine_, std::move(stream), options, prompt_ids.size(), tokenizer_));
+}
+
+StatusOr<std::shared_ptr<const structured::CompiledGrammar>> GenerationService::CompileConstraint(
+    const structured::Constraint& c) {
+  if (!tokenizer_)
+    return FailedPrecondition("structured output needs the model's tokenizer.json, which this server has not loaded")
+        .WithParam(c.param);
+  if (config_.engine.eos_token_ids.empty())
+    return FailedPrecondition("structured output needs an EOS token (eos_token_id in config.json) to end the output")
+        .WithParam(c.param);
+  std::call_once(grammars_once_, [&] {
+    grammars_ = std::make_unique<structured::GrammarCompiler>(structured::TokenVocabulary::FromTokenizer(
+        *tokenizer_, static_cast<std::size_t>(config_.model.vocab_size), config_.engine.eos_token_ids));
+  });
+  return grammars_->Get(c);
 }
 
 Status GenerationService::AwaitOutput(Generation& g) {

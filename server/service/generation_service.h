@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,8 +27,14 @@
 #include "server/engine/kv_cache_sizing.h"
 #include "server/service/generation.h"
 #include "server/service/request_params.h"
+#include "server/service/tool_calls.h"
 #include "server/template/chat_template.h"
 #include "server/tokenizer/tokenizer.h"
+
+namespace ropeserve::structured {
+class CompiledGrammar;
+class GrammarCompiler;
+}  // namespace ropeserve::structured
 
 namespace ropeserve::service {
 
@@ -141,8 +148,18 @@ class GenerationService {
   // True when the chat template writes <think> blocks: chat replies then
   // carry the reasoning apart (server/service/reasoning.h).
   bool reasons() const { return reasons_; }
+  // How the model writes tool calls when tool_choice is auto (from its
+  // chat template).
+  ToolFormat tool_format() const { return tool_format_; }
   // "<prefix>-<n>", unique within the process.
   std::string NextRequestId(const char* prefix);
+
+  // The automaton of a structured-output constraint over this model's
+  // vocabulary (compiled once per distinct constraint, cached). Start
+  // calls it; callers may call it first to report a bad schema before
+  // anything is submitted. InvalidArgument naming the constraint's field;
+  // FailedPrecondition without a tokenizer.
+  StatusOr<std::shared_ptr<const structured::CompiledGrammar>> CompileConstraint(const structured::Constraint& c);
 
  private:
   GenerationService() = default;
@@ -160,7 +177,11 @@ class GenerationService {
   std::shared_ptr<const tok::Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   bool reasons_ = false;
+  ToolFormat tool_format_ = ToolFormat::kHermes;
   std::atomic<std::uint64_t> counter_{0};
+  // Built on the first structured request (the vocabulary's bytes, sorted).
+  std::once_flag grammars_once_;
+  std::unique_ptr<structured::GrammarCompiler> grammars_;
 };
 
 }  // namespace ropeserve::service

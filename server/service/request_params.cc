@@ -163,6 +163,15 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
     o.logit_bias.emplace_back(id, static_cast<float>(bias));
   }
 
+  // Structured output must be able to end: the grammar decides when EOS
+  // comes, so neither ignore_eos nor min_tokens may overrule it.
+  if (!f.constraint.empty()) {
+    const std::string& param = f.constraint.param.empty() ? std::string("response_format") : f.constraint.param;
+    if (o.ignore_eos) return Bad("ignore_eos", "'ignore_eos' cannot be combined with '" + param + "'");
+    if (o.min_tokens > 0) return Bad("min_tokens", "'min_tokens' cannot be combined with '" + param + "'");
+    o.constraint = f.constraint;
+  }
+
   RS_RETURN_IF_ERROR(CheckRange(f.top_logprobs, 0, kMaxTopLogprobs, "top_logprobs"));
   RS_RETURN_IF_ERROR(CheckRange(f.prompt_logprobs, 0, kMaxTopLogprobs, "prompt_logprobs"));
   if (f.prompt_logprobs) o.prompt_logprobs = static_cast<std::size_t>(*f.prompt_logprobs);

@@ -18,6 +18,7 @@
 #include "server/engine/sampling.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
+#include "server/structured/constraint.h"
 
 namespace ropeserve {
 
@@ -41,6 +42,10 @@ struct GenerateOptions {
   // Logprobs of the prompt's tokens after the first, with this many
   // alternatives (vLLM's prompt_logprobs; OpenAI's echo with logprobs).
   std::optional<std::size_t> prompt_logprobs;
+  // Structured output: every choice's text is in this language (JSON
+  // Schema, any JSON object, a regex, a choice list), enforced by masking
+  // logits while decoding (server/structured/).
+  structured::Constraint constraint;
   // Scheduling priority: lower values are admitted first and preempted
   // last (vLLM's convention); 0 by default.
   int priority = 0;
@@ -139,6 +144,7 @@ struct GenerationFields {
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
   std::optional<std::int64_t> priority;  // lower runs first; [-kMaxPriority, kMaxPriority]
   std::optional<std::int64_t> prompt_logprobs;  // alternatives per prompt token (0-20)
+  structured::Constraint constraint;             // kNone: free text
 };
 
 struct ValidatedGeneration {

@@ -42,10 +42,8 @@ TEST(RestRequest, UnsupportedOpenAiFieldsAreRefusedOnlyWhenTheyAskForSomething) 
   EXPECT_FALSE(echo->prompt_logprobs);  // not vLLM's field: no prompt_logprobs in the answer
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","echo":true,"logprobs":1,"stream":true,"n":2})"), "echo");
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"json_object"}})"), "response_format");
-  EXPECT_EQ(Refused(ReadChatBody, chat + R"("tools":[{"type":"function","function":{"name":"f"}}]})"), "tools");
-  EXPECT_EQ(Refused(ReadChatBody, chat + R"("tool_choice":"required"})"), "tool_choice");
-  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_json":{}})"), "guided_json");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_grammar":"root ::= \"a\""})"), "guided_grammar");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("structured_outputs":{"grammar":"x"}})"), "structured_outputs.grammar");
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("modalities":["text","audio"]})"), "modalities");
   // The same fields with values that ask for nothing are accepted.
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","echo":false,"best_of":1,"suffix":null,)"
@@ -79,15 +77,15 @@ TEST(RestRequest, EveryOpenAiFieldIsHonouredOrRefusedByName) {
       {"logprobs", "true"},        {"top_logprobs", R"(2,"logprobs":true)"},        {"max_completion_tokens", "5"},
       {"metadata", R"({"k":"v"})"}, {"service_tier", R"("auto")"}, {"parallel_tool_calls", "false"},
       {"store", "true"},           {"tools", R"([{"type":"function","function":{"name":"f"}}])"},
-      {"tool_choice", R"("auto")"}, {"functions", R"([{"name":"f"}])"}, {"function_call", R"("auto")"},
+      {"tool_choice", R"("auto","tools":[{"type":"function","function":{"name":"f"}}])"},
+      {"functions", R"([{"name":"f"}])"}, {"function_call", R"("auto")"},
       {"modalities", R"(["text","audio"])"}, {"audio", R"({"voice":"x","format":"wav"})"},
       {"prediction", R"({"type":"content","content":"x"})"}, {"reasoning_effort", R"("low")"},
       {"verbosity", R"("low")"},   {"web_search_options", "{}"}, {"response_format", R"({"type":"json_object"})"},
   };
   // Honoured: read into the request. Refused: a 400 naming the field.
-  const std::set<std::string> refused = {"suffix", "best_of", "store", "tools", "tool_choice", "functions",
-                                         "function_call", "modalities", "audio", "prediction", "reasoning_effort",
-                                         "verbosity", "web_search_options", "response_format"};
+  const std::set<std::string> refused = {"suffix", "best_of", "store", "functions", "function_call", "modalities",
+                                         "audio", "prediction", "reasoning_effort", "verbosity", "web_search_options"};
   auto check = [&](auto read, const std::string& head, const Case& c) {
     const std::string body = head + ",\"" + c.field + "\":" + c.value + "}";
     auto r = read(body);
@@ -228,6 +226,58 @@ TEST(RestRequest, QaBodies) {
   EXPECT_EQ(Refused(ReadQaBody, R"({"inputs":[{"question":"a"}]})"), "inputs[0].context");
   EXPECT_EQ(Refused(ReadQaBody, R"({"inputs":[{"question":"a","context":"b"}],"question":"x"})"), "inputs");
   EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q"})"), "context");
+}
+
+// Structured output fields become one Constraint naming its field; two
+// at once, bad shapes and tool_choice with a format are refused by name.
+TEST(RestRequest, StructuredOutputFields) {
+  using K = structured::Constraint::Kind;
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  struct Case {
+    std::string body;
+    K kind;
+    std::string param;
+  };
+  const Case ok[] = {
+      {chat + R"("response_format":{"type":"json_object"}})", K::kJsonObject, "response_format"},
+      {chat + R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"b":{},"a":{}}}}}})",
+       K::kJsonSchema, "response_format"},
+      {chat + R"("guided_json":"{\"type\":\"integer\"}"})", K::kJsonSchema, "guided_json"},
+      {chat + R"("guided_regex":"[a-z]+"})", K::kRegex, "guided_regex"},
+      {chat + R"("guided_choice":["yes","no"]})", K::kChoice, "guided_choice"},
+      {chat + R"("structured_outputs":{"choice":["a"],"disable_any_whitespace":true}})", K::kChoice, "structured_outputs.choice"},
+      {chat + R"("structured_outputs":{"json_object":true}})", K::kJsonObject, "structured_outputs.json_object"},
+      {chat + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})", K::kJsonSchema, "tools"},
+      {chat + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+       K::kJsonSchema, "tool_choice"},
+  };
+  for (const Case& c : ok) {
+    auto b = ReadChatBody(c.body);
+    ASSERT_TRUE(b.ok()) << c.body << ": " << b.status().ToString();
+    EXPECT_EQ(b->fields.constraint.kind, c.kind) << c.body;
+    EXPECT_EQ(b->fields.constraint.param, c.param) << c.body;
+  }
+  // The schema keeps the caller's property order (the output follows it).
+  auto ordered = ReadChatBody(ok[1].body);
+  EXPECT_NE(ordered->fields.constraint.text.find(R"("b":{},"a":{})"), std::string::npos) << ordered->fields.constraint.text;
+  // Completions and summaries read the same fields.
+  auto comp = ReadCompletionBody(R"({"prompt":"x","guided_regex":"\\d+"})");
+  ASSERT_TRUE(comp.ok());
+  EXPECT_EQ(comp->fields.constraint.text, "\\d+");
+  auto sum = ReadSummarizeBody(R"({"text":"x","response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum->fields.constraint.kind, K::kJsonObject);
+
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"xml"}})"), "response_format");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"json_schema"}})"), "response_format");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_json":"{not json"})"), "guided_json");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_regex":""})"), "guided_regex");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_choice":[]})"), "guided_choice");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_choice":["a",1]})"), "guided_choice");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("structured_outputs":{"frobnicate":1}})"), "structured_outputs.frobnicate");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_regex":"a","guided_choice":["a"]})"), "guided_choice");
+  EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})"),
+            "tool_choice");
 }
 
 }  // namespace
