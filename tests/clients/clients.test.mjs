@@ -232,8 +232,8 @@ test('openai SDK: errors arrive as the SDK\'s exception classes', async () => {
   // Refused, never ignored.
   await assert.rejects(client.completions.create({ prompt: 'x', suffix: 'y', max_tokens: 1 }), (e) =>
     e instanceof OpenAI.BadRequestError && e.param === 'suffix' && e.code === 'unsupported_parameter');
-  await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f' } }] }), (e) =>
-    e instanceof OpenAI.BadRequestError && e.param === 'tools');
+  await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], audio: { voice: 'alloy', format: 'wav' } }), (e) =>
+    e instanceof OpenAI.BadRequestError && e.param === 'audio' && e.code === 'unsupported_parameter');
   const noKey = new OpenAI({ baseURL: `${process.env.RS_AUTH_HTTP}/v1`, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(noKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.code === 'invalid_api_key');
   const withKey = new OpenAI({ baseURL: `${process.env.RS_AUTH_HTTP}/v1`, apiKey: 'secret-one', maxRetries: 0 });

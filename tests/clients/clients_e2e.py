@@ -35,7 +35,8 @@ def main():
         env = dict(os.environ, RS_HTTP=f"http://127.0.0.1:{main_server.http}",
                    RS_AUTH_HTTP=f"http://127.0.0.1:{auth.http}", RS_BUSY_HTTP=f"http://127.0.0.1:{busy.http}",
                    RS_GRPC=f"127.0.0.1:{main_server.grpc}", RS_ROOT=ROOT)
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs")],
+        r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs"),
+                            os.path.join(HERE, "structured.test.mjs")],
                            env=env, timeout=900)
         ok = r.returncode == 0
         for s in servers:

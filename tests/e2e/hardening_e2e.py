@@ -242,9 +242,15 @@ def test_malformed_and_unsupported_requests_are_4xx(env):
     chat = "/v1/chat/completions"
     expect(chat, {"messages": [{"role": "user", "content": [{"type": 1}]}]}, 400, "messages[0].content[0].type")
     expect(chat, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {
-        "name": "f"}}], "tool_choice": "auto"}, 400, "tools")
-    expect(chat, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}, 400,
+        "name": "f g"}}], "tool_choice": "auto"}, 400, "tools[0].function.name")
+    expect(chat, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}, 400,
            "response_format")
+    expect(chat, {"messages": [{"role": "user", "content": "x"}], "guided_grammar": "root ::= x"}, 400,
+           "guided_grammar")
+    # A schema whose automaton explodes is refused quickly, not compiled for ever.
+    started = time.monotonic()
+    expect("/v1/completions", {"prompt": "x", "guided_regex": "(a|b)*a(a|b){40}"}, 400, "guided_regex")
+    check(time.monotonic() - started < 30, "the explosive regex took too long to refuse")
     for field, value in [("best_of", 3), ("suffix", "!"), ("temprature", 0.5),
                          ("logit_bias", {"3": 101}), ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}),
                          ("logit_bias", {str(i): 1 for i in range(2000)}), ("priority", 1)]:

@@ -11,6 +11,7 @@ Each test prints PASS/FAIL; the exit code is the number of failures.
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -109,6 +110,56 @@ def test_openai_streaming_details(env):
     info = json.loads(text)
     check(info["kv_cache"]["block_size"] == 16 and info["device"] == "cpu" and info["limits"]["max_num_seqs"] > 0,
           info)
+
+
+def test_structured_output_over_rest_and_grpc(env):
+    s, g = env.main, env.g
+    schema = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 30},
+                                               "keywords": {"type": "array", "items": {"enum": ["bike", "vote", "city"]},
+                                                            "minItems": 1, "maxItems": 3}},
+              "required": ["summary", "keywords"]}
+    # A summary as JSON, REST unary and SSE and gRPC unary agree (greedy).
+    body = summarize_body(max_tokens=120, response_format={"type": "json_schema",
+                                                           "json_schema": {"name": "s", "schema": schema}})
+    status, unary, _ = post_json(s.http, "/v1/summarize", body)
+    check(status == 200 and unary["finish_reason"] == "stop", unary)
+    value = json.loads(unary["summary"])
+    check(set(value) == {"summary", "keywords"} and len(value["summary"]) <= 30 and 1 <= len(value["keywords"]) <= 3,
+          value)
+    status, events = stream(s.http, "/v1/summarize", body)
+    check("".join(json.loads(e).get("delta", "") for e in events[:-1]) == unary["summary"], "SSE differs")
+    stub = g.stub(s.grpc)
+    r = stub.Summarize(g.pb.SummarizeRequest(text=TEXT, max_tokens=120,
+                                             constraint=g.pb.OutputConstraint(json_schema=json.dumps(schema))),
+                       timeout=60)
+    check(r.summary == unary["summary"], f"gRPC {r.summary!r} != REST {unary['summary']!r}")
+    # gRPC Generate with a regex and with choices; n > 1 streamed over REST.
+    resp = list(stub.Generate(g.pb.GenerateRequest(prompt="Code:", max_tokens=20,
+                                                   constraint=g.pb.OutputConstraint(regex="[A-Z]{2}-[0-9]{3}")),
+                              timeout=60))
+    text = "".join(m.text for m in resp)
+    check(re.fullmatch(r"[A-Z]{2}-[0-9]{3}", text) and resp[-1].finish_reason == "stop", (text, resp[-1]))
+    choices = g.pb.OutputConstraint(choice=g.pb.OutputConstraint.Choices(values=["left", "right"]))
+    resp = list(stub.Generate(g.pb.GenerateRequest(prompt="Go", max_tokens=5, constraint=choices), timeout=60))
+    check("".join(m.text for m in resp) in ("left", "right"), resp)
+    status, events = stream(s.http, "/v1/completions", {"prompt": "Go", "n": 3, "temperature": 1, "max_tokens": 40,
+                                                        "guided_regex": "(ab|cd)+!"})
+    texts = {}
+    for e in events[:-1]:
+        c = json.loads(e)["choices"][0]
+        texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+    check(len(texts) == 3 and all(re.fullmatch(r"(ab|cd)+!", t) for t in texts.values()), texts)
+    # Errors: a keyword it cannot compile names itself, over both transports.
+    status, err, _ = post_json(s.http, "/v1/completions", {"prompt": "x", "guided_json": {"not": {}}})
+    check(status == 400 and err["error"]["param"] == "guided_json" and "'not'" in err["error"]["message"], err)
+    try:
+        list(stub.Generate(g.pb.GenerateRequest(prompt="x", constraint=g.pb.OutputConstraint(regex="(?=a)")),
+                           timeout=60))
+        check(False, "a lookahead was accepted")
+    except g.grpc.RpcError as e:
+        check(e.code() == g.grpc.StatusCode.INVALID_ARGUMENT and "lookaround" in e.details(), e)
+    status, err, _ = post_json(s.http, "/v1/completions", {"prompt": "x", "guided_regex": "a", "ignore_eos": True})
+    check(status == 400 and err["error"]["param"] == "ignore_eos", err)
 
 
 def test_metrics_are_valid_prometheus(env):
