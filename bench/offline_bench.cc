@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,6 +16,8 @@
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
 #include "server/runner/threads.h"
+#include "server/structured/grammar.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::bench {
 
@@ -31,8 +35,10 @@ struct EngineRun {
 };
 
 // Keeps `concurrency` requests in flight until all are done.
+// With `grammar`, every request is constrained to it and may end at EOS.
 StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
-                              std::int64_t num_blocks, std::int64_t max_len) {
+                              std::int64_t num_blocks, std::int64_t max_len,
+                              std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr) {
   ModelRunner runner(model, num_blocks, o.block_size);
   EngineConfig ec;
   ec.num_blocks = static_cast<int>(num_blocks);
@@ -60,7 +66,8 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
       EngineRequest r;
       r.prompt = w.prompts[next];
       r.max_tokens = w.output_lens[next];
-      r.stop.ignore_eos = true;
+      r.stop.ignore_eos = grammar == nullptr;
+      if (grammar) r.processor = std::make_shared<structured::GrammarProcessor>(grammar, r.max_tokens);
       RS_ASSIGN_OR_RETURN(auto s, engine.Submit(r));
       flying.push_back({next, s, Clock::now(), Clock::now()});
       ++next;
@@ -181,6 +188,61 @@ double WeightBytesPerToken(const ModelConfig& c, DType dtype) {
   return params * static_cast<double>(DTypeSize(dtype));
 }
 
+// The same workload constrained to --json-schema, interleaved with free
+// runs (constrained, free, constrained, free after the main run, which
+// also warms the process up: the overhead compares the two pairs), how
+// many outputs the automaton accepts, and the compile time (vocabulary and
+// schema).
+StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOptions& o, const Workload& w,
+                                        std::int64_t num_blocks, std::int64_t max_len) {
+  std::ifstream in(o.json_schema);
+  if (!in) return NotFound(o.json_schema + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string schema = text.str();
+  RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
+  const ModelConfig& c = model.config();
+  const auto t0 = Clock::now();
+  auto vocab = structured::TokenVocabulary::FromTokenizer(
+      *tokenizer, static_cast<std::size_t>(c.vocab_size),
+      std::vector<TokenId>(c.eos_token_ids.begin(), c.eos_token_ids.end()));
+  const auto t1 = Clock::now();
+  structured::Constraint constraint{structured::Constraint::Kind::kJsonSchema, schema, {}, "--json-schema"};
+  RS_ASSIGN_OR_RETURN(auto grammar, structured::CompiledGrammar::Compile(constraint, vocab));
+  const auto t2 = Clock::now();
+  double free_tok_s = 0, tok_s = 0, free_tpot = 0, tpot = 0;
+  std::int64_t valid = 0, generated = 0;
+  std::size_t outputs = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(model, o, w, num_blocks, max_len, grammar));
+    tok_s += static_cast<double>(run.generated) / run.seconds / 2;
+    tpot += 1e3 * Percentile(run.tpot, 0.5) / 2;
+    generated += run.generated;
+    for (const auto& out : run.outputs) {
+      std::string bytes;
+      for (TokenId t : out)
+        if (const auto& b = vocab->Bytes(t)) bytes += *b;
+      valid += grammar->dfa().Matches(bytes);
+      ++outputs;
+    }
+    RS_ASSIGN_OR_RETURN(EngineRun free, RunEngine(model, o, w, num_blocks, max_len));
+    free_tok_s += static_cast<double>(free.generated) / free.seconds / 2;
+    free_tpot += 1e3 * Percentile(free.tpot, 0.5) / 2;
+  }
+  return nlohmann::json{{"generated_tokens", generated / 2},
+                        {"throughput_tok_s", tok_s},
+                        {"free_throughput_tok_s", free_tok_s},
+                        {"overhead", free_tok_s > 0 ? 1.0 - tok_s / free_tok_s : 0.0},
+                        {"tpot_p50_ms", tpot},
+                        {"free_tpot_p50_ms", free_tpot},
+                        {"valid_outputs", valid},
+                        {"outputs", outputs},
+                        {"automaton_states", grammar->dfa().num_states()},
+                        {"vocabulary_ms", 1e3 * Seconds(t1 - t0).count()},
+                        {"compile_ms", 1e3 * Seconds(t2 - t1).count()},
+                        {"mask_cache_mib", static_cast<double>(grammar->cached_bytes()) / (1 << 20)}};
+}
+
 }  // namespace
 
 Status RunBench(const BenchOptions& o) {
@@ -234,6 +296,11 @@ Status RunBench(const BenchOptions& o) {
               {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0}};
   }
 
+  nlohmann::json constrained = nullptr;
+  if (!o.json_schema.empty()) {
+    RS_ASSIGN_OR_RETURN(constrained, RunConstrained(*model, o, w, kv.num_blocks, max_len));
+  }
+
   nlohmann::ordered_json j = {
       {"model", o.model},
       {"dtype", DTypeSafetensorsName(o.dtype)},
@@ -262,6 +329,7 @@ Status RunBench(const BenchOptions& o) {
       {"prefix_queries", run.prefix_queries},
       {"invariance_mismatches", mismatches >= 0 ? nlohmann::json(mismatches) : nlohmann::json(nullptr)},
       {"batch1", batch1},
+      {"constrained", constrained},
       {"threads", ComputeThreads()},
   };
   if (o.json) {

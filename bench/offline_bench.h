@@ -32,6 +32,10 @@ struct BenchOptions {
   // bandwidth limit (weights read per token / measured read bandwidth).
   // 0 = skip.
   int batch1_tokens = 64;
+  // A JSON Schema file: the same requests run again, constrained to it
+  // (server/structured/; needs the model's tokenizer.json) and free, twice
+  // each, interleaved: the overhead compares those pairs.
+  std::string json_schema;
 };
 
 // Runs the benchmark and prints a report (text or one JSON object) to stdout.

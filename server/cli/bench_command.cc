@@ -32,6 +32,10 @@ Runner AddBench(CLI::App& app) {
                   "limit (0 = skip)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  sub->add_option("--json-schema", o->json_schema,
+                  "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
+                  "free, twice each, interleaved; report both, the overhead and the schema's compile time")
+      ->check(CLI::ExistingFile);
   return [o, dtype, baseline] {
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
     o->baseline_static = *baseline == "static";

@@ -24,16 +24,17 @@ TokenVocabulary::TokenVocabulary(std::vector<std::optional<std::string>> by_id, 
     const auto& y = *by_id_[static_cast<std::size_t>(b)];
     return x != y ? x < y : a < b;
   });
-  sorted_.reserve(order.size());
+  offset_.push_back(0);
+  const std::string* prev = nullptr;
   for (TokenId id : order) {
     const std::string& bytes = *by_id_[static_cast<std::size_t>(id)];
     std::uint32_t common = 0;
-    if (!sorted_.empty()) {
-      const std::string& prev = sorted_.back();
-      while (common < prev.size() && common < bytes.size() && prev[common] == bytes[common]) ++common;
-    }
+    if (prev != nullptr)
+      while (common < prev->size() && common < bytes.size() && (*prev)[common] == bytes[common]) ++common;
+    prev = &bytes;
     lcp_.push_back(common);
-    sorted_.push_back(bytes);
+    blob_ += bytes;
+    offset_.push_back(static_cast<std::uint32_t>(blob_.size()));
     sorted_ids_.push_back(id);
     max_len_ = std::max(max_len_, bytes.size());
     if (bytes.size() == 1) single_.set(static_cast<unsigned char>(bytes[0]));
@@ -103,18 +104,24 @@ std::int32_t CompiledGrammar::Advance(std::int32_t state, TokenId token) const {
 
 TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) const {
   const TokenVocabulary& v = *vocab_;
-  std::vector<TokenId> allowed;
+  // Allowed ids marked in a table over the vocabulary (the walk visits them
+  // in byte order, not id order).
+  thread_local std::vector<std::uint8_t> mark;
+  mark.assign(v.logits_size(), 0);
+  std::size_t allowed = 0;
   std::int32_t max_after = 0;
   std::vector<std::int32_t> st(v.max_len_ + 1, Dfa::kDead);
   st[0] = state;
   std::size_t valid = 0;  // st[0..valid] hold the states of the current token's prefix
-  for (std::size_t i = 0; i < v.sorted_.size(); ++i) {
-    const std::string& t = v.sorted_[i];
+  const char* blob = v.blob_.data();
+  const std::size_t n = v.sorted_ids_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t begin = v.offset_[i], len = v.offset_[i + 1] - begin;
     valid = std::min<std::size_t>(valid, v.lcp_[i]);
     std::size_t k = valid;
     std::int32_t s = st[k];
-    while (s != Dfa::kDead && k < t.size()) {
-      s = dfa_.Next(s, static_cast<unsigned char>(t[k]));
+    while (s != Dfa::kDead && k < len) {
+      s = dfa_.Next(s, static_cast<unsigned char>(blob[begin + k]));
       st[++k] = s;
     }
     valid = k;
@@ -122,25 +129,25 @@ TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) 
     const std::int32_t d = distance_[static_cast<std::size_t>(s)];
     if (budget != kNoBudget && d > budget) continue;
     max_after = std::max(max_after, d);
-    allowed.push_back(v.sorted_ids_[i]);
+    mark[static_cast<std::size_t>(v.sorted_ids_[i])] = 1;
+    ++allowed;
   }
-  if (dfa_.Accepting(state)) allowed.insert(allowed.end(), v.eos().begin(), v.eos().end());
-  if (allowed.empty()) allowed = v.eos();  // unreachable with a live automaton; ends the sequence rather than stalls
-  std::sort(allowed.begin(), allowed.end());
-  allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
-  TokenMask m;
-  m.max_distance_after = max_after;
-  if (allowed.size() * 2 <= v.logits_size()) {
-    m.ids = std::move(allowed);
-  } else {
-    m.allow_list = false;
-    std::size_t a = 0;
-    for (std::size_t id = 0; id < v.logits_size(); ++id) {
-      if (a < allowed.size() && static_cast<std::size_t>(allowed[a]) == id) ++a;
-      else m.ids.push_back(static_cast<TokenId>(id));
+  if (dfa_.Accepting(state) || allowed == 0) {
+    // EOS; also when nothing else is allowed (unreachable with a live
+    // automaton): the sequence ends rather than stalls.
+    for (TokenId e : v.eos()) {
+      const auto id = static_cast<std::size_t>(e);
+      if (id >= mark.size() || mark[id]) continue;
+      mark[id] = 1;
+      ++allowed;
     }
   }
-  m.ids.shrink_to_fit();
+  TokenMask m;
+  m.max_distance_after = max_after;
+  m.allow_list = allowed * 2 <= v.logits_size();
+  m.ids.reserve(m.allow_list ? allowed : v.logits_size() - allowed);
+  for (std::size_t id = 0; id < mark.size(); ++id)
+    if ((mark[id] != 0) == m.allow_list) m.ids.push_back(static_cast<TokenId>(id));
   return m;
 }
 

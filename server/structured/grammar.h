@@ -59,8 +59,11 @@ class TokenVocabulary {
  private:
   friend class CompiledGrammar;
   std::vector<std::optional<std::string>> by_id_;
-  std::vector<std::string> sorted_;    // token bytes, sorted
-  std::vector<TokenId> sorted_ids_;    // parallel to sorted_
+  // Token bytes in sorted order, back to back (one allocation: the walk
+  // reads them in order): entry i is blob_[offset_[i], offset_[i + 1]).
+  std::string blob_;
+  std::vector<std::uint32_t> offset_;
+  std::vector<TokenId> sorted_ids_;    // parallel to the entries
   std::vector<std::uint32_t> lcp_;     // common prefix with the previous entry
   std::size_t max_len_ = 0;
   std::size_t logits_size_;
