@@ -1,5 +1,7 @@
 #include "server/api/grpc_request.h"
 
+#include "server/api/json_request.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,8 @@ Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out
     case v1::OutputConstraint::KIND_NOT_SET:
       return Status::Ok();
     case v1::OutputConstraint::kJsonSchema: {
+      // The REST bodies' nesting limit holds here too (parsers recurse).
+      RS_RETURN_IF_ERROR(CheckJsonDepth(c.json_schema()).WithParam("constraint.json_schema"));
       nlohmann::ordered_json s = nlohmann::ordered_json::parse(c.json_schema(), nullptr, false);
       if (s.is_discarded() || !(s.is_object() || s.is_boolean()))
         return InvalidArgument("constraint.json_schema must be the JSON text of a JSON Schema").WithParam("constraint.json_schema");

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "server/tokenizer/tokenizer.h"
 
@@ -18,27 +21,46 @@ TokenVocabulary::TokenVocabulary(std::vector<std::optional<std::string>> by_id, 
     if (e >= 0 && static_cast<std::size_t>(e) < by_id_.size()) by_id_[static_cast<std::size_t>(e)].reset();
   std::vector<TokenId> order;
   for (std::size_t i = 0; i < by_id_.size(); ++i)
-    if (by_id_[i] && !by_id_[i]->empty()) order.push_back(static_cast<TokenId>(i));
+    if (by_id_[i] && !by_id_[i]->empty() && by_id_[i]->size() <= kMaxTokenBytes) order.push_back(static_cast<TokenId>(i));
   std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
     const auto& x = *by_id_[static_cast<std::size_t>(a)];
     const auto& y = *by_id_[static_cast<std::size_t>(b)];
     return x != y ? x < y : a < b;
   });
-  offset_.push_back(0);
+  // The trie, in depth-first order: a token's bytes past its common prefix
+  // with the previous token (in sorted order) are new nodes; a node's
+  // subtree ends where the next token leaves its prefix.
+  std::vector<std::uint32_t> path;  // the nodes of the current prefix
   const std::string* prev = nullptr;
+  auto close_to = [&](std::size_t depth) {
+    while (path.size() > depth) {
+      subtree_end_[path.back()] = static_cast<std::uint32_t>(byte_.size());
+      path.pop_back();
+    }
+  };
   for (TokenId id : order) {
     const std::string& bytes = *by_id_[static_cast<std::size_t>(id)];
-    std::uint32_t common = 0;
+    std::size_t common = 0;
     if (prev != nullptr)
       while (common < prev->size() && common < bytes.size() && (*prev)[common] == bytes[common]) ++common;
     prev = &bytes;
-    lcp_.push_back(common);
-    blob_ += bytes;
-    offset_.push_back(static_cast<std::uint32_t>(blob_.size()));
-    sorted_ids_.push_back(id);
+    close_to(common);
+    for (std::size_t k = common; k < bytes.size(); ++k) {
+      parent_.push_back(path.empty() ? kNoParent : path.back());
+      path.push_back(static_cast<std::uint32_t>(byte_.size()));
+      byte_.push_back(static_cast<std::uint8_t>(bytes[k]));
+      depth_.push_back(static_cast<std::uint16_t>(k));
+      subtree_end_.push_back(0);
+      token_begin_.push_back(static_cast<std::uint32_t>(token_ids_.size()));
+    }
+    // Sorted order puts equal byte strings together, so the token's node
+    // is the last one made: ids stay grouped by node.
+    token_ids_.push_back(id);
     max_len_ = std::max(max_len_, bytes.size());
     if (bytes.size() == 1) single_.set(static_cast<unsigned char>(bytes[0]));
   }
+  close_to(0);
+  token_begin_.push_back(static_cast<std::uint32_t>(token_ids_.size()));
 }
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(const tok::Tokenizer& t, std::size_t logits_size,
@@ -102,6 +124,53 @@ std::int32_t CompiledGrammar::Advance(std::int32_t state, TokenId token) const {
   return dfa_.Walk(state, *bytes);
 }
 
+// The trie's nodes [from, to) walked from `state`: a node whose byte has
+// no transition is skipped with its whole subtree. Marks the allowed ids; returns how many and the largest distance
+// after one.
+std::pair<std::size_t, std::int32_t> CompiledGrammar::WalkSlice(std::int32_t state, std::int32_t budget,
+                                                                 std::size_t from, std::size_t to,
+                                                                 std::uint8_t* mark) const {
+  const TokenVocabulary& v = *vocab_;
+  std::size_t allowed = 0;
+  std::int32_t max_after = 0;
+  std::vector<std::int32_t> st(v.max_len_ + 1, Dfa::kDead);  // st[d]: the state after the node's first d bytes
+  st[0] = state;
+  // A slice may start inside a subtree: its ancestors' states first (and if
+  // one of them has no transition, the walk resumes after its subtree).
+  std::vector<std::uint32_t> chain;
+  for (std::uint32_t a = from < to ? v.parent_[from] : TokenVocabulary::kNoParent; a != TokenVocabulary::kNoParent;
+       a = v.parent_[a])
+    chain.push_back(a);
+  std::size_t n = from;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const std::int32_t s = dfa_.Next(st[v.depth_[*it]], v.byte_[*it]);
+    if (s == Dfa::kDead) {
+      n = v.subtree_end_[*it];
+      break;
+    }
+    st[v.depth_[*it] + 1] = s;
+  }
+  while (n < to) {
+    const std::size_t d = v.depth_[n];
+    const std::int32_t s = dfa_.Next(st[d], v.byte_[n]);
+    if (s == Dfa::kDead) {
+      n = v.subtree_end_[n];
+      continue;
+    }
+    st[d + 1] = s;
+    const std::int32_t dist = distance_[static_cast<std::size_t>(s)];
+    if (v.token_begin_[n] != v.token_begin_[n + 1] && (budget == kNoBudget || dist <= budget)) {
+      for (std::uint32_t t = v.token_begin_[n]; t < v.token_begin_[n + 1]; ++t) {
+        mark[static_cast<std::size_t>(v.token_ids_[t])] = 1;
+        ++allowed;
+      }
+      max_after = std::max(max_after, dist);
+    }
+    ++n;
+  }
+  return {allowed, max_after};
+}
+
 TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) const {
   const TokenVocabulary& v = *vocab_;
   // Allowed ids marked in a table over the vocabulary (the walk visits them
@@ -110,27 +179,25 @@ TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) 
   mark.assign(v.logits_size(), 0);
   std::size_t allowed = 0;
   std::int32_t max_after = 0;
-  std::vector<std::int32_t> st(v.max_len_ + 1, Dfa::kDead);
-  st[0] = state;
-  std::size_t valid = 0;  // st[0..valid] hold the states of the current token's prefix
-  const char* blob = v.blob_.data();
-  const std::size_t n = v.sorted_ids_.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t begin = v.offset_[i], len = v.offset_[i + 1] - begin;
-    valid = std::min<std::size_t>(valid, v.lcp_[i]);
-    std::size_t k = valid;
-    std::int32_t s = st[k];
-    while (s != Dfa::kDead && k < len) {
-      s = dfa_.Next(s, static_cast<unsigned char>(blob[begin + k]));
-      st[++k] = s;
-    }
-    valid = k;
-    if (s == Dfa::kDead) continue;
-    const std::int32_t d = distance_[static_cast<std::size_t>(s)];
-    if (budget != kNoBudget && d > budget) continue;
-    max_after = std::max(max_after, d);
-    mark[static_cast<std::size_t>(v.sorted_ids_[i])] = 1;
-    ++allowed;
+  // Equal slices of the trie's nodes walked in parallel:
+  // tokens are distinct, so the marks never collide. The walk is what a
+  // new automaton state costs, and the step's cores are idle while the
+  // runner samples.
+  const std::size_t nodes = v.byte_.size();
+  int threads = 1;
+#ifdef _OPENMP
+  threads = std::clamp(omp_get_max_threads(), 1, 8);
+#endif
+  const auto slices = std::clamp<std::size_t>(nodes / 65536, 1, static_cast<std::size_t>(threads));
+  std::vector<std::size_t> cuts;
+  for (std::size_t c = 0; c <= slices; ++c) cuts.push_back(nodes * c / slices);
+  std::vector<std::pair<std::size_t, std::int32_t>> part(slices);
+  std::uint8_t* marks = mark.data();
+#pragma omp parallel for num_threads(static_cast<int>(slices)) schedule(static, 1) if (slices > 1)
+  for (std::size_t c = 0; c < slices; ++c) part[c] = WalkSlice(state, budget, cuts[c], cuts[c + 1], marks);
+  for (const auto& [a, m] : part) {
+    allowed += a;
+    max_after = std::max(max_after, m);
   }
   if (dfa_.Accepting(state) || allowed == 0) {
     // EOS; also when nothing else is allowed (unreachable with a live

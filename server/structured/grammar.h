@@ -4,10 +4,9 @@
 // that keeps one sequence inside the language.
 //
 // Masks. A token is allowed in automaton state s when its bytes lead from s
-// to a live state; EOS is allowed when s accepts. The walk visits the
-// vocabulary sorted by bytes and reuses the automaton states of the common
-// prefix with the previous token, so a dead prefix is tested once, not once
-// per token that starts with it.
+// to a live state; EOS is allowed when s accepts. The walk goes down a trie
+// of the vocabulary's bytes: each prefix is stepped once, and a prefix
+// without a transition skips every token that starts with it.
 //
 // Budget. A sequence must finish within max_tokens, EOS included: with b
 // tokens left after this one and the EOS, a token is allowed only if the
@@ -53,18 +52,26 @@ class TokenVocabulary {
   const std::vector<TokenId>& eos() const { return eos_; }
   bool IsEos(TokenId id) const;
   const std::optional<std::string>& Bytes(TokenId id) const;
+  // Longer tokens (none in real vocabularies) are never allowed.
+  static constexpr std::size_t kMaxTokenBytes = 4096;
   // Bytes that some token consists of alone.
   const ByteSet& single_bytes() const { return single_; }
 
  private:
   friend class CompiledGrammar;
   std::vector<std::optional<std::string>> by_id_;
-  // Token bytes in sorted order, back to back (one allocation: the walk
-  // reads them in order): entry i is blob_[offset_[i], offset_[i + 1]).
-  std::string blob_;
-  std::vector<std::uint32_t> offset_;
-  std::vector<TokenId> sorted_ids_;    // parallel to the entries
-  std::vector<std::uint32_t> lcp_;     // common prefix with the previous entry
+  // The tokens' bytes as a trie in depth-first order, one array per field
+  // (the walk reads them in order): node n is byte_[n] at depth_[n] (its
+  // byte's index in the token), its subtree is [n, subtree_end_[n]), and
+  // the tokens that end there are token_ids_[token_begin_[n],
+  // token_begin_[n + 1]).
+  std::vector<std::uint8_t> byte_;
+  std::vector<std::uint16_t> depth_;
+  std::vector<std::uint32_t> subtree_end_;
+  std::vector<std::uint32_t> token_begin_;  // one more entry than nodes
+  std::vector<std::uint32_t> parent_;       // kNoParent for the root's children
+  static constexpr std::uint32_t kNoParent = UINT32_MAX;
+  std::vector<TokenId> token_ids_;
   std::size_t max_len_ = 0;
   std::size_t logits_size_;
   std::vector<TokenId> eos_;
@@ -114,6 +121,8 @@ class CompiledGrammar {
  private:
   CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab);
   TokenMask ComputeMask(std::int32_t state, std::int32_t budget) const;
+  std::pair<std::size_t, std::int32_t> WalkSlice(std::int32_t state, std::int32_t budget, std::size_t from,
+                                                 std::size_t to, std::uint8_t* mark) const;
 
   Dfa dfa_;
   std::shared_ptr<const TokenVocabulary> vocab_;

@@ -214,6 +214,16 @@ class Compiler {
   explicit Compiler(const json& root) : root_(root) {}
 
   StatusOr<Expr> Value(const json& s, const std::string& path) {
+    // Nesting (and $ref chains) bounded: the compiler recurses.
+    if (depth_ >= kMaxSchemaDepth) return Bad(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
+    ++depth_;
+    auto e = ValueAt(s, path);
+    --depth_;
+    return e;
+  }
+
+ private:
+  StatusOr<Expr> ValueAt(const json& s, const std::string& path) {
     if (s.is_boolean()) return s.get<bool>() ? AnyValue(kAnyValueDepth) : Expr::Nothing();
     if (!s.is_object()) return Bad(path, "a schema must be an object or a boolean");
     for (const auto& [key, _] : s.items()) {
@@ -284,7 +294,6 @@ class Compiler {
     return Expr::Alt(std::move(options));
   }
 
- private:
   static Status Bad(const std::string& path, const std::string& what) {
     return InvalidArgument("JSON Schema at " + path + ": " + what);
   }
@@ -479,8 +488,10 @@ class Compiler {
     return Expr::Seq({Lit("{"), first[0], Lit("}")});
   }
 
+  static constexpr int kMaxSchemaDepth = 64;
   const json& root_;
   std::unordered_map<std::string, int> ref_depth_;
+  int depth_ = 0;
 };
 
 }  // namespace

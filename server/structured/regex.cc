@@ -340,6 +340,7 @@ class Parser {
     switch (c) {
       case '(': {
         ++i_;
+        if (++depth_ > kMaxGroupDepth) return Error("groups nest deeper than " + std::to_string(kMaxGroupDepth));
         if (!AtEnd() && Peek() == '?') {
           ++i_;
           if (AtEnd()) return Error("unterminated group");
@@ -356,6 +357,7 @@ class Parser {
         RS_ASSIGN_OR_RETURN(Expr inner, Alternation());
         if (AtEnd() || Peek() != ')') return Error("missing ')'");
         ++i_;
+        --depth_;
         return inner;
       }
       case '[':
@@ -383,9 +385,11 @@ class Parser {
     }
   }
 
+  static constexpr int kMaxGroupDepth = 64;
   std::string_view p_;
   const CodePointSet* allowed_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

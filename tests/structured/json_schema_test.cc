@@ -114,6 +114,14 @@ TEST(JsonSchema, AnyJsonObject) {
   for (const char* no : {"[]", "1", R"({"a":})", R"({a:1})", R"({"a":1,})"}) EXPECT_FALSE(d->Matches(no)) << no;
 }
 
+TEST(JsonSchema, DeepNestingIsAnError) {
+  json s = {{"type", "integer"}};
+  for (int i = 0; i < 70; ++i) s = {{"type", "array"}, {"items", s}};
+  auto e = JsonSchemaExpr(s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("nests deeper"), std::string::npos);
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},

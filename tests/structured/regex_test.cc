@@ -69,6 +69,14 @@ TEST(Regex, RefusesWhatItCannotCompileNamingIt) {
   }
 }
 
+TEST(Regex, DeepNestingIsAnErrorNotARecursionWithoutEnd) {
+  const std::string deep = std::string(65, '(') + "a" + std::string(65, ')');
+  auto r = ParseRegex(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nest deeper"), std::string::npos);
+  EXPECT_TRUE(ParseRegex(std::string(60, '(') + "a" + std::string(60, ')')).ok());
+}
+
 TEST(Regex, EmptyLanguageAndComplexityAreErrors) {
   auto nothing = Dfa::Compile(Expr::Nothing());
   ASSERT_FALSE(nothing.ok());
