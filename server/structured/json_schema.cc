@@ -101,21 +101,26 @@ Expr UnsignedRange(unsigned long long lo, std::optional<unsigned long long> hi) 
   return Expr::Alt(std::move(options));
 }
 
-// Integers in [lo, hi] (either side open when nullopt).
-Expr IntegerRange(std::optional<long long> lo, std::optional<long long> hi) {
+// Values in [lo, hi] (either side open when nullopt) from a builder of
+// non-negative ranges: the non-negative part, then '-' and a magnitude in
+// [max(min_negative, -hi), -lo].
+template <typename Magnitude>
+Expr SignedRange(std::optional<long long> lo, std::optional<long long> hi, Magnitude magnitude,
+                 unsigned long long min_negative) {
+  using U = unsigned long long;
   std::vector<Expr> options;
   if (!hi || *hi >= 0)
-    options.push_back(UnsignedRange(static_cast<unsigned long long>(std::max<long long>(lo.value_or(0), 0)),
-                                    hi ? std::optional<unsigned long long>(static_cast<unsigned long long>(*hi)) : std::nullopt));
+    options.push_back(magnitude(static_cast<U>(std::max<long long>(lo.value_or(0), 0)),
+                                hi ? std::optional<U>(static_cast<U>(*hi)) : std::nullopt));
   if (!lo || *lo < 0) {
-    // Negative values: '-' then a magnitude in [max(1, -hi), -lo].
-    const unsigned long long mag_lo = hi && *hi < 0 ? static_cast<unsigned long long>(-*hi) : 1ULL;
-    options.push_back(Expr::Seq({Lit("-"), UnsignedRange(mag_lo, lo ? std::optional<unsigned long long>(
-                                                                        static_cast<unsigned long long>(-*lo))
-                                                                  : std::nullopt)}));
+    const U mag_lo = hi && *hi < 0 ? static_cast<U>(-*hi) : min_negative;
+    options.push_back(Expr::Seq({Lit("-"), magnitude(mag_lo, lo ? std::optional<U>(static_cast<U>(-*lo)) : std::nullopt)}));
   }
   return Expr::Alt(std::move(options));
 }
+
+// Integers in [lo, hi]; never "-0".
+Expr IntegerRange(std::optional<long long> lo, std::optional<long long> hi) { return SignedRange(lo, hi, UnsignedRange, 1); }
 
 Expr Fraction() { return Expr::Seq({Lit("."), Expr::Repeat(Digit(), 1, Expr::kUnbounded)}); }
 
@@ -128,20 +133,8 @@ Expr UnsignedRealRange(unsigned long long lo, std::optional<unsigned long long> 
   return Expr::Alt(std::move(options));
 }
 
-Expr RealRange(std::optional<long long> lo, std::optional<long long> hi) {
-  std::vector<Expr> options;
-  if (!hi || *hi >= 0)
-    options.push_back(UnsignedRealRange(static_cast<unsigned long long>(std::max<long long>(lo.value_or(0), 0)),
-                                        hi ? std::optional<unsigned long long>(static_cast<unsigned long long>(*hi)) : std::nullopt));
-  if (!lo || *lo < 0) {
-    // '-' then a magnitude in [max(0, -hi), -lo]; "-0" only when 0 is in range.
-    const unsigned long long mag_lo = hi && *hi < 0 ? static_cast<unsigned long long>(-*hi) : 0ULL;
-    options.push_back(Expr::Seq({Lit("-"), UnsignedRealRange(mag_lo, lo ? std::optional<unsigned long long>(
-                                                                            static_cast<unsigned long long>(-*lo))
-                                                                      : std::nullopt)}));
-  }
-  return Expr::Alt(std::move(options));
-}
+// Reals in [lo, hi] (integer bounds, no exponent); "-0" only when 0 is in range.
+Expr RealRange(std::optional<long long> lo, std::optional<long long> hi) { return SignedRange(lo, hi, UnsignedRealRange, 0); }
 
 Expr AnyNumber() {
   ByteSet e, sign;
