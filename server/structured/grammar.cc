@@ -193,7 +193,9 @@ TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) 
   for (std::size_t c = 0; c <= slices; ++c) cuts.push_back(nodes * c / slices);
   std::vector<std::pair<std::size_t, std::int32_t>> part(slices);
   std::uint8_t* marks = mark.data();
+#ifdef _OPENMP
 #pragma omp parallel for num_threads(static_cast<int>(slices)) schedule(static, 1) if (slices > 1)
+#endif
   for (std::size_t c = 0; c < slices; ++c) part[c] = WalkSlice(state, budget, cuts[c], cuts[c + 1], marks);
   for (const auto& [a, m] : part) {
     allowed += a;
