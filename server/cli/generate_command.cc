@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "server/cli/commands.h"
@@ -25,6 +27,10 @@ struct GenerateFlags {
   bool json = false;
   bool ignore_eos = false;
   bool reference = false;
+  // Structured output (at most one): a JSON Schema file, a regex, choices.
+  std::string json_schema;
+  std::string regex;
+  std::vector<std::string> choices;
   // float32 by default: this is the command parity checks run, and bf16
   // would round the logits they compare.
   std::string dtype = "float32";
@@ -69,6 +75,18 @@ int Run(const GenerateFlags& f) {
   if (Status s = service::ValidatePromptIds(prompt_ids, limits, "--prompt-ids"); !s.ok()) return Fail(s.message());
   service::GenerationFields fields = f.fields;
   if (f.ignore_eos) fields.ignore_eos = true;
+  using K = structured::Constraint::Kind;
+  if (!f.json_schema.empty()) {
+    std::ifstream in(f.json_schema);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return Fail("--json-schema: cannot read " + f.json_schema);
+    fields.constraint = {K::kJsonSchema, text.str(), {}, "json_schema"};
+  } else if (!f.regex.empty()) {
+    fields.constraint = {K::kRegex, f.regex, {}, "regex"};
+  } else if (!f.choices.empty()) {
+    fields.constraint = {K::kChoice, "", f.choices, "choice"};
+  }
   auto validated = service::ValidateGeneration(fields, service::Endpoint::kGenerate, {prompt_ids.size()}, limits);
   if (!validated.ok()) {
     std::string flag = validated.status().param();
@@ -81,7 +99,10 @@ int Run(const GenerateFlags& f) {
     if (stream) std::cout << d.text << std::flush;
   };
   auto results = (*service)->GenerateBatch({prompt_ids}, validated->options, false, on_delta);
-  if (!results.ok()) return Fail(results.status().ToString());
+  if (!results.ok()) {
+    const std::string& p = results.status().param();
+    return Fail((p.empty() ? std::string() : "--" + p.substr(0, p.find('.')) + ": ") + results.status().message());
+  }
   const GenerateResult* result = &(*results)[0];
 
   if (f.json) {
@@ -142,6 +163,12 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--top-logprobs", g.top_logprobs, "Report the K most likely tokens per step (max 20)");
   sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at the model's EOS tokens");
+  auto* schema = sub->add_option("--json-schema", f->json_schema,
+                                 "Structured output: the text is JSON valid against this JSON Schema file (docs/api.md)");
+  auto* regex = sub->add_option("--regex", f->regex, "Structured output: the text matches this regular expression");
+  auto* choice = sub->add_option("--choice", f->choices, "Structured output: the text is one of these (repeatable)");
+  schema->excludes(regex)->excludes(choice);
+  regex->excludes(choice);
   sub->add_flag("--reference", f->reference,
                 "Use the reference paged attention (gather-based, slow; the oracle of the CPU kernel)");
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")

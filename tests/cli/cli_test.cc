@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -78,6 +79,37 @@ TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
       EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 5u);
     }
   }
+}
+
+// Structured output from the command line: the text is in the language,
+// and a constraint that cannot be compiled is an error naming its flag.
+TEST(Cli, GenerateWithAConstraint) {
+  ScratchDir d;
+  ASSERT_EQ(RunBinary("make-model --preset tiny --out " + d.path() + "/m", d.path()).exit_code, 0);
+  auto r = RunBinary("generate --model " + d.path() + "/m --prompt x --temperature 1 --seed 3 --max-tokens 30 "
+                     "--regex '[a-z]{3}-[0-9]{2}' --json",
+                     d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto out = nlohmann::json::parse(r.out);
+  const std::string text = out["text"];
+  ASSERT_EQ(text.size(), 6u) << text;
+  EXPECT_TRUE(std::islower(static_cast<unsigned char>(text[0])) && text[3] == '-' &&
+              std::isdigit(static_cast<unsigned char>(text[5])))
+      << text;
+  EXPECT_EQ(out["finish_reason"], "stop");
+  {
+    std::ofstream schema(d.path() + "/s.json");
+    schema << R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]})";
+  }
+  r = RunBinary("generate --model " + d.path() + "/m --prompt x --max-tokens 20 --json-schema " + d.path() + "/s.json --json",
+                d.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto value = nlohmann::json::parse(nlohmann::json::parse(r.out)["text"].get<std::string>());
+  EXPECT_TRUE(value["ok"].is_boolean());
+  r = RunBinary("generate --model " + d.path() + "/m --prompt x --regex '(?=a)b'", d.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--regex"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lookaround"), std::string::npos) << r.err;
 }
 
 TEST(Cli, BadCheckpointExitsNonZeroNamingTheFile) {
