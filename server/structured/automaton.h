@@ -79,6 +79,8 @@ class Dfa {
   std::size_t num_states() const { return accepting_.size(); }
   // Whether `bytes` is in the language.
   bool Matches(std::string_view bytes) const;
+  // What the tables take.
+  std::size_t memory_bytes() const { return next_.capacity() * sizeof(std::int32_t) + accepting_.size() / 8 + 512; }
 
   // For every state, the fewest bytes from `usable` that reach an accepting
   // state (kUnreachable if none do).

@@ -102,19 +102,24 @@ void TokenMask::Apply(std::span<float> logits) const {
 
 // ------------------------------------------------------------ grammar
 
-CompiledGrammar::CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)) {
+CompiledGrammar::CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab, std::shared_ptr<MaskMemory> shared)
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), shared_(std::move(shared)) {
   distance_ = dfa_.DistancesToAccept(vocab_->single_bytes());
 }
 
+CompiledGrammar::~CompiledGrammar() {
+  if (shared_) shared_->used -= cached_bytes_;
+}
+
 StatusOr<std::shared_ptr<CompiledGrammar>> CompiledGrammar::Compile(const Constraint& c,
-                                                                   std::shared_ptr<const TokenVocabulary> vocab) {
+                                                                   std::shared_ptr<const TokenVocabulary> vocab,
+                                                                   std::shared_ptr<MaskMemory> shared) {
   auto fail = [&](const Status& s) { return c.param.empty() ? s : s.WithParam(c.param); };
   auto expr = ConstraintExpr(c);
   if (!expr.ok()) return fail(expr.status());
   auto dfa = Dfa::Compile(*expr);
   if (!dfa.ok()) return fail(dfa.status());
-  return std::shared_ptr<CompiledGrammar>(new CompiledGrammar(std::move(*dfa), std::move(vocab)));
+  return std::shared_ptr<CompiledGrammar>(new CompiledGrammar(std::move(*dfa), std::move(vocab), std::move(shared)));
 }
 
 std::int32_t CompiledGrammar::Advance(std::int32_t state, TokenId token) const {
@@ -232,11 +237,16 @@ std::shared_ptr<const TokenMask> CompiledGrammar::Mask(std::int32_t state, std::
     }
     auto m = std::make_shared<const TokenMask>(ComputeMask(state, b));
     std::lock_guard<std::mutex> lock(mu_);
-    if (cached_bytes_ + m->bytes() <= kMaxCachedBytes) {
-      auto [it, inserted] = masks_.emplace(key(state, b), m);
-      if (inserted) cached_bytes_ += m->bytes();
-      return it->second;
+    auto it = masks_.find(key(state, b));
+    if (it != masks_.end()) return it->second;  // another thread was first
+    const std::size_t size = m->bytes();
+    if (cached_bytes_ + size > kMaxCachedBytes) return m;
+    if (shared_ && shared_->used.fetch_add(size) + size > shared_->limit) {
+      shared_->used -= size;
+      return m;
     }
+    cached_bytes_ += size;
+    masks_.emplace(key(state, b), m);
     return m;
   };
   auto free = lookup(kNoBudget);
@@ -300,10 +310,15 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Get(const Cons
     }
   }
   // Compiled outside the lock: a slow schema does not hold up the others.
-  RS_ASSIGN_OR_RETURN(auto g, CompiledGrammar::Compile(c, vocab_));
+  RS_ASSIGN_OR_RETURN(auto g, CompiledGrammar::Compile(c, vocab_, masks_));
   std::lock_guard<std::mutex> lock(mu_);
   lru_.emplace_front(key, g);
-  while (lru_.size() > max_entries_) lru_.pop_back();
+  std::size_t tables = 0;
+  for (const auto& [k, e] : lru_) tables += e->table_bytes();
+  while (lru_.size() > 1 && (lru_.size() > max_entries_ || tables > kMaxTableBytes)) {
+    tables -= lru_.back().second->table_bytes();
+    lru_.pop_back();  // requests still running keep theirs alive
+  }
   return std::shared_ptr<const CompiledGrammar>(g);
 }
 

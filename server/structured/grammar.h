@@ -16,6 +16,7 @@
 // shortest valid output.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -94,12 +95,22 @@ struct TokenMask {
   std::size_t bytes() const { return ids.capacity() * sizeof(TokenId) + sizeof(*this); }
 };
 
+// Bytes of cached masks, shared by the grammars of one compiler: a mask is
+// cached only while its grammar's share and the total stay within bounds.
+struct MaskMemory {
+  explicit MaskMemory(std::size_t l) : limit(l) {}
+  const std::size_t limit;
+  std::atomic<std::size_t> used{0};
+};
+
 class CompiledGrammar {
  public:
   static constexpr std::int32_t kNoBudget = INT32_MAX;
 
   static StatusOr<std::shared_ptr<CompiledGrammar>> Compile(const Constraint& c,
-                                                            std::shared_ptr<const TokenVocabulary> vocab);
+                                                            std::shared_ptr<const TokenVocabulary> vocab,
+                                                            std::shared_ptr<MaskMemory> shared = nullptr);
+  ~CompiledGrammar();
 
   std::int32_t start() const { return dfa_.start(); }
   // The state after `token` (Dfa::kDead for EOS, special tokens, or a
@@ -115,11 +126,13 @@ class CompiledGrammar {
   const TokenVocabulary& vocab() const { return *vocab_; }
   const Dfa& dfa() const { return dfa_; }
   std::size_t cached_bytes() const;
+  // The automaton and its distances (masks not included).
+  std::size_t table_bytes() const { return dfa_.memory_bytes() + distance_.capacity() * sizeof(std::int32_t); }
 
   static constexpr std::size_t kMaxCachedBytes = std::size_t{32} << 20;
 
  private:
-  CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab);
+  CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab, std::shared_ptr<MaskMemory> shared);
   TokenMask ComputeMask(std::int32_t state, std::int32_t budget) const;
   std::pair<std::size_t, std::int32_t> WalkSlice(std::int32_t state, std::int32_t budget, std::size_t from,
                                                  std::size_t to, std::uint8_t* mark) const;
@@ -130,6 +143,7 @@ class CompiledGrammar {
   mutable std::mutex mu_;
   mutable std::unordered_map<std::uint64_t, std::shared_ptr<const TokenMask>> masks_;
   mutable std::size_t cached_bytes_ = 0;
+  std::shared_ptr<MaskMemory> shared_;  // may be null
 };
 
 // Keeps one sequence inside the grammar: called before each sampling step
@@ -149,9 +163,13 @@ class GrammarProcessor final : public LogitsProcessor {
 };
 
 // Compiles constraints for one vocabulary and keeps the most recently used
-// ones (by CacheKey). Thread-safe.
+// ones (by CacheKey): at most `max_entries`, their automata within
+// kMaxTableBytes (the newest always kept), their cached masks within
+// kMaxMaskBytes in all. Thread-safe.
 class GrammarCompiler {
  public:
+  static constexpr std::size_t kMaxTableBytes = std::size_t{256} << 20;
+  static constexpr std::size_t kMaxMaskBytes = std::size_t{256} << 20;
   explicit GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocab, std::size_t max_entries = 32);
   // InvalidArgument naming the constraint's field when it cannot be compiled.
   StatusOr<std::shared_ptr<const CompiledGrammar>> Get(const Constraint& c);
@@ -160,6 +178,7 @@ class GrammarCompiler {
  private:
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::size_t max_entries_;
+  std::shared_ptr<MaskMemory> masks_ = std::make_shared<MaskMemory>(kMaxMaskBytes);
   std::mutex mu_;
   std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> lru_;  // most recent first
 };

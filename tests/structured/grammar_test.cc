@@ -144,6 +144,19 @@ TEST(Grammar, CompileErrorsNameTheField) {
   EXPECT_EQ(a->get(), b->get());  // cached
 }
 
+TEST(Grammar, CompilerCacheKeepsTheMostRecent) {
+  TokenId eos;
+  GrammarCompiler compiler(SmallVocab(&eos), /*max_entries=*/2);
+  auto choice = [](const char* s) { return Constraint{Constraint::Kind::kChoice, "", {s}, "guided_choice"}; };
+  auto a = compiler.Get(choice("a"));
+  auto b = compiler.Get(choice("b"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(compiler.Get(choice("a"))->get(), a->get());  // cached, and now the most recent
+  ASSERT_TRUE(compiler.Get(choice("c")).ok());            // evicts b
+  EXPECT_EQ(compiler.Get(choice("a"))->get(), a->get());
+  EXPECT_NE(compiler.Get(choice("b"))->get(), b->get());  // compiled again
+}
+
 // The Qwen3 vocabulary (151k byte-level tokens): token bytes and a
 // constrained random walk through the real vocabulary.
 TEST(Grammar, RealByteLevelVocabulary) {
