@@ -46,8 +46,6 @@ std::vector<std::string> Stops(const google::protobuf::RepeatedPtrField<std::str
   return out;
 }
 
-constexpr int kMaxChoiceValues = 1024;
-
 // The request's OutputConstraint (unset: none).
 Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out) {
   using K = structured::Constraint::Kind;
@@ -67,12 +65,16 @@ Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out
       if (c.json_object()) out = {K::kJsonObject, "", {}, "constraint.json_object"};
       return Status::Ok();
     case v1::OutputConstraint::kRegex:
-      if (c.regex().empty()) return InvalidArgument("constraint.regex must not be empty").WithParam("constraint.regex");
+      if (c.regex().empty() || c.regex().size() > service::kMaxGuidedRegexBytes)
+        return InvalidArgument("constraint.regex must be a regular expression of 1 to " +
+                               std::to_string(service::kMaxGuidedRegexBytes) + " bytes")
+            .WithParam("constraint.regex");
       out = {K::kRegex, c.regex(), {}, "constraint.regex"};
       return Status::Ok();
     case v1::OutputConstraint::kChoice:
-      if (c.choice().values_size() == 0 || c.choice().values_size() > kMaxChoiceValues)
-        return InvalidArgument("constraint.choice must hold 1 to 1024 values").WithParam("constraint.choice");
+      if (c.choice().values_size() == 0 || static_cast<std::size_t>(c.choice().values_size()) > service::kMaxGuidedChoices)
+        return InvalidArgument("constraint.choice must hold 1 to " + std::to_string(service::kMaxGuidedChoices) + " values")
+            .WithParam("constraint.choice");
       out = {K::kChoice, "", {c.choice().values().begin(), c.choice().values().end()}, "constraint.choice"};
       return Status::Ok();
   }

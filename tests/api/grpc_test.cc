@@ -119,6 +119,19 @@ TEST_F(GrpcApi, LogitBiasForcesAndItsRangeIsChecked) {
   EXPECT_EQ(Call(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// OutputConstraint has REST's limits: a regex of at most 4096 bytes, at
+// most 1024 choices (both read before any model work).
+TEST_F(GrpcApi, ConstraintLimitsAreRestLimits) {
+  v1::GenerateRequest req;
+  req.add_prompt_ids(9);
+  req.mutable_constraint()->set_regex(std::string(4097, 'a'));
+  v1::GenerateResponse resp;
+  EXPECT_EQ(Call(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req.mutable_constraint()->mutable_choice();
+  for (int i = 0; i < 1025; ++i) req.mutable_constraint()->mutable_choice()->add_values("x");
+  EXPECT_EQ(Call(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(GrpcApi, ErrorsMapToStatusCodes) {
   v1::GenerateResponse resp;
   v1::GenerateRequest empty;
