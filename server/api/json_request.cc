@@ -4,6 +4,10 @@ namespace ropeserve::api {
 
 using json = nlohmann::json;
 
+Status Malformed(const std::string& param, const std::string& message) {
+  return MalformedRequest(message).WithParam(param);
+}
+
 // Nesting depth of a JSON text, by scanning brackets outside strings.
 Status CheckJsonDepth(const std::string& text) {
   int depth = 0;

@@ -21,6 +21,9 @@ Status CheckJsonDepth(const std::string& text);
 // tools with tojson), or MalformedRequest.
 StatusOr<nlohmann::ordered_json> ParseJsonObject(const std::string& text);
 
+// MalformedRequest naming the field (OpenAI's `param`).
+Status Malformed(const std::string& param, const std::string& message);
+
 // Compact JSON text; invalid UTF-8 in strings is replaced, never thrown on.
 std::string Dump(const nlohmann::json& j);
 
