@@ -6,11 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "server/common/json_file.h"
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
@@ -195,11 +194,7 @@ double WeightBytesPerToken(const ModelConfig& c, DType dtype) {
 // schema).
 StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOptions& o, const Workload& w,
                                         std::int64_t num_blocks, std::int64_t max_len) {
-  std::ifstream in(o.json_schema);
-  if (!in) return NotFound(o.json_schema + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string schema = text.str();
+  RS_ASSIGN_OR_RETURN(const std::string schema, ReadTextFile(o.json_schema));
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   const ModelConfig& c = model.config();
   const auto t0 = Clock::now();

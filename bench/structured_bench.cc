@@ -8,12 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "server/common/json_file.h"
 #include "server/structured/grammar.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -41,14 +40,12 @@ int Run(const std::string& tokenizer_dir, const std::vector<std::string>& schema
   auto vocab = structured::TokenVocabulary::FromTokenizer(**t, logits, {static_cast<TokenId>(eos)});
   std::printf("vocabulary: %zu tokens, byte table built in %.1f ms\n", logits, Ms(Clock::now() - v0));
   for (const std::string& path : schemas) {
-    std::ifstream in(path);
-    if (!in) {
-      std::fprintf(stderr, "%s: cannot open\n", path.c_str());
+    auto text = ReadTextFile(path);
+    if (!text.ok()) {
+      std::fprintf(stderr, "%s\n", text.status().message().c_str());
       return 1;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    structured::Constraint c{structured::Constraint::Kind::kJsonSchema, text.str(), {}, "schema"};
+    structured::Constraint c{structured::Constraint::Kind::kJsonSchema, *text, {}, "schema"};
     std::vector<double> compile;
     std::shared_ptr<structured::CompiledGrammar> g;
     for (int i = 0; i < 10; ++i) {

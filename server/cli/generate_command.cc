@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "server/cli/commands.h"
+#include "server/common/json_file.h"
 #include "server/models/decoder.h"
 #include "server/runner/service_factory.h"
 #include "server/service/request_params.h"
@@ -77,11 +76,9 @@ int Run(const GenerateFlags& f) {
   if (f.ignore_eos) fields.ignore_eos = true;
   using K = structured::Constraint::Kind;
   if (!f.json_schema.empty()) {
-    std::ifstream in(f.json_schema);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) return Fail("--json-schema: cannot read " + f.json_schema);
-    fields.constraint = {K::kJsonSchema, text.str(), {}, "json_schema"};
+    auto text = ReadTextFile(f.json_schema);
+    if (!text.ok()) return Fail("--json-schema: " + text.status().message());
+    fields.constraint = {K::kJsonSchema, *text, {}, "json_schema"};
   } else if (!f.regex.empty()) {
     fields.constraint = {K::kRegex, f.regex, {}, "regex"};
   } else if (!f.choices.empty()) {

@@ -8,6 +8,9 @@
 
 namespace ropeserve {
 
+// The file's bytes; NotFound ("<path>: cannot open") if it cannot be read.
+StatusOr<std::string> ReadTextFile(const std::string& path);
+
 // NotFound if the file cannot be opened; InvalidArgument if it is not valid
 // JSON or its top level is not an object.
 StatusOr<nlohmann::json> ReadJsonObjectFile(const std::string& path);
