@@ -275,11 +275,14 @@ std::string ToolCallStreamer::Push(const std::string& text) {
     return out;
   }
   if (format_ == ToolFormat::kLlama3Json) {
-    const std::string t = Trim(all_);
-    if (t.empty()) return "";
-    if (sent_ == 0 && (t[0] == '{' || t[0] == '<')) {
-      in_calls_ = true;
-      return "";
+    // Decided once, by the output's first non-space character.
+    if (sent_ == 0) {
+      const std::size_t first = all_.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos) return "";
+      if (all_[first] == '{' || all_[first] == '<') {
+        in_calls_ = true;
+        return "";
+      }
     }
     std::string out = all_.substr(sent_);
     sent_ = all_.size();

@@ -155,6 +155,16 @@ TEST(ToolCalls, StreamerHoldsBackACallAtAnySplit) {
   std::string sent = s.Push("a <tool");
   EXPECT_EQ(sent, "a ");
   EXPECT_EQ(s.Finish().content, std::optional<std::string>("<tool"));
+  // Llama 3: decided by the first non-space character.
+  ToolCallStreamer prose(r, ToolFormat::kLlama3Json);
+  EXPECT_EQ(prose.Push("  "), "");
+  EXPECT_EQ(prose.Push("Sunny"), "  Sunny");
+  EXPECT_EQ(prose.Push(" {today}"), " {today}");
+  EXPECT_TRUE(prose.Finish().calls.empty());
+  ToolCallStreamer call(r, ToolFormat::kLlama3Json);
+  EXPECT_EQ(call.Push(" {\"name\": \"noop\", "), "");
+  EXPECT_EQ(call.Push("\"parameters\": {}}"), "");
+  EXPECT_EQ(call.Finish().calls.size(), 1u);
   // Required: nothing streams, the calls come at the end.
   ToolCallStreamer req(Read(kTools, "required"), ToolFormat::kHermes);
   EXPECT_EQ(req.Push(R"([{"name":"noop","arguments":{}}])"), "");
