@@ -29,6 +29,7 @@ constexpr Row kTable[] = {
     {ErrorCode::kDataLoss, 500, 15, "server_error", ""},
     {ErrorCode::kUnauthenticated, 401, 16, "authentication_error", "invalid_api_key"},
     {ErrorCode::kUnavailable, 503, 14, "server_error", "service_unavailable"},
+    {ErrorCode::kPayloadTooLarge, 413, 8, "invalid_request_error", "payload_too_large"},
     {ErrorCode::kInternal, 500, 13, "server_error", ""},
 };
 const Row& Lookup(ErrorCode code) {

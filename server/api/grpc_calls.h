@@ -77,7 +77,7 @@ class GenerationCall : public Base {
 
   // From the pool: the call's generation, or why it could not start. A call
   // that ended meanwhile drops it (its destructor cancels the request).
-  static void Attach(const std::shared_ptr<Link>& link, StatusOr<std::unique_ptr<service::Generation>> gen) {
+  static void Attach(const std::shared_ptr<Link>& link, StatusOr<std::unique_ptr<service::OutputSource>> gen) {
     std::unique_lock<std::mutex> lock(link->mu);
     Derived* self = link->target;
     if (self == nullptr || self->finish_called_) return;
@@ -122,14 +122,15 @@ class GenerationCall : public Base {
   ServingContext& ctx_;
   CallStart start_;
   std::shared_ptr<Link> link_;
-  std::unique_ptr<service::Generation> gen_;  // null until the pool attaches it
+  std::unique_ptr<service::OutputSource> gen_;  // null until the pool attaches it
   std::int64_t prompt_tokens_ = 0;
   Accumulated acc_;
   bool finish_called_ = false;
   grpc::Status final_status_;
 };
 
-// A server-streaming call driven by a service::Generation. `Fill` turns a delta into
+// A server-streaming call driven by a service::OutputSource (a Generation
+// or a document summary). `Fill` turns a delta into
 // the next message.
 template <typename Msg>
 class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, StreamCall<Msg>> {
@@ -137,7 +138,7 @@ class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, St
   friend Base;
 
  public:
-  using Fill = std::function<void(const service::Generation::Delta&, std::int64_t prompt_tokens, Accumulated&, Msg&)>;
+  using Fill = std::function<void(const service::OutputDelta&, std::int64_t prompt_tokens, Accumulated&, Msg&)>;
   StreamCall(ServingContext& ctx, CallStart start, Fill fill) : Base(ctx, std::move(start)), fill_(std::move(fill)) {}
 
   void OnWriteDone(bool ok) override {
@@ -159,7 +160,7 @@ class StreamCall final : public GenerationCall<grpc::ServerWriteReactor<Msg>, St
     if (this->finish_called_ || writing_ || !this->gen_) return;
     auto d = this->gen_->Next(std::chrono::milliseconds(0));
     if (!d.ok()) return this->FinishLocked(lock, ToGrpc(d.status()));
-    if (d->ids.empty() && d->text.empty() && !d->finished) return;
+    if (d->ids.empty() && d->text.empty() && !d->finished && !d->progress) return;
     msg_.Clear();
     fill_(*d, this->prompt_tokens_, this->acc_, msg_);
     writing_ = true;
@@ -180,7 +181,7 @@ class UnaryCall final : public GenerationCall<grpc::ServerUnaryReactor, UnaryCal
   friend Base;
 
  public:
-  using Done = std::function<void(const service::Generation::Delta& last, std::int64_t prompt_tokens, const Accumulated&)>;
+  using Done = std::function<void(const service::OutputDelta& last, std::int64_t prompt_tokens, const Accumulated&)>;
   UnaryCall(ServingContext& ctx, CallStart start, Done done) : Base(ctx, std::move(start)), done_(std::move(done)) {}
 
   void OnCancel() override {
@@ -191,13 +192,19 @@ class UnaryCall final : public GenerationCall<grpc::ServerUnaryReactor, UnaryCal
  private:
   void Pump(std::unique_lock<std::mutex>& lock) {
     if (finish_called_ || !gen_) return;
-    auto d = gen_->Next(std::chrono::milliseconds(0));
-    if (!d.ok()) return FinishLocked(lock, ToGrpc(d.status()));
-    acc_.completion += static_cast<std::int64_t>(d->ids.size());
-    acc_.text += d->text;
-    if (!d->finished) return;
-    done_(*d, prompt_tokens_, acc_);
-    FinishLocked(lock, grpc::Status::OK);
+    // A document summary hands out one progress delta at a time: read on
+    // until nothing is new.
+    while (true) {
+      auto d = gen_->Next(std::chrono::milliseconds(0));
+      if (!d.ok()) return FinishLocked(lock, ToGrpc(d.status()));
+      acc_.completion += static_cast<std::int64_t>(d->ids.size());
+      acc_.text += d->text;
+      if (d->finished) {
+        done_(*d, prompt_tokens_, acc_);
+        return FinishLocked(lock, grpc::Status::OK);
+      }
+      if (d->ids.empty() && d->text.empty() && !d->progress) return;
+    }
   }
 
   Done done_;

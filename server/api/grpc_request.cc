@@ -113,8 +113,16 @@ StatusOr<GrpcSummarize> ReadSummarize(const v1::SummarizeRequest& req) {
   GrpcSummarize out;
   out.model = req.model();
   if (req.text().empty()) return InvalidArgument("'text' is required").WithParam("text");
-  out.text = req.text();
-  out.instruction = req.instruction();
+  service::SummaryFields& s = out.summary;
+  s.text = req.text();
+  s.instruction = req.instruction();
+  if (!req.strategy().empty()) s.strategy = req.strategy();
+  if (!req.style().empty()) s.style = req.style();
+  s.focus = req.focus();
+  s.language = req.language();
+  s.chunk_tokens = NonZero(req.chunk_tokens());
+  if (req.has_chunk_overlap()) s.chunk_overlap = req.chunk_overlap();
+  s.chunk_max_tokens = NonZero(req.chunk_max_tokens());
   out.fields.max_tokens = NonZero(req.max_tokens());
   ReadSampling(req.sampling(), out.fields);
   out.fields.stop = Stops(req.stop());
@@ -127,6 +135,17 @@ StatusOr<GrpcAnswer> ReadAnswer(const v1::AnswerRequest& req) {
   out.model = req.model();
   out.question = req.question();
   out.context = req.context();
+  if (req.passages_size() > 0 && !req.context().empty())
+    return InvalidArgument("give 'context' or 'passages', not both").WithParam("passages");
+  if (req.passages_size() > service::kMaxQaPassages)
+    return InvalidArgument("at most " + std::to_string(service::kMaxQaPassages) + " passages per question")
+        .WithParam("passages");
+  for (const auto& p : req.passages()) {
+    service::QaPassage q;
+    if (!p.id().empty()) q.id = p.id();
+    q.text = p.text();
+    out.passages.push_back(std::move(q));
+  }
   service::QaFields& f = out.fields;
   f.top_k = NonZero<std::int64_t>(req.top_k());
   f.max_answer_len = NonZero<std::int64_t>(req.max_answer_len());
@@ -135,6 +154,7 @@ StatusOr<GrpcAnswer> ReadAnswer(const v1::AnswerRequest& req) {
   f.max_question_len = NonZero<std::int64_t>(req.max_question_len());
   if (req.handle_impossible_answer()) f.handle_impossible_answer = true;
   if (!req.scoring().empty()) f.scoring = req.scoring();
+  if (!req.offset_unit().empty()) f.offset_unit = req.offset_unit();
   return out;
 }
 

@@ -24,8 +24,7 @@ struct GrpcGenerate {
 
 struct GrpcSummarize {
   std::string model;
-  std::string text;
-  std::string instruction;
+  service::SummaryFields summary;
   service::GenerationFields fields;
 };
 
@@ -33,6 +32,7 @@ struct GrpcAnswer {
   std::string model;
   std::string question;
   std::string context;
+  std::vector<service::QaPassage> passages;  // instead of context
   service::QaFields fields;
 };
 

@@ -17,6 +17,7 @@
 #include "server/api/logging.h"
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_request.h"
+#include "server/service/document_summary.h"
 #include "server/service/generation_service.h"
 #include "server/api/work_pool.h"
 #include "server/service/qa_service.h"
@@ -130,18 +131,26 @@ void FillUsage(v1::Usage* u, std::int64_t prompt, std::int64_t completion, std::
   u->set_cached_tokens(cached);
 }
 
-// Summarize / SummarizeStream, on the work pool: validation and the generation.
-StatusOr<std::unique_ptr<service::Generation>> StartSummary(service::GenerationService& service, double timeout,
-                                                   const v1::SummarizeRequest& req) {
+// How a summary was made (set on the pool before its first output).
+struct SummaryShape {
+  std::string strategy;
+  std::int64_t chunks = 1;
+};
+
+// Summarize / SummarizeStream, on the work pool: validation, the plan
+// (long documents are split here), the first requests.
+StatusOr<std::unique_ptr<service::OutputSource>> StartSummary(service::GenerationService& service, double timeout,
+                                                              const v1::SummarizeRequest& req, SummaryShape& shape) {
   RS_ASSIGN_OR_RETURN(GrpcSummarize r, ReadSummarize(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
-  RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(r.text, r.instruction));
-  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kSummarize, {ids.size()},
-                                                          service.limits(), timeout));
-  return service.Start(ids, v.options, service::GenerationService::Admission::kDontWait);
+  service::DocumentSummarizer summarizer(service);
+  RS_ASSIGN_OR_RETURN(service::SummaryPlan plan, summarizer.Plan(r.summary, r.fields));
+  shape.strategy = service::StrategyName(plan);
+  shape.chunks = static_cast<std::int64_t>(plan.chunks.size());
+  return summarizer.Start(plan, r.fields, timeout, service::GenerationService::Admission::kDontWait);
 }
 
-StatusOr<std::unique_ptr<service::Generation>> StartGenerate(service::GenerationService& service, double timeout,
+StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::GenerationService& service, double timeout,
                                                     const v1::GenerateRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcGenerate r, ReadGenerate(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
@@ -153,7 +162,8 @@ StatusOr<std::unique_ptr<service::Generation>> StartGenerate(service::Generation
   }
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kGenerate, {ids.size()},
                                                           service.limits(), timeout));
-  return service.Start(ids, v.options, service::GenerationService::Admission::kDontWait);
+  RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, v.options, service::GenerationService::Admission::kDontWait));
+  return std::unique_ptr<service::OutputSource>(std::move(gen));
 }
 
 // Finishes a call that needs no generation (or failed before starting one).
@@ -187,15 +197,20 @@ class Service final : public v1::Inference::CallbackService {
     CallStart c;
     if (Status b = Begin(ctx_, call, "Summarize", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     const std::string id = c.service->NextRequestId("sum"), model = c.service->name();
+    auto shape = std::make_shared<SummaryShape>();
     auto* reactor = new UnaryCall(ctx_, std::move(c),
-                                  [resp, id, model](const service::Generation::Delta& last, std::int64_t prompt, const Accumulated& acc) {
+                                  [resp, id, model, shape](const service::OutputDelta& last, std::int64_t, const Accumulated& acc) {
                                     resp->set_id(id);
                                     resp->set_model(model);
                                     resp->set_summary(acc.text);
                                     resp->set_finish_reason(last.finish_reason);
-                                    FillUsage(resp->mutable_usage(), prompt, acc.completion, last.cached_tokens);
+                                    resp->set_strategy(shape->strategy);
+                                    resp->set_chunks(shape->chunks);
+                                    FillUsage(resp->mutable_usage(), last.prompt_tokens, last.completion_tokens, last.cached_tokens);
                                   });
-    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartSummary(service, timeout, *req); });
+    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout) {
+      return StartSummary(service, timeout, *req, *shape);
+    });
     return reactor;
   }
 
@@ -208,16 +223,25 @@ class Service final : public v1::Inference::CallbackService {
     }
     const std::string id = c.service->NextRequestId("sum");
     auto* reactor = new StreamCall<v1::SummarizeChunk>(
-        ctx_, std::move(c), [id](const service::Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::SummarizeChunk& m) {
-          acc.completion += static_cast<std::int64_t>(d.ids.size());
+        ctx_, std::move(c), [id](const service::OutputDelta& d, std::int64_t, Accumulated&, v1::SummarizeChunk& m) {
           m.set_id(id);
+          if (d.progress) {
+            auto* p = m.mutable_progress();
+            p->set_phase(d.progress->phase);
+            p->set_chunks_done(d.progress->done);
+            p->set_chunks_total(d.progress->total);
+            return;
+          }
           m.set_delta(d.text);
           if (d.finished) {
             m.set_finish_reason(d.finish_reason);
-            FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
+            FillUsage(m.mutable_usage(), d.prompt_tokens, d.completion_tokens, d.cached_tokens);
           }
         });
-    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartSummary(service, timeout, *req); });
+    auto shape = std::make_shared<SummaryShape>();
+    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout) {
+      return StartSummary(service, timeout, *req, *shape);
+    });
     return reactor;
   }
 
@@ -231,7 +255,7 @@ class Service final : public v1::Inference::CallbackService {
     const std::string id = c.service->NextRequestId("gen"), model = c.service->name();
     auto* reactor = new StreamCall<v1::GenerateResponse>(
         ctx_, std::move(c),
-        [id, model](const service::Generation::Delta& d, std::int64_t prompt, Accumulated& acc, v1::GenerateResponse& m) {
+        [id, model](const service::OutputDelta& d, std::int64_t prompt, Accumulated& acc, v1::GenerateResponse& m) {
           acc.completion += static_cast<std::int64_t>(d.ids.size());
           m.set_id(id);
           m.set_model(model);
@@ -280,19 +304,33 @@ class Service final : public v1::Inference::CallbackService {
       service::QaRequest q;
       q.question = std::move(r->question);
       q.context = std::move(r->context);
+      for (const auto& p : r->passages) q.passages.push_back(p.text);
       q.windows = v->windows;
       q.options = v->options;
-      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link](StatusOr<std::vector<service::QaResult>> out) {
+      // Kept for the answers' offsets and passage ids.
+      auto shared = std::make_shared<std::pair<service::QaRequest, GrpcAnswer>>(q, std::move(*r));
+      const qa::OffsetUnit unit = v->offset_unit;
+      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link, shared, unit](StatusOr<std::vector<service::QaResult>> out) {
         DeferredUnaryCall::Complete(link, out.status(), [&] {
+          const service::QaRequest& req = shared->first;
           resp->set_id(qa->NextRequestId());
           resp->set_model(qa->name());
           for (const auto& a : (*out)[0].answers) {
             auto* x = resp->add_answers();
             x->set_text(a.text);
             x->set_score(a.score);
-            x->set_start(a.start);
-            x->set_end(a.end);
+            const bool multi = !req.passages.empty();
+            const bool in_passage = multi && a.passage >= 0;
+            const std::string& context = in_passage ? req.passages[static_cast<std::size_t>(a.passage)] : req.context;
+            auto [start, end] = multi && !in_passage ? std::pair<std::int64_t, std::int64_t>{0, 0}
+                                                     : qa::ConvertOffsets(context, a.start, a.end, unit);
+            x->set_start(start);
+            x->set_end(end);
+            x->set_passage(multi ? static_cast<std::int32_t>(a.passage) : 0);
+            if (in_passage && shared->second.passages[static_cast<std::size_t>(a.passage)].id)
+              x->set_passage_id(*shared->second.passages[static_cast<std::size_t>(a.passage)].id);
           }
+          if ((*out)[0].null_score) resp->set_null_score(*(*out)[0].null_score);
           resp->mutable_usage()->set_prompt_tokens((*out)[0].tokens);
         });
       });

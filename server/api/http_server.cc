@@ -375,6 +375,7 @@ void HttpServer::Impl::InstallApi() {
                     {"max_queue_requests", o.scheduler.max_waiting_requests},
                     {"max_queue_tokens", o.scheduler.max_waiting_tokens},
                     {"max_request_tokens", service->limits().max_request_tokens},
+                    {"max_document_bytes", service->limits().max_document_bytes},
                     {"max_body_bytes", options.max_body_bytes},
                     {"max_connections", options.limits.max_connections},
                     {"request_timeout_seconds", ctx.request_timeout_seconds}}},

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api/error_mapping.h"
+#include "server/api/event_stream.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_request.h"
 #include "server/service/reasoning.h"
@@ -144,87 +145,6 @@ json Usage(std::int64_t prompt, std::int64_t completion, std::int64_t cached) {
 std::int64_t Now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
-
-// ---- streaming ----
-
-// Multiplexes several generations (the choices of one request) into one
-// event stream: callbacks turn each delta into events.
-class GenerationStream : public EventSource {
- public:
-  using OnDelta = std::function<void(std::size_t index, const service::Generation::Delta& d, std::string& out)>;
-  using OnEnd = std::function<void(std::string& out)>;
-
-  GenerationStream(std::vector<std::unique_ptr<service::Generation>> gens, OnDelta on_delta, OnEnd on_end)
-      : gens_(std::move(gens)), on_delta_(std::move(on_delta)), on_end_(std::move(on_end)),
-        signal_(std::make_shared<Signal>()) {
-    for (auto& g : gens_) {
-      g->SetNotify([s = signal_] {
-        std::lock_guard<std::mutex> lock(s->mu);
-        s->pending = true;
-        s->cv.notify_all();
-      });
-    }
-  }
-  ~GenerationStream() override {
-    for (auto& g : gens_) g->SetNotify(nullptr);
-  }
-
-  bool Poll(std::string& out, std::chrono::milliseconds wait) override {
-    if (done_) return true;
-    const std::size_t before = out.size();
-    {
-      std::lock_guard<std::mutex> lock(signal_->mu);
-      signal_->pending = false;
-    }
-    bool all_finished = true;
-    for (std::size_t i = 0; i < gens_.size(); ++i) {
-      service::Generation& g = *gens_[i];
-      if (g.finished()) continue;
-      auto d = g.Next(std::chrono::milliseconds(0));
-      if (!d.ok()) {
-        // Mid-stream failure (deadline, engine error): one error event,
-        // the other choices cancelled, then the end of the stream.
-        out += "data: " + ErrorJson(d.status()) + "\n\n";
-        out += "data: [DONE]\n\n";
-        Cancel();
-        done_ = true;
-        return true;
-      }
-      if (!d->ids.empty() || !d->text.empty() || d->finished || !d->prompt_logprobs.empty()) on_delta_(i, *d, out);
-      if (!g.finished()) all_finished = false;
-    }
-    if (all_finished) {
-      on_end_(out);
-      out += "data: [DONE]\n\n";
-      done_ = true;
-      return true;
-    }
-    if (out.size() == before) {
-      std::unique_lock<std::mutex> lock(signal_->mu);
-      signal_->cv.wait_for(lock, wait, [&] { return signal_->pending; });
-    }
-    return false;
-  }
-
-  void Cancel() override {
-    for (auto& g : gens_) g->Cancel();
-  }
-
- private:
-  struct Signal {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool pending = false;
-  };
-  std::vector<std::unique_ptr<service::Generation>> gens_;
-  OnDelta on_delta_;
-  OnEnd on_end_;
-  std::shared_ptr<Signal> signal_;
-  bool done_ = false;
-};
-
 
 // Starts n choices for each prompt; choice index = prompt * n + k.
 StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(service::GenerationService& service,
@@ -516,43 +436,6 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
     out["prompt_logprobs"] = VllmPromptLogprobs(service, ids, results[0].prompt_logprobs, results[0].prompt_ranks,
                                                  results[0].prompt_top_logprobs);
   reply.body = Dump(out);
-  return reply;
-}
-
-// POST /v1/summarize (docs/api.md): the prompt comes from
-// service::GenerationService::SummaryPrompt; greedy by default.
-StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(SummarizeBody body, ReadSummarizeBody(request.body));
-  if (request.user != nullptr) *request.user = body.user;
-  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
-  RS_ASSIGN_OR_RETURN(auto ids, service.SummaryPrompt(body.text, body.instruction));
-  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kSummarize, {ids.size()},
-                                                          service.limits(), request.timeout_seconds));
-  RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, v.options));
-  const std::string id = service.NextRequestId("sum");
-  const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
-  auto usage = [prompt_tokens](std::int64_t completion, std::int64_t cached) {
-    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"cached_tokens", cached}};
-  };
-  RestReply reply;
-  if (body.stream) {
-    auto generated = std::make_shared<std::int64_t>(0);
-    auto on_delta = [&service, id, generated, usage](std::size_t, const service::Generation::Delta& d, std::string& out) {
-      *generated += static_cast<std::int64_t>(d.ids.size());
-      if (!d.text.empty()) out += Event({{"id", id}, {"delta", d.text}});
-      if (d.finished) {
-        out += Event({{"id", id}, {"model", service.name()}, {"finish_reason", d.finish_reason},
-                      {"usage", usage(*generated, d.cached_tokens)}});
-      }
-    };
-    std::vector<std::unique_ptr<service::Generation>> gens;
-    gens.push_back(std::move(gen));
-    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta, [](std::string&) {});
-    return reply;
-  }
-  RS_ASSIGN_OR_RETURN(GenerateResult r, service::Generation::Collect(*gen, request.client_gone));
-  reply.body = Dump({{"id", id}, {"model", service.name()}, {"summary", r.text}, {"finish_reason", r.finish_reason},
-                     {"usage", usage(static_cast<std::int64_t>(r.generated_ids.size()), r.cached_tokens)}});
   return reply;
 }
 

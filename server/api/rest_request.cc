@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "server/api/json_fields.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_constraint.h"
 
@@ -9,30 +10,8 @@ namespace ropeserve::api {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
 using service::Endpoint;
 
-// A value quoted in an error message: at most 100 bytes, invalid UTF-8 replaced.
-std::string Show(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100); }
-
-// ---- the fields each endpoint knows ----
-
-// A field is read, accepted and ignored (it changes nothing about the
-// output), or refused when its value asks for behaviour not implemented.
-enum class Kind { kRead, kIgnored, kUnsupported };
-struct Rule {
-  const char* name;
-  Kind kind;
-  bool (*asks)(const ojson&) = nullptr;  // kUnsupported: does this value ask for it?
-};
-
-bool NotNull(const ojson& v) { return !v.is_null(); }
-bool NotFalse(const ojson& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); }
-bool NotEmpty(const ojson& v) {
-  if (v.is_null()) return false;
-  if (v.is_object() || v.is_array() || v.is_string()) return !v.empty();
-  return true;
-}
 bool BestOfAboveOne(const ojson& v) { return !v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1); }
 bool NotTextModality(const ojson& v) { return !v.is_null() && v != ojson::array({"text"}); }
 bool NotSkippingSpecial(const ojson& v) { return !v.is_null() && v != true; }
@@ -94,39 +73,21 @@ constexpr Rule kChatRules[] = {
     {"service_tier", Kind::kIgnored},
     {"parallel_tool_calls", Kind::kRead},
     {"store", Kind::kUnsupported, NotFalse},
-    {"tools", Kind::kRead},
-    {"tool_choice", Kind::kRead},
+    {"tools", Kind::kRead},                   {"tool_choice", Kind::kRead},
     {"functions", Kind::kUnsupported, NotEmpty},
     {"function_call", Kind::kUnsupported, NotNull},
     {"modalities", Kind::kUnsupported, NotTextModality},
-    {"audio", Kind::kUnsupported, NotNull},
-    {"prediction", Kind::kUnsupported, NotNull},
+    {"audio", Kind::kUnsupported, NotNull},  {"prediction", Kind::kUnsupported, NotNull},
     {"reasoning_effort", Kind::kUnsupported, NotNull},
     {"verbosity", Kind::kUnsupported, NotNull},
     {"include_reasoning", Kind::kRead},
     {"web_search_options", Kind::kUnsupported, NotNull},
 };
 constexpr Rule kSummarizeRules[] = {
-    {"text", Kind::kRead},
-    {"instruction", Kind::kRead},
+    {"text", Kind::kRead},          {"instruction", Kind::kRead},   {"strategy", Kind::kRead},
+    {"style", Kind::kRead},         {"focus", Kind::kRead},         {"language", Kind::kRead},
+    {"chunk_tokens", Kind::kRead},  {"chunk_overlap", Kind::kRead}, {"chunk_max_tokens", Kind::kRead},
 };
-constexpr Rule kQaRules[] = {
-    {"model", Kind::kRead},
-    {"question", Kind::kRead},
-    {"context", Kind::kRead},
-    {"inputs", Kind::kRead},
-    {"top_k", Kind::kRead},
-    {"max_answer_len", Kind::kRead},
-    {"max_seq_len", Kind::kRead},
-    {"max_question_len", Kind::kRead},
-    {"doc_stride", Kind::kRead},
-    {"n_best_size", Kind::kRead},
-    {"handle_impossible_answer", Kind::kRead},
-    {"align_to_words", Kind::kRead},
-    {"null_score_diff_threshold", Kind::kRead},
-    {"scoring", Kind::kRead},
-};
-
 constexpr Rule kTokenizeRules[] = {
     {"model", Kind::kRead},
     {"prompt", Kind::kRead},
@@ -145,67 +106,6 @@ constexpr Rule kDetokenizeRules[] = {
     {"model", Kind::kRead},
     {"tokens", Kind::kRead},
 };
-
-template <std::size_t N>
-const Rule* Find(const Rule (&rules)[N], const std::string& key) {
-  for (const Rule& r : rules)
-    if (key == r.name) return &r;
-  return nullptr;
-}
-
-// Every key of `body` must be known to one of the rule sets; unsupported
-// values are refused.
-template <std::size_t... Ns>
-Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    const Rule* rule = nullptr;
-    ((rule = rule ? rule : Find(sets, it.key())), ...);
-    const std::string key = it.key().substr(0, 100);
-    if (rule == nullptr)
-      return Malformed(key, "unrecognized request argument: '" + key + "'").WithReason("unknown_parameter");
-    if (rule->kind == Kind::kUnsupported && rule->asks(it.value()))
-      return Malformed(key, "'" + key + "' is not supported by this server (" + Show(it.value()) + ")")
-          .WithReason("unsupported_parameter");
-  }
-  return Status::Ok();
-}
-
-// ---- typed reads ----
-
-template <typename T>
-Status Read(const ojson& body, const char* key, std::optional<T>& out) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return Status::Ok();
-  bool ok;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = it->is_boolean();
-  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-    ok = it->is_number_integer();  // seeds: any integer, taken modulo 2^64
-  } else if constexpr (std::is_integral_v<T>) {
-    ok = it->is_number_integer() && !(it->is_number_unsigned() && it->template get<std::uint64_t>() >
-                                                                      static_cast<std::uint64_t>(INT64_MAX));
-  } else if constexpr (std::is_floating_point_v<T>) {
-    ok = it->is_number();
-  } else {
-    ok = it->is_string();
-  }
-  if (!ok) return Malformed(key, "'" + std::string(key) + "' has the wrong type: " + Show(*it));
-  if constexpr (std::is_same_v<T, std::uint64_t>) {
-    out = it->is_number_unsigned() ? it->template get<std::uint64_t>()
-                                   : static_cast<std::uint64_t>(it->template get<std::int64_t>());
-  } else {
-    out = it->template get<T>();
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Status ReadInto(const ojson& body, const char* key, T& out) {
-  std::optional<T> v;
-  RS_RETURN_IF_ERROR(Read(body, key, v));
-  if (v) out = std::move(*v);
-  return Status::Ok();
-}
 
 // "stop": a string or a list of strings.
 Status ReadStop(const ojson& body, std::vector<std::string>& out) {
@@ -504,52 +404,15 @@ StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text) {
   SummarizeBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kSummarize, out));
   if (!body.contains("text") || !body["text"].is_string()) return Malformed("text", "'text' (a string) is required");
-  out.text = body["text"].get<std::string>();
-  if (out.text.empty()) return InvalidArgument("'text' must not be empty").WithParam("text");
-  RS_RETURN_IF_ERROR(ReadInto(body, "instruction", out.instruction));
-  return out;
-}
-
-StatusOr<QaBody> ReadQaBody(const std::string& text) {
-  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
-  RS_RETURN_IF_ERROR(CheckFields(body, kQaRules));
-  QaBody out;
-  RS_RETURN_IF_ERROR(ReadInto(body, "model", out.model));
-  service::QaFields& f = out.fields;
-  RS_RETURN_IF_ERROR(Read(body, "top_k", f.top_k));
-  RS_RETURN_IF_ERROR(Read(body, "max_answer_len", f.max_answer_len));
-  RS_RETURN_IF_ERROR(Read(body, "max_seq_len", f.max_seq_len));
-  RS_RETURN_IF_ERROR(Read(body, "max_question_len", f.max_question_len));
-  RS_RETURN_IF_ERROR(Read(body, "doc_stride", f.doc_stride));
-  RS_RETURN_IF_ERROR(Read(body, "n_best_size", f.n_best_size));
-  RS_RETURN_IF_ERROR(Read(body, "handle_impossible_answer", f.handle_impossible_answer));
-  RS_RETURN_IF_ERROR(Read(body, "align_to_words", f.align_to_words));
-  RS_RETURN_IF_ERROR(Read(body, "null_score_diff_threshold", f.null_score_diff_threshold));
-  RS_RETURN_IF_ERROR(Read(body, "scoring", f.scoring));
-  // One pair, or a list of pairs sharing the options.
-  auto read_pair = [&](const ojson& item, const std::string& where) -> Status {
-    if (!item.is_object()) return Malformed(where, "each input must be an object with 'question' and 'context'");
-    for (const char* key : {"question", "context"}) {
-      if (!item.contains(key) || !item[key].is_string())
-        return Malformed(where.empty() ? key : where + "." + key, "'question' and 'context' (strings) are required");
-    }
-    out.inputs.emplace_back(item["question"].get<std::string>(), item["context"].get<std::string>());
-    return Status::Ok();
-  };
-  out.batch = body.contains("inputs");
-  if (out.batch) {
-    if (body.contains("question") || body.contains("context"))
-      return Malformed("inputs", "give either 'inputs' or 'question' and 'context', not both");
-    const ojson& inputs = body["inputs"];
-    if (!inputs.is_array() || inputs.empty()) return Malformed("inputs", "'inputs' must be a non-empty list");
-    if (inputs.size() > static_cast<std::size_t>(service::kMaxQaInputs))
-      return InvalidArgument("at most " + std::to_string(service::kMaxQaInputs) + " inputs per request")
-          .WithParam("inputs");
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      RS_RETURN_IF_ERROR(read_pair(inputs[i], "inputs[" + std::to_string(i) + "]"));
-  } else {
-    RS_RETURN_IF_ERROR(read_pair(body, ""));
-  }
+  service::SummaryFields& f = out.summary;
+  f.text = body["text"].get<std::string>();
+  if (f.text.empty()) return InvalidArgument("'text' must not be empty").WithParam("text");
+  RS_RETURN_IF_ERROR(ReadInto(body, "instruction", f.instruction));
+  for (auto [k, v] : {std::pair{"strategy", &f.strategy}, std::pair{"style", &f.style}}) RS_RETURN_IF_ERROR(Read(body, k, *v));
+  for (auto [k, v] : {std::pair{"focus", &f.focus}, std::pair{"language", &f.language}}) RS_RETURN_IF_ERROR(ReadInto(body, k, *v));
+  for (auto [k, v] : {std::pair{"chunk_tokens", &f.chunk_tokens}, std::pair{"chunk_overlap", &f.chunk_overlap},
+                      std::pair{"chunk_max_tokens", &f.chunk_max_tokens}})
+    RS_RETURN_IF_ERROR(Read(body, k, *v));
   return out;
 }
 

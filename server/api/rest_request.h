@@ -64,13 +64,23 @@ struct ChatBody : GenerationBody {
 };
 
 struct SummarizeBody : GenerationBody {
-  std::string text;
-  std::string instruction;  // "" = the default instruction
+  service::SummaryFields summary;  // text, instruction, long-document options
 };
 
+// One question over one context, or over several passages.
+struct QaInput {
+  std::string question;
+  std::string context;
+  std::vector<service::QaPassage> passages;  // "contexts"; `context` unused when set
+  bool multi = false;                        // "contexts" was given
+};
+
+// /v1/qa: {"question", "context" | "contexts", options...}, a batch
+// {"inputs": [...], options...}, or the Hugging Face pipeline's
+// {"inputs": {...} | [...], "parameters": {options...}}.
 struct QaBody {
   std::string model;
-  std::vector<std::pair<std::string, std::string>> inputs;  // (question, context)
+  std::vector<QaInput> inputs;
   bool batch = false;  // "inputs": [...] (answers come back as "results")
   service::QaFields fields;
 };

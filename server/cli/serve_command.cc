@@ -458,6 +458,12 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  sub->add_option("--max-document-bytes", f->engine.max_document_bytes,
+                  "Longest text /v1/summarize and gRPC Summarize accept (long ones are summarized in chunks); "
+                  "longer: 413 / RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_DOCUMENT_BYTES")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   sub->add_option("--qa-max-windows", f->qa_max_windows,
                   "Windows one QA request (all its question-context pairs) may need; more: 400 / INVALID_ARGUMENT")
       ->capture_default_str()

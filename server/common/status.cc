@@ -17,6 +17,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kMalformedRequest: return "INVALID_ARGUMENT";
     case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
     case ErrorCode::kUnavailable: return "UNAVAILABLE";
+    case ErrorCode::kPayloadTooLarge: return "PAYLOAD_TOO_LARGE";
   }
   return "UNKNOWN";
 }

@@ -27,6 +27,7 @@ enum class ErrorCode {
   kInternal,
   kUnauthenticated,    // missing or wrong API key
   kUnavailable,        // not ready, or draining for shutdown
+  kPayloadTooLarge,    // an input over a documented size limit (HTTP 413)
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -71,6 +72,7 @@ inline Status FailedPrecondition(std::string m) { return {ErrorCode::kFailedPrec
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
 inline Status MalformedRequest(std::string m) { return {ErrorCode::kMalformedRequest, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
+inline Status PayloadTooLarge(std::string m) { return {ErrorCode::kPayloadTooLarge, std::move(m)}; }
 inline Status Unauthenticated(std::string m) { return {ErrorCode::kUnauthenticated, std::move(m)}; }
 
 // A value or the Status that explains why there is none.

@@ -67,13 +67,46 @@ struct QaOptions {
 struct Answer {
   std::string text;
   double score = 0;
-  std::int64_t start = 0;  // code points into the context
+  std::int64_t start = 0;  // code points into the context (its passage's)
   std::int64_t end = 0;
+  // SelectAnswersAcross: the passage it comes from (-1 for the null
+  // answer); SelectAnswers: 0.
+  std::int64_t passage = 0;
 };
 
 // `context` is the original context text (UTF-8); answers are its
-// substrings: context[start:end] (in code points) == text.
+// substrings: context[start:end] (in code points) == text. With
+// handle_impossible_answer, `null_score` (when given) receives the null
+// answer's score, in the answers' units.
 StatusOr<std::vector<Answer>> SelectAnswers(const std::vector<QaWindow>& windows, const std::string& context,
-                                            const QaOptions& options);
+                                            const QaOptions& options, double* null_score = nullptr);
+
+// One passage of a multi-passage question: its text and its windows.
+struct Passage {
+  const std::string* context = nullptr;
+  std::vector<QaWindow> windows;
+};
+
+// Answers to one question over several passages, ranked by scores that
+// compare across passages (docs/qa.md):
+//  - kLogits: SelectAnswers over every window of every passage at once
+//    (start + end logit sums compare as they are; the n-best softmax spans
+//    all passages);
+//  - kPipeline: the start and the end softmax are each taken over every
+//    window of every passage together (one distribution over all their
+//    tokens, as if the passages were one context), so span probabilities
+//    compare and sum to at most 1 over the whole request; the null score is
+//    the start mass at the windows' CLS slots times the end mass there.
+//    With one passage of one window this is exactly SelectAnswers.
+// Answers with the same text merge within a passage only.
+StatusOr<std::vector<Answer>> SelectAnswersAcross(const std::vector<Passage>& passages, const QaOptions& options,
+                                                  double* null_score = nullptr);
+
+// How answer offsets are counted: code points (Python's str, the default),
+// UTF-16 code units (JavaScript, Java, C#), or UTF-8 bytes (Go, Rust, C).
+enum class OffsetUnit { kCodePoint, kUtf16, kUtf8Byte };
+// The code-point range [start, end) of `text` in `unit`.
+std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
+                                                     OffsetUnit unit);
 
 }  // namespace ropeserve::qa

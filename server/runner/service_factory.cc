@@ -63,6 +63,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   sc.engine.block_size = options.block_size;
   sc.max_request_tokens = options.max_request_tokens;
   sc.priority_scheduling = options.priority_scheduling;
+  sc.max_document_bytes = options.max_document_bytes;
   sc.observer = options.observer;
   std::unique_ptr<ModelExecutor> executor = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size);
   if (options.inject_faults_every > 0)

@@ -107,6 +107,7 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   finished_ = true;
   out.prompt_tokens = c.prompt_tokens;
   out.cached_tokens = c.cached_tokens;
+  out.completion_tokens = generated_;
   if (stopped_) {
     out.finish_reason = "stop";
   } else {
@@ -129,15 +130,18 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   return out;
 }
 
-StatusOr<GenerateResult> Generation::Collect(Generation& g, bool (*abandoned)()) {
+StatusOr<GenerateResult> OutputSource::Collect(OutputSource& g, bool (*abandoned)(), OutputDelta* last) {
   GenerateResult result;
   while (true) {
     if (abandoned != nullptr && abandoned()) {
       g.Cancel();
       return Status(ErrorCode::kCancelled, "the client disconnected");
     }
-    RS_ASSIGN_OR_RETURN(Delta d, abandoned != nullptr ? g.Next(std::chrono::milliseconds(200)) : g.Next());
-    if (Append(result, d)) return result;
+    RS_ASSIGN_OR_RETURN(OutputDelta d, abandoned != nullptr ? g.Next(std::chrono::milliseconds(200)) : g.Next());
+    if (Generation::Append(result, d)) {
+      if (last != nullptr) *last = std::move(d);
+      return result;
+    }
   }
 }
 

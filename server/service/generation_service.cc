@@ -53,6 +53,7 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(Generatio
   s->limits_.vocab_size = config.model.vocab_size;
   s->limits_.max_request_tokens = config.max_request_tokens > 0 ? config.max_request_tokens : config.kv.tokens;
   s->limits_.priority_scheduling = config.priority_scheduling;
+  s->limits_.max_document_bytes = config.max_document_bytes;
   s->tokenizer_ = std::move(tokenizer);
   if (s->tokenizer_ && s->tokenizer_->config().chat_template) {
     RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));

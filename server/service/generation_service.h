@@ -51,6 +51,7 @@ struct EngineOptions {
   // serve --scheduling-policy priority: requests may set `priority`
   // (vLLM's rule: with fcfs, a non-zero priority is refused).
   bool priority_scheduling = false;
+  std::size_t max_document_bytes = 1 << 20;  // serve --max-document-bytes (Limits)
   EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
@@ -66,6 +67,7 @@ struct GenerationServiceConfig {
   KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
   std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
   bool priority_scheduling = false;     // requests may set `priority`
+  std::size_t max_document_bytes = 1 << 20;  // longest text to summarize
   EngineObserver* observer = nullptr;
   bool engine_thread = true;  // false: offline, the caller's thread steps the engine
 };

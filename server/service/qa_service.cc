@@ -9,6 +9,7 @@
 
 #include "server/engine/engine.h"
 #include "server/engine/encoder_queue.h"
+#include "server/service/request_params.h"
 
 namespace ropeserve::service {
 
@@ -177,6 +178,7 @@ StatusOr<QaResult> QaService::Answer(const QaRequest& request, double timeout_se
 struct QaService::Prepared {
   std::vector<QaRequest> requests;
   std::vector<std::vector<qa::WindowInput>> windows;  // per request; ids moved into the job
+  std::vector<std::vector<std::size_t>> passage_of;   // per request: each window's passage
   std::shared_ptr<QaJob> job;
   Clock::time_point start = Clock::now();
 };
@@ -198,14 +200,26 @@ StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<Qa
     qa::WindowOptions wo = r.windows;
     wo.max_context_bytes = impl_->options.max_context_bytes;
     wo.max_windows = impl_->options.max_windows;
-    auto w = qa::BuildWindows(*impl_->tokenizer, r.question, r.context, wo);
-    if (!w.ok()) return w.status().param().empty() ? w.status().WithParam("context") : w.status();
-    total += w->size();
-    if (total > impl_->options.max_windows)
-      return InvalidArgument("the request's contexts need more than " + std::to_string(impl_->options.max_windows) +
-                             " windows (serve --qa-max-windows)")
-          .WithParam("inputs");
-    p->windows.push_back(std::move(*w));
+    const bool multi = !r.passages.empty();
+    if (r.passages.size() > static_cast<std::size_t>(kMaxQaPassages))
+      return InvalidArgument("at most " + std::to_string(kMaxQaPassages) + " passages per question").WithParam("contexts");
+    std::vector<qa::WindowInput> windows;
+    std::vector<std::size_t> passage_of;
+    for (std::size_t k = 0; k < (multi ? r.passages.size() : 1); ++k) {
+      auto w = qa::BuildWindows(*impl_->tokenizer, r.question, multi ? r.passages[k] : r.context, wo);
+      if (!w.ok()) return w.status().param().empty() ? w.status().WithParam(multi ? "contexts" : "context") : w.status();
+      total += w->size();
+      if (total > impl_->options.max_windows)
+        return InvalidArgument("the request's contexts need more than " + std::to_string(impl_->options.max_windows) +
+                               " windows (serve --qa-max-windows)")
+            .WithParam("inputs");
+      for (auto& x : *w) {
+        windows.push_back(std::move(x));
+        passage_of.push_back(k);
+      }
+    }
+    p->windows.push_back(std::move(windows));
+    p->passage_of.push_back(std::move(passage_of));
   }
   p->job = std::make_shared<QaJob>();
   for (auto& ws : p->windows)
@@ -225,18 +239,26 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
   std::vector<QaResult> out;
   std::size_t k = 0;
   for (std::size_t r = 0; r < p.requests.size(); ++r) {
-    std::vector<qa::QaWindow> scored;
+    const QaRequest& req = p.requests[r];
+    std::vector<qa::Passage> passages(req.passages.empty() ? 1 : req.passages.size());
+    for (std::size_t i = 0; i < passages.size(); ++i) passages[i].context = req.passages.empty() ? &req.context : &req.passages[i];
     QaResult result;
-    for (auto& w : p.windows[r]) {
-      qa::QaWindow q = std::move(w.window);
+    for (std::size_t i = 0; i < p.windows[r].size(); ++i) {
+      qa::QaWindow q = std::move(p.windows[r][i].window);
       q.start_logits = std::move(p.job->logits(k).start);
       q.end_logits = std::move(p.job->logits(k).end);
       result.tokens += static_cast<std::int64_t>(q.start_logits.size());
       ++k;
-      scored.push_back(std::move(q));
+      passages[p.passage_of[r][i]].windows.push_back(std::move(q));
     }
-    result.windows = static_cast<std::int64_t>(scored.size());
-    RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(scored, p.requests[r].context, p.requests[r].options));
+    result.windows = static_cast<std::int64_t>(p.windows[r].size());
+    double null_score = 0;
+    if (req.passages.empty()) {
+      RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(passages[0].windows, req.context, req.options, &null_score));
+    } else {
+      RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswersAcross(passages, req.options, &null_score));
+    }
+    if (req.options.handle_impossible_answer) result.null_score = null_score;
     out.push_back(std::move(result));
   }
   if (impl_->options.on_latency)

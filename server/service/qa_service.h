@@ -32,6 +32,9 @@ namespace ropeserve::service {
 struct QaRequest {
   std::string question;
   std::string context;
+  // Several passages instead of `context` (non-empty: a multi-passage
+  // question, answered with qa::SelectAnswersAcross; `context` unused).
+  std::vector<std::string> passages;
   qa::WindowOptions windows;
   qa::QaOptions options;
 };
@@ -40,6 +43,7 @@ struct QaResult {
   std::vector<qa::Answer> answers;
   std::int64_t tokens = 0;   // tokens of all windows
   std::int64_t windows = 0;
+  std::optional<double> null_score;  // with handle_impossible_answer
 };
 
 struct QaServiceOptions {

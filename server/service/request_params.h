@@ -103,6 +103,7 @@ constexpr int kMaxQaInputs = 64;            // (question, context) pairs of one 
 constexpr int kMaxQaTopK = 100;
 constexpr int kMaxQaAnswerLen = 4096;
 constexpr int kMaxQaNBest = 1000;
+constexpr int kMaxQaPassages = 256;         // passages ("contexts") of one question
 
 // The server's limits that depend on its model and flags.
 struct Limits {
@@ -116,6 +117,9 @@ struct Limits {
   // --scheduling-policy priority); off, a non-zero priority is refused:
   // letting any client jump the queue is the operator's choice.
   bool priority_scheduling = false;
+  // Longest text /v1/summarize and gRPC Summarize* accept (serve
+  // --max-document-bytes); longer: 413 / RESOURCE_EXHAUSTED.
+  std::size_t max_document_bytes = 1 << 20;
 };
 
 // The endpoint a request came through: it decides the defaults.
@@ -149,6 +153,23 @@ struct GenerationFields {
   structured::Constraint constraint;             // kNone: free text
 };
 
+// What a transport read for /v1/summarize and gRPC Summarize*.
+struct SummaryFields {
+  std::string text;
+  std::string instruction;  // "" = the style's instruction
+  std::optional<std::string> strategy;  // "auto" | "truncate" | "map_reduce" | "refine"
+  std::optional<std::string> style;     // "paragraph" | "bullets" | "headline"
+  std::string focus;                    // a topic or question to favour
+  std::string language;                 // e.g. "French"
+  std::optional<std::int64_t> chunk_tokens;      // document tokens per chunk
+  std::optional<std::int64_t> chunk_overlap;     // tokens shared by consecutive chunks
+  std::optional<std::int64_t> chunk_max_tokens;  // tokens of each intermediate summary
+};
+
+// Fixed limits of document summaries (server/service/document_summary.h).
+constexpr int kMaxDocumentChunks = 512;
+constexpr std::size_t kMaxSummaryFieldBytes = 1024;  // focus, language
+
 struct ValidatedGeneration {
   GenerateOptions options;  // the same for every prompt and choice (choice i's seed is seed + i)
   int n = 1;
@@ -177,11 +198,20 @@ struct QaFields {
   std::optional<bool> align_to_words;
   std::optional<double> null_score_diff_threshold;
   std::optional<std::string> scoring;  // "pipeline" | "logits"
+  std::optional<std::string> offset_unit;  // "code_point" | "utf16" | "utf8_byte"
 };
 
 struct ValidatedQa {
   qa::WindowOptions windows;
   qa::QaOptions options;
+  qa::OffsetUnit offset_unit = qa::OffsetUnit::kCodePoint;
+};
+
+// One passage of a multi-passage question ("contexts").
+struct QaPassage {
+  std::optional<std::string> id;  // the caller's id, returned with its answers
+  bool id_is_number = false;      // it was an integer (returned as one)
+  std::string text;
 };
 
 // Defaults (top_k 1, max_answer_len 15, max_seq_len 384, doc_stride

@@ -228,6 +228,41 @@ TEST(RestRequest, QaBodies) {
   EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q"})"), "context");
 }
 
+// The Hugging Face pipeline's shape, multi-passage questions, offset units.
+TEST(RestRequest, QaPipelineShapeAndPassages) {
+  auto hf = ReadQaBody(R"({"inputs":{"question":"q","context":"c"},"parameters":{"top_k":3,"handle_impossible_answer":true}})");
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  EXPECT_FALSE(hf->batch);
+  ASSERT_EQ(hf->inputs.size(), 1u);
+  EXPECT_EQ(hf->inputs[0].context, "c");
+  EXPECT_EQ(hf->fields.top_k, 3);
+  EXPECT_EQ(hf->fields.handle_impossible_answer, true);
+  auto list = ReadQaBody(R"({"inputs":[{"question":"q","context":"c"}],"parameters":{"top_k":2},"top_k":5})");
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->batch);
+  EXPECT_EQ(list->fields.top_k, 2);  // parameters win
+  auto multi = ReadQaBody(R"({"question":"q","contexts":["a",{"id":"x","text":"b"},{"id":7,"text":"c"}],"offset_unit":"utf16"})");
+  ASSERT_TRUE(multi.ok()) << multi.status().ToString();
+  ASSERT_EQ(multi->inputs.size(), 1u);
+  const QaInput& in = multi->inputs[0];
+  EXPECT_TRUE(in.multi);
+  ASSERT_EQ(in.passages.size(), 3u);
+  EXPECT_FALSE(in.passages[0].id);
+  EXPECT_EQ(in.passages[1].id, "x");
+  EXPECT_EQ(in.passages[2].id, "7");
+  EXPECT_TRUE(in.passages[2].id_is_number);
+  EXPECT_EQ(in.passages[2].text, "c");
+  EXPECT_EQ(multi->fields.offset_unit, "utf16");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q","context":"c","contexts":["a"]})"), "context");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q","contexts":[]})"), "contexts");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q","contexts":[{"text":"a","extra":1}]})"), "contexts[0].extra");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q","contexts":[{"id":1.5,"text":"a"}]})"), "contexts[0].id");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"inputs":[{"question":"q","contexts":[3]}]})"), "inputs[0].contexts[0]");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"inputs":{"question":"q","context":"c"},"parameters":{"bogus":1}})"),
+            "parameters.bogus");
+  EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q","context":"c","parameters":{}})"), "inputs");
+}
+
 // Structured output fields become one Constraint naming its field; two
 // at once, bad shapes and tool_choice with a format are refused by name.
 TEST(RestRequest, StructuredOutputFields) {

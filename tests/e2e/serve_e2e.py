@@ -35,7 +35,7 @@ def test_summarize_rest_sse_and_grpc_agree(env):
     check(status == 200, f"summarize: {status} {unary}")
     for key in ("id", "model", "summary", "finish_reason", "usage"):
         check(key in unary, f"summarize response lacks {key}: {unary}")
-    check(set(unary["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}, unary["usage"])
+    check(set(unary["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens", "total_tokens"}, unary["usage"])
     check(unary["usage"]["completion_tokens"] == 24 or unary["finish_reason"] == "stop", unary)
     status, events = stream(s.http, "/v1/summarize", summarize_body())
     check(status == 200 and events[-1] == "[DONE]", f"SSE summarize: {status} {events[-3:]}")
@@ -212,7 +212,7 @@ def test_question_answering_rest_and_grpc(env):
     check(status == 200 and one["model"] == "qa", f"{status} {one}")
     check(1 <= len(one["answers"]) <= 3, one)
     for a in one["answers"]:
-        check(set(a) == {"text", "score", "start", "end"}, a)
+        check(set(a) == {"answer", "text", "score", "start", "end"} and a["answer"] == a["text"], a)
         check(context[a["start"]:a["end"]] == a["text"], f"not a substring: {a}")
     scores = [a["score"] for a in one["answers"]]
     check(scores == sorted(scores, reverse=True), scores)

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "server/qa/span_scoring.h"
@@ -197,6 +198,130 @@ TEST(Windows, AnAnswerInTheLastWindowIsFound) {
     EXPECT_EQ((*answers)[0].start, static_cast<std::int64_t>(needle));
     EXPECT_EQ((*answers)[0].end, static_cast<std::int64_t>(needle + 5));
   }
+}
+
+}  // namespace
+}  // namespace ropeserve::qa
+
+namespace ropeserve::qa {
+namespace {
+
+// The windows of each passage with start/end logits planted on the tokens
+// that begin at `start` and end at `end` (code points) of the passages in
+// `plant` (passage -> logit).
+std::vector<Passage> PlantedPassages(const tok::Tokenizer& tok, const std::vector<std::string>& texts,
+                                     std::int64_t start, std::int64_t end, const std::map<std::size_t, float>& plant) {
+  std::vector<Passage> out;
+  WindowOptions wo;
+  wo.max_seq_len = 48;
+  wo.doc_stride = 16;
+  for (std::size_t p = 0; p < texts.size(); ++p) {
+    auto windows = BuildWindows(tok, "which animal", texts[p], wo);
+    EXPECT_TRUE(windows.ok()) << windows.status().ToString();
+    Passage passage;
+    passage.context = &texts[p];
+    for (auto& in : *windows) {
+      QaWindow w = in.window;
+      w.start_logits.assign(w.p_mask.size(), 0.0f);
+      w.end_logits.assign(w.p_mask.size(), 0.0f);
+      if (auto it = plant.find(p); it != plant.end())
+        for (std::size_t i = 1; i < w.p_mask.size(); ++i) {
+          if (w.p_mask[i] != 0) continue;
+          if (w.offsets[i].first == start) w.start_logits[i] = it->second;
+          if (w.offsets[i].second == end) w.end_logits[i] = it->second;
+        }
+      passage.windows.push_back(std::move(w));
+    }
+    out.push_back(std::move(passage));
+  }
+  return out;
+}
+
+// Five passages, the answer planted in the third after an accented word
+// and an astral emoji (1 code point, 2 UTF-16 units, 4 bytes): passage 2
+// wins in both scoring modes, with exact offsets in all three units.
+TEST(MultiPassage, AnswerInTheThirdOfFivePassages) {
+  auto tok = BertWithCls();
+  ASSERT_TRUE(tok);
+  std::vector<std::string> texts;
+  for (int p = 0; p < 5; ++p) {
+    std::string t;
+    for (int i = 0; i < 20 + 15 * p; ++i) t += "filler" + std::to_string(i % 7) + " words ";
+    texts.push_back(t);
+  }
+  texts[2] += "Le caf\xC3\xA9 co\xC3\xBBte \xF0\x9F\x98\x80 deux euros, puis zebra stripes ici.";
+  const std::size_t needle_bytes = texts[2].find("zebra");
+  const auto needle = static_cast<std::int64_t>(tok::CountCodePoints(texts[2].substr(0, needle_bytes)));
+  ASSERT_EQ(needle_bytes, static_cast<std::size_t>(needle) + 1 + 1 + 3);  // é, û: 2 bytes; 😀: 4
+  auto passages = PlantedPassages(*tok, texts, needle, needle + 5, {{2, 12.0f}});
+  for (Scoring mode : {Scoring::kPipeline, Scoring::kLogits}) {
+    SCOPED_TRACE(mode == Scoring::kPipeline ? "pipeline" : "logits");
+    QaOptions o;
+    o.scoring = mode;
+    o.top_k = 1;
+    auto answers = SelectAnswersAcross(passages, o);
+    ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+    ASSERT_EQ(answers->size(), 1u);
+    const Answer& a = (*answers)[0];
+    EXPECT_EQ(a.text, "zebra");
+    EXPECT_EQ(a.passage, 2);
+    EXPECT_EQ(a.start, needle);
+    EXPECT_EQ(a.end, needle + 5);
+    EXPECT_EQ(ConvertOffsets(texts[2], a.start, a.end, OffsetUnit::kUtf16),
+              (std::pair<std::int64_t, std::int64_t>{needle + 1, needle + 6}));  // the emoji is a surrogate pair
+    const auto bytes = ConvertOffsets(texts[2], a.start, a.end, OffsetUnit::kUtf8Byte);
+    EXPECT_EQ(bytes.first, static_cast<std::int64_t>(needle_bytes));
+    EXPECT_EQ(texts[2].substr(static_cast<std::size_t>(bytes.first), static_cast<std::size_t>(bytes.second - bytes.first)),
+              "zebra");
+  }
+}
+
+// Equal logits in a short and a long passage give equal joint-pipeline
+// scores (per-window softmaxes would favour the shorter window).
+TEST(MultiPassage, PipelineScoresCompareAcrossPassages) {
+  auto tok = BertWithCls();
+  ASSERT_TRUE(tok);
+  const std::vector<std::string> texts = {"zebra stripes", "zebra stripes and many more words in a longer passage here"};
+  auto passages = PlantedPassages(*tok, texts, 0, 5, {{0, 3.0f}, {1, 3.0f}});
+  QaOptions o;
+  o.top_k = 2;
+  o.handle_impossible_answer = true;
+  // Whole-word widening merges the spans inside "zebra" (this tokenizer
+  // cuts it into letters), and how many of them make the per-window
+  // shortlist depends on the window's length: compare single spans.
+  o.align_to_words = false;
+  double null_score = -1;
+  auto joint = SelectAnswersAcross(passages, o, &null_score);
+  ASSERT_TRUE(joint.ok()) << joint.status().ToString();
+  ASSERT_EQ(joint->size(), 2u);
+  EXPECT_NE((*joint)[0].passage, (*joint)[1].passage);
+  EXPECT_NEAR((*joint)[0].score, (*joint)[1].score, 1e-12 * (*joint)[0].score);
+  EXPECT_GT(null_score, 0.0);
+  EXPECT_LT(null_score, (*joint)[1].score);
+  auto short_alone = SelectAnswers(passages[0].windows, texts[0], o);
+  auto long_alone = SelectAnswers(passages[1].windows, texts[1], o);
+  EXPECT_GT((*short_alone)[0].score, (*long_alone)[0].score * 1.5);
+  // One passage of one window: the same as SelectAnswers, null score included.
+  double alone_null = -1;
+  auto one = SelectAnswersAcross({passages[0]}, o, &null_score);
+  auto ref = SelectAnswers(passages[0].windows, texts[0], o, &alone_null);
+  ASSERT_EQ(one->size(), ref->size());
+  for (std::size_t i = 0; i < one->size(); ++i) {
+    EXPECT_EQ((*one)[i].text, (*ref)[i].text);
+    // One softmax over the same numbers; exp and the sum in another order.
+    EXPECT_NEAR((*one)[i].score, (*ref)[i].score, 1e-12);
+  }
+  EXPECT_NEAR(null_score, alone_null, 1e-12);
+}
+
+TEST(MultiPassage, ConvertOffsets) {
+  const std::string s = "a\xF0\x9F\x98\x80" "b\xC3\xA9" "c";  // a 😀 b é c: 5 code points
+  EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kCodePoint), (std::pair<std::int64_t, std::int64_t>{1, 3}));
+  EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{1, 4}));
+  EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kUtf8Byte), (std::pair<std::int64_t, std::int64_t>{1, 6}));
+  EXPECT_EQ(ConvertOffsets(s, 4, 5, OffsetUnit::kUtf8Byte), (std::pair<std::int64_t, std::int64_t>{8, 9}));
+  EXPECT_EQ(ConvertOffsets(s, 5, 5, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{6, 6}));
+  EXPECT_EQ(ConvertOffsets(s, 0, 0, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{0, 0}));
 }
 
 }  // namespace

@@ -213,6 +213,12 @@ TEST(ValidateQa, DefaultsAndRanges) {
   f.scoring = "best";
   EXPECT_EQ(param(f), "scoring");
   f = {};
+  f.offset_unit = "utf32";
+  EXPECT_EQ(param(f), "offset_unit");
+  f.offset_unit = "utf8_byte";
+  EXPECT_EQ(ValidateQa(f, 512)->offset_unit, qa::OffsetUnit::kUtf8Byte);
+  EXPECT_EQ(d->offset_unit, qa::OffsetUnit::kCodePoint);
+  f = {};
   f.max_seq_len = 32;
   f.max_answer_len = 40;
   EXPECT_EQ(param(f), "max_answer_len");

@@ -1,0 +1,67 @@
+#include "server/api/event_stream.h"
+
+#include "server/api/error_mapping.h"
+#include "server/api/json_request.h"
+
+namespace ropeserve::api {
+
+std::string Event(const nlohmann::json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+GenerationStream::GenerationStream(std::vector<std::unique_ptr<service::OutputSource>> sources, OnDelta on_delta,
+                                   OnEnd on_end)
+    : sources_(std::move(sources)), on_delta_(std::move(on_delta)), on_end_(std::move(on_end)),
+      signal_(std::make_shared<Signal>()) {
+  for (auto& g : sources_) {
+    g->SetNotify([s = signal_] {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->pending = true;
+      s->cv.notify_all();
+    });
+  }
+}
+
+GenerationStream::~GenerationStream() {
+  for (auto& g : sources_) g->SetNotify(nullptr);
+}
+
+bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
+  if (done_) return true;
+  const std::size_t before = out.size();
+  {
+    std::lock_guard<std::mutex> lock(signal_->mu);
+    signal_->pending = false;
+  }
+  bool all_finished = true;
+  for (std::size_t i = 0; i < sources_.size(); ++i) {
+    service::OutputSource& g = *sources_[i];
+    if (g.finished()) continue;
+    auto d = g.Next(std::chrono::milliseconds(0));
+    if (!d.ok()) {
+      out += "data: " + ErrorJson(d.status()) + "\n\n";
+      out += "data: [DONE]\n\n";
+      Cancel();
+      done_ = true;
+      return true;
+    }
+    if (!d->ids.empty() || !d->text.empty() || d->finished || !d->prompt_logprobs.empty() || d->progress)
+      on_delta_(i, *d, out);
+    if (!g.finished()) all_finished = false;
+  }
+  if (all_finished) {
+    on_end_(out);
+    out += "data: [DONE]\n\n";
+    done_ = true;
+    return true;
+  }
+  if (out.size() == before) {
+    std::unique_lock<std::mutex> lock(signal_->mu);
+    signal_->cv.wait_for(lock, wait, [&] { return signal_->pending; });
+  }
+  return false;
+}
+
+void GenerationStream::Cancel() {
+  for (auto& g : sources_) g->Cancel();
+}
+
+}  // namespace ropeserve::api

@@ -1,0 +1,60 @@
+// Server-Sent Events over running requests: the REST handlers' streaming
+// replies (rest_handlers.cc, rest_summarize.cc).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api/rest_handlers.h"
+#include "server/service/generation.h"
+
+namespace ropeserve::api {
+
+// "data: <json>\n\n".
+std::string Event(const nlohmann::json& j);
+
+// Multiplexes several output sources (the choices of one request, or one
+// document summary) into one event stream: callbacks turn each delta into
+// events. A failure mid-stream becomes one error event, the other sources
+// are cancelled, and the stream ends.
+class GenerationStream : public EventSource {
+ public:
+  using OnDelta = std::function<void(std::size_t index, const service::OutputDelta& d, std::string& out)>;
+  using OnEnd = std::function<void(std::string& out)>;
+
+  GenerationStream(std::vector<std::unique_ptr<service::OutputSource>> sources, OnDelta on_delta, OnEnd on_end);
+  template <typename T>
+  GenerationStream(std::vector<std::unique_ptr<T>> sources, OnDelta on_delta, OnEnd on_end)
+      : GenerationStream(Upcast(std::move(sources)), std::move(on_delta), std::move(on_end)) {}
+  ~GenerationStream() override;
+
+  bool Poll(std::string& out, std::chrono::milliseconds wait) override;
+  void Cancel() override;
+
+ private:
+  template <typename T>
+  static std::vector<std::unique_ptr<service::OutputSource>> Upcast(std::vector<std::unique_ptr<T>> in) {
+    std::vector<std::unique_ptr<service::OutputSource>> out;
+    for (auto& p : in) out.push_back(std::move(p));
+    return out;
+  }
+  struct Signal {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool pending = false;
+  };
+  std::vector<std::unique_ptr<service::OutputSource>> sources_;
+  OnDelta on_delta_;
+  OnEnd on_end_;
+  std::shared_ptr<Signal> signal_;
+  bool done_ = false;
+};
+
+}  // namespace ropeserve::api
