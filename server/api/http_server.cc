@@ -39,6 +39,9 @@ constexpr Route kRoutes[] = {
     {"/metrics", "GET", true, false},
     {"/version", "GET", false, false},
     {"/openapi.json", "GET", false, false},
+    {"/", "GET", false, false},  // the playground: static files (its API calls need the key)
+    {"/playground/app.js", "GET", false, false},
+    {"/playground/style.css", "GET", false, false},
     {"/v1/models", "GET", false, true},
     {"/v1/info", "GET", false, true},
     {"/v1/summarize", "POST", false, true},
@@ -339,6 +342,22 @@ void HttpServer::Impl::InstallApi() {
   s.Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(OpenApiDocument(), "application/json");
   });
+  // The playground: no inline code, so the policy allows only this origin's
+  // files and API; nothing may frame it.
+  auto page = [](const std::string& (*text)(), const char* type) {
+    return [text, type](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+                     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Referrer-Policy", "no-referrer");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(text(), type);
+    };
+  };
+  s.Get("/", page(&PlaygroundHtml, "text/html; charset=utf-8"));
+  s.Get("/playground/app.js", page(&PlaygroundJs, "text/javascript; charset=utf-8"));
+  s.Get("/playground/style.css", page(&PlaygroundCss, "text/css; charset=utf-8"));
   // Every served model: the decoder, and the QA model when there is one
   // (`task` and `max_model_len` are extensions, as vLLM's max_model_len).
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

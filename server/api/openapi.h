@@ -8,4 +8,10 @@ namespace ropeserve::api {
 
 const std::string& OpenApiDocument();
 
+// The web playground (server/api/playground/, compiled in the same way),
+// served at GET / and /playground/{app.js,style.css}.
+const std::string& PlaygroundHtml();
+const std::string& PlaygroundJs();
+const std::string& PlaygroundCss();
+
 }  // namespace ropeserve::api
