@@ -53,7 +53,13 @@ bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
     done_ = true;
     return true;
   }
-  if (out.size() == before) {
+  const auto now = std::chrono::steady_clock::now();
+  if (out.size() != before) {
+    last_event_ = now;
+  } else if (heartbeat_.count() > 0 && now - last_event_ >= heartbeat_) {
+    out += ": keep-alive\n\n";
+    last_event_ = now;
+  } else {
     std::unique_lock<std::mutex> lock(signal_->mu);
     signal_->cv.wait_for(lock, wait, [&] { return signal_->pending; });
   }

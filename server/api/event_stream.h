@@ -37,6 +37,11 @@ class GenerationStream : public EventSource {
 
   bool Poll(std::string& out, std::chrono::milliseconds wait) override;
   void Cancel() override;
+  // After `every` without an event, an SSE comment (": keep-alive"): a
+  // long document's map phase can be silent for minutes, and only a write
+  // finds out that the client left (it also keeps proxies from timing the
+  // stream out). Clients ignore comments. Zero (the default): none.
+  void SetHeartbeat(std::chrono::milliseconds every) { heartbeat_ = every; }
 
  private:
   template <typename T>
@@ -55,6 +60,8 @@ class GenerationStream : public EventSource {
   OnEnd on_end_;
   std::shared_ptr<Signal> signal_;
   bool done_ = false;
+  std::chrono::milliseconds heartbeat_{0};
+  std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ropeserve::api

@@ -56,7 +56,9 @@ StatusOr<RestReply> Summarize(service::GenerationService& service, const RestReq
     };
     std::vector<std::unique_ptr<service::OutputSource>> sources;
     sources.push_back(std::move(source));
-    reply.events = std::make_unique<GenerationStream>(std::move(sources), on_delta, [](std::string&) {});
+    auto events = std::make_unique<GenerationStream>(std::move(sources), on_delta, [](std::string&) {});
+    if (chunks > 1) events->SetHeartbeat(std::chrono::seconds(1));
+    reply.events = std::move(events);
     return reply;
   }
   service::OutputDelta last;

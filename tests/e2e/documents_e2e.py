@@ -17,7 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_lib import ROOT, Server, check, post_json, run_tests  # noqa: E402
+from e2e_lib import ROOT, Server, check, post_json, run_tests, wait_until  # noqa: E402
 
 GPL = open(os.path.join(ROOT, "tests", "data", "text", "gpl-3.txt"), encoding="utf-8").read()
 
@@ -123,6 +123,23 @@ def test_fifty_thousand_words_map_reduce(env):
     check(last["usage"]["prompt_tokens"] > len(text.split()), "prompt tokens below the document's words")
     check(last["usage"]["total_tokens"] == last["usage"]["prompt_tokens"] + last["usage"]["completion_tokens"], last)
     print(f"  {chunks} chunks, {len(reduces)} reduce steps, {most} in flight, {time.time() - started:.1f} s")
+
+
+def test_a_client_that_leaves_cancels_every_chunk(env):
+    s = env.main
+    conn = http.client.HTTPConnection("127.0.0.1", s.http, timeout=120)
+    conn.request("POST", "/v1/summarize", json.dumps({"text": document(20000), "max_tokens": 64, "stream": True}),
+                 {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    check(r.status == 200, f"HTTP {r.status}")
+    check(r.readline().startswith(b"data: "), "no first event")
+    v = s.metrics()[1]
+    check(v["ropeserve_num_requests_running"] + v["ropeserve_num_requests_waiting"] > 0, "nothing in flight")
+    conn.sock.close()  # the client goes away mid-map
+    conn.close()
+    wait_until(lambda: (lambda m: m["ropeserve_num_requests_running"] == 0 and
+                        m["ropeserve_num_requests_waiting"] == 0 and m["ropeserve_kv_cache_usage_perc"] == 0)(
+        s.metrics()[1]), 10, "chunk requests still running after the client left")
 
 
 def test_refine_truncate_and_unary(env):
