@@ -4,7 +4,8 @@ that batches (the default) and through one that runs one request at a time
 (`--max-num-seqs 1`: the chunk summaries one after another), side by side
 in one run. Prints wall time, chunks and tokens per document size.
 
-    bench/document_bench.py [--binary build/ropeserve] [--model DIR] [--words 10000 50000]
+    bench/document_bench.py [--binary build/ropeserve] [--model DIR] [--words 3000 10000]
+        [--chunk-tokens 1024] [--chunk-max-tokens 64] [--max-tokens 64]
 
 The model defaults to the random-weight qwen2.5-0.5b shape in
 ~/.cache/ropeserve/bench (made with `ropeserve make-model` when missing);
@@ -77,9 +78,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "ropeserve"))
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/ropeserve/bench/qwen2.5-0.5b"))
-    ap.add_argument("--words", type=int, nargs="+", default=[10000, 50000])
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--chunk-max-tokens", type=int, default=128)
+    ap.add_argument("--words", type=int, nargs="+", default=[3000, 10000])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--chunk-tokens", type=int, default=1024)
+    ap.add_argument("--chunk-max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     if not os.path.exists(os.path.join(args.model, "config.json")):
@@ -90,7 +92,7 @@ def main():
         try:
             for words in args.words:
                 body = {"text": document(words), "strategy": "map_reduce", "max_tokens": args.max_tokens,
-                        "chunk_max_tokens": args.chunk_max_tokens}
+                        "chunk_tokens": args.chunk_tokens, "chunk_max_tokens": args.chunk_max_tokens}
                 seconds, reply = summarize(port, body)
                 u = reply["usage"]
                 rows.append((words, name, seconds, u.get("chunks", 1), u["prompt_tokens"], u["cached_tokens"],

@@ -92,7 +92,7 @@ std::string StyleInstruction(SummaryStyle style, const std::string& instruction,
 }
 
 const char* StrategyName(const SummaryPlan& plan) {
-  if (plan.chunks.size() <= 1) return plan.chunk_tokens > 0 ? "truncate" : "single";
+  if (plan.chunks.size() <= 1) return plan.truncated ? "truncate" : "single";
   return plan.strategy == SummaryStrategy::kRefine ? "refine" : "map_reduce";
 }
 
@@ -162,7 +162,11 @@ StatusOr<SummaryPlan> DocumentSummarizer::Plan(const SummaryFields& f, const Gen
   // A max_tokens no prompt leaves room for: one pass too, and the validator
   // answers it as for any request (400 context_length_exceeded).
   const bool hopeless = requested > 0 && requested + overhead + kMinChunkTokens > L;
-  if (fits || hopeless) {
+  // auto and truncate need to cut only what does not fit; map_reduce and
+  // refine asked explicitly chunk any text longer than a chunk (long
+  // prompts are slow to prefill and summarize worse).
+  const bool chunk_anyway = plan.strategy == SummaryStrategy::kMapReduce || plan.strategy == SummaryStrategy::kRefine;
+  if (hopeless || (fits && !chunk_anyway)) {
     // One pass over the whole text, exactly as a short request (the
     // validator gives max_tokens its usual default).
     plan.chunks = {f.text};
@@ -204,6 +208,7 @@ StatusOr<SummaryPlan> DocumentSummarizer::Plan(const SummaryFields& f, const Gen
   const auto chunks = SplitDocument(f.text, spans, {static_cast<std::size_t>(c), static_cast<std::size_t>(overlap)});
   if (plan.strategy == SummaryStrategy::kTruncate) {
     if (!chunks.empty()) plan.chunks = {f.text.substr(chunks[0].begin, chunks[0].end - chunks[0].begin)};
+    plan.truncated = true;
   } else {
     if (chunks.size() > static_cast<std::size_t>(kMaxDocumentChunks))
       return PayloadTooLarge("the document needs " + std::to_string(chunks.size()) + " chunks of " + std::to_string(c) +
@@ -481,7 +486,7 @@ StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryP
   if (plan.chunks.size() == 1) {
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(plan.chunks[0], plan.final_instruction));
     GenerationFields f = fields;
-    if (plan.strategy == SummaryStrategy::kTruncate && plan.chunk_tokens > 0) f.max_tokens = plan.max_tokens;
+    if (plan.truncated) f.max_tokens = plan.max_tokens;
     RS_ASSIGN_OR_RETURN(auto v, ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout_seconds));
     RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, admission));
     return std::unique_ptr<OutputSource>(std::move(gen));

@@ -11,6 +11,8 @@
 //    and the next chunk (sequential: one request at a time);
 //  - truncate: the document's first tokens that fit, cut at a boundary;
 //  - auto: one pass when the document fits, else map_reduce.
+// auto and truncate cut only a text that does not fit; map_reduce and
+// refine, asked for, chunk any text longer than one chunk.
 // Only the final summary gets the request's stop strings, constraint and
 // style; the intermediate ones are plain text of at most chunk_max_tokens.
 //
@@ -42,7 +44,7 @@ enum class SummaryStyle { kParagraph, kBullets, kHeadline };
 // parameters and oversized documents are refused up front.
 struct SummaryPlan {
   // As asked, kAuto resolved to kMapReduce when the document does not fit
-  // (a document that fits is one pass whatever the strategy).
+  // (one chunk is one pass whatever the strategy).
   SummaryStrategy strategy = SummaryStrategy::kAuto;
   SummaryStyle style = SummaryStyle::kParagraph;
   std::string final_instruction;  // the final prompt's instruction (style, focus, language)
@@ -53,6 +55,7 @@ struct SummaryPlan {
   std::int64_t chunk_tokens = 0;
   std::int64_t chunk_overlap = 0;
   std::int64_t document_tokens = 0;
+  bool truncated = false;  // truncate cut the text (chunks[0] is its kept start)
 };
 
 // How the plan runs: "single" (the whole text, one pass), "truncate",

@@ -295,6 +295,28 @@ TEST(DocumentSummary, ShortTextIsOnePassAsBefore) {
   EXPECT_EQ(fx.Prompts().at(0), fx.Text(std::vector<TokenId>(expected->begin(), expected->end())));
 }
 
+// auto leaves a text that fits alone; map_reduce asked for chunks it.
+TEST(DocumentSummary, MapReduceAskedForChunksATextThatFits) {
+  Fixture fx(" Fine summary.", true);
+  DocumentSummarizer summarizer(*fx.service);
+  SummaryFields f;
+  f.text = Gpl().substr(0, 300);
+  f.chunk_tokens = 24;
+  auto one = summarizer.Plan(f, {});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_STREQ(StrategyName(*one), "single");
+  f.strategy = "map_reduce";
+  auto chunked = summarizer.Plan(f, {});
+  ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
+  EXPECT_STREQ(StrategyName(*chunked), "map_reduce");
+  EXPECT_GE(chunked->chunks.size(), 2u);
+  auto source = summarizer.Start(*chunked, {}, 0, GenerationService::Admission::kWait);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const SummaryRun run = ReadAll(**source);
+  EXPECT_EQ(run.progress.size(), chunked->chunks.size());
+  EXPECT_EQ(run.text, " Fine summary.");
+}
+
 TEST(DocumentSummary, TruncateKeepsTheFirstSentencesThatFit) {
   Fixture fx(" Fine summary.", true);
   DocumentSummarizer summarizer(*fx.service);
