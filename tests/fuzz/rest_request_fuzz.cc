@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 2: {
       auto r = api::ReadSummarizeBody(body);
-      if (r.ok()) Generation(*r, {r->text.size()}, service::Endpoint::kSummarize);
+      if (r.ok()) Generation(*r, {r->summary.text.size()}, service::Endpoint::kSummarize);
       break;
     }
     case 4:
