@@ -39,6 +39,7 @@ namespace {
 struct ServeFlags {
   std::string summarizer;
   std::string qa;
+  std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
   std::size_t qa_max_context_bytes = 1 << 20;
   std::string qa_dtype = "float32";
   std::string served_model_name;
@@ -192,6 +193,10 @@ int Run(ServeFlags f) {
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
+  // A deployment that forgot its model must not answer 200 with noise.
+  if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty())
+    return Fail("no model to serve: pass --summarizer DIR (ROPESERVE_SUMMARIZER), or --demo on (ROPESERVE_DEMO=1) "
+                "for the random-weight demo models");
 
   api::ServingContext ctx;
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
@@ -332,6 +337,12 @@ Runner AddServe(CLI::App& app) {
   app.set_config("--config", "", "YAML config file for `serve` (a mapping of serve's flag names to values)");
   app.allow_config_extras(CLI::config_extras_mode::error);
 
+  sub->add_option("--demo", f->demo,
+                  "Random-weight demo models when no model is named: auto (the default: yes), on / 1, or off / 0 "
+                  "(then serve refuses to start without --summarizer; deployments set this)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_DEMO")
+      ->check(CLI::IsMember({"auto", "on", "off", "1", "0"}));
   sub->add_option("--summarizer,--model", f->summarizer,
                   "Decoder checkpoint directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json) "
                   "for summarization and the OpenAI endpoints (default: a generated demo model)")

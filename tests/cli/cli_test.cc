@@ -37,6 +37,20 @@ RunResult RunBinary(const std::string& args, const std::string& scratch) {
   return r;
 }
 
+// `serve --demo off` (what deployments set) without a model fails at
+// start-up with an error that says what to do, before listening.
+TEST(Cli, ServeWithoutAModelRefusesWhenDemoIsOff) {
+  ScratchDir d;
+  for (const char* demo : {"--demo off", "--demo 0"}) {
+    auto r = RunBinary(std::string("serve ") + demo + " --http-port 0 --grpc-port -1 --admin-port -1", d.path());
+    EXPECT_NE(r.exit_code, 0) << demo;
+    EXPECT_NE(r.err.find("no model to serve"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--demo on"), std::string::npos) << r.err;
+  }
+  auto bad = RunBinary("serve --demo maybe", d.path());
+  EXPECT_NE(bad.exit_code, 0);
+}
+
 TEST(Cli, HelpListsCommands) {
   ScratchDir d;
   auto r = RunBinary("--help", d.path());
