@@ -12,19 +12,6 @@ namespace ropeserve::qa {
 
 namespace {
 
-// Byte position of each code point of `s`, plus s.size() at the end.
-std::vector<std::size_t> CodePointStarts(const std::string& s) {
-  std::vector<std::size_t> starts;
-  for (std::size_t i = 0; i < s.size();) {
-    starts.push_back(i);
-    std::size_t len = 0;
-    tok::DecodeUtf8(s, i, &len);
-    i += std::max<std::size_t>(len, 1);
-  }
-  starts.push_back(s.size());
-  return starts;
-}
-
 // Python's str.lower() for comparing answers.
 std::string Lower(const std::string& s) {
   std::string out;
@@ -137,7 +124,7 @@ StatusOr<std::vector<Answer>> Pipeline(const std::vector<Passage>& passages, con
   const std::size_t pre_top_k = o.align_to_words ? static_cast<std::size_t>(o.top_k) * 2 + 10 : o.top_k;
   for (std::size_t pi = 0; pi < passages.size(); ++pi) {
     const std::string& context = *passages[pi].context;
-    const auto cp = CodePointStarts(context);
+    const auto cp = tok::CodePointStarts(context);
     for (const QaWindow& w : passages[pi].windows) {
       const std::size_t n = w.start_logits.size();
       std::vector<double> start = joint ? JointProbabilities(w.start_logits, w.p_mask, ns) : MaskedSoftmax(w.start_logits, w.p_mask);
@@ -212,7 +199,7 @@ std::vector<std::size_t> TopIndices(const std::vector<float>& v, std::size_t k) 
 StatusOr<std::vector<Answer>> Logits(const std::vector<Passage>& passages, const QaOptions& o, bool multi,
                                      double* null_out) {
   std::vector<std::vector<std::size_t>> cps;
-  for (const Passage& p : passages) cps.push_back(CodePointStarts(*p.context));
+  for (const Passage& p : passages) cps.push_back(tok::CodePointStarts(*p.context));
   struct Pred {
     std::int64_t start, end;
     double score;  // start_logit + end_logit

@@ -47,11 +47,7 @@ std::string FocusSentence(const std::string& focus) {
 
 // The document's token spans in bytes (the tokenizer reports code points).
 std::vector<TokenSpan> ByteSpans(const std::string& text, const tok::Encoding& e) {
-  std::vector<std::size_t> byte_of;  // code point -> byte offset
-  byte_of.reserve(text.size() + 1);
-  for (std::size_t i = 0; i < text.size(); i += tok::Utf8LeadLength(static_cast<unsigned char>(text[i])))
-    byte_of.push_back(i);
-  byte_of.push_back(text.size());
+  const std::vector<std::size_t> byte_of = tok::CodePointStarts(text);
   auto at = [&](std::size_t cp) { return byte_of[std::min(cp, byte_of.size() - 1)]; };
   std::vector<TokenSpan> out;
   out.reserve(e.size());

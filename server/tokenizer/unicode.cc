@@ -2,6 +2,7 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -108,6 +109,15 @@ std::string Utf8Lossy(std::string_view s) {
     i += skip;
   }
   return out;
+}
+
+std::vector<size_t> CodePointStarts(std::string_view s) {
+  std::vector<size_t> starts;
+  starts.reserve(s.size() + 1);
+  for (size_t i = 0; i < s.size(); i += std::min(Utf8LeadLength(static_cast<unsigned char>(s[i])), s.size() - i))
+    starts.push_back(i);
+  starts.push_back(s.size());
+  return starts;
 }
 
 size_t CountCodePoints(std::string_view s) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/common/status.h"
 
@@ -49,6 +50,10 @@ Status CheckUtf8(std::string_view s, std::string_view what);
 std::string Utf8Lossy(std::string_view bytes);
 
 size_t CountCodePoints(std::string_view s);
+// The byte offset of each code point of `s`, then s.size(): turns the
+// code-point offsets the tokenizer reports into byte offsets. `s` is valid
+// UTF-8 (a truncated last sequence still ends at s.size()).
+std::vector<size_t> CodePointStarts(std::string_view s);
 
 // Rust char predicates, from utf8proc categories.
 bool IsWhitespace(char32_t c);

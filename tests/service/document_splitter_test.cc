@@ -41,10 +41,7 @@ std::vector<TokenSpan> TokenizerSpans(const std::string& text, const std::string
   EXPECT_TRUE(t.ok());
   auto e = (*t)->Encode(text, false);
   EXPECT_TRUE(e.ok());
-  std::vector<std::size_t> byte_of;
-  for (std::size_t i = 0; i < text.size(); i += tok::Utf8LeadLength(static_cast<unsigned char>(text[i])))
-    byte_of.push_back(i);
-  byte_of.push_back(text.size());
+  const std::vector<std::size_t> byte_of = tok::CodePointStarts(text);
   std::vector<TokenSpan> out;
   for (const auto& o : e->offsets) out.push_back({byte_of[o.start], byte_of[o.end]});
   return out;
