@@ -307,28 +307,23 @@ class Service final : public v1::Inference::CallbackService {
       for (const auto& p : r->passages) q.passages.push_back(p.text);
       q.windows = v->windows;
       q.options = v->options;
-      // Kept for the answers' offsets and passage ids.
-      auto shared = std::make_shared<std::pair<service::QaRequest, GrpcAnswer>>(q, std::move(*r));
-      const qa::OffsetUnit unit = v->offset_unit;
-      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link, shared, unit](StatusOr<std::vector<service::QaResult>> out) {
+      q.offset_unit = v->offset_unit;
+      // The passages' ids, for the answers.
+      auto passages = std::make_shared<std::vector<service::QaPassage>>(std::move(r->passages));
+      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link, passages](StatusOr<std::vector<service::QaResult>> out) {
         DeferredUnaryCall::Complete(link, out.status(), [&] {
-          const service::QaRequest& req = shared->first;
           resp->set_id(qa->NextRequestId());
           resp->set_model(qa->name());
           for (const auto& a : (*out)[0].answers) {
             auto* x = resp->add_answers();
             x->set_text(a.text);
             x->set_score(a.score);
-            const bool multi = !req.passages.empty();
-            const bool in_passage = multi && a.passage >= 0;
-            const std::string& context = in_passage ? req.passages[static_cast<std::size_t>(a.passage)] : req.context;
-            auto [start, end] = multi && !in_passage ? std::pair<std::int64_t, std::int64_t>{0, 0}
-                                                     : qa::ConvertOffsets(context, a.start, a.end, unit);
-            x->set_start(start);
-            x->set_end(end);
+            x->set_start(a.start);
+            x->set_end(a.end);
+            const bool multi = !passages->empty();
             x->set_passage(multi ? static_cast<std::int32_t>(a.passage) : 0);
-            if (in_passage && shared->second.passages[static_cast<std::size_t>(a.passage)].id)
-              x->set_passage_id(*shared->second.passages[static_cast<std::size_t>(a.passage)].id);
+            if (multi && a.passage >= 0 && (*passages)[static_cast<std::size_t>(a.passage)].id)
+              x->set_passage_id(*(*passages)[static_cast<std::size_t>(a.passage)].id);
           }
           if ((*out)[0].null_score) resp->set_null_score(*(*out)[0].null_score);
           resp->mutable_usage()->set_prompt_tokens((*out)[0].tokens);

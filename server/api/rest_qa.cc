@@ -22,15 +22,12 @@ const char* UnitName(qa::OffsetUnit u) {
 }
 
 // One answer: `answer` (the pipeline's name) and `text` (its deprecated
-// alias, kept until 2027-06), offsets in the asked unit, the passage for
-// multi-passage questions.
-json AnswerJson(const qa::Answer& a, const QaInput& in, const service::QaRequest& r, qa::OffsetUnit unit) {
-  const bool in_passage = in.multi && a.passage >= 0 && a.passage < static_cast<std::int64_t>(r.passages.size());
-  const std::string& context = in_passage ? r.passages[static_cast<std::size_t>(a.passage)] : r.context;
-  auto [start, end] = in.multi && !in_passage ? std::pair<std::int64_t, std::int64_t>{0, 0}
-                                              : qa::ConvertOffsets(context, a.start, a.end, unit);
-  json out = {{"answer", a.text}, {"text", a.text}, {"score", a.score}, {"start", start}, {"end", end}};
+// alias, kept until 2027-06), offsets (already in the asked unit), the
+// passage for multi-passage questions.
+json AnswerJson(const qa::Answer& a, const QaInput& in) {
+  json out = {{"answer", a.text}, {"text", a.text}, {"score", a.score}, {"start", a.start}, {"end", a.end}};
   if (in.multi) {
+    const bool in_passage = a.passage >= 0 && a.passage < static_cast<std::int64_t>(in.passages.size());
     out["passage"] = in_passage ? json(a.passage) : json(nullptr);
     const service::QaPassage* p = in_passage ? &in.passages[static_cast<std::size_t>(a.passage)] : nullptr;
     if (p != nullptr && p->id) out["passage_id"] = p->id_is_number ? json::parse(*p->id) : json(*p->id);
@@ -57,12 +54,13 @@ StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestReque
     for (const auto& p : in.passages) r.passages.push_back(p.text);
     r.windows = v.windows;
     r.options = v.options;
+    r.offset_unit = v.offset_unit;
     requests.push_back(std::move(r));
   }
   RS_ASSIGN_OR_RETURN(auto results, service.AnswerBatch(requests, request.timeout_seconds, request.client_gone));
   auto result_json = [&](std::size_t k, json& into) {
     json a = json::array();
-    for (const auto& x : results[k].answers) a.push_back(AnswerJson(x, body.inputs[k], requests[k], v.offset_unit));
+    for (const auto& x : results[k].answers) a.push_back(AnswerJson(x, body.inputs[k]));
     into["answers"] = std::move(a);
     if (results[k].null_score) into["null_score"] = *results[k].null_score;
   };

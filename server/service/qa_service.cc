@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "server/engine/engine.h"
 #include "server/engine/encoder_queue.h"
@@ -259,6 +260,11 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
       RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswersAcross(passages, req.options, &null_score));
     }
     if (req.options.handle_impossible_answer) result.null_score = null_score;
+    for (qa::Answer& a : result.answers) {
+      if (a.passage < 0) continue;  // the null answer of several passages
+      const std::string& text = req.passages.empty() ? req.context : req.passages[static_cast<std::size_t>(a.passage)];
+      std::tie(a.start, a.end) = qa::ConvertOffsets(text, a.start, a.end, req.offset_unit);
+    }
     out.push_back(std::move(result));
   }
   if (impl_->options.on_latency)

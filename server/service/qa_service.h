@@ -37,6 +37,8 @@ struct QaRequest {
   std::vector<std::string> passages;
   qa::WindowOptions windows;
   qa::QaOptions options;
+  // The unit of the answers' start/end (into their context or passage).
+  qa::OffsetUnit offset_unit = qa::OffsetUnit::kCodePoint;
 };
 
 struct QaResult {
