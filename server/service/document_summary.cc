@@ -303,6 +303,9 @@ class DocumentSummary final : public OutputSource {
   // request's own options).
   Status StartStep(const std::string& text, const std::string& instruction, bool final) {
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(text, instruction));
+    return StartPrompt(ids, final);
+  }
+  Status StartPrompt(const std::vector<std::int64_t>& ids, bool final) {
     GenerationFields f;
     if (final) {
       f = fields_;
@@ -434,15 +437,17 @@ class DocumentSummary final : public OutputSource {
     std::string all;
     for (const auto& s : summaries) all += (all.empty() ? "" : "\n\n") + s;
     const std::int64_t L = service_.limits().max_model_len;
-    const std::string combine = CombineInstruction(plan_.final_instruction);
-    RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(all.empty() ? std::string(" ") : all, combine));
+    // The final prompt, built once: started as it is when it fits.
+    RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(all.empty() ? std::string(" ") : all,
+                                                         CombineInstruction(plan_.final_instruction)));
     if (static_cast<std::int64_t>(ids.size()) + plan_.max_tokens <= L || summaries.size() < 2) {
       phase_ = Phase::kFinal;
-      return StartStep(all.empty() ? std::string(" ") : all, combine, true);
+      return StartPrompt(ids, true);
     }
     // Groups of consecutive summaries, each fitting a reduce prompt; the
     // plan guarantees any two do, so every round at least halves them.
-    RS_ASSIGN_OR_RETURN(auto frame, service_.SummaryPrompt("x", ReduceInstruction(plan_.focus)));
+    const std::string reduce = ReduceInstruction(plan_.focus);
+    RS_ASSIGN_OR_RETURN(auto frame, service_.SummaryPrompt("x", reduce));
     const std::int64_t room = L - plan_.chunk_max_tokens - static_cast<std::int64_t>(frame.size()) - kPromptMargin;
     phase_ = Phase::kReduce;
     std::string group;
@@ -451,14 +456,14 @@ class DocumentSummary final : public OutputSource {
       RS_ASSIGN_OR_RETURN(tok::Encoding e, service_.tokenizer()->Encode(s, false));
       const auto n = static_cast<std::int64_t>(e.size()) + 2;
       if (!group.empty() && used + n > room) {
-        RS_RETURN_IF_ERROR(StartStep(group, ReduceInstruction(plan_.focus), false));
+        RS_RETURN_IF_ERROR(StartStep(group, reduce, false));
         group.clear();
         used = 0;
       }
       group += (group.empty() ? "" : "\n\n") + s;
       used += n;
     }
-    if (!group.empty()) RS_RETURN_IF_ERROR(StartStep(group, ReduceInstruction(plan_.focus), false));
+    if (!group.empty()) RS_RETURN_IF_ERROR(StartStep(group, reduce, false));
     return Status::Ok();
   }
 
