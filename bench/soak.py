@@ -235,12 +235,15 @@ def worker(s, g, seed, actions):
 
 
 def metrics(s):
+    """Samples by bare metric name (summed over label sets: the engine
+    gauges carry model_name)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{s.admin}/metrics", timeout=10) as r:
         values = {}
         for line in r.read().decode().splitlines():
             if line and not line.startswith("#"):
                 name, _, value = line.rpartition(" ")
-                values[name] = float(value)
+                bare = name.split("{")[0]
+                values[bare] = values.get(bare, 0.0) + float(value)
         return values
 
 

@@ -38,6 +38,7 @@ struct CallStart {
   Lifecycle::Ticket ticket;
   service::GenerationService* service = nullptr;
   double timeout_seconds = 0;  // 0 = none
+  ServerSpan span;             // the call's trace (its traceparent metadata, else new)
 };
 
 // Fills `out`; an error when the call must be refused.
@@ -74,6 +75,7 @@ class GenerationCall : public Base {
   // With link->mu held: what the pool task needs to start the generation.
   service::GenerationService* service() const { return start_.service; }
   double timeout_seconds() const { return start_.timeout_seconds; }
+  const TraceContext& trace() const { return start_.span.context; }
 
   // From the pool: the call's generation, or why it could not start. A call
   // that ended meanwhile drops it (its destructor cancels the request).

@@ -95,6 +95,8 @@ Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char*
   out.peer = call->peer();
   out.request_id = RequestIdOrNew(Metadata(call, "x-request-id"));
   call->AddInitialMetadata("x-request-id", out.request_id);
+  out.span = ServerSpan::Open(Metadata(call, "traceparent"));
+  call->AddInitialMetadata("traceresponse", out.span.TraceResponse());
   RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
   RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());
   out.service = ctx.service.load();
@@ -120,7 +122,20 @@ void Account(ServingContext& ctx, const CallStart& c, const grpc::Status& status
                           {"code", code},
                           {"duration_ms", std::round(ms * 100) / 100},
                           {"request_id", c.request_id},
+                          {"trace_id", c.span.context.TraceIdHex()},
+                          {"span_id", c.span.context.SpanIdHex()},
                           {"remote", c.peer}});
+  if (ctx.tracer != nullptr)
+    ctx.tracer->EndServerSpan(c.span, "grpc " + c.method,
+                              {{"rpc.system", std::string("grpc")},
+                               {"rpc.service", std::string("ropeserve.v1.Inference")},
+                               {"rpc.method", c.method},
+                               {"rpc.grpc.status_code", static_cast<std::int64_t>(status.error_code())},
+                               {"ropeserve.request_id", c.request_id}},
+                              status.error_code() == grpc::StatusCode::INTERNAL ||
+                                  status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                  status.error_code() == grpc::StatusCode::DATA_LOSS,
+                              status.error_message().substr(0, 200));
 }
 
 namespace {
@@ -140,18 +155,19 @@ struct SummaryShape {
 // Summarize / SummarizeStream, on the work pool: validation, the plan
 // (long documents are split here), the first requests.
 StatusOr<std::unique_ptr<service::OutputSource>> StartSummary(service::GenerationService& service, double timeout,
-                                                              const v1::SummarizeRequest& req, SummaryShape& shape) {
+                                                              const TraceContext& trace, const v1::SummarizeRequest& req,
+                                                              SummaryShape& shape) {
   RS_ASSIGN_OR_RETURN(GrpcSummarize r, ReadSummarize(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
   service::DocumentSummarizer summarizer(service);
   RS_ASSIGN_OR_RETURN(service::SummaryPlan plan, summarizer.Plan(r.summary, r.fields));
   shape.strategy = service::StrategyName(plan);
   shape.chunks = static_cast<std::int64_t>(plan.chunks.size());
-  return summarizer.Start(plan, r.fields, timeout, service::GenerationService::Admission::kDontWait);
+  return summarizer.Start(plan, r.fields, timeout, service::GenerationService::Admission::kDontWait, trace);
 }
 
 StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::GenerationService& service, double timeout,
-                                                    const v1::GenerateRequest& req) {
+                                                               const TraceContext& trace, const v1::GenerateRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcGenerate r, ReadGenerate(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
   std::vector<std::int64_t> ids = std::move(r.prompt_ids);
@@ -162,6 +178,7 @@ StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::Generati
   }
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kGenerate, {ids.size()},
                                                           service.limits(), timeout));
+  v.options.trace = trace;
   RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, v.options, service::GenerationService::Admission::kDontWait));
   return std::unique_ptr<service::OutputSource>(std::move(gen));
 }
@@ -208,8 +225,8 @@ class Service final : public v1::Inference::CallbackService {
                                     resp->set_chunks(shape->chunks);
                                     FillUsage(resp->mutable_usage(), last.prompt_tokens, last.completion_tokens, last.cached_tokens);
                                   });
-    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout) {
-      return StartSummary(service, timeout, *req, *shape);
+    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout, const TraceContext& trace) {
+      return StartSummary(service, timeout, trace, *req, *shape);
     });
     return reactor;
   }
@@ -239,8 +256,8 @@ class Service final : public v1::Inference::CallbackService {
           }
         });
     auto shape = std::make_shared<SummaryShape>();
-    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout) {
-      return StartSummary(service, timeout, *req, *shape);
+    Prepare(reactor, [req, shape](service::GenerationService& service, double timeout, const TraceContext& trace) {
+      return StartSummary(service, timeout, trace, *req, *shape);
     });
     return reactor;
   }
@@ -277,7 +294,9 @@ class Service final : public v1::Inference::CallbackService {
             FillUsage(m.mutable_usage(), prompt, acc.completion, d.cached_tokens);
           }
         });
-    Prepare(reactor, [req](service::GenerationService& service, double timeout) { return StartGenerate(service, timeout, *req); });
+    Prepare(reactor, [req](service::GenerationService& service, double timeout, const TraceContext& trace) {
+      return StartGenerate(service, timeout, trace, *req);
+    });
     return reactor;
   }
 
@@ -384,13 +403,15 @@ class Service final : public v1::Inference::CallbackService {
       // reactor may go away meanwhile; the service outlives the pool).
       service::GenerationService* service = nullptr;
       double timeout = 0;
+      TraceContext trace;
       {
         std::lock_guard<std::mutex> lock(link->mu);
         if (link->target == nullptr) return;
         service = link->target->service();
         timeout = link->target->timeout_seconds();
+        trace = link->target->trace();
       }
-      Reactor::Attach(link, start(*service, timeout));
+      Reactor::Attach(link, start(*service, timeout, trace));
     });
     if (!queued) reactor->Refuse(kPoolFull);
   }

@@ -64,6 +64,7 @@ struct RequestInfo {
   std::chrono::steady_clock::time_point start;
   std::string id;
   std::string user;  // the body's `user` (OpenAI), when it has one
+  ServerSpan span;   // the request's trace (from its traceparent, else new)
 };
 thread_local RequestInfo t_request;
 
@@ -164,7 +165,8 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   if (!body) return;
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
-  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user});
+  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone,
+                                              &t_request.user, t_request.span.context});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, "application/json");
@@ -254,6 +256,8 @@ void HttpServer::Impl::Install() {
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     t_request.user.clear();
     res.set_header("x-request-id", t_request.id);
+    t_request.span = ServerSpan::Open(req.get_header_value("traceparent"));
+    res.set_header("traceresponse", t_request.span.TraceResponse());
     const Route* route = FindRoute(req.path, options.admin);
     if (route == nullptr) {
       SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
@@ -328,9 +332,18 @@ void HttpServer::Impl::Install() {
                                      {"status", res.status},
                                      {"duration_ms", std::round(ms * 100) / 100},
                                      {"request_id", t_request.id},
+                                     {"trace_id", t_request.span.context.TraceIdHex()},
+                                     {"span_id", t_request.span.context.SpanIdHex()},
                                      {"remote", req.remote_addr}};
     if (!t_request.user.empty()) fields["user"] = t_request.user.substr(0, 200);
     LogAccess("http request", fields);
+    if (ctx.tracer != nullptr)
+      ctx.tracer->EndServerSpan(t_request.span, req.method + " " + endpoint,
+                                {{"http.request.method", req.method},
+                                 {"url.path", req.path.substr(0, 200)},
+                                 {"http.response.status_code", static_cast<std::int64_t>(res.status)},
+                                 {"ropeserve.request_id", t_request.id}},
+                                res.status >= 500);
   });
 }
 
@@ -422,7 +435,7 @@ void HttpServer::Impl::InstallApi() {
     if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
     std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
     if (!body) return;
-    auto reply = AnswerQuestions(*qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone});
+    auto reply = AnswerQuestions(*qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context});
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
   });

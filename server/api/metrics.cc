@@ -8,6 +8,10 @@
 
 #include <atomic>
 #include <mutex>
+#include <vector>
+
+#include "server/api/tracing.h"
+#include "server/common/process_stats.h"
 
 namespace ropeserve::api {
 
@@ -24,110 +28,273 @@ const pm::Histogram::BucketBoundaries kLatencyBuckets = {0.3,  0.5,  0.8,  1.0, 
                                                           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 const pm::Histogram::BucketBoundaries kStepTokenBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
-pm::Histogram& Hist(pm::Registry& r, const char* name, const char* help, const pm::Histogram::BucketBoundaries& b) {
-  return pm::BuildHistogram().Name(name).Help(help).Register(r).Add({}, b);
-}
-pm::Counter& Count(pm::Registry& r, const char* name, const char* help) {
-  return pm::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-pm::Gauge& Gauge(pm::Registry& r, const char* name, const char* help) {
-  return pm::BuildGauge().Name(name).Help(help).Register(r).Add({});
+// vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to `max`.
+pm::Histogram::BucketBoundaries OneTwoFive(std::int64_t max) {
+  pm::Histogram::BucketBoundaries b;
+  for (double scale = 1; b.empty() || b.back() < static_cast<double>(max); scale *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * scale > static_cast<double>(std::max<std::int64_t>(max, 1))) return b;
+      b.push_back(m * scale);
+    }
+  }
+  return b;
 }
 
+pm::Labels ModelLabel(const std::string& name) { return {{"model_name", name}}; }
+
+// One metric under both names: ropeserve_<suffix> and vllm:<suffix>.
+template <typename M>
+struct Twin {
+  M* ours = nullptr;
+  M* vllm = nullptr;
+};
+
+// `ours` names the ropeserve_ twin where vLLM's name breaks Prometheus'
+// naming rules (a histogram called *_total).
+Twin<pm::Histogram> Hist(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels,
+                         const pm::Histogram::BucketBoundaries& b, const std::string& ours = "") {
+  return {&pm::BuildHistogram().Name("ropeserve_" + (ours.empty() ? suffix : ours)).Help(help).Labels(labels).Register(r).Add({}, b),
+          &pm::BuildHistogram().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({}, b)};
+}
+Twin<pm::Counter> Count(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels) {
+  return {&pm::BuildCounter().Name("ropeserve_" + suffix).Help(help).Labels(labels).Register(r).Add({}),
+          &pm::BuildCounter().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({})};
+}
+Twin<pm::Gauge> Gauge(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels) {
+  return {&pm::BuildGauge().Name("ropeserve_" + suffix).Help(help).Labels(labels).Register(r).Add({}),
+          &pm::BuildGauge().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({})};
+}
+void Observe(const Twin<pm::Histogram>& h, double v) {
+  h.ours->Observe(v);
+  h.vllm->Observe(v);
+}
+void Set(const Twin<pm::Gauge>& g, double v) {
+  g.ours->Set(v);
+  g.vllm->Set(v);
+}
 // Brings a Prometheus counter up to a running total kept elsewhere.
 void SyncCounter(pm::Counter& c, double total) {
   const double now = c.Value();
   if (total > now) c.Increment(total - now);
 }
+void Sync(const Twin<pm::Counter>& c, double total) {
+  SyncCounter(*c.ours, total);
+  SyncCounter(*c.vllm, total);
+}
 
 }  // namespace
 
+const char* VllmFinishedReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kError: return "error";
+    case FinishReason::kCancelled:
+    case FinishReason::kDeadline:
+    case FinishReason::kRejected: return "abort";
+  }
+  return "abort";
+}
+
+// The families labelled with the served model, created by SetModel.
+struct ServerMetrics::ModelFamilies {
+  ModelFamilies(pm::Registry& r, const ServedModelInfo& m) : labels(ModelLabel(m.name)) {
+    const auto tokens = OneTwoFive(m.max_model_len > 0 ? m.max_model_len : 1 << 20);
+    queue_time = Hist(r, "request_queue_time_seconds", "Time from arrival to first being scheduled", labels, kLatencyBuckets);
+    prefill_time = Hist(r, "request_prefill_time_seconds", "Time from first being scheduled to the first token", labels,
+                        kLatencyBuckets);
+    decode_time = Hist(r, "request_decode_time_seconds", "Time from the first token to the end of the request", labels,
+                       kLatencyBuckets);
+    inference_time = Hist(r, "request_inference_time_seconds", "Time from first being scheduled to the end", labels,
+                          kLatencyBuckets);
+    ttft = Hist(r, "time_to_first_token_seconds", "Time from arrival to the first token", labels, kTtftBuckets);
+    itl = Hist(r, "inter_token_latency_seconds", "Time between consecutive tokens of a request", labels, kItlBuckets);
+    e2e = Hist(r, "e2e_request_latency_seconds", "Time from arrival to the end of a generation request", labels,
+               kLatencyBuckets);
+    prompt_hist = Hist(r, "request_prompt_tokens", "Prompt tokens per finished request", labels, tokens);
+    generation_hist = Hist(r, "request_generation_tokens", "Generated tokens per finished request", labels, tokens);
+    iteration_tokens = Hist(r, "iteration_tokens_total", "Tokens (prefill chunks + decodes) computed per engine step",
+                            labels, kStepTokenBuckets, "iteration_tokens");
+    prompt_tokens = Count(r, "prompt_tokens_total", "Prompt tokens of finished requests", labels);
+    generation_tokens = Count(r, "generation_tokens_total", "Tokens generated", labels);
+    preemptions = Count(r, "num_preemptions_total",
+                        "Requests preempted (KV blocks freed, recomputed later) for lack of KV blocks", labels);
+    prefix_queries = Count(r, "prefix_cache_queries_total", "Prompt tokens (in full KV blocks) looked up in the prefix cache",
+                           labels);
+    prefix_hits = Count(r, "prefix_cache_hits_total", "Prompt tokens (in full KV blocks) found in the prefix cache", labels);
+    running = Gauge(r, "num_requests_running", "Requests in the running batch", labels);
+    waiting = Gauge(r, "num_requests_waiting", "Requests waiting to be scheduled", labels);
+    kv_usage = Gauge(r, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1; 1 = full)", labels);
+    for (const char* prefix : {"ropeserve_", "vllm:"})
+      success.push_back(&pm::BuildCounter()
+                             .Name(std::string(prefix) + "request_success_total")
+                             .Help("Finished requests, by finished_reason (stop, length, abort, error)")
+                             .Labels(labels)
+                             .Register(r));
+    pm::Labels cache = labels;
+    cache.emplace("block_size", std::to_string(m.block_size));
+    cache.emplace("num_gpu_blocks", std::to_string(m.num_blocks));  // vLLM's name, whatever the device
+    for (const char* prefix : {"ropeserve_", "vllm:"})
+      pm::BuildGauge()
+          .Name(std::string(prefix) + "cache_config_info")
+          .Help("KV cache configuration (value 1; the labels carry it)")
+          .Labels(cache)
+          .Register(r)
+          .Add({})
+          .Set(1);
+    qa_window_tokens = &pm::BuildCounter()
+                            .Name("ropeserve_qa_window_tokens_total")
+                            .Help("Tokens of question-answering windows run in engine steps")
+                            .Labels(ModelLabel(m.qa_name.empty() ? m.name : m.qa_name))
+                            .Register(r)
+                            .Add({});
+    if (!m.qa_name.empty())
+      qa_latency = &pm::BuildHistogram()
+                        .Name("ropeserve_qa_request_latency_seconds")
+                        .Help("Time from arrival to the answer of a question-answering request")
+                        .Labels(ModelLabel(m.qa_name))
+                        .Register(r)
+                        .Add({}, kLatencyBuckets);
+  }
+
+  pm::Labels labels;
+  Twin<pm::Histogram> queue_time, prefill_time, decode_time, inference_time, ttft, itl, e2e, prompt_hist, generation_hist,
+      iteration_tokens;
+  Twin<pm::Counter> prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
+  Twin<pm::Gauge> running, waiting, kv_usage;
+  std::vector<pm::Family<pm::Counter>*> success;  // ours, vLLM's
+  pm::Counter* qa_window_tokens = nullptr;
+  pm::Histogram* qa_latency = nullptr;  // null without a QA model
+};
+
 struct ServerMetrics::Impl {
-  std::atomic<const Engine*> engine{nullptr};
-  std::atomic<int> block_size{0};
   std::shared_ptr<pm::Registry> registry = std::make_shared<pm::Registry>();
-  pm::Histogram& queue_time = Hist(*registry, "ropeserve_request_queue_time_seconds",
-                                   "Time from arrival to first being scheduled", kLatencyBuckets);
-  pm::Histogram& ttft = Hist(*registry, "ropeserve_time_to_first_token_seconds", "Time from arrival to the first token",
-                             kTtftBuckets);
-  pm::Histogram& itl = Hist(*registry, "ropeserve_inter_token_latency_seconds",
-                            "Time between consecutive tokens of a request", kItlBuckets);
-  pm::Histogram& e2e = Hist(*registry, "ropeserve_e2e_request_latency_seconds",
-                            "Time from arrival to the end of a generation request", kLatencyBuckets);
-  pm::Histogram& qa_latency = Hist(*registry, "ropeserve_qa_request_latency_seconds",
-                                   "Time from arrival to the answer of a question-answering request", kLatencyBuckets);
-  pm::Histogram& step_tokens = Hist(*registry, "ropeserve_step_tokens",
-                                    "Tokens (prefill chunks + decodes) computed per engine step", kStepTokenBuckets);
-  pm::Counter& qa_window_tokens = Count(*registry, "ropeserve_qa_window_tokens_total",
-                                       "Tokens of question-answering windows run in engine steps");
-  pm::Counter& prompt_tokens = Count(*registry, "ropeserve_prompt_tokens_total", "Prompt tokens of finished requests");
-  pm::Counter& generation_tokens = Count(*registry, "ropeserve_generation_tokens_total", "Tokens generated");
-  pm::Counter& preemptions = Count(*registry, "ropeserve_preemptions_total",
-                                   "Requests preempted (KV blocks freed, recomputed later) for lack of KV blocks");
-  pm::Counter& prefix_queries = Count(*registry, "ropeserve_prefix_cache_queries_total",
-                                      "Prompt tokens (in full KV blocks) looked up in the prefix cache");
-  pm::Counter& prefix_hits = Count(*registry, "ropeserve_prefix_cache_hits_total",
-                                   "Prompt tokens (in full KV blocks) found in the prefix cache");
-  pm::Gauge& running = Gauge(*registry, "ropeserve_num_requests_running", "Requests in the running batch");
-  pm::Gauge& waiting = Gauge(*registry, "ropeserve_num_requests_waiting", "Requests waiting to be scheduled");
-  pm::Gauge& kv_usage = Gauge(*registry, "ropeserve_kv_cache_usage_perc",
-                              "Fraction of KV cache blocks in use (0-1; 1 = full)");
+  std::unique_ptr<ModelFamilies> model_storage;
+  std::atomic<ModelFamilies*> model{nullptr};
+  std::atomic<const Engine*> engine{nullptr};
+  std::atomic<const Tracer*> tracer{nullptr};
+  int block_size = 0;
+  std::mutex mu;  // SetModel and Render's syncing
   pm::Family<pm::Counter>& requests = pm::BuildCounter()
                                           .Name("ropeserve_requests_total")
                                           .Help("Requests answered, by endpoint, protocol and status code")
                                           .Register(*registry);
-  std::mutex mu;  // Render's counter syncing
+  pm::Counter& spans_exported = pm::BuildCounter()
+                                    .Name("ropeserve_otlp_spans_exported_total")
+                                    .Help("Trace spans the OTLP collector accepted")
+                                    .Register(*registry)
+                                    .Add({});
+  pm::Counter& spans_dropped = pm::BuildCounter()
+                                   .Name("ropeserve_otlp_spans_dropped_total")
+                                   .Help("Trace spans lost: export queue full, or the collector failed or was too slow")
+                                   .Register(*registry)
+                                   .Add({});
+  pm::Gauge& resident =
+      pm::BuildGauge().Name("process_resident_memory_bytes").Help("Resident memory size in bytes").Register(*registry).Add({});
+  pm::Gauge& virtual_bytes =
+      pm::BuildGauge().Name("process_virtual_memory_bytes").Help("Virtual memory size in bytes").Register(*registry).Add({});
+  pm::Gauge& open_fds = pm::BuildGauge().Name("process_open_fds").Help("Open file descriptors").Register(*registry).Add({});
+  pm::Gauge& max_fds =
+      pm::BuildGauge().Name("process_max_fds").Help("Maximum number of open file descriptors").Register(*registry).Add({});
+  pm::Gauge& start_time = pm::BuildGauge()
+                              .Name("process_start_time_seconds")
+                              .Help("Start time of the process since the Unix epoch in seconds")
+                              .Register(*registry)
+                              .Add({});
+  pm::Counter& cpu = pm::BuildCounter()
+                         .Name("process_cpu_seconds_total")
+                         .Help("Total user and system CPU time spent in seconds")
+                         .Register(*registry)
+                         .Add({});
 };
 
-ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {}
-
-void ServerMetrics::Attach(const Engine* engine, int block_size, int num_blocks) {
-  impl_->engine = engine;
-  impl_->block_size = block_size;
-  if (engine == nullptr) return;
+ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {
   pm::BuildGauge()
-      .Name("ropeserve_cache_config_info")
-      .Help("KV cache configuration (value 1; the labels carry it)")
+      .Name("ropeserve_build_info")
+      .Help("The server's build (value 1; the labels carry it)")
       .Register(*impl_->registry)
-      .Add({{"block_size", std::to_string(block_size)}, {"num_blocks", std::to_string(num_blocks)}})
+      .Add({{"version", ROPESERVE_VERSION}, {"compiler", __VERSION__}})
       .Set(1);
 }
 
 ServerMetrics::~ServerMetrics() = default;
 
+void ServerMetrics::SetModel(const ServedModelInfo& model) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->model_storage) return;
+  impl_->model_storage = std::make_unique<ModelFamilies>(*impl_->registry, model);
+  impl_->block_size = model.block_size;
+  impl_->model = impl_->model_storage.get();
+}
+
+void ServerMetrics::Attach(const Engine* engine) { impl_->engine = engine; }
+
+void ServerMetrics::AttachTracer(const Tracer* tracer) { impl_->tracer = tracer; }
+
 void ServerMetrics::OnRequestFinished(const RequestMetrics& m) {
-  if (m.queue_seconds >= 0) impl_->queue_time.Observe(m.queue_seconds);
-  if (m.ttft_seconds >= 0) impl_->ttft.Observe(m.ttft_seconds);
-  for (double gap : m.inter_token_seconds) impl_->itl.Observe(gap);
-  impl_->e2e.Observe(m.e2e_seconds);
-  impl_->prompt_tokens.Increment(static_cast<double>(m.prompt_tokens));
+  ModelFamilies* f = impl_->model.load();
+  if (f == nullptr) return;
+  if (m.queue_seconds >= 0) Observe(f->queue_time, m.queue_seconds);
+  if (m.ttft_seconds >= 0) {
+    Observe(f->ttft, m.ttft_seconds);
+    Observe(f->prefill_time, std::max(0.0, m.ttft_seconds - m.queue_seconds));
+    Observe(f->decode_time, std::max(0.0, m.e2e_seconds - m.ttft_seconds));
+  }
+  Observe(f->inference_time, std::max(0.0, m.e2e_seconds - m.queue_seconds));
+  for (double gap : m.inter_token_seconds) Observe(f->itl, gap);
+  Observe(f->e2e, m.e2e_seconds);
+  Observe(f->prompt_hist, static_cast<double>(m.prompt_tokens));
+  Observe(f->generation_hist, static_cast<double>(m.generated_tokens));
+  f->prompt_tokens.ours->Increment(static_cast<double>(m.prompt_tokens));
+  f->prompt_tokens.vllm->Increment(static_cast<double>(m.prompt_tokens));
+  f->success[0]->Add({{"finished_reason", FinishReasonName(m.finish_reason)}}).Increment();
+  f->success[1]->Add({{"finished_reason", VllmFinishedReason(m.finish_reason)}}).Increment();
 }
 
 void ServerMetrics::OnStep(const StepMetrics& m) {
-  if (m.scheduled_tokens > 0) impl_->step_tokens.Observe(static_cast<double>(m.scheduled_tokens));
-  if (m.encoder_tokens > 0) impl_->qa_window_tokens.Increment(static_cast<double>(m.encoder_tokens));
+  ModelFamilies* f = impl_->model.load();
+  if (f == nullptr) return;
+  if (m.scheduled_tokens > 0) Observe(f->iteration_tokens, static_cast<double>(m.scheduled_tokens));
+  if (m.encoder_tokens > 0) f->qa_window_tokens->Increment(static_cast<double>(m.encoder_tokens));
 }
 
 void ServerMetrics::CountRequest(const std::string& endpoint, const std::string& protocol, const std::string& code) {
   impl_->requests.Add({{"endpoint", endpoint}, {"protocol", protocol}, {"code", code}}).Increment();
 }
 
-void ServerMetrics::ObserveQaLatency(double seconds) { impl_->qa_latency.Observe(seconds); }
+void ServerMetrics::ObserveQaLatency(double seconds) {
+  ModelFamilies* f = impl_->model.load();
+  if (f != nullptr && f->qa_latency != nullptr) f->qa_latency->Observe(seconds);
+}
 
 std::string ServerMetrics::Render() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (const Engine* e = impl_->engine.load()) {
+    ModelFamilies* f = impl_->model.load();
+    const Engine* e = impl_->engine.load();
+    if (f != nullptr && e != nullptr) {
       const EngineStats& s = e->stats();
-      impl_->running.Set(s.running.load());
-      impl_->waiting.Set(s.waiting.load());
-      impl_->kv_usage.Set(s.kv_usage.load());
-      SyncCounter(impl_->generation_tokens, static_cast<double>(s.generated_tokens.load()));
-      SyncCounter(impl_->preemptions, static_cast<double>(s.preemptions.load()));
+      Set(f->running, s.running.load());
+      Set(f->waiting, s.waiting.load());
+      Set(f->kv_usage, s.kv_usage.load());
+      Sync(f->generation_tokens, static_cast<double>(s.generated_tokens.load()));
+      Sync(f->preemptions, static_cast<double>(s.preemptions.load()));
       // The pool counts blocks; like vLLM, export tokens.
-      const double bs = impl_->block_size.load();
-      SyncCounter(impl_->prefix_queries, bs * static_cast<double>(s.prefix_queries.load()));
-      SyncCounter(impl_->prefix_hits, bs * static_cast<double>(s.prefix_hits.load()));
+      const double bs = impl_->block_size;
+      Sync(f->prefix_queries, bs * static_cast<double>(s.prefix_queries.load()));
+      Sync(f->prefix_hits, bs * static_cast<double>(s.prefix_hits.load()));
+    }
+    if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
+      SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));
+      SyncCounter(impl_->spans_dropped, static_cast<double>(t->exporter()->dropped()));
+    }
+    if (auto p = ReadProcessStats()) {
+      impl_->resident.Set(p->resident_bytes);
+      impl_->virtual_bytes.Set(p->virtual_bytes);
+      impl_->open_fds.Set(p->open_fds);
+      impl_->max_fds.Set(p->max_fds);
+      impl_->start_time.Set(p->start_time_seconds);
+      SyncCounter(impl_->cpu, p->cpu_seconds);
     }
   }
   return pm::TextSerializer().Serialize(impl_->registry->Collect());

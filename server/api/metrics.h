@@ -5,11 +5,16 @@
 // status. Gauges and engine counters are refreshed from Engine::stats() at
 // scrape time, so they are current even when the engine is idle.
 //
-// Names and meanings follow vLLM's (prefixed ropeserve_ instead of vllm:),
-// because the Kubernetes Gateway API Inference Extension routes on
-// num_requests_running, num_requests_waiting and kv_cache_usage_perc.
+// Every engine metric is exported twice, with the same value and a
+// `model_name` label: as `vllm:<name>` (vLLM's exact names, labels and
+// buckets, so vLLM's Grafana dashboards and the Gateway API Inference
+// Extension's endpoint picker work unchanged) and as `ropeserve_<name>`.
+// ropeserve's own metrics (QA, requests by endpoint, build info, OTLP
+// export) and the standard process_* ones have no vLLM twin. docs/api.md
+// lists them all.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,13 +22,30 @@
 
 namespace ropeserve::api {
 
+class Tracer;  // server/api/tracing.h
+
+// What the per-model metrics are labelled with and sized by.
+struct ServedModelInfo {
+  std::string name;     // the model_name label (--served-model-name)
+  std::string qa_name;  // the QA model's, "" without one
+  int block_size = 0;
+  int num_blocks = 0;
+  std::int64_t max_model_len = 0;  // bounds the token-count histograms
+};
+
 class ServerMetrics : public EngineObserver {
  public:
   ServerMetrics();
   ~ServerMetrics() override;
-  // The engine whose stats() are read at scrape time (it must outlive
-  // Render calls, or be detached with nullptr) and its cache configuration.
-  void Attach(const Engine* engine, int block_size, int num_blocks);
+  // Creates the per-model families (once; later calls are ignored). Until
+  // then engine observations are dropped and only the server's own metrics
+  // (requests, build, process) are exported.
+  void SetModel(const ServedModelInfo& model);
+  // The engine whose stats() are read at scrape time; it must outlive
+  // Render calls, or be detached with nullptr.
+  void Attach(const Engine* engine);
+  // Export counters of the tracer's OTLP exporter, when it has one.
+  void AttachTracer(const Tracer* tracer);
 
   // EngineObserver (engine thread).
   void OnRequestFinished(const RequestMetrics& m) override;
@@ -38,7 +60,12 @@ class ServerMetrics : public EngineObserver {
 
  private:
   struct Impl;
+  struct ModelFamilies;
   std::unique_ptr<Impl> impl_;
 };
+
+// vLLM's finished_reason label for an engine finish reason: stop, length,
+// abort (cancelled, deadline, rejected) or error.
+const char* VllmFinishedReason(FinishReason reason);
 
 }  // namespace ropeserve::api

@@ -203,6 +203,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
                                        request.timeout_seconds);
   // Completions call the alternatives count `logprobs`.
   if (!v.ok()) return v.status().param() == "top_logprobs" ? v.status().WithParam("logprobs") : v.status();
+  v->options.trace = request.trace;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
   const bool vllm_prompt_logprobs = body.prompt_logprobs;
   // Echo: the prompt's text as given (token-id prompts: decoded, special
@@ -328,6 +329,7 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt").WithParam("messages");
   RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()},
                                                           service.limits(), request.timeout_seconds));
+  v.options.trace = request.trace;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
   // Models that reason: <think> text goes to reasoning_content (or nowhere
   // with include_reasoning: false), the rest to content.

@@ -33,7 +33,7 @@ StatusOr<RestReply> Summarize(service::GenerationService& service, const RestReq
   service::DocumentSummarizer summarizer(service);
   RS_ASSIGN_OR_RETURN(service::SummaryPlan plan, summarizer.Plan(body.summary, body.fields));
   RS_ASSIGN_OR_RETURN(auto source, summarizer.Start(plan, body.fields, request.timeout_seconds,
-                                                    service::GenerationService::Admission::kWait));
+                                                    service::GenerationService::Admission::kWait, request.trace));
   const std::string id = service.NextRequestId("sum");
   const auto chunks = static_cast<std::int64_t>(plan.chunks.size());
   const std::string strategy = service::StrategyName(plan);

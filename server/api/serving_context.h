@@ -10,6 +10,7 @@
 #include "server/api/api_keys.h"
 #include "server/api/lifecycle.h"
 #include "server/api/metrics.h"
+#include "server/api/tracing.h"
 
 namespace ropeserve::service {
 class GenerationService;  // server/service/generation_service.h
@@ -24,6 +25,7 @@ struct ServingContext {
   Lifecycle lifecycle;
   ApiKeys api_keys;
   ServerMetrics* metrics = nullptr;  // null: not exported
+  Tracer* tracer = nullptr;          // null: trace ids only, no spans
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<service::GenerationService*> service{nullptr};
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)

@@ -64,6 +64,7 @@ struct ServeFlags {
   double request_timeout = 0;
   double shutdown_timeout = 30;
   std::string log_format = "text";
+  std::string otlp_traces_endpoint;  // "" = spans are not exported
   service::EngineOptions engine;
 };
 
@@ -116,7 +117,8 @@ struct Loaded {
   std::unique_ptr<service::QaService> qa;  // null without a QA model
 };
 
-StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::shared_ptr<api::WorkPool>& work_pool) {
+StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
+                      const std::shared_ptr<api::WorkPool>& work_pool) {
   bool demo = false;
   // With neither model named, both demo models; with only --summarizer, no QA.
   const bool demo_qa = f.summarizer.empty() && f.qa.empty();
@@ -148,7 +150,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, const std::sha
   } else {
     spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
   }
-  f.engine.observer = &metrics;
+  f.engine.observer = &observer;
   f.engine.priority_scheduling = f.scheduling_policy == "priority";
   if (const char* every = std::getenv("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
     f.engine.inject_faults_every = std::atoll(every);
@@ -225,6 +227,23 @@ int Run(ServeFlags f) {
     std::_Exit(128 + sig);
   }).detach();
 
+  // Tracing: ids always; spans exported only to a collector. (Its thread
+  // starts after the stop signals are blocked, as every thread must.)
+  std::unique_ptr<api::OtlpExporter> exporter;
+  if (!f.otlp_traces_endpoint.empty()) {
+    api::OtlpExporterOptions eo;
+    eo.endpoint = f.otlp_traces_endpoint;
+    if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name != nullptr && *name) eo.service_name = name;
+    auto started = api::OtlpExporter::Start(eo);
+    if (!started.ok()) return Fail(started.status().message());
+    exporter = std::move(*started);
+    spdlog::info("exporting trace spans (OTLP/HTTP JSON) to {}", f.otlp_traces_endpoint);
+  }
+  api::Tracer tracer(std::move(exporter));
+  ctx.tracer = &tracer;
+  metrics.AttachTracer(&tracer);
+  api::ObserverFanOut observers({&metrics, &tracer});
+
   // gRPC's request preparation and QA answer selection (server/api/work_pool.h).
   ctx.work_pool = std::make_shared<api::WorkPool>(4, static_cast<std::size_t>(f.engine.scheduler.max_waiting_requests));
 
@@ -282,14 +301,21 @@ int Run(ServeFlags f) {
     admin_thread.join();
   };
 
-  auto loaded = Load(f, metrics, ctx.work_pool);
+  auto loaded = Load(f, metrics, observers, ctx.work_pool);
   if (!loaded.ok()) {
     stop_http();
     grpc_server.Stop();
     return Fail(loaded.status().ToString());
   }
   service::GenerationService& service = *loaded->service;
-  metrics.Attach(&service.engine(), service.block_size(), static_cast<int>(service.kv_cache().num_blocks));
+  api::ServedModelInfo served;
+  served.name = service.name();
+  served.qa_name = loaded->qa ? loaded->qa->name() : "";
+  served.block_size = service.block_size();
+  served.num_blocks = static_cast<int>(service.kv_cache().num_blocks);
+  served.max_model_len = service.max_model_len();
+  metrics.SetModel(served);
+  metrics.Attach(&service.engine());
   ctx.service = &service;
   ctx.qa = loaded->qa.get();
   ctx.lifecycle.SetReady();
@@ -314,7 +340,7 @@ int Run(ServeFlags f) {
   stop_http();
   ctx.service = nullptr;
   ctx.qa = nullptr;
-  metrics.Attach(nullptr, 0, 0);
+  metrics.Attach(nullptr);
   if (!http_status.ok()) return Fail(http_status.ToString());
   if (!admin_status.ok()) return Fail("admin port: " + admin_status.ToString());
   spdlog::info("stopped");
@@ -508,6 +534,11 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}));
+  sub->add_option("--otlp-traces-endpoint", f->otlp_traces_endpoint,
+                  "OpenTelemetry collector URL (OTLP/HTTP, JSON), e.g. http://collector:4318/v1/traces: one span "
+                  "per request with queue/prefill/decode children, batched; dropped (counted) when the collector "
+                  "lags. Trace ids (W3C traceparent) are logged and returned in `traceresponse` either way")
+      ->envname("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
   return [f] { return Run(*f); };
 }
 

@@ -126,6 +126,7 @@ void Engine::DrainInbox() {
     r.stop = std::move(req.stop);
     r.stream = item->stream;
     r.submitted = item->submitted;
+    r.trace = req.trace;
     // The runner learns how to sample it before its first step.
     SamplingSpec sampling;
     sampling.id = item->id;
@@ -169,6 +170,7 @@ void Engine::ReportEnd(const Request& r, FinishReason reason, const Status& erro
     m.prompt_tokens = prompt_tokens;
     m.generated_tokens = r.generated;
     m.cached_tokens = r.num_cached_prompt_tokens;
+    m.trace = r.trace;
     (void)Guarded("metrics", [&] { observer_->OnRequestFinished(m); });  // metrics never fail a request
   }
   if (r.stream) r.stream->Finish(reason, prompt_tokens, r.num_cached_prompt_tokens, error);

@@ -45,6 +45,9 @@ struct EngineRequest {
   std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook; may be null
   int priority = 0;
   std::optional<Clock::duration> timeout;  // deadline = submission time + timeout
+  // The trace the request belongs to (the front end's server span); the
+  // engine only hands it back in RequestMetrics.
+  TraceContext trace;
 };
 
 struct EngineConfig {
@@ -88,6 +91,7 @@ struct RequestMetrics {
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_tokens = 0;
   std::int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
+  TraceContext trace;                 // EngineRequest::trace
 };
 
 // Per-step figures, after each forward.

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "server/common/trace_context.h"
 #include "server/engine/block_pool.h"
 #include "server/engine/request_stream.h"
 #include "server/engine/step_plan.h"
@@ -60,6 +61,7 @@ struct Request {
   Clock::time_point submitted, last_token;
   std::optional<Clock::time_point> scheduled, first_token;
   std::vector<double> gaps;  // seconds between consecutive tokens (with an observer)
+  TraceContext trace;        // echoed in RequestMetrics (spans of the request's trace)
 };
 
 }  // namespace ropeserve

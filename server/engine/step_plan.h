@@ -30,6 +30,9 @@ enum class FinishReason {
   kRejected,   // refused at admission (queue full, can never run)
   kError,      // a forward failed (an exception, a device error)
 };
+// "stop", "length", "cancelled", "deadline", "rejected", "error" (metric
+// labels, span attributes).
+const char* FinishReasonName(FinishReason reason);
 
 // A request's sampling, sent to the runner once (StepPlan::added, before
 // the request's first scheduled step) and kept by it until the request

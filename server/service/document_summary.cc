@@ -222,8 +222,8 @@ namespace {
 class DocumentSummary final : public OutputSource {
  public:
   DocumentSummary(GenerationService& service, const SummaryPlan& plan, const GenerationFields& fields,
-                  double timeout_seconds)
-      : service_(service), plan_(plan), fields_(fields), signal_(std::make_shared<Signal>()) {
+                  double timeout_seconds, const TraceContext& trace)
+      : service_(service), plan_(plan), fields_(fields), trace_(trace), signal_(std::make_shared<Signal>()) {
     if (timeout_seconds > 0)
       deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(std::min(timeout_seconds, 1e7)));
@@ -329,6 +329,7 @@ class DocumentSummary final : public OutputSource {
       if (timeout <= 0) return Status(ErrorCode::kDeadlineExceeded, "request timed out");
     }
     RS_ASSIGN_OR_RETURN(auto v, ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout));
+    v.options.trace = trace_;
     RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, GenerationService::Admission::kDontWait));
     gen->SetNotify(
         [s = signal_] {
@@ -471,6 +472,7 @@ class DocumentSummary final : public OutputSource {
   SummaryPlan plan_;
   GenerationFields fields_;
   std::optional<Clock::time_point> deadline_;
+  TraceContext trace_;
   std::shared_ptr<Signal> signal_;
   Phase phase_ = Phase::kMap;
   std::vector<Step> steps_;           // the current round (refine: every step so far)
@@ -483,16 +485,18 @@ class DocumentSummary final : public OutputSource {
 
 StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryPlan& plan, const GenerationFields& fields,
                                                                   double timeout_seconds,
-                                                                  GenerationService::Admission admission) {
+                                                                  GenerationService::Admission admission,
+                                                                  const TraceContext& trace) {
   if (plan.chunks.size() == 1) {
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(plan.chunks[0], plan.final_instruction));
     GenerationFields f = fields;
     if (plan.truncated) f.max_tokens = plan.max_tokens;
     RS_ASSIGN_OR_RETURN(auto v, ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout_seconds));
+    v.options.trace = trace;
     RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, admission));
     return std::unique_ptr<OutputSource>(std::move(gen));
   }
-  auto job = std::make_unique<DocumentSummary>(service_, plan, fields, timeout_seconds);
+  auto job = std::make_unique<DocumentSummary>(service_, plan, fields, timeout_seconds, trace);
   RS_RETURN_IF_ERROR(job->Begin());
   return std::unique_ptr<OutputSource>(std::move(job));
 }

@@ -83,10 +83,11 @@ class DocumentSummarizer {
   StatusOr<SummaryPlan> Plan(const SummaryFields& fields, const GenerationFields& generation) const;
   // Starts the plan: a single pass is one Generation (admission as
   // GenerationService::Start); the others a DocumentSummary (never waits).
-  // `timeout_seconds` bounds the whole request, all phases together.
+  // `timeout_seconds` bounds the whole request, all phases together; every
+  // request it starts is traced under `trace`.
   StatusOr<std::unique_ptr<OutputSource>> Start(const SummaryPlan& plan, const GenerationFields& fields,
-                                                double timeout_seconds,
-                                                GenerationService::Admission admission);
+                                                double timeout_seconds, GenerationService::Admission admission,
+                                                const TraceContext& trace = {});
  private:
   GenerationService& service_;
 };

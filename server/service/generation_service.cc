@@ -116,6 +116,7 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
   r.prompt_logprobs = options.prompt_logprobs;
+  r.trace = options.trace;
   if (options.timeout_seconds > 0) {
     r.timeout = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7)));

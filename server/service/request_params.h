@@ -17,6 +17,7 @@
 #include "server/common/status.h"
 #include "server/engine/sampling.h"
 #include "server/qa/span_scoring.h"
+#include "server/common/trace_context.h"
 #include "server/qa/windows.h"
 #include "server/structured/constraint.h"
 
@@ -52,6 +53,9 @@ struct GenerateOptions {
   // Served requests: the engine ends the request with DeadlineExceeded this
   // long after submission (0 = no deadline).
   double timeout_seconds = 0;
+  // The request's trace (its front end's server span): the engine's spans
+  // (queue, prefill, decode) are recorded under it.
+  TraceContext trace;
 };
 
 struct TokenLogprob {

@@ -120,24 +120,67 @@ TEST(ServerMetrics, RendersObservationsInTextFormat) {
   r.e2e_seconds = 1.5;
   r.inter_token_seconds = {0.02, 0.03};
   r.prompt_tokens = 12;
+  r.generated_tokens = 3;
+  m.OnRequestFinished(r);  // before SetModel: dropped
+  ServedModelInfo info;
+  info.name = "m1";
+  info.qa_name = "qa1";
+  info.block_size = 16;
+  info.num_blocks = 100;
+  info.max_model_len = 4096;
+  m.SetModel(info);
+  m.OnRequestFinished(r);
+  r.finish_reason = FinishReason::kCancelled;
   m.OnRequestFinished(r);
   StepMetrics s;
   s.scheduled_tokens = 40;
   m.OnStep(s);
+  m.ObserveQaLatency(0.2);
   m.CountRequest("/v1/summarize", "http", "200");
   m.CountRequest("/v1/summarize", "http", "200");
   m.CountRequest("Summarize", "grpc", "UNAVAILABLE");
   const std::string text = m.Render();
-  EXPECT_NE(text.find("ropeserve_prompt_tokens_total 12"), std::string::npos) << text;
-  EXPECT_NE(text.find("ropeserve_inter_token_latency_seconds_count 2"), std::string::npos);
-  EXPECT_NE(text.find("ropeserve_time_to_first_token_seconds_bucket{le=\"0.06\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("ropeserve_time_to_first_token_seconds_bucket{le=\"0.04\"} 0"), std::string::npos);
-  EXPECT_NE(text.find("ropeserve_requests_total{code=\"200\",endpoint=\"/v1/summarize\",protocol=\"http\"} 2"),
-            std::string::npos);
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  // Each engine metric under ropeserve_ and vLLM's exact name, labelled with the model.
+  for (const std::string p : {"ropeserve_", "vllm:"}) {
+    EXPECT_TRUE(has(p + "prompt_tokens_total{model_name=\"m1\"} 24")) << p << text;
+    EXPECT_TRUE(has(p + "inter_token_latency_seconds_count{model_name=\"m1\"} 4")) << p;
+    EXPECT_TRUE(has(p + "time_to_first_token_seconds_bucket{model_name=\"m1\",le=\"0.06\"} 2")) << p;
+    EXPECT_TRUE(has(p + "time_to_first_token_seconds_bucket{model_name=\"m1\",le=\"0.04\"} 0")) << p;
+    EXPECT_TRUE(has(p + "request_prefill_time_seconds_sum{model_name=\"m1\"} 0.08")) << p;
+    EXPECT_TRUE(has(p + "request_decode_time_seconds_sum{model_name=\"m1\"} 2.9")) << p;
+    // vLLM's 1-2-5 token buckets up to max_model_len.
+    EXPECT_TRUE(has(p + "request_generation_tokens_bucket{model_name=\"m1\",le=\"2000\"} 2")) << p;
+    EXPECT_EQ(text.find(p + "request_generation_tokens_bucket{model_name=\"m1\",le=\"5000\"}"), std::string::npos);
+    EXPECT_TRUE(has(p + "cache_config_info{block_size=\"16\",model_name=\"m1\",num_gpu_blocks=\"100\"} 1")) << p;
+    // No engine attached: the gauges exist and read 0.
+    EXPECT_TRUE(has(p + "kv_cache_usage_perc{model_name=\"m1\"} 0")) << p;
+  }
+  EXPECT_TRUE(has("ropeserve_iteration_tokens_sum{model_name=\"m1\"} 40"));
+  EXPECT_TRUE(has("vllm:iteration_tokens_total_sum{model_name=\"m1\"} 40"));
+  // Finish reasons: ours, and vLLM's coarser ones.
+  EXPECT_TRUE(has("ropeserve_request_success_total{model_name=\"m1\",finished_reason=\"cancelled\"} 1")) << text;
+  EXPECT_TRUE(has("vllm:request_success_total{model_name=\"m1\",finished_reason=\"abort\"} 1"));
+  EXPECT_TRUE(has("vllm:request_success_total{model_name=\"m1\",finished_reason=\"stop\"} 1"));
+  EXPECT_TRUE(has("ropeserve_qa_request_latency_seconds_count{model_name=\"qa1\"} 1"));
+  EXPECT_TRUE(has("ropeserve_requests_total{code=\"200\",endpoint=\"/v1/summarize\",protocol=\"http\"} 2"));
   EXPECT_NE(text.find("protocol=\"grpc\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("ropeserve_step_tokens_sum 40"), std::string::npos);
-  // No engine attached: the gauges exist and read 0.
-  EXPECT_NE(text.find("ropeserve_kv_cache_usage_perc 0"), std::string::npos);
+  EXPECT_NE(text.find("ropeserve_build_info{compiler="), std::string::npos);
+  for (const char* name : {"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+                           "process_max_fds ", "process_start_time_seconds ", "process_virtual_memory_bytes "})
+    EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
+  // A second SetModel changes nothing (the families exist once).
+  info.name = "other";
+  m.SetModel(info);
+  EXPECT_EQ(m.Render().find("model_name=\"other\""), std::string::npos);
+}
+
+TEST(ServerMetrics, MapsFinishReasonsToVllms) {
+  EXPECT_STREQ(VllmFinishedReason(FinishReason::kStop), "stop");
+  EXPECT_STREQ(VllmFinishedReason(FinishReason::kLength), "length");
+  EXPECT_STREQ(VllmFinishedReason(FinishReason::kDeadline), "abort");
+  EXPECT_STREQ(VllmFinishedReason(FinishReason::kRejected), "abort");
+  EXPECT_STREQ(VllmFinishedReason(FinishReason::kError), "error");
 }
 
 }  // namespace

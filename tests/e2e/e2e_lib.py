@@ -212,12 +212,21 @@ class Server:
         return text[-tail:] if tail else text
 
     def metrics(self):
+        """The /metrics text and its samples by series ('name{labels}');
+        a labelled series is also summed under its bare name (so
+        values['ropeserve_num_requests_running'] reads the one served
+        model's gauge whatever its model_name)."""
         _, _, text = curl(self.http, "/metrics")
-        values = {}
+        values, sums = {}, {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
                 name, _, value = line.rpartition(" ")
                 values[name] = float(value)
+                if "{" in name:
+                    bare = name.split("{")[0]
+                    sums[bare] = sums.get(bare, 0.0) + float(value)
+        for bare, total in sums.items():
+            values.setdefault(bare, total)
         return text, values
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
