@@ -32,8 +32,8 @@ std::vector<std::size_t> Lengths(const std::vector<std::vector<std::int64_t>>& p
 // A token as text for logprobs: its decoded string with a tokenizer, else
 // "token_id:N" (vLLM's return_tokens_as_token_ids format).
 std::string TokenText(const service::GenerationService& service, std::int64_t id) {
-  if (const tok::Tokenizer* t = service.tokenizer()) {
-    auto s = t->Decode({static_cast<uint32_t>(id)}, false);
+  if (const tok::Tokenizer* t = service.tokenizer(); t != nullptr && id >= 0 && id <= INT32_MAX) {
+    auto s = t->Decode({static_cast<TokenId>(id)}, false);
     if (s.ok()) return *s;
   }
   return "token_id:" + std::to_string(id);

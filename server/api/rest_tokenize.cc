@@ -25,7 +25,7 @@ StatusOr<RestReply> Tokenize(service::GenerationService& service, const RestRequ
   if (body.return_token_strs) {
     strs = json::array();
     for (auto id : ids) {
-      const std::string* piece = service.tokenizer()->IdToToken(static_cast<std::uint32_t>(id));
+      const std::string* piece = service.tokenizer()->IdToToken(static_cast<TokenId>(id));
       strs.push_back(piece != nullptr ? *piece : std::string());
     }
   }

@@ -59,11 +59,14 @@ at::Tensor Activation(const at::Tensor& x, const std::string& act) {
   return at::silu(x);
 }
 
-std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& ids) {
+std::vector<std::int64_t> ToInt64(const std::vector<TokenId>& ids) {
   return std::vector<std::int64_t>(ids.begin(), ids.end());
 }
+std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& type_ids) {
+  return std::vector<std::int64_t>(type_ids.begin(), type_ids.end());
+}
 
-Status WindowedSpanModel::CheckIds(const std::vector<std::uint32_t>& ids,
+Status WindowedSpanModel::CheckIds(const std::vector<TokenId>& ids,
                                    const std::vector<std::uint32_t>& type_ids) const {
   if (ids.empty()) return InvalidArgument("an empty window");
   // Only RoFormer has token types; the other families ignore them.
@@ -77,12 +80,12 @@ Status WindowedSpanModel::CheckIds(const std::vector<std::uint32_t>& ids,
     return InvalidArgument("a window of " + std::to_string(ids.size()) + " tokens exceeds max_position_embeddings " +
                            std::to_string(config_.max_position_embeddings));
   for (auto id : ids)
-    if (static_cast<std::int64_t>(id) >= config_.vocab_size)
+    if (id < 0 || static_cast<std::int64_t>(id) >= config_.vocab_size)
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
   return Status::Ok();
 }
 
-StatusOr<SpanLogits> WindowedSpanModel::ForwardReference(const std::vector<std::uint32_t>& ids,
+StatusOr<SpanLogits> WindowedSpanModel::ForwardReference(const std::vector<TokenId>& ids,
                                                          const std::vector<std::uint32_t>& type_ids,
                                                          bool with_hidden) const {
   RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
@@ -90,7 +93,7 @@ StatusOr<SpanLogits> WindowedSpanModel::ForwardReference(const std::vector<std::
 }
 
 StatusOr<std::vector<SpanLogits>> WindowedSpanModel::ForwardWindows(
-    const std::vector<std::vector<std::uint32_t>>& windows, const std::vector<std::vector<std::uint32_t>>& type_ids,
+    const std::vector<std::vector<TokenId>>& windows, const std::vector<std::vector<std::uint32_t>>& type_ids,
     bool with_hidden) const {
   if (!type_ids.empty() && type_ids.size() != windows.size())
     return InvalidArgument("token type ids are needed for every window or none");

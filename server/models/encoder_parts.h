@@ -57,7 +57,8 @@ inline at::Tensor Softmax(const at::Tensor& scores) {
   return at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
 }
 
-std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& ids);
+std::vector<std::int64_t> ToInt64(const std::vector<TokenId>& ids);
+std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& type_ids);
 
 // A span model that computes one window at a time: the checks and the
 // loops over windows for both paths. Every window runs on tensors of its
@@ -68,21 +69,21 @@ class WindowedSpanModel : public SpanModel {
  public:
   explicit WindowedSpanModel(EncoderConfig config) : config_(std::move(config)) {}
   const EncoderConfig& config() const final { return config_; }
-  StatusOr<SpanLogits> ForwardReference(const std::vector<std::uint32_t>& ids,
+  StatusOr<SpanLogits> ForwardReference(const std::vector<TokenId>& ids,
                                         const std::vector<std::uint32_t>& type_ids = {},
                                         bool with_hidden = false) const final;
-  StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<std::uint32_t>>& windows,
+  StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<TokenId>>& windows,
                                                   const std::vector<std::vector<std::uint32_t>>& type_ids = {},
                                                   bool with_hidden = false) const final;
 
  protected:
   // One checked window. `reference`: Hugging Face's eager computation
   // (dense masks, unfused ops); else the serving path.
-  virtual SpanLogits Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids,
+  virtual SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids,
                             bool reference, bool with_hidden) const = 0;
 
  private:
-  Status CheckIds(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids) const;
+  Status CheckIds(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids) const;
   EncoderConfig config_;
 };
 

@@ -52,7 +52,7 @@ class ModernBertQa final : public encoder::WindowedSpanModel {
       : WindowedSpanModel(std::move(config)), w_(std::move(w)) {}
 
  protected:
-  SpanLogits Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
+  SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
                     bool with_hidden) const override;
 
  private:
@@ -68,7 +68,7 @@ class ModernBertQa final : public encoder::WindowedSpanModel {
 // The two paths differ only in attention: the serving path runs
 // sliding-window layers in query blocks that read only their band of keys;
 // the reference builds Hugging Face's dense masks.
-SpanLogits ModernBertQa::Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>&,
+SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&,
                                 bool reference, bool with_hidden) const {
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config();

@@ -49,14 +49,14 @@ class RoFormerQa final : public encoder::WindowedSpanModel {
 
  protected:
   // One window, [H, L, D] attention as the reference module (both paths).
-  SpanLogits Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
+  SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
                     bool with_hidden) const override;
 
  private:
   RoFormerWeights w_;
 };
 
-SpanLogits RoFormerQa::Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>& type_ids,
+SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids,
                               bool, bool with_hidden) const {
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config();

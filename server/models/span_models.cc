@@ -18,7 +18,7 @@ class DecoderSpanModel final : public encoder::WindowedSpanModel {
       : WindowedSpanModel(std::move(config)), decoder_(std::move(decoder)) {}
 
  protected:
-  SpanLogits Window(const std::vector<std::uint32_t>& ids, const std::vector<std::uint32_t>&, bool reference,
+  SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&, bool reference,
                     bool with_hidden) const override {
     return std::move(decoder_->ForwardSpans({encoder::ToInt64(ids)}, reference, with_hidden)[0]);
   }

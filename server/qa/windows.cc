@@ -6,7 +6,7 @@ namespace ropeserve::qa {
 
 namespace {
 
-WindowInput ToInput(const tok::Encoding& e, std::optional<std::uint32_t> cls_id) {
+WindowInput ToInput(const tok::Encoding& e, std::optional<TokenId> cls_id) {
   WindowInput in;
   in.ids = e.ids;
   in.type_ids = e.type_ids;
@@ -58,7 +58,7 @@ StatusOr<std::vector<WindowInput>> BuildWindows(const tok::Tokenizer& tokenizer,
   auto e = tokenizer.EncodePair(q, context, /*add_special_tokens=*/true, t);
   if (!e.ok()) return e.status().WithContext("cannot split the context into windows (is the question too long for "
                                              "max_seq_len, or doc_stride too large?)");
-  std::optional<std::uint32_t> cls_id;
+  std::optional<TokenId> cls_id;
   if (const auto& cls = tokenizer.config().cls_token) cls_id = tokenizer.TokenToId(*cls);
   // The main encoding, then its overflowing windows (the pipeline's order).
   std::vector<WindowInput> out;

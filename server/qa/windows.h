@@ -34,7 +34,7 @@ struct WindowOptions {
 // One model input: ids and token types, and the QaWindow (p_mask, offsets
 // into the context, word ids) its logits will be scored with.
 struct WindowInput {
-  std::vector<std::uint32_t> ids;
+  std::vector<TokenId> ids;
   std::vector<std::uint32_t> type_ids;
   QaWindow window;  // logits empty until the model fills them
 };

@@ -51,7 +51,7 @@ void Generation::Release(Delta& out, bool all) {
 
 StatusOr<bool> Generation::PushText(TokenId id) {
   const std::size_t before = text_.size();
-  RS_ASSIGN_OR_RETURN(std::string piece, detok_->Push(static_cast<std::uint32_t>(id)));
+  RS_ASSIGN_OR_RETURN(std::string piece, detok_->Push(id));
   text_ += piece;
   // Advance the stop automata over the new bytes; the earliest-starting
   // stop string completed in them (it may begin in earlier pieces) cuts

@@ -305,14 +305,16 @@ StatusOr<std::vector<std::int64_t>> GenerationService::Tokenize(const std::strin
 StatusOr<std::string> GenerationService::Detokenize(const std::vector<std::int64_t>& ids,
                                                      bool skip_special_tokens) const {
   if (!tokenizer_) return FailedPrecondition("this server has not loaded the model's tokenizer.json: no text");
-  std::vector<std::uint32_t> ids32;
-  ids32.reserve(ids.size());
+  // The API reads int64 so that an id past TokenId's range is reported,
+  // not wrapped.
+  std::vector<TokenId> narrow;
+  narrow.reserve(ids.size());
   for (auto id : ids) {
-    if (id < 0 || id > static_cast<std::int64_t>(UINT32_MAX))
+    if (id < 0 || id > static_cast<std::int64_t>(INT32_MAX))
       return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
-    ids32.push_back(static_cast<std::uint32_t>(id));
+    narrow.push_back(static_cast<TokenId>(id));
   }
-  return tokenizer_->Decode(ids32, skip_special_tokens);  // InvalidArgument for an unknown id
+  return tokenizer_->Decode(narrow, skip_special_tokens);  // InvalidArgument for an unknown id
 }
 
 StatusOr<std::string> GenerationService::ApplyChatTemplate(const nlohmann::ordered_json& messages,

@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 // (queue closed, forward failed, cancelled, deadline).
 class QaJob : public EncoderJob, public QaCall {
  public:
-  std::vector<std::vector<std::uint32_t>> windows;
+  std::vector<std::vector<TokenId>> windows;
   std::vector<std::vector<std::uint32_t>> type_ids;
   std::optional<Clock::time_point> deadline;
   // Async calls: runs once on completion (Ok or the failure), without the lock.
@@ -103,7 +103,8 @@ class QaRunner : public EncoderRunner {
  public:
   explicit QaRunner(const SpanModel& model) : model_(model) {}
   void Run(std::span<const EncoderItem> items) override {
-    std::vector<std::vector<std::uint32_t>> inputs, types;
+    std::vector<std::vector<TokenId>> inputs;
+    std::vector<std::vector<std::uint32_t>> types;
     for (const auto& it : items) {
       auto& job = static_cast<QaJob&>(*it.job);
       inputs.push_back(job.windows[it.window]);

@@ -16,12 +16,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "server/common/status.h"
+#include "server/common/token_id.h"
 #include "server/tokenizer/normalized_string.h"
 
 namespace ropeserve::tok {
 
 struct Token {
-  uint32_t id;
+  TokenId id;
   Offsets offsets;  // bytes of the word the model was given
 };
 
@@ -55,7 +56,7 @@ class PreTokenizedString {
 
 // The result of encoding: parallel arrays, one entry per token.
 struct Encoding {
-  std::vector<uint32_t> ids;
+  std::vector<TokenId> ids;
   std::vector<uint32_t> type_ids;
   std::vector<std::string> tokens;
   std::vector<Offsets> offsets;  // code points of the original text
@@ -95,8 +96,8 @@ class Model {
   virtual ~Model() = default;
   // Appends the tokens of one pre-token.
   virtual Status Tokenize(const std::string& word, std::vector<Token>* out) const = 0;
-  virtual std::optional<uint32_t> TokenToId(const std::string& token) const = 0;
-  virtual const std::string* IdToToken(uint32_t id) const = 0;
+  virtual std::optional<TokenId> TokenToId(const std::string& token) const = 0;
+  virtual const std::string* IdToToken(TokenId id) const = 0;
   virtual size_t VocabSize() const = 0;
 };
 

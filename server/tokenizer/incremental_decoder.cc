@@ -7,17 +7,17 @@ namespace ropeserve::tok {
 IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> t, bool skip_special)
     : tok_(std::move(t)), skip_special_(skip_special) {}
 
-bool Tokenizer::IsByteFallbackToken(uint32_t id) const {
+bool Tokenizer::IsByteFallbackToken(TokenId id) const {
   const std::string* t = IdToToken(id);
   return t != nullptr && t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>';
 }
 
 StatusOr<std::string> IncrementalDecoder::DecodeFrom(size_t start, size_t end) const {
-  return tok_->Decode(std::vector<uint32_t>(ids_.begin() + static_cast<long>(start), ids_.begin() + static_cast<long>(end)),
+  return tok_->Decode(std::vector<TokenId>(ids_.begin() + static_cast<long>(start), ids_.begin() + static_cast<long>(end)),
                       skip_special_);
 }
 
-StatusOr<std::string> IncrementalDecoder::Push(uint32_t id) {
+StatusOr<std::string> IncrementalDecoder::Push(TokenId id) {
   // A model may sample an id the tokenizer does not have (embeddings padded
   // to a multiple of 64 or 128 rows): it has no text. Hugging Face's decode
   // skips such ids, and so do the serving engines; a generation must not

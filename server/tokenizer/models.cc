@@ -28,25 +28,25 @@ class Vocab {
     if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
       return Bad(where, "vocabulary id out of range for '" + token + "'");
     }
-    const auto uid = static_cast<uint32_t>(id);
+    const auto uid = static_cast<TokenId>(id);
     if (!to_id_.emplace(token, uid).second) return Bad(where, "duplicate vocabulary entry '" + token + "'");
-    if (uid >= to_token_.size()) to_token_.resize(uid + 1);
+    if (static_cast<size_t>(uid) >= to_token_.size()) to_token_.resize(static_cast<size_t>(uid) + 1);
     if (to_token_[uid]) return Bad(where, "id " + std::to_string(uid) + " used twice in the vocabulary");
     to_token_[uid] = token;
     return Status::Ok();
   }
-  std::optional<uint32_t> Find(std::string_view t) const {
+  std::optional<TokenId> Find(std::string_view t) const {
     auto it = to_id_.find(std::string(t));
     if (it == to_id_.end()) return std::nullopt;
     return it->second;
   }
-  const std::string* Token(uint32_t id) const {
-    return id < to_token_.size() && to_token_[id] ? &*to_token_[id] : nullptr;
+  const std::string* Token(TokenId id) const {
+    return id >= 0 && static_cast<size_t>(id) < to_token_.size() && to_token_[id] ? &*to_token_[id] : nullptr;
   }
   size_t size() const { return to_token_.size(); }
 
  private:
-  std::unordered_map<std::string, uint32_t> to_id_;
+  std::unordered_map<std::string, TokenId> to_id_;
   std::vector<std::optional<std::string>> to_token_;
 };
 
@@ -72,8 +72,8 @@ std::string ByteFallbackToken(uint8_t b) {
 // The vocabulary lookups every model shares.
 class VocabModel : public Model {
  public:
-  std::optional<uint32_t> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
-  const std::string* IdToToken(uint32_t id) const override { return vocab_.Token(id); }
+  std::optional<TokenId> TokenToId(const std::string& t) const override { return vocab_.Find(t); }
+  const std::string* IdToToken(TokenId id) const override { return vocab_.Token(id); }
   size_t VocabSize() const override { return vocab_.size(); }
 
  protected:
@@ -161,10 +161,12 @@ class BpeModel final : public VocabModel {
 
  private:
   static constexpr size_t kCacheCapacity = 10000;
-  static uint64_t Key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+  static uint64_t Key(TokenId a, TokenId b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
 
   struct Symbol {
-    uint32_t id;
+    TokenId id;
     int prev, next;
     size_t start, len;  // bytes in the word
   };
@@ -185,7 +187,7 @@ class BpeModel final : public VocabModel {
       } else {
         bool done = false;
         if (byte_fallback_) {
-          std::vector<uint32_t> ids;
+          std::vector<TokenId> ids;
           for (size_t k = 0; k < n; ++k) {
             auto bid = vocab_.Find(ByteFallbackToken(static_cast<uint8_t>(word[i + k])));
             if (!bid) break;
@@ -214,7 +216,7 @@ class BpeModel final : public VocabModel {
     struct Cand {
       uint32_t rank;
       int pos;
-      uint32_t new_id;
+      TokenId new_id;
       bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
     std::priority_queue<Cand> heap;
@@ -247,10 +249,10 @@ class BpeModel final : public VocabModel {
     return toks;
   }
 
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<uint32_t, TokenId>> merges_;  // -> (rank, merged id)
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
-  std::optional<uint32_t> unk_;
+  std::optional<TokenId> unk_;
   mutable std::shared_mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<Token>> cache_;
 };
@@ -284,7 +286,7 @@ class WordPieceModel final : public VocabModel {
     std::string sub;
     while (start < word.size()) {
       size_t end = word.size();
-      std::optional<uint32_t> found;
+      std::optional<TokenId> found;
       while (start < end) {
         sub.clear();
         if (start > 0) sub = prefix_;
@@ -305,7 +307,7 @@ class WordPieceModel final : public VocabModel {
   }
 
  private:
-  std::optional<uint32_t> unk_;
+  std::optional<TokenId> unk_;
   std::string prefix_;
   size_t max_chars_ = 100;
 };
@@ -333,7 +335,7 @@ class WordLevelModel final : public VocabModel {
     return Status::Ok();
   }
  private:
-  std::optional<uint32_t> unk_;
+  std::optional<TokenId> unk_;
 };
 
 // ------------------------------------------------------------------ Unigram
@@ -358,7 +360,7 @@ class UnigramModel final : public VocabModel {
     if (m->scores_.empty()) return Bad(where, "empty vocabulary");
     RS_ASSIGN_OR_RETURN(long long unk, json_fields::Int(j, "unk_id", -1, where));
     if (unk >= static_cast<long long>(m->scores_.size())) return Bad(where, "'unk_id' is outside the vocabulary");
-    if (unk >= 0) m->unk_ = static_cast<uint32_t>(unk);
+    if (unk >= 0) m->unk_ = static_cast<TokenId>(unk);
     RS_ASSIGN_OR_RETURN(m->byte_fallback_, json_fields::Bool(j, "byte_fallback", false, where));
     return std::unique_ptr<Model>(std::move(m));
   }
@@ -372,7 +374,7 @@ class UnigramModel final : public VocabModel {
       bool set = false;
       double score = 0;
       size_t from = 0;
-      std::optional<uint32_t> id;  // nullopt = unknown piece
+      std::optional<TokenId> id;  // nullopt = unknown piece
     };
     std::vector<Node> best(word.size() + 1);
     best[0].set = true;
@@ -437,11 +439,11 @@ class UnigramModel final : public VocabModel {
   }
 
  private:
-  static constexpr uint32_t kUnknown = std::numeric_limits<uint32_t>::max();
+  static constexpr TokenId kUnknown = -1;  // never a vocabulary id
   std::vector<double> scores_;
   double min_score_ = 0;
   size_t max_piece_bytes_ = 0;
-  std::optional<uint32_t> unk_;
+  std::optional<TokenId> unk_;
   bool byte_fallback_ = false;
 };
 

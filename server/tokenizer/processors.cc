@@ -96,7 +96,7 @@ Encoding Encoding::Merge(std::vector<Encoding> encodings) {
 namespace {
 
 struct SpecialPiece {
-  std::vector<uint32_t> ids;
+  std::vector<TokenId> ids;
   std::vector<std::string> tokens;
 };
 
@@ -264,10 +264,10 @@ class SequenceProcessor final : public PostProcessor {
 StatusOr<SpecialPiece> ReadPair(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
-      !(*it)[1].is_number_unsigned()) {
+      !(*it)[1].is_number_unsigned() || (*it)[1].get<std::uint64_t>() > INT32_MAX) {
     return Bad(where, std::string("'") + key + "' must be [token, id]");
   }
-  return SpecialPiece{{(*it)[1].get<uint32_t>()}, {(*it)[0].get<std::string>()}};
+  return SpecialPiece{{(*it)[1].get<TokenId>()}, {(*it)[0].get<std::string>()}};
 }
 
 StatusOr<std::vector<TemplateProcessor::Piece>> ReadTemplate(
@@ -312,8 +312,9 @@ StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
           return Bad(where, "special token '" + it.key() + "' needs 'ids' and 'tokens' of equal length");
         }
         for (const json& id : s["ids"]) {
-          if (!id.is_number_unsigned()) return Bad(where, "special token ids must be non-negative integers");
-          p.ids.push_back(id.get<uint32_t>());
+          if (!id.is_number_unsigned() || id.get<std::uint64_t>() > INT32_MAX)
+            return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
+          p.ids.push_back(id.get<TokenId>());
         }
         for (const json& tk : s["tokens"]) {
           if (!tk.is_string()) return Bad(where, "special token strings must be strings");

@@ -312,7 +312,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string
       AddedToken at;
       RS_ASSIGN_OR_RETURN(long long id, json_fields::Int(a, "id", -1, where));
       if (id < 0 || id > INT32_MAX) return InvalidArgument("added_tokens: missing or invalid 'id'");
-      at.id = static_cast<uint32_t>(id);
+      at.id = static_cast<TokenId>(id);
       RS_ASSIGN_OR_RETURN(at.content, json_fields::String(a, "content", where));
       if (at.content.empty()) return InvalidArgument("added_tokens: empty 'content' for id " + std::to_string(id));
       RS_RETURN_IF_ERROR(CheckUtf8(at.content, "added token content"));
@@ -520,20 +520,20 @@ StatusOr<Encoding> Tokenizer::EncodePair(std::string_view first, std::string_vie
                      truncation ? truncation : truncation_);
 }
 
-std::optional<uint32_t> Tokenizer::TokenToId(const std::string& token) const {
+std::optional<TokenId> Tokenizer::TokenToId(const std::string& token) const {
   if (auto it = added_by_content_.find(token); it != added_by_content_.end()) return it->second;
   return model_->TokenToId(token);
 }
 
-const std::string* Tokenizer::IdToToken(uint32_t id) const {
+const std::string* Tokenizer::IdToToken(TokenId id) const {
   if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return &it->second->content;
   return model_->IdToToken(id);
 }
 
-StatusOr<std::string> Tokenizer::Decode(const std::vector<uint32_t>& ids, bool skip_special) const {
+StatusOr<std::string> Tokenizer::Decode(const std::vector<TokenId>& ids, bool skip_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
-  for (uint32_t id : ids) {
+  for (TokenId id : ids) {
     const std::string* t = IdToToken(id);
     if (t == nullptr) {
       return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
@@ -556,7 +556,7 @@ StatusOr<std::string> Tokenizer::Decode(const std::vector<uint32_t>& ids, bool s
   return out;
 }
 
-std::optional<std::string> Tokenizer::TokenBytes(uint32_t id) const {
+std::optional<std::string> Tokenizer::TokenBytes(TokenId id) const {
   if (IsSpecial(id)) return std::nullopt;
   const std::string* t = IdToToken(id);
   if (t == nullptr) return std::nullopt;

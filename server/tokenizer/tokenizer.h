@@ -21,7 +21,7 @@
 namespace ropeserve::tok {
 
 struct AddedToken {
-  uint32_t id = 0;
+  TokenId id = 0;
   std::string content;
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
 };
@@ -70,18 +70,18 @@ class Tokenizer {
                                 bool add_special_tokens,
                                 const std::optional<Truncation>& truncation) const;
   // InvalidArgument for an id outside the vocabulary.
-  StatusOr<std::string> Decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const;
+  StatusOr<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special_tokens) const;
 
-  std::optional<uint32_t> TokenToId(const std::string& token) const;
-  const std::string* IdToToken(uint32_t id) const;
-  bool IsSpecial(uint32_t id) const { return special_ids_.count(id) > 0; }
+  std::optional<TokenId> TokenToId(const std::string& token) const;
+  const std::string* IdToToken(TokenId id) const;
+  bool IsSpecial(TokenId id) const { return special_ids_.count(id) > 0; }
   // The bytes token `id` adds to a decode in the middle of a sequence
   // (Decoder::TokenBytes), or nullopt for special tokens and ids outside
   // the vocabulary. What constrained decoding walks its automata with.
-  std::optional<std::string> TokenBytes(uint32_t id) const;
+  std::optional<std::string> TokenBytes(TokenId id) const;
   // A byte-fallback piece ("<0xE4>"): its text is only final once the
   // group of bytes it belongs to is complete.
-  bool IsByteFallbackToken(uint32_t id) const;
+  bool IsByteFallbackToken(TokenId id) const;
   // Bytes at the end of a decode that a later token may still rewrite
   // (WordPiece's cleanup rules reach back up to " do not").
   size_t DecodeHoldbackBytes() const { return decode_holdback_bytes_; }
@@ -91,7 +91,7 @@ class Tokenizer {
 
  private:
   struct Piece {
-    std::optional<uint32_t> id;
+    std::optional<TokenId> id;
     Offsets offsets;
   };
   struct Matcher {
@@ -110,9 +110,9 @@ class Tokenizer {
   std::unique_ptr<PostProcessor> post_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<AddedToken> added_;
-  std::unordered_map<uint32_t, const AddedToken*> added_by_id_;
-  std::unordered_map<std::string, uint32_t> added_by_content_;
-  std::unordered_set<uint32_t> special_ids_;
+  std::unordered_map<TokenId, const AddedToken*> added_by_id_;
+  std::unordered_map<std::string, TokenId> added_by_content_;
+  std::unordered_set<TokenId> special_ids_;
   Matcher raw_matcher_, normalized_matcher_;
   std::optional<Truncation> truncation_;
   size_t vocab_size_ = 0;
@@ -137,7 +137,7 @@ class Tokenizer {
 class IncrementalDecoder {
  public:
   IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens);
-  StatusOr<std::string> Push(uint32_t id);
+  StatusOr<std::string> Push(TokenId id);
   StatusOr<std::string> Finish();
 
  private:
@@ -146,7 +146,7 @@ class IncrementalDecoder {
 
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_;
-  std::vector<uint32_t> ids_;
+  std::vector<TokenId> ids_;
   size_t window_ = 0;     // the window starts at ids_[window_]
   size_t read_ = 0;       // ids_[..read_) have been turned into emitted text
   std::string base_;      // decode(ids_[window_, read_)) minus any held-back tail

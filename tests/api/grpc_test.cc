@@ -199,7 +199,7 @@ TEST_F(GrpcApi, TextPromptStopStringsAndDecodedText) {
   ASSERT_TRUE(Call(req, &resp).ok());
   const auto ids = tokenizer_->Encode("Hello there", true)->ids;
   EXPECT_EQ(resp.usage().prompt_tokens(), static_cast<int64_t>(ids.size()));
-  std::vector<uint32_t> out(resp.token_ids().begin(), resp.token_ids().end());
+  std::vector<TokenId> out(resp.token_ids().begin(), resp.token_ids().end());
   EXPECT_EQ(resp.text(), *tokenizer_->Decode(out, true));
   ASSERT_GE(resp.text().size(), 4u);
   v1::GenerateRequest stopping = req;

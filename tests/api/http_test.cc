@@ -166,7 +166,7 @@ namespace ropeserve {
 namespace {
 
 std::string Decode(const tok::Tokenizer& t, const json& ids) {
-  return *t.Decode(ids.get<std::vector<uint32_t>>(), true);
+  return *t.Decode(ids.get<std::vector<TokenId>>(), true);
 }
 
 TEST_F(HttpApi, TextPromptsAreTokenizedAndOutputIsDecoded) {
@@ -542,12 +542,12 @@ TEST_F(HttpApi, StopStringSpanningTwoTokens) {
   const std::string base = R"("prompt":"Once upon a time","max_tokens":16,"temperature":0,"ignore_eos":true)";
   auto [code, full] = Post("{" + base + "}");
   ASSERT_EQ(code, 200);
-  const auto ids = full["choices"][0]["token_ids"].get<std::vector<uint32_t>>();
+  const auto ids = full["choices"][0]["token_ids"].get<std::vector<TokenId>>();
   const std::string text = full["choices"][0]["text"];
   // Find a boundary between two tokens that both decode to plain ASCII.
   for (size_t i = 1; i + 1 < ids.size(); ++i) {
-    const std::string before = *tokenizer_->Decode(std::vector<uint32_t>(ids.begin(), ids.begin() + i), true);
-    const std::string after = *tokenizer_->Decode(std::vector<uint32_t>(ids.begin(), ids.begin() + i + 1), true);
+    const std::string before = *tokenizer_->Decode(std::vector<TokenId>(ids.begin(), ids.begin() + i), true);
+    const std::string after = *tokenizer_->Decode(std::vector<TokenId>(ids.begin(), ids.begin() + i + 1), true);
     if (before.empty() || after.size() <= before.size() + 1 || text.compare(0, after.size(), after) != 0) continue;
     if (static_cast<unsigned char>(before.back()) >= 0x80 || static_cast<unsigned char>(after[before.size()]) >= 0x80) continue;
     const std::string stop = before.substr(before.size() - 1) + after.substr(before.size(), 1);

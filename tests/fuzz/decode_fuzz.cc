@@ -16,12 +16,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto& ts = FuzzTokenizers();
   const auto& t = ts[data[0] % ts.size()];
   const bool skip = data[0] & 0x80;
-  std::vector<uint32_t> ids;
+  std::vector<ropeserve::TokenId> ids;
   bool known = true;
   for (size_t i = 1; i + 3 <= size; i += 3) {
-    // Mostly in-vocabulary ids, sometimes past the end.
-    uint32_t id = (uint32_t{data[i]} << 16) | (uint32_t{data[i + 1]} << 8) | data[i + 2];
-    if (!(data[i] & 0x80)) id %= static_cast<uint32_t>(t->VocabSize());
+    // Mostly in-vocabulary ids, sometimes past the end or negative.
+    uint32_t raw = (uint32_t{data[i]} << 16) | (uint32_t{data[i + 1]} << 8) | data[i + 2];
+    if (!(data[i] & 0x80)) raw %= static_cast<uint32_t>(t->VocabSize());
+    auto id = static_cast<ropeserve::TokenId>(raw);
+    if ((data[i] & 0xC0) == 0xC0) id = -id - 1;
     known &= t->IdToToken(id) != nullptr;
     ids.push_back(id);
   }
@@ -30,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!full.ok()) return 0;
   ropeserve::tok::IncrementalDecoder dec(t, skip);
   std::string joined;
-  for (uint32_t id : ids) {
+  for (ropeserve::TokenId id : ids) {
     auto p = dec.Push(id);
     if (!p.ok() || ropeserve::tok::FindInvalidUtf8(*p) != std::string::npos) std::abort();
     joined += *p;

@@ -42,14 +42,16 @@ class Encoder : public ::testing::TestWithParam<const char*> {
 // Windows of the given lengths with pseudo-random ids, and token types
 // with the second half of each window in segment 1.
 struct TestWindows {
-  std::vector<std::vector<std::uint32_t>> ids, types;
+  std::vector<std::vector<TokenId>> ids;
+  std::vector<std::vector<std::uint32_t>> types;
 };
 TestWindows MakeWindows(const std::vector<int>& lengths, std::uint32_t seed = 7) {
   TestWindows t;
   std::uint32_t next = seed;
   for (int len : lengths) {
-    std::vector<std::uint32_t> w, types(static_cast<std::size_t>(len), 0);
-    for (int i = 0; i < len; ++i) w.push_back(next = (next * 31 + 11) % 509);
+    std::vector<TokenId> w;
+    std::vector<std::uint32_t> types(static_cast<std::size_t>(len), 0);
+    for (int i = 0; i < len; ++i) w.push_back(static_cast<TokenId>(next = (next * 31 + 11) % 509));
     for (std::size_t i = w.size() / 2; i < w.size(); ++i) types[i] = 1;
     t.ids.push_back(std::move(w));
     t.types.push_back(std::move(types));
@@ -104,7 +106,8 @@ TEST_P(Encoder, WindowLogitsDoNotDependOnTheBatch) {
   for (const SpanModel* m : {model_.get(), bf->get()}) {
     std::optional<SpanLogits> alone;
     for (const auto& batch : batches) {
-      std::vector<std::vector<std::uint32_t>> ids, types;
+      std::vector<std::vector<TokenId>> ids;
+      std::vector<std::vector<std::uint32_t>> types;
       std::size_t at = 0;
       for (std::size_t b : batch) {
         if (b == 0) at = ids.size();
@@ -137,7 +140,8 @@ TEST_P(Encoder, QuestionAnsweringGivesContextSubstrings) {
   ASSERT_TRUE(windows.ok()) << windows.status().ToString();
   ASSERT_GE(windows->size(), 3u);
   EXPECT_EQ((*windows)[0].window.p_mask[0], 0);  // [CLS] open for the null answer
-  std::vector<std::vector<std::uint32_t>> ids, types;
+  std::vector<std::vector<TokenId>> ids;
+  std::vector<std::vector<std::uint32_t>> types;
   for (const auto& w : *windows) {
     ids.push_back(w.ids);
     types.push_back(w.type_ids);
@@ -170,7 +174,7 @@ TEST_P(Encoder, QuestionAnsweringGivesContextSubstrings) {
 }
 
 TEST_P(Encoder, LastHiddenStateMatchesAcrossPaths) {
-  const std::vector<std::uint32_t> a = {9, 40, 41, 300, 7, 8, 120}, b = {11, 12, 13};
+  const std::vector<TokenId> a = {9, 40, 41, 300, 7, 8, 120}, b = {11, 12, 13};
   auto fast = model_->ForwardWindows({a, b}, {}, /*with_hidden=*/true);
   auto ref = model_->ForwardReference(a, {}, /*with_hidden=*/true);
   ASSERT_TRUE(fast.ok() && ref.ok());
@@ -192,7 +196,7 @@ TEST_P(Encoder, LastHiddenStateMatchesAcrossPaths) {
 TEST_P(Encoder, BFloat16IsCloseToFloat32) {
   auto bf = LoadSpanModel(dir_.path(), DType::kBF16);
   ASSERT_TRUE(bf.ok()) << bf.status().ToString();
-  std::vector<std::vector<std::uint32_t>> windows = {{9, 40, 41, 300, 7, 8, 120, 4, 5, 6, 77, 78, 79, 80, 81, 82, 83},
+  std::vector<std::vector<TokenId>> windows = {{9, 40, 41, 300, 7, 8, 120, 4, 5, 6, 77, 78, 79, 80, 81, 82, 83},
                                                      {11, 12, 13}};
   auto f32 = model_->ForwardWindows(windows);
   auto b16 = (*bf)->ForwardWindows(windows);
@@ -221,7 +225,7 @@ TEST_P(DecoderSpan, AttendsCausally) {
   ASSERT_EQ(model_->config().family, EncoderFamily::kDecoder);
   // Appending tokens leaves the logits of the earlier ones unchanged (up
   // to the rounding of GEMMs with more rows).
-  const std::vector<std::uint32_t> prefix = {5, 17, 250, 3}, longer = {5, 17, 250, 3, 99, 100};
+  const std::vector<TokenId> prefix = {5, 17, 250, 3}, longer = {5, 17, 250, 3, 99, 100};
   auto p = model_->ForwardWindows({prefix, longer});
   ASSERT_TRUE(p.ok());
   double scale = 0;

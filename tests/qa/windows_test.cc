@@ -60,14 +60,14 @@ TEST_P(Windows, CoverTheContextWithStrideOverlap) {
       ASSERT_TRUE(whole.ok());
       const std::int64_t n_context = static_cast<std::int64_t>(whole->ids.size());
       const std::int64_t n_chars = static_cast<std::int64_t>(tok::CountCodePoints(c));
-      std::vector<std::uint32_t> covered;  // context token ids in order, without overlaps
-      std::vector<std::uint32_t> previous;
+      std::vector<TokenId> covered;  // context token ids in order, without overlaps
+      std::vector<TokenId> previous;
       for (std::size_t k = 0; k < windows->size(); ++k) {
         const WindowInput& in = (*windows)[k];
         const QaWindow& w = in.window;
         ASSERT_LE(in.ids.size(), 96u);
         ASSERT_EQ(w.p_mask.size(), in.ids.size());
-        std::vector<std::uint32_t> ctx_ids;
+        std::vector<TokenId> ctx_ids;
         for (std::size_t i = 0; i < in.ids.size(); ++i) {
           if (w.p_mask[i] == 0 && w.word_ids[i] >= 0) {
             ctx_ids.push_back(in.ids[i]);

@@ -100,7 +100,7 @@ struct Fixture {
   }
 
   std::string Text(const std::vector<TokenId>& ids) const {
-    return *tokenizer->Decode(std::vector<std::uint32_t>(ids.begin(), ids.end()), false);
+    return *tokenizer->Decode(std::vector<TokenId>(ids.begin(), ids.end()), false);
   }
   // Each request's prompt (what it was fed minus its own tokens fed back).
   std::vector<std::string> Prompts() {

@@ -52,8 +52,8 @@ TEST_P(SyntheticTest, MatchesReference) {
     const json p = ToJson(*plain), w = ToJson(*with);
     EXPECT_EQ(p, item["plain"]);
     EXPECT_EQ(w, item["with_special"]);
-    auto d = tok->Decode(item["with_special"]["ids"].get<std::vector<uint32_t>>(), false);
-    auto ds = tok->Decode(item["with_special"]["ids"].get<std::vector<uint32_t>>(), true);
+    auto d = tok->Decode(item["with_special"]["ids"].get<std::vector<TokenId>>(), false);
+    auto ds = tok->Decode(item["with_special"]["ids"].get<std::vector<TokenId>>(), true);
     ASSERT_TRUE(d.ok() && ds.ok());
     EXPECT_EQ(*d, item["decode"].get<std::string>());
     EXPECT_EQ(*ds, item["decode_skip"].get<std::string>());

@@ -62,7 +62,7 @@ TEST_P(GoldenTest, EncodeAndDecodeMatchReference) {
     EXPECT_TRUE(ok_mask);
     for (const auto& [ids_key, suffix] : {std::pair<std::string, std::string>{"ids", "ids"},
                                           {"ids_with_special", "ids_with_special"}}) {
-      const std::vector<uint32_t> ids = item[ids_key].get<std::vector<uint32_t>>();
+      const std::vector<TokenId> ids = item[ids_key].get<std::vector<TokenId>>();
       for (bool skip : {false, true}) {
         auto text_out = tok->Decode(ids, skip);
         ASSERT_TRUE(text_out.ok()) << text_out.status().ToString();
@@ -86,10 +86,10 @@ TEST_P(GoldenTest, IncrementalDecodeConcatenatesToFullDecode) {
   for (const json& item : golden["items"]) {
     SCOPED_TRACE("item " + item["id"].dump());
     for (bool skip : {false, true}) {
-      const auto ids = item["ids_with_special"].get<std::vector<uint32_t>>();
+      const auto ids = item["ids_with_special"].get<std::vector<TokenId>>();
       IncrementalDecoder dec(tok, skip);
       std::string joined;
-      for (uint32_t id : ids) {
+      for (TokenId id : ids) {
         auto piece = dec.Push(id);
         ASSERT_TRUE(piece.ok()) << piece.status().ToString();
         EXPECT_EQ(FindInvalidUtf8(*piece), std::string::npos);

@@ -23,7 +23,7 @@ std::shared_ptr<const Tokenizer> Load(const std::string& rel) {
   return t.ok() ? *t : nullptr;
 }
 
-std::vector<uint32_t> Ids(const Encoding& e) { return e.ids; }
+std::vector<TokenId> Ids(const Encoding& e) { return e.ids; }
 
 TEST(TokenizerInput, InvalidUtf8IsRejectedWithByteOffset) {
   auto t = Load("tokenizers/qwen3");
@@ -94,10 +94,16 @@ TEST(TokenizerInput, EmptyAndWhitespaceOnly) {
 
 TEST(TokenizerDecode, UnknownIdsAreErrors) {
   auto t = Load("tokenizers/qwen3");
-  auto d = t->Decode({9707, static_cast<uint32_t>(t->VocabSize())}, false);
+  auto d = t->Decode({9707, static_cast<TokenId>(t->VocabSize())}, false);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("not in the vocabulary"), std::string::npos);
   EXPECT_TRUE(t->Decode({}, false).ok());
+  // TokenId is signed: a negative id is no token of any model.
+  for (TokenId bad : {-1, -9707, INT32_MIN}) {
+    EXPECT_FALSE(t->Decode({9707, bad}, false).ok()) << bad;
+    EXPECT_EQ(t->IdToToken(bad), nullptr);
+    EXPECT_FALSE(t->TokenBytes(bad).has_value());
+  }
 }
 
 // A model with more embedding rows than the tokenizer has ids can sample
@@ -105,15 +111,15 @@ TEST(TokenizerDecode, UnknownIdsAreErrors) {
 // what it would be without it.
 TEST(IncrementalDecoder, IdsOutsideTheTokenizerDecodeToNothing) {
   std::shared_ptr<const Tokenizer> t = Load("tokenizers/qwen3");
-  const auto outside = static_cast<uint32_t>(t->VocabSize() + 5);
+  const auto outside = static_cast<TokenId>(t->VocabSize() + 5);
   IncrementalDecoder with(t, true), without(t, true);
   std::string a, b;
-  for (uint32_t id : {9707u, outside, 1879u}) {
+  for (TokenId id : {9707, outside, 1879}) {
     auto piece = with.Push(id);
     ASSERT_TRUE(piece.ok()) << piece.status().ToString();
     a += *piece;
   }
-  for (uint32_t id : {9707u, 1879u}) b += *without.Push(id);
+  for (TokenId id : {9707, 1879}) b += *without.Push(id);
   a += *with.Finish();
   b += *without.Finish();
   EXPECT_EQ(a, "Hello world");
@@ -128,7 +134,7 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   ASSERT_TRUE(e.ok());
   IncrementalDecoder dec(t, true);
   std::vector<std::string> pieces;
-  for (uint32_t id : e->ids) {
+  for (TokenId id : e->ids) {
     auto p = dec.Push(id);
     ASSERT_TRUE(p.ok());
     pieces.push_back(*p);
@@ -147,7 +153,7 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   // by a normal token is an invalid group, which decodes as two U+FFFD.
   IncrementalDecoder group(t, false);
   std::string joined;
-  for (uint32_t id : {8u, 231u, 4611u}) joined += *group.Push(id);
+  for (TokenId id : {8, 231, 4611}) joined += *group.Push(id);
   joined += *group.Finish();
   EXPECT_EQ(joined, *t->Decode({8, 231, 4611}, false));
 
@@ -155,20 +161,20 @@ TEST(IncrementalDecoder, HoldsBackPartialCharacters) {
   // decodes as one (invalid) byte group.
   IncrementalDecoder skipping(t, true);
   joined.clear();
-  for (uint32_t id : {0u, 104u, 0u, 256u}) joined += *skipping.Push(id);
+  for (TokenId id : {0, 104, 0, 256}) joined += *skipping.Push(id);
   joined += *skipping.Finish();
   EXPECT_EQ(joined, *t->Decode({0, 104, 0, 256}, true));
 
   // Found by decode_fuzz: a long run of skipped specials must not leave the
   // decode window without an already-emitted token (Strip would then eat
   // the next token's space).
-  std::vector<uint32_t> run = {19263, 16959, 10815, 16959, 16896};
+  std::vector<TokenId> run = {19263, 16959, 10815, 16959, 16896};
   run.insert(run.end(), 21, 0u);
   run.push_back(297);
   run.push_back(2849);
   IncrementalDecoder windowed(t, true);
   joined.clear();
-  for (uint32_t id : run) joined += *windowed.Push(id);
+  for (TokenId id : run) joined += *windowed.Push(id);
   joined += *windowed.Finish();
   EXPECT_EQ(joined, *t->Decode(run, true));
 
