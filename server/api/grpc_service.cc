@@ -95,7 +95,7 @@ Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char*
   out.peer = call->peer();
   out.request_id = RequestIdOrNew(Metadata(call, "x-request-id"));
   call->AddInitialMetadata("x-request-id", out.request_id);
-  out.span = ServerSpan::Open(Metadata(call, "traceparent"));
+  out.span = OpenServerSpan(ctx.tracer, Metadata(call, "traceparent"));
   call->AddInitialMetadata("traceresponse", out.span.TraceResponse());
   RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
   RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());

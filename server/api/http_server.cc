@@ -256,7 +256,7 @@ void HttpServer::Impl::Install() {
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     t_request.user.clear();
     res.set_header("x-request-id", t_request.id);
-    t_request.span = ServerSpan::Open(req.get_header_value("traceparent"));
+    t_request.span = OpenServerSpan(ctx.tracer, req.get_header_value("traceparent"));
     res.set_header("traceresponse", t_request.span.TraceResponse());
     const Route* route = FindRoute(req.path, options.admin);
     if (route == nullptr) {

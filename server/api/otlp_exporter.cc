@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -54,6 +56,49 @@ std::string OtlpTracesJson(const std::vector<SpanRecord>& spans, const std::stri
                 json::array({{{"resource", resource},
                               {"scopeSpans", json::array({{{"scope", {{"name", "ropeserve"}}}, {"spans", list}}})}}})}};
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseOtlpHeaders(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = trim(text.substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return InvalidArgument("OTLP headers: '" + std::string(item) + "' is not key=value");
+    const std::string_view key = trim(item.substr(0, eq)), raw = trim(item.substr(eq + 1));
+    static const std::string kTokenChars = "!#$%&'*+-.^_`|~";
+    if (key.empty() || !std::all_of(key.begin(), key.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || kTokenChars.find(c) != std::string::npos;
+        }))
+      return InvalidArgument("OTLP headers: '" + std::string(key) + "' is not a header name");
+    std::string value;
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+        value.push_back(static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2])));
+        i += 2;
+      } else {
+        value.push_back(raw[i]);
+      }
+    }
+    if (std::any_of(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+      return InvalidArgument("OTLP headers: the value of '" + std::string(key) + "' holds control characters");
+    out.emplace_back(std::string(key), std::move(value));
+  }
+  return out;
 }
 
 StatusOr<std::unique_ptr<OtlpExporter>> OtlpExporter::Start(OtlpExporterOptions options) {
@@ -128,7 +173,8 @@ bool OtlpExporter::Post(const std::vector<SpanRecord>& batch) {
   client.set_connection_timeout(std::min(options_.timeout, std::chrono::milliseconds(1000)));
   client.set_read_timeout(options_.timeout);
   client.set_write_timeout(options_.timeout);
-  auto res = client.Post(path_, OtlpTracesJson(batch, options_.service_name), "application/json");
+  httplib::Headers headers(options_.headers.begin(), options_.headers.end());
+  auto res = client.Post(path_.c_str(), headers, OtlpTracesJson(batch, options_.service_name), "application/json");
   const bool ok = res && res->status >= 200 && res->status < 300;
   if (!ok) {
     // One warning a minute at most: a collector that is down must not flood the log.

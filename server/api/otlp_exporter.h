@@ -61,7 +61,14 @@ struct OtlpExporterOptions {
   std::size_t max_batch_spans = 512;
   std::chrono::milliseconds flush_interval{1000};
   std::chrono::milliseconds timeout{5000};  // per POST (connect 1 s at most)
+  // Sent with every POST (a hosted collector's API key, a tenant id).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
+
+// OTEL_EXPORTER_OTLP_HEADERS' format: "key1=value1,key2=value2", values
+// percent-encoded, blanks around items ignored. Keys must be HTTP header
+// names; values may not hold control characters (no header injection).
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseOtlpHeaders(std::string_view text);
 
 class OtlpExporter {
  public:

@@ -4,7 +4,7 @@
 
 namespace ropeserve::api {
 
-ServerSpan ServerSpan::Open(std::string_view traceparent) {
+ServerSpan ServerSpan::Open(std::string_view traceparent, double sample_ratio) {
   ServerSpan s;
   s.start = std::chrono::system_clock::now();
   if (auto parent = TraceContext::Parse(traceparent)) {
@@ -12,11 +12,17 @@ ServerSpan ServerSpan::Open(std::string_view traceparent) {
     s.context = parent->NewChild();
   } else {
     s.context = TraceContext::NewRoot();
+    // TraceIdRatioBased: the trace id's last 8 bytes, as a number, below
+    // ratio * 2^64 (so every service sampling by ratio agrees on a trace).
+    std::uint64_t low = 0;
+    for (int i = 8; i < 16; ++i) low = low << 8 | s.context.trace_id[static_cast<std::size_t>(i)];
+    s.context.sampled = sample_ratio >= 1.0 || static_cast<double>(low) < sample_ratio * 18446744073709551616.0;
   }
   return s;
 }
 
-Tracer::Tracer(std::unique_ptr<OtlpExporter> exporter) : exporter_(std::move(exporter)) {}
+Tracer::Tracer(std::unique_ptr<OtlpExporter> exporter, double sample_ratio)
+    : exporter_(std::move(exporter)), sample_ratio_(sample_ratio) {}
 Tracer::~Tracer() = default;
 
 void Tracer::EndServerSpan(const ServerSpan& span, std::string name, std::vector<SpanAttribute> attributes, bool error,

@@ -29,17 +29,24 @@ struct ServerSpan {
   std::chrono::system_clock::time_point start;
 
   // From the client's traceparent header / metadata (any malformed or
-  // absent one starts a new trace, as the W3C spec asks).
-  static ServerSpan Open(std::string_view traceparent);
+  // absent one starts a new trace, as the W3C spec asks). A client's trace
+  // keeps its sampled flag; a new one is sampled with probability
+  // `sample_ratio`, decided from its trace id as OpenTelemetry's
+  // TraceIdRatioBased sampler does (parent-based sampling overall).
+  static ServerSpan Open(std::string_view traceparent, double sample_ratio = 1.0);
   // The value of the `traceresponse` header: this span in traceparent form.
   std::string TraceResponse() const { return context.ToTraceparent(); }
 };
 
 class Tracer : public EngineObserver {
  public:
-  // `exporter` may be null: ids only, no spans recorded.
-  explicit Tracer(std::unique_ptr<OtlpExporter> exporter);
+  // `exporter` may be null: ids only, no spans recorded. `sample_ratio`
+  // (0-1): the share of new traces that are recorded.
+  explicit Tracer(std::unique_ptr<OtlpExporter> exporter, double sample_ratio = 1.0);
   ~Tracer() override;
+
+  // A front end's span for a request that arrived with this traceparent.
+  ServerSpan Open(std::string_view traceparent) const { return ServerSpan::Open(traceparent, sample_ratio_); }
 
   bool exporting() const { return exporter_ != nullptr; }
   const OtlpExporter* exporter() const { return exporter_.get(); }
@@ -55,7 +62,13 @@ class Tracer : public EngineObserver {
 
  private:
   std::unique_ptr<OtlpExporter> exporter_;
+  double sample_ratio_;
 };
+
+// `tracer`'s Open, or a span sampled as with no tracer (tests, tools).
+inline ServerSpan OpenServerSpan(const Tracer* tracer, std::string_view traceparent) {
+  return tracer != nullptr ? tracer->Open(traceparent) : ServerSpan::Open(traceparent);
+}
 
 // The spans of one finished engine request that ended at `end`: "generate"
 // under m.trace's span, with "queue", "prefill" and "decode" children (the

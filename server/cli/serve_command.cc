@@ -65,6 +65,8 @@ struct ServeFlags {
   double shutdown_timeout = 30;
   std::string log_format = "text";
   std::string otlp_traces_endpoint;  // "" = spans are not exported
+  std::string otlp_traces_headers;   // "k=v,k2=v2"
+  double otlp_traces_sample_ratio = 1.0;
   service::EngineOptions engine;
 };
 
@@ -230,16 +232,19 @@ int Run(ServeFlags f) {
   // Tracing: ids always; spans exported only to a collector. (Its thread
   // starts after the stop signals are blocked, as every thread must.)
   std::unique_ptr<api::OtlpExporter> exporter;
+  auto otlp_headers = api::ParseOtlpHeaders(f.otlp_traces_headers);
+  if (!otlp_headers.ok()) return Fail("--otlp-traces-headers: " + otlp_headers.status().message());
   if (!f.otlp_traces_endpoint.empty()) {
     api::OtlpExporterOptions eo;
     eo.endpoint = f.otlp_traces_endpoint;
     if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name != nullptr && *name) eo.service_name = name;
+    eo.headers = std::move(*otlp_headers);
     auto started = api::OtlpExporter::Start(eo);
     if (!started.ok()) return Fail(started.status().message());
     exporter = std::move(*started);
     spdlog::info("exporting trace spans (OTLP/HTTP JSON) to {}", f.otlp_traces_endpoint);
   }
-  api::Tracer tracer(std::move(exporter));
+  api::Tracer tracer(std::move(exporter), f.otlp_traces_sample_ratio);
   ctx.tracer = &tracer;
   metrics.AttachTracer(&tracer);
   api::ObserverFanOut observers({&metrics, &tracer});
@@ -539,6 +544,15 @@ Runner AddServe(CLI::App& app) {
                   "per request with queue/prefill/decode children, batched; dropped (counted) when the collector "
                   "lags. Trace ids (W3C traceparent) are logged and returned in `traceresponse` either way")
       ->envname("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  sub->add_option("--otlp-traces-headers", f->otlp_traces_headers,
+                  "Headers sent with every span export, as key=value pairs separated by commas (values "
+                  "percent-encoded), e.g. a hosted collector's API key")
+      ->envname("OTEL_EXPORTER_OTLP_TRACES_HEADERS");
+  sub->add_option("--otlp-traces-sample-ratio", f->otlp_traces_sample_ratio,
+                  "Share of new traces whose spans are exported (0-1); a client's traceparent decides for its own")
+      ->capture_default_str()
+      ->envname("ROPESERVE_OTLP_TRACES_SAMPLE_RATIO")
+      ->check(CLI::Range(0.0, 1.0));
   return [f] { return Run(*f); };
 }
 

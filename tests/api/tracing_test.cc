@@ -189,5 +189,54 @@ TEST(ServerSpan, ContinuesTheClientsTraceOrStartsOne) {
   EXPECT_EQ(HexBytes(fresh.parent_id.data(), 8), "0000000000000000");
 }
 
+TEST(OtlpHeaders, ParsesTheOtelEnvironmentFormat) {
+  auto h = ParseOtlpHeaders(" api-key = s3cr%3Dt , x-tenant=a%2Cb,,Authorization=Basic%20dXNlcg== ");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"api-key", "s3cr=t"}, {"x-tenant", "a,b"}, {"Authorization", "Basic dXNlcg=="}};
+  EXPECT_EQ(*h, want);
+  EXPECT_TRUE(ParseOtlpHeaders("")->empty());
+  EXPECT_EQ((*ParseOtlpHeaders("k=100%"))[0].second, "100%");  // not an escape: kept
+  for (const char* bad : {"novalue", "=v", "bad key=v", "k=a%0D%0AInjected: 1", "k=\x01"})
+    EXPECT_FALSE(ParseOtlpHeaders(bad).ok()) << bad;
+}
+
+TEST(OtlpExporter, SendsTheConfiguredHeaders) {
+  httplib::Server server;
+  std::mutex mu;
+  std::string seen;
+  server.Post("/v1/traces", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen = req.get_header_value("api-key");
+    res.set_content("{}", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  {
+    OtlpExporterOptions o;
+    o.endpoint = "http://127.0.0.1:" + std::to_string(port);
+    o.headers = {{"api-key", "k1"}};
+    auto exporter = OtlpExporter::Start(o);
+    ASSERT_TRUE(exporter.ok());
+    (*exporter)->Export(Span("s"));
+  }  // the destructor sends what is queued
+  server.stop();
+  thread.join();
+  EXPECT_EQ(seen, "k1");
+}
+
+TEST(ServerSpan, SamplesNewTracesByRatioFromTheTraceId) {
+  int sampled = 0;
+  for (int i = 0; i < 2000; ++i) sampled += ServerSpan::Open("", 0.25).context.sampled ? 1 : 0;
+  // Binomial(2000, 0.25): mean 500, sd ~19.4; 8 sd either side.
+  EXPECT_GT(sampled, 345);
+  EXPECT_LT(sampled, 655);
+  EXPECT_FALSE(ServerSpan::Open("", 0.0).context.sampled);
+  EXPECT_TRUE(ServerSpan::Open("", 1.0).context.sampled);
+  // A client's decision stands whatever the ratio.
+  EXPECT_TRUE(ServerSpan::Open("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", 0.0).context.sampled);
+  EXPECT_FALSE(ServerSpan::Open("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", 1.0).context.sampled);
+}
+
 }  // namespace
 }  // namespace ropeserve::api

@@ -163,6 +163,18 @@ TEST(Cli, BadArgumentsAreClearErrors) {
 
   auto bad_preset = RunBinary("make-model --preset nope --out " + d.path() + "/x", d.path());
   EXPECT_NE(bad_preset.exit_code, 0);
+
+  // Tracing flags are checked before anything starts.
+  auto bad_endpoint = RunBinary("serve" + model + " --http-port 0 --otlp-traces-endpoint ftp://x/v1/traces", d.path());
+  EXPECT_EQ(bad_endpoint.exit_code, 1);
+  EXPECT_NE(bad_endpoint.err.find("--otlp-traces-endpoint must be an http:// or https:// URL"), std::string::npos)
+      << bad_endpoint.err;
+  auto bad_headers = RunBinary("serve" + model + " --http-port 0 --otlp-traces-headers 'k=a%0Ab'", d.path());
+  EXPECT_EQ(bad_headers.exit_code, 1);
+  EXPECT_NE(bad_headers.err.find("control characters"), std::string::npos) << bad_headers.err;
+  auto bad_ratio = RunBinary("serve" + model + " --http-port 0 --otlp-traces-sample-ratio 2", d.path());
+  EXPECT_NE(bad_ratio.exit_code, 0);
+  EXPECT_NE(bad_ratio.err.find("--otlp-traces-sample-ratio"), std::string::npos) << bad_ratio.err;
 }
 
 }  // namespace
