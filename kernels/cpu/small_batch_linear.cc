@@ -26,10 +26,24 @@ bool CpuHasAvx512Bf16() {
 }
 }  // namespace
 
+int64_t SmallBatchMaxRows() {
+  static const int64_t rows = [] {
+    constexpr int64_t kDefault = 8;
+    const char* v = std::getenv("ROPESERVE_SMALL_BATCH_MAX_ROWS");
+    const long long n = v != nullptr ? std::atoll(v) : kDefault;
+    return n >= 0 && n <= kSmallBatchKernelMaxRows ? static_cast<int64_t>(n) : kDefault;
+  }();
+  return rows;
+}
+
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  return x.dim() == 2 && x.size(0) <= SmallBatchMaxRows() && SmallBatchLinearSupports(x, w, bias);
+}
+
+bool SmallBatchLinearSupports(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   if (!CpuHasAvx512Bf16()) return false;
   if (!x.device().is_cpu() || x.scalar_type() != at::kBFloat16 || w.scalar_type() != at::kBFloat16) return false;
-  if (x.dim() != 2 || w.dim() != 2 || x.size(0) < 1 || x.size(0) > kSmallBatchMaxRows || x.size(1) != w.size(1)) {
+  if (x.dim() != 2 || w.dim() != 2 || x.size(0) < 1 || x.size(0) > kSmallBatchKernelMaxRows || x.size(1) != w.size(1)) {
     return false;
   }
   if (!w.is_contiguous()) return false;
@@ -37,7 +51,7 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w, const at:
 }
 
 at::Tensor SmallBatchLinear(const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& bias_in) {
-  TORCH_CHECK(SmallBatchLinearApplies(x_in, w, bias_in), "SmallBatchLinear: unsupported input");
+  TORCH_CHECK(SmallBatchLinearSupports(x_in, w, bias_in), "SmallBatchLinear: unsupported input");
   const at::Tensor x = x_in.contiguous();
   const at::Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);

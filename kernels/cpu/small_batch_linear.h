@@ -13,11 +13,20 @@
 
 namespace ropeserve::cpu {
 
-constexpr int64_t kSmallBatchMaxRows = 8;
+// The most rows the kernel takes (passes of 8 rows over blocks of weights).
+constexpr int64_t kSmallBatchKernelMaxRows = 64;
+
+// The most rows for which callers choose it over at::linear: 8 by default
+// (measured: ahead of oneDNN up to 8 rows, level at 16 and 32, behind at
+// 64; docs/benchmarks.md), or ROPESERVE_SMALL_BATCH_MAX_ROWS=N (0-64) for
+// side-by-side comparisons.
+int64_t SmallBatchMaxRows();
 
 // True when SmallBatchLinear can run: CPU with avx512_bf16, bfloat16 x
-// [M, K] with M <= kSmallBatchMaxRows, w [N, K] contiguous, bias [N] or
-// undefined.
+// [M, K] with M <= kSmallBatchKernelMaxRows, w [N, K] contiguous, bias [N]
+// or undefined.
+bool SmallBatchLinearSupports(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+// Supported and M <= SmallBatchMaxRows(): the kernel should be used.
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 // [M, N] bfloat16 (float32 accumulation, one rounding at the end).

@@ -62,19 +62,30 @@ void Rows(const uint16_t* x, int64_t K, const uint16_t* w, const uint16_t* bias,
 
 }  // namespace
 
-// Output rows [n_begin, n_end) of y[M, N] (M <= 8).
+// Output rows [n_begin, n_end) of y[M, N].
 void SmallBatchLinearRange(const uint16_t* x, int64_t M, int64_t K, const uint16_t* w, const uint16_t* bias,
                            uint16_t* out, int64_t N, int64_t n_begin, int64_t n_end) {
-  // Up to 4 rows of x per pass over the weights.
-  for (int64_t m0 = 0; m0 < M; m0 += 4) {
-    const int64_t rows = M - m0 < 4 ? M - m0 : 4;
-    const uint16_t* xs = x + m0 * K;
-    uint16_t* os = out + m0 * N;
-    switch (rows) {
-      case 1: Rows<1>(xs, K, w, bias, os, N, n_begin, n_end); break;
-      case 2: Rows<2>(xs, K, w, bias, os, N, n_begin, n_end); break;
-      case 3: Rows<3>(xs, K, w, bias, os, N, n_begin, n_end); break;
-      default: Rows<4>(xs, K, w, bias, os, N, n_begin, n_end); break;
+  // Up to 8 rows of x per pass over the weights (16 accumulators, 2 weight
+  // registers and the x loads fit the 32 zmm registers). With more rows,
+  // the passes run over blocks of 16 weight rows (28 KB at K = 896), so
+  // only the first pass reads a block from memory and the others from L1/L2.
+  constexpr int64_t kBlock = 16;
+  for (int64_t nb = n_begin; nb < n_end; nb += kBlock) {
+    const int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+      const int64_t rows = M - m0 < 8 ? M - m0 : 8;
+      const uint16_t* xs = x + m0 * K;
+      uint16_t* os = out + m0 * N;
+      switch (rows) {
+        case 1: Rows<1>(xs, K, w, bias, os, N, nb, ne); break;
+        case 2: Rows<2>(xs, K, w, bias, os, N, nb, ne); break;
+        case 3: Rows<3>(xs, K, w, bias, os, N, nb, ne); break;
+        case 4: Rows<4>(xs, K, w, bias, os, N, nb, ne); break;
+        case 5: Rows<5>(xs, K, w, bias, os, N, nb, ne); break;
+        case 6: Rows<6>(xs, K, w, bias, os, N, nb, ne); break;
+        case 7: Rows<7>(xs, K, w, bias, os, N, nb, ne); break;
+        default: Rows<8>(xs, K, w, bias, os, N, nb, ne); break;
+      }
     }
   }
 }
