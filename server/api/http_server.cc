@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include <sys/socket.h>
@@ -142,6 +143,10 @@ struct HttpServer::Impl {
   std::unique_ptr<httplib::Server> server;
   std::atomic<int> port{0};
   int listen_fd = -1;  // the listening socket, seen through set_socket_options
+  // Stop() may come before Serve() has started listening (a model that
+  // fails to load at once): cpp-httplib's stop() is a no-op then, and the
+  // server would listen forever. See Serve / Stop.
+  std::atomic<bool> serve_called{false}, serve_returned{false}, stop_requested{false};
   Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
 
   void Install();
@@ -468,12 +473,29 @@ Status HttpServer::Bind() {
 }
 
 Status HttpServer::Serve() {
+  struct Returned {
+    std::atomic<bool>& flag;
+    ~Returned() { flag = true; }
+  } returned{impl_->serve_returned};
   RS_RETURN_IF_ERROR(Bind());
-  if (!impl_->server->listen_after_bind()) return Internal("HTTP server stopped unexpectedly");
+  // Paired with Stop (both seq_cst): either this sees the stop request, or
+  // Stop sees this call and waits until listening to stop it.
+  impl_->serve_called = true;
+  if (impl_->stop_requested) return Status::Ok();
+  if (!impl_->server->listen_after_bind()) {
+    return impl_->stop_requested ? Status::Ok() : Internal("HTTP server stopped unexpectedly");
+  }
   return Status::Ok();
 }
 
-void HttpServer::Stop() { impl_->server->stop(); }
+void HttpServer::Stop() {
+  impl_->stop_requested = true;
+  if (impl_->serve_called) {
+    while (!impl_->server->is_running() && !impl_->serve_returned)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  impl_->server->stop();
+}
 int HttpServer::port() const { return impl_->port; }
 bool HttpServer::listening() const { return impl_->server->is_running(); }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "server/common/exception_message.h"
+
 namespace ropeserve::api {
 
 WorkPool::WorkPool(int threads, std::size_t max_queued) : max_queued_(max_queued) {
@@ -44,7 +46,7 @@ void WorkPool::Run() {
     try {
       task();
     } catch (const std::exception& e) {
-      spdlog::error("a request task failed: {}", e.what());
+      spdlog::error("a request task failed: {}", ExceptionMessage(e));
     } catch (...) {
       spdlog::error("a request task failed with an unknown exception");
     }

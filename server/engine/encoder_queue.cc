@@ -4,6 +4,8 @@
 #include <exception>
 #include <string>
 
+#include "server/common/exception_message.h"
+
 namespace ropeserve {
 
 Status EncoderQueue::Push(std::shared_ptr<EncoderJob> job) {
@@ -114,7 +116,7 @@ void RunEncoderWorker(EncoderQueue& queue, EncoderRunner& runner, std::int64_t b
     try {
       runner.Run(items);
     } catch (const std::exception& e) {
-      failed = Internal(std::string("the encoder forward failed: ") + e.what());
+      failed = Internal(std::string("the encoder forward failed: ") + ExceptionMessage(e));
     } catch (...) {
       failed = Internal("the encoder forward failed: unknown exception");
     }

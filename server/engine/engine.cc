@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "server/common/exception_message.h"
+
 namespace ropeserve {
 
 namespace {
@@ -22,7 +24,7 @@ Status Guarded(const char* what, Fn&& fn) noexcept {
     fn();
     return Status::Ok();
   } catch (const std::exception& e) {
-    return Internal(std::string(what) + ": " + e.what());
+    return Internal(std::string(what) + ": " + ExceptionMessage(e));
   } catch (...) {
     return Internal(std::string(what) + ": unknown exception");
   }

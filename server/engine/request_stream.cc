@@ -3,6 +3,8 @@
 #include <exception>
 #include <string>
 
+#include "server/common/exception_message.h"
+
 namespace ropeserve {
 
 StreamChunk RequestStream::Next(std::optional<Clock::duration> timeout) {
@@ -98,7 +100,7 @@ void RequestStream::Notify(const std::function<void()>& fn) {
     fn();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu_);
-    notify_error_ = Internal(std::string("a stream callback failed: ") + e.what());
+    notify_error_ = Internal(std::string("a stream callback failed: ") + ExceptionMessage(e));
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     notify_error_ = Internal("a stream callback failed: unknown exception");

@@ -41,8 +41,10 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::s
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
-    return InvalidArgument("compute dtype must be float32, bfloat16 or float16");
+  if (dtype == DType::kF16)  // a CUDA runner (issue 16) will take float16
+    return InvalidArgument("float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
+                           "use --dtype bfloat16 (the same memory) or float32");
+  if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("compute dtype must be float32 or bfloat16");
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   if (ckpt->config().span_head != span_head)
     return InvalidArgument(dir + ": " + ckpt->config().architecture +

@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -163,6 +164,24 @@ TEST(Cli, BadArgumentsAreClearErrors) {
 
   auto bad_preset = RunBinary("make-model --preset nope --out " + d.path() + "/x", d.path());
   EXPECT_NE(bad_preset.exit_code, 0);
+
+  // LibTorch has no float16 GEMM on CPU: refused at load, not a 500 per request.
+  auto f16 = RunBinary("generate" + model + " --prompt-ids 1,2 --dtype float16", d.path());
+  EXPECT_EQ(f16.exit_code, 1);
+  EXPECT_NE(f16.err.find("float16 compute is not available on CPU"), std::string::npos) << f16.err;
+
+  // A model that fails to load at once: serve exits with the error (its
+  // HTTP thread had not started listening yet; it once waited forever).
+  std::filesystem::create_directories(d.path() + "/not-a-model");
+  for (int i = 0; i < 3; ++i) {
+    auto broken = RunBinary("serve --model " + d.path() + "/not-a-model --http-port 0 --grpc-port -1 --admin-port -1",
+                            d.path());
+    EXPECT_EQ(broken.exit_code, 1);
+    EXPECT_NE(broken.err.find("config.json"), std::string::npos) << broken.err;
+  }
+  auto f16_serve = RunBinary("serve" + model + " --http-port 0 --grpc-port -1 --admin-port -1 --dtype float16", d.path());
+  EXPECT_EQ(f16_serve.exit_code, 1);
+  EXPECT_NE(f16_serve.err.find("float16 compute is not available on CPU"), std::string::npos) << f16_serve.err;
 
   // Tracing flags are checked before anything starts.
   auto bad_endpoint = RunBinary("serve" + model + " --http-port 0 --otlp-traces-endpoint ftp://x/v1/traces", d.path());

@@ -1,6 +1,10 @@
 #include "server/common/status.h"
+#include "server/common/exception_message.h"
 
 #include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
 
 namespace ropeserve {
 namespace {
@@ -30,6 +34,17 @@ TEST(Status, AssignOrReturnPropagatesFirstError) {
   auto r = Quarter(6);  // 6 -> 3 -> odd
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "odd: 3");
+}
+
+TEST(ExceptionMessage, CutsLibTorchsStackTraceAndLongMessages) {
+  const std::runtime_error c10_style(
+      "\"addmm_impl_cpu_\" not implemented for 'Half'\nException raised from operator() at LinearAlgebra.cpp:1308 (most "
+      "recent call first):\nframe #0: c10::Error::Error(...)");
+  EXPECT_EQ(ExceptionMessage(c10_style), "\"addmm_impl_cpu_\" not implemented for 'Half'");
+  EXPECT_EQ(ExceptionMessage(std::runtime_error("plain\nsecond line")), "plain\nsecond line");
+  const std::string m = ExceptionMessage(std::runtime_error(std::string(5000, 'x')));
+  EXPECT_EQ(m.size(), 1003u);
+  EXPECT_EQ(m.substr(1000), "...");
 }
 
 }  // namespace
