@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 import urllib.request
 
@@ -282,11 +281,15 @@ def test_traceparent_reaches_logs_headers_and_otlp_spans(env):
         check(re.fullmatch("[0-9a-f]{32}", fresh) and fresh != trace, hdrs)
         wait_until(lambda: receiver.trace(fresh), 20, "no spans for a new trace")
         check(all("parentSpanId" not in x for x in receiver.trace(fresh) if x["kind"] == 2), "a new trace has a root")
-        # Unsampled traces are not recorded (but still answered with ids).
-        trace3 = "11111111111111111111111111111111"
+        # Unsampled traces are not recorded (but still answered with ids):
+        # a sampled request after it is exported, the unsampled one is not.
+        trace3, trace4 = "11111111111111111111111111111111", "33333333333333333333333333333333"
+        _, _, hdrs = post_json(s.http, "/v1/completions", {"prompt": "Hi", "max_tokens": 2},
+                               headers=[f"traceparent: 00-{trace3}-2222222222222222-00"])
+        check(hdrs.get("traceresponse", "").startswith(f"00-{trace3}-") and hdrs["traceresponse"].endswith("-00"), hdrs)
         post_json(s.http, "/v1/completions", {"prompt": "Hi", "max_tokens": 2},
-                  headers=[f"traceparent: 00-{trace3}-2222222222222222-00"])
-        time.sleep(2.5)
+                  headers=[f"traceparent: 00-{trace4}-2222222222222222-01"])
+        wait_until(lambda: len(receiver.trace(trace4)) >= 5, 20, "spans of the sampled request did not arrive")
         check(not receiver.trace(trace3), "spans of an unsampled trace were exported")
     finally:
         check(s.stop() == 0, "exit code")
