@@ -8,7 +8,7 @@
 
 #include <atomic>
 #include <mutex>
-#include <vector>
+#include <type_traits>
 
 #include "server/api/tracing.h"
 #include "server/common/process_stats.h"
@@ -42,6 +42,26 @@ pm::Histogram::BucketBoundaries OneTwoFive(std::int64_t max) {
 
 pm::Labels ModelLabel(const std::string& name) { return {{"model_name", name}}; }
 
+// prometheus-cpp's builder for metrics of type M.
+template <typename M>
+auto Build() {
+  if constexpr (std::is_same_v<M, pm::Counter>) return pm::BuildCounter();
+  else if constexpr (std::is_same_v<M, pm::Gauge>) return pm::BuildGauge();
+  else return pm::BuildHistogram();
+}
+
+pm::Family<pm::Counter>& CounterFamily(pm::Registry& r, const std::string& name, const std::string& help,
+                                       const pm::Labels& labels = {}) {
+  return Build<pm::Counter>().Name(name).Help(help).Labels(labels).Register(r);
+}
+
+// The one unlabelled-by-the-caller metric of a family (histograms take
+// their bucket bounds in `args`).
+template <typename M, typename... Args>
+M& One(pm::Registry& r, const std::string& name, const std::string& help, const pm::Labels& labels, const Args&... args) {
+  return Build<M>().Name(name).Help(help).Labels(labels).Register(r).Add({}, args...);
+}
+
 // One metric under both names: ropeserve_<suffix> and vllm:<suffix>.
 template <typename M>
 struct Twin {
@@ -51,22 +71,29 @@ struct Twin {
 
 // `ours` names the ropeserve_ twin where vLLM's name breaks Prometheus'
 // naming rules (a histogram called *_total).
-Twin<pm::Histogram> Hist(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels,
+template <typename M, typename... Args>
+Twin<M> Both(pm::Registry& r, const std::string& suffix, const std::string& help, const pm::Labels& labels,
+             const std::string& ours, const Args&... args) {
+  return {&One<M>(r, "ropeserve_" + (ours.empty() ? suffix : ours), help, labels, args...),
+          &One<M>(r, "vllm:" + suffix, help, labels, args...)};
+}
+Twin<pm::Histogram> Hist(pm::Registry& r, const std::string& suffix, const std::string& help, const pm::Labels& labels,
                          const pm::Histogram::BucketBoundaries& b, const std::string& ours = "") {
-  return {&pm::BuildHistogram().Name("ropeserve_" + (ours.empty() ? suffix : ours)).Help(help).Labels(labels).Register(r).Add({}, b),
-          &pm::BuildHistogram().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({}, b)};
+  return Both<pm::Histogram>(r, suffix, help, labels, ours, b);
 }
-Twin<pm::Counter> Count(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels) {
-  return {&pm::BuildCounter().Name("ropeserve_" + suffix).Help(help).Labels(labels).Register(r).Add({}),
-          &pm::BuildCounter().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({})};
+Twin<pm::Counter> Count(pm::Registry& r, const std::string& suffix, const std::string& help, const pm::Labels& labels) {
+  return Both<pm::Counter>(r, suffix, help, labels, "");
 }
-Twin<pm::Gauge> Gauge(pm::Registry& r, const std::string& suffix, const char* help, const pm::Labels& labels) {
-  return {&pm::BuildGauge().Name("ropeserve_" + suffix).Help(help).Labels(labels).Register(r).Add({}),
-          &pm::BuildGauge().Name("vllm:" + suffix).Help(help).Labels(labels).Register(r).Add({})};
+Twin<pm::Gauge> Gauge(pm::Registry& r, const std::string& suffix, const std::string& help, const pm::Labels& labels) {
+  return Both<pm::Gauge>(r, suffix, help, labels, "");
 }
 void Observe(const Twin<pm::Histogram>& h, double v) {
   h.ours->Observe(v);
   h.vllm->Observe(v);
+}
+void Increment(const Twin<pm::Counter>& c, double v) {
+  c.ours->Increment(v);
+  c.vllm->Increment(v);
 }
 void Set(const Twin<pm::Gauge>& g, double v) {
   g.ours->Set(v);
@@ -98,7 +125,8 @@ const char* VllmFinishedReason(FinishReason reason) {
 
 // The families labelled with the served model, created by SetModel.
 struct ServerMetrics::ModelFamilies {
-  ModelFamilies(pm::Registry& r, const ServedModelInfo& m) : labels(ModelLabel(m.name)) {
+  ModelFamilies(pm::Registry& r, const ServedModelInfo& m) : block_size(m.block_size) {
+    const pm::Labels labels = ModelLabel(m.name);
     const auto tokens = OneTwoFive(m.max_model_len > 0 ? m.max_model_len : 1 << 20);
     queue_time = Hist(r, "request_queue_time_seconds", "Time from arrival to first being scheduled", labels, kLatencyBuckets);
     prefill_time = Hist(r, "request_prefill_time_seconds", "Time from first being scheduled to the first token", labels,
@@ -125,44 +153,28 @@ struct ServerMetrics::ModelFamilies {
     running = Gauge(r, "num_requests_running", "Requests in the running batch", labels);
     waiting = Gauge(r, "num_requests_waiting", "Requests waiting to be scheduled", labels);
     kv_usage = Gauge(r, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1; 1 = full)", labels);
-    for (const char* prefix : {"ropeserve_", "vllm:"})
-      success.push_back(&pm::BuildCounter()
-                             .Name(std::string(prefix) + "request_success_total")
-                             .Help("Finished requests, by finished_reason (stop, length, abort, error)")
-                             .Labels(labels)
-                             .Register(r));
+    const char* success_help = "Finished requests, by finished_reason (stop, length, abort, error)";
+    success = {&CounterFamily(r, "ropeserve_request_success_total", success_help, labels),
+               &CounterFamily(r, "vllm:request_success_total", success_help, labels)};
     pm::Labels cache = labels;
     cache.emplace("block_size", std::to_string(m.block_size));
     cache.emplace("num_gpu_blocks", std::to_string(m.num_blocks));  // vLLM's name, whatever the device
-    for (const char* prefix : {"ropeserve_", "vllm:"})
-      pm::BuildGauge()
-          .Name(std::string(prefix) + "cache_config_info")
-          .Help("KV cache configuration (value 1; the labels carry it)")
-          .Labels(cache)
-          .Register(r)
-          .Add({})
-          .Set(1);
-    qa_window_tokens = &pm::BuildCounter()
-                            .Name("ropeserve_qa_window_tokens_total")
-                            .Help("Tokens of question-answering windows run in engine steps")
-                            .Labels(ModelLabel(m.qa_name.empty() ? m.name : m.qa_name))
-                            .Register(r)
-                            .Add({});
+    Set(Both<pm::Gauge>(r, "cache_config_info", "KV cache configuration (value 1; the labels carry it)", cache, ""), 1);
+    qa_window_tokens = &One<pm::Counter>(r, "ropeserve_qa_window_tokens_total",
+                                         "Tokens of question-answering windows run in engine steps",
+                                         ModelLabel(m.qa_name.empty() ? m.name : m.qa_name));
     if (!m.qa_name.empty())
-      qa_latency = &pm::BuildHistogram()
-                        .Name("ropeserve_qa_request_latency_seconds")
-                        .Help("Time from arrival to the answer of a question-answering request")
-                        .Labels(ModelLabel(m.qa_name))
-                        .Register(r)
-                        .Add({}, kLatencyBuckets);
+      qa_latency = &One<pm::Histogram>(r, "ropeserve_qa_request_latency_seconds",
+                                       "Time from arrival to the answer of a question-answering request",
+                                       ModelLabel(m.qa_name), kLatencyBuckets);
   }
 
-  pm::Labels labels;
+  double block_size;  // the pool counts prefix-cache blocks; exported as tokens
   Twin<pm::Histogram> queue_time, prefill_time, decode_time, inference_time, ttft, itl, e2e, prompt_hist, generation_hist,
       iteration_tokens;
   Twin<pm::Counter> prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
   Twin<pm::Gauge> running, waiting, kv_usage;
-  std::vector<pm::Family<pm::Counter>*> success;  // ours, vLLM's
+  Twin<pm::Family<pm::Counter>> success;
   pm::Counter* qa_window_tokens = nullptr;
   pm::Histogram* qa_latency = nullptr;  // null without a QA model
 };
@@ -173,47 +185,29 @@ struct ServerMetrics::Impl {
   std::atomic<ModelFamilies*> model{nullptr};
   std::atomic<const Engine*> engine{nullptr};
   std::atomic<const Tracer*> tracer{nullptr};
-  int block_size = 0;
   std::mutex mu;  // SetModel and Render's syncing
-  pm::Family<pm::Counter>& requests = pm::BuildCounter()
-                                          .Name("ropeserve_requests_total")
-                                          .Help("Requests answered, by endpoint, protocol and status code")
-                                          .Register(*registry);
-  pm::Counter& spans_exported = pm::BuildCounter()
-                                    .Name("ropeserve_otlp_spans_exported_total")
-                                    .Help("Trace spans the OTLP collector accepted")
-                                    .Register(*registry)
-                                    .Add({});
-  pm::Counter& spans_dropped = pm::BuildCounter()
-                                   .Name("ropeserve_otlp_spans_dropped_total")
-                                   .Help("Trace spans lost: export queue full, or the collector failed or was too slow")
-                                   .Register(*registry)
-                                   .Add({});
+  pm::Family<pm::Counter>& requests =
+      CounterFamily(*registry, "ropeserve_requests_total", "Requests answered, by endpoint, protocol and status code");
+  pm::Counter& spans_exported =
+      One<pm::Counter>(*registry, "ropeserve_otlp_spans_exported_total", "Trace spans the OTLP collector accepted", {});
+  pm::Counter& spans_dropped =
+      One<pm::Counter>(*registry, "ropeserve_otlp_spans_dropped_total",
+                       "Trace spans lost: export queue full, or the collector failed or was too slow", {});
   pm::Gauge& resident =
-      pm::BuildGauge().Name("process_resident_memory_bytes").Help("Resident memory size in bytes").Register(*registry).Add({});
+      One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
   pm::Gauge& virtual_bytes =
-      pm::BuildGauge().Name("process_virtual_memory_bytes").Help("Virtual memory size in bytes").Register(*registry).Add({});
-  pm::Gauge& open_fds = pm::BuildGauge().Name("process_open_fds").Help("Open file descriptors").Register(*registry).Add({});
-  pm::Gauge& max_fds =
-      pm::BuildGauge().Name("process_max_fds").Help("Maximum number of open file descriptors").Register(*registry).Add({});
-  pm::Gauge& start_time = pm::BuildGauge()
-                              .Name("process_start_time_seconds")
-                              .Help("Start time of the process since the Unix epoch in seconds")
-                              .Register(*registry)
-                              .Add({});
-  pm::Counter& cpu = pm::BuildCounter()
-                         .Name("process_cpu_seconds_total")
-                         .Help("Total user and system CPU time spent in seconds")
-                         .Register(*registry)
-                         .Add({});
+      One<pm::Gauge>(*registry, "process_virtual_memory_bytes", "Virtual memory size in bytes", {});
+  pm::Gauge& open_fds = One<pm::Gauge>(*registry, "process_open_fds", "Open file descriptors", {});
+  pm::Gauge& max_fds = One<pm::Gauge>(*registry, "process_max_fds", "Maximum number of open file descriptors", {});
+  pm::Gauge& start_time = One<pm::Gauge>(*registry, "process_start_time_seconds",
+                                         "Start time of the process since the Unix epoch in seconds", {});
+  pm::Counter& cpu =
+      One<pm::Counter>(*registry, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds", {});
 };
 
 ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {
-  pm::BuildGauge()
-      .Name("ropeserve_build_info")
-      .Help("The server's build (value 1; the labels carry it)")
-      .Register(*impl_->registry)
-      .Add({{"version", ROPESERVE_VERSION}, {"compiler", __VERSION__}})
+  One<pm::Gauge>(*impl_->registry, "ropeserve_build_info", "The server's build (value 1; the labels carry it)",
+                 {{"version", ROPESERVE_VERSION}, {"compiler", __VERSION__}})
       .Set(1);
 }
 
@@ -223,7 +217,6 @@ void ServerMetrics::SetModel(const ServedModelInfo& model) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->model_storage) return;
   impl_->model_storage = std::make_unique<ModelFamilies>(*impl_->registry, model);
-  impl_->block_size = model.block_size;
   impl_->model = impl_->model_storage.get();
 }
 
@@ -245,10 +238,9 @@ void ServerMetrics::OnRequestFinished(const RequestMetrics& m) {
   Observe(f->e2e, m.e2e_seconds);
   Observe(f->prompt_hist, static_cast<double>(m.prompt_tokens));
   Observe(f->generation_hist, static_cast<double>(m.generated_tokens));
-  f->prompt_tokens.ours->Increment(static_cast<double>(m.prompt_tokens));
-  f->prompt_tokens.vllm->Increment(static_cast<double>(m.prompt_tokens));
-  f->success[0]->Add({{"finished_reason", FinishReasonName(m.finish_reason)}}).Increment();
-  f->success[1]->Add({{"finished_reason", VllmFinishedReason(m.finish_reason)}}).Increment();
+  Increment(f->prompt_tokens, static_cast<double>(m.prompt_tokens));
+  f->success.ours->Add({{"finished_reason", FinishReasonName(m.finish_reason)}}).Increment();
+  f->success.vllm->Add({{"finished_reason", VllmFinishedReason(m.finish_reason)}}).Increment();
 }
 
 void ServerMetrics::OnStep(const StepMetrics& m) {
@@ -280,9 +272,8 @@ std::string ServerMetrics::Render() {
       Sync(f->generation_tokens, static_cast<double>(s.generated_tokens.load()));
       Sync(f->preemptions, static_cast<double>(s.preemptions.load()));
       // The pool counts blocks; like vLLM, export tokens.
-      const double bs = impl_->block_size;
-      Sync(f->prefix_queries, bs * static_cast<double>(s.prefix_queries.load()));
-      Sync(f->prefix_hits, bs * static_cast<double>(s.prefix_hits.load()));
+      Sync(f->prefix_queries, f->block_size * static_cast<double>(s.prefix_queries.load()));
+      Sync(f->prefix_hits, f->block_size * static_cast<double>(s.prefix_hits.load()));
     }
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
       SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));

@@ -169,12 +169,15 @@ void OtlpExporter::Run() {
 }
 
 bool OtlpExporter::Post(const std::vector<SpanRecord>& batch) {
-  httplib::Client client(scheme_host_port_);
-  client.set_connection_timeout(std::min(options_.timeout, std::chrono::milliseconds(1000)));
-  client.set_read_timeout(options_.timeout);
-  client.set_write_timeout(options_.timeout);
-  httplib::Headers headers(options_.headers.begin(), options_.headers.end());
-  auto res = client.Post(path_.c_str(), headers, OtlpTracesJson(batch, options_.service_name), "application/json");
+  if (!client_) {
+    client_ = std::make_unique<httplib::Client>(scheme_host_port_);
+    client_->set_connection_timeout(std::min(options_.timeout, std::chrono::milliseconds(1000)));
+    client_->set_read_timeout(options_.timeout);
+    client_->set_write_timeout(options_.timeout);
+    client_->set_keep_alive(true);
+    client_->set_default_headers(httplib::Headers(options_.headers.begin(), options_.headers.end()));
+  }
+  auto res = client_->Post(path_.c_str(), OtlpTracesJson(batch, options_.service_name), "application/json");
   const bool ok = res && res->status >= 200 && res->status < 300;
   if (!ok) {
     // One warning a minute at most: a collector that is down must not flood the log.

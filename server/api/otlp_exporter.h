@@ -28,6 +28,10 @@
 #include "server/common/status.h"
 #include "server/common/trace_context.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace ropeserve::api {
 
 using SpanAttribute = std::pair<std::string, std::variant<std::string, std::int64_t, double, bool>>;
@@ -99,6 +103,8 @@ class OtlpExporter {
   std::deque<SpanRecord> queue_;
   bool stop_ = false;
   std::atomic<std::uint64_t> exported_{0}, dropped_{0};
+  // The sending thread's own: one connection kept alive across batches.
+  std::unique_ptr<httplib::Client> client_;
   std::chrono::steady_clock::time_point last_warning_{};
   std::thread thread_;
 };
