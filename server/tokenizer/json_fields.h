@@ -2,6 +2,7 @@
 // which component is wrong (internal to server/tokenizer).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -47,6 +48,12 @@ inline StatusOr<const nlohmann::json*> Array(const nlohmann::json& j, const char
     return Bad(where, std::string("missing array field '") + key + "'");
   }
   return &*it;
+}
+
+// A token id written in tokenizer.json: an integer from 0 to 2^31 - 1
+// (TokenId's range).
+inline bool IsTokenId(const nlohmann::json& v) {
+  return v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT32_MAX);
 }
 
 inline std::string TypeOf(const nlohmann::json& j) {

@@ -264,7 +264,7 @@ class SequenceProcessor final : public PostProcessor {
 StatusOr<SpecialPiece> ReadPair(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
-      !(*it)[1].is_number_unsigned() || (*it)[1].get<std::uint64_t>() > INT32_MAX) {
+      !json_fields::IsTokenId((*it)[1])) {
     return Bad(where, std::string("'") + key + "' must be [token, id]");
   }
   return SpecialPiece{{(*it)[1].get<TokenId>()}, {(*it)[0].get<std::string>()}};
@@ -312,7 +312,7 @@ StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
           return Bad(where, "special token '" + it.key() + "' needs 'ids' and 'tokens' of equal length");
         }
         for (const json& id : s["ids"]) {
-          if (!id.is_number_unsigned() || id.get<std::uint64_t>() > INT32_MAX)
+          if (!json_fields::IsTokenId(id))
             return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
           p.ids.push_back(id.get<TokenId>());
         }
