@@ -78,7 +78,7 @@ struct Fixture {
   // Prefix caching off by default: then every prompt token reaches the
   // model and the recorded prompts are whole.
   explicit Fixture(const std::string& script_text, bool eos_after = false, std::size_t max_document_bytes = 1 << 20,
-                   bool prefix_caching = false) {
+                   bool prefix_caching = false, std::int64_t max_num_batched_tokens = 2048) {
     auto e = tokenizer->Encode(script_text, false);
     std::vector<TokenId> script(e->ids.begin(), e->ids.end());
     GenerationServiceConfig c;
@@ -91,6 +91,7 @@ struct Fixture {
     c.engine.block_size = 4;
     c.engine.scheduler.max_model_len = 256;
     c.engine.scheduler.enable_prefix_caching = prefix_caching;
+    c.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     c.kv.num_blocks = 2048;
     c.kv.tokens = 8192;
     c.max_document_bytes = max_document_bytes;
@@ -216,8 +217,12 @@ TEST(DocumentSummary, MapReduceBatchesTheChunksAndReducesInRounds) {
 
 // The chunk prompts share their instruction: with the prefix cache, its
 // blocks are computed once; usage still counts every prompt token.
+// A 64-token step budget admits the chunks over several steps, so later
+// ones find the first one's blocks cached whatever the timing (with the
+// default budget all chunks could be admitted in the engine's first step,
+// before anything is cached, when they arrive before it starts).
 TEST(DocumentSummary, ChunksShareTheInstructionPrefix) {
-  Fixture fx(" Fine summary.", /*eos_after=*/true, 1 << 20, /*prefix_caching=*/true);
+  Fixture fx(" Fine summary.", /*eos_after=*/true, 1 << 20, /*prefix_caching=*/true, /*max_num_batched_tokens=*/64);
   DocumentSummarizer summarizer(*fx.service);
   SummaryFields f;
   f.text = Gpl().substr(0, 6000);
