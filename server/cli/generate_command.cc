@@ -25,7 +25,6 @@ struct GenerateFlags {
   service::GenerationFields fields;  // unset: the validator's defaults (gRPC Generate's)
   bool json = false;
   bool ignore_eos = false;
-  bool reference = false;
   // Structured output (at most one): a JSON Schema file, a regex, choices.
   std::string json_schema;
   std::string regex;
@@ -66,7 +65,6 @@ int Run(const GenerateFlags& f) {
   // sampler and output processor (detokenization, stop strings).
   OfflineOptions eo;
   eo.max_num_seqs = 1;
-  eo.reference_attention = f.reference;
   auto service = OfflineDecoder(**model, eo, tokenizer);
   if (!service.ok()) return Fail(service.status().ToString());
   // The same validator (defaults, ranges) as gRPC Generate.
@@ -97,8 +95,9 @@ int Run(const GenerateFlags& f) {
   };
   auto results = (*service)->GenerateBatch({prompt_ids}, validated->options, false, on_delta);
   if (!results.ok()) {
-    const std::string& p = results.status().param();
-    return Fail((p.empty() ? std::string() : "--" + p.substr(0, p.find('.')) + ": ") + results.status().message());
+    const Status status = results.status();  // by value: status() returns a copy
+    const std::string& p = status.param();
+    return Fail((p.empty() ? std::string() : "--" + p.substr(0, p.find('.')) + ": ") + status.message());
   }
   const GenerateResult* result = &(*results)[0];
 
@@ -166,8 +165,6 @@ Runner AddGenerate(CLI::App& app) {
   auto* choice = sub->add_option("--choice", f->choices, "Structured output: the text is one of these (repeatable)");
   schema->excludes(regex)->excludes(choice);
   regex->excludes(choice);
-  sub->add_flag("--reference", f->reference,
-                "Use the reference paged attention (gather-based, slow; the oracle of the CPU kernel)");
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->check(CLI::IsMember(kDTypeChoices));

@@ -197,7 +197,9 @@ Runner AddEncode(CLI::App& app) {
                                                "Lines {\"ids\":[...]} on stdin)");
   sub->add_option("--token-type-ids", f->token_type_ids, "Comma-separated token types (RoFormer)");
   sub->add_flag("--json", f->json, "JSON output (the only format)");
-  sub->add_flag("--reference", f->reference, "Use the reference path (dense, per window)");
+  sub->add_flag("--reference", f->reference,
+                "Use the reference path (dense, per window; ModernBERT and RoFormer: a decoder trunk's reference "
+                "runs in the test suite only)");
   return [f] { return Run(*f, /*encode=*/true); };
 }
 

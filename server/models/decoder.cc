@@ -9,7 +9,6 @@
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/small_batch_linear.h"
-#include "kernels/reference/reference_ops.h"
 #include "server/models/span_head.h"
 #include "server/models/weight_loader.h"
 
@@ -17,11 +16,10 @@ namespace ropeserve {
 
 namespace {
 
-// `fast`: a few bf16 rows go to the AVX-512-BF16 small-batch kernel when
-// the CPU has it (decode); everything else, and the reference path, to
-// at::linear.
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fast) {
-  if (fast && cpu::SmallBatchLinearApplies(x, w, b)) return cpu::SmallBatchLinear(x, w, b);
+// A few bf16 rows go to the AVX-512-BF16 small-batch kernel when the CPU
+// has it (decode); everything else to at::linear.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (cpu::SmallBatchLinearApplies(x, w, b)) return cpu::SmallBatchLinear(x, w, b);
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
@@ -101,16 +99,13 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
 
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
 
-at::Tensor DecoderModel::Logits(const at::Tensor& hidden, bool fast) const {
-  return Linear(FinalNorm(hidden, fast), w_.lm_head, at::Tensor(), fast).to(at::kFloat);
+// The final RMSNorm and the LM head.
+at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
+  return Linear(cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head, at::Tensor())
+      .to(at::kFloat);
 }
 
-at::Tensor DecoderModel::FinalNorm(const at::Tensor& hidden, bool fast) const {
-  if (fast && FusedKernelsApply(hidden)) return cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps);
-  return reference::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
-}
-
-std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positions) const {
+std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions) const {
   at::Tensor inv_freq = inv_freq_;
   double factor = attention_factor_;
   if (RopeDependsOnLength(config_)) {
@@ -125,81 +120,49 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSin(const at::Tensor& positio
                           ToScalarType(dtype_));
 }
 
-bool DecoderModel::FusedKernelsApply(const at::Tensor& h) const {
-  return h.device().is_cpu() && (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16);
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
                                                                          const at::Tensor& x, const at::Tensor& cos,
-                                                                         const at::Tensor& sin, bool fused) const {
+                                                                         const at::Tensor& sin) const {
   const int64_t T = x.size(0), D = config_.head_dim;
-  at::Tensor q = Linear(x, w.q_proj, w.q_bias, fused).view({T, config_.num_attention_heads, D});
-  at::Tensor k = Linear(x, w.k_proj, w.k_bias, fused).view({T, config_.num_key_value_heads, D});
-  at::Tensor v = Linear(x, w.v_proj, w.v_bias, fused).view({T, config_.num_key_value_heads, D});
-  if (fused) {
-    q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
-    k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
-    cpu::ApplyRopeInplace(q, k, cos, sin);
-    return {q, k, v};
-  }
-  if (config_.qk_norm) {
-    q = reference::RmsNorm(q, w.q_norm, config_.rms_norm_eps);
-    k = reference::RmsNorm(k, w.k_norm, config_.rms_norm_eps);
-  }
-  return {reference::ApplyRope(q, cos, sin), reference::ApplyRope(k, cos, sin), v};
+  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({T, config_.num_attention_heads, D});
+  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({T, config_.num_key_value_heads, D});
+  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({T, config_.num_key_value_heads, D});
+  q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
+  k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
+  cpu::ApplyRopeInplace(q, k, cos, sin);
+  return {q, k, v};
 }
 
-at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x, bool fused) const {
-  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias, fused);
-  at::Tensor up = Linear(x, w.up_proj, w.up_bias, fused);
-  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias, fused);
+at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
+  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias);
+  at::Tensor up = Linear(x, w.up_proj, w.up_bias);
+  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
-                                   const AttendFn& attend, bool fused) const {
+                                   const AttendFn& attend) const {
   const int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
-  fused = fused && FusedKernelsApply(h);
-  if (fused) h = h.contiguous();
+  h = h.contiguous();
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
-    if (fused) {
-      // residual adds folded into the norms (h is updated in place)
-      at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
-      auto [q, k, v] = QkvWithRope(w, x, cos, sin, true);
-      at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-      at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias, true).contiguous(), h, w.post_attention_layernorm, eps);
-      h.add_(Mlp(w, y, true));
-      continue;
-    }
-    at::Tensor x = reference::RmsNorm(h, w.input_layernorm, eps);
-    auto [q, k, v] = QkvWithRope(w, x, cos, sin, false);
+    // residual adds folded into the norms (h is updated in place)
+    at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
+    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    h = h + Linear(attn, w.o_proj, w.o_bias, false);
-    h = h + Mlp(w, reference::RmsNorm(h, w.post_attention_layernorm, eps), false);
+    at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias).contiguous(), h, w.post_attention_layernorm, eps);
+    h.add_(Mlp(w, y));
   }
   return h;
 }
 
-at::Tensor DecoderModel::ForwardReference(const at::Tensor& ids) const {
-  c10::InferenceMode guard;
-  auto [cos, sin] = CosSin(at::arange(ids.size(0), at::kLong));
-  return Logits(RunLayers(
-                    Embed(ids), cos, sin,
-                    [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                      return reference::CausalAttention(q, k, v, attention_scale_);
-                    },
-                    /*fused=*/false),
-                /*fast=*/false);
-}
-
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& positions,
                                                               const std::vector<std::int64_t>& lens) const {
-  if (!RopeDependsOnLength(config_)) return CosSin(positions);
+  if (!RopeDependsOnLength(config_)) return RotaryCosSin(positions);
   std::vector<at::Tensor> cos, sin;
   int64_t row = 0;
   for (const std::int64_t len : lens) {
-    auto [c, si] = CosSin(positions.narrow(0, row, len));
+    auto [c, si] = RotaryCosSin(positions.narrow(0, row, len));
     cos.push_back(c);
     sin.push_back(si);
     row += len;
@@ -208,24 +171,30 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& p
 }
 
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const {
+  return ForwardPagedWith(batch, cache, prompt_logits,
+                          [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                              const PagedBatch& b) {
+                            return cpu::PagedAttention(q, k_cache, v_cache, b.block_table_tensor, b.query_start,
+                                                       b.context_len_tensor, attention_scale_);
+                          });
+}
+
+at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
+                                          const PagedAttentionFn& attend) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    cpu::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
-    return batch.reference_attention
-               ? reference::PagedAttention(q, cache.k[l], cache.v[l], batch.block_tables, batch.query_lens,
-                                           batch.context_lens, attention_scale_)
-               : cpu::PagedAttention(q, cache.k[l], cache.v[l], batch.block_table_tensor, batch.query_start,
-                                     batch.context_len_tensor, attention_scale_);
-  });
+                             cpu::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
+                             return attend(q, cache.k[l], cache.v[l], batch);
+                           });
   if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
     *prompt_logits = Logits(h.index_select(0, batch.prompt_logits_indices)).contiguous();
   return Logits(h.index_select(0, batch.logits_indices));
 }
 
 std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
-                                                   bool reference, bool with_hidden) const {
+                                                   bool with_hidden) const {
   c10::InferenceMode guard;
   // Each window on tensors of its own shape (positions restart, attention is
   // causal within it): its logits then do not depend on the other windows,
@@ -234,21 +203,19 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
   out.reserve(windows.size());
   for (const auto& window : windows) {
     const auto len = static_cast<std::int64_t>(window.size());
-    auto [cos, sin] = CosSin(at::arange(len, at::kLong));
+    auto [cos, sin] = RotaryCosSin(at::arange(len, at::kLong));
     const at::Tensor window_table = at::zeros({1, 1}, at::kInt);
     const at::Tensor window_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong);
     const at::Tensor window_len = at::tensor(std::vector<std::int64_t>{len}, at::kLong);
-    at::Tensor hidden = RunLayers(
-        Embed(at::tensor(window, at::kLong)), cos, sin,
-        [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-          if (reference || !FusedKernelsApply(q)) return reference::CausalAttention(q, k, v, attention_scale_);
-          // The window is one sequence whose cache is its own keys: one
-          // block of `len` slots, every query causal within it.
-          return cpu::PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0),
-                                     window_table, window_start, window_len, attention_scale_);
-        },
-        /*fused=*/!reference);
-    hidden = FinalNorm(hidden, !reference);
+    at::Tensor hidden = RunLayers(Embed(at::tensor(window, at::kLong)), cos, sin,
+                                  [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                                    // The window is one sequence whose cache is its own keys: one
+                                    // block of `len` slots, every query causal within it.
+                                    return cpu::PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
+                                                               v.contiguous().unsqueeze(0), window_table,
+                                                               window_start, window_len, attention_scale_);
+                                  });
+    hidden = cpu::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
     out.push_back(SpanRows(logits, 0, len, with_hidden ? hidden : at::Tensor()));
   }

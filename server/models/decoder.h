@@ -2,12 +2,13 @@
 // Weights keep Hugging Face's module names (DecoderLayerWeights mirrors
 // model.layers.N.*), so loading is name mapping.
 //
-// Two forward paths compute the same function:
-//  - ForwardReference: dense causal attention over the whole sequence, no
-//    cache, no batching, unfused ops; the oracle in tests.
-//  - ForwardPaged: the serving path: a packed batch of prefill chunks and
-//    decode tokens over the paged KV cache, with the fused CPU kernels.
-// (ForwardSpans runs span heads on either path.)
+// Forwards run the fused CPU kernels (kernels/cpu) only:
+//  - ForwardPaged (PagedModel): the serving path: a packed batch of prefill
+//    chunks and decode tokens over the paged KV cache;
+//  - ForwardSpans: span heads over whole windows (extractive QA).
+// Their oracle, the dense unfused forward on kernels/reference, lives in the
+// tests (tests/models/reference_decoder.h) over weights() and
+// RotaryCosSin(), so the reference ops are not linked into the server.
 // Thread-safety: a loaded model is immutable; forwards may run concurrently
 // on different caches.
 #pragma once
@@ -21,6 +22,7 @@
 
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
+#include "server/models/paged_model.h"
 #include "server/models/span_logits.h"
 
 namespace ropeserve {
@@ -46,36 +48,7 @@ struct DecoderWeights {
   at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
 };
 
-// One step's packed, unpadded batch, as tensors (built by ModelRunner from
-// a StepPlan). Sequence s owns rows [sum(query_lens[<s]), +query_lens[s]).
-struct PagedBatch {
-  at::Tensor token_ids;     // [T] int64
-  at::Tensor positions;     // [T] int64
-  at::Tensor slot_mapping;  // [T] int64: block * block_size + offset
-  std::vector<std::vector<std::int32_t>> block_tables;  // per sequence
-  std::vector<std::int64_t> query_lens;                 // per sequence
-  std::vector<std::int64_t> context_lens;               // per sequence, incl. this step's tokens
-  at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
-  // [P] int64: rows whose logits give prompt logprobs (undefined: none).
-  // Computed apart from logits_indices' rows, so that a request asking for
-  // prompt logprobs does not change the others' logits by a rounding.
-  at::Tensor prompt_logits_indices;
-  // The same layout as tensors, for the CPU kernel.
-  at::Tensor block_table_tensor;  // [S, max_blocks] int32
-  at::Tensor query_start;         // [S + 1] int64
-  at::Tensor context_len_tensor;  // [S] int64
-  // true: the gather-based reference attention (kernels/reference), the
-  // oracle; false: the CPU kernel (kernels/cpu).
-  bool reference_attention = false;
-};
-
-// Paged KV cache of all sequences.
-struct PagedKvCache {
-  std::vector<at::Tensor> k;  // per layer [num_blocks, block_size, Hkv, D]
-  std::vector<at::Tensor> v;  // per layer [num_blocks, block_size, Hkv, D]
-};
-
-class DecoderModel {
+class DecoderModel final : public PagedModel {
  public:
   // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16).
   // A causal LM (lm_head); a checkpoint with a span head is refused.
@@ -84,29 +57,35 @@ class DecoderModel {
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  at::Device device() const override { return w_.embed_tokens.device(); }
   DType dtype() const { return dtype_; }
+  const DecoderWeights& weights() const { return w_; }
+  double attention_scale() const { return attention_scale_; }
+  // RoPE cos/sin [T, rotary_dim/2] (compute dtype) for `positions` [T] of
+  // one sequence (dynamic NTK follows the largest position + 1).
+  std::pair<at::Tensor, at::Tensor> RotaryCosSin(const at::Tensor& positions) const;
 
-  // ids: [T] int64, positions 0..T-1. Returns float32 logits [T, V].
-  at::Tensor ForwardReference(const at::Tensor& ids) const;
-
-  // Packed batch over the paged cache: writes this step's K/V into their
-  // slots, attends each sequence to its cached prefix plus causally within
-  // its chunk. Returns float32 logits [R, V] for batch.logits_indices.
-  // With `prompt_logits`, also float32 logits [P, V] for
-  // batch.prompt_logits_indices.
-  at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits = nullptr) const;
+  at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const override;
+  // One layer's attention over the paged cache, after this step's K/V have
+  // been written: q [T,Hq,D] -> [T,Hq,D].
+  using PagedAttentionFn =
+      std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                               const PagedBatch& batch)>;
+  // ForwardPaged with another attention in every layer (the tests' oracle
+  // passes the gather-based reference); everything else is the same.
+  at::Tensor ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
+                              const PagedAttentionFn& attend) const;
 
   // Span head: start/end logits of each window (positions 0..len-1, causal
   // attention within the window, as Hugging Face's *ForQuestionAnswering).
-  // `reference`: ForwardReference's unfused ops; else the fused kernels.
-  // Either way each window is computed on tensors of its own shape, so its
-  // logits are bitwise independent of the other windows. `with_hidden` also
-  // returns the trunk's last hidden state (after the final norm).
-  std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows, bool reference,
+  // Each window is computed on tensors of its own shape, so its logits are
+  // bitwise independent of the other windows. `with_hidden` also returns
+  // the trunk's last hidden state (after the final norm).
+  std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
                                        bool with_hidden = false) const;
 
-  PagedKvCache AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const;
+  PagedKvCache AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const override;
   // K and V bytes one token occupies in the cache, all layers.
   std::int64_t KvBytesPerToken() const;
 
@@ -114,25 +93,17 @@ class DecoderModel {
   DecoderModel() = default;
   static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head);
   at::Tensor Embed(const at::Tensor& ids) const;
-  at::Tensor Logits(const at::Tensor& hidden, bool fast = true) const;
-  // The final RMSNorm: the fused kernel when `fast` and it applies, else the reference op.
-  at::Tensor FinalNorm(const at::Tensor& hidden, bool fast) const;
+  at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
-                                                             const at::Tensor& cos, const at::Tensor& sin,
-                                                             bool fused) const;
-  // Whether the fused CPU kernels (kernels/cpu/fused_ops.h) can run on h.
-  bool FusedKernelsApply(const at::Tensor& h) const;
-  at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x, bool fused) const;
+                                                             const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
   // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
   // which the forward paths differ.
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
-  // Embedded tokens h [T,H] through every decoder layer -> [T,H]. `fused`
-  // uses the fused RMSNorm/residual and RoPE kernels (the paged and span
-  // paths); the reference path keeps the unfused reference ops.
-  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend,
-                       bool fused = true) const;
-  std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions) const;
+  // Embedded tokens h [T,H] through every decoder layer -> [T,H], with the
+  // fused RMSNorm/residual and RoPE kernels.
+  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
   // sequences of a paged batch); dynamic RoPE uses each segment's own length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const at::Tensor& positions, const std::vector<std::int64_t>& lens) const;

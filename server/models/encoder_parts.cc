@@ -88,6 +88,7 @@ Status WindowedSpanModel::CheckIds(const std::vector<TokenId>& ids,
 StatusOr<SpanLogits> WindowedSpanModel::ForwardReference(const std::vector<TokenId>& ids,
                                                          const std::vector<std::uint32_t>& type_ids,
                                                          bool with_hidden) const {
+  RS_RETURN_IF_ERROR(ReferenceAvailable());
   RS_RETURN_IF_ERROR(CheckIds(ids, type_ids));
   return Window(ids, type_ids, /*reference=*/true, with_hidden);
 }

@@ -81,6 +81,9 @@ class WindowedSpanModel : public SpanModel {
   // (dense masks, unfused ops); else the serving path.
   virtual SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids,
                             bool reference, bool with_hidden) const = 0;
+  // Whether Window(reference = true) exists: not for the decoder trunks,
+  // whose oracle runs in the tests only (see span_models.cc).
+  virtual Status ReferenceAvailable() const { return Status::Ok(); }
 
  private:
   Status CheckIds(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids) const;

@@ -21,6 +21,7 @@ class SpanModel {
   virtual const EncoderConfig& config() const = 0;
   // The reference path: one window computed as Hugging Face's eager modules
   // do (dense masks, unfused ops); the oracle of ForwardWindows.
+  // Unimplemented for the decoder trunks (their oracle is test code).
   virtual StatusOr<SpanLogits> ForwardReference(const std::vector<TokenId>& ids,
                                                 const std::vector<std::uint32_t>& type_ids = {},
                                                 bool with_hidden = false) const = 0;

@@ -12,15 +12,23 @@ namespace ropeserve {
 namespace {
 
 // A causal LM's trunk with its span head (DecoderModel::ForwardSpans).
+// Its reference window (the dense forward on kernels/reference, Hugging
+// Face's eager computation) is the tests' oracle and is not linked into the
+// server: tests/models/reference_decoder.h.
 class DecoderSpanModel final : public encoder::WindowedSpanModel {
  public:
   DecoderSpanModel(EncoderConfig config, std::unique_ptr<DecoderModel> decoder)
       : WindowedSpanModel(std::move(config)), decoder_(std::move(decoder)) {}
 
  protected:
-  SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&, bool reference,
+  SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&, bool /*reference*/,
                     bool with_hidden) const override {
-    return std::move(decoder_->ForwardSpans({encoder::ToInt64(ids)}, reference, with_hidden)[0]);
+    return std::move(decoder_->ForwardSpans({encoder::ToInt64(ids)}, with_hidden)[0]);
+  }
+  Status ReferenceAvailable() const override {
+    return Unimplemented(config().architecture +
+                         ": the reference window of a decoder span model runs in the test suite only "
+                         "(tests/models/reference_decoder.h); encode without --reference runs the serving path");
   }
 
  private:

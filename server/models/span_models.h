@@ -6,8 +6,9 @@
 //    (server/models/decoder.h) with qa_outputs on its final hidden states,
 //    positions restarting in every window, causal within it.
 // Each has two paths over the same weights (SpanModel::ForwardReference and
-// ForwardWindows); tests hold them equal within rounding, and a window's
-// logits are bitwise the same whatever else is in the call. Torch stays
+// ForwardWindows; the decoder trunks' reference lives in the tests,
+// tests/models/reference_decoder.h); tests hold them equal within rounding,
+// and a window's logits are bitwise the same whatever else is in the call. Torch stays
 // out of this header.
 #pragma once
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/models/decoder.h"
+#include "server/models/paged_model.h"
 
 namespace ropeserve {
 
@@ -80,19 +80,17 @@ class BlockTableRows {
 }  // namespace
 
 struct ModelRunner::Impl {
-  const DecoderModel& model;
+  const PagedModel& model;
   std::int64_t block_size;
   PagedKvCache cache;
-  bool reference_attention;
   BlockTableRows tables;  // on the device, for the attention kernel
   BlockTables host;       // the same tables on the host, for slot mappings
 };
 
-ModelRunner::ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size,
-                         bool reference_attention)
-    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size), reference_attention,
+ModelRunner::ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size)
+    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size),
                      BlockTableRows((model.config().max_position_embeddings + block_size - 1) / block_size,
-                                    at::kCPU),
+                                    model.device()),
                      BlockTables()}) {}
 
 ModelRunner::~ModelRunner() = default;
@@ -129,13 +127,11 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     }
     query_start.push_back(query_start.back() + n);
     if (s.needs_logits) logits_rows.push_back(query_start.back() - 1);
-    if (impl_->reference_attention) batch.block_tables.push_back(table);
     batch.query_lens.push_back(n);
     batch.context_lens.push_back(s.context_length());
   }
   batch.block_table_tensor = impl_->tables.Gather(plan);
-  batch.reference_attention = impl_->reference_attention;
-  const auto opts = at::TensorOptions().dtype(at::kLong);
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(impl_->model.device());
   batch.query_start = at::tensor(query_start, opts);
   batch.context_len_tensor = at::tensor(batch.context_lens, opts);
   batch.token_ids = at::tensor(ids, opts);

@@ -18,14 +18,14 @@
 
 namespace ropeserve {
 
-class DecoderModel;
+class PagedModel;
 
 class ModelRunner final : public LogitsExecutor {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer.
-  // reference_attention: use the slow gather-based attention (the oracle).
-  ModelRunner(const DecoderModel& model, std::int64_t num_blocks, std::int64_t block_size,
-              bool reference_attention = false);
+  // `model` (a DecoderModel when serving; the tests' reference model as
+  // their oracle) must outlive the runner.
+  ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size);
   ~ModelRunner() override;
 
   std::int64_t vocab_size() const override;

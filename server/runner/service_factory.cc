@@ -89,7 +89,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const Decod
   sc.engine.scheduler.max_num_seqs = o.max_num_seqs;
   sc.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   sc.engine_thread = false;
-  auto runner = std::make_unique<ModelRunner>(model, num_blocks, o.block_size, o.reference_attention);
+  auto runner = std::make_unique<ModelRunner>(model, num_blocks, o.block_size);
   return service::GenerationService::Create(std::move(sc), std::move(runner), std::move(tokenizer));
 }
 

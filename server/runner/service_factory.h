@@ -29,7 +29,6 @@ struct OfflineOptions {
   std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;           // the KV cache holds this many sequences of max_model_len
   std::int64_t max_num_batched_tokens = 2048;
-  bool reference_attention = false;  // the gather-based paged attention (the oracle), not the CPU kernel
 };
 
 // Offline (`ropeserve generate`, tests): the same scheduler, runner and

@@ -423,6 +423,10 @@ TEST(Cli, QaAndEncode) {
   EXPECT_EQ(ej["last_hidden_state"][0].size(), 64u);  // the generator's hidden size
   EXPECT_EQ(ej["start_logits"].size(), 4u);
   EXPECT_NE(RunBinary("encode --model " + llama + " --input-ids 5,-1", d.path()).exit_code, 0);
+  // A decoder trunk's reference window is test code: a clear error.
+  auto no_ref = RunBinary("encode --reference --model " + llama + " --input-ids 5,6 --json", d.path());
+  EXPECT_EQ(no_ref.exit_code, 1);
+  EXPECT_NE(no_ref.err.find("test suite only"), std::string::npos) << no_ref.err;
   EXPECT_NE(RunBinary("qa --model " + llama + " --question where", d.path()).exit_code, 0);
 }
 

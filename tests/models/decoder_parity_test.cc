@@ -6,6 +6,7 @@
 #include "server/models/decoder.h"
 #include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
+#include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
 namespace {
@@ -50,7 +51,7 @@ TEST_F(LlamaCppParity, TeacherForcedLogitsAtEveryPromptPositionAndStep) {
     const auto gen = c["generated_ids"].get<std::vector<std::int64_t>>();
     const size_t n_prompt = seq.size();
     seq.insert(seq.end(), gen.begin(), gen.end());
-    at::Tensor logits = model_->ForwardReference(at::tensor(seq, at::kLong));
+    at::Tensor logits = testing::ReferenceForward(*model_, at::tensor(seq, at::kLong));
     const std::string name = c["name"].get<std::string>();
     for (size_t j = 0; j < c["prompt_topk"].size(); ++j, ++compared)
       ExpectTopkMatches(logits[j], c["prompt_topk"][j], name + " prompt position " + std::to_string(j));

@@ -8,7 +8,7 @@
 #include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
-#include "tests/models/reference_decode.h"
+#include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
 namespace {
@@ -58,8 +58,10 @@ TEST_P(PathsAgree, PagedEqualsReferenceAtEveryPosition) {
   auto m = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const auto ids = RandomIds(48, (*m)->config().vocab_size, 11);
-  at::Tensor ref = (*m)->ForwardReference(at::tensor(ids, at::kLong));
+  at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
   at::Tensor inc = testing::PagedLogits(**m, ids);
+  // The same chunks through the gather-based reference paged attention.
+  at::Tensor gathered = testing::PagedLogits(testing::ReferenceAttentionModel(**m), ids);
   ASSERT_EQ(ref.sizes(), inc.sizes());
   const double scale = ref.abs().max().item<double>();
   EXPECT_GT(scale, 1.0);  // logits are not degenerate
@@ -68,6 +70,7 @@ TEST_P(PathsAgree, PagedEqualsReferenceAtEveryPosition) {
   const ModelConfig& c = (*m)->config();
   const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
   EXPECT_LE((ref - inc).abs().max().item<double>(), testing::RoundingBound(k, c.num_hidden_layers, scale));
+  EXPECT_LE((ref - gathered).abs().max().item<double>(), testing::RoundingBound(k, c.num_hidden_layers, scale));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,8 +108,8 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   auto bf16 = DecoderModel::Load(dir.path(), DType::kBF16);
   ASSERT_TRUE(f32.ok() && bf16.ok());
   const auto ids = RandomIds(24, 300, 3);
-  at::Tensor ref32 = (*f32)->ForwardReference(at::tensor(ids, at::kLong));
-  at::Tensor ref16 = (*bf16)->ForwardReference(at::tensor(ids, at::kLong));
+  at::Tensor ref32 = testing::ReferenceForward(**f32, at::tensor(ids, at::kLong));
+  at::Tensor ref16 = testing::ReferenceForward(**bf16, at::tensor(ids, at::kLong));
   at::Tensor inc16 = testing::PagedLogits(**bf16, ids);
   EXPECT_EQ(ref16.scalar_type(), at::kFloat);
   // bf16 keeps ~3 significant digits and rounds after every op, so the
@@ -140,12 +143,8 @@ TEST(Generate, TheEngineGeneratesTheReferenceTokens) {
   EXPECT_EQ(got.top_logprobs[0][0].id, got.generated_ids[0]);
   EXPECT_EQ(got.prompt_ids, (std::vector<std::int64_t>{1, 2, 3}));
   EXPECT_GT(got.prefill_seconds, 0);
-  // The gather-based reference attention gives the same tokens.
-  OfflineOptions ro;
-  ro.reference_attention = true;
-  auto slow = testing::OfflineGenerate(*m, {1, 2, 3}, o, ro);
-  ASSERT_TRUE(slow.ok());
-  EXPECT_EQ(slow->generated_ids, got.generated_ids);
+  // (The engine over the gather-based reference attention:
+  // engine_invariance_test.cc.)
 }
 
 TEST(Generate, StopsAtEosUnlessIgnored) {

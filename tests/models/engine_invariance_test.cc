@@ -11,7 +11,7 @@
 #include "server/runner/model_runner.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
-#include "tests/models/reference_decode.h"
+#include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
 namespace {
@@ -90,7 +90,7 @@ class EngineInvariance : public ::testing::Test {
   }
 
   // One request alone: through its own engine, or (reference) by dense
-  // greedy recompute through ForwardReference.
+  // greedy recompute through testing::ReferenceForward.
   static std::vector<TokenId> Alone(const std::vector<TokenId>& prompt, std::int64_t max_tokens, bool reference) {
     if (reference) return testing::ReferenceGreedy(*model_, prompt, static_cast<int>(max_tokens));
     ModelRunner runner(*model_, 64, 4);
@@ -118,7 +118,8 @@ TEST_F(EngineInvariance, BatchedGreedyEqualsAloneAndReference) {
   EXPECT_EQ(engine.stats().preemptions, 0u);
   EXPECT_EQ(engine.pool().num_free(), 512);
   // The same batch through the gather-based reference attention.
-  ModelRunner ref_runner(*model_, 512, 4, /*reference_attention=*/true);
+  const testing::ReferenceAttentionModel reference(*model_);
+  ModelRunner ref_runner(reference, 512, 4);
   Engine ref_engine(Config(512), ref_runner);
   EXPECT_EQ(RunBatch(ref_engine, prompts, 12), batched);
 }

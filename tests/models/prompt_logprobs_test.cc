@@ -7,6 +7,7 @@
 #include "server/models/decoder.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/offline.h"
+#include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
 namespace {
@@ -27,7 +28,7 @@ class PromptLogprobs : public ::testing::Test {
   static void TearDownTestSuite() { delete model_; }
   // log_softmax of the reference's logits at every position.
   static at::Tensor ReferenceLogprobs(const std::vector<std::int64_t>& prompt) {
-    return at::log_softmax(model_->ForwardReference(at::tensor(prompt, at::kLong)), 1);
+    return at::log_softmax(testing::ReferenceForward(*model_, at::tensor(prompt, at::kLong)), 1);
   }
   static std::vector<std::int64_t> Prompt(std::size_t n) {
     std::vector<std::int64_t> p;

@@ -1,0 +1,60 @@
+// What the model runner (server/runner/model_runner.h) needs from a causal
+// LM: a paged KV cache and one forward over a packed batch of prefill
+// chunks and decode tokens. DecoderModel implements it with the fused CPU
+// kernels; the tests' oracle (tests/models/reference_decoder.h) implements
+// it with the gather-based reference attention, so the same runner and
+// engine run over either.
+// Thread-safety: const methods may run concurrently on different caches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "server/checkpoint/model_config.h"
+
+namespace ropeserve {
+
+// One step's packed, unpadded batch, as tensors (built by ModelRunner from
+// a StepPlan). Sequence s owns rows [query_start[s], query_start[s + 1]),
+// which are its last query_lens[s] tokens of context_lens[s].
+struct PagedBatch {
+  at::Tensor token_ids;     // [T] int64
+  at::Tensor positions;     // [T] int64
+  at::Tensor slot_mapping;  // [T] int64: block * block_size + offset
+  std::vector<std::int64_t> query_lens;    // per sequence
+  std::vector<std::int64_t> context_lens;  // per sequence, incl. this step's tokens
+  at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
+  // [P] int64: rows whose logits give prompt logprobs (undefined: none).
+  // Computed apart from logits_indices' rows, so that a request asking for
+  // prompt logprobs does not change the others' logits by a rounding.
+  at::Tensor prompt_logits_indices;
+  at::Tensor block_table_tensor;  // [S, max_blocks] int32: row s holds sequence s's blocks
+  at::Tensor query_start;         // [S + 1] int64
+  at::Tensor context_len_tensor;  // [S] int64
+};
+
+// Paged KV cache of all sequences.
+struct PagedKvCache {
+  std::vector<at::Tensor> k;  // per layer [num_blocks, block_size, Hkv, D]
+  std::vector<at::Tensor> v;  // per layer [num_blocks, block_size, Hkv, D]
+};
+
+class PagedModel {
+ public:
+  virtual ~PagedModel() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Where the weights and the cache live; the runner builds each step's
+  // tensors there.
+  virtual at::Device device() const = 0;
+  // num_blocks x block_size token slots of K and V for every layer.
+  virtual PagedKvCache AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const = 0;
+  // Writes this step's K/V into their slots, attends each sequence to its
+  // cached prefix plus causally within its chunk. Returns float32 logits
+  // [R, V] for batch.logits_indices; with `prompt_logits` (may be null),
+  // also float32 logits [P, V] for batch.prompt_logits_indices.
+  virtual at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const = 0;
+};
+
+}  // namespace ropeserve

@@ -1,0 +1,126 @@
+#include "tests/models/reference_decoder.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+#include "kernels/reference/reference_ops.h"
+#include "server/models/span_head.h"
+
+namespace ropeserve::testing {
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+// Embedded ids through every layer and the final norm: [T, H].
+at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
+  const ModelConfig& c = m.config();
+  const DecoderWeights& w = m.weights();
+  const double eps = c.rms_norm_eps;
+  const std::int64_t T = ids.size(0), D = c.head_dim;
+  auto [cos, sin] = m.RotaryCosSin(at::arange(T, at::kLong));
+  at::Tensor h = at::embedding(w.embed_tokens, ids);
+  for (const DecoderLayerWeights& lw : w.layers) {
+    const at::Tensor x = reference::RmsNorm(h, lw.input_layernorm, eps);
+    at::Tensor q = Linear(x, lw.q_proj, lw.q_bias).view({T, c.num_attention_heads, D});
+    at::Tensor k = Linear(x, lw.k_proj, lw.k_bias).view({T, c.num_key_value_heads, D});
+    const at::Tensor v = Linear(x, lw.v_proj, lw.v_bias).view({T, c.num_key_value_heads, D});
+    if (c.qk_norm) {
+      q = reference::RmsNorm(q, lw.q_norm, eps);
+      k = reference::RmsNorm(k, lw.k_norm, eps);
+    }
+    q = reference::ApplyRope(q, cos, sin);
+    k = reference::ApplyRope(k, cos, sin);
+    const at::Tensor attn = reference::CausalAttention(q, k, v, m.attention_scale()).reshape({T, c.q_size()});
+    h = h + Linear(attn, lw.o_proj, lw.o_bias);
+    const at::Tensor y = reference::RmsNorm(h, lw.post_attention_layernorm, eps);
+    h = h + Linear(at::silu(Linear(y, lw.gate_proj, lw.gate_bias)) * Linear(y, lw.up_proj, lw.up_bias), lw.down_proj,
+                   lw.down_bias);
+  }
+  return reference::RmsNorm(h, w.norm, eps);
+}
+
+}  // namespace
+
+at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids) {
+  c10::InferenceMode guard;
+  return at::linear(DenseHidden(m, ids), m.weights().lm_head).to(at::kFloat);
+}
+
+SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>& window, bool with_hidden) {
+  c10::InferenceMode guard;
+  const at::Tensor hidden = DenseHidden(m, at::tensor(std::vector<std::int64_t>(window.begin(), window.end()), at::kLong));
+  const at::Tensor logits = at::linear(hidden, m.weights().qa_outputs, m.weights().qa_outputs_bias).contiguous();
+  return SpanRows(logits, 0, static_cast<std::int64_t>(window.size()), with_hidden ? hidden : at::Tensor());
+}
+
+at::Tensor ReferenceAttentionModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache,
+                                                 at::Tensor* prompt_logits) const {
+  return m_.ForwardPagedWith(batch, cache, prompt_logits,
+                             [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                 const PagedBatch& b) {
+                               // Each sequence's blocks: the first ceil(context / block_size) of its row.
+                               const std::int64_t bs = k_cache.size(1);
+                               const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();
+                               std::vector<std::vector<std::int32_t>> tables;
+                               for (std::size_t s = 0; s < b.context_lens.size(); ++s) {
+                                 const std::int32_t* row = rows[static_cast<std::int64_t>(s)].data_ptr<std::int32_t>();
+                                 tables.emplace_back(row, row + (b.context_lens[s] + bs - 1) / bs);
+                               }
+                               return reference::PagedAttention(q, k_cache, v_cache, tables, b.query_lens,
+                                                                b.context_lens, m_.attention_scale());
+                             });
+}
+
+std::vector<TokenId> ReferenceGreedy(const DecoderModel& m, const std::vector<TokenId>& prompt, int n) {
+  std::vector<std::int64_t> seq(prompt.begin(), prompt.end());
+  std::vector<TokenId> out;
+  for (int i = 0; i < n; ++i) {
+    at::Tensor logits = ReferenceForward(m, at::tensor(seq, at::kLong));
+    at::Tensor last = logits[logits.size(0) - 1].contiguous();
+    const float* p = last.data_ptr<float>();
+    const auto next = static_cast<TokenId>(std::max_element(p, p + last.numel()) - p);
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  return out;
+}
+
+at::Tensor PagedLogits(const PagedModel& m, const std::vector<std::int64_t>& ids) {
+  const std::vector<std::int64_t> chunks{7, 1, 5, 1, 1, 12};
+  constexpr std::int64_t kBlock = 4;
+  const auto n = static_cast<std::int64_t>(ids.size());
+  PagedKvCache cache = m.AllocatePagedKvCache((n + kBlock - 1) / kBlock + 1, kBlock);
+  std::vector<std::int32_t> table;
+  for (std::int64_t b = 0; b < (n + kBlock - 1) / kBlock; ++b) table.push_back(static_cast<std::int32_t>(b));
+  std::vector<at::Tensor> parts;
+  std::int64_t pos = 0;
+  for (std::size_t c = 0; pos < n; ++c) {
+    const std::int64_t len = std::min<std::int64_t>(c < chunks.size() ? chunks[c] : 3, n - pos);
+    PagedBatch b;
+    std::vector<std::int64_t> tok(ids.begin() + pos, ids.begin() + pos + len), positions, slots, rows;
+    for (std::int64_t i = 0; i < len; ++i) {
+      positions.push_back(pos + i);
+      slots.push_back(pos + i);  // blocks are 0, 1, 2, ... in order
+      rows.push_back(i);
+    }
+    const auto opts = at::TensorOptions().dtype(at::kLong);
+    b.token_ids = at::tensor(tok, opts);
+    b.positions = at::tensor(positions, opts);
+    b.slot_mapping = at::tensor(slots, opts);
+    b.query_lens = {len};
+    b.context_lens = {pos + len};
+    b.logits_indices = at::tensor(rows, opts);
+    b.block_table_tensor = at::tensor(table, at::kInt).unsqueeze(0);
+    b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, opts);
+    b.context_len_tensor = at::tensor(std::vector<std::int64_t>{pos + len}, opts);
+    parts.push_back(m.ForwardPaged(b, cache, nullptr));
+    pos += len;
+  }
+  return at::cat(parts, 0);
+}
+
+}  // namespace ropeserve::testing
