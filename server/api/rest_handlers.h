@@ -38,7 +38,7 @@ struct RestRequest {
   // Set to the body's `user` (OpenAI), which the access log records.
   std::string* user = nullptr;
   // The request's server span: what it starts in the engine is traced under it.
-  TraceContext trace;
+  TraceContext trace{};
 };
 
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);
