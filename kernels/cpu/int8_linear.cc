@@ -1,0 +1,116 @@
+#include "kernels/cpu/int8_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+
+namespace ropeserve::cpu {
+
+namespace avx512 {
+void QuantizeRowsInt16(const void* x, bool bf16, int64_t M, int64_t K, int64_t Kp, int levels, int16_t* xq,
+                       float* scales);
+void Int8LinearRange(const int16_t* xq, const float* xs, int64_t M, int64_t Kp, const int8_t* w, const float* ws,
+                     int64_t K, const float* bias, void* out, bool out_bf16, int64_t N, int64_t n_begin, int64_t n_end);
+void DequantizeRows(const int8_t* q, const float* scale, int64_t K, void* out, bool out_bf16, int64_t n_begin,
+                    int64_t n_end);
+}  // namespace avx512
+
+namespace {
+bool CpuHasAvx512Vnni() {
+  // ROPESERVE_DISABLE_AVX512=1 forces the at::linear path (for comparisons).
+  static const bool ok = [] {
+    const char* off = std::getenv("ROPESERVE_DISABLE_AVX512");
+    if (off != nullptr && off[0] == '1') return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  }();
+  return ok;
+}
+}  // namespace
+
+Int8Weight QuantizeInt8(const at::Tensor& w_in) {
+  TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt8: a floating [N, K] matrix");
+  const at::Tensor w = w_in.to(at::kFloat);
+  const at::Tensor amax = w.abs().amax(1);
+  const at::Tensor inv = at::where(amax > 0, 127.0 / amax, at::zeros_like(amax));
+  Int8Weight out;
+  out.q = at::round(w * inv.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
+  out.scale = (amax / 127.0).contiguous();
+  return out;
+}
+
+at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
+  if (!CpuHasAvx512Vnni() || (dtype != at::kFloat && dtype != at::kBFloat16) || !w.q.is_contiguous() ||
+      !w.scale.is_contiguous() || w.q.scalar_type() != at::kChar || w.scale.scalar_type() != at::kFloat)
+    return (w.q.to(at::kFloat) * w.scale.unsqueeze(1)).to(dtype);
+  // One pass (int8 -> float32 * scale -> dtype) instead of three ATen ops:
+  // prefill dequantizes every weight once per step.
+  const int64_t N = w.q.size(0), K = w.q.size(1);
+  at::Tensor out = at::empty({N, K}, w.q.options().dtype(dtype));
+  const int8_t* qp = w.q.data_ptr<int8_t>();
+  const float* sp = w.scale.data_ptr<float>();
+  void* op = out.data_ptr();
+  const bool bf16 = dtype == at::kBFloat16;
+  at::parallel_for(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(K, 1)), [&](int64_t begin, int64_t end) {
+    avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end);
+  });
+  return out;
+}
+
+at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType dtype) {
+  return (w.q.index_select(0, ids).to(at::kFloat) * w.scale.index_select(0, ids).unsqueeze(1)).to(dtype);
+}
+
+int64_t Int8KernelMaxRows() {
+  static const int64_t rows = [] {
+    constexpr int64_t kDefault = 16;
+    const char* v = std::getenv("ROPESERVE_INT8_KERNEL_MAX_ROWS");
+    const long long n = v != nullptr ? std::atoll(v) : kDefault;
+    return n >= 0 && n <= kInt8KernelMaxRows ? static_cast<int64_t>(n) : kDefault;
+  }();
+  return rows;
+}
+
+bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w) {
+  if (!CpuHasAvx512Vnni()) return false;
+  if (!x.device().is_cpu() || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16)) return false;
+  if (x.dim() != 2 || x.size(0) < 1 || x.size(0) > kInt8KernelMaxRows) return false;
+  return w.q.scalar_type() == at::kChar && w.q.dim() == 2 && w.q.is_contiguous() && w.q.size(1) == x.size(1) &&
+         w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() && w.scale.numel() == w.q.size(0);
+}
+
+at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(Int8KernelSupports(x_in, w), "Int8LinearKernel: unsupported input");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0), Kp = (K + 31) / 32 * 32;
+  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8LinearKernel: bias shape");
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor xq = at::empty({M, Kp}, at::kShort);
+  at::Tensor xs = at::empty({M}, at::kFloat);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<int16_t>(),
+                            xs.data_ptr<float>());
+  at::Tensor out = at::empty({M, N}, x.options());
+  const int16_t* xqp = xq.data_ptr<int16_t>();
+  const float* xsp = xs.data_ptr<float>();
+  const int8_t* wp = w.q.data_ptr<int8_t>();
+  const float* wsp = w.scale.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  void* op = out.data_ptr();
+  // Work items of whole groups of 4 weight rows, at least ~32 KB of weights each.
+  const int64_t grain = std::max<int64_t>(4, (32768 / std::max<int64_t>(K, 1)) / 4 * 4);
+  at::parallel_for(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
+    avx512::Int8LinearRange(xqp, xsp, M, Kp, wp, wsp, K, bp, op, bf16, N, begin * 4, std::min(end * 4, N));
+  });
+  return out;
+}
+
+at::Tensor Int8Linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias) {
+  if (x.dim() == 2 && x.size(0) <= Int8KernelMaxRows() && Int8KernelSupports(x, w)) return Int8LinearKernel(x, w, bias);
+  const at::Tensor dense = DequantizeInt8(w, x.scalar_type());
+  return bias.defined() ? at::linear(x, dense, bias) : at::linear(x, dense);
+}
+
+}  // namespace ropeserve::cpu
