@@ -180,11 +180,41 @@ double MeasureReadBandwidth() {
 }
 
 // Bytes of weights one decode step reads: every layer and the LM head (an
-// untied embedding matrix is only read one row at a time).
-double WeightBytesPerToken(const ModelConfig& c, DType dtype) {
+// untied embedding matrix is only read one row at a time). Int8 weights
+// are one byte each (their per-row scales and the norms are negligible).
+double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
-  return params * static_cast<double>(DTypeSize(dtype));
+  return params * (q == Quantization::kInt8 ? 1.0 : static_cast<double>(DTypeSize(dtype)));
+}
+
+// Logits of every position of `ids` in one prefill chunk.
+at::Tensor PrefillLogits(const DecoderModel& m, const std::vector<TokenId>& ids) {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  constexpr std::int64_t kBlock = 16;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  PagedKvCache cache = m.AllocatePagedKvCache(blocks, kBlock);
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  PagedBatch b;
+  b.token_ids = at::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()), opts);
+  b.positions = at::arange(n, opts);
+  b.slot_mapping = at::arange(n, opts);  // blocks 0, 1, ... in order
+  b.query_lens = {n};
+  b.context_lens = {n};
+  b.logits_indices = at::arange(n, opts);
+  b.block_table_tensor = at::arange(blocks, at::kInt).unsqueeze(0);
+  b.query_start = at::tensor(std::vector<std::int64_t>{0, n}, opts);
+  b.context_len_tensor = at::tensor(std::vector<std::int64_t>{n}, opts);
+  return m.ForwardPaged(b, cache, nullptr);
+}
+
+// max |logits(quantized) - logits(unquantized)| / max |logits(unquantized)|
+// over every position of `ids`, the unquantized model loaded beside.
+StatusOr<double> RelativeLogitError(const DecoderModel& quantized, const BenchOptions& o,
+                                    const std::vector<TokenId>& ids) {
+  RS_ASSIGN_OR_RETURN(auto plain, DecoderModel::Load(o.model, o.dtype));
+  const at::Tensor want = PrefillLogits(*plain, ids), got = PrefillLogits(quantized, ids);
+  return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-30);
 }
 
 // The same workload constrained to --json-schema, interleaved with free
@@ -242,7 +272,7 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
 
 Status RunBench(const BenchOptions& o) {
   if (o.num_requests < 1 || o.concurrency < 1) return InvalidArgument("--num-requests and --concurrency must be >= 1");
-  RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype));
+  RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype, o.quantization));
   const ModelConfig& c = model->config();
   const std::int64_t max_len =
       o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
@@ -282,13 +312,18 @@ Status RunBench(const BenchOptions& o) {
     RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, single, kv.num_blocks, max_len));
     const double tok_s = r.tpot.empty() || r.tpot[0] <= 0 ? 0 : 1.0 / r.tpot[0];
     const double bandwidth = MeasureReadBandwidth();
-    const double bytes = WeightBytesPerToken(c, o.dtype);
+    const double bytes = WeightBytesPerToken(c, o.dtype, o.quantization);
     const double roofline = bandwidth / bytes;
     batch1 = {{"decode_tok_s", tok_s},
               {"read_bandwidth_gb_s", bandwidth / 1e9},
               {"weight_bytes_per_token", bytes},
               {"roofline_tok_s", roofline},
               {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0}};
+  }
+
+  nlohmann::json logit_error = nullptr;
+  if (o.quantization != Quantization::kNone) {
+    RS_ASSIGN_OR_RETURN(logit_error, RelativeLogitError(*model, o, w.prompts[0]));
   }
 
   nlohmann::json constrained = nullptr;
@@ -299,6 +334,8 @@ Status RunBench(const BenchOptions& o) {
   nlohmann::ordered_json j = {
       {"model", o.model},
       {"dtype", DTypeSafetensorsName(o.dtype)},
+      {"quantization", QuantizationName(o.quantization)},
+      {"relative_logit_error", logit_error},
       {"num_requests", o.num_requests},
       {"concurrency", o.concurrency},
       {"input_len", o.input_len},

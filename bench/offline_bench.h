@@ -10,6 +10,7 @@
 
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
+#include "server/models/quantization.h"
 
 namespace ropeserve::bench {
 
@@ -21,6 +22,9 @@ struct BenchOptions {
   std::string output_len = "sharegpt";  // N | uniform:A:B | sharegpt
   std::uint64_t seed = 0;
   DType dtype = DType::kBF16;
+  // int8: the run uses int8 weights, and the report adds the logits'
+  // relative error against the same checkpoint unquantized (same dtype).
+  Quantization quantization = Quantization::kNone;
   bool baseline_static = false;
   bool check_invariance = false;
   bool json = false;

@@ -369,6 +369,7 @@ class Service final : public v1::Inference::CallbackService {
     m->set_vocab_size(service.config().vocab_size);
     m->set_task("summarize");
     m->set_dtype(service.dtype());
+    m->set_quantization(service.quantization());
     m->set_device("cpu");
     m->set_has_tokenizer(service.tokenizer() != nullptr);
     if (service::QaService* qa = ctx_.qa.load()) {

@@ -401,6 +401,7 @@ void HttpServer::Impl::InstallApi() {
         {"model", service->name()},
         {"architecture", service->config().architecture},
         {"dtype", service->dtype()},
+        {"quantization", service->quantization()},
         {"device", "cpu"},
         {"tokenizer", service->tokenizer() != nullptr},
         {"vocab_size", service->config().vocab_size},

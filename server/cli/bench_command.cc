@@ -12,6 +12,7 @@ Runner AddBench(CLI::App& app) {
   auto o = std::make_shared<bench::BenchOptions>();
   auto dtype = std::make_shared<std::string>("bfloat16");
   auto baseline = std::make_shared<std::string>();
+  auto quantization = std::make_shared<std::string>("none");
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput benchmark of the batching engine (no network)");
   sub->add_option("--model", o->model, "Checkpoint directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--num-requests", o->num_requests)->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -20,6 +21,11 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--output-len", o->output_len, "Output lengths: N, uniform:A:B or sharegpt")->capture_default_str();
   sub->add_option("--seed", o->seed)->capture_default_str();
   sub->add_option("--dtype", *dtype)->capture_default_str()->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
+  sub->add_option("--quantization", *quantization,
+                  std::string(kQuantizationHelp) + "; int8 also reports the logits' relative error against the "
+                                                   "unquantized model")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kQuantizationChoices));
   sub->add_option("--baseline", *baseline, "Also run a static-batching baseline")->check(CLI::IsMember({"static"}));
   sub->add_flag("--check-invariance", o->check_invariance, "Rerun every request alone; count differing outputs");
   sub->add_flag("--json", o->json, "Print one JSON object");
@@ -36,8 +42,9 @@ Runner AddBench(CLI::App& app) {
                   "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
                   "free, twice each, interleaved; report both, the overhead and the schema's compile time")
       ->check(CLI::ExistingFile);
-  return [o, dtype, baseline] {
+  return [o, dtype, baseline, quantization] {
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
+    o->quantization = ParseQuantization(*quantization).value_or(Quantization::kNone);
     o->baseline_static = *baseline == "static";
     Status s = bench::RunBench(*o);
     return s.ok() ? 0 : Fail(s.ToString());

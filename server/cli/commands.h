@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/checkpoint/dtype.h"
+#include "server/models/quantization.h"
 #include "server/common/status.h"
 
 namespace ropeserve::cli {
@@ -32,6 +33,11 @@ Runner AddLoadgen(CLI::App& app);
 // Parses "float32|f32|bfloat16|bf16|float16|f16"; nullopt for "auto".
 std::optional<DType> ParseDTypeFlag(const std::string& s);
 inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16", "float16", "f16"};
+// --quantization (server/models/quantization.h).
+inline const auto kQuantizationChoices = {"none", "int8"};
+inline constexpr const char* kQuantizationHelp =
+    "Weight quantization at load: none, or int8 (per-channel int8 projections and LM head; half the bytes "
+    "of bf16 for decode; docs/benchmarks.md)";
 
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.

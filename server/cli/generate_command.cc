@@ -32,6 +32,7 @@ struct GenerateFlags {
   // float32 by default: this is the command parity checks run, and bf16
   // would round the logits they compare.
   std::string dtype = "float32";
+  std::string quantization = "none";
 };
 
 int Run(const GenerateFlags& f) {
@@ -58,7 +59,8 @@ int Run(const GenerateFlags& f) {
     prompt_ids = *ids;
   }
 
-  auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model));
+  auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model),
+                                 ParseQuantization(f.quantization).value_or(Quantization::kNone));
   if (!model.ok()) return Fail(model.status().ToString());
 
   // The serving path, driven from this thread: the same scheduler, runner,
@@ -168,6 +170,9 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->check(CLI::IsMember(kDTypeChoices));
+  sub->add_option("--quantization", f->quantization, kQuantizationHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember(kQuantizationChoices));
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompt-ids") == 0)
       throw CLI::ValidationError("--prompt or --prompt-ids", "one of them is required");

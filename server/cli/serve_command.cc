@@ -48,6 +48,7 @@ struct ServeFlags {
   int grpc_port = 50051;
   std::string device = "cpu";
   std::string dtype = "auto";
+  std::string quantization = "none";
   std::size_t max_body_bytes = 1 << 20;
   int admin_port = 8081;
   std::size_t http_max_connections = 512;
@@ -132,11 +133,14 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
   const DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
   Loaded out;
-  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype));
+  const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
+  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization));
   const ModelConfig& c = out.model->config();
-  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}, {} compute threads",
+  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads",
                f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
                static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
+               quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) +
+                                                              " weights",
                ComputeThreads());
   if (demo) {
     spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
@@ -405,6 +409,10 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_DTYPE")
       ->check(CLI::IsMember(kDTypeChoices));
+  sub->add_option("--quantization", f->quantization, kQuantizationHelp)
+      ->capture_default_str()
+      ->envname("ROPESERVE_QUANTIZATION")
+      ->check(CLI::IsMember(kQuantizationChoices));
   auto& e = f->engine;
   sub->add_option("--max-model-len", e.scheduler.max_model_len,
                   "Longest prompt + generation accepted (default: the model's max_position_embeddings)")

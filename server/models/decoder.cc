@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/small_batch_linear.h"
 #include "server/models/span_head.h"
@@ -16,11 +17,13 @@ namespace ropeserve {
 
 namespace {
 
-// A few bf16 rows go to the AVX-512-BF16 small-batch kernel when the CPU
-// has it (decode); everything else to at::linear.
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (cpu::SmallBatchLinearApplies(x, w, b)) return cpu::SmallBatchLinear(x, w, b);
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+// Int8 weights go to the int8 kernel (or are dequantized for at::linear
+// past its rows); a few bf16 rows to the AVX-512-BF16 small-batch kernel
+// when the CPU has it (decode); everything else to at::linear.
+at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
+  if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
+  if (cpu::SmallBatchLinearApplies(x, w.weight, w.bias)) return cpu::SmallBatchLinear(x, w.weight, w.bias);
+  return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
 }
 
 // Hugging Face keeps inv_freq as a float32 buffer.
@@ -30,15 +33,17 @@ at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype) {
-  return LoadAny(dir, dtype, false);
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype,
+                                                           Quantization quantization) {
+  return LoadAny(dir, dtype, false, quantization);
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype) {
-  return LoadAny(dir, dtype, true);
+  return LoadAny(dir, dtype, true, Quantization::kNone);
 }
 
-StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head) {
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head,
+                                                              Quantization quantization) {
   if (dtype == DType::kF16)  // a CUDA runner (issue 16) will take float16
     return InvalidArgument("float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
                            "use --dtype bfloat16 (the same memory) or float32");
@@ -52,34 +57,42 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->config_ = ckpt->config();
   m->dtype_ = dtype;
+  m->quantization_ = quantization;
   const ModelConfig& c = m->config_;
   const auto st = ToScalarType(dtype);
   auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
+  const bool int8 = quantization == Quantization::kInt8;
+  // Int8 weights are quantized from the checkpoint's values in float32
+  // (not from their rounding to the compute dtype).
+  auto quantized = [&](const at::Tensor& w, at::Tensor bias) {
+    cpu::Int8Weight q = cpu::QuantizeInt8(w);
+    return LinearWeight{q.q, q.scale, std::move(bias)};
+  };
+  auto linear = [&](const std::string& name, bool has_bias) {
+    at::Tensor bias = load_if(has_bias, name + ".bias");
+    if (int8) return quantized(LoadTensor(*ckpt, name + ".weight", at::kFloat), std::move(bias));
+    return LinearWeight{load(name + ".weight"), at::Tensor(), std::move(bias)};
+  };
 
   const std::string& trunk = c.trunk_prefix;
-  m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
+  // A tied int8 LM head holds the embedding (read back by Embed).
+  const bool embedding_in_lm_head = int8 && !c.span_head && c.tie_word_embeddings;
+  if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
-    lw.q_proj = load(p + "self_attn.q_proj.weight");
-    lw.k_proj = load(p + "self_attn.k_proj.weight");
-    lw.v_proj = load(p + "self_attn.v_proj.weight");
-    lw.q_bias = load_if(c.qkv_bias, p + "self_attn.q_proj.bias");
-    lw.k_bias = load_if(c.qkv_bias, p + "self_attn.k_proj.bias");
-    lw.v_bias = load_if(c.qkv_bias, p + "self_attn.v_proj.bias");
+    lw.q_proj = linear(p + "self_attn.q_proj", c.qkv_bias);
+    lw.k_proj = linear(p + "self_attn.k_proj", c.qkv_bias);
+    lw.v_proj = linear(p + "self_attn.v_proj", c.qkv_bias);
     lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
     lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
-    lw.o_proj = load(p + "self_attn.o_proj.weight");
-    lw.o_bias = load_if(c.o_proj_bias, p + "self_attn.o_proj.bias");
+    lw.o_proj = linear(p + "self_attn.o_proj", c.o_proj_bias);
     lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
-    lw.gate_proj = load(p + "mlp.gate_proj.weight");
-    lw.up_proj = load(p + "mlp.up_proj.weight");
-    lw.down_proj = load(p + "mlp.down_proj.weight");
-    lw.gate_bias = load_if(c.mlp_bias, p + "mlp.gate_proj.bias");
-    lw.up_bias = load_if(c.mlp_bias, p + "mlp.up_proj.bias");
-    lw.down_bias = load_if(c.mlp_bias, p + "mlp.down_proj.bias");
+    lw.gate_proj = linear(p + "mlp.gate_proj", c.mlp_bias);
+    lw.up_proj = linear(p + "mlp.up_proj", c.mlp_bias);
+    lw.down_proj = linear(p + "mlp.down_proj", c.mlp_bias);
     m->w_.layers.push_back(std::move(lw));
   }
   m->w_.norm = load(trunk + "norm.weight");
@@ -87,7 +100,12 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     m->w_.qa_outputs = load("qa_outputs.weight");
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
   } else {
-    m->w_.lm_head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
+    if (embedding_in_lm_head)
+      m->w_.lm_head = quantized(LoadTensor(*ckpt, trunk + "embed_tokens.weight", at::kFloat), at::Tensor());
+    else if (c.tie_word_embeddings)
+      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor()};
+    else
+      m->w_.lm_head = linear("lm_head", false);
   }
 
   RopeFrequencies rope = ComputeRopeFrequencies(c);
@@ -97,11 +115,15 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   return m;
 }
 
-at::Tensor DecoderModel::Embed(const at::Tensor& ids) const { return at::embedding(w_.embed_tokens, ids); }
+at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
+  if (!w_.embed_tokens.defined())
+    return cpu::Int8Rows(cpu::Int8Weight{w_.lm_head.weight, w_.lm_head.scale}, ids, ToScalarType(dtype_));
+  return at::embedding(w_.embed_tokens, ids);
+}
 
 // The final RMSNorm and the LM head.
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return Linear(cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head, at::Tensor())
+  return Linear(cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head)
       .to(at::kFloat);
 }
 
@@ -124,9 +146,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
                                                                          const at::Tensor& x, const at::Tensor& cos,
                                                                          const at::Tensor& sin) const {
   const int64_t T = x.size(0), D = config_.head_dim;
-  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({T, config_.num_attention_heads, D});
-  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({T, config_.num_key_value_heads, D});
-  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({T, config_.num_key_value_heads, D});
+  at::Tensor q = Linear(x, w.q_proj).view({T, config_.num_attention_heads, D});
+  at::Tensor k = Linear(x, w.k_proj).view({T, config_.num_key_value_heads, D});
+  at::Tensor v = Linear(x, w.v_proj).view({T, config_.num_key_value_heads, D});
   q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
   k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
   cpu::ApplyRopeInplace(q, k, cos, sin);
@@ -134,9 +156,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
 }
 
 at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
-  at::Tensor gate = Linear(x, w.gate_proj, w.gate_bias);
-  at::Tensor up = Linear(x, w.up_proj, w.up_bias);
-  return Linear(at::silu(gate) * up, w.down_proj, w.down_bias);
+  at::Tensor gate = Linear(x, w.gate_proj);
+  at::Tensor up = Linear(x, w.up_proj);
+  return Linear(at::silu(gate) * up, w.down_proj);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
@@ -150,7 +172,7 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
     at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
     auto [q, k, v] = QkvWithRope(w, x, cos, sin);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj, w.o_bias).contiguous(), h, w.post_attention_layernorm, eps);
+    at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj).contiguous(), h, w.post_attention_layernorm, eps);
     h.add_(Mlp(w, y));
   }
   return h;
@@ -224,7 +246,7 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
 
 PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const {
   PagedKvCache cache;
-  const auto opts = w_.embed_tokens.options();
+  const auto opts = w_.norm.options();  // the compute dtype
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     // Uninitialised: attention only reads slots below each context length.
     cache.k.push_back(at::empty({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
@@ -235,7 +257,7 @@ PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::in
 
 std::int64_t DecoderModel::KvBytesPerToken() const {
   return 2 * config_.num_hidden_layers * config_.kv_size() *
-         static_cast<std::int64_t>(w_.embed_tokens.element_size());
+         static_cast<std::int64_t>(w_.norm.element_size());
 }
 
 }  // namespace ropeserve

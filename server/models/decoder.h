@@ -23,43 +23,54 @@
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
 #include "server/models/paged_model.h"
+#include "server/models/quantization.h"
 #include "server/models/span_logits.h"
 
 namespace ropeserve {
 
+// One projection y = x W^T + b.
+struct LinearWeight {
+  at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8)
+  at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
+  at::Tensor bias;    // [N] (compute dtype) or undefined
+  bool int8() const { return scale.defined(); }
+};
+
 struct DecoderLayerWeights {
   at::Tensor input_layernorm;           // [H]
-  at::Tensor q_proj, k_proj, v_proj;    // [Hq*D, H], [Hkv*D, H], [Hkv*D, H]
-  at::Tensor q_bias, k_bias, v_bias;    // [Hq*D], [Hkv*D], [Hkv*D] or undefined
+  LinearWeight q_proj, k_proj, v_proj;  // [Hq*D, H], [Hkv*D, H], [Hkv*D, H]; biases (Qwen2) or none
   at::Tensor q_norm, k_norm;            // [D] (Qwen3) or undefined
-  at::Tensor o_proj;                    // [H, Hq*D]
-  at::Tensor o_bias;                    // [H] or undefined
+  LinearWeight o_proj;                  // [H, Hq*D]
   at::Tensor post_attention_layernorm;  // [H]
-  at::Tensor gate_proj, up_proj;        // [I, H]
-  at::Tensor down_proj;                 // [H, I]
-  at::Tensor gate_bias, up_bias, down_bias;  // [I], [I], [H] or undefined
+  LinearWeight gate_proj, up_proj;      // [I, H]
+  LinearWeight down_proj;               // [H, I]
 };
 
 struct DecoderWeights {
-  at::Tensor embed_tokens;  // [V, H]
+  // [V, H] in the compute dtype; undefined when tied to an int8 lm_head
+  // (the embedding then reads lm_head's rows, dequantized).
+  at::Tensor embed_tokens;
   std::vector<DecoderLayerWeights> layers;
-  at::Tensor norm;          // [H]
-  at::Tensor lm_head;       // [V, H] (aliases embed_tokens when tied); undefined with a span head
+  at::Tensor norm;       // [H]
+  LinearWeight lm_head;  // [V, H] (its weight aliases embed_tokens when tied); none with a span head
   at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
 };
 
 class DecoderModel final : public PagedModel {
  public:
-  // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16).
+  // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16),
+  // the projections and LM head to int8 with Quantization::kInt8.
   // A causal LM (lm_head); a checkpoint with a span head is refused.
-  static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype);
+  static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype,
+                                                      Quantization quantization = Quantization::kNone);
   // The same trunk with a span head (LlamaForQuestionAnswering & co.); only
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype);
 
   const ModelConfig& config() const override { return config_; }
-  at::Device device() const override { return w_.embed_tokens.device(); }
+  at::Device device() const override { return w_.norm.device(); }
   DType dtype() const { return dtype_; }
+  Quantization quantization() const { return quantization_; }
   const DecoderWeights& weights() const { return w_; }
   double attention_scale() const { return attention_scale_; }
   // RoPE cos/sin [T, rotary_dim/2] (compute dtype) for `positions` [T] of
@@ -91,7 +102,8 @@ class DecoderModel final : public PagedModel {
 
  private:
   DecoderModel() = default;
-  static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head);
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head,
+                                                         Quantization quantization);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
@@ -110,6 +122,7 @@ class DecoderModel final : public PagedModel {
 
   ModelConfig config_;
   DType dtype_ = DType::kF32;
+  Quantization quantization_ = Quantization::kNone;
   DecoderWeights w_;
   at::Tensor inv_freq_;  // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;

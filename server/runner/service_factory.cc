@@ -33,6 +33,7 @@ service::GenerationServiceConfig BaseConfig(const DecoderModel& model, std::stri
   sc.name = std::move(name);
   sc.model = model.config();
   sc.dtype = DTypeSafetensorsName(model.dtype());
+  sc.quantization = QuantizationName(model.quantization());
   sc.engine.eos_token_ids.assign(model.config().eos_token_ids.begin(), model.config().eos_token_ids.end());
   return sc;
 }

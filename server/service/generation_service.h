@@ -63,6 +63,7 @@ struct GenerationServiceConfig {
   std::string name;          // the served model name
   ModelConfig model;         // vocabulary size, EOS ids, positions
   std::string dtype;         // compute dtype ("bfloat16", "float32", ...)
+  std::string quantization = "none";  // weight quantization ("none", "int8")
   EngineConfig engine;       // scheduler, KV blocks, EOS ids
   KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
   std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
@@ -92,6 +93,7 @@ class GenerationService {
   std::int64_t max_model_len() const { return config_.engine.scheduler.max_model_len; }
   // The compute dtype ("bfloat16", "float32", ...).
   const std::string& dtype() const { return config_.dtype; }
+  const std::string& quantization() const { return config_.quantization; }
   // What the request validator checks against (server/service/request_params.h).
   const Limits& limits() const { return limits_; }
   Engine& engine() { return *engine_; }

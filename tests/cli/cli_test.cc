@@ -87,12 +87,15 @@ TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
     auto made = RunBinary(std::string("make-model --preset tiny --arch ") + arch + " --out " + d.path() + "/m", d.path());
     ASSERT_EQ(made.exit_code, 0) << made.err;
     for (const char* dtype : {"float32", "bfloat16"}) {
-      auto r = RunBinary("generate --model " + d.path() + "/m --prompt-ids 3,4,5 --max-tokens 5 --ignore-eos --json --dtype " +
-                       dtype,
-                   d.path());
-      ASSERT_EQ(r.exit_code, 0) << arch << " " << dtype << ": " << r.err;
-      EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 5u);
+      for (const char* quantization : {"none", "int8"}) {
+        auto r = RunBinary("generate --model " + d.path() + "/m --prompt-ids 3,4,5 --max-tokens 5 --ignore-eos --json --dtype " +
+                               dtype + " --quantization " + quantization,
+                           d.path());
+        ASSERT_EQ(r.exit_code, 0) << arch << " " << dtype << " " << quantization << ": " << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 5u);
+      }
     }
+    EXPECT_NE(RunBinary("generate --model " + d.path() + "/m --prompt-ids 3 --quantization int4", d.path()).exit_code, 0);
   }
 }
 

@@ -106,8 +106,8 @@ def test_openai_streaming_details(env):
     check(status == 200 and models["data"][0]["id"] == "model", models)
     status, _, text = curl(s.http, "/v1/info")
     info = json.loads(text)
-    check(info["kv_cache"]["block_size"] == 16 and info["device"] == "cpu" and info["limits"]["max_num_seqs"] > 0,
-          info)
+    check(info["kv_cache"]["block_size"] == 16 and info["device"] == "cpu" and info["limits"]["max_num_seqs"] > 0
+          and info["quantization"] == "none", info)
 
 
 def test_structured_output_over_rest_and_grpc(env):
@@ -520,6 +520,28 @@ def test_tls_on_rest_and_grpc(env):
         ch = g.grpc.secure_channel(f"127.0.0.1:{s.grpc}", creds)
         info = g.pb_grpc.InferenceStub(ch).GetModelInfo(g.pb.GetModelInfoRequest(), timeout=10)
         check(info.models[0].id == "model", info)
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_int8_weights_are_served(env):
+    # --quantization int8 (float32 activations, the harness's --dtype):
+    # reported by /v1/info and gRPC, generates over REST and gRPC alike.
+    s = Server(env.binary, env.model, env.workdir, ["--quantization", "int8"], name="int8")
+    try:
+        info = json.loads(curl(s.http, "/v1/info")[2])
+        check(info["quantization"] == "int8" and info["dtype"] == "F32", info)
+        body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+        status, comp, _ = post_json(s.http, "/v1/completions", body)
+        check(status == 200 and len(comp["choices"][0]["token_ids"]) == 8, comp)
+        g = env.g
+        check(g.stub(s.grpc).GetModelInfo(g.pb.GetModelInfoRequest(), timeout=10).models[0].quantization == "int8",
+              "gRPC quantization")
+        resp = list(g.stub(s.grpc).Generate(g.pb.GenerateRequest(prompt="Once upon a time", max_tokens=8,
+                                                                  ignore_eos=True), timeout=60))
+        check([t for m in resp for t in m.token_ids] == comp["choices"][0]["token_ids"], "gRPC ids differ")
+        check("with int8 weights" in s.read_log(), s.read_log())
     finally:
         check(s.stop() == 0, "exit code")
 

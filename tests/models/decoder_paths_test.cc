@@ -119,6 +119,68 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   EXPECT_LE((ref16 - ref32).abs().max().item<double>() / scale, 1e-1);
 }
 
+// --quantization int8: the serving path (the int8 kernel, activations
+// rounded to 15-bit levels per row) equals the dense reference on the same
+// dequantized weights within that rounding, and stays close to the
+// unquantized model. Tied heads keep one int8 copy for the embedding.
+struct Int8Case {
+  const char* name;
+  const char* arch;
+  bool tied;
+  DType dtype;
+};
+class Int8Model : public ::testing::TestWithParam<Int8Case> {};
+
+TEST_P(Int8Model, PagedEqualsReferenceAndTracksTheUnquantizedModel) {
+  const Int8Case& v = GetParam();
+  ScratchDir dir;
+  auto o = testing::TinyOptions(v.arch);
+  o.tie_word_embeddings = v.tied;
+  testing::MakeTinyCheckpoint(dir.path(), o);
+  auto plain = DecoderModel::Load(dir.path(), v.dtype);
+  auto m = DecoderModel::Load(dir.path(), v.dtype, Quantization::kInt8);
+  ASSERT_TRUE(plain.ok() && m.ok()) << m.status().ToString();
+  const DecoderWeights& w = (*m)->weights();
+  EXPECT_TRUE(w.layers[0].q_proj.int8() && w.layers[0].down_proj.int8() && w.lm_head.int8());
+  EXPECT_EQ(w.lm_head.weight.scalar_type(), at::kChar);
+  EXPECT_EQ(w.embed_tokens.defined(), !v.tied);  // tied: the int8 head is the embedding
+  EXPECT_EQ((*m)->KvBytesPerToken(), (*plain)->KvBytesPerToken());
+  const auto ids = RandomIds(40, (*m)->config().vocab_size, 5);
+  const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
+  const at::Tensor inc = testing::PagedLogits(**m, ids);
+  const at::Tensor unquantized = testing::ReferenceForward(**plain, at::tensor(ids, at::kLong));
+  const double scale = unquantized.abs().max().item<double>();
+  const ModelConfig& c = (*m)->config();
+  const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
+  // An activation element is off by at most 2^-15 of its row's largest
+  // (kernels/cpu/int8_linear.h); a dot product then by at most that times
+  // sum|w| max|x| / sum|w x|, a factor < 8 on these random models: a
+  // rounding with unit 8 * 2^-15 per layer, on top of float32's.
+  // bf16: both paths round after every op, in different places (the
+  // reference's linears in float32 on the exact weights, the kernel's
+  // output once): as far apart as bf16 and float32 runs (Bf16PathsAgree's
+  // ref16 vs ref32 bound); measured 4%.
+  const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
+                                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                                                     testing::RoundingBound(k, c.num_hidden_layers, scale);
+  EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+  // Weights rounded to 1/254 of their row's largest (~0.5% of a typical
+  // weight, 2-3x bf16's rounding), amplified by these random models' gain
+  // (bf16 alone moves them 1-6%): measured 5-18% of the largest logit,
+  // against O(1) for a wrong weight or scale; and not nothing (it really
+  // quantized).
+  const double rel = (inc - unquantized).abs().max().item<double>() / scale;
+  EXPECT_LT(rel, 0.3);
+  EXPECT_GT(rel, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Int8Model,
+                         ::testing::Values(Int8Case{"qwen2_tied_f32", "qwen2", true, DType::kF32},
+                                           Int8Case{"llama_untied_f32", "llama", false, DType::kF32},
+                                           Int8Case{"qwen3_tied_bf16", "qwen3", true, DType::kBF16},
+                                           Int8Case{"llama_untied_bf16", "llama", false, DType::kBF16}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 TEST(Generate, TheEngineGeneratesTheReferenceTokens) {
   ScratchDir dir;
   auto m = LoadTiny(dir, "qwen2");

@@ -5,14 +5,25 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/span_head.h"
 
 namespace ropeserve::testing {
 namespace {
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
+  return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
+}
+
+// Int8 weights: float32 maths on exactly the weights they represent
+// (q * scale, not rounded to the compute dtype), the result in x's dtype.
+at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
+  if (w.int8()) {
+    const at::Tensor y = at::linear(x.to(at::kFloat), Dense(w, at::kFloat));
+    return (w.bias.defined() ? y + w.bias.to(at::kFloat) : y).to(x.scalar_type());
+  }
+  return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
 }
 
 // Embedded ids through every layer and the final norm: [T, H].
@@ -22,12 +33,13 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
   const double eps = c.rms_norm_eps;
   const std::int64_t T = ids.size(0), D = c.head_dim;
   auto [cos, sin] = m.RotaryCosSin(at::arange(T, at::kLong));
-  at::Tensor h = at::embedding(w.embed_tokens, ids);
+  const at::ScalarType dtype = w.norm.scalar_type();
+  at::Tensor h = at::embedding(w.embed_tokens.defined() ? w.embed_tokens : Dense(w.lm_head, dtype), ids);
   for (const DecoderLayerWeights& lw : w.layers) {
     const at::Tensor x = reference::RmsNorm(h, lw.input_layernorm, eps);
-    at::Tensor q = Linear(x, lw.q_proj, lw.q_bias).view({T, c.num_attention_heads, D});
-    at::Tensor k = Linear(x, lw.k_proj, lw.k_bias).view({T, c.num_key_value_heads, D});
-    const at::Tensor v = Linear(x, lw.v_proj, lw.v_bias).view({T, c.num_key_value_heads, D});
+    at::Tensor q = Linear(x, lw.q_proj).view({T, c.num_attention_heads, D});
+    at::Tensor k = Linear(x, lw.k_proj).view({T, c.num_key_value_heads, D});
+    const at::Tensor v = Linear(x, lw.v_proj).view({T, c.num_key_value_heads, D});
     if (c.qk_norm) {
       q = reference::RmsNorm(q, lw.q_norm, eps);
       k = reference::RmsNorm(k, lw.k_norm, eps);
@@ -35,10 +47,9 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
     q = reference::ApplyRope(q, cos, sin);
     k = reference::ApplyRope(k, cos, sin);
     const at::Tensor attn = reference::CausalAttention(q, k, v, m.attention_scale()).reshape({T, c.q_size()});
-    h = h + Linear(attn, lw.o_proj, lw.o_bias);
+    h = h + Linear(attn, lw.o_proj);
     const at::Tensor y = reference::RmsNorm(h, lw.post_attention_layernorm, eps);
-    h = h + Linear(at::silu(Linear(y, lw.gate_proj, lw.gate_bias)) * Linear(y, lw.up_proj, lw.up_bias), lw.down_proj,
-                   lw.down_bias);
+    h = h + Linear(at::silu(Linear(y, lw.gate_proj)) * Linear(y, lw.up_proj), lw.down_proj);
   }
   return reference::RmsNorm(h, w.norm, eps);
 }
@@ -47,7 +58,7 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
 
 at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids) {
   c10::InferenceMode guard;
-  return at::linear(DenseHidden(m, ids), m.weights().lm_head).to(at::kFloat);
+  return Linear(DenseHidden(m, ids), m.weights().lm_head).to(at::kFloat);
 }
 
 SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>& window, bool with_hidden) {
