@@ -208,13 +208,25 @@ at::Tensor PrefillLogits(const DecoderModel& m, const std::vector<TokenId>& ids)
   return m.ForwardPaged(b, cache, nullptr);
 }
 
-// max |logits(quantized) - logits(unquantized)| / max |logits(unquantized)|
-// over every position of `ids`, the unquantized model loaded beside.
-StatusOr<double> RelativeLogitError(const DecoderModel& quantized, const BenchOptions& o,
-                                    const std::vector<TokenId>& ids) {
-  RS_ASSIGN_OR_RETURN(auto plain, DecoderModel::Load(o.model, o.dtype));
-  const at::Tensor want = PrefillLogits(*plain, ids), got = PrefillLogits(quantized, ids);
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
   return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-30);
+}
+
+// max |logits(quantized) - logits(unquantized)| / max |logits(unquantized)|
+// over every position of `ids`, the unquantized model loaded beside; for
+// scale, the same measure between the unquantized model in --dtype and in
+// float32 (random checkpoints amplify any rounding through their layers).
+StatusOr<nlohmann::json> RelativeLogitError(const DecoderModel& quantized, const BenchOptions& o,
+                                            const std::vector<TokenId>& ids) {
+  RS_ASSIGN_OR_RETURN(auto plain, DecoderModel::Load(o.model, o.dtype));
+  const at::Tensor want = PrefillLogits(*plain, ids);
+  nlohmann::json out = {{"vs_unquantized", RelativeError(PrefillLogits(quantized, ids), want)},
+                        {"unquantized_vs_float32", nullptr}};
+  if (o.dtype != DType::kF32) {
+    RS_ASSIGN_OR_RETURN(auto f32, DecoderModel::Load(o.model, DType::kF32));
+    out["unquantized_vs_float32"] = RelativeError(want, PrefillLogits(*f32, ids));
+  }
+  return out;
 }
 
 // The same workload constrained to --json-schema, interleaved with free

@@ -74,6 +74,19 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (int8) return quantized(LoadTensor(*ckpt, name + ".weight", at::kFloat), std::move(bias));
     return LinearWeight{load(name + ".weight"), at::Tensor(), std::move(bias)};
   };
+  // Projections of the same input stacked into one matrix (rows in `names`
+  // order): one kernel call and one pass over x. Int8 scales are per row,
+  // so stacking before quantizing changes nothing.
+  auto stacked = [&](const std::vector<std::string>& names, bool has_bias) {
+    std::vector<at::Tensor> ws, bs;
+    for (const auto& name : names) {
+      ws.push_back(int8 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
+      if (has_bias) bs.push_back(load(name + ".bias"));
+    }
+    at::Tensor bias = has_bias ? at::cat(bs, 0) : at::Tensor();
+    if (int8) return quantized(at::cat(ws, 0), std::move(bias));
+    return LinearWeight{at::cat(ws, 0), at::Tensor(), std::move(bias)};
+  };
 
   const std::string& trunk = c.trunk_prefix;
   // A tied int8 LM head holds the embedding (read back by Embed).
@@ -83,15 +96,12 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
-    lw.q_proj = linear(p + "self_attn.q_proj", c.qkv_bias);
-    lw.k_proj = linear(p + "self_attn.k_proj", c.qkv_bias);
-    lw.v_proj = linear(p + "self_attn.v_proj", c.qkv_bias);
+    lw.qkv_proj = stacked({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias);
     lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
     lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
     lw.o_proj = linear(p + "self_attn.o_proj", c.o_proj_bias);
     lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
-    lw.gate_proj = linear(p + "mlp.gate_proj", c.mlp_bias);
-    lw.up_proj = linear(p + "mlp.up_proj", c.mlp_bias);
+    lw.gate_up_proj = stacked({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias);
     lw.down_proj = linear(p + "mlp.down_proj", c.mlp_bias);
     m->w_.layers.push_back(std::move(lw));
   }
@@ -146,19 +156,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
                                                                          const at::Tensor& x, const at::Tensor& cos,
                                                                          const at::Tensor& sin) const {
   const int64_t T = x.size(0), D = config_.head_dim;
-  at::Tensor q = Linear(x, w.q_proj).view({T, config_.num_attention_heads, D});
-  at::Tensor k = Linear(x, w.k_proj).view({T, config_.num_key_value_heads, D});
-  at::Tensor v = Linear(x, w.v_proj).view({T, config_.num_key_value_heads, D});
-  q = config_.qk_norm ? cpu::RmsNorm(q, w.q_norm, config_.rms_norm_eps) : q.contiguous();
-  k = config_.qk_norm ? cpu::RmsNorm(k, w.k_norm, config_.rms_norm_eps) : k.contiguous();
+  const at::Tensor qkv = Linear(x, w.qkv_proj);
+  const int64_t qs = config_.q_size(), kvs = config_.kv_size();
+  at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
+  at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
+  at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D}).contiguous();
+  q = config_.qk_norm ? cpu::RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps) : q.contiguous();
+  k = config_.qk_norm ? cpu::RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps) : k.contiguous();
   cpu::ApplyRopeInplace(q, k, cos, sin);
   return {q, k, v};
 }
 
 at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
-  at::Tensor gate = Linear(x, w.gate_proj);
-  at::Tensor up = Linear(x, w.up_proj);
-  return Linear(at::silu(gate) * up, w.down_proj);
+  const at::Tensor gate_up = Linear(x, w.gate_up_proj);
+  const int64_t I = config_.intermediate_size;
+  return Linear(at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I), w.down_proj);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,

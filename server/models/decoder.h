@@ -38,11 +38,13 @@ struct LinearWeight {
 
 struct DecoderLayerWeights {
   at::Tensor input_layernorm;           // [H]
-  LinearWeight q_proj, k_proj, v_proj;  // [Hq*D, H], [Hkv*D, H], [Hkv*D, H]; biases (Qwen2) or none
+  // q_proj, k_proj, v_proj stacked: [(Hq + 2 Hkv) * D, H], q rows, then k,
+  // then v; biases (Qwen2) or none. One pass over x instead of three.
+  LinearWeight qkv_proj;
   at::Tensor q_norm, k_norm;            // [D] (Qwen3) or undefined
   LinearWeight o_proj;                  // [H, Hq*D]
   at::Tensor post_attention_layernorm;  // [H]
-  LinearWeight gate_proj, up_proj;      // [I, H]
+  LinearWeight gate_up_proj;            // gate_proj then up_proj: [2 I, H]
   LinearWeight down_proj;               // [H, I]
 };
 

@@ -141,7 +141,7 @@ TEST_P(Int8Model, PagedEqualsReferenceAndTracksTheUnquantizedModel) {
   auto m = DecoderModel::Load(dir.path(), v.dtype, Quantization::kInt8);
   ASSERT_TRUE(plain.ok() && m.ok()) << m.status().ToString();
   const DecoderWeights& w = (*m)->weights();
-  EXPECT_TRUE(w.layers[0].q_proj.int8() && w.layers[0].down_proj.int8() && w.lm_head.int8());
+  EXPECT_TRUE(w.layers[0].qkv_proj.int8() && w.layers[0].down_proj.int8() && w.lm_head.int8());
   EXPECT_EQ(w.lm_head.weight.scalar_type(), at::kChar);
   EXPECT_EQ(w.embed_tokens.defined(), !v.tied);  // tied: the int8 head is the embedding
   EXPECT_EQ((*m)->KvBytesPerToken(), (*plain)->KvBytesPerToken());

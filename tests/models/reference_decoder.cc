@@ -37,9 +37,10 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
   at::Tensor h = at::embedding(w.embed_tokens.defined() ? w.embed_tokens : Dense(w.lm_head, dtype), ids);
   for (const DecoderLayerWeights& lw : w.layers) {
     const at::Tensor x = reference::RmsNorm(h, lw.input_layernorm, eps);
-    at::Tensor q = Linear(x, lw.q_proj).view({T, c.num_attention_heads, D});
-    at::Tensor k = Linear(x, lw.k_proj).view({T, c.num_key_value_heads, D});
-    const at::Tensor v = Linear(x, lw.v_proj).view({T, c.num_key_value_heads, D});
+    const at::Tensor qkv = Linear(x, lw.qkv_proj);  // q, k, v columns
+    at::Tensor q = qkv.narrow(1, 0, c.q_size()).reshape({T, c.num_attention_heads, D});
+    at::Tensor k = qkv.narrow(1, c.q_size(), c.kv_size()).reshape({T, c.num_key_value_heads, D});
+    const at::Tensor v = qkv.narrow(1, c.q_size() + c.kv_size(), c.kv_size()).reshape({T, c.num_key_value_heads, D});
     if (c.qk_norm) {
       q = reference::RmsNorm(q, lw.q_norm, eps);
       k = reference::RmsNorm(k, lw.k_norm, eps);
@@ -49,7 +50,9 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
     const at::Tensor attn = reference::CausalAttention(q, k, v, m.attention_scale()).reshape({T, c.q_size()});
     h = h + Linear(attn, lw.o_proj);
     const at::Tensor y = reference::RmsNorm(h, lw.post_attention_layernorm, eps);
-    h = h + Linear(at::silu(Linear(y, lw.gate_proj)) * Linear(y, lw.up_proj), lw.down_proj);
+    const at::Tensor gate_up = Linear(y, lw.gate_up_proj);  // gate, up columns
+    const std::int64_t I = c.intermediate_size;
+    h = h + Linear(at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I), lw.down_proj);
   }
   return reference::RmsNorm(h, w.norm, eps);
 }
