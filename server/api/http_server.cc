@@ -12,6 +12,7 @@
 
 #include "server/api/error_mapping.h"
 #include "server/api/http_connection.h"
+#include "server/common/exception_message.h"
 #include "server/api/logging.h"
 #include "server/service/generation_service.h"
 #include "server/api/rest_handlers.h"
@@ -317,7 +318,7 @@ void HttpServer::Impl::Install() {
     try {
       std::rethrow_exception(ep);
     } catch (const std::exception& e) {
-      what = e.what();
+      what = ExceptionMessage(e);  // without LibTorch's stack trace, capped
     } catch (...) {
     }
     spdlog::error("request failed: {}", what);

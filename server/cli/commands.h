@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <functional>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "server/checkpoint/dtype.h"
 #include "server/models/quantization.h"
 #include "server/common/status.h"
+#include "server/common/token_id.h"
 
 namespace ropeserve::cli {
 
@@ -42,6 +44,10 @@ inline constexpr const char* kQuantizationHelp =
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.
 DType ResolveComputeDType(const std::string& flag, const std::string& model_dir);
+
+// in[key] of a JSON Lines input (`encode`, `tokenize --decode`): a list of
+// integers from 0 to 2^31 - 1; errors name `key`.
+StatusOr<std::vector<TokenId>> ReadJsonIdList(const nlohmann::json& in, const std::string& key);
 
 // "1,15043, 7" -> {1, 15043, 7}; errors name `flag`.
 StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const std::string& flag);

@@ -1,6 +1,7 @@
 #include <cctype>
 #include <cstdio>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/checkpoint/model_config.h"
@@ -19,6 +20,18 @@ DType ResolveComputeDType(const std::string& flag, const std::string& model_dir)
   if (auto d = ParseDTypeFlag(flag)) return *d;
   auto config = LoadModelConfig(model_dir);
   return config.ok() && config->torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+}
+
+StatusOr<std::vector<TokenId>> ReadJsonIdList(const nlohmann::json& in, const std::string& key) {
+  if (!in.is_object() || !in.contains(key) || !in[key].is_array())
+    return InvalidArgument("expected {\"" + key + "\": [...]}");
+  std::vector<TokenId> ids;
+  for (const auto& v : in[key]) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > INT32_MAX)
+      return InvalidArgument(key + " must be integers from 0 to 2^31 - 1, got " + v.dump());
+    ids.push_back(v.get<TokenId>());
+  }
+  return ids;
 }
 
 StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const std::string& flag) {

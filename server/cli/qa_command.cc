@@ -62,21 +62,11 @@ StatusOr<json> Answer(service::QaService& service, const QaFlags& f, const json&
 }
 
 StatusOr<json> Encode(const SpanModel& model, const QaFlags& f, const json& in) {
-  if (!in.is_object() || !in.contains("ids") || !in["ids"].is_array()) return InvalidArgument("expected {\"ids\": [...]}");
-  auto read_ids = [](const json& list, auto& out) -> Status {
-    for (const auto& v : list) {
-      if (!v.is_number_unsigned() || v.get<std::uint64_t>() > INT32_MAX)
-        return InvalidArgument("ids must be integers from 0 to 2^31 - 1, got " + v.dump());
-      out.push_back(v.get<std::int32_t>());
-    }
-    return Status::Ok();
-  };
-  std::vector<TokenId> ids;
+  RS_ASSIGN_OR_RETURN(const std::vector<TokenId> ids, ReadJsonIdList(in, "ids"));
   std::vector<std::uint32_t> types;
-  RS_RETURN_IF_ERROR(read_ids(in["ids"], ids));
   if (in.contains("type_ids")) {
-    if (!in["type_ids"].is_array()) return InvalidArgument("type_ids must be a list");
-    RS_RETURN_IF_ERROR(read_ids(in["type_ids"], types));
+    RS_ASSIGN_OR_RETURN(const std::vector<TokenId> t, ReadJsonIdList(in, "type_ids"));
+    types.assign(t.begin(), t.end());
   }
   SpanLogits l;
   if (f.reference) {

@@ -30,16 +30,7 @@ StatusOr<std::string> ProcessLine(const tok::Tokenizer& t, const TokenizeFlags& 
   if (in.is_discarded()) return InvalidArgument("line is not valid JSON (or not valid UTF-8)");
   nlohmann::json out;
   if (f.decode) {
-    if (!in.is_object() || !in.contains("ids") || !in["ids"].is_array()) {
-      return InvalidArgument("expected {\"ids\": [...]}");
-    }
-    std::vector<TokenId> ids;
-    for (const auto& v : in["ids"]) {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > INT32_MAX) {
-        return InvalidArgument("ids must be integers from 0 to 2^31 - 1, got " + v.dump());
-      }
-      ids.push_back(v.get<TokenId>());
-    }
+    RS_ASSIGN_OR_RETURN(const std::vector<TokenId> ids, ReadJsonIdList(in, "ids"));
     RS_ASSIGN_OR_RETURN(std::string text, t.Decode(ids, f.skip_special_tokens));
     out["text"] = text;
   } else {
