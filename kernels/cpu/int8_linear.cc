@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <cstdlib>
+#include "kernels/cpu/cpu_features.h"
 
 namespace ropeserve::cpu {
 
@@ -18,14 +18,7 @@ void DequantizeRows(const int8_t* q, const float* scale, int64_t K, void* out, b
 
 namespace {
 bool CpuHasAvx512Vnni() {
-  // ROPESERVE_DISABLE_AVX512=1 forces the at::linear path (for comparisons).
-  static const bool ok = [] {
-    const char* off = std::getenv("ROPESERVE_DISABLE_AVX512");
-    if (off != nullptr && off[0] == '1') return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  }();
+  static const bool ok = CpuHasAvx512("avx512vnni");
   return ok;
 }
 }  // namespace
@@ -64,12 +57,7 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
 }
 
 int64_t Int8KernelMaxRows() {
-  static const int64_t rows = [] {
-    constexpr int64_t kDefault = 16;
-    const char* v = std::getenv("ROPESERVE_INT8_KERNEL_MAX_ROWS");
-    const long long n = v != nullptr ? std::atoll(v) : kDefault;
-    return n >= 0 && n <= kInt8KernelMaxRows ? static_cast<int64_t>(n) : kDefault;
-  }();
+  static const int64_t rows = RowsFromEnv("ROPESERVE_INT8_KERNEL_MAX_ROWS", 16, kInt8KernelMaxRows);
   return rows;
 }
 

@@ -6,18 +6,11 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/bf16_bits.h"
+
 namespace ropeserve::cpu::avx512 {
 
 namespace {
-
-inline uint16_t FloatToBf16(float f) {
-  // Round to nearest even, as c10::BFloat16 does (NaN stays NaN).
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // 16 floats of row x at column k (masked: `mask` lanes), from float32 or bfloat16.
 inline __m512 Load16(const void* x, bool bf16, int64_t k, __mmask16 mask) {

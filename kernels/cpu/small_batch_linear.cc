@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <cstdlib>
+#include "kernels/cpu/cpu_features.h"
 
 namespace ropeserve::cpu {
 
@@ -14,25 +14,13 @@ void SmallBatchLinearRange(const uint16_t* x, int64_t M, int64_t K, const uint16
 
 namespace {
 bool CpuHasAvx512Bf16() {
-  // ROPESERVE_DISABLE_AVX512=1 forces the at::linear path (for comparisons).
-  static const bool ok = [] {
-    const char* off = std::getenv("ROPESERVE_DISABLE_AVX512");
-    if (off != nullptr && off[0] == '1') return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512bf16");
-  }();
+  static const bool ok = CpuHasAvx512("avx512bf16");
   return ok;
 }
 }  // namespace
 
 int64_t SmallBatchMaxRows() {
-  static const int64_t rows = [] {
-    constexpr int64_t kDefault = 8;
-    const char* v = std::getenv("ROPESERVE_SMALL_BATCH_MAX_ROWS");
-    const long long n = v != nullptr ? std::atoll(v) : kDefault;
-    return n >= 0 && n <= kSmallBatchKernelMaxRows ? static_cast<int64_t>(n) : kDefault;
-  }();
+  static const int64_t rows = RowsFromEnv("ROPESERVE_SMALL_BATCH_MAX_ROWS", 8, kSmallBatchKernelMaxRows);
   return rows;
 }
 

@@ -4,25 +4,11 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/bf16_bits.h"
+
 namespace ropeserve::cpu::avx512 {
 
 namespace {
-
-inline uint16_t FloatToBf16(float f) {
-  // Round to nearest even, as c10::BFloat16 does (NaN stays NaN).
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float Bf16ToFloat(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
 
 // M rows of x against one weight row at a time. Each weight row is read
 // front to back, so the weights form one long sequential stream that the
