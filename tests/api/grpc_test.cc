@@ -12,28 +12,17 @@
 #include "server/api/serving_context.h"
 #include "server/models/decoder.h"
 #include "server/tokenizer/tokenizer.h"
+#include "tests/api/tiny_service_test.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
 namespace {
 
-class GrpcApi : public ::testing::Test {
+class GrpcApi : public TinyServiceTest {
  protected:
   void SetUp() override {
-    testing::MakeTinyCheckpoint(dir_.path(), testing::TinyOptions("qwen3"));
-    auto m = DecoderModel::Load(dir_.path(), DType::kF32);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value();
-    service::EngineOptions eo;
-    eo.kv_cache_memory = "16M";
-    auto tok = tok::Tokenizer::FromPath(dir_.path());
-    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-    tokenizer_ = *tok;
-    auto svc = ServeDecoder(*model_, "tiny", eo, tokenizer_);
-    ASSERT_TRUE(svc.ok()) << svc.status().ToString();
-    service_ = std::move(svc).value();
-    ctx_.service = service_.get();
-    ctx_.lifecycle.SetReady();
+    StartService("qwen3");
+    if (HasFatalFailure()) return;
     server_ = std::make_unique<api::GrpcServer>(ctx_);
     api::GrpcServerOptions go;
     go.host = "127.0.0.1";
@@ -43,7 +32,9 @@ class GrpcApi : public ::testing::Test {
     stub_ = v1::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                                        grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override { server_->Stop(); }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Stop();
+  }
 
   // Reads a Generate stream to its end, merged into one message.
   grpc::Status Call(const v1::GenerateRequest& req, v1::GenerateResponse* resp, int* messages = nullptr) {
@@ -63,11 +54,6 @@ class GrpcApi : public ::testing::Test {
     return reader->Finish();
   }
 
-  testing::ScratchDir dir_;
-  std::unique_ptr<DecoderModel> model_;
-  std::shared_ptr<const tok::Tokenizer> tokenizer_;
-  std::unique_ptr<service::GenerationService> service_;
-  api::ServingContext ctx_;
   std::unique_ptr<api::GrpcServer> server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
 };

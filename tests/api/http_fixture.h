@@ -11,36 +11,19 @@
 
 #include "server/api/http_server.h"
 #include "server/api/rest_handlers.h"
-#include "server/api/serving_context.h"
-#include "server/models/decoder.h"
-#include "server/runner/service_factory.h"
-#include "server/service/generation_service.h"
-#include "server/tokenizer/tokenizer.h"
-#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/api/tiny_service_test.h"
 
 namespace ropeserve {
 
-class HttpApi : public ::testing::Test {
+class HttpApi : public TinyServiceTest {
  protected:
   void SetUp() override {
-    testing::MakeTinyCheckpoint(dir_.path(), testing::TinyOptions("qwen2"));
-    auto m = DecoderModel::Load(dir_.path(), DType::kF32);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value();
+    StartService("qwen2");
+    if (HasFatalFailure()) return;
     api::HttpServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
     o.max_body_bytes = 4096;
-    service::EngineOptions eo;
-    eo.kv_cache_memory = "16M";
-    auto tok = tok::Tokenizer::FromPath(dir_.path());
-    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-    tokenizer_ = *tok;
-    auto svc = ServeDecoder(*model_, "tiny", eo, tokenizer_);
-    ASSERT_TRUE(svc.ok()) << svc.status().ToString();
-    service_ = std::move(svc).value();
-    ctx_.service = service_.get();
-    ctx_.lifecycle.SetReady();
     server_ = std::make_unique<api::HttpServer>(o, ctx_);
     thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
     for (int i = 0; i < 500 && !server_->listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -48,6 +31,7 @@ class HttpApi : public ::testing::Test {
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
   }
   void TearDown() override {
+    if (server_ == nullptr) return;
     server_->Stop();
     thread_.join();
     EXPECT_TRUE(serve_status_.ok()) << serve_status_.ToString();
@@ -68,11 +52,6 @@ class HttpApi : public ::testing::Test {
     return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
   }
 
-  testing::ScratchDir dir_;
-  std::unique_ptr<DecoderModel> model_;
-  std::shared_ptr<const tok::Tokenizer> tokenizer_;
-  std::unique_ptr<service::GenerationService> service_;
-  api::ServingContext ctx_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::thread thread_;
