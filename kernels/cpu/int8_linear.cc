@@ -74,7 +74,10 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   const at::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0), Kp = (K + 31) / 32 * 32;
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8LinearKernel: bias shape");
-  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
+  // A float32 bias (as the model stores it for int8 weights) is used as is.
+  const at::Tensor bias = !bias_in.defined()                      ? at::Tensor()
+                          : bias_in.scalar_type() == at::kFloat ? bias_in.contiguous()
+                                                                  : bias_in.to(at::kFloat).contiguous();
   at::Tensor xq = at::empty({M, Kp}, at::kShort);
   at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
@@ -98,7 +101,7 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
 at::Tensor Int8Linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias) {
   if (x.dim() == 2 && x.size(0) <= Int8KernelMaxRows() && Int8KernelSupports(x, w)) return Int8LinearKernel(x, w, bias);
   const at::Tensor dense = DequantizeInt8(w, x.scalar_type());
-  return bias.defined() ? at::linear(x, dense, bias) : at::linear(x, dense);
+  return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
 }
 
 }  // namespace ropeserve::cpu

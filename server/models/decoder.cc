@@ -65,13 +65,14 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const bool int8 = quantization == Quantization::kInt8;
   // Int8 weights are quantized from the checkpoint's values in float32
   // (not from their rounding to the compute dtype).
-  auto quantized = [&](const at::Tensor& w, at::Tensor bias) {
+  // Their biases are kept in float32, the int8 kernel's accumulation type.
+  auto quantized = [&](const at::Tensor& w, const at::Tensor& bias) {
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, std::move(bias)};
+    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor()};
   };
   auto linear = [&](const std::string& name, bool has_bias) {
     at::Tensor bias = load_if(has_bias, name + ".bias");
-    if (int8) return quantized(LoadTensor(*ckpt, name + ".weight", at::kFloat), std::move(bias));
+    if (int8) return quantized(LoadTensor(*ckpt, name + ".weight", at::kFloat), bias);
     return LinearWeight{load(name + ".weight"), at::Tensor(), std::move(bias)};
   };
   // Projections of the same input stacked into one matrix (rows in `names`
@@ -84,7 +85,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       if (has_bias) bs.push_back(load(name + ".bias"));
     }
     at::Tensor bias = has_bias ? at::cat(bs, 0) : at::Tensor();
-    if (int8) return quantized(at::cat(ws, 0), std::move(bias));
+    if (int8) return quantized(at::cat(ws, 0), bias);
     return LinearWeight{at::cat(ws, 0), at::Tensor(), std::move(bias)};
   };
 

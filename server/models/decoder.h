@@ -32,7 +32,7 @@ namespace ropeserve {
 struct LinearWeight {
   at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8)
   at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
-  at::Tensor bias;    // [N] (compute dtype) or undefined
+  at::Tensor bias;    // [N] (compute dtype; float32 with int8 weights) or undefined
   bool int8() const { return scale.defined(); }
 };
 
