@@ -370,7 +370,7 @@ class Service final : public v1::Inference::CallbackService {
     m->set_task("summarize");
     m->set_dtype(service.dtype());
     m->set_quantization(service.quantization());
-    m->set_device("cpu");
+    m->set_device(service.device());
     m->set_has_tokenizer(service.tokenizer() != nullptr);
     if (service::QaService* qa = ctx_.qa.load()) {
       auto* q = resp->add_models();

@@ -403,7 +403,7 @@ void HttpServer::Impl::InstallApi() {
         {"architecture", service->config().architecture},
         {"dtype", service->dtype()},
         {"quantization", service->quantization()},
-        {"device", "cpu"},
+        {"device", service->device()},
         {"tokenizer", service->tokenizer() != nullptr},
         {"vocab_size", service->config().vocab_size},
         {"max_model_len", service->max_model_len()},

@@ -49,6 +49,11 @@ DType ResolveComputeDType(const std::string& flag, const std::string& model_dir)
 // integers from 0 to 2^31 - 1; errors name `key`.
 StatusOr<std::vector<TokenId>> ReadJsonIdList(const nlohmann::json& in, const std::string& key);
 
+// --device: cpu, cuda or cuda:N (N up to 3 digits).
+inline constexpr const char* kDeviceHelp =
+    "Worker device: cpu, or cuda / cuda:N in builds whose LibTorch has CUDA (not yet run on a GPU)";
+CLI::Validator DeviceValidator();
+
 // "1,15043, 7" -> {1, 15043, 7}; errors name `flag`.
 StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const std::string& flag);
 

@@ -22,6 +22,18 @@ DType ResolveComputeDType(const std::string& flag, const std::string& model_dir)
   return config.ok() && config->torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
 }
 
+CLI::Validator DeviceValidator() {
+  return CLI::Validator(
+      [](const std::string& d) -> std::string {
+        if (d == "cpu" || d == "cuda") return "";
+        if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() <= 8 &&
+            d.find_first_not_of("0123456789", 5) == std::string::npos)
+          return "";
+        return "must be cpu, cuda or cuda:N";
+      },
+      "cpu|cuda|cuda:N");
+}
+
 StatusOr<std::vector<TokenId>> ReadJsonIdList(const nlohmann::json& in, const std::string& key) {
   if (!in.is_object() || !in.contains(key) || !in[key].is_array())
     return InvalidArgument("expected {\"" + key + "\": [...]}");

@@ -33,6 +33,7 @@ struct GenerateFlags {
   // would round the logits they compare.
   std::string dtype = "float32";
   std::string quantization = "none";
+  std::string device = "cpu";
 };
 
 int Run(const GenerateFlags& f) {
@@ -60,7 +61,7 @@ int Run(const GenerateFlags& f) {
   }
 
   auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model),
-                                 ParseQuantization(f.quantization).value_or(Quantization::kNone));
+                                 ParseQuantization(f.quantization).value_or(Quantization::kNone), at::Device(f.device));
   if (!model.ok()) return Fail(model.status().ToString());
 
   // The serving path, driven from this thread: the same scheduler, runner,
@@ -173,6 +174,7 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--quantization", f->quantization, kQuantizationHelp)
       ->capture_default_str()
       ->check(CLI::IsMember(kQuantizationChoices));
+  sub->add_option("--device", f->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompt-ids") == 0)
       throw CLI::ValidationError("--prompt or --prompt-ids", "one of them is required");

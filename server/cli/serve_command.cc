@@ -134,7 +134,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   const DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
   Loaded out;
   const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
-  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization));
+  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization, at::Device(f.device)));
   const ModelConfig& c = out.model->config();
   spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads",
                f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
@@ -196,9 +196,9 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
 
 int Run(ServeFlags f) {
   if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
-  if (f.device != "cpu") {
-    return Fail("--device " + f.device + ": this build has CPU workers only (the CUDA runner is not built yet)");
-  }
+#ifndef ROPESERVE_HAVE_CUDA
+  if (f.device != "cpu") return Fail("--device " + f.device + ": this build has CPU workers only (its LibTorch has no CUDA)");
+#endif
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
   // A deployment that forgot its model must not answer 200 with noise.
@@ -401,10 +401,10 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_GRPC_PORT")
       ->check(CLI::Range(-1, 65535));
-  sub->add_option("--device", f->device, "Worker device: cpu (cuda is not built yet)")
+  sub->add_option("--device", f->device, kDeviceHelp)
       ->capture_default_str()
       ->envname("ROPESERVE_DEVICE")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(DeviceValidator());
   sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
       ->capture_default_str()
       ->envname("ROPESERVE_DTYPE")

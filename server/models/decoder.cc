@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/small_batch_linear.h"
@@ -26,6 +25,31 @@ at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
   return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
 }
 
+// Every weight tensor to `device` (the CUDA worker loads on the host first).
+void MoveTo(DecoderWeights& w, at::Device device) {
+  auto move = [&](at::Tensor& t) {
+    if (t.defined()) t = t.to(device);
+  };
+  auto move_linear = [&](LinearWeight& l) {
+    move(l.weight);
+    move(l.scale);
+    move(l.bias);
+  };
+  const bool tied = w.lm_head.weight.defined() && w.lm_head.weight.is_same(w.embed_tokens);
+  move(w.embed_tokens);
+  for (auto& l : w.layers) {
+    for (at::Tensor* t : {&l.input_layernorm, &l.q_norm, &l.k_norm, &l.post_attention_layernorm}) move(*t);
+    for (LinearWeight* p : {&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj}) move_linear(*p);
+  }
+  move(w.norm);
+  if (tied)
+    w.lm_head.weight = w.embed_tokens;  // still one copy
+  else
+    move_linear(w.lm_head);
+  move(w.qa_outputs);
+  move(w.qa_outputs_bias);
+}
+
 // Hugging Face keeps inv_freq as a float32 buffer.
 at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
   return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
@@ -34,20 +58,32 @@ at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
 }  // namespace
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype,
-                                                           Quantization quantization) {
-  return LoadAny(dir, dtype, false, quantization);
+                                                           Quantization quantization, at::Device device) {
+  return LoadAny(dir, dtype, false, quantization, device);
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype) {
-  return LoadAny(dir, dtype, true, Quantization::kNone);
+  return LoadAny(dir, dtype, true, Quantization::kNone, at::kCPU);
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head,
-                                                              Quantization quantization) {
-  if (dtype == DType::kF16)  // a CUDA runner (issue 16) will take float16
-    return InvalidArgument("float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
-                           "use --dtype bfloat16 (the same memory) or float32");
-  if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("compute dtype must be float32 or bfloat16");
+                                                              Quantization quantization, at::Device device) {
+  if (device.is_cuda()) {
+#ifndef ROPESERVE_HAVE_CUDA
+    return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
+#endif
+    if (dtype != DType::kF16 && dtype != DType::kBF16)
+      return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
+    if (quantization != Quantization::kNone) return InvalidArgument("int8 weights run on the CPU only");
+  } else if (!device.is_cpu()) {
+    return InvalidArgument("workers run on the CPU or a CUDA device");
+  } else {
+    if (dtype == DType::kF16)
+      return InvalidArgument(
+          "float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
+          "use --dtype bfloat16 (the same memory) or float32");
+    if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("compute dtype must be float32 or bfloat16");
+  }
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   if (ckpt->config().span_head != span_head)
     return InvalidArgument(dir + ": " + ckpt->config().architecture +
@@ -119,8 +155,14 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       m->w_.lm_head = linear("lm_head", false);
   }
 
+  if (device.is_cuda()) MoveTo(m->w_, device);
+#ifdef ROPESERVE_HAVE_CUDA
+  m->ops_ = device.is_cuda() ? MakeCudaDecoderOps() : MakeCpuDecoderOps();
+#else
+  m->ops_ = MakeCpuDecoderOps();
+#endif
   RopeFrequencies rope = ComputeRopeFrequencies(c);
-  m->inv_freq_ = InvFreqTensor(rope);
+  m->inv_freq_ = InvFreqTensor(rope).to(device);
   m->attention_factor_ = rope.attention_factor;
   m->attention_scale_ = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   return m;
@@ -134,7 +176,7 @@ at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
 
 // The final RMSNorm and the LM head.
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return Linear(cpu::RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head)
+  return Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head)
       .to(at::kFloat);
 }
 
@@ -146,7 +188,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
     // Hugging Face's dynamic_rope_update does for a single growing sequence.
     const int64_t seq_len = positions.max().item<int64_t>() + 1;
     RopeFrequencies rope = ComputeRopeFrequencies(config_, seq_len);
-    inv_freq = InvFreqTensor(rope);
+    inv_freq = InvFreqTensor(rope).to(positions.device());
     factor = rope.attention_factor;
   }
   return cpu::RotaryTable(inv_freq, positions, factor, cpu::RotaryLayout::kRotateHalf, at::kFloat,
@@ -162,9 +204,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
   at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
   at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
   at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D}).contiguous();
-  q = config_.qk_norm ? cpu::RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps) : q.contiguous();
-  k = config_.qk_norm ? cpu::RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps) : k.contiguous();
-  cpu::ApplyRopeInplace(q, k, cos, sin);
+  q = config_.qk_norm ? ops_->RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps) : q.contiguous();
+  k = config_.qk_norm ? ops_->RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps) : k.contiguous();
+  ops_->ApplyRope(q, k, cos, sin);
   return {q, k, v};
 }
 
@@ -182,10 +224,10 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
     // residual adds folded into the norms (h is updated in place)
-    at::Tensor x = cpu::RmsNorm(h, w.input_layernorm, eps);
+    at::Tensor x = ops_->RmsNorm(h, w.input_layernorm, eps);
     auto [q, k, v] = QkvWithRope(w, x, cos, sin);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    at::Tensor y = cpu::AddRmsNorm(Linear(attn, w.o_proj).contiguous(), h, w.post_attention_layernorm, eps);
+    at::Tensor y = ops_->AddRmsNorm(Linear(attn, w.o_proj).contiguous(), h, w.post_attention_layernorm, eps);
     h.add_(Mlp(w, y));
   }
   return h;
@@ -209,8 +251,7 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
   return ForwardPagedWith(batch, cache, prompt_logits,
                           [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                               const PagedBatch& b) {
-                            return cpu::PagedAttention(q, k_cache, v_cache, b.block_table_tensor, b.query_start,
-                                                       b.context_len_tensor, attention_scale_);
+                            return ops_->PagedAttention(q, k_cache, v_cache, b, attention_scale_);
                           });
 }
 
@@ -220,7 +261,7 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
   auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                             cpu::WriteKvCache(k, v, cache.k[l], cache.v[l], batch.slot_mapping);
+                             ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], batch);
                              return attend(q, cache.k[l], cache.v[l], batch);
                            });
   if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
@@ -244,13 +285,13 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     const at::Tensor window_len = at::tensor(std::vector<std::int64_t>{len}, at::kLong);
     at::Tensor hidden = RunLayers(Embed(at::tensor(window, at::kLong)), cos, sin,
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                                    // The window is one sequence whose cache is its own keys: one
+                                    // (Span models run on the CPU.) The window is one sequence whose cache is its own keys: one
                                     // block of `len` slots, every query causal within it.
                                     return cpu::PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
                                                                v.contiguous().unsqueeze(0), window_table,
                                                                window_start, window_len, attention_scale_);
                                   });
-    hidden = cpu::RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+    hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
     out.push_back(SpanRows(logits, 0, len, with_hidden ? hidden : at::Tensor()));
   }

@@ -2,7 +2,8 @@
 // Weights keep Hugging Face's module names (DecoderLayerWeights mirrors
 // model.layers.N.*), so loading is name mapping.
 //
-// Forwards run the fused CPU kernels (kernels/cpu) only:
+// Forwards run the fused kernels of the weights' device (DecoderOps: the
+// CPU's, or CUDA's in builds that have it):
 //  - ForwardPaged (PagedModel): the serving path: a packed batch of prefill
 //    chunks and decode tokens over the paged KV cache;
 //  - ForwardSpans: span heads over whole windows (extractive QA).
@@ -22,6 +23,7 @@
 
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
+#include "server/models/decoder_ops.h"
 #include "server/models/paged_model.h"
 #include "server/models/quantization.h"
 #include "server/models/span_logits.h"
@@ -63,8 +65,11 @@ class DecoderModel final : public PagedModel {
   // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16),
   // the projections and LM head to int8 with Quantization::kInt8.
   // A causal LM (lm_head); a checkpoint with a span head is refused.
+  // `device`: the CPU, or a CUDA device in builds whose LibTorch has CUDA
+  // (float16 or bfloat16 compute there; int8 weights are CPU-only).
   static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype,
-                                                      Quantization quantization = Quantization::kNone);
+                                                      Quantization quantization = Quantization::kNone,
+                                                      at::Device device = at::kCPU);
   // The same trunk with a span head (LlamaForQuestionAnswering & co.); only
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype);
@@ -105,7 +110,7 @@ class DecoderModel final : public PagedModel {
  private:
   DecoderModel() = default;
   static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head,
-                                                         Quantization quantization);
+                                                         Quantization quantization, at::Device device);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
@@ -126,6 +131,7 @@ class DecoderModel final : public PagedModel {
   DType dtype_ = DType::kF32;
   Quantization quantization_ = Quantization::kNone;
   DecoderWeights w_;
+  std::unique_ptr<const DecoderOps> ops_;  // the weights' device's kernels
   at::Tensor inv_freq_;  // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;
   double attention_scale_ = 1.0;  // 1 / sqrt(head_dim)

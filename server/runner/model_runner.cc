@@ -146,8 +146,12 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   auto rows = std::make_shared<Rows>();
   out.rows = static_cast<std::int64_t>(logits_rows.size());
   // A step of prefill chunks only writes K/V (and prompt logits when asked).
+  // The sampler is the host's (a device sampler is issue 16's): rows come
+  // back to the CPU (no copy when the model is there).
   at::Tensor logits = impl_->model.ForwardPaged(batch, impl_->cache, prompt_rows.empty() ? nullptr : &rows->prompt);
+  logits = logits.to(at::kCPU);
   if (!prompt_rows.empty()) {
+    rows->prompt = rows->prompt.to(at::kCPU).contiguous();
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
   }

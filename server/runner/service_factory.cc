@@ -34,6 +34,7 @@ service::GenerationServiceConfig BaseConfig(const DecoderModel& model, std::stri
   sc.model = model.config();
   sc.dtype = DTypeSafetensorsName(model.dtype());
   sc.quantization = QuantizationName(model.quantization());
+  sc.device = model.device().str();
   sc.engine.eos_token_ids.assign(model.config().eos_token_ids.begin(), model.config().eos_token_ids.end());
   return sc;
 }

@@ -64,6 +64,7 @@ struct GenerationServiceConfig {
   ModelConfig model;         // vocabulary size, EOS ids, positions
   std::string dtype;         // compute dtype ("bfloat16", "float32", ...)
   std::string quantization = "none";  // weight quantization ("none", "int8")
+  std::string device = "cpu";         // where the model runs ("cpu", "cuda:0")
   EngineConfig engine;       // scheduler, KV blocks, EOS ids
   KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
   std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
@@ -94,6 +95,7 @@ class GenerationService {
   // The compute dtype ("bfloat16", "float32", ...).
   const std::string& dtype() const { return config_.dtype; }
   const std::string& quantization() const { return config_.quantization; }
+  const std::string& device() const { return config_.device; }
   // What the request validator checks against (server/service/request_params.h).
   const Limits& limits() const { return limits_; }
   Engine& engine() { return *engine_; }

@@ -186,6 +186,16 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   EXPECT_EQ(f16_serve.exit_code, 1);
   EXPECT_NE(f16_serve.err.find("float16 compute is not available on CPU"), std::string::npos) << f16_serve.err;
 
+  // Devices: a CPU-only build refuses CUDA workers with the reason; other
+  // names are refused by the flag's check.
+#ifndef ROPESERVE_HAVE_CUDA
+  auto cuda = RunBinary("serve" + model + " --http-port 0 --grpc-port -1 --admin-port -1 --device cuda:1", d.path());
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_NE(cuda.err.find("CPU workers only"), std::string::npos) << cuda.err;
+#endif
+  for (const char* bad : {"tpu", "cuda:", "cuda:x", "cuda:123456"})
+    EXPECT_NE(RunBinary("serve" + model + " --http-port 0 --device " + bad, d.path()).exit_code, 0) << bad;
+
   // Tracing flags are checked before anything starts.
   auto bad_endpoint = RunBinary("serve" + model + " --http-port 0 --otlp-traces-endpoint ftp://x/v1/traces", d.path());
   EXPECT_EQ(bad_endpoint.exit_code, 1);

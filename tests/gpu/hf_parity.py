@@ -15,7 +15,8 @@ transformers on the same inputs:
 
 Prints one line per check ("PASS name ..." / "FAIL name ...") and exits 1 if
 any failed. transformers runs on the GPU when there is one (cuda), else on
-the CPU; ropeserve runs its CPU path.
+the CPU; ropeserve runs its CPU path, and with a GPU its CUDA decoder too
+(`generate --device cuda`, bfloat16).
 """
 import argparse
 import json
@@ -46,7 +47,7 @@ def device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def decoder_checks(binary, arch, dtype_name):
+def decoder_checks(binary, arch, dtype_name, worker="cpu"):
     torch.manual_seed(1234)
     common = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=3,
                   num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
@@ -69,14 +70,15 @@ def decoder_checks(binary, arch, dtype_name):
         prompt = [int(x) for x in torch.randint(0, 500, (23,))]
         steps = 12
         ours = run(binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens",
-                   str(steps), "--ignore-eos", "--top-logprobs", "5", "--dtype", dtype_name, "--json")
+                   str(steps), "--ignore-eos", "--top-logprobs", "5", "--dtype", dtype_name, "--device", worker,
+                   "--json")
         model = model.to(device()).eval()
         ids = torch.tensor([prompt], device=device())
         with torch.no_grad():
             theirs = model.generate(ids, max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
                                     pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
             logits = model(torch.tensor([prompt + ours["generated_ids"]], device=device())).logits[0].float()
-        name = f"decoder {arch} {dtype_name}"
+        name = f"decoder {arch} {dtype_name} on {worker}"
         report(name + " greedy", ours["generated_ids"] == theirs, f"ours={ours['generated_ids']} hf={theirs}")
         logp = torch.log_softmax(logits, -1)
         worst = 0.0
@@ -145,10 +147,12 @@ def main():
     print(f"transformers {tf.__version__}, torch {torch.__version__}, device {device()}", flush=True)
     for arch in ("qwen2", "llama"):
         for dtype_name in ("f32", "bf16"):
-            try:
-                decoder_checks(a.binary, arch, dtype_name)
-            except Exception as e:  # one broken check must not hide the others
-                report(f"decoder {arch} {dtype_name}", False, f"error: {e}")
+            # The CUDA decoder (16-bit only) beside the CPU one.
+            for worker in ["cpu"] + (["cuda"] if dtype_name == "bf16" and device() == "cuda" else []):
+                try:
+                    decoder_checks(a.binary, arch, dtype_name, worker)
+                except Exception as e:  # one broken check must not hide the others
+                    report(f"decoder {arch} {dtype_name} on {worker}", False, f"error: {e}")
     for arch in ("modernbert", "roformer", "llama", "qwen2"):
         try:
             span_checks(a.binary, arch)

@@ -131,7 +131,9 @@ SummaryRun ReadAll(OutputSource& source) {
       EXPECT_TRUE(d->ids.empty() && d->text.empty());
       run.progress.push_back(*d->progress);
     }
-    if (!d->text.empty()) EXPECT_FALSE(d->progress);
+    if (!d->text.empty()) {
+      EXPECT_FALSE(d->progress);
+    }
     run.text += d->text;
     if (d->finished) {
       run.last = *d;

@@ -1,0 +1,71 @@
+// DecoderOps on the CUDA kernels (kernels/cuda through torch_glue.h):
+// float16 / bfloat16 tensors on one device, every launch on the current
+// stream. Built only when the LibTorch found by CMake has CUDA; on CPU
+// machines tests/cuda/compile_check.sh syntax-checks it against the
+// LibTorch and CUDA headers. Not yet run on a GPU (issue 16).
+#ifdef ROPESERVE_HAVE_CUDA
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/torch_glue.h"
+#include "server/models/decoder_ops.h"
+
+namespace ropeserve {
+namespace {
+
+class CudaDecoderOps final : public DecoderOps {
+ public:
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
+    return cuda::RmsNorm(x, weight, eps);
+  }
+  at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
+                        double eps) const override {
+    at::Tensor out = x.clone();  // the kernel normalizes in place
+    cuda::FusedAddRmsNorm(out, residual, weight, eps);
+    return out;
+  }
+  void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const override {
+    // The kernel reads cos_sin[positions[t]] as [cos(f_0..f_F-1), sin(f_0..f_F-1)]
+    // in float32; the decoder's per-row tables repeat the F angles twice
+    // (rotate-half) and already include the position and the attention
+    // factor, so row t of [cos[:, :F], sin[:, :F]] at "position" t is it.
+    const std::int64_t F = cos.size(1) / 2, T = q.size(0);
+    const at::Tensor cos_sin = at::cat({cos.narrow(1, 0, F), sin.narrow(1, 0, F)}, 1).to(at::kFloat).contiguous();
+    const at::Tensor rows = at::arange(T, at::TensorOptions().dtype(at::kLong).device(q.device()));
+    cuda::RotaryEmbedding(rows, q, k, cos_sin);
+  }
+  void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                    const PagedBatch& batch) const override {
+    cuda::ReshapeAndCache(k, v, k_cache, v_cache, batch.slot_mapping);
+  }
+  at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const PagedBatch& batch, double scale) const override {
+    // One row per query token: its sequence, and the cached tokens it sees
+    // (its position + 1: causal within the chunk after the cached prefix).
+    std::vector<std::int32_t> row_seq, row_context;
+    std::int64_t max_context = 0;
+    for (std::size_t s = 0; s < batch.query_lens.size(); ++s) {
+      const std::int64_t n = batch.query_lens[s], context = batch.context_lens[s];
+      for (std::int64_t i = 0; i < n; ++i) {
+        row_seq.push_back(static_cast<std::int32_t>(s));
+        row_context.push_back(static_cast<std::int32_t>(context - n + i + 1));
+      }
+      max_context = std::max(max_context, context);
+    }
+    const auto opts = at::TensorOptions().dtype(at::kInt);
+    const at::Tensor seq = at::tensor(row_seq, opts).to(q.device(), /*non_blocking=*/true);
+    const at::Tensor ctx = at::tensor(row_context, opts).to(q.device(), /*non_blocking=*/true);
+    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, seq, ctx, max_context, scale);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DecoderOps> MakeCudaDecoderOps() { return std::make_unique<CudaDecoderOps>(); }
+
+}  // namespace ropeserve
+
+#endif  // ROPESERVE_HAVE_CUDA

@@ -1,0 +1,44 @@
+// The kernels a decoder forward calls besides its matrix products, one set
+// per device, chosen once at load from where the weights live: the CPU set
+// (kernels/cpu) and, in builds whose LibTorch has CUDA, the CUDA set
+// (kernels/cuda; server/models/cuda_decoder_ops.cc). The decoder's layer
+// code is the same for both.
+// Thread-safety: const methods, no state.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "server/models/paged_model.h"
+
+namespace ropeserve {
+
+class DecoderOps {
+ public:
+  virtual ~DecoderOps() = default;
+  // Hugging Face's RMSNorm over the last dimension of x (any contiguous
+  // [..., hidden]); a new tensor.
+  virtual at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const = 0;
+  // residual += x (rounded to the dtype); returns RmsNorm(residual). x, residual [rows, hidden], contiguous.
+  virtual at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
+                                double eps) const = 0;
+  // Rotate-half RoPE in place on contiguous q [T, Hq, D] and k [T, Hkv, D]:
+  // row t by cos[t], sin[t] ([T, rotary_dim], RotaryTable's layout).
+  virtual void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const = 0;
+  // k, v [T, Hkv, D] into their cache slots (batch.slot_mapping).
+  virtual void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                            const PagedBatch& batch) const = 0;
+  // q [T, Hq, D] over the paged cache, each sequence causal within its
+  // chunk after its cached prefix -> [T, Hq, D].
+  virtual at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                    const PagedBatch& batch, double scale) const = 0;
+};
+
+std::unique_ptr<DecoderOps> MakeCpuDecoderOps();
+#ifdef ROPESERVE_HAVE_CUDA
+// float16 / bfloat16 tensors on one CUDA device, on its current stream.
+std::unique_ptr<DecoderOps> MakeCudaDecoderOps();
+#endif
+
+}  // namespace ropeserve
