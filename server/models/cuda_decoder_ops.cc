@@ -6,6 +6,8 @@
 #ifdef ROPESERVE_HAVE_CUDA
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <vector>
@@ -65,6 +67,13 @@ class CudaDecoderOps final : public DecoderOps {
 }  // namespace
 
 std::unique_ptr<DecoderOps> MakeCudaDecoderOps() { return std::make_unique<CudaDecoderOps>(); }
+
+std::int64_t FreeDeviceMemory(at::Device device) {
+  const c10::cuda::CUDAGuard guard(device);
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return static_cast<std::int64_t>(free);
+}
 
 }  // namespace ropeserve
 

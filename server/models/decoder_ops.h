@@ -39,6 +39,9 @@ std::unique_ptr<DecoderOps> MakeCpuDecoderOps();
 #ifdef ROPESERVE_HAVE_CUDA
 // float16 / bfloat16 tensors on one CUDA device, on its current stream.
 std::unique_ptr<DecoderOps> MakeCudaDecoderOps();
+// Free memory on a CUDA device, in bytes (after the weights: what a
+// fractional --kv-cache-memory is taken of).
+std::int64_t FreeDeviceMemory(at::Device device);
 #endif
 
 }  // namespace ropeserve

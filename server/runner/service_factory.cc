@@ -56,8 +56,13 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   if (options.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
 
   service::GenerationServiceConfig sc = BaseConfig(model, std::move(served_name));
+  std::int64_t available = -1;  // the host's memory
+#ifdef ROPESERVE_HAVE_CUDA
+  if (model.device().is_cuda()) available = FreeDeviceMemory(model.device());
+#endif
   RS_ASSIGN_OR_RETURN(sc.kv, SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
-                                                  options.scheduler.max_model_len, options.scheduler.max_num_seqs));
+                                                  options.scheduler.max_model_len, options.scheduler.max_num_seqs,
+                                                  available));
   if (sc.kv.num_blocks > (1LL << 31) - 1) return InvalidArgument("--kv-cache-memory is too large");
   sc.engine.scheduler = options.scheduler;
   sc.engine.encoder_token_share = options.qa_token_share;

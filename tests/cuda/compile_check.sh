@@ -2,8 +2,9 @@
 # Compile-only check of kernels/cuda with nvcc for sm_80 (A100) and sm_90
 # (H100/H200), on machines without a GPU. Exit 77 (ctest: skipped) when no
 # nvcc is found. The LibTorch glue (kernels/cuda/torch_glue.cc), its GPU
-# test (tests/cuda/kernels_test.cc) and the decoder with its CUDA op set
-# (server/models/{decoder,cuda_decoder_ops}.cc) are syntax-checked too when
+# test (tests/cuda/kernels_test.cc), the decoder with its CUDA op set
+# (server/models/{decoder,cuda_decoder_ops}.cc) and the service factory's
+# device-memory KV sizing are syntax-checked too when
 # the LibTorch headers and CUDA headers are there.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,7 +40,7 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
   # shellcheck disable=SC2086
   # The decoder and its CUDA op set as a CUDA build compiles them.
   for f in kernels/cuda/torch_glue.cc tests/cuda/kernels_test.cc server/models/cuda_decoder_ops.cc \
-           server/models/decoder.cc; do
+           server/models/decoder.cc server/runner/service_factory.cc; do
     echo "g++ -fsyntax-only: $f"
     ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DROPESERVE_HAVE_CUDA=1 -I"$root" $extra \
       -isystem "$torch_inc/torch/csrc/api/include" -isystem "$cuda_inc" "$root/$f"

@@ -211,6 +211,17 @@ TEST(KvCacheSizing, CountsWholeBlocksAndRejectsTooLittle) {
   EXPECT_NE(too_small.status().message().find("--max-model-len 2048"), std::string::npos);
 }
 
+// A fraction is taken of the memory the caller names (a CUDA worker's free
+// device memory), and the cache never exceeds what the sequences can use.
+TEST(KvCacheSizing, FractionOfTheGivenMemoryCappedAtWhatSequencesUse) {
+  auto half = SizeKvCacheForEngine("0.5", 1024, 16, 64, 8, 1 << 20);  // 512 KiB of 1 MiB
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  EXPECT_EQ(half->tokens, 512);
+  auto capped = SizeKvCacheForEngine("0.9", 1024, 16, 64, 8, 1 << 30);  // 8 x 64 tokens (+ a block) at most
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->tokens, 64 * 8 + 16);
+}
+
 }  // namespace
 }  // namespace ropeserve
 
