@@ -190,22 +190,10 @@ double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
 
 // Logits of every position of `ids` in one prefill chunk.
 at::Tensor PrefillLogits(const DecoderModel& m, const std::vector<TokenId>& ids) {
-  const auto n = static_cast<std::int64_t>(ids.size());
   constexpr std::int64_t kBlock = 16;
-  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  const std::int64_t blocks = (static_cast<std::int64_t>(ids.size()) + kBlock - 1) / kBlock;
   PagedKvCache cache = m.AllocatePagedKvCache(blocks, kBlock);
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  PagedBatch b;
-  b.token_ids = at::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()), opts);
-  b.positions = at::arange(n, opts);
-  b.slot_mapping = at::arange(n, opts);  // blocks 0, 1, ... in order
-  b.query_lens = {n};
-  b.context_lens = {n};
-  b.logits_indices = at::arange(n, opts);
-  b.block_table_tensor = at::arange(blocks, at::kInt).unsqueeze(0);
-  b.query_start = at::tensor(std::vector<std::int64_t>{0, n}, opts);
-  b.context_len_tensor = at::tensor(std::vector<std::int64_t>{n}, opts);
-  return m.ForwardPaged(b, cache, nullptr);
+  return m.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(ids.begin(), ids.end()), 0, blocks), cache, nullptr);
 }
 
 double RelativeError(const at::Tensor& got, const at::Tensor& want) {

@@ -53,7 +53,7 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
 }
 
 at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType dtype) {
-  return (w.q.index_select(0, ids).to(at::kFloat) * w.scale.index_select(0, ids).unsqueeze(1)).to(dtype);
+  return DequantizeInt8(Int8Weight{w.q.index_select(0, ids), w.scale.index_select(0, ids)}, dtype);
 }
 
 int64_t Int8KernelMaxRows() {
@@ -74,10 +74,8 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   const at::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0), Kp = (K + 31) / 32 * 32;
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8LinearKernel: bias shape");
-  // A float32 bias (as the model stores it for int8 weights) is used as is.
-  const at::Tensor bias = !bias_in.defined()                      ? at::Tensor()
-                          : bias_in.scalar_type() == at::kFloat ? bias_in.contiguous()
-                                                                  : bias_in.to(at::kFloat).contiguous();
+  // (A float32 bias, as the model stores it for int8 weights, is used as is.)
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor xq = at::empty({M, Kp}, at::kShort);
   at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;

@@ -25,31 +25,6 @@ at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
   return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
 }
 
-// Every weight tensor to `device` (the CUDA worker loads on the host first).
-void MoveTo(DecoderWeights& w, at::Device device) {
-  auto move = [&](at::Tensor& t) {
-    if (t.defined()) t = t.to(device);
-  };
-  auto move_linear = [&](LinearWeight& l) {
-    move(l.weight);
-    move(l.scale);
-    move(l.bias);
-  };
-  const bool tied = w.lm_head.weight.defined() && w.lm_head.weight.is_same(w.embed_tokens);
-  move(w.embed_tokens);
-  for (auto& l : w.layers) {
-    for (at::Tensor* t : {&l.input_layernorm, &l.q_norm, &l.k_norm, &l.post_attention_layernorm}) move(*t);
-    for (LinearWeight* p : {&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj}) move_linear(*p);
-  }
-  move(w.norm);
-  if (tied)
-    w.lm_head.weight = w.embed_tokens;  // still one copy
-  else
-    move_linear(w.lm_head);
-  move(w.qa_outputs);
-  move(w.qa_outputs_bias);
-}
-
 // Hugging Face keeps inv_freq as a float32 buffer.
 at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
   return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
@@ -96,33 +71,28 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   m->quantization_ = quantization;
   const ModelConfig& c = m->config_;
   const auto st = ToScalarType(dtype);
-  auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st); };
+  // Each tensor goes to the device as it is read (int8 weights, CPU-only,
+  // are read in float32 and quantized on the host).
+  auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st).to(device); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
   const bool int8 = quantization == Quantization::kInt8;
-  // Int8 weights are quantized from the checkpoint's values in float32
-  // (not from their rounding to the compute dtype).
-  // Their biases are kept in float32, the int8 kernel's accumulation type.
-  auto quantized = [&](const at::Tensor& w, const at::Tensor& bias) {
-    cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor()};
-  };
-  auto linear = [&](const std::string& name, bool has_bias) {
-    at::Tensor bias = load_if(has_bias, name + ".bias");
-    if (int8) return quantized(LoadTensor(*ckpt, name + ".weight", at::kFloat), bias);
-    return LinearWeight{load(name + ".weight"), at::Tensor(), std::move(bias)};
-  };
-  // Projections of the same input stacked into one matrix (rows in `names`
-  // order): one kernel call and one pass over x. Int8 scales are per row,
-  // so stacking before quantizing changes nothing.
-  auto stacked = [&](const std::vector<std::string>& names, bool has_bias) {
+  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
+  // stacked into one matrix in that order when several read the same input
+  // (one kernel call and one pass over x). Int8 weights are quantized from
+  // the checkpoint's values in float32 (not from their rounding to the
+  // compute dtype), per row, so stacking first changes nothing; their
+  // biases stay in float32, the int8 kernel's accumulation type.
+  auto linear = [&](const std::vector<std::string>& names, bool has_bias) {
     std::vector<at::Tensor> ws, bs;
     for (const auto& name : names) {
       ws.push_back(int8 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
       if (has_bias) bs.push_back(load(name + ".bias"));
     }
-    at::Tensor bias = has_bias ? at::cat(bs, 0) : at::Tensor();
-    if (int8) return quantized(at::cat(ws, 0), bias);
-    return LinearWeight{at::cat(ws, 0), at::Tensor(), std::move(bias)};
+    const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
+    const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
+    if (!int8) return LinearWeight{w, at::Tensor(), bias};
+    cpu::Int8Weight q = cpu::QuantizeInt8(w);
+    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor()};
   };
 
   const std::string& trunk = c.trunk_prefix;
@@ -133,13 +103,13 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
-    lw.qkv_proj = stacked({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias);
+    lw.qkv_proj = linear({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias);
     lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
     lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
-    lw.o_proj = linear(p + "self_attn.o_proj", c.o_proj_bias);
+    lw.o_proj = linear({p + "self_attn.o_proj"}, c.o_proj_bias);
     lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
-    lw.gate_up_proj = stacked({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias);
-    lw.down_proj = linear(p + "mlp.down_proj", c.mlp_bias);
+    lw.gate_up_proj = linear({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias);
+    lw.down_proj = linear({p + "mlp.down_proj"}, c.mlp_bias);
     m->w_.layers.push_back(std::move(lw));
   }
   m->w_.norm = load(trunk + "norm.weight");
@@ -148,14 +118,13 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
   } else {
     if (embedding_in_lm_head)
-      m->w_.lm_head = quantized(LoadTensor(*ckpt, trunk + "embed_tokens.weight", at::kFloat), at::Tensor());
+      m->w_.lm_head = linear({trunk + "embed_tokens"}, false);
     else if (c.tie_word_embeddings)
       m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor()};
     else
-      m->w_.lm_head = linear("lm_head", false);
+      m->w_.lm_head = linear({"lm_head"}, false);
   }
 
-  if (device.is_cuda()) MoveTo(m->w_, device);
 #ifdef ROPESERVE_HAVE_CUDA
   m->ops_ = device.is_cuda() ? MakeCudaDecoderOps() : MakeCpuDecoderOps();
 #else

@@ -80,7 +80,7 @@ class DecoderModel final : public PagedModel {
   Quantization quantization() const { return quantization_; }
   const DecoderWeights& weights() const { return w_; }
   double attention_scale() const { return attention_scale_; }
-  // RoPE cos/sin [T, rotary_dim/2] (compute dtype) for `positions` [T] of
+  // RoPE cos/sin [T, rotary_dim] (compute dtype) for `positions` [T] of
   // one sequence (dynamic NTK follows the largest position + 1).
   std::pair<at::Tensor, at::Tensor> RotaryCosSin(const at::Tensor& positions) const;
 

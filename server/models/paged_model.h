@@ -35,6 +35,12 @@ struct PagedBatch {
   at::Tensor context_len_tensor;  // [S] int64
 };
 
+// One sequence's chunk `tokens` at positions [start, start + len) over a
+// cache whose first `num_blocks` blocks are the sequence's, in order (so its
+// slots are its positions), with logits for every row: for offline checks
+// of one sequence (bench, tests), not the runner's batches. CPU tensors.
+PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks);
+
 // Paged KV cache of all sequences.
 struct PagedKvCache {
   std::vector<at::Tensor> k;  // per layer [num_blocks, block_size, Hkv, D]

@@ -107,31 +107,14 @@ at::Tensor PagedLogits(const PagedModel& m, const std::vector<std::int64_t>& ids
   const std::vector<std::int64_t> chunks{7, 1, 5, 1, 1, 12};
   constexpr std::int64_t kBlock = 4;
   const auto n = static_cast<std::int64_t>(ids.size());
-  PagedKvCache cache = m.AllocatePagedKvCache((n + kBlock - 1) / kBlock + 1, kBlock);
-  std::vector<std::int32_t> table;
-  for (std::int64_t b = 0; b < (n + kBlock - 1) / kBlock; ++b) table.push_back(static_cast<std::int32_t>(b));
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  PagedKvCache cache = m.AllocatePagedKvCache(blocks + 1, kBlock);
   std::vector<at::Tensor> parts;
   std::int64_t pos = 0;
   for (std::size_t c = 0; pos < n; ++c) {
     const std::int64_t len = std::min<std::int64_t>(c < chunks.size() ? chunks[c] : 3, n - pos);
-    PagedBatch b;
-    std::vector<std::int64_t> tok(ids.begin() + pos, ids.begin() + pos + len), positions, slots, rows;
-    for (std::int64_t i = 0; i < len; ++i) {
-      positions.push_back(pos + i);
-      slots.push_back(pos + i);  // blocks are 0, 1, 2, ... in order
-      rows.push_back(i);
-    }
-    const auto opts = at::TensorOptions().dtype(at::kLong);
-    b.token_ids = at::tensor(tok, opts);
-    b.positions = at::tensor(positions, opts);
-    b.slot_mapping = at::tensor(slots, opts);
-    b.query_lens = {len};
-    b.context_lens = {pos + len};
-    b.logits_indices = at::tensor(rows, opts);
-    b.block_table_tensor = at::tensor(table, at::kInt).unsqueeze(0);
-    b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, opts);
-    b.context_len_tensor = at::tensor(std::vector<std::int64_t>{pos + len}, opts);
-    parts.push_back(m.ForwardPaged(b, cache, nullptr));
+    const std::vector<std::int64_t> tokens(ids.begin() + pos, ids.begin() + pos + len);
+    parts.push_back(m.ForwardPaged(ContiguousChunk(tokens, pos, blocks), cache, nullptr));
     pos += len;
   }
   return at::cat(parts, 0);
