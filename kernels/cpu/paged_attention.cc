@@ -1,4 +1,6 @@
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/paged_attention_avx512.h"
 #include "kernels/cpu/vec_utils.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace ropeserve::cpu {
@@ -86,9 +89,12 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
 
   const int64_t token_stride_kv = Hkv * D;  // between slots inside a block
   const int64_t block_stride = block_size * token_stride_kv;
-  // Work items are (sequence, kv head): each widens its keys and values to
-  // float32 once, then serves all of its queries and the query heads that
-  // share the kv head (GQA).
+  // Work items are (sequence, kv head): each serves all of its queries and
+  // the query heads that share the kv head (GQA). On CPUs with AVX-512 the
+  // item goes to the vectorized path (paged_attention_avx512.cc, which reads
+  // keys and values straight from their blocks); otherwise it widens its
+  // keys and values to float32 once and uses at::vec.
+  static const bool avx512 = CpuHasAvx512("avx512bf16");
   at::parallel_for(0, S * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(D), acc(D), keys, values, scores;
     for (int64_t item = begin; item < end; ++item) {
@@ -97,6 +103,14 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       const int64_t q0 = qstart[s], query_len = qstart[s + 1] - q0;
       if (query_len >= kGemmMinQueries) continue;  // GemmSequence's
       const int32_t* table = tables + s * max_blocks;
+      if (avx512) {
+        scores.resize(static_cast<size_t>(avx512::AttentionScratchFloats(group, D, L)));
+        const int64_t first = (q0 * Hq + kvh * group) * D;
+        const avx512::AttentionItem it{qp + first, op + first, Hq * D, query_len, group, D, L, kp + kvh * D,
+                                       vp + kvh * D, table, block_size, block_stride, token_stride_kv,
+                                       static_cast<float>(scale), std::is_same_v<Scalar, at::BFloat16>, scores.data()};
+        if (avx512::AttendItem(it)) continue;
+      }
       keys.resize(static_cast<size_t>(L * D));
       values.resize(static_cast<size_t>(L * D));
       for (int64_t j = 0; j < L; ++j) {

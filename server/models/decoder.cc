@@ -4,9 +4,12 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/small_batch_linear.h"
 #include "server/models/span_head.h"
@@ -17,12 +20,26 @@ namespace ropeserve {
 namespace {
 
 // Int8 weights go to the int8 kernel (or are dequantized for at::linear
-// past its rows); a few bf16 rows to the AVX-512-BF16 small-batch kernel
-// when the CPU has it (decode); everything else to at::linear.
+// past its rows); packed bf16 weights to the packed GEMM; otherwise a few
+// bf16 rows to the AVX-512-BF16 small-batch kernel when the CPU has it
+// (decode with ROPESERVE_PACKED_WEIGHTS=0); everything else to at::linear.
 at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
   if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
+  if (w.packed.defined()) return cpu::PackedLinear(x, w.packed, w.bias);
   if (cpu::SmallBatchLinearApplies(x, w.weight, w.bias)) return cpu::SmallBatchLinear(x, w.weight, w.bias);
   return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
+}
+
+// bfloat16 projections on a CPU with avx512_bf16 are packed for the packed
+// GEMM (all row counts), unless ROPESERVE_PACKED_WEIGHTS=0 keeps them in
+// their layout for the small-batch kernel and oneDNN (side-by-side runs).
+bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ROPESERVE_PACKED_WEIGHTS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled && device.is_cpu() && dtype == DType::kBF16 && quantization == Quantization::kNone &&
+         cpu::PackedLinearAvailable();
 }
 
 // Hugging Face keeps inv_freq as a float32 buffer.
@@ -76,6 +93,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st).to(device); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
   const bool int8 = quantization == Quantization::kInt8;
+  const bool pack = PackBf16Weights(device, dtype, quantization);
   // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
   // stacked into one matrix in that order when several read the same input
   // (one kernel call and one pass over x). Int8 weights are quantized from
@@ -90,14 +108,16 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     }
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
-    if (!int8) return LinearWeight{w, at::Tensor(), bias};
+    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w)};
+    if (!int8) return LinearWeight{w, at::Tensor(), bias, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor()};
+    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}};
   };
 
   const std::string& trunk = c.trunk_prefix;
-  // A tied int8 LM head holds the embedding (read back by Embed).
-  const bool embedding_in_lm_head = int8 && !c.span_head && c.tie_word_embeddings;
+  // A tied int8 or packed LM head holds the embedding (read back by Embed):
+  // one copy of the largest matrix.
+  const bool embedding_in_lm_head = (int8 || pack) && !c.span_head && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
@@ -120,7 +140,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (embedding_in_lm_head)
       m->w_.lm_head = linear({trunk + "embed_tokens"}, false);
     else if (c.tie_word_embeddings)
-      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor()};
+      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}};
     else
       m->w_.lm_head = linear({"lm_head"}, false);
   }
@@ -138,6 +158,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
 }
 
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
+  if (!w_.embed_tokens.defined() && w_.lm_head.packed.defined()) return cpu::PackedRows(w_.lm_head.packed, ids);
   if (!w_.embed_tokens.defined())
     return cpu::Int8Rows(cpu::Int8Weight{w_.lm_head.weight, w_.lm_head.scale}, ids, ToScalarType(dtype_));
   return at::embedding(w_.embed_tokens, ids);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "server/checkpoint/checkpoint.h"
+#include "kernels/cpu/packed_linear.h"
 #include "server/checkpoint/rope.h"
 #include "server/models/decoder_ops.h"
 #include "server/models/paged_model.h"
@@ -32,9 +33,12 @@ namespace ropeserve {
 
 // One projection y = x W^T + b.
 struct LinearWeight {
-  at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8)
+  at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8); undefined when packed
   at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
   at::Tensor bias;    // [N] (compute dtype; float32 with int8 weights) or undefined
+  // bfloat16 weights on a CPU with avx512_bf16: the packed GEMM's panel
+  // order (kernels/cpu/packed_linear.h), replacing `weight`.
+  cpu::PackedWeight packed;
   bool int8() const { return scale.defined(); }
 };
 
@@ -51,8 +55,8 @@ struct DecoderLayerWeights {
 };
 
 struct DecoderWeights {
-  // [V, H] in the compute dtype; undefined when tied to an int8 lm_head
-  // (the embedding then reads lm_head's rows, dequantized).
+  // [V, H] in the compute dtype; undefined when tied to an int8 or packed
+  // lm_head (the embedding then reads lm_head's rows back).
   at::Tensor embed_tokens;
   std::vector<DecoderLayerWeights> layers;
   at::Tensor norm;       // [H]

@@ -1,5 +1,5 @@
 // The CPU paged-attention kernel against the reference on random inputs:
-// block boundaries, GQA ratios 1/2/4/8, head_dim 64 and 128, contexts 1 to
+// block boundaries, GQA ratios 1 to 17, head_dim 16 to 256, contexts 1 to
 // 4096, decode rows and prefill chunks in one batch, float32 and bfloat16.
 #include "kernels/cpu/paged_attention.h"
 
@@ -91,7 +91,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{1, 4, 1, 64, {{3, 7}}},                                    // block size 1
         Case{16, 2, 4, 128, {{1, 4096}, {2, 2049}}},                    // long contexts
         Case{32, 8, 2, 128, {{17, 100}, {1, 1}, {1, 2}}},
-        Case{16, 2, 7, 64, {{300, 1000}, {1, 50}, {600, 600}, {16, 40}}}),  // GEMM tiles, GQA 7
+        Case{16, 2, 7, 64, {{300, 1000}, {1, 50}, {600, 600}, {16, 40}}},  // GEMM tiles, GQA 7
+        // head sizes of the vectorized path's other register shapes, and ones it leaves to the generic path
+        Case{16, 1, 3, 16, {{1, 40}, {2, 17}}}, Case{4, 2, 5, 32, {{1, 9}, {15, 30}}},
+        Case{16, 1, 2, 256, {{1, 70}, {3, 3}}}, Case{4, 1, 3, 24, {{2, 9}, {1, 5}}},
+        Case{16, 1, 17, 64, {{1, 33}}}),  // a group larger than one register chunk of heads
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace

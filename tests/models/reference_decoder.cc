@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/span_head.h"
 
@@ -13,6 +14,7 @@ namespace ropeserve::testing {
 namespace {
 
 at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
+  if (w.packed.defined()) return cpu::UnpackWeight(w.packed).to(dtype);
   return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
 }
 
@@ -23,7 +25,8 @@ at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
     const at::Tensor y = at::linear(x.to(at::kFloat), Dense(w, at::kFloat));
     return (w.bias.defined() ? y + w.bias.to(at::kFloat) : y).to(x.scalar_type());
   }
-  return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
+  const at::Tensor dense = Dense(w, x.scalar_type());
+  return w.bias.defined() ? at::linear(x, dense, w.bias) : at::linear(x, dense);
 }
 
 // Embedded ids through every layer and the final norm: [T, H].

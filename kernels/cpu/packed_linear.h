@@ -1,0 +1,56 @@
+// y = x @ w^T + b in bfloat16 for any number of rows (decode batches and
+// prefill), over weights repacked once at load.
+//
+// Why: past 8 rows LibTorch 1.13 sends bf16 linears to oneDNN's GEMM
+// (180-250 GFLOP/s at 32 rows here; 64% of a 16-sequence decode profile),
+// and the small-batch kernel, which streams weight rows in their original
+// layout, runs out of registers past 8 rows. No Debian package has a bf16
+// GEMM for these cores other than oneDNN, so this one is ours.
+//
+// How: the weights are cut into panels of kPackedPanel output features;
+// inside a panel, for each pair of input columns (k, k+1), the panel's
+// features sit side by side as (w[n][k], w[n][k+1]) pairs: 64 bytes per 16
+// features, exactly what AVX-512-BF16's vdpbf16ps multiplies against a
+// broadcast (x[m][k], x[m][k+1]) pair (exact bf16 products, float32 sums).
+// A tile of up to kPackedTileRows rows x one panel keeps its sums in
+// registers over all of K and reads each panel line once per tile; a panel
+// (K x 64 x 2 bytes: 114 KB at K = 896) stays in L2 while the tiles of
+// rows pass over it. Threads split the panels. Chosen at run time on CPUs
+// with avx512_bf16; the oracle in tests: float64 maths on the same bf16
+// values, and at::linear on the unpacked weights.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ropeserve::cpu {
+
+// Output features per panel (four 16-lane float32 vectors of sums).
+constexpr int64_t kPackedPanel = 64;
+// Rows of x per register tile (6 x 4 sums + 4 weight vectors of the 32
+// zmm registers; x pairs are broadcast from memory).
+constexpr int64_t kPackedTileRows = 6;
+
+// A [N, K] weight in panel order: data is [ceil(N / 64), ceil(K / 2), 64, 2]
+// bfloat16, zero-padded past N and K.
+struct PackedWeight {
+  at::Tensor data;
+  int64_t n = 0, k = 0;
+  bool defined() const { return data.defined(); }
+};
+
+// True when the CPU has avx512_bf16 (PackedLinear can run).
+bool PackedLinearAvailable();
+
+// Packs w [N, K] (any floating dtype; rounded to bfloat16).
+PackedWeight PackWeight(const at::Tensor& w);
+// The [N, K] bfloat16 matrix back (tests, the reference forward).
+at::Tensor UnpackWeight(const PackedWeight& w);
+// Rows `ids` [T] int64 of the unpacked matrix as [T, K] bfloat16 (a tied
+// embedding kept once, packed for the LM head).
+at::Tensor PackedRows(const PackedWeight& w, const at::Tensor& ids);
+
+// x [M, K] bfloat16 (any M >= 1), bias [N] bfloat16 or undefined; returns
+// [M, N] bfloat16 (float32 sums, one rounding). Requires PackedLinearAvailable().
+at::Tensor PackedLinear(const at::Tensor& x, const PackedWeight& w, const at::Tensor& bias);
+
+}  // namespace ropeserve::cpu

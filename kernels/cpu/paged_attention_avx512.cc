@@ -1,0 +1,151 @@
+// Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (see
+// CMakeLists.txt) and only called after a run-time CPU check: the per-row
+// (decode) path of kernels/cpu/paged_attention.cc for head sizes that are
+// multiples of 16 up to 256.
+#include "kernels/cpu/paged_attention_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace ropeserve::cpu::avx512 {
+
+namespace {
+
+// exp(x) for the softmax's x <= 0, within 2 ulp. Written here rather than
+// taken from SLEEF: Debian's libsleef-dev would serve this machine, but the
+// GPU machines build against PyTorch's LibTorch, which ships no SLEEF
+// headers. x = n ln2 + r, |r| <= ln2 / 2 (ln2 split in two so that
+// n ln2 is exact); exp(r) by its Taylor polynomial to degree 7 (error below
+// 0.347^8 / 8! = 5e-9, a tenth of a float32 unit); 2^n by vscalefps, which
+// also underflows to 0 gracefully. NaN stays NaN.
+inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN in the second operand passes through
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 high part: 8 significant bits
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);      // ln2 - 0.693359375
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const uint16_t* p) {  // bfloat16 widens exactly
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline void Store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void Store16(uint16_t* p, __m512 v) {  // round to nearest even
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+// NZ = head_dim / 16 vectors per row. Scores: one key row widened into
+// registers, dotted with each query head (scaled, widened once per row).
+// Probabilities times values: HC heads at a time keep HC x NZ float32 sums
+// in registers while the value rows stream by once per chunk.
+template <typename T, int NZ>
+void Attend(const AttentionItem& it) {
+  constexpr int64_t D = NZ * 16;
+  constexpr int HC = NZ >= 16 ? 1 : 16 / NZ;
+  const T* q = static_cast<const T*>(it.q);
+  T* out = static_cast<T*>(it.out);
+  const T* kc = static_cast<const T*>(it.k_cache);
+  const T* vc = static_cast<const T*>(it.v_cache);
+  const int64_t G = it.group, L = it.context_len;
+  const int64_t Gp = (G + HC - 1) / HC * HC;  // padded to whole chunks (probabilities 0)
+  float* qf = it.scratch;                     // [G, D]
+  float* scores = qf + G * D;                 // [Gp, L]
+  auto row_offset = [&](int64_t j) {
+    return static_cast<int64_t>(it.table[j / it.block_size]) * it.block_stride + (j % it.block_size) * it.token_stride;
+  };
+  std::fill(scores + G * L, scores + Gp * L, 0.0f);
+  for (int64_t r = 0; r < it.rows; ++r) {
+    const int64_t n_keys = L - it.rows + r + 1;  // causal
+    const T* qrow = q + r * it.q_row_stride;
+    const __m512 scale = _mm512_set1_ps(it.scale);
+    for (int64_t h = 0; h < G; ++h)
+      for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(qf + h * D + 16 * z, _mm512_mul_ps(Load16(qrow + h * D + 16 * z), scale));
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const T* krow = kc + row_offset(j);
+      __m512 k[NZ];
+      for (int z = 0; z < NZ; ++z) k[z] = Load16(krow + 16 * z);
+      for (int64_t h = 0; h < G; ++h) {
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qf + h * D), k[0]);
+        for (int z = 1; z < NZ; ++z) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qf + h * D + 16 * z), k[z], acc);
+        scores[h * L + j] = _mm512_reduce_add_ps(acc);
+      }
+    }
+    float inv_sum[256];  // group <= 256 (AttendItem)
+    for (int64_t h = 0; h < G; ++h) {
+      float* s = scores + h * L;
+      __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      int64_t j = 0;
+      for (; j + 16 <= n_keys; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+      float m = _mm512_reduce_max_ps(mx);
+      for (; j < n_keys; ++j) m = std::max(m, s[j]);
+      const __m512 mv = _mm512_set1_ps(m);
+      __m512 sum = _mm512_setzero_ps();
+      for (j = 0; j < n_keys; j += 16) {
+        const __mmask16 mask = n_keys - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                                : static_cast<__mmask16>((1u << (n_keys - j)) - 1);
+        const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), mv));
+        const __m512 em = _mm512_maskz_mov_ps(mask, e);
+        _mm512_mask_storeu_ps(s + j, mask, em);
+        sum = _mm512_add_ps(sum, em);
+      }
+      inv_sum[h] = 1.0f / _mm512_reduce_add_ps(sum);
+    }
+    for (int64_t h0 = 0; h0 < G; h0 += HC) {
+      __m512 acc[HC][NZ];
+      for (int c = 0; c < HC; ++c)
+        for (int z = 0; z < NZ; ++z) acc[c][z] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const T* vrow = vc + row_offset(j);
+        __m512 v[NZ];
+        for (int z = 0; z < NZ; ++z) v[z] = Load16(vrow + 16 * z);
+        for (int c = 0; c < HC; ++c) {
+          const __m512 p = _mm512_set1_ps(scores[(h0 + c) * L + j]);
+          for (int z = 0; z < NZ; ++z) acc[c][z] = _mm512_fmadd_ps(p, v[z], acc[c][z]);
+        }
+      }
+      for (int c = 0; c < HC && h0 + c < G; ++c) {
+        const __m512 inv = _mm512_set1_ps(inv_sum[h0 + c]);
+        for (int z = 0; z < NZ; ++z)
+          Store16(out + r * it.q_row_stride + (h0 + c) * D + 16 * z, _mm512_mul_ps(acc[c][z], inv));
+      }
+    }
+  }
+}
+
+template <typename T>
+bool AttendAs(const AttentionItem& it) {
+  switch (it.head_dim) {
+    case 16: Attend<T, 1>(it); return true;
+    case 32: Attend<T, 2>(it); return true;
+    case 64: Attend<T, 4>(it); return true;
+    case 128: Attend<T, 8>(it); return true;
+    case 256: Attend<T, 16>(it); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+int64_t AttentionScratchFloats(int64_t group, int64_t head_dim, int64_t context_len) {
+  return group * head_dim + (group + 16) * context_len;
+}
+
+bool AttendItem(const AttentionItem& it) {
+  if (it.group > 256) return false;
+  return it.bf16 ? AttendAs<uint16_t>(it) : AttendAs<float>(it);
+}
+
+}  // namespace ropeserve::cpu::avx512
