@@ -1,4 +1,6 @@
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/fused_ops_avx512.h"
 #include "kernels/cpu/vec_utils.h"
 
 #include <ATen/ATen.h>
@@ -47,9 +49,24 @@ inline void NormRow(const float* x, const Scalar* w, float* wf, Scalar* out, int
   }
 }
 
+bool HasAvx512Bf16() {
+  static const bool ok = CpuHasAvx512("avx512bf16");
+  return ok;
+}
+
 template <typename Scalar>
 void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* out, int64_t rows, int64_t n,
                    double eps) {
+  if constexpr (std::is_same_v<Scalar, at::BFloat16>) {
+    if (HasAvx512Bf16()) {
+      auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
+      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<uint16_t*>(residual), bits(w),
+                                reinterpret_cast<uint16_t*>(out), begin, end, n, eps);
+      });
+      return;
+    }
+  }
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(n)), wf;
     for (int64_t r = begin; r < end; ++r) {
@@ -159,6 +176,21 @@ void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const
     RopeKernel(q.data_ptr<at::BFloat16>(), T, q.size(1), D, c.data_ptr<at::BFloat16>(), s.data_ptr<at::BFloat16>(), rd);
     RopeKernel(k.data_ptr<at::BFloat16>(), T, k.size(1), D, c.data_ptr<at::BFloat16>(), s.data_ptr<at::BFloat16>(), rd);
   }
+}
+
+at::Tensor SiluAndMul(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "SiluAndMul: gate_up must be [T, 2 I]");
+  const int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
+  if (gate_up.scalar_type() != at::kBFloat16 || !HasAvx512Bf16())
+    return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
+  const at::Tensor x = gate_up.contiguous();
+  at::Tensor out = at::empty({T, I}, x.options());
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  at::parallel_for(0, T, std::max<int64_t>(1, 16384 / std::max<int64_t>(I, 1)), [&](int64_t begin, int64_t end) {
+    avx512::SiluAndMulRowsBf16(xp, op, begin, end, I);
+  });
+  return out;
 }
 
 }  // namespace ropeserve::cpu

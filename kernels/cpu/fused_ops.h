@@ -1,7 +1,8 @@
 // Fused CPU kernels for the layer's elementwise work: RMSNorm (optionally
-// with the residual add folded in) and rotate-half RoPE applied to q and k
+// with the residual add folded in), SiLU-and-multiply and rotate-half RoPE applied to q and k
 // in place. One pass over memory each instead of the 4-6 LibTorch ops of
-// the reference. Vectorised with at::vec, parallel over rows with
+// the reference. bfloat16 norms and SiLU on AVX-512 (fused_ops_avx512.cc),
+// the rest vectorised with at::vec, parallel over rows with
 // at::parallel_for; float32 and bfloat16 (float32 accumulation). Oracles:
 // reference::RmsNorm and reference::ApplyRope (kernels/reference).
 #pragma once
@@ -18,6 +19,12 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // residual += x (in residual's dtype, as `h = h + x` rounds), then returns
 // RmsNorm(residual, weight, eps). x, residual: [T, n] contiguous, same dtype.
 at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps);
+
+// silu(gate_up[:, :I]) * gate_up[:, I:] -> [T, I], rounding like the
+// reference (at::silu in float32 rounded to the dtype, then the product):
+// one pass over gate_up into one new tensor (bfloat16 on AVX-512), else
+// the two LibTorch ops.
+at::Tensor SiluAndMul(const at::Tensor& gate_up);
 
 // Rotate-half RoPE on the first rotary_dim channels of every head of q and
 // k, in place. q: [T, Hq, D], k: [T, Hkv, D] contiguous; cos, sin:

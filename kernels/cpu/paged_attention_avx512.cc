@@ -4,7 +4,7 @@
 // multiples of 16 up to 256.
 #include "kernels/cpu/paged_attention_avx512.h"
 
-#include <immintrin.h>
+#include "kernels/cpu/avx512_math.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,38 +14,10 @@ namespace ropeserve::cpu::avx512 {
 
 namespace {
 
-// exp(x) for the softmax's x <= 0, within 2 ulp. Written here rather than
-// taken from SLEEF: Debian's libsleef-dev would serve this machine, but the
-// GPU machines build against PyTorch's LibTorch, which ships no SLEEF
-// headers. x = n ln2 + r, |r| <= ln2 / 2 (ln2 split in two so that
-// n ln2 is exact); exp(r) by its Taylor polynomial to degree 7 (error below
-// 0.347^8 / 8! = 5e-9, a tenth of a float32 unit); 2^n by vscalefps, which
-// also underflows to 0 gracefully. NaN stays NaN.
-inline __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN in the second operand passes through
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 high part: 8 significant bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);      // ln2 - 0.693359375
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
-inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 Load16(const uint16_t* p) {  // bfloat16 widens exactly
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-inline void Store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void Store16(uint16_t* p, __m512 v) {  // round to nearest even
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
+inline __m512 Load16(const float* p) { return LoadF32(p); }
+inline __m512 Load16(const uint16_t* p) { return LoadBf16(p); }
+inline void Store16(float* p, __m512 v) { StoreF32(p, v); }
+inline void Store16(uint16_t* p, __m512 v) { StoreBf16(p, v); }
 
 // NZ = head_dim / 16 vectors per row. Scores: one key row widened into
 // registers, dotted with each query head (scaled, widened once per row).
@@ -94,8 +66,7 @@ void Attend(const AttentionItem& it) {
       const __m512 mv = _mm512_set1_ps(m);
       __m512 sum = _mm512_setzero_ps();
       for (j = 0; j < n_keys; j += 16) {
-        const __mmask16 mask = n_keys - j >= 16 ? static_cast<__mmask16>(0xffff)
-                                                : static_cast<__mmask16>((1u << (n_keys - j)) - 1);
+        const __mmask16 mask = Mask16(n_keys - j);
         const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), mv));
         const __m512 em = _mm512_maskz_mov_ps(mask, e);
         _mm512_mask_storeu_ps(s + j, mask, em);

@@ -17,6 +17,7 @@ class CpuDecoderOps final : public DecoderOps {
                         double eps) const override {
     return cpu::AddRmsNorm(x, residual, weight, eps);
   }
+  at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cpu::SiluAndMul(gate_up); }
   void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const override {
     cpu::ApplyRopeInplace(q, k, cos, sin);
   }

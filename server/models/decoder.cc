@@ -201,9 +201,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
 }
 
 at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
-  const at::Tensor gate_up = Linear(x, w.gate_up_proj);
-  const int64_t I = config_.intermediate_size;
-  return Linear(at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I), w.down_proj);
+  return Linear(ops_->SiluAndMul(Linear(x, w.gate_up_proj)), w.down_proj);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,

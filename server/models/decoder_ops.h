@@ -23,6 +23,8 @@ class DecoderOps {
   // residual += x (rounded to the dtype); returns RmsNorm(residual). x, residual [rows, hidden], contiguous.
   virtual at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                                 double eps) const = 0;
+  // silu(gate_up[:, :I]) * gate_up[:, I:] for gate_up [T, 2 I] -> [T, I].
+  virtual at::Tensor SiluAndMul(const at::Tensor& gate_up) const = 0;
   // Rotate-half RoPE in place on contiguous q [T, Hq, D] and k [T, Hkv, D]:
   // row t by cos[t], sin[t] ([T, rotary_dim], RotaryTable's layout).
   virtual void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const = 0;

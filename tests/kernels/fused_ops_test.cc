@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/reference/reference_ops.h"
 #include "tests/common/float_bounds.h"
@@ -93,6 +94,36 @@ INSTANTIATE_TEST_SUITE_P(
                                          RopeCase{9, 8, 2, 128, 64},   // partial rotary
                                          RopeCase{4, 4, 4, 64, 16}),   // rotary narrower than a vector
                        ::testing::Values(at::kFloat, at::kBFloat16)));
+
+// silu(gate) * up against the two LibTorch ops (the reference rounds after
+// each, as the kernel does: a unit of bf16 apart at most where the two exp
+// implementations land on either side of a rounding) and float64 maths
+// (two roundings of the dtype); saturated gates (+-100) and odd widths.
+TEST(SiluAndMul, MatchesTheTwoOpsAndExactMaths) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const int64_t I : {1, 17, 896, 4864}) {
+      for (const int64_t T : {1, 5, 40}) {
+        at::manual_seed(T * 100 + I);
+        at::Tensor gate_up = (at::randn({T, 2 * I}) * 4).to(dtype);
+        gate_up[0][0] = 100.0;
+        if (I > 1) gate_up[0][1] = -100.0;
+        const at::Tensor got = cpu::SiluAndMul(gate_up);
+        const at::Tensor want = at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
+        ExpectClose(got, want, dtype);
+        const at::Tensor g64 = gate_up.narrow(1, 0, I).to(at::kDouble), u64 = gate_up.narrow(1, I, I).to(at::kDouble);
+        const at::Tensor exact = g64 / (1 + at::exp(-g64)) * u64;
+        // The AVX-512 kernel rounds twice (silu, product); LibTorch 1.13's
+        // bfloat16 silu (the fallback) also rounds its intermediates.
+        const double bf16_roundings = cpu::CpuHasAvx512("avx512bf16") ? 2 : 6;
+        const double rel = dtype == at::kFloat ? 8 * testing::kF32Roundoff : bf16_roundings * testing::kBF16Roundoff;
+        EXPECT_TRUE(((got.to(at::kDouble) - exact).abs() <= rel * exact.abs() + 1e-30).all().item<bool>())
+            << "dtype " << dtype << " I " << I << " T " << T << " worst excess "
+            << ((got.to(at::kDouble) - exact).abs() - rel * exact.abs()).max().item<double>();
+      }
+    }
+  }
+  EXPECT_THROW(cpu::SiluAndMul(at::randn({2, 7})), c10::Error);
+}
 
 TEST(FusedOps, RejectWrongShapes) {
   const at::Tensor x = at::randn({2, 8});
