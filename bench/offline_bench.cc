@@ -277,6 +277,8 @@ Status RunBench(const BenchOptions& o) {
   const std::int64_t max_len =
       o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                           : std::min<std::int64_t>(c.max_position_embeddings, 4096);
+  if (o.prefill_tokens + 1 > max_len)
+    return InvalidArgument("--prefill-tokens must leave room for one output token within --max-model-len");
   RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
   RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
                                                             o.block_size, max_len, o.concurrency));
@@ -321,6 +323,22 @@ Status RunBench(const BenchOptions& o) {
               {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0}};
   }
 
+  nlohmann::json prefill = nullptr;
+  if (o.prefill_tokens > 0) {
+    // The workload's prompts, concatenated, cut to the length (random ids).
+    std::vector<TokenId> prompt;
+    while (static_cast<int>(prompt.size()) < o.prefill_tokens)
+      for (const auto& p : w.prompts) prompt.insert(prompt.end(), p.begin(), p.end());
+    prompt.resize(static_cast<std::size_t>(o.prefill_tokens));
+    BenchOptions one = o;
+    one.concurrency = 1;
+    one.num_requests = 1;
+    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, Workload{{prompt}, {1}}, kv.num_blocks, max_len));
+    prefill = {{"tokens", o.prefill_tokens},
+               {"seconds", r.ttft[0]},
+               {"tok_s", r.ttft[0] > 0 ? o.prefill_tokens / r.ttft[0] : 0.0}};
+  }
+
   nlohmann::json logit_error = nullptr;
   if (o.quantization != Quantization::kNone) {
     RS_ASSIGN_OR_RETURN(logit_error, RelativeLogitError(*model, o, w.prompts[0]));
@@ -361,6 +379,7 @@ Status RunBench(const BenchOptions& o) {
       {"prefix_queries", run.prefix_queries},
       {"invariance_mismatches", mismatches >= 0 ? nlohmann::json(mismatches) : nlohmann::json(nullptr)},
       {"batch1", batch1},
+      {"prefill", prefill},
       {"constrained", constrained},
       {"threads", ComputeThreads()},
   };

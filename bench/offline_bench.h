@@ -36,6 +36,9 @@ struct BenchOptions {
   // bandwidth limit (weights read per token / measured read bandwidth).
   // 0 = skip.
   int batch1_tokens = 64;
+  // One prompt of this many tokens alone (one output token): prompt
+  // tokens/s, like llama-bench's pp512. 0 = skip.
+  int prefill_tokens = 0;
   // A JSON Schema file: the same requests run again, constrained to it
   // (server/structured/; needs the model's tokenizer.json) and free, twice
   // each, interleaved: the overhead compares those pairs.

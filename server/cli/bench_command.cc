@@ -38,6 +38,11 @@ Runner AddBench(CLI::App& app) {
                   "limit (0 = skip)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  sub->add_option("--prefill-tokens", o->prefill_tokens,
+                  "Also prefill one prompt of this many tokens alone and report prompt tokens/s (llama-bench's "
+                  "pp512 is 512; 0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   sub->add_option("--json-schema", o->json_schema,
                   "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
                   "free, twice each, interleaved; report both, the overhead and the schema's compile time")

@@ -257,6 +257,18 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   auto bad = RunBinary("bench --model " + d.path() + "/m --input-len uniform:9:3", d.path());
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("uniform:A:B"), std::string::npos) << bad.err;
+
+  // One prompt alone: prompt tokens/s (llama-bench's ppN); it must fit the model length.
+  auto pp = RunBinary("bench --model " + d.path() + "/m --num-requests 2 --concurrency 2 --input-len 5 --output-len 2 "
+                      "--batch1-tokens 0 --prefill-tokens 100 --json",
+                      d.path());
+  ASSERT_EQ(pp.exit_code, 0) << pp.err;
+  const auto prefill = nlohmann::json::parse(pp.out)["prefill"];
+  EXPECT_EQ(prefill["tokens"], 100);
+  EXPECT_GT(prefill["tok_s"].get<double>(), 0.0);
+  auto too_long = RunBinary("bench --model " + d.path() + "/m --max-model-len 64 --prefill-tokens 64", d.path());
+  EXPECT_EQ(too_long.exit_code, 1);
+  EXPECT_NE(too_long.err.find("--prefill-tokens"), std::string::npos) << too_long.err;
 }
 
 }  // namespace
