@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,19 @@ namespace ropeserve {
 
 namespace {
 
+// The vectors, concatenated, as one int64 tensor on `device`: built in one
+// host buffer (pinned when the device is a GPU) and copied in one
+// asynchronous transfer on the current stream, so that a step's metadata
+// costs one copy and no synchronization. Callers take narrow() views.
+at::Tensor ToDevice(std::initializer_list<const std::vector<std::int64_t>*> parts, at::Device device) {
+  std::int64_t total = 0;
+  for (const auto* p : parts) total += static_cast<std::int64_t>(p->size());
+  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::int64_t* out = host.data_ptr<std::int64_t>();
+  for (const auto* p : parts) out = std::copy(p->begin(), p->end(), out);
+  return device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
+}
+
 // Each live request's block table as a row of one persistent tensor; rows
 // are reused when requests end and the tensor grows (doubling rows) when
 // more requests are live than it has rows.
@@ -20,6 +34,8 @@ class BlockTableRows {
   BlockTableRows(std::int64_t max_blocks, at::Device device) : max_blocks_(max_blocks), device_(device) {}
 
   // Applies the plan's diffs; a table longer than max_blocks is an error.
+  // The new entries of all sequences are written by one scatter from one
+  // host buffer (one transfer on a device, not one per sequence).
   Status Apply(const StepPlan& plan) {
     for (RequestId id : plan.removed) {
       auto it = rows_.find(id);
@@ -27,6 +43,7 @@ class BlockTableRows {
       free_rows_.push_back(it->second.row);
       rows_.erase(it);
     }
+    std::vector<std::int64_t> at_row, at_col, block;
     for (const auto& s : plan.sequences) {
       auto it = rows_.find(s.request_id);
       if (it == rows_.end()) it = rows_.emplace(s.request_id, Row{Take(), 0}).first;
@@ -34,22 +51,29 @@ class BlockTableRows {
       if (s.reset_blocks) r.length = 0;
       if (r.length + static_cast<std::int64_t>(s.new_blocks.size()) > max_blocks_)
         return Internal("a block table outgrew the runner's rows");
-      if (!s.new_blocks.empty()) {
-        // Only the new entries are written.
-        auto src = at::tensor(std::vector<std::int32_t>(s.new_blocks.begin(), s.new_blocks.end()), at::kInt);
-        table_[r.row].narrow(0, r.length, static_cast<std::int64_t>(s.new_blocks.size())).copy_(src);
-        r.length += static_cast<std::int64_t>(s.new_blocks.size());
+      for (const BlockId b : s.new_blocks) {  // only the new entries are written
+        at_row.push_back(r.row);
+        at_col.push_back(r.length++);
+        block.push_back(b);
       }
+    }
+    if (!block.empty()) {
+      const at::Tensor idx = ToDevice({&at_row, &at_col, &block}, device_);
+      const auto n = static_cast<std::int64_t>(block.size());
+      table_.index_put_({idx.narrow(0, 0, n), idx.narrow(0, n, n)}, idx.narrow(0, 2 * n, n).to(at::kInt));
     }
     return Status::Ok();
   }
 
-  // [S, max_blocks] rows of the plan's sequences, in plan order.
-  at::Tensor Gather(const StepPlan& plan) const {
+  // The table row of each of the plan's sequences, in plan order (Gather's index).
+  std::vector<std::int64_t> RowsOf(const StepPlan& plan) const {
     std::vector<std::int64_t> rows;
     for (const auto& s : plan.sequences) rows.push_back(rows_.at(s.request_id).row);
-    return table_.index_select(0, at::tensor(rows, at::kLong).to(device_));
+    return rows;
   }
+
+  // [S, max_blocks]: the rows `rows` (RowsOf's, on the device).
+  at::Tensor Gather(const at::Tensor& rows) const { return table_.index_select(0, rows); }
 
  private:
   struct Row {
@@ -130,15 +154,25 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     batch.query_lens.push_back(n);
     batch.context_lens.push_back(s.context_length());
   }
-  batch.block_table_tensor = impl_->tables.Gather(plan);
-  const auto opts = at::TensorOptions().dtype(at::kLong).device(impl_->model.device());
-  batch.query_start = at::tensor(query_start, opts);
-  batch.context_len_tensor = at::tensor(batch.context_lens, opts);
-  batch.token_ids = at::tensor(ids, opts);
-  batch.positions = at::tensor(positions, opts);
-  batch.slot_mapping = at::tensor(slots, opts);
-  batch.logits_indices = at::tensor(logits_rows, opts);
-  if (!prompt_rows.empty()) batch.prompt_logits_indices = at::tensor(prompt_rows, opts);
+  // Every per-step tensor is a view of one transfer.
+  const std::vector<std::int64_t> table_rows = impl_->tables.RowsOf(plan);
+  const at::Tensor meta = ToDevice({&table_rows, &query_start, &batch.context_lens, &ids, &positions, &slots,
+                                    &logits_rows, &prompt_rows},
+                                   impl_->model.device());
+  std::int64_t offset = 0;
+  auto take = [&](const std::vector<std::int64_t>& v) {
+    const at::Tensor t = meta.narrow(0, offset, static_cast<std::int64_t>(v.size()));
+    offset += static_cast<std::int64_t>(v.size());
+    return t;
+  };
+  batch.block_table_tensor = impl_->tables.Gather(take(table_rows));
+  batch.query_start = take(query_start);
+  batch.context_len_tensor = take(batch.context_lens);
+  batch.token_ids = take(ids);
+  batch.positions = take(positions);
+  batch.slot_mapping = take(slots);
+  batch.logits_indices = take(logits_rows);
+  if (!prompt_rows.empty()) batch.prompt_logits_indices = take(prompt_rows);
 
   struct Rows {
     at::Tensor logits, logsumexp, prompt;

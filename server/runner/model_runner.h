@@ -4,10 +4,13 @@
 //
 // State kept across steps and updated from the plans' diffs: each live
 // request's block table as a row of a persistent [rows, max_blocks] int32
-// tensor (a step gathers its sequences' rows), and its sampler state. It
-// runs on the CPU (the model's tensors) with the host sampler; a CUDA
-// runner is to keep the same state on the device with the device sampler
-// behind the same LogitsExecutor / ModelExecutor contract.
+// tensor on the model's device (a step scatters the new entries and
+// gathers its sequences' rows), and its sampler state. A step's metadata
+// (ids, positions, slots, query starts, context lengths, table rows,
+// logits rows) goes to the device as one buffer in one asynchronous copy
+// (pinned host memory on a GPU). The logits rows come back to the host
+// sampler: the one synchronization per step (a device sampler behind the
+// same ModelExecutor contract would bring back only ids and logprobs).
 // Threading: the engine's thread only.
 #pragma once
 
