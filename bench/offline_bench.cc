@@ -45,6 +45,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   ec.scheduler.max_model_len = max_len;
   ec.scheduler.max_num_seqs = o.concurrency;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.max_prefill_tokens_while_decoding = o.max_prefill_tokens_while_decoding;
   ec.scheduler.max_waiting_requests = o.num_requests + 1;
   Engine engine(ec, runner);
   engine.Start();

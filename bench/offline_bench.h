@@ -10,6 +10,7 @@
 
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
+#include "server/engine/scheduler.h"
 #include "server/models/quantization.h"
 
 namespace ropeserve::bench {
@@ -31,6 +32,7 @@ struct BenchOptions {
   int block_size = 16;
   std::string kv_cache_memory = "0.25";
   std::int64_t max_num_batched_tokens = 2048;
+  std::int64_t max_prefill_tokens_while_decoding = SchedulerConfig().max_prefill_tokens_while_decoding;
   std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)
   // Batch-1 decode measured in the same run and compared with the memory
   // bandwidth limit (weights read per token / measured read bandwidth).

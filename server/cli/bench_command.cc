@@ -32,6 +32,10 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--block-size", o->block_size)->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--kv-cache-memory", o->kv_cache_memory)->capture_default_str();
   sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->capture_default_str();
+  sub->add_option("--max-prefill-tokens-while-decoding", o->max_prefill_tokens_while_decoding,
+                  "As serve's: most prompt tokens in a step that also decodes (0 = no cap)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
   sub->add_option("--max-model-len", o->max_model_len, "Default: min(model's, 4096)");
   sub->add_option("--batch1-tokens", o->batch1_tokens,
                   "Also decode this many tokens for one request and report tokens/s against the memory-bandwidth "

@@ -427,6 +427,12 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--max-prefill-tokens-while-decoding", e.scheduler.max_prefill_tokens_while_decoding,
+                  "Most prompt tokens in a step that also decodes running requests: bounds their inter-token "
+                  "latency (a step without decodes still prefills up to --max-num-batched-tokens; 0 = no cap)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_PREFILL_TOKENS_WHILE_DECODING")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
   sub->add_option("--qa-dtype", f->qa_dtype,
                   "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
       ->capture_default_str()

@@ -7,6 +7,7 @@ namespace ropeserve {
 Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return InvalidArgument("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return InvalidArgument("max_num_batched_tokens must be at least 1");
+  if (max_prefill_tokens_while_decoding < 0) return InvalidArgument("max_prefill_tokens_while_decoding must be >= 0");
   if (max_waiting_requests < 0) return InvalidArgument("max_waiting_requests must be >= 0");
   if (max_waiting_tokens < 0) return InvalidArgument("max_waiting_tokens must be >= 0");
   if (max_model_len < 1) return InvalidArgument("max_model_len must be at least 1");
@@ -128,6 +129,9 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   plan.block_size = pool_.block_size();
   std::int64_t budget = config_.max_num_batched_tokens;
   std::int64_t prefill_left = prefill_budget < 0 ? budget : std::min(prefill_budget, budget);
+  if (config_.max_prefill_tokens_while_decoding > 0 &&
+      std::any_of(running_.begin(), running_.end(), [](const Request* r) { return r->num_tokens() - r->num_computed == 1; }))
+    prefill_left = std::min(prefill_left, config_.max_prefill_tokens_while_decoding);
   std::map<Request*, std::size_t> scheduled;  // request -> index in plan
   bool preempted = false;
   // Prompt logprobs need a [rows, vocab] float32 logits block: a step

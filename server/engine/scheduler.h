@@ -35,6 +35,11 @@ constexpr std::int64_t kMaxPromptLogprobRows = 256;
 struct SchedulerConfig {
   int max_num_seqs = 64;
   std::int64_t max_num_batched_tokens = 2048;
+  // Most prompt tokens in a step that also decodes running requests (0:
+  // no cap beyond max_num_batched_tokens). Every decode of a step waits for
+  // the step's prefill, so this bounds their inter-token latency; a step
+  // with no decodes still prefills up to max_num_batched_tokens.
+  std::int64_t max_prefill_tokens_while_decoding = 0;
   int max_waiting_requests = 1024;
   std::int64_t max_waiting_tokens = 1 << 22;
   std::int64_t max_model_len = 2048;

@@ -85,6 +85,22 @@ TEST(Scheduler, APrefillBudgetCapsChunksButNeverDecodes) {
   EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 5}, {3, 4}}));
 }
 
+TEST(Scheduler, PrefillBesideDecodesIsCappedButAloneUsesTheWholeBudget) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 16;
+  c.max_prefill_tokens_while_decoding = 3;
+  ASSERT_TRUE(c.Validate().ok());
+  Scheduler s(c, pool);
+  ASSERT_TRUE(s.Add(Spec(1, 12)).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 12}}));  // nothing decodes yet: the whole budget
+  ASSERT_TRUE(s.Add(Spec(2, 10)).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 3}}));  // request 1 decodes: 3 prompt tokens beside it
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 3}}));
+  c.max_prefill_tokens_while_decoding = -1;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
 TEST(Scheduler, MaxNumSeqsLimitsTheBatch) {
   BlockPool pool(64, 4);
   SchedulerConfig c;
