@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
@@ -265,19 +264,22 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
   // as a shared GEMM's rounding would make them.
   std::vector<SpanLogits> out;
   out.reserve(windows.size());
+  const at::Device device = w_.norm.device();
   for (const auto& window : windows) {
     const auto len = static_cast<std::int64_t>(window.size());
-    auto [cos, sin] = RotaryCosSin(at::arange(len, at::kLong));
-    const at::Tensor window_table = at::zeros({1, 1}, at::kInt);
-    const at::Tensor window_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong);
-    const at::Tensor window_len = at::tensor(std::vector<std::int64_t>{len}, at::kLong);
-    at::Tensor hidden = RunLayers(Embed(at::tensor(window, at::kLong)), cos, sin,
+    auto [cos, sin] = RotaryCosSin(at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)));
+    // The window is one sequence whose cache is its own keys: one block of
+    // `len` slots, every query causal within it; the device's attention op.
+    PagedBatch one;
+    one.block_table_tensor = at::zeros({1, 1}, at::TensorOptions().dtype(at::kInt).device(device));
+    one.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);
+    one.context_len_tensor = at::tensor(std::vector<std::int64_t>{len}, at::kLong).to(device);
+    one.query_lens = {len};
+    one.context_lens = {len};
+    at::Tensor hidden = RunLayers(Embed(at::tensor(window, at::kLong).to(device)), cos, sin,
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                                    // (Span models run on the CPU.) The window is one sequence whose cache is its own keys: one
-                                    // block of `len` slots, every query causal within it.
-                                    return cpu::PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
-                                                               v.contiguous().unsqueeze(0), window_table,
-                                                               window_start, window_len, attention_scale_);
+                                    return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
+                                                                v.contiguous().unsqueeze(0), one, attention_scale_);
                                   });
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
