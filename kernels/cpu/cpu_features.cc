@@ -1,20 +1,28 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <cstdlib>
-#include <cstring>
 
 namespace ropeserve::cpu {
 
-bool CpuHasAvx512(const char* extension) {
+namespace {
+// The common part of both checks (ROPESERVE_DISABLE_AVX512=1 answers no).
+bool Avx512Base() {
   const char* off = std::getenv("ROPESERVE_DISABLE_AVX512");
   if (off != nullptr && off[0] == '1') return false;
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl"))
-    return false;
-  // __builtin_cpu_supports takes string literals only.
-  if (std::strcmp(extension, "avx512bf16") == 0) return __builtin_cpu_supports("avx512bf16");
-  if (std::strcmp(extension, "avx512vnni") == 0) return __builtin_cpu_supports("avx512vnni");
-  return false;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+}  // namespace
+
+// (__builtin_cpu_supports takes string literals only.)
+bool CpuHasAvx512Bf16() {
+  static const bool ok = Avx512Base() && __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
+bool CpuHasAvx512Vnni() {
+  static const bool ok = Avx512Base() && __builtin_cpu_supports("avx512vnni");
+  return ok;
 }
 
 int64_t RowsFromEnv(const char* name, int64_t fallback, int64_t max) {

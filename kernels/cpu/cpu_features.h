@@ -7,9 +7,10 @@
 
 namespace ropeserve::cpu {
 
-// avx512f + avx512bw + avx512vl and the named extension ("avx512bf16",
-// "avx512vnni"), as __builtin_cpu_supports spells it.
-bool CpuHasAvx512(const char* extension);
+// avx512f + avx512bw + avx512vl and avx512_bf16 / avx512_vnni; checked
+// once per process (the kernels ask on every call).
+bool CpuHasAvx512Bf16();
+bool CpuHasAvx512Vnni();
 
 // The environment variable `name` as an integer in [0, max], else `fallback`.
 int64_t RowsFromEnv(const char* name, int64_t fallback, int64_t max);

@@ -49,16 +49,11 @@ inline void NormRow(const float* x, const Scalar* w, float* wf, Scalar* out, int
   }
 }
 
-bool HasAvx512Bf16() {
-  static const bool ok = CpuHasAvx512("avx512bf16");
-  return ok;
-}
-
 template <typename Scalar>
 void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* out, int64_t rows, int64_t n,
                    double eps) {
   if constexpr (std::is_same_v<Scalar, at::BFloat16>) {
-    if (HasAvx512Bf16()) {
+    if (CpuHasAvx512Bf16()) {
       auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
       at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<uint16_t*>(residual), bits(w),
@@ -181,7 +176,7 @@ void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const
 at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "SiluAndMul: gate_up must be [T, 2 I]");
   const int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
-  if (gate_up.scalar_type() != at::kBFloat16 || !HasAvx512Bf16())
+  if (gate_up.scalar_type() != at::kBFloat16 || !CpuHasAvx512Bf16())
     return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
   const at::Tensor x = gate_up.contiguous();
   at::Tensor out = at::empty({T, I}, x.options());

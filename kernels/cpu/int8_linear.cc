@@ -16,13 +16,6 @@ void DequantizeRows(const int8_t* q, const float* scale, int64_t K, void* out, b
                     int64_t n_end);
 }  // namespace avx512
 
-namespace {
-bool CpuHasAvx512Vnni() {
-  static const bool ok = CpuHasAvx512("avx512vnni");
-  return ok;
-}
-}  // namespace
-
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
   TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt8: a floating [N, K] matrix");
   const at::Tensor w = w_in.to(at::kFloat);

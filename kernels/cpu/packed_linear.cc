@@ -17,10 +17,7 @@ int64_t Panels(int64_t n) { return (n + kPackedPanel - 1) / kPackedPanel; }
 int64_t Pairs(int64_t k) { return (k + 1) / 2; }
 }  // namespace
 
-bool PackedLinearAvailable() {
-  static const bool ok = CpuHasAvx512("avx512bf16");
-  return ok;
-}
+bool PackedLinearAvailable() { return CpuHasAvx512Bf16(); }
 
 PackedWeight PackWeight(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "PackWeight: w must be [N, K]");

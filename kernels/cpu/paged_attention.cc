@@ -94,7 +94,7 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
   // item goes to the vectorized path (paged_attention_avx512.cc, which reads
   // keys and values straight from their blocks); otherwise it widens its
   // keys and values to float32 once and uses at::vec.
-  static const bool avx512 = CpuHasAvx512("avx512bf16");
+  const bool avx512 = CpuHasAvx512Bf16();
   at::parallel_for(0, S * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(D), acc(D), keys, values, scores;
     for (int64_t item = begin; item < end; ++item) {

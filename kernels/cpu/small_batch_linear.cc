@@ -12,13 +12,6 @@ void SmallBatchLinearRange(const uint16_t* x, int64_t M, int64_t K, const uint16
                            uint16_t* out, int64_t N, int64_t n_begin, int64_t n_end);
 }
 
-namespace {
-bool CpuHasAvx512Bf16() {
-  static const bool ok = CpuHasAvx512("avx512bf16");
-  return ok;
-}
-}  // namespace
-
 int64_t SmallBatchMaxRows() {
   static const int64_t rows = RowsFromEnv("ROPESERVE_SMALL_BATCH_MAX_ROWS", 8, kSmallBatchKernelMaxRows);
   return rows;

@@ -114,7 +114,7 @@ TEST(SiluAndMul, MatchesTheTwoOpsAndExactMaths) {
         const at::Tensor exact = g64 / (1 + at::exp(-g64)) * u64;
         // The AVX-512 kernel rounds twice (silu, product); LibTorch 1.13's
         // bfloat16 silu (the fallback) also rounds its intermediates.
-        const double bf16_roundings = cpu::CpuHasAvx512("avx512bf16") ? 2 : 6;
+        const double bf16_roundings = cpu::CpuHasAvx512Bf16() ? 2 : 6;
         const double rel = dtype == at::kFloat ? 8 * testing::kF32Roundoff : bf16_roundings * testing::kBF16Roundoff;
         EXPECT_TRUE(((got.to(at::kDouble) - exact).abs() <= rel * exact.abs() + 1e-30).all().item<bool>())
             << "dtype " << dtype << " I " << I << " T " << T << " worst excess "
