@@ -1,9 +1,9 @@
 // Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (see
 // CMakeLists.txt) and only called after a run-time CPU check. The layout is
 // described in packed_linear.h.
-#include <immintrin.h>
-
 #include <cstdint>
+
+#include "kernels/cpu/avx512_math.h"
 
 namespace ropeserve::cpu::avx512 {
 
@@ -72,15 +72,10 @@ void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* bias
       for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xb, w[v]);
     }
   }
-  for (int v = 0; v < kVecs; ++v) {
-    const int64_t left = cols - 16 * v;
-    if (left <= 0) break;
-    const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      const __m256i y = (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(acc[r][v], b));
-      _mm256_mask_storeu_epi16(out + r * N + 16 * v, mask, y);
-    }
+  for (int v = 0; v < kVecs && 16 * v < cols; ++v) {
+    const __mmask16 mask = Mask16(cols - 16 * v);
+    const __m512 b = bias != nullptr ? LoadF32(bias + 16 * v, mask) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) StoreBf16(out + r * N + 16 * v, _mm512_add_ps(acc[r][v], b), mask);
   }
 }
 
