@@ -267,16 +267,11 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
   const at::Device device = w_.norm.device();
   for (const auto& window : windows) {
     const auto len = static_cast<std::int64_t>(window.size());
-    auto [cos, sin] = RotaryCosSin(at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)));
     // The window is one sequence whose cache is its own keys: one block of
     // `len` slots, every query causal within it; the device's attention op.
-    PagedBatch one;
-    one.block_table_tensor = at::zeros({1, 1}, at::TensorOptions().dtype(at::kInt).device(device));
-    one.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);
-    one.context_len_tensor = at::tensor(std::vector<std::int64_t>{len}, at::kLong).to(device);
-    one.query_lens = {len};
-    one.context_lens = {len};
-    at::Tensor hidden = RunLayers(Embed(at::tensor(window, at::kLong).to(device)), cos, sin,
+    const PagedBatch one = ContiguousChunk(window, 0, 1, device);
+    auto [cos, sin] = RotaryCosSin(one.positions);
+    at::Tensor hidden = RunLayers(Embed(one.token_ids), cos, sin,
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                                     return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
                                                                 v.contiguous().unsqueeze(0), one, attention_scale_);

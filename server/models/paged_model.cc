@@ -4,19 +4,20 @@
 
 namespace ropeserve {
 
-PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks) {
+PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks,
+                           at::Device device) {
   const auto len = static_cast<std::int64_t>(tokens.size());
-  const auto opts = at::TensorOptions().dtype(at::kLong);
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
   PagedBatch b;
-  b.token_ids = at::tensor(tokens, opts);
+  b.token_ids = at::tensor(tokens, at::kLong).to(device);
   b.positions = at::arange(start, start + len, opts);
   b.slot_mapping = b.positions;  // blocks 0, 1, 2, ... in order
   b.query_lens = {len};
   b.context_lens = {start + len};
   b.logits_indices = at::arange(len, opts);
-  b.block_table_tensor = at::arange(num_blocks, at::kInt).unsqueeze(0);
-  b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, opts);
-  b.context_len_tensor = at::tensor(std::vector<std::int64_t>{start + len}, opts);
+  b.block_table_tensor = at::arange(num_blocks, opts.dtype(at::kInt)).unsqueeze(0);
+  b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);
+  b.context_len_tensor = at::tensor(std::vector<std::int64_t>{start + len}, at::kLong).to(device);
   return b;
 }
 

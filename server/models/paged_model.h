@@ -38,8 +38,10 @@ struct PagedBatch {
 // One sequence's chunk `tokens` at positions [start, start + len) over a
 // cache whose first `num_blocks` blocks are the sequence's, in order (so its
 // slots are its positions), with logits for every row: for offline checks
-// of one sequence (bench, tests), not the runner's batches. CPU tensors.
-PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks);
+// of one sequence (bench, tests, a span model's window), not the runner's
+// batches. Tensors on `device`.
+PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks,
+                           at::Device device = at::kCPU);
 
 // Paged KV cache of all sequences.
 struct PagedKvCache {
