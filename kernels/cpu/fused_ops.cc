@@ -2,6 +2,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fused_ops_avx512.h"
 #include "kernels/cpu/vec_utils.h"
+#include "kernels/cpu/thread_pool.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -55,14 +56,14 @@ void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* o
   if constexpr (std::is_same_v<Scalar, at::BFloat16>) {
     if (CpuHasAvx512Bf16()) {
       auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
-      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, rows, 16, [&](int64_t begin, int64_t end) {
         avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<uint16_t*>(residual), bits(w),
                                 reinterpret_cast<uint16_t*>(out), begin, end, n, eps);
       });
       return;
     }
   }
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(n)), wf;
     for (int64_t r = begin; r < end; ++r) {
       const Scalar* xr = x + r * n;
@@ -86,7 +87,7 @@ void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* o
 template <typename Scalar>
 void RopeKernel(Scalar* x, int64_t T, int64_t H, int64_t D, const Scalar* cos, const Scalar* sin, int64_t rd) {
   const int64_t half = rd / 2;
-  at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, T, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> c(static_cast<size_t>(rd)), s(static_cast<size_t>(rd)), a(static_cast<size_t>(rd));
     for (int64_t t = begin; t < end; ++t) {
       Widen(cos + t * rd, c.data(), rd);
@@ -182,7 +183,7 @@ at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   at::Tensor out = at::empty({T, I}, x.options());
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  at::parallel_for(0, T, std::max<int64_t>(1, 16384 / std::max<int64_t>(I, 1)), [&](int64_t begin, int64_t end) {
+  ParallelFor(0, T, std::max<int64_t>(1, 16384 / std::max<int64_t>(I, 1)), [&](int64_t begin, int64_t end) {
     avx512::SiluAndMulRowsBf16(xp, op, begin, end, I);
   });
   return out;

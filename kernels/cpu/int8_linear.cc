@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
 
@@ -39,7 +40,7 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
   const float* sp = w.scale.data_ptr<float>();
   void* op = out.data_ptr();
   const bool bf16 = dtype == at::kBFloat16;
-  at::parallel_for(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(K, 1)), [&](int64_t begin, int64_t end) {
+  ParallelFor(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(K, 1)), [&](int64_t begin, int64_t end) {
     avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end);
   });
   return out;
@@ -83,7 +84,7 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   void* op = out.data_ptr();
   // Work items of whole groups of 4 weight rows, at least ~32 KB of weights each.
   const int64_t grain = std::max<int64_t>(4, (32768 / std::max<int64_t>(K, 1)) / 4 * 4);
-  at::parallel_for(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
+  ParallelFor(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
     avx512::Int8LinearRange(xqp, xsp, M, Kp, wp, wsp, K, bp, op, bf16, N, begin * 4, std::min(end * 4, N));
   });
   return out;

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
 
@@ -57,7 +58,7 @@ at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at:
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   // At least ~256K multiply-adds per thread, so small layers stay on one.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / (K * kPackedPanel * M));
-  at::parallel_for(0, Panels(N), grain, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, Panels(N), grain, [&](int64_t begin, int64_t end) {
     avx512::PackedLinearPanels(xp, M, K, wp, bp, op, N, begin, end);
   });
   return out;

@@ -2,6 +2,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/paged_attention_avx512.h"
 #include "kernels/cpu/vec_utils.h"
+#include "kernels/cpu/thread_pool.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -95,7 +96,7 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
   // keys and values straight from their blocks); otherwise it widens its
   // keys and values to float32 once and uses at::vec.
   const bool avx512 = CpuHasAvx512Bf16();
-  at::parallel_for(0, S * Hkv, 1, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, S * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(D), acc(D), keys, values, scores;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t s = item / Hkv, kvh = item % Hkv;
@@ -194,7 +195,7 @@ void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache,
   const auto* vsrc = static_cast<const char*>(vc.data_ptr());
   auto* kdst = static_cast<char*>(k_cache.data_ptr());
   auto* vdst = static_cast<char*>(v_cache.data_ptr());
-  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, T, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       std::memcpy(kdst + s[i] * bytes, ksrc + i * bytes, bytes);
       std::memcpy(vdst + s[i] * bytes, vsrc + i * bytes, bytes);

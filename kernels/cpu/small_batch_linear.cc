@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
 
@@ -44,7 +45,7 @@ at::Tensor SmallBatchLinear(const at::Tensor& x_in, const at::Tensor& w, const a
   // Work items of whole groups of 4 weight rows; at least ~64 KB of weights
   // each so that the threads' start-up cost stays small.
   const int64_t grain = std::max<int64_t>(4, (32768 / std::max<int64_t>(K, 1)) / 4 * 4);
-  at::parallel_for(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
+  ParallelFor(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
     avx512::SmallBatchLinearRange(xp, M, K, wp, bp, op, N, begin * 4, std::min(end * 4, N));
   });
   return out;

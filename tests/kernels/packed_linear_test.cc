@@ -128,5 +128,31 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
   }
 }
 
+// Not a test: one decode step's projections of the Qwen2.5-0.5B shape at
+// one row (24 x (q/k/v, o, gate/up, down) and the LM head), packed, the
+// weights read once each as in a decode step: prints ms per step and the
+// GB/s it reads (run with --gtest_also_run_disabled_tests).
+TEST(PackedLinearSpeed, DISABLED_PrintDecodeStep) {
+  if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
+  const std::vector<std::pair<int64_t, int64_t>> layer{{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
+  std::vector<cpu::PackedWeight> ps;
+  double bytes = 0;
+  for (int l = 0; l < 24; ++l)
+    for (const auto& [N, K] : layer) {
+      ps.push_back(cpu::PackWeight(at::randn({N, K}).to(at::kBFloat16)));
+      bytes += 2.0 * static_cast<double>(N * K);
+    }
+  ps.push_back(cpu::PackWeight(at::randn({151936, 896}).to(at::kBFloat16)));
+  bytes += 2.0 * 151936 * 896;
+  std::vector<at::Tensor> xs;
+  for (const auto& p : ps) xs.push_back(at::randn({1, p.k}).to(at::kBFloat16));
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < ps.size(); ++i) cpu::PackedLinear(xs[i], ps[i], at::Tensor());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("decode step projections: %.2f ms, %.1f GB/s\n", s * 1e3, bytes / s / 1e9);
+  }
+}
+
 }  // namespace
 }  // namespace ropeserve

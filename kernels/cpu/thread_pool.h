@@ -1,0 +1,47 @@
+// The kernels' thread pool: at::parallel_for's contract on threads that
+// wait for the next kernel by spinning briefly instead of sleeping.
+//
+// Why not OpenMP (what at::parallel_for runs on): libgomp keeps one team of
+// threads per thread that starts parallel regions. The server loads weights
+// on the main thread and computes on the engine's thread, so it holds more
+// OpenMP threads than cores, and then libgomp "throttles": an idle team
+// member spins only ~100 iterations and sleeps in the kernel. A decode step
+// runs ~8 kernels per layer, each a parallel region, so at one sequence
+// every kernel paid a futex wake-up and the worker's way back onto a core
+// (measured: ~380 context switches per token, ~10 ms of a 40 ms token).
+// These workers spin for a bounded time (ROPESERVE_POOL_SPIN_US, default
+// 200 us, yielding the core while they spin) before they sleep, which
+// covers the gaps between the kernels of one step; between steps they sleep.
+//
+// ROPESERVE_KERNEL_POOL=0 sends every ParallelFor to at::parallel_for (the
+// previous behaviour) for side-by-side runs. Torch-free on purpose: the
+// engine's headers include it.
+#pragma once
+
+#include <cstdint>
+
+namespace ropeserve::cpu {
+
+namespace detail {
+using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx);
+}  // namespace detail
+
+// Calls f(b, e) on disjoint chunks that cover [begin, end), as
+// at::parallel_for does: with T = the calling thread's compute-thread count
+// (at::get_num_threads()), n = end - begin and t = min(T, ceil(n / grain)),
+// chunk i is [begin + i * c, min(end, begin + (i + 1) * c)) with
+// c = ceil(n / t); everything runs on the calling thread when n <= grain,
+// T == 1, or the call is nested in another ParallelFor or OpenMP region.
+// Concurrent callers take turns. An exception thrown by f is rethrown here
+// (the first one) after every chunk has finished.
+template <typename F>
+void ParallelFor(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  detail::ParallelForImpl(
+      begin, end, grain, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
+}
+
+// False when ROPESERVE_KERNEL_POOL=0 (read once).
+bool KernelPoolEnabled();
+
+}  // namespace ropeserve::cpu
