@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# ropeserve against llama.cpp on the same weights, on this machine, in one
+# run: the workloads alternate (llama.cpp, then ropeserve) for ROUNDS
+# rounds, so that both see the same moments of a noisy VM. Not run in CI.
+#
+#   bench/vs_llamacpp.sh LLAMA_CPP_DIR [MODEL_DIR]
+#
+# LLAMA_CPP_DIR: a llama.cpp source tree outside this repository (never
+# vendored). Only llama-bench, llama-batched-bench and llama-quantize are
+# built there (CPU only, into LLAMA_CPP_DIR/build) if they are missing.
+# Without internet, node-llama-cpp's npm package carries a llama.cpp
+# snapshot as a git bundle:
+#   npm pack node-llama-cpp@3.22.1 && tar xzf node-llama-cpp-3.22.1.tgz \
+#     package/llama/gitRelease.bundle && git clone package/llama/gitRelease.bundle llama.cpp
+# MODEL_DIR: a Hugging Face checkpoint (default: the qwen2.5-0.5b bench
+# preset, random weights, generated once into ~/.cache/ropeserve/bench/).
+# Its BF16 GGUF (bench/gguf_from_checkpoint.py with that tree's gguf-py)
+# and a Q8_0 GGUF (llama-quantize) go to ~/.cache/ropeserve/llamacpp/.
+#
+# Workloads (THREADS threads, default 2; ROUNDS, default 2):
+#   tg128      one sequence, decode tok/s: llama-bench -p 0 -n 128 vs
+#              ropeserve bench --batch1-tokens 128 (after a 16-token prompt)
+#   tg128 int8 the same, llama.cpp Q8_0 vs ropeserve --quantization int8
+#   pp512      one 512-token prompt, tok/s: llama-bench -p 512 -n 0 vs
+#              ropeserve bench --prefill-tokens 512
+#   b16, b32   16 / 32 sequences of 128 prompt + 128 generated tokens,
+#              output tok/s end to end: llama-batched-bench -npp 128
+#              -ntg 128 -npl N -fa on (B*TG / T) vs ropeserve bench
+#              --num-requests N --concurrency N --input-len 128 --output-len 128
+# Prints one line per measurement, then a table of medians and ratios.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="$ROOT/${BUILD_DIR:-build}/ropeserve"
+LLAMA="${1:?usage: bench/vs_llamacpp.sh LLAMA_CPP_DIR [MODEL_DIR]}"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/ropeserve"
+MODEL="${2:-$CACHE/bench/qwen2.5-0.5b}"
+ROUNDS="${ROUNDS:-2}"
+THREADS="${THREADS:-2}"
+[[ -f "$LLAMA/CMakeLists.txt" && -d "$LLAMA/gguf-py" ]] || { echo "not a llama.cpp source tree: $LLAMA" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[1-9][0-9]?$ && "$THREADS" =~ ^[1-9][0-9]?$ ]] || { echo "ROUNDS and THREADS: 1-99" >&2; exit 2; }
+
+[[ -x "$BIN" ]] || "$ROOT/scripts/build"
+if [[ ! -f "$MODEL/config.json" ]]; then
+  [[ $# -lt 2 ]] || { echo "no config.json in $MODEL" >&2; exit 2; }
+  "$BIN" make-model --preset qwen2.5-0.5b --out "$MODEL"
+fi
+/usr/bin/python3 -c 'import numpy' 2>/dev/null ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-numpy >/dev/null
+LB="$LLAMA/build/bin"
+if [[ ! -x "$LB/llama-bench" || ! -x "$LB/llama-batched-bench" || ! -x "$LB/llama-quantize" ]]; then
+  cmake -S "$LLAMA" -B "$LLAMA/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
+  ninja -C "$LLAMA/build" llama-bench llama-batched-bench llama-quantize >/dev/null
+fi
+
+NAME="$(basename "$MODEL")"
+mkdir -p "$CACHE/llamacpp"
+BF16="$CACHE/llamacpp/$NAME-bf16.gguf"
+Q8="$CACHE/llamacpp/$NAME-q8_0.gguf"
+if [[ ! -f "$BF16" || "$MODEL/config.json" -nt "$BF16" ]]; then
+  PYTHONPATH="$LLAMA/gguf-py" /usr/bin/python3 "$ROOT/bench/gguf_from_checkpoint.py" "$MODEL" "$BF16.tmp"
+  mv "$BF16.tmp" "$BF16"
+  rm -f "$Q8"
+fi
+[[ -f "$Q8" ]] || "$LB/llama-quantize" "$BF16" "$Q8" Q8_0 "$THREADS" >/dev/null 2>&1
+
+RESULTS="$(mktemp)"
+trap 'rm -f "$RESULTS"' EXIT
+record() { echo "$1 $2 $3" | tee -a "$RESULTS"; }  # workload system value
+llama_bench() {  # GGUF -p N -n N -> tok/s
+  "$LB/llama-bench" -m "$1" -t "$THREADS" -p "$2" -n "$3" -r 1 -o json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+}
+rs_bench() {  # ropeserve bench ARGS... -> the JSON object
+  ROPESERVE_THREADS="$THREADS" "$BIN" bench --model "$MODEL" --dtype bf16 --json "$@" 2>/dev/null
+}
+field() { /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
+
+for round in $(seq "$ROUNDS"); do
+  echo "# round $round"
+  record tg128 llama.cpp-bf16 "$(llama_bench "$BF16" 0 128)"
+  out="$(rs_bench --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 --batch1-tokens 128 \
+         --prefill-tokens 512 --max-model-len 1024)"
+  record tg128 ropeserve-bf16 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
+  record roofline-fraction ropeserve-bf16 "$(field 'd["batch1"]["bandwidth_fraction"]' <<<"$out")"
+  record pp512 ropeserve-bf16 "$(field 'd["prefill"]["tok_s"]' <<<"$out")"
+  record pp512 llama.cpp-bf16 "$(llama_bench "$BF16" 512 0)"
+  record tg128-int8 llama.cpp-q8_0 "$(llama_bench "$Q8" 0 128)"
+  out="$(rs_bench --quantization int8 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
+         --batch1-tokens 128 --max-model-len 1024)"
+  record tg128-int8 ropeserve-int8 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
+  record tg128-int8 ropeserve-bf16-same-round "$(field 'd["batch1"]["decode_tok_s"]' \
+         <<<"$(rs_bench --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 --batch1-tokens 128 \
+               --max-model-len 1024)")"
+  for n in 16 32; do
+    "$LB/llama-batched-bench" -m "$BF16" -c $((n * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$n" \
+      -t "$THREADS" -fa on --output-format jsonl 2>/dev/null | grep '^{' >"$RESULTS.l"
+    record "b$n" llama.cpp-bf16 "$(field 'd["pl"] * d["tg"] / d["t"]' <"$RESULTS.l")"
+    rm -f "$RESULTS.l"
+    record "b$n" ropeserve-bf16 "$(rs_bench --num-requests "$n" --concurrency "$n" --input-len 128 \
+      --output-len 128 --batch1-tokens 0 --max-model-len 512 | field 'd["throughput_tok_s"]')"
+  done
+done
+
+/usr/bin/python3 - "$RESULTS" <<'PY'
+import statistics, sys
+vals = {}
+for line in open(sys.argv[1]):
+    w, s, v = line.split()
+    vals.setdefault((w, s), []).append(float(v))
+med = {k: statistics.median(v) for k, v in vals.items()}
+print("\nworkload     ropeserve     llama.cpp     ratio  (medians; ratio per round)")
+for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512", "ropeserve-bf16", "llama.cpp-bf16"),
+                        ("tg128-int8", "ropeserve-int8", "llama.cpp-q8_0"), ("b16", "ropeserve-bf16", "llama.cpp-bf16"),
+                        ("b32", "ropeserve-bf16", "llama.cpp-bf16")]:
+    a, b = vals[(w, ours)], vals[(w, theirs)]
+    rounds = " ".join("%.2f" % (x / y) for x, y in zip(a, b))
+    print("%-11s %10.1f %13.1f %9.2fx  (%s)" % (w, med[(w, ours)], med[(w, theirs)], med[(w, ours)] / med[(w, theirs)], rounds))
+i8, bf = vals[("tg128-int8", "ropeserve-int8")], vals[("tg128-int8", "ropeserve-bf16-same-round")]
+print("int8 / bf16 batch-1 (ropeserve, same round): %s" % " ".join("%.2fx" % (x / y) for x, y in zip(i8, bf)))
+print("bf16 batch-1 / read-bandwidth roofline: %s" % " ".join("%.2f" % x for x in vals[("roofline-fraction", "ropeserve-bf16")]))
+PY
