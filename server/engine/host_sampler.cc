@@ -37,4 +37,22 @@ StatusOr<SampledToken> HostSampler::Sample(RequestId id, std::span<const float> 
   return out;
 }
 
+bool HostSampler::NeedsRow(RequestId id) const {
+  auto it = states_.find(id);
+  if (it == states_.end()) return true;  // Sample reports it
+  const SamplingSpec& spec = it->second.spec;
+  return !spec.params.greedy() || spec.params.has_penalties() || spec.processor != nullptr || spec.top_logprobs > 0;
+}
+
+StatusOr<SampledToken> HostSampler::SampleArgmax(RequestId id, TokenId argmax, double max_logit, double lse) {
+  if (NeedsRow(id)) return Internal("request " + std::to_string(id) + " needs its whole logits row to sample");
+  State& s = states_.find(id)->second;
+  SampledToken out;
+  out.id = id;
+  out.token = argmax;
+  out.logprob = max_logit - lse;
+  s.generated.push_back(argmax);
+  return out;
+}
+
 }  // namespace ropeserve

@@ -30,6 +30,15 @@ class HostSampler {
   // Samples request `id`'s next token from its logits row; `lse`, when
   // known, is log(sum(exp(row))). Internal error for an unknown request.
   StatusOr<SampledToken> Sample(RequestId id, std::span<const float> logits, std::optional<double> lse);
+  // False when request `id` samples greedily with no processor, no
+  // penalties and no top logprobs: then its row's largest logit, that
+  // logit's lowest id and the row's logsumexp are all it needs (a device
+  // can reduce the row and send back three numbers), see SampleArgmax.
+  bool NeedsRow(RequestId id) const;
+  // Request `id`'s token when !NeedsRow(id): `argmax` (the lowest id of the
+  // row's largest logit `max_logit`), logprob max_logit - lse. The same
+  // token and logprob as Sample on the whole row.
+  StatusOr<SampledToken> SampleArgmax(RequestId id, TokenId argmax, double max_logit, double lse);
   std::size_t size() const { return states_.size(); }
 
  private:

@@ -12,7 +12,17 @@ StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, cons
     if (row >= logits.rows) return Internal("the forward returned fewer logits rows than the plan needs");
     std::optional<double> lse;
     if (logits.logsumexp != nullptr) lse = logits.logsumexp[row];
-    RS_ASSIGN_OR_RETURN(SampledToken t, sampler.Sample(s.request_id, logits.Row(row), lse));
+    const std::span<const float> r = logits.Row(row);
+    SampledToken t;
+    if (r.empty()) {
+      if (logits.max == nullptr || logits.argmax == nullptr || !lse)
+        return Internal("the forward left out a logits row without its reduction");
+      const std::int64_t a = logits.argmax[row];
+      if (a < 0 || a >= logits.vocab) return Internal("the forward's argmax is outside the vocabulary");
+      RS_ASSIGN_OR_RETURN(t, sampler.SampleArgmax(s.request_id, static_cast<TokenId>(a), logits.max[row], *lse));
+    } else {
+      RS_ASSIGN_OR_RETURN(t, sampler.Sample(s.request_id, r, lse));
+    }
     out.tokens.push_back(std::move(t));
     ++row;
   }

@@ -50,13 +50,24 @@ struct StepLogits {
   // float32 like the reference implementations' log_softmax); null: the
   // sampler computes it.
   const float* logsumexp = nullptr;
+  // Per row, when the producer reduces the rows itself: the largest logit
+  // and the lowest id holding it. With them (and logsumexp), rows the
+  // sampler does not need whole (HostSampler::NeedsRow) may be left out of
+  // `data`: row i is data row row_index[i], or absent when that is -1.
+  // row_index null: row i is data row i.
+  const float* max = nullptr;
+  const std::int64_t* argmax = nullptr;
+  const std::int64_t* row_index = nullptr;
   // Row-major [prompt_rows, vocab]: one row per prompt logprob target of
   // the plan's sequences, in plan order (null when none was asked).
   const float* prompt_data = nullptr;
   std::int64_t prompt_rows = 0;
   std::shared_ptr<const void> owner;
+  // Row i of the plan (empty when it was left out).
   std::span<const float> Row(std::int64_t i) const {
-    return {data + i * vocab, static_cast<std::size_t>(vocab)};
+    const std::int64_t at = row_index != nullptr ? row_index[i] : i;
+    if (at < 0) return {};
+    return {data + at * vocab, static_cast<std::size_t>(vocab)};
   }
 };
 
@@ -75,6 +86,9 @@ class LogitsExecutor : public ModelExecutor {
   // Logits of the plan's sequences with needs_logits (none for a plan of
   // prefill chunks only).
   virtual StatusOr<StepLogits> Forward(const StepPlan& plan) = 0;
+  // The sampler as Forward sees it (the plan already applied): which rows
+  // it needs whole.
+  const HostSampler& sampler() const { return sampler_; }
 
  private:
   HostSampler sampler_;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +102,55 @@ class BlockTableRows {
   std::unordered_map<RequestId, Row> rows_;
 };
 
+// A step's logits as the host sampler reads them (kept alive by StepLogits::owner).
+struct StepRows {
+  at::Tensor logits, logsumexp, max, argmax, row_index, prompt;
+};
+
+// Every row is reduced where it lies (logsumexp, max, argmax: three numbers
+// back per row); a row comes back whole only when the host sampler needs it
+// (sampling, penalties, processors, top logprobs) or its max is NaN (the
+// host's argmax decides those). On a GPU a greedy batch so returns a few
+// bytes per sequence instead of its [rows, vocab] logits; on the CPU the
+// rows are not copied, only marked.
+Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, StepRows& rows,
+                  StepLogits& out) {
+  if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
+    return Internal("the forward returned logits of the wrong shape");
+  rows.logsumexp = at::logsumexp(logits, 1).to(at::kCPU).contiguous();
+  auto [max, argmax] = logits.max(1);
+  rows.max = max.to(at::kCPU).contiguous();
+  rows.argmax = argmax.to(at::kCPU).contiguous();
+  out.logsumexp = rows.logsumexp.data_ptr<float>();
+  out.max = rows.max.data_ptr<float>();
+  out.argmax = rows.argmax.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> index, whole;
+  index.reserve(static_cast<std::size_t>(out.rows));
+  std::int64_t row = 0;
+  for (const auto& s : plan.sequences) {
+    if (!s.needs_logits) continue;
+    const bool need = sampler.NeedsRow(s.request_id) || std::isnan(out.max[row]);
+    index.push_back(need ? static_cast<std::int64_t>(whole.size()) : -1);
+    if (need) whole.push_back(row);
+    ++row;
+  }
+  rows.row_index = at::tensor(index, at::kLong);
+  out.row_index = rows.row_index.data_ptr<std::int64_t>();
+  if (whole.empty()) return Status::Ok();
+  if (logits.is_cpu()) {  // no copy: data is every row, the index says which are meant
+    rows.logits = logits.contiguous();
+    for (std::size_t i = 0; i < index.size(); ++i) index[i] = index[i] < 0 ? -1 : static_cast<std::int64_t>(i);
+    rows.row_index = at::tensor(index, at::kLong);
+    out.row_index = rows.row_index.data_ptr<std::int64_t>();
+  } else if (static_cast<std::int64_t>(whole.size()) == out.rows) {
+    rows.logits = logits.to(at::kCPU).contiguous();
+  } else {
+    rows.logits = logits.index_select(0, at::tensor(whole, at::kLong).to(logits.device())).to(at::kCPU).contiguous();
+  }
+  out.data = rows.logits.data_ptr<float>();
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct ModelRunner::Impl {
@@ -174,27 +224,16 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   batch.logits_indices = take(logits_rows);
   if (!prompt_rows.empty()) batch.prompt_logits_indices = take(prompt_rows);
 
-  struct Rows {
-    at::Tensor logits, logsumexp, prompt;
-  };
-  auto rows = std::make_shared<Rows>();
+  auto rows = std::make_shared<StepRows>();
   out.rows = static_cast<std::int64_t>(logits_rows.size());
   // A step of prefill chunks only writes K/V (and prompt logits when asked).
-  // The sampler is the host's (a device sampler is issue 16's): rows come
-  // back to the CPU (no copy when the model is there).
   at::Tensor logits = impl_->model.ForwardPaged(batch, impl_->cache, prompt_rows.empty() ? nullptr : &rows->prompt);
-  logits = logits.to(at::kCPU);
   if (!prompt_rows.empty()) {
     rows->prompt = rows->prompt.to(at::kCPU).contiguous();
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
   }
-  if (out.rows > 0) {
-    rows->logits = logits.contiguous();
-    rows->logsumexp = at::logsumexp(rows->logits, 1).contiguous();
-    out.data = rows->logits.data_ptr<float>();
-    out.logsumexp = rows->logsumexp.data_ptr<float>();
-  }
+  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out));
   out.owner = rows;
   return out;
 }

@@ -8,9 +8,11 @@
 // gathers its sequences' rows), and its sampler state. A step's metadata
 // (ids, positions, slots, query starts, context lengths, table rows,
 // logits rows) goes to the device as one buffer in one asynchronous copy
-// (pinned host memory on a GPU). The logits rows come back to the host
-// sampler: the one synchronization per step (a device sampler behind the
-// same ModelExecutor contract would bring back only ids and logprobs).
+// (pinned host memory on a GPU). Each logits row is reduced where it lies
+// (logsumexp, max, argmax); only the rows the host sampler needs whole
+// (random sampling, penalties, processors, top logprobs) come back, so a
+// greedy batch returns three numbers per sequence: the one synchronization
+// per step. (Sampling those rows on the device too is issue 16's.)
 // Threading: the engine's thread only.
 #pragma once
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -171,6 +172,92 @@ TEST(SampleRows, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
 
   logits.rows = 1;  // a forward that returned too few rows
   auto bad = SampleRows(s, plan, logits);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
+}
+
+TEST(HostSampler, OnlyPlainGreedyRequestsDoWithoutTheirRow) {
+  HostSampler s;
+  StepPlan plan;
+  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4), Spec(5)};
+  plan.added[1].params.temperature = 0.7;
+  plan.added[2].params.presence_penalty = 0.5;
+  plan.added[3].top_logprobs = 2;
+  plan.added[4].params.repetition_penalty = 1.1;
+  s.Apply(plan);
+  EXPECT_FALSE(s.NeedsRow(1));
+  for (RequestId id : {2u, 3u, 4u, 5u}) EXPECT_TRUE(s.NeedsRow(id)) << id;
+  EXPECT_TRUE(s.NeedsRow(99));  // unknown: Sample reports it
+  auto refused = s.SampleArgmax(2, 0, 1.0, 1.0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInternal);
+}
+
+TEST(HostSampler, SampleArgmaxGivesWhatSampleGivesOnTheWholeRow) {
+  // Ties go to the lowest id on both paths (the reduction's argmax is the
+  // first maximal index, as at::max's).
+  for (const std::vector<float>& row : std::vector<std::vector<float>>{
+           {0.5f, 3.0f, -1.0f, 3.0f}, {-2.0f, -2.0f}, {7.0f}, {1e-3f, -4.0f, 2.5f, 2.5f, 0.0f}}) {
+    HostSampler whole, reduced;
+    whole.Apply(Adding(Spec(1)));
+    reduced.Apply(Adding(Spec(1)));
+    const auto best = std::max_element(row.begin(), row.end());  // the first maximal one
+    const int argmax = static_cast<int>(best - row.begin());
+    double m = *best, sum = 0;
+    for (float v : row) sum += std::exp(v - m);
+    const double lse = m + std::log(sum);
+    auto a = whole.Sample(1, row, lse);
+    auto b = reduced.SampleArgmax(1, argmax, *best, lse);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->token, argmax);
+    EXPECT_EQ(b->token, a->token);
+    EXPECT_EQ(b->logprob, a->logprob);
+    EXPECT_NEAR(b->logprob, LogSoftmax(row, argmax), 1e-12);
+  }
+}
+
+TEST(SampleRows, RowsLeftOutAreSampledFromTheirReduction) {
+  HostSampler s;
+  StepPlan plan;
+  plan.added = {Spec(1), Spec(2), Spec(3)};
+  plan.added[1].params.temperature = 1.0;  // needs its row
+  plan.added[1].seed = 5;
+  s.Apply(plan);
+  for (RequestId id : {1u, 2u, 3u}) {
+    ScheduledSequence q;
+    q.request_id = id;
+    q.token_ids = {0};
+    q.needs_logits = true;
+    plan.sequences.push_back(q);
+  }
+  // Row 1 (request 2) alone comes back whole; rows 0 and 2 as reductions.
+  std::vector<float> data{-50, -50, 10};
+  std::vector<std::int64_t> index{-1, 0, -1}, argmax{1, 2, 0};
+  std::vector<float> max{4.0f, 10.0f, 2.0f}, lse{4.5f, 10.0f, 3.0f};
+  StepLogits logits;
+  logits.data = data.data();
+  logits.rows = 3;
+  logits.vocab = 3;
+  logits.row_index = index.data();
+  logits.argmax = argmax.data();
+  logits.max = max.data();
+  logits.logsumexp = lse.data();
+  auto out = SampleRows(s, plan, logits);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->tokens.size(), 3u);
+  EXPECT_EQ(out->tokens[0].token, 1);
+  EXPECT_DOUBLE_EQ(out->tokens[0].logprob, 4.0 - 4.5);
+  EXPECT_EQ(out->tokens[1].token, 2);  // sampled from its row: all the mass on id 2
+  EXPECT_EQ(out->tokens[2].token, 0);
+  EXPECT_DOUBLE_EQ(out->tokens[2].logprob, 2.0 - 3.0);
+
+  argmax[2] = 3;  // outside the vocabulary
+  auto bad = SampleRows(s, plan, logits);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
+  argmax[2] = 0;
+  logits.max = nullptr;  // a row left out without its reduction
+  bad = SampleRows(s, plan, logits);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
 }
