@@ -2,6 +2,8 @@
 
 #include "bench/workload.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
+#include "server/models/decoder_ops.h"
 #include "server/runner/model_runner.h"
 #include "server/runner/threads.h"
 #include "server/structured/grammar.h"
@@ -203,10 +206,11 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
   return static_cast<double>(useful) / Seconds(Clock::now() - start).count();
 }
 
-// Read bandwidth of this machine with the compute threads: the best of a
-// few sums over a buffer much larger than the caches.
-double MeasureReadBandwidth() {
-  at::Tensor buf = at::ones({int64_t{1} << 27}, at::kFloat);  // 512 MiB
+// Read bandwidth of the model's device (the host's with the compute
+// threads, or a GPU's memory): the best of a few sums over a buffer much
+// larger than the caches (item() waits for the device).
+double MeasureReadBandwidth(at::Device device) {
+  at::Tensor buf = at::ones({int64_t{1} << 27}, at::TensorOptions().dtype(at::kFloat).device(device));  // 512 MiB
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     const auto t0 = Clock::now();
@@ -232,7 +236,9 @@ at::Tensor PrefillLogits(const DecoderModel& m, const std::vector<TokenId>& ids)
   constexpr std::int64_t kBlock = 16;
   const std::int64_t blocks = (static_cast<std::int64_t>(ids.size()) + kBlock - 1) / kBlock;
   PagedKvCache cache = m.AllocatePagedKvCache(blocks, kBlock);
-  return m.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(ids.begin(), ids.end()), 0, blocks), cache, nullptr);
+  return m.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(ids.begin(), ids.end()), 0, blocks, m.device()), cache,
+                        nullptr)
+      .to(at::kCPU);
 }
 
 double RelativeError(const at::Tensor& got, const at::Tensor& want) {
@@ -311,7 +317,7 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
 
 Status RunBench(const BenchOptions& o) {
   if (o.num_requests < 1 || o.concurrency < 1) return InvalidArgument("--num-requests and --concurrency must be >= 1");
-  RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype, o.quantization));
+  RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype, o.quantization, at::Device(o.device)));
   const ModelConfig& c = model->config();
   const std::int64_t max_len =
       o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
@@ -319,8 +325,12 @@ Status RunBench(const BenchOptions& o) {
   if (o.prefill_tokens + 1 > max_len)
     return InvalidArgument("--prefill-tokens must leave room for one output token within --max-model-len");
   RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
+  std::int64_t available = -1;  // the host's memory
+#ifdef ROPESERVE_HAVE_CUDA
+  if (model->device().is_cuda()) available = FreeDeviceMemory(model->device());
+#endif
   RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
-                                                            o.block_size, max_len, o.concurrency));
+                                                            o.block_size, max_len, o.concurrency, available));
 
   RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv.num_blocks, max_len));
   const double tok_s = static_cast<double>(run.generated) / run.seconds;
@@ -356,7 +366,7 @@ Status RunBench(const BenchOptions& o) {
     double decode_seconds = 0;
     for (double t : r.tpot) decode_seconds += t;
     const double tok_s = decode_seconds > 0 ? static_cast<double>(r.tpot.size()) / decode_seconds : 0;
-    const double bandwidth = MeasureReadBandwidth();
+    const double bandwidth = MeasureReadBandwidth(model->device());
     const double bytes = WeightBytesPerToken(c, o.dtype, o.quantization);
     const double roofline = bandwidth / bytes;
     batch1 = {{"decode_tok_s", tok_s},
@@ -394,6 +404,7 @@ Status RunBench(const BenchOptions& o) {
 
   nlohmann::ordered_json j = {
       {"model", o.model},
+      {"device", model->device().str()},
       {"dtype", DTypeSafetensorsName(o.dtype)},
       {"quantization", QuantizationName(o.quantization)},
       {"relative_logit_error", logit_error},

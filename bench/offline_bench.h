@@ -17,6 +17,9 @@ namespace ropeserve::bench {
 
 struct BenchOptions {
   std::string model;
+  // cpu, cuda or cuda:N (a CUDA build; the KV cache's fraction is then of
+  // the device's free memory, the batch-1 roofline of its read bandwidth).
+  std::string device = "cpu";
   int num_requests = 64;
   int concurrency = 8;
   std::string input_len = "sharegpt";   // N | uniform:A:B | sharegpt

@@ -15,6 +15,7 @@ Runner AddBench(CLI::App& app) {
   auto quantization = std::make_shared<std::string>("none");
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput benchmark of the batching engine (no network)");
   sub->add_option("--model", o->model, "Checkpoint directory")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--device", o->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
   sub->add_option("--num-requests", o->num_requests)->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--concurrency", o->concurrency, "Requests kept in flight")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--input-len", o->input_len, "Prompt lengths: N, uniform:A:B or sharegpt")->capture_default_str();

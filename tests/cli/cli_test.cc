@@ -269,6 +269,15 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   auto too_long = RunBinary("bench --model " + d.path() + "/m --max-model-len 64 --prefill-tokens 64", d.path());
   EXPECT_EQ(too_long.exit_code, 1);
   EXPECT_NE(too_long.err.find("--prefill-tokens"), std::string::npos) << too_long.err;
+  EXPECT_EQ(nlohmann::json::parse(pp.out)["device"], "cpu");
+
+  // --device as serve's: a CPU-only build refuses CUDA with the reason.
+#ifndef ROPESERVE_HAVE_CUDA
+  auto cuda = RunBinary("bench --model " + d.path() + "/m --device cuda", d.path());
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_NE(cuda.err.find("CUDA"), std::string::npos) << cuda.err;
+#endif
+  EXPECT_NE(RunBinary("bench --model " + d.path() + "/m --device tpu", d.path()).exit_code, 0);
 }
 
 }  // namespace
