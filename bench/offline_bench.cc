@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <cstdio>
@@ -325,6 +326,13 @@ Status RunBench(const BenchOptions& o) {
   if (o.prefill_tokens + 1 > max_len)
     return InvalidArgument("--prefill-tokens must leave room for one output token within --max-model-len");
   RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
+  if (!o.workload_out.empty()) {
+    const nlohmann::json dump = {{"input_len", o.input_len}, {"output_len", o.output_len}, {"seed", o.seed},
+                                 {"prompts", w.prompts}, {"output_lens", w.output_lens}};
+    std::ofstream out(o.workload_out, std::ios::trunc);
+    out << dump.dump() << "\n";
+    if (!out.flush()) return InvalidArgument("--workload-out: cannot write " + o.workload_out);
+  }
   std::int64_t available = -1;  // the host's memory
 #ifdef ROPESERVE_HAVE_CUDA
   if (model->device().is_cuda()) available = FreeDeviceMemory(model->device());

@@ -48,6 +48,10 @@ struct BenchOptions {
   // (server/structured/; needs the model's tokenizer.json) and free, twice
   // each, interleaved: the overhead compares those pairs.
   std::string json_schema;
+  // Also write the workload (prompt ids, output lengths) to this JSON file
+  // before running, for another implementation to run the same requests
+  // (tests/gpu/hf_generate_bench.py).
+  std::string workload_out;
 };
 
 // Runs the benchmark and prints a report (text or one JSON object) to stdout.

@@ -52,6 +52,9 @@ Runner AddBench(CLI::App& app) {
                   "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
                   "free, twice each, interleaved; report both, the overhead and the schema's compile time")
       ->check(CLI::ExistingFile);
+  sub->add_option("--workload-out", o->workload_out,
+                  "Also write the requests (prompt ids, output lengths) to this JSON file, for another "
+                  "implementation to run the same ones");
   return [o, dtype, baseline, quantization] {
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
     o->quantization = ParseQuantization(*quantization).value_or(Quantization::kNone);

@@ -271,6 +271,28 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   EXPECT_NE(too_long.err.find("--prefill-tokens"), std::string::npos) << too_long.err;
   EXPECT_EQ(nlohmann::json::parse(pp.out)["device"], "cpu");
 
+  // --workload-out: the requests the run used, for another implementation.
+  auto dumped = RunBinary("bench --model " + d.path() + "/m --num-requests 3 --concurrency 2 --input-len uniform:2:6 "
+                          "--output-len 4 --batch1-tokens 0 --json --workload-out " + d.path() + "/w.json",
+                          d.path());
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.err;
+  std::ifstream wf(d.path() + "/w.json");
+  const auto wj = nlohmann::json::parse(wf);
+  ASSERT_EQ(wj["prompts"].size(), 3u);
+  EXPECT_EQ(wj["output_lens"], nlohmann::json({4, 4, 4}));
+  std::int64_t dumped_prompt_tokens = 0;
+  for (const auto& p : wj["prompts"]) {
+    EXPECT_GE(p.size(), 2u);
+    EXPECT_LE(p.size(), 6u);
+    dumped_prompt_tokens += static_cast<std::int64_t>(p.size());
+  }
+  EXPECT_EQ(nlohmann::json::parse(dumped.out)["prompt_tokens"], dumped_prompt_tokens);
+  auto unwritable = RunBinary("bench --model " + d.path() + "/m --num-requests 1 --batch1-tokens 0 --workload-out " +
+                                  d.path() + "/no/such/dir/w.json",
+                              d.path());
+  EXPECT_EQ(unwritable.exit_code, 1);
+  EXPECT_NE(unwritable.err.find("--workload-out"), std::string::npos) << unwritable.err;
+
   // --device as serve's: a CPU-only build refuses CUDA with the reason.
 #ifndef ROPESERVE_HAVE_CUDA
   auto cuda = RunBinary("bench --model " + d.path() + "/m --device cuda", d.path());
