@@ -19,8 +19,8 @@
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
-#include "server/models/decoder_ops.h"
 #include "server/runner/model_runner.h"
+#include "server/runner/service_factory.h"
 #include "server/runner/threads.h"
 #include "server/structured/grammar.h"
 #include "server/tokenizer/tokenizer.h"
@@ -334,9 +334,10 @@ Status RunBench(const BenchOptions& o) {
     if (!out.flush()) return InvalidArgument("--workload-out: cannot write " + o.workload_out);
   }
   std::int64_t available = -1;  // the host's memory
-#ifdef ROPESERVE_HAVE_CUDA
-  if (model->device().is_cuda()) available = FreeDeviceMemory(model->device());
-#endif
+  if (model->device().is_cuda()) {
+    RS_ASSIGN_OR_RETURN(available,
+                        DeviceKvBudget(*model, o.max_num_batched_tokens, o.block_size, o.gpu_memory_utilization));
+  }
   RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
                                                             o.block_size, max_len, o.concurrency, available));
 

@@ -33,7 +33,8 @@ struct BenchOptions {
   bool check_invariance = false;
   bool json = false;
   int block_size = 16;
-  std::string kv_cache_memory = "0.25";
+  std::string kv_cache_memory = "auto";  // as serve's
+  double gpu_memory_utilization = 0.9;   // as serve's (CUDA only)
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_prefill_tokens_while_decoding = SchedulerConfig().max_prefill_tokens_while_decoding;
   std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)

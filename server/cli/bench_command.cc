@@ -31,7 +31,10 @@ Runner AddBench(CLI::App& app) {
   sub->add_flag("--check-invariance", o->check_invariance, "Rerun every request alone; count differing outputs");
   sub->add_flag("--json", o->json, "Print one JSON object");
   sub->add_option("--block-size", o->block_size)->capture_default_str()->check(CLI::Range(1, 1024));
-  sub->add_option("--kv-cache-memory", o->kv_cache_memory)->capture_default_str();
+  sub->add_option("--kv-cache-memory", o->kv_cache_memory, "As serve's")->capture_default_str();
+  sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "As serve's (CUDA only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
   sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->capture_default_str();
   sub->add_option("--max-prefill-tokens-while-decoding", o->max_prefill_tokens_while_decoding,
                   "As serve's: most prompt tokens in a step that also decodes (0 = no cap)")

@@ -454,9 +454,18 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_BLOCK_SIZE")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--kv-cache-memory", e.kv_cache_memory,
-                  "KV cache budget: bytes (4G, 512M, ...) or a fraction of available memory (0.25)")
+                  "KV cache budget: bytes (4G, 512M, ...), a fraction of available memory (0.25), or auto (0.25 "
+                  "of the host's available memory on CPU workers, all of --gpu-memory-utilization's budget on "
+                  "CUDA workers)")
       ->capture_default_str()
       ->envname("ROPESERVE_KV_CACHE_MEMORY");
+  sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
+                  "CUDA workers: the share of the device's memory for weights, activations and the KV cache; the "
+                  "KV cache gets what is left after the weights and a profiling forward of "
+                  "--max-num-batched-tokens tokens (as vLLM). Ignored on CPU workers")
+      ->capture_default_str()
+      ->envname("ROPESERVE_GPU_MEMORY_UTILIZATION")
+      ->check(CLI::Range(0.01, 1.0));
   sub->add_option("--max-queue-requests", e.scheduler.max_waiting_requests,
                   "Waiting requests beyond which new ones get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()

@@ -77,8 +77,11 @@ StatusOr<KvCacheSize> SizeKvCache(std::int64_t budget_bytes, std::int64_t bytes_
 StatusOr<KvCacheSize> SizeKvCacheForEngine(const std::string& kv_cache_memory, std::int64_t bytes_per_token,
                                            std::int64_t block_size, std::int64_t max_model_len,
                                            std::int64_t max_num_seqs, std::int64_t available_bytes) {
+  // "auto": a quarter of the host's available memory (a CPU worker shares
+  // it with everything else), all of a device's budget.
+  const std::string spec = kv_cache_memory != "auto" ? kv_cache_memory : available_bytes < 0 ? "0.25" : "1.0";
   RS_ASSIGN_OR_RETURN(std::int64_t budget,
-                      ParseKvCacheMemory(kv_cache_memory, available_bytes < 0 ? AvailableHostMemory() : available_bytes));
+                      ParseKvCacheMemory(spec, available_bytes < 0 ? AvailableHostMemory() : available_bytes));
   const std::int64_t useful_tokens = max_model_len * max_num_seqs + block_size;
   budget = std::min(budget, useful_tokens * bytes_per_token);
   return SizeKvCache(budget, bytes_per_token, block_size, max_model_len);

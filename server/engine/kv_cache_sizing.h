@@ -29,9 +29,9 @@ StatusOr<KvCacheSize> SizeKvCache(std::int64_t budget_bytes, std::int64_t bytes_
 
 // The cache an engine gets: `kv_cache_memory` (as ParseKvCacheMemory reads
 // it, a fraction taken of `available_bytes`: the host's MemAvailable when
-// negative, a CUDA worker's free device memory otherwise) capped at what
-// `max_num_seqs` sequences of `max_model_len` tokens can ever use, since
-// more would sit idle.
+// negative, a CUDA worker's KV budget otherwise; "auto" is 0.25 of the
+// host's or 1.0 of the device's) capped at what `max_num_seqs` sequences of
+// `max_model_len` tokens can ever use, since more would sit idle.
 StatusOr<KvCacheSize> SizeKvCacheForEngine(const std::string& kv_cache_memory, std::int64_t bytes_per_token,
                                            std::int64_t block_size, std::int64_t max_model_len,
                                            std::int64_t max_num_seqs, std::int64_t available_bytes = -1);

@@ -79,6 +79,13 @@ std::int64_t FreeDeviceMemory(at::Device device) {
   return static_cast<std::int64_t>(free);
 }
 
+std::int64_t TotalDeviceMemory(at::Device device) {
+  const c10::cuda::CUDAGuard guard(device);
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return static_cast<std::int64_t>(total);
+}
+
 }  // namespace ropeserve
 
 #endif  // ROPESERVE_HAVE_CUDA

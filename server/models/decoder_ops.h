@@ -44,6 +44,7 @@ std::unique_ptr<DecoderOps> MakeCudaDecoderOps();
 // Free memory on a CUDA device, in bytes (after the weights: what a
 // fractional --kv-cache-memory is taken of).
 std::int64_t FreeDeviceMemory(at::Device device);
+std::int64_t TotalDeviceMemory(at::Device device);
 #endif
 
 }  // namespace ropeserve

@@ -1,9 +1,16 @@
 #include "server/runner/service_factory.h"
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "server/models/decoder.h"
+#include "server/models/decoder_ops.h"
+#include "server/models/paged_model.h"
 #include "server/models/span_models.h"
 #include "server/runner/model_runner.h"
 
@@ -41,6 +48,39 @@ service::GenerationServiceConfig BaseConfig(const DecoderModel& model, std::stri
 
 }  // namespace
 
+StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
+                                      double utilization) {
+  if (!(utilization > 0 && utilization <= 1)) return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
+  if (profile_tokens < 1 || block_size < 1) return InvalidArgument("the profiling forward needs tokens and blocks");
+#ifdef ROPESERVE_HAVE_CUDA
+  const at::Device device = model.device();
+  const std::int64_t total = TotalDeviceMemory(device);
+  if (total <= 0) return FailedPrecondition("cannot read " + device.str() + "'s memory");
+  // One prefill chunk of the step's largest size, on a cache just big
+  // enough: the caching allocator keeps its peak reserved afterwards, so the
+  // device's free memory now excludes weights, context and activations.
+  const std::int64_t n = std::min(profile_tokens, model.config().max_position_embeddings);
+  const std::int64_t blocks = (n + block_size - 1) / block_size;
+  {
+    PagedKvCache cache = model.AllocatePagedKvCache(blocks, block_size);
+    (void)model.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0), 0, blocks, device),
+                             cache, nullptr)
+        .to(at::kCPU);  // waits for the device
+  }
+  const std::int64_t in_use = total - FreeDeviceMemory(device);
+  const auto budget = static_cast<std::int64_t>(utilization * static_cast<double>(total)) - in_use;
+  auto gib = [](std::int64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 6) + " GiB"; };
+  if (budget <= 0)
+    return FailedPrecondition("--gpu-memory-utilization " + std::to_string(utilization).substr(0, 5) + " of " +
+                              device.str() + "'s " + gib(total) + " leaves nothing for the KV cache: " + gib(in_use) +
+                              " in use after the weights and a profiling forward of " + std::to_string(n) +
+                              " tokens; raise it or lower --max-num-batched-tokens");
+  return budget;
+#else
+  return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
+#endif
+}
+
 StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const DecoderModel& model, std::string served_name,
                                                                    service::EngineOptions options,
                                                                    std::shared_ptr<const tok::Tokenizer> tokenizer) {
@@ -57,9 +97,10 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
 
   service::GenerationServiceConfig sc = BaseConfig(model, std::move(served_name));
   std::int64_t available = -1;  // the host's memory
-#ifdef ROPESERVE_HAVE_CUDA
-  if (model.device().is_cuda()) available = FreeDeviceMemory(model.device());
-#endif
+  if (model.device().is_cuda()) {
+    RS_ASSIGN_OR_RETURN(available, DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
+                                                  options.gpu_memory_utilization));
+  }
   RS_ASSIGN_OR_RETURN(sc.kv, SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
                                                   options.scheduler.max_model_len, options.scheduler.max_num_seqs,
                                                   available));

@@ -24,6 +24,14 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
     const DecoderModel& model, std::string served_name, service::EngineOptions options,
     std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
 
+// The bytes a CUDA worker's KV cache may take, as vLLM's
+// --gpu-memory-utilization: `utilization` of the device's memory minus what
+// is in use after the weights and one profiling forward of `profile_tokens`
+// tokens (the step's largest prefill; its activation peak stays reserved by
+// the caching allocator). An error with the numbers when nothing is left.
+StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
+                                      double utilization);
+
 struct OfflineOptions {
   std::int64_t block_size = 16;
   std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings

@@ -43,7 +43,11 @@ struct EngineOptions {
   EngineOptions() { scheduler.max_model_len = 0; }
   SchedulerConfig scheduler;  // max_model_len 0 = the model's max_position_embeddings
   int block_size = 16;
-  std::string kv_cache_memory = "0.25";  // bytes or fraction of available memory
+  // Bytes, a fraction of available memory, or "auto" (SizeKvCacheForEngine).
+  std::string kv_cache_memory = "auto";
+  // A CUDA worker's share of its device's memory for weights, activations
+  // and the KV cache (vLLM's --gpu-memory-utilization); CPU workers ignore it.
+  double gpu_memory_utilization = 0.9;
   double qa_token_share = 0.5;           // EngineConfig::encoder_token_share
   // Tokens one request may reserve over all its sequences (serve
   // --max-request-tokens); 0 = the KV cache's capacity.

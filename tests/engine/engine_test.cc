@@ -220,6 +220,18 @@ TEST(KvCacheSizing, FractionOfTheGivenMemoryCappedAtWhatSequencesUse) {
   auto capped = SizeKvCacheForEngine("0.9", 1024, 16, 64, 8, 1 << 30);  // 8 x 64 tokens (+ a block) at most
   ASSERT_TRUE(capped.ok());
   EXPECT_EQ(capped->tokens, 64 * 8 + 16);
+  // "auto": all of a device's budget, a quarter of the host's memory.
+  auto device = SizeKvCacheForEngine("auto", 1024, 16, 64, 100, 1 << 20);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  EXPECT_EQ(device->tokens, 1024);
+  const std::int64_t host = AvailableHostMemory();
+  if (host > 0) {
+    auto on_host = SizeKvCacheForEngine("auto", 1 << 20, 16, 16, 1 << 20);
+    ASSERT_TRUE(on_host.ok()) << on_host.status().ToString();
+    // 0.25 of MemAvailable, read again inside; it moves between the reads.
+    EXPECT_NEAR(static_cast<double>(on_host->bytes), 0.25 * static_cast<double>(host), 0.05 * static_cast<double>(host));
+  }
+  EXPECT_FALSE(SizeKvCacheForEngine("automatic", 1024, 16, 64, 8, 1 << 20).ok());
 }
 
 }  // namespace
