@@ -28,6 +28,7 @@ using json = nlohmann::json;
 
 struct QaFlags {
   std::string model;
+  std::string device = "cpu";
   std::optional<std::string> question, context;  // qa: one input from the flags
   std::string input_ids, token_type_ids;         // encode: one input from the flags
   bool json = false;                             // flags mode: JSON output
@@ -87,14 +88,14 @@ int Run(const QaFlags& f, bool encode) {
   std::unique_ptr<SpanModel> model;
   std::unique_ptr<service::QaService> service;
   if (encode) {
-    auto m = LoadSpanModel(f.model);
+    auto m = LoadSpanModel(f.model, DType::kF32, f.device);
     if (!m.ok()) return Fail(m.status().ToString());
     model = std::move(*m);
   } else {
     // Offline: no context-size limit beyond the window cap.
     service::QaServiceOptions o;
     o.max_context_bytes = std::size_t{1} << 30;
-    auto s = LoadQaService(f.model, "qa", o);
+    auto s = LoadQaService(f.model, "qa", o, DType::kF32, f.device);
     if (!s.ok()) return Fail(s.status().ToString());
     service = std::move(*s);
   }
@@ -151,6 +152,7 @@ void AddModelFlag(CLI::App* sub, QaFlags& f) {
   sub->add_option("--model", f.model, "Span model directory (config.json, model.safetensors, tokenizer.json)")
       ->required()
       ->check(CLI::ExistingDirectory);
+  sub->add_option("--device", f.device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
 }
 
 }  // namespace

@@ -183,10 +183,10 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
     const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
     const DType qa_dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
-    RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype));
+    RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype, f.device));  // the decoder's device
     const EncoderConfig& qc = out.qa->config();
-    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {}", name, qc.architecture,
-                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype));
+    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {} on {}", name, qc.architecture,
+                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype), f.device);
     if (!out.qa->scores_null_answer())
       spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
     if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");

@@ -53,8 +53,9 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
   return LoadAny(dir, dtype, false, quantization, device);
 }
 
-StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype) {
-  return LoadAny(dir, dtype, true, Quantization::kNone, at::kCPU);
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype,
+                                                                     at::Device device) {
+  return LoadAny(dir, dtype, true, Quantization::kNone, device);
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head,

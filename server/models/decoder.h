@@ -76,7 +76,8 @@ class DecoderModel final : public PagedModel {
                                                       at::Device device = at::kCPU);
   // The same trunk with a span head (LlamaForQuestionAnswering & co.); only
   // ForwardSpans runs on it.
-  static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype);
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype,
+                                                              at::Device device = at::kCPU);
 
   const ModelConfig& config() const override { return config_; }
   at::Device device() const override { return w_.norm.device(); }

@@ -7,7 +7,8 @@
 
 namespace ropeserve::encoder {
 
-StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig& config, at::ScalarType dtype) {
+StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig& config, at::ScalarType dtype,
+                                    at::Device device) {
   const std::string path = dir + "/model.safetensors";
   RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   TensorSet set;
@@ -24,7 +25,7 @@ StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig&
       return InvalidArgument(path + ": tensor " + spec.name + " is not a floating-point tensor");
     at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(ToScalarType(info->dtype)));
     std::memcpy(t.data_ptr(), file->Data(*info), info->end - info->begin);
-    set.t_[spec.name] = t.to(dtype);
+    set.t_[spec.name] = t.to(device, dtype);
   }
   return set;
 }
@@ -57,6 +58,20 @@ at::Tensor Activation(const at::Tensor& x, const std::string& act) {
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
   if (act == "relu") return at::relu(x);
   return at::silu(x);
+}
+
+StatusOr<at::Device> ParseDevice(const std::string& name) {
+  if (name == "cpu") return at::Device(at::kCPU);
+#ifdef ROPESERVE_HAVE_CUDA
+  try {
+    const at::Device d(name);
+    if (d.is_cuda()) return d;
+  } catch (const std::exception&) {
+  }
+  return InvalidArgument("device '" + name + "' must be cpu, cuda or cuda:N");
+#else
+  return InvalidArgument("device '" + name + "': this build has CPU workers only (its LibTorch has no CUDA)");
+#endif
 }
 
 std::vector<std::int64_t> ToInt64(const std::vector<TokenId>& ids) {

@@ -39,7 +39,9 @@ struct LayerNorm {
 // dtype. The families move what they need into their typed weights.
 class TensorSet {
  public:
-  static StatusOr<TensorSet> Load(const std::string& dir, const EncoderConfig& config, at::ScalarType dtype);
+  // Every tensor in `dtype` on `device`.
+  static StatusOr<TensorSet> Load(const std::string& dir, const EncoderConfig& config, at::ScalarType dtype,
+                                  at::Device device = at::kCPU);
   // Expected tensors (the config's list) are present after Load.
   at::Tensor Take(const std::string& name);
   Linear TakeLinear(const std::string& prefix);  // prefix.weight, prefix.bias when the checkpoint has it
@@ -58,6 +60,8 @@ inline at::Tensor Softmax(const at::Tensor& scores) {
 }
 
 std::vector<std::int64_t> ToInt64(const std::vector<TokenId>& ids);
+// "cpu", "cuda" or "cuda:N" as a device; CUDA only in builds that have it.
+StatusOr<at::Device> ParseDevice(const std::string& name);
 std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& type_ids);
 
 // A span model that computes one window at a time: the checks and the

@@ -37,9 +37,11 @@ struct ModernBertWeights {
 
 // cos/sin [len, head_dim] for positions 0..len-1 (rotate-half):
 // inv_freq = 1 / theta^(2i/d) in float32, as ModernBERT's rotary module.
-std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, double theta, at::ScalarType dtype) {
-  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim));
-  return cpu::RotaryTable(inv, at::arange(len, at::kLong), 1.0, cpu::RotaryLayout::kRotateHalf, at::kFloat, dtype);
+std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, double theta, at::ScalarType dtype,
+                                       at::Device device) {
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, dim, 2, longs).to(at::kFloat) / static_cast<double>(dim));
+  return cpu::RotaryTable(inv, at::arange(len, longs), 1.0, cpu::RotaryLayout::kRotateHalf, at::kFloat, dtype);
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -75,16 +77,18 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
   const auto L = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
   const at::ScalarType dtype = w_.tok_embeddings.scalar_type();
-  at::Tensor x = at::embedding(w_.tok_embeddings, at::tensor(encoder::ToInt64(ids), at::kLong));
+  const at::Device device = w_.tok_embeddings.device();
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor x = at::embedding(w_.tok_embeddings, at::tensor(encoder::ToInt64(ids), at::kLong).to(device));
   x = w_.embeddings_norm(x, c.norm_eps);
-  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta, dtype);
-  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta, dtype);
+  auto [gcos, gsin] = Rope(L, D, c.global_rope_theta, dtype, device);
+  auto [lcos, lsin] = Rope(L, D, c.local_rope_theta, dtype, device);
   const std::int64_t half = c.local_attention / 2;
   at::Tensor sliding_mask;  // reference: 0 where attended, the dtype's minimum elsewhere (as HF builds it)
   if (reference) {
-    at::Tensor rows = at::arange(L, at::kLong);
+    at::Tensor rows = at::arange(L, longs);
     at::Tensor distance = (rows.unsqueeze(1) - rows.unsqueeze(0)).abs();
-    sliding_mask = at::zeros({L, L}).masked_fill(distance > half, std::numeric_limits<float>::lowest()).to(dtype);
+    sliding_mask = at::zeros({L, L}, at::TensorOptions().device(device)).masked_fill(distance > half, std::numeric_limits<float>::lowest()).to(dtype);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   constexpr std::int64_t kBlock = 64;  // query block of the banded sliding-window layers
@@ -121,8 +125,8 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
         at::Tensor vb = v.narrow(0, ks, ke - ks).transpose(0, 1);
         at::Tensor scores = at::matmul(qb, kb.transpose(-1, -2)) * scale;  // [H, qn, kn]
         if (!l.global) {
-          at::Tensor qi = at::arange(qs, qs + qn, at::kLong).unsqueeze(1);
-          at::Tensor ki = at::arange(ks, ke, at::kLong).unsqueeze(0);
+          at::Tensor qi = at::arange(qs, qs + qn, longs).unsqueeze(1);
+          at::Tensor ki = at::arange(ks, ke, longs).unsqueeze(0);
           scores = scores.masked_fill((qi - ki).abs() > half, -std::numeric_limits<float>::infinity());
         }
         out.narrow(0, qs, qn).copy_(at::matmul(encoder::Softmax(scores), vb).transpose(0, 1));
@@ -142,8 +146,10 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SpanModel>> LoadModernBert(const EncoderConfig& config, const std::string& dir, DType dtype) {
-  RS_ASSIGN_OR_RETURN(encoder::TensorSet t, encoder::TensorSet::Load(dir, config, ToScalarType(dtype)));
+StatusOr<std::unique_ptr<SpanModel>> LoadModernBert(const EncoderConfig& config, const std::string& dir, DType dtype,
+                                                    const std::string& device_name) {
+  RS_ASSIGN_OR_RETURN(const at::Device device, encoder::ParseDevice(device_name));
+  RS_ASSIGN_OR_RETURN(encoder::TensorSet t, encoder::TensorSet::Load(dir, config, ToScalarType(dtype), device));
   ModernBertWeights w;
   w.tok_embeddings = t.Take("model.embeddings.tok_embeddings.weight");
   w.embeddings_norm = t.TakeNorm("model.embeddings.norm");

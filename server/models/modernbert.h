@@ -21,6 +21,8 @@
 namespace ropeserve {
 
 // `config` is the parsed config.json of `dir` (family kModernBert).
-StatusOr<std::unique_ptr<SpanModel>> LoadModernBert(const EncoderConfig& config, const std::string& dir, DType dtype);
+// `device`: cpu, cuda or cuda:N (the weights and every window's tensors go there).
+StatusOr<std::unique_ptr<SpanModel>> LoadModernBert(const EncoderConfig& config, const std::string& dir, DType dtype,
+                                                    const std::string& device = "cpu");
 
 }  // namespace ropeserve

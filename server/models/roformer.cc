@@ -34,9 +34,11 @@ struct RoFormerWeights {
 // RoFormer's sinusoidal table for positions 0..len-1 in the interleaved
 // layout: sin_pos[p, 2i] = sin_pos[p, 2i+1] = sin(p / 10000^(2i/d)), same
 // for cos; frequencies and angles in float64, as the reference's numpy table.
-std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, at::ScalarType dtype) {
-  at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, dim / 2, at::kDouble) / static_cast<double>(dim));
-  return cpu::RotaryTable(inv, at::arange(len, at::kLong), 1.0, cpu::RotaryLayout::kInterleaved, at::kDouble, dtype);
+std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, at::ScalarType dtype, at::Device device) {
+  at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, dim / 2, at::TensorOptions().dtype(at::kDouble).device(device)) /
+                                        static_cast<double>(dim));
+  return cpu::RotaryTable(inv, at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)), 1.0,
+                          cpu::RotaryLayout::kInterleaved, at::kDouble, dtype);
 }
 
 at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -64,11 +66,12 @@ SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector
   const std::int64_t H = c.num_attention_heads, D = c.head_dim;
   const std::vector<std::int64_t> types =
       type_ids.empty() ? std::vector<std::int64_t>(ids.size(), 0) : encoder::ToInt64(type_ids);
-  at::Tensor x = at::embedding(w_.word_embeddings, at::tensor(encoder::ToInt64(ids), at::kLong)) +
-                 at::embedding(w_.token_type_embeddings, at::tensor(types, at::kLong));
+  const at::Device device = w_.word_embeddings.device();
+  at::Tensor x = at::embedding(w_.word_embeddings, at::tensor(encoder::ToInt64(ids), at::kLong).to(device)) +
+                 at::embedding(w_.token_type_embeddings, at::tensor(types, at::kLong).to(device));
   x = w_.embeddings_norm(x, c.norm_eps);
   if (c.embedding_size != c.hidden_size) x = w_.embeddings_project(x);
-  auto [cos, sin] = Rope(L, D, w_.word_embeddings.scalar_type());
+  auto [cos, sin] = Rope(L, D, w_.word_embeddings.scalar_type(), device);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (const RoFormerLayer& l : w_.layers) {
     auto heads = [&](const Linear& proj) { return proj(x).view({L, H, D}).transpose(0, 1); };
@@ -88,8 +91,10 @@ SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, const std::string& dir, DType dtype) {
-  RS_ASSIGN_OR_RETURN(encoder::TensorSet t, encoder::TensorSet::Load(dir, config, ToScalarType(dtype)));
+StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, const std::string& dir, DType dtype,
+                                                  const std::string& device_name) {
+  RS_ASSIGN_OR_RETURN(const at::Device device, encoder::ParseDevice(device_name));
+  RS_ASSIGN_OR_RETURN(encoder::TensorSet t, encoder::TensorSet::Load(dir, config, ToScalarType(dtype), device));
   RoFormerWeights w;
   w.word_embeddings = t.Take("roformer.embeddings.word_embeddings.weight");
   w.token_type_embeddings = t.Take("roformer.embeddings.token_type_embeddings.weight");

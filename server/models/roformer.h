@@ -19,6 +19,8 @@
 namespace ropeserve {
 
 // `config` is the parsed config.json of `dir` (family kRoFormer).
-StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, const std::string& dir, DType dtype);
+// `device`: cpu, cuda or cuda:N (the weights and every window's tensors go there).
+StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, const std::string& dir, DType dtype,
+                                                  const std::string& device = "cpu");
 
 }  // namespace ropeserve

@@ -26,6 +26,9 @@ namespace ropeserve {
 // (the exact path) or bfloat16 (2-4x faster GEMMs on CPUs with
 // AVX-512-BF16; attention softmax in float32 as Hugging Face's eager
 // attention).
-StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType dtype = DType::kF32);
+// `device`: cpu, or cuda / cuda:N in builds with CUDA (a decoder span
+// model there computes in float16 or bfloat16, as CUDA decoders do).
+StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType dtype = DType::kF32,
+                                                   const std::string& device = "cpu");
 
 }  // namespace ropeserve

@@ -142,8 +142,9 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const Decod
 }
 
 StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& dir, std::string served_name,
-                                                            service::QaServiceOptions options, DType dtype) {
-  RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype));
+                                                            service::QaServiceOptions options, DType dtype,
+                                                            const std::string& device) {
+  RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype, device));
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": a QA model needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));

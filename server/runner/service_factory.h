@@ -46,9 +46,11 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(
     const DecoderModel& model, OfflineOptions options = {}, std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
 
 // Loads a span model (config.json, model.safetensors; compute in `dtype`,
-// float32 or bfloat16) and its tokenizer.json from `dir` and serves them.
+// float32 or bfloat16, on `device`: cpu, cuda or cuda:N) and its
+// tokenizer.json from `dir` and serves them.
 StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& dir, std::string served_name,
                                                             service::QaServiceOptions options = {},
-                                                            DType dtype = DType::kF32);
+                                                            DType dtype = DType::kF32,
+                                                            const std::string& device = "cpu");
 
 }  // namespace ropeserve

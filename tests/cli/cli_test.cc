@@ -484,6 +484,18 @@ TEST(Cli, QaAndEncode) {
   EXPECT_EQ(no_ref.exit_code, 1);
   EXPECT_NE(no_ref.err.find("test suite only"), std::string::npos) << no_ref.err;
   EXPECT_NE(RunBinary("qa --model " + llama + " --question where", d.path()).exit_code, 0);
+  // --device: the span model's device; a CPU-only build refuses CUDA with the reason.
+  auto on_cpu = RunBinary("encode --device cpu --model " + llama + " --input-ids 5,6,7,8 --json", d.path());
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.err;
+  EXPECT_EQ(nlohmann::json::parse(on_cpu.out), ej);
+#ifndef ROPESERVE_HAVE_CUDA
+  for (const char* cmd : {"encode --input-ids 5,6", "qa --question where --context here"}) {
+    auto cuda = RunBinary(std::string(cmd) + " --device cuda --model " + llama, d.path());
+    EXPECT_EQ(cuda.exit_code, 1) << cmd;
+    EXPECT_NE(cuda.err.find("CPU workers only"), std::string::npos) << cmd << ": " << cuda.err;
+  }
+#endif
+  EXPECT_NE(RunBinary("encode --device tpu --model " + llama + " --input-ids 5,6", d.path()).exit_code, 0);
 }
 
 }  // namespace

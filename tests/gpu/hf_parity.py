@@ -16,7 +16,8 @@ transformers on the same inputs:
 Prints one line per check ("PASS name ..." / "FAIL name ...") and exits 1 if
 any failed. transformers runs on the GPU when there is one (cuda), else on
 the CPU; ropeserve runs its CPU path, and with a GPU its CUDA decoder too
-(`generate --device cuda`, bfloat16).
+(`generate --device cuda`, bfloat16) and the ModernBERT / RoFormer span
+models on the GPU (`encode --device cuda`, float32).
 """
 import argparse
 import json
@@ -110,7 +111,7 @@ def span_model(arch):
     return tf.Qwen2ForQuestionAnswering(tf.Qwen2Config(**common, use_sliding_window=False))
 
 
-def span_checks(binary, arch):
+def span_checks(binary, arch, worker="cpu"):
     model = span_model(arch).float().eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -120,7 +121,7 @@ def span_checks(binary, arch):
         model.save_pretrained(d, safe_serialization=True)
         ids = [int(x) for x in torch.randint(0, 500, (37,))]
         types = [0] * 15 + [1] * 22
-        args = ["encode", "--model", d, "--input-ids", ",".join(map(str, ids)), "--json"]
+        args = ["encode", "--model", d, "--input-ids", ",".join(map(str, ids)), "--device", worker, "--json"]
         if arch == "roformer":
             args += ["--token-type-ids", ",".join(map(str, types))]
         ours = run(binary, *args)
@@ -137,7 +138,7 @@ def span_checks(binary, arch):
         for key, ref in (("start_logits", out.start_logits[0]), ("end_logits", out.end_logits[0]),
                          ("last_hidden_state", hidden)):
             diff = (torch.tensor(ours[key]) - ref.float().cpu()).abs().max().item()
-            report(f"span {arch} {key}", diff <= 1e-3, f"max |diff| {diff:.2e}")
+            report(f"span {arch} {key} on {worker}", diff <= 1e-3, f"max |diff| {diff:.2e}")
 
 
 def main():
@@ -154,10 +155,12 @@ def main():
                 except Exception as e:  # one broken check must not hide the others
                     report(f"decoder {arch} {dtype_name} on {worker}", False, f"error: {e}")
     for arch in ("modernbert", "roformer", "llama", "qwen2"):
-        try:
-            span_checks(a.binary, arch)
-        except Exception as e:
-            report(f"span {arch}", False, f"error: {e}")
+        # The encoders also on the GPU (float32; a decoder trunk there is 16-bit only).
+        for worker in ["cpu"] + (["cuda"] if arch in ("modernbert", "roformer") and device() == "cuda" else []):
+            try:
+                span_checks(a.binary, arch, worker)
+            except Exception as e:
+                report(f"span {arch} on {worker}", False, f"error: {e}")
     print(f"{len(FAILED)} failed" if FAILED else "all passed", flush=True)
     return 1 if FAILED else 0
 
