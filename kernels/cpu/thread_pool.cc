@@ -55,8 +55,11 @@ class Pool {
   void Run(int64_t begin, int64_t end, int64_t chunk, int chunks, detail::RangeFn fn, const void* ctx) {
     std::lock_guard<std::mutex> submit(submit_mu_);
     while (static_cast<int>(workers_.size()) < chunks - 1) {
+      // A new worker waits for the next job, not one that already went by
+      // (generation_ only moves under submit_mu_, which this thread holds).
       const int index = static_cast<int>(workers_.size());
-      workers_.emplace_back([this, index] { Work(index); });
+      const std::uint64_t seen = generation_.load();
+      workers_.emplace_back([this, index, seen] { Work(index, seen); });
       workers_.back().detach();
     }
     fn_ = fn;
@@ -95,9 +98,8 @@ class Pool {
   // Worker `index` runs chunk index + 1 of every job that has one, and
   // acknowledges every job (the caller waits for all acknowledgements
   // before it reuses the job's fields).
-  void Work(int index) {
+  void Work(int index, std::uint64_t seen) {
     t_in_pool = true;
-    std::uint64_t seen = 0;
     for (;;) {
       if (!SpinUntil([&] { return generation_.load() != seen; })) {
         std::unique_lock<std::mutex> lock(sleep_mu_);

@@ -72,6 +72,21 @@ TEST(ThreadPool, ManyJobsInARowEachIndexOnce) {
   }
 }
 
+TEST(ThreadPool, WorkersAddedAfterEarlierJobsWaitForTheNextOne) {
+  // The pool grows when a caller asks for more threads than it has; a new
+  // worker must not take a job that already went by.
+  for (int threads : {2, 3, 4, 6}) {
+    ThreadCount tc(threads);
+    for (int job = 0; job < 200; ++job) {
+      std::vector<std::atomic<int>> hits(37);
+      cpu::ParallelFor(0, 37, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+      });
+      for (const auto& h : hits) ASSERT_EQ(h.load(), 1) << "threads " << threads << " job " << job;
+    }
+  }
+}
+
 TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolGoesOn) {
   ThreadCount tc(2);
   for (int64_t thrower : {0, 99}) {  // the caller's chunk, a worker's chunk
