@@ -104,7 +104,7 @@ class BlockTableRows {
 
 // A step's logits as the host sampler reads them (kept alive by StepLogits::owner).
 struct StepRows {
-  at::Tensor logits, logsumexp, max, argmax, row_index, prompt;
+  at::Tensor logits, reduced, argmax, row_index, prompt;
 };
 
 // Every row is reduced where it lies (logsumexp, max, argmax: three numbers
@@ -117,12 +117,12 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
                   StepLogits& out) {
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
-  rows.logsumexp = at::logsumexp(logits, 1).to(at::kCPU).contiguous();
   auto [max, argmax] = logits.max(1);
-  rows.max = max.to(at::kCPU).contiguous();
+  // logsumexp and max in one transfer, argmax in another.
+  rows.reduced = at::stack({at::logsumexp(logits, 1), max}).to(at::kCPU).contiguous();  // [2, rows]
   rows.argmax = argmax.to(at::kCPU).contiguous();
-  out.logsumexp = rows.logsumexp.data_ptr<float>();
-  out.max = rows.max.data_ptr<float>();
+  out.logsumexp = rows.reduced.data_ptr<float>();
+  out.max = out.logsumexp + out.rows;
   out.argmax = rows.argmax.data_ptr<std::int64_t>();
   std::vector<std::int64_t> index, whole;
   index.reserve(static_cast<std::size_t>(out.rows));
