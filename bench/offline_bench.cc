@@ -7,15 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <fstream>
-#include <functional>
-#include <mutex>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "server/common/json_file.h"
+#include "server/common/ready_signal.h"
 #include "server/engine/engine.h"
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
@@ -40,36 +38,6 @@ struct EngineRun {
   std::uint64_t preemptions = 0, prefix_hits = 0, prefix_queries = 0;
 };
 
-// Wakes the client loop when any stream has something (RequestStream's
-// notify hook). Polling each stream with a short timeout instead woke the
-// client every 200 us, and on two cores each wake-up preempted one of the
-// two compute threads mid-kernel while the other waited for it at the join
-// (~140 preemptions per token at one sequence).
-class Waker {
- public:
-  std::function<void()> Hook() {
-    return [this] {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ready_ = true;
-      }
-      cv_.notify_one();
-    };
-  }
-  // Waits until a hook ran since the last Wait (a safety timeout: the
-  // loop polls again after it).
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return ready_; });
-    ready_ = false;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool ready_ = false;
-};
-
 // Keeps `concurrency` requests in flight until all are done.
 // With `grammar`, every request is constrained to it and may end at EOS.
 StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
@@ -84,7 +52,13 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   ec.scheduler.max_prefill_tokens_while_decoding = o.max_prefill_tokens_while_decoding;
   ec.scheduler.max_waiting_requests = o.num_requests + 1;
-  Waker waker;  // before the engine: its hooks may run until the engine stops
+  // The client loop sleeps until a stream has something (the streams'
+  // notify hook). Polling each stream with a short timeout instead woke the
+  // client every 200 us, and on two cores each wake-up preempted one of the
+  // two compute threads mid-kernel while the other waited for it at the
+  // join (~140 preemptions per token at one sequence). Declared before the
+  // engine: its hooks may run until the engine stops.
+  ReadySignal waker;
   Engine engine(ec, runner);
   engine.Start();
 
@@ -107,7 +81,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
       r.stop.ignore_eos = grammar == nullptr;
       if (grammar) r.processor = std::make_shared<structured::GrammarProcessor>(grammar, r.max_tokens);
       RS_ASSIGN_OR_RETURN(auto s, engine.Submit(r));
-      s->SetNotify(waker.Hook());
+      s->SetNotify([&waker] { waker.Set(); });
       flying.push_back({next, s, Clock::now(), Clock::now()});
       ++next;
     }
@@ -138,7 +112,10 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
         ++i;
       }
     }
-    if (!flying.empty() && !progressed) waker.Wait();
+    if (!flying.empty() && !progressed) {
+      waker.WaitFor(std::chrono::milliseconds(100));  // a safety timeout: the loop polls again after it
+      waker.Clear();
+    }
   }
   run.seconds = Seconds(Clock::now() - start).count();
   engine.Stop();

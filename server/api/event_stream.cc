@@ -10,14 +10,8 @@ std::string Event(const nlohmann::json& j) { return "data: " + Dump(j) + "\n\n";
 GenerationStream::GenerationStream(std::vector<std::unique_ptr<service::OutputSource>> sources, OnDelta on_delta,
                                    OnEnd on_end)
     : sources_(std::move(sources)), on_delta_(std::move(on_delta)), on_end_(std::move(on_end)),
-      signal_(std::make_shared<Signal>()) {
-  for (auto& g : sources_) {
-    g->SetNotify([s = signal_] {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->pending = true;
-      s->cv.notify_all();
-    });
-  }
+      signal_(std::make_shared<ReadySignal>()) {
+  for (auto& g : sources_) g->SetNotify([s = signal_] { s->Set(); });
 }
 
 GenerationStream::~GenerationStream() {
@@ -27,10 +21,7 @@ GenerationStream::~GenerationStream() {
 bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
   if (done_) return true;
   const std::size_t before = out.size();
-  {
-    std::lock_guard<std::mutex> lock(signal_->mu);
-    signal_->pending = false;
-  }
+  signal_->Clear();
   bool all_finished = true;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     service::OutputSource& g = *sources_[i];
@@ -60,8 +51,7 @@ bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
     out += ": keep-alive\n\n";
     last_event_ = now;
   } else {
-    std::unique_lock<std::mutex> lock(signal_->mu);
-    signal_->cv.wait_for(lock, wait, [&] { return signal_->pending; });
+    signal_->WaitFor(wait);
   }
   return false;
 }

@@ -3,16 +3,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "server/api/rest_handlers.h"
+#include "server/common/ready_signal.h"
 #include "server/service/generation.h"
 
 namespace ropeserve::api {
@@ -50,15 +49,10 @@ class GenerationStream : public EventSource {
     for (auto& p : in) out.push_back(std::move(p));
     return out;
   }
-  struct Signal {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool pending = false;
-  };
   std::vector<std::unique_ptr<service::OutputSource>> sources_;
   OnDelta on_delta_;
   OnEnd on_end_;
-  std::shared_ptr<Signal> signal_;
+  std::shared_ptr<ReadySignal> signal_;
   bool done_ = false;
   std::chrono::milliseconds heartbeat_{0};
   std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();

@@ -1,12 +1,11 @@
 #include "server/service/generation_service.h"
 
+#include "server/common/ready_signal.h"
 #include "server/service/reasoning.h"
 #include "server/structured/grammar.h"
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
 namespace ropeserve::service {
 
@@ -151,26 +150,12 @@ StatusOr<std::shared_ptr<const structured::CompiledGrammar>> GenerationService::
 
 Status GenerationService::AwaitOutput(Generation& g) {
   // Shared: the engine thread may still hold a copy of the callback.
-  struct Signal {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool ready = false;
-  };
-  auto sig = std::make_shared<Signal>();
-  g.SetNotify([sig] {
-    std::lock_guard<std::mutex> lock(sig->mu);
-    sig->ready = true;
-    sig->cv.notify_all();
-  });
+  auto sig = std::make_shared<ReadySignal>();
+  g.SetNotify([sig] { sig->Set(); });
   if (config_.engine_thread) {
-    std::unique_lock<std::mutex> lock(sig->mu);
-    sig->cv.wait(lock, [&] { return sig->ready; });
+    sig->Wait();
   } else {
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(sig->mu);
-        if (sig->ready) break;
-      }
+    while (!sig->IsSet()) {
       if (!engine_->RunOnce()) {
         g.SetNotify(nullptr);
         return Internal("the engine went idle before the request produced output");
