@@ -72,18 +72,11 @@ class CudaDecoderOps final : public DecoderOps {
 
 std::unique_ptr<DecoderOps> MakeCudaDecoderOps() { return std::make_unique<CudaDecoderOps>(); }
 
-std::int64_t FreeDeviceMemory(at::Device device) {
+DeviceMemory GetDeviceMemory(at::Device device) {
   const c10::cuda::CUDAGuard guard(device);
   std::size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
-  return static_cast<std::int64_t>(free);
-}
-
-std::int64_t TotalDeviceMemory(at::Device device) {
-  const c10::cuda::CUDAGuard guard(device);
-  std::size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
-  return static_cast<std::int64_t>(total);
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return {};
+  return {static_cast<std::int64_t>(free), static_cast<std::int64_t>(total)};
 }
 
 }  // namespace ropeserve

@@ -41,10 +41,12 @@ std::unique_ptr<DecoderOps> MakeCpuDecoderOps();
 #ifdef ROPESERVE_HAVE_CUDA
 // float16 / bfloat16 tensors on one CUDA device, on its current stream.
 std::unique_ptr<DecoderOps> MakeCudaDecoderOps();
-// Free memory on a CUDA device, in bytes (after the weights: what a
-// fractional --kv-cache-memory is taken of).
-std::int64_t FreeDeviceMemory(at::Device device);
-std::int64_t TotalDeviceMemory(at::Device device);
+// A CUDA device's free and total memory in bytes (cudaMemGetInfo; zeros
+// when it cannot be read).
+struct DeviceMemory {
+  std::int64_t free = 0, total = 0;
+};
+DeviceMemory GetDeviceMemory(at::Device device);
 #endif
 
 }  // namespace ropeserve

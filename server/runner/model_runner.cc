@@ -104,7 +104,8 @@ class BlockTableRows {
 
 // A step's logits as the host sampler reads them (kept alive by StepLogits::owner).
 struct StepRows {
-  at::Tensor logits, reduced, argmax, row_index, prompt;
+  at::Tensor logits, reduced, argmax, prompt;
+  std::vector<std::int64_t> row_index;
 };
 
 // Every row is reduced where it lies (logsumexp, max, argmax: three numbers
@@ -124,24 +125,23 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   out.logsumexp = rows.reduced.data_ptr<float>();
   out.max = out.logsumexp + out.rows;
   out.argmax = rows.argmax.data_ptr<std::int64_t>();
-  std::vector<std::int64_t> index, whole;
-  index.reserve(static_cast<std::size_t>(out.rows));
+  // On the CPU no row is copied: data is every row, and the index says
+  // which are meant; elsewhere data holds the needed rows only, in order.
+  const bool in_place = logits.is_cpu();
+  std::vector<std::int64_t> whole;
+  rows.row_index.reserve(static_cast<std::size_t>(out.rows));
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     if (!s.needs_logits) continue;
     const bool need = sampler.NeedsRow(s.request_id) || std::isnan(out.max[row]);
-    index.push_back(need ? static_cast<std::int64_t>(whole.size()) : -1);
+    rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
     if (need) whole.push_back(row);
     ++row;
   }
-  rows.row_index = at::tensor(index, at::kLong);
-  out.row_index = rows.row_index.data_ptr<std::int64_t>();
+  out.row_index = rows.row_index.data();
   if (whole.empty()) return Status::Ok();
-  if (logits.is_cpu()) {  // no copy: data is every row, the index says which are meant
+  if (in_place) {
     rows.logits = logits.contiguous();
-    for (std::size_t i = 0; i < index.size(); ++i) index[i] = index[i] < 0 ? -1 : static_cast<std::int64_t>(i);
-    rows.row_index = at::tensor(index, at::kLong);
-    out.row_index = rows.row_index.data_ptr<std::int64_t>();
   } else if (static_cast<std::int64_t>(whole.size()) == out.rows) {
     rows.logits = logits.to(at::kCPU).contiguous();
   } else {

@@ -54,8 +54,6 @@ StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t pr
   if (profile_tokens < 1 || block_size < 1) return InvalidArgument("the profiling forward needs tokens and blocks");
 #ifdef ROPESERVE_HAVE_CUDA
   const at::Device device = model.device();
-  const std::int64_t total = TotalDeviceMemory(device);
-  if (total <= 0) return FailedPrecondition("cannot read " + device.str() + "'s memory");
   // One prefill chunk of the step's largest size, on a cache just big
   // enough: the caching allocator keeps its peak reserved afterwards, so the
   // device's free memory now excludes weights, context and activations.
@@ -67,7 +65,9 @@ StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t pr
                              cache, nullptr)
         .to(at::kCPU);  // waits for the device
   }
-  const std::int64_t in_use = total - FreeDeviceMemory(device);
+  const DeviceMemory memory = GetDeviceMemory(device);
+  if (memory.total <= 0) return FailedPrecondition("cannot read " + device.str() + "'s memory");
+  const std::int64_t total = memory.total, in_use = memory.total - memory.free;
   const auto budget = static_cast<std::int64_t>(utilization * static_cast<double>(total)) - in_use;
   auto gib = [](std::int64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 6) + " GiB"; };
   if (budget <= 0)
