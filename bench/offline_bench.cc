@@ -129,26 +129,18 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   return run;
 }
 
-// Static batching: batches of `concurrency` in arrival order, prompts padded
-// to the batch's longest, every member decoding until the longest output is
-// done. Useful tokens are each request's own output length.
-StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions& o, const Workload& w,
-                                   std::int64_t max_len) {
+// Static batching (PlanStaticBatches): padded batches in arrival order on
+// the same runner and kernels as the engine.
+StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions& o, const Workload& w) {
   const std::int64_t bs = o.block_size;
-  const std::int64_t blocks_per_seq = (max_len + bs - 1) / bs;  // reserved for the maximum length
+  const StaticPlan batches = PlanStaticBatches(w, o.concurrency, model.config().max_position_embeddings);
+  const std::int64_t blocks_per_seq = (batches.tokens_per_sequence + bs - 1) / bs;
   ModelRunner runner(model, blocks_per_seq * o.concurrency, bs);
-  std::int64_t useful = 0;
   std::vector<RequestId> previous;
   const auto start = Clock::now();
-  for (std::size_t b = 0; b < w.prompts.size(); b += static_cast<std::size_t>(o.concurrency)) {
-    const std::size_t e = std::min(w.prompts.size(), b + static_cast<std::size_t>(o.concurrency));
-    std::int64_t pad_to = 0, steps = 0;
-    for (std::size_t i = b; i < e; ++i) {
-      pad_to = std::max<std::int64_t>(pad_to, static_cast<std::int64_t>(w.prompts[i].size()));
-      steps = std::max(steps, w.output_lens[i]);
-      useful += w.output_lens[i];
-    }
-    steps = std::min(steps, max_len - pad_to);
+  for (const StaticBatch& batch : batches.batches) {
+    const std::size_t b = batch.begin, e = batch.end;
+    const std::int64_t pad_to = batch.pad_to, steps = batch.steps;
     StepPlan plan;
     plan.block_size = static_cast<int>(bs);
     plan.removed = std::move(previous);  // the runner drops the last batch's state
@@ -181,7 +173,7 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
       }
     }
   }
-  return static_cast<double>(useful) / Seconds(Clock::now() - start).count();
+  return static_cast<double>(batches.useful) / Seconds(Clock::now() - start).count();
 }
 
 // Read bandwidth of the model's device (the host's with the compute
@@ -322,7 +314,7 @@ Status RunBench(const BenchOptions& o) {
   const double tok_s = static_cast<double>(run.generated) / run.seconds;
   double baseline = 0;
   if (o.baseline_static) {
-    RS_ASSIGN_OR_RETURN(baseline, RunStaticBaseline(*model, o, w, max_len));
+    RS_ASSIGN_OR_RETURN(baseline, RunStaticBaseline(*model, o, w));
   }
   std::int64_t mismatches = -1;
   if (o.check_invariance) {

@@ -48,6 +48,25 @@ StatusOr<Workload> MakeWorkload(const std::string& input_len, const std::string&
   return w;
 }
 
+StaticPlan PlanStaticBatches(const Workload& w, int batch_size, std::int64_t position_limit) {
+  StaticPlan plan;
+  const std::size_t n = static_cast<std::size_t>(std::max(batch_size, 1));
+  for (std::size_t b = 0; b < w.prompts.size(); b += n) {
+    StaticBatch batch{b, std::min(w.prompts.size(), b + n), 0, 0};
+    for (std::size_t i = batch.begin; i < batch.end; ++i) {
+      batch.pad_to = std::max<std::int64_t>(batch.pad_to, static_cast<std::int64_t>(w.prompts[i].size()));
+      batch.steps = std::max(batch.steps, w.output_lens[i]);
+    }
+    plan.tokens_per_sequence = std::max(plan.tokens_per_sequence, std::min(batch.pad_to + batch.steps, position_limit));
+    plan.batches.push_back(batch);
+  }
+  for (auto& batch : plan.batches) {
+    batch.steps = std::max<std::int64_t>(0, std::min(batch.steps, plan.tokens_per_sequence - batch.pad_to));
+    for (std::size_t i = batch.begin; i < batch.end; ++i) plan.useful += std::min(w.output_lens[i], batch.steps);
+  }
+  return plan;
+}
+
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
