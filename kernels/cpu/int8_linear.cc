@@ -3,7 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
@@ -15,6 +20,9 @@ void Int8LinearRange(const int16_t* xq, const float* xs, int64_t M, int64_t Kp, 
                      int64_t K, const float* bias, void* out, bool out_bf16, int64_t N, int64_t n_begin, int64_t n_end);
 void DequantizeRows(const int8_t* q, const float* scale, int64_t K, void* out, bool out_bf16, int64_t n_begin,
                     int64_t n_end);
+void Int8PanelLinearPanels(const uint16_t* x, int64_t M, int64_t K, const int8_t* q, const float* scale,
+                           const float* bias, uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end,
+                           uint16_t* panel);
 }  // namespace avx512
 
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
@@ -90,8 +98,46 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   return out;
 }
 
+bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ROPESERVE_INT8_PANELS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (!enabled || !PackedLinearAvailable()) return false;
+  if (!x.device().is_cpu() || x.scalar_type() != at::kBFloat16 || x.dim() != 2 || x.size(0) < 1) return false;
+  return w.q.scalar_type() == at::kChar && w.q.dim() == 2 && w.q.is_contiguous() && w.q.size(1) == x.size(1) &&
+         w.q.size(0) >= 1 && w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() &&
+         w.scale.numel() == w.q.size(0);
+}
+
+at::Tensor Int8PanelLinear(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(Int8PanelSupports(x_in, w), "Int8PanelLinear: unsupported input");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0);
+  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8PanelLinear: bias shape");
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor out = at::empty({M, N}, x.options());
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const int8_t* qp = w.q.data_ptr<int8_t>();
+  const float* sp = w.scale.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t panel_values = (K + 1) / 2 * 2 * kPackedPanel;
+  // As PackedLinear's: at least ~256K multiply-adds per thread.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / (K * kPackedPanel * M));
+  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](int64_t begin, int64_t end) {
+    // One widened panel per thread, reused across calls (K x 64 x 2 bytes:
+    // 112 KB at K = 896, inside L2).
+    thread_local std::vector<uint16_t> panel;
+    if (static_cast<int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
+    avx512::Int8PanelLinearPanels(xp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
+  });
+  return out;
+}
+
 at::Tensor Int8Linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias) {
   if (x.dim() == 2 && x.size(0) <= Int8KernelMaxRows() && Int8KernelSupports(x, w)) return Int8LinearKernel(x, w, bias);
+  if (Int8PanelSupports(x, w)) return Int8PanelLinear(x, w, bias);
   const at::Tensor dense = DequantizeInt8(w, x.scalar_type());
   return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
 }

@@ -16,9 +16,14 @@
 // products per instruction; sums go to float32 every 8192 columns, so no
 // int32 sum can overflow. One weight row streams once for up to 8 rows of x.
 // Chosen at run time for up to Int8KernelMaxRows() rows on CPUs with
-// avx512_vnni; otherwise (more rows: prefill; other CPUs) the weights are
-// dequantized to x's dtype and go to at::linear. The oracle in tests:
-// at::linear in float32 on the dequantized weights.
+// avx512_vnni. More rows of bfloat16 x (batched decode, prefill) on CPUs
+// with avx512_bf16 go to the panel kernel: packed_linear's GEMM over
+// panels widened from int8 to bfloat16 as it goes (exact: |q| <= 127),
+// sums times the scale; vpdpwssd runs at about half of vdpbf16ps's rate
+// here, and the widening costs less than the difference once a panel
+// serves a few tiles of 6 rows. Otherwise the weights are dequantized to
+// x's dtype and go to at::linear. The oracle in tests: at::linear in
+// float32 on the dequantized weights.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -53,6 +58,14 @@ int64_t Int8KernelMaxRows();
 // Whether the kernel can run on x [M, K] (CPU with avx512_vnni, float32 or
 // bfloat16, M <= kInt8KernelMaxRows).
 bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w);
+
+// Whether the panel kernel can run on x [M, K]: bfloat16, a CPU with
+// avx512_bf16, and not switched off by ROPESERVE_INT8_PANELS=0 (the
+// dequantize + at::linear path then, for comparisons).
+bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w);
+// The panel kernel alone (tests and benchmarks); bfloat16 [M, N], float32
+// sums, one rounding. Requires Int8PanelSupports.
+at::Tensor Int8PanelLinear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias);
 
 // y [M, N] in x's dtype (float32 or bfloat16); bias [N] or undefined.
 at::Tensor Int8Linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias);

@@ -25,8 +25,8 @@ inline __m512bh BroadcastPair(const uint16_t* p) {
 // of sums stay in registers; each step reads one pair line of the panel
 // (4 x 64 bytes) and broadcasts one pair of every row.
 template <int R>
-void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* bias, uint16_t* out, int64_t N,
-          int64_t cols) {
+void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* scale, const float* bias, uint16_t* out,
+          int64_t N, int64_t cols) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -75,7 +75,89 @@ void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* bias
   for (int v = 0; v < kVecs && 16 * v < cols; ++v) {
     const __mmask16 mask = Mask16(cols - 16 * v);
     const __m512 b = bias != nullptr ? LoadF32(bias + 16 * v, mask) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) StoreBf16(out + r * N + 16 * v, _mm512_add_ps(acc[r][v], b), mask);
+    if (scale != nullptr) {  // int8 panels: the per-feature scale, then the bias
+      const __m512 sc = LoadF32(scale + 16 * v, mask);
+      for (int r = 0; r < R; ++r) StoreBf16(out + r * N + 16 * v, _mm512_fmadd_ps(acc[r][v], sc, b), mask);
+    } else {
+      for (int r = 0; r < R; ++r) StoreBf16(out + r * N + 16 * v, _mm512_add_ps(acc[r][v], b), mask);
+    }
+  }
+}
+
+// 16 x 16 32-bit units: r[i] lane-unit j becomes r[j] unit i (unpacks of
+// 32- and 64-bit units inside 128-bit lanes, then a 4 x 4 transpose of the
+// lanes in two rounds of shuffle_i32x4).
+inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // s[4i + j], lane L: rows 4i..4i+3 of unit 4L + j
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), x1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    t[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    t[4 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    t[8 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    t[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Features [n0, n0 + 64) of row-order int8 q [N, K] as one bfloat16 panel
+// in PackWeight's order (int8 values are exact in bfloat16; the scale is
+// applied to the sums): per 16 features and 16 column pairs, 16 rows of 32
+// int8 widened to bfloat16 pairs, transposed so that each pair line holds
+// the 16 features side by side. Zero past N and past K.
+void Int8Panel(const int8_t* q, int64_t N, int64_t K, int64_t n0, uint16_t* panel) {
+  const int64_t pairs = (K + 1) / 2;
+  for (int64_t g = 0; g < kVecs; ++g) {
+    const int64_t f0 = n0 + 16 * g, rows = N - f0 < 0 ? 0 : (N - f0 < 16 ? N - f0 : 16);
+    for (int64_t pb = 0; pb < pairs; pb += 16) {
+      const int64_t k0 = 2 * pb, left = K - k0;
+      const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1);
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        if (i >= rows) {
+          r[i] = _mm512_setzero_si512();
+          continue;
+        }
+        const __m256i v = _mm256_maskz_loadu_epi8(mask, q + (f0 + i) * K + k0);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+        r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // columns k0..k0+31 in order
+      }
+      Transpose16x16(r);
+      const int64_t lines = pairs - pb < 16 ? pairs - pb : 16;
+      for (int64_t j = 0; j < lines; ++j) _mm512_storeu_si512(panel + (pb + j) * kPairFloats + 32 * g, r[j]);
+    }
+  }
+}
+
+// Every row tile of x against panel p (scale: int8 panels' float32 [N], or null).
+void Panels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* panel, const float* scale, const float* bias,
+            uint16_t* out, int64_t N, int64_t p) {
+  const int64_t n0 = p * kPanel, cols = N - n0 < kPanel ? N - n0 : kPanel;
+  const float* b = bias != nullptr ? bias + n0 : nullptr;
+  const float* sc = scale != nullptr ? scale + n0 : nullptr;
+  for (int64_t m0 = 0; m0 < M; m0 += 6) {
+    const uint16_t* xs = x + m0 * K;
+    uint16_t* os = out + m0 * N + n0;
+    switch (M - m0 < 6 ? M - m0 : 6) {
+      case 1: Tile<1>(xs, K, panel, sc, b, os, N, cols); break;
+      case 2: Tile<2>(xs, K, panel, sc, b, os, N, cols); break;
+      case 3: Tile<3>(xs, K, panel, sc, b, os, N, cols); break;
+      case 4: Tile<4>(xs, K, panel, sc, b, os, N, cols); break;
+      case 5: Tile<5>(xs, K, panel, sc, b, os, N, cols); break;
+      default: Tile<6>(xs, K, panel, sc, b, os, N, cols); break;
+    }
   }
 }
 
@@ -85,22 +167,17 @@ void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* bias
 void PackedLinearPanels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* packed, const float* bias,
                         uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end) {
   const int64_t panel_size = (K + 1) / 2 * kPairFloats;
+  for (int64_t p = p_begin; p < p_end; ++p) Panels(x, M, K, packed + p * panel_size, nullptr, bias, out, N, p);
+}
+
+// The same over row-order int8 weights q [N, K] with float32 scales [N]:
+// each panel is widened into `panel` (ceil(K / 2) * 128 values) first.
+void Int8PanelLinearPanels(const uint16_t* x, int64_t M, int64_t K, const int8_t* q, const float* scale,
+                           const float* bias, uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end,
+                           uint16_t* panel) {
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint16_t* panel = packed + p * panel_size;
-    const int64_t n0 = p * kPanel, cols = N - n0 < kPanel ? N - n0 : kPanel;
-    const float* b = bias != nullptr ? bias + n0 : nullptr;
-    for (int64_t m0 = 0; m0 < M; m0 += 6) {
-      const uint16_t* xs = x + m0 * K;
-      uint16_t* os = out + m0 * N + n0;
-      switch (M - m0 < 6 ? M - m0 : 6) {
-        case 1: Tile<1>(xs, K, panel, b, os, N, cols); break;
-        case 2: Tile<2>(xs, K, panel, b, os, N, cols); break;
-        case 3: Tile<3>(xs, K, panel, b, os, N, cols); break;
-        case 4: Tile<4>(xs, K, panel, b, os, N, cols); break;
-        case 5: Tile<5>(xs, K, panel, b, os, N, cols); break;
-        default: Tile<6>(xs, K, panel, b, os, N, cols); break;
-      }
-    }
+    Int8Panel(q, N, K, p * kPanel, panel);
+    Panels(x, M, K, panel, scale, bias, out, N, p);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/small_batch_linear.h"
 
 namespace ropeserve {
@@ -77,6 +78,62 @@ INSTANTIATE_TEST_SUITE_P(
              (c.bias ? "_bias" : "") + (c.dtype == at::kBFloat16 ? "_bf16" : "_f32");
     });
 
+// The panel kernel (bfloat16 x, int8 panels widened to bfloat16): the
+// products x * q are exact in float32 (8 + 7 significant bits), so the
+// error is K float32 additions and the scale and bias (one fused multiply-
+// add: two more roundings allowed), each at most 2^-24 of a partial sum
+// bounded by |x| |w| + |b|, then one bfloat16 rounding of the output (2^-9
+// of |y|; 2^-8 allowed for the sums' error carried through).
+struct PanelCase {
+  int64_t M, K, N;
+  bool bias;
+};
+class Int8Panel : public ::testing::TestWithParam<PanelCase> {};
+
+TEST_P(Int8Panel, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
+  const PanelCase c = GetParam();
+  at::manual_seed(c.M * 131 + c.K * 7 + c.N);
+  const at::Tensor x = at::randn({c.M, c.K}).to(at::kBFloat16);
+  at::Tensor wf = at::randn({c.N, c.K}) * 0.05;
+  if (c.N > 3) wf[2].zero_();  // a zero row: scale 0
+  const cpu::Int8Weight w = cpu::QuantizeInt8(wf);
+  const at::Tensor b = c.bias ? at::randn({c.N}).to(at::kBFloat16) : at::Tensor();
+  if (!cpu::Int8PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  const at::Tensor got = cpu::Int8PanelLinear(x, w, b);
+  ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
+  const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt8(w, at::kDouble);
+  at::Tensor exact = at::matmul(x64, w64.t());
+  at::Tensor magnitude = at::matmul(x64.abs(), w64.abs().t());
+  if (c.bias) {
+    exact = exact + b.to(at::kDouble);
+    magnitude = magnitude + b.to(at::kDouble).abs();
+  }
+  const at::Tensor bound = static_cast<double>(c.K + 2) * std::ldexp(1.0, -24) * magnitude +
+                           std::ldexp(1.0, -8) * exact.abs() + 1e-30;
+  const at::Tensor err = (got.to(at::kDouble) - exact).abs();
+  EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
+  EXPECT_LT(bound.max().item<double>(), 0.01 * exact.abs().max().item<double>() + 1e-6);
+  // Int8Linear sends rows past the VNNI kernel's limit here.
+  if (c.M > cpu::Int8KernelMaxRows()) {
+    const at::Tensor via = cpu::Int8Linear(x, w, b);
+    EXPECT_TRUE(at::equal(via, got));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Int8Panel,
+    ::testing::Values(PanelCase{1, 896, 1152, true}, PanelCase{17, 896, 4864, false}, PanelCase{32, 4864, 896, false},
+                      PanelCase{33, 70, 40, true}, PanelCase{5, 33, 9, true}, PanelCase{7, 64, 130, true},
+                      PanelCase{2, 17, 5, false}, PanelCase{3, 31, 3, false}, PanelCase{1, 1, 7, true},
+                      PanelCase{6, 2, 65, false}, PanelCase{64, 896, 129, true}, PanelCase{100, 257, 200, false},
+                      PanelCase{300, 896, 1003, true}, PanelCase{19, 4867, 63, true}, PanelCase{24, 32, 16, false}),
+    [](const auto& info) {
+      const PanelCase& c = info.param;
+      return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
+             (c.bias ? "_bias" : "");
+    });
+
 TEST(Int8Quantize, RowsKeepTheirScaleAndZeroRowsStayZero) {
   at::manual_seed(5);
   at::Tensor w = at::randn({6, 37});
@@ -119,7 +176,8 @@ TEST(Int8Linear, ManyRowsDequantizeForAtLinear) {
 }
 
 // Not a test: prints the int8 kernel's weight-read bandwidth beside the
-// bf16 small-batch kernel's, and the kernel against dequantize + at::linear
+// bf16 GEMM's (packed; else the small-batch kernel), and the kernel and the
+// panel kernel against dequantize + at::linear
 // at a few row counts (run with --gtest_also_run_disabled_tests).
 TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
   const at::Tensor wf = at::randn({4864, 896}) * 0.05;
@@ -129,6 +187,9 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
     q.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
     bf.push_back((wf + i * 1e-3).to(at::kBFloat16));
   }
+  std::vector<cpu::PackedWeight> packed;  // the bf16 model's layout where the CPU has avx512_bf16
+  if (cpu::PackedLinearAvailable())
+    for (const auto& w : bf) packed.push_back(cpu::PackWeight(w));
   for (int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
     auto time = [&](auto&& fn) {
@@ -142,13 +203,19 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
     };
     const double t_int8 = time([&](int i) { cpu::Int8LinearKernel(x, q[i], at::Tensor()); });
     const double t_deq = time([&](int i) { at::linear(x, cpu::DequantizeInt8(q[i], at::kBFloat16)); });
-    const double t_bf16 = cpu::SmallBatchLinearSupports(x, bf[0], at::Tensor())
+    const double t_panel = cpu::Int8PanelSupports(x, q[0])
+                               ? time([&](int i) { cpu::Int8PanelLinear(x, q[i], at::Tensor()); })
+                               : 1e9;
+    const double t_bf16 = !packed.empty() ? time([&](int i) { cpu::PackedLinear(x, packed[i], at::Tensor()); })
+                          : cpu::SmallBatchLinearSupports(x, bf[0], at::Tensor())
                               ? time([&](int i) { cpu::SmallBatchLinear(x, bf[i], at::Tensor()); })
                               : time([&](int i) { at::linear(x, bf[i]); });
     const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
-    std::printf("M=%2lld int8 kernel %6.1f GB/s %6.1f GFLOP/s | dequant+at::linear %6.1f GFLOP/s | bf16 %6.1f GB/s %6.1f GFLOP/s\n",
-                static_cast<long long>(M), weights / t_int8 / 1e9, flops / t_int8 / 1e9, flops / t_deq / 1e9,
-                2 * weights / t_bf16 / 1e9, flops / t_bf16 / 1e9);
+    std::printf(
+        "M=%3lld int8 kernel %6.1f GB/s %6.1f GFLOP/s | int8 panels %6.1f GFLOP/s | dequant+at::linear %6.1f GFLOP/s "
+        "| bf16 %6.1f GB/s %6.1f GFLOP/s\n",
+        static_cast<long long>(M), weights / t_int8 / 1e9, flops / t_int8 / 1e9, flops / t_panel / 1e9,
+        flops / t_deq / 1e9, 2 * weights / t_bf16 / 1e9, flops / t_bf16 / 1e9);
   }
 }
 
