@@ -49,11 +49,11 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
 
 // The most rows of x the VNNI kernel takes in one call.
 constexpr int64_t kInt8KernelMaxRows = 1 << 16;
-// The most rows for which Int8Linear uses the kernel rather than
-// dequantize + at::linear: 16 by default, ROPESERVE_INT8_KERNEL_MAX_ROWS=N
-// (0-65536) for comparisons. (Measured: the kernel is ahead of bf16
-// oneDNN up to 16 rows; from 32 rows oneDNN on the weights
-// dequantized to bf16 in one vectorized pass wins; docs/benchmarks.md.)
+// The most rows for which Int8Linear uses the kernel rather than the panel
+// kernel (or dequantize + at::linear): 16 by default,
+// ROPESERVE_INT8_KERNEL_MAX_ROWS=N (0-65536) for comparisons. (Measured,
+// 48 matrices 4864x896, 2 threads: the VNNI kernel 212 GFLOP/s at 16 rows
+// against the panels' 183; at 32 rows 185 against 249; docs/benchmarks.md.)
 int64_t Int8KernelMaxRows();
 // Whether the kernel can run on x [M, K] (CPU with avx512_vnni, float32 or
 // bfloat16, M <= kInt8KernelMaxRows).
