@@ -49,22 +49,20 @@ class CudaDecoderOps final : public DecoderOps {
   }
   at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const PagedBatch& batch, double scale) const override {
-    // One row per query token: its sequence, and the cached tokens it sees
-    // (its position + 1: causal within the chunk after the cached prefix).
-    std::vector<std::int32_t> row_seq, row_context;
-    std::int64_t max_context = 0;
-    for (std::size_t s = 0; s < batch.query_lens.size(); ++s) {
-      const std::int64_t n = batch.query_lens[s], context = batch.context_lens[s];
-      for (std::int64_t i = 0; i < n; ++i) {
-        row_seq.push_back(static_cast<std::int32_t>(s));
-        row_context.push_back(static_cast<std::int32_t>(context - n + i + 1));
-      }
-      max_context = std::max(max_context, context);
-    }
-    const auto opts = at::TensorOptions().dtype(at::kInt);
-    const at::Tensor seq = at::tensor(row_seq, opts).to(q.device(), /*non_blocking=*/true);
-    const at::Tensor ctx = at::tensor(row_context, opts).to(q.device(), /*non_blocking=*/true);
-    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, seq, ctx, max_context, scale);
+    if (batch.row_seq.defined() && batch.row_context.defined())  // the runner's: sent once per step
+      return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.row_seq, batch.row_context,
+                                  batch.max_context, scale);
+    // Batches built elsewhere (a span model's window, offline checks): the
+    // rows from the host vectors, staged in pinned memory (a copy from
+    // pageable memory would wait for the stream).
+    const AttentionRows rows = MakeAttentionRows(batch.query_lens, batch.context_lens);
+    const auto n = static_cast<std::int64_t>(rows.seq.size());
+    at::Tensor host = at::empty({2 * n}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    std::copy(rows.seq.begin(), rows.seq.end(), host.data_ptr<std::int64_t>());
+    std::copy(rows.context.begin(), rows.context.end(), host.data_ptr<std::int64_t>() + n);
+    const at::Tensor both = host.to(q.device(), /*non_blocking=*/true).to(at::kInt);
+    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, both.narrow(0, 0, n),
+                                both.narrow(0, n, n), rows.max_context, scale);
   }
 };
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace ropeserve {
 
 PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t start, std::int64_t num_blocks,
@@ -19,6 +21,20 @@ PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t
   b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);
   b.context_len_tensor = at::tensor(std::vector<std::int64_t>{start + len}, at::kLong).to(device);
   return b;
+}
+
+AttentionRows MakeAttentionRows(const std::vector<std::int64_t>& query_lens,
+                                const std::vector<std::int64_t>& context_lens) {
+  AttentionRows rows;
+  for (std::size_t s = 0; s < query_lens.size() && s < context_lens.size(); ++s) {
+    const std::int64_t n = query_lens[s], context = context_lens[s];
+    for (std::int64_t i = 0; i < n; ++i) {
+      rows.seq.push_back(static_cast<std::int64_t>(s));
+      rows.context.push_back(context - n + i + 1);
+    }
+    rows.max_context = std::max(rows.max_context, context);
+  }
+  return rows;
 }
 
 }  // namespace ropeserve

@@ -33,7 +33,24 @@ struct PagedBatch {
   at::Tensor block_table_tensor;  // [S, max_blocks] int32: row s holds sequence s's blocks
   at::Tensor query_start;         // [S + 1] int64
   at::Tensor context_len_tensor;  // [S] int64
+  // For attention kernels that work per query row (CUDA's): each row's
+  // sequence and the cached tokens it sees, int32 [T] each (AttentionRows;
+  // the runner sends them with the step's other metadata), and the longest
+  // context. Undefined in batches built elsewhere: the kernel's op then
+  // builds them itself.
+  at::Tensor row_seq, row_context;
+  std::int64_t max_context = 0;
 };
+
+// Per query row: its sequence and the cached tokens it sees (its position
+// + 1: causal within the chunk after the cached prefix); the longest
+// context of the batch.
+struct AttentionRows {
+  std::vector<std::int64_t> seq, context;
+  std::int64_t max_context = 0;
+};
+AttentionRows MakeAttentionRows(const std::vector<std::int64_t>& query_lens,
+                                const std::vector<std::int64_t>& context_lens);
 
 // One sequence's chunk `tokens` at positions [start, start + len) over a
 // cache whose first `num_blocks` blocks are the sequence's, in order (so its

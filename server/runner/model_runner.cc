@@ -204,10 +204,12 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     batch.query_lens.push_back(n);
     batch.context_lens.push_back(s.context_length());
   }
-  // Every per-step tensor is a view of one transfer.
+  // Every per-step tensor is a view of one transfer (the attention rows
+  // first: one int32 conversion of both).
   const std::vector<std::int64_t> table_rows = impl_->tables.RowsOf(plan);
-  const at::Tensor meta = ToDevice({&table_rows, &query_start, &batch.context_lens, &ids, &positions, &slots,
-                                    &logits_rows, &prompt_rows},
+  const AttentionRows attention = MakeAttentionRows(batch.query_lens, batch.context_lens);
+  const at::Tensor meta = ToDevice({&attention.seq, &attention.context, &table_rows, &query_start,
+                                    &batch.context_lens, &ids, &positions, &slots, &logits_rows, &prompt_rows},
                                    impl_->model.device());
   std::int64_t offset = 0;
   auto take = [&](const std::vector<std::int64_t>& v) {
@@ -215,6 +217,12 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     offset += static_cast<std::int64_t>(v.size());
     return t;
   };
+  const auto rows_n = static_cast<std::int64_t>(attention.seq.size());
+  offset = 2 * rows_n;
+  const at::Tensor attention_rows = meta.narrow(0, 0, 2 * rows_n).to(at::kInt);
+  batch.row_seq = attention_rows.narrow(0, 0, rows_n);
+  batch.row_context = attention_rows.narrow(0, rows_n, rows_n);
+  batch.max_context = attention.max_context;
   batch.block_table_tensor = impl_->tables.Gather(take(table_rows));
   batch.query_start = take(query_start);
   batch.context_len_tensor = take(batch.context_lens);

@@ -79,6 +79,17 @@ at::Tensor ReferenceAttentionModel::ForwardPaged(const PagedBatch& batch, PagedK
   return m_.ForwardPagedWith(batch, cache, prompt_logits,
                              [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                  const PagedBatch& b) {
+                               // The per-row metadata the runner sends along for
+                               // CUDA's attention kernel, checked on every step.
+                               if (b.row_seq.defined()) {
+                                 const AttentionRows want = MakeAttentionRows(b.query_lens, b.context_lens);
+                                 TORCH_CHECK(at::equal(b.row_seq.to(at::kCPU).to(at::kLong), at::tensor(want.seq)) &&
+                                                 at::equal(b.row_context.to(at::kCPU).to(at::kLong),
+                                                           at::tensor(want.context)) &&
+                                                 b.row_seq.scalar_type() == at::kInt &&
+                                                 b.max_context == want.max_context,
+                                             "the runner's attention rows differ from MakeAttentionRows");
+                               }
                                // Each sequence's blocks: the first ceil(context / block_size) of its row.
                                const std::int64_t bs = k_cache.size(1);
                                const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();
