@@ -7,8 +7,9 @@
 // tensor on the model's device (a step scatters the new entries and
 // gathers its sequences' rows), and its sampler state. A step's metadata
 // (ids, positions, slots, query starts, context lengths, table rows,
-// logits rows, each query row's sequence and visible context) goes to the device as one buffer in one asynchronous copy
-// (pinned host memory on a GPU). Each logits row is reduced where it lies
+// logits rows, each query row's sequence and visible context) goes to the
+// device as one buffer in one asynchronous copy (pinned host memory on a
+// GPU). Each logits row is reduced where it lies
 // (logsumexp, max, argmax); only the rows the host sampler needs whole
 // (random sampling, penalties, processors, top logprobs) come back, so a
 // greedy batch returns three numbers per sequence: the one synchronization
