@@ -18,8 +18,8 @@ class CpuDecoderOps final : public DecoderOps {
     return cpu::AddRmsNorm(x, residual, weight, eps);
   }
   at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cpu::SiluAndMul(gate_up); }
-  void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const override {
-    cpu::ApplyRopeInplace(q, k, cos, sin);
+  void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const override {
+    cpu::ApplyRopeInplace(q, k, rope.cos, rope.sin);
   }
   void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                     const PagedBatch& batch) const override {

@@ -33,15 +33,25 @@ class CudaDecoderOps final : public DecoderOps {
     const int64_t I = gate_up.size(1) / 2;
     return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
   }
-  void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const override {
+  RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const override {
     // The kernel reads cos_sin[positions[t]] as [cos(f_0..f_F-1), sin(f_0..f_F-1)]
     // in float32; the decoder's per-row tables repeat the F angles twice
     // (rotate-half) and already include the position and the attention
     // factor, so row t of [cos[:, :F], sin[:, :F]] at "position" t is it.
-    const std::int64_t F = cos.size(1) / 2, T = q.size(0);
-    const at::Tensor cos_sin = at::cat({cos.narrow(1, 0, F), sin.narrow(1, 0, F)}, 1).to(at::kFloat).contiguous();
-    const at::Tensor rows = at::arange(T, at::TensorOptions().dtype(at::kLong).device(q.device()));
-    cuda::RotaryEmbedding(rows, q, k, cos_sin);
+    // Built once per forward (three kernels), not in every layer.
+    const std::int64_t F = cos.size(1) / 2, T = cos.size(0);
+    RopeTable table{cos, sin, {}, {}};
+    table.packed = at::cat({cos.narrow(1, 0, F), sin.narrow(1, 0, F)}, 1).to(at::kFloat).contiguous();
+    table.rows = at::arange(T, at::TensorOptions().dtype(at::kLong).device(cos.device()));
+    return table;
+  }
+  void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const override {
+    if (!rope.packed.defined()) {  // a table not made by PrepareRope
+      const RopeTable prepared = PrepareRope(rope.cos, rope.sin);
+      cuda::RotaryEmbedding(prepared.rows, q, k, prepared.packed);
+      return;
+    }
+    cuda::RotaryEmbedding(rope.rows, q, k, rope.packed);
   }
   void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                     const PagedBatch& batch) const override {

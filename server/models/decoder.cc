@@ -170,13 +170,13 @@ at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
       .to(at::kFloat);
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions) const {
+std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions, std::int64_t length) const {
   at::Tensor inv_freq = inv_freq_;
   double factor = attention_factor_;
   if (RopeDependsOnLength(config_)) {
     // Dynamic NTK: frequencies follow the length reached by this forward, as
     // Hugging Face's dynamic_rope_update does for a single growing sequence.
-    const int64_t seq_len = positions.max().item<int64_t>() + 1;
+    const int64_t seq_len = length > 0 ? length : positions.max().item<int64_t>() + 1;
     RopeFrequencies rope = ComputeRopeFrequencies(config_, seq_len);
     inv_freq = InvFreqTensor(rope).to(positions.device());
     factor = rope.attention_factor;
@@ -186,8 +186,8 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
-                                                                         const at::Tensor& x, const at::Tensor& cos,
-                                                                         const at::Tensor& sin) const {
+                                                                         const at::Tensor& x,
+                                                                         const RopeTable& rope) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const at::Tensor qkv = Linear(x, w.qkv_proj);
   const int64_t qs = config_.q_size(), kvs = config_.kv_size();
@@ -196,7 +196,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
   at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D}).contiguous();
   q = config_.qk_norm ? ops_->RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps) : q.contiguous();
   k = config_.qk_norm ? ops_->RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps) : k.contiguous();
-  ops_->ApplyRope(q, k, cos, sin);
+  ops_->ApplyRope(q, k, rope);
   return {q, k, v};
 }
 
@@ -209,11 +209,12 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
   const int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
   h = h.contiguous();
+  const RopeTable rope = ops_->PrepareRope(cos, sin);
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
     // residual adds folded into the norms (h is updated in place)
     at::Tensor x = ops_->RmsNorm(h, w.input_layernorm, eps);
-    auto [q, k, v] = QkvWithRope(w, x, cos, sin);
+    auto [q, k, v] = QkvWithRope(w, x, rope);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
     at::Tensor y = ops_->AddRmsNorm(Linear(attn, w.o_proj).contiguous(), h, w.post_attention_layernorm, eps);
     h.add_(Mlp(w, y));
@@ -221,13 +222,14 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
   return h;
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const at::Tensor& positions,
-                                                              const std::vector<std::int64_t>& lens) const {
-  if (!RopeDependsOnLength(config_)) return RotaryCosSin(positions);
+// Each sequence's rows reach its context length (its chunk ends there).
+std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& batch) const {
+  if (!RopeDependsOnLength(config_)) return RotaryCosSin(batch.positions);
   std::vector<at::Tensor> cos, sin;
   int64_t row = 0;
-  for (const std::int64_t len : lens) {
-    auto [c, si] = RotaryCosSin(positions.narrow(0, row, len));
+  for (std::size_t s = 0; s < batch.query_lens.size(); ++s) {
+    const std::int64_t len = batch.query_lens[s];
+    auto [c, si] = RotaryCosSin(batch.positions.narrow(0, row, len), batch.context_lens[s]);
     cos.push_back(c);
     sin.push_back(si);
     row += len;
@@ -246,7 +248,7 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
 at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
                                           const PagedAttentionFn& attend) const {
   c10::InferenceMode guard;
-  auto [cos, sin] = CosSinPacked(batch.positions, batch.query_lens);
+  auto [cos, sin] = CosSinPacked(batch);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                              ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], batch);
@@ -271,7 +273,7 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     // The window is one sequence whose cache is its own keys: one block of
     // `len` slots, every query causal within it; the device's attention op.
     const PagedBatch one = ContiguousChunk(window, 0, 1, device);
-    auto [cos, sin] = RotaryCosSin(one.positions);
+    auto [cos, sin] = RotaryCosSin(one.positions, len);
     at::Tensor hidden = RunLayers(Embed(one.token_ids), cos, sin,
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                                     return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),

@@ -86,8 +86,10 @@ class DecoderModel final : public PagedModel {
   const DecoderWeights& weights() const { return w_; }
   double attention_scale() const { return attention_scale_; }
   // RoPE cos/sin [T, rotary_dim] (compute dtype) for `positions` [T] of
-  // one sequence (dynamic NTK follows the largest position + 1).
-  std::pair<at::Tensor, at::Tensor> RotaryCosSin(const at::Tensor& positions) const;
+  // one sequence (dynamic NTK follows the length reached: `length`, the
+  // largest position + 1, when the caller knows it; 0 = read it from
+  // `positions`, a device-to-host synchronization on a GPU).
+  std::pair<at::Tensor, at::Tensor> RotaryCosSin(const at::Tensor& positions, std::int64_t length = 0) const;
 
   at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const override;
   // One layer's attention over the paged cache, after this step's K/V have
@@ -120,17 +122,18 @@ class DecoderModel final : public PagedModel {
   at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
-                                                             const at::Tensor& cos, const at::Tensor& sin) const;
+                                                             const RopeTable& rope) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
   // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
   // which the forward paths differ.
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
   // Embedded tokens h [T,H] through every decoder layer -> [T,H], with the
   // fused RMSNorm/residual and RoPE kernels.
+  // `cos`, `sin`: RotaryCosSin's, for the rows of h.
   at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
   // sequences of a paged batch); dynamic RoPE uses each segment's own length.
-  std::pair<at::Tensor, at::Tensor> CosSinPacked(const at::Tensor& positions, const std::vector<std::int64_t>& lens) const;
+  std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
 
   ModelConfig config_;
   DType dtype_ = DType::kF32;

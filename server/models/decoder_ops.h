@@ -14,6 +14,16 @@
 
 namespace ropeserve {
 
+// A forward's RoPE rotation, prepared once (DecoderOps::PrepareRope) and
+// applied in every layer.
+struct RopeTable {
+  at::Tensor cos, sin;  // [T, rotary_dim], RotaryTable's layout: row t rotates row t
+  // The device kernel's own form when it needs one (CUDA: float32 [T, 2F]
+  // of cos then sin for the F angles, and the row indices 0..T-1), built
+  // once per forward instead of in each layer; else undefined.
+  at::Tensor packed, rows;
+};
+
 class DecoderOps {
  public:
   virtual ~DecoderOps() = default;
@@ -25,9 +35,12 @@ class DecoderOps {
                                 double eps) const = 0;
   // silu(gate_up[:, :I]) * gate_up[:, I:] for gate_up [T, 2 I] -> [T, I].
   virtual at::Tensor SiluAndMul(const at::Tensor& gate_up) const = 0;
+  // The table ApplyRope takes, from cos/sin [T, rotary_dim] (RotaryTable's
+  // layout); the CPU kernels read cos/sin as they are.
+  virtual RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const { return {cos, sin, {}, {}}; }
   // Rotate-half RoPE in place on contiguous q [T, Hq, D] and k [T, Hkv, D]:
-  // row t by cos[t], sin[t] ([T, rotary_dim], RotaryTable's layout).
-  virtual void ApplyRope(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) const = 0;
+  // row t by the table's row t.
+  virtual void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const = 0;
   // k, v [T, Hkv, D] into their cache slots (batch.slot_mapping).
   virtual void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                             const PagedBatch& batch) const = 0;
