@@ -58,6 +58,18 @@ __global__ void FusedAddRmsNormKernel(T* __restrict__ x, T* __restrict__ residua
     xr[i] = FromFloat<T>(Round<T>(ToFloat(rr[i]) * r) * ToFloat(w[i]));
 }
 
+// One block per token, threads over the intermediate columns.
+template <typename T>
+__global__ void SiluAndMulKernel(T* __restrict__ out, const T* __restrict__ gate_up, std::int64_t intermediate) {
+  const T* gate = gate_up + blockIdx.x * 2 * intermediate;
+  const T* up = gate + intermediate;
+  T* o = out + blockIdx.x * intermediate;
+  for (std::int64_t i = threadIdx.x; i < intermediate; i += blockDim.x) {
+    const float g = ToFloat(gate[i]);
+    o[i] = FromFloat<T>(Round<T>(g / (1.0f + expf(-g))) * ToFloat(up[i]));
+  }
+}
+
 // One block per token; threads over (head, pair). Pair i of a head is
 // (x[i], x[i + rotary_dim / 2]).
 template <typename T>
@@ -117,6 +129,16 @@ int FusedAddRmsNorm(void* x, void* residual, const void* weight, std::int64_t ro
     using T = decltype(tag);
     FusedAddRmsNormKernel<T><<<rows, Threads(hidden), 0, static_cast<cudaStream_t>(stream)>>>(
         static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden, eps);
+  });
+}
+
+int SiluAndMul(void* out, const void* gate_up, std::int64_t num_tokens, std::int64_t intermediate, DType dtype,
+               Stream stream) {
+  if (num_tokens == 0 || intermediate == 0) return 0;
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    SiluAndMulKernel<T><<<num_tokens, Threads(intermediate), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(out), static_cast<const T*>(gate_up), intermediate);
   });
 }
 

@@ -33,6 +33,13 @@ int RmsNorm(void* out, const void* x, const void* weight, std::int64_t rows, std
 int FusedAddRmsNorm(void* x, void* residual, const void* weight, std::int64_t rows, std::int64_t hidden, float eps,
                     DType dtype, Stream stream);
 
+// out[t, i] = silu(gate[t, i]) * up[t, i] for gate_up [T, 2 I] (gate
+// columns, then up) -> out [T, I], rounded as Hugging Face's
+// act_fn(gate) * up is: silu in float32 rounded to the dtype, then the
+// product rounded. One pass instead of LibTorch's silu, mul and copies.
+int SiluAndMul(void* out, const void* gate_up, std::int64_t num_tokens, std::int64_t intermediate, DType dtype,
+               Stream stream);
+
 // Rotate-half RoPE in place on the first `rotary_dim` dims of every head of
 // q [T, num_heads, head_dim] and k [T, num_kv_heads, head_dim] (rows
 // `q_stride` / `k_stride` elements apart). cos_sin: float32

@@ -65,6 +65,17 @@ void FusedAddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weig
         "FusedAddRmsNorm");
 }
 
+at::Tensor SiluAndMul(const at::Tensor& gate_up) {
+  CheckCuda(gate_up, "gate_up");
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "gate_up: [T, 2 I]");
+  const at::Tensor g = gate_up.contiguous();
+  const std::int64_t T = g.size(0), I = g.size(1) / 2;
+  at::Tensor out = at::empty({T, I}, g.options());
+  Check(ropeserve::cuda::SiluAndMul(out.data_ptr(), g.data_ptr(), T, I, KernelDType(g), CurrentStream()),
+        "SiluAndMul");
+  return out;
+}
+
 void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin) {
   CheckCuda(q, "q");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.size(0) == k.size(0) && q.size(2) == k.size(2), "q, k: [T, H, D]");

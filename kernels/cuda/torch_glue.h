@@ -14,6 +14,8 @@ void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cac
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // residual += x (rounded); x = RmsNorm(residual). Both [rows, hidden], contiguous.
 void FusedAddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps);
+// gate_up [T, 2 I] (gate, then up) -> silu(gate) * up [T, I] (see kernels.h).
+at::Tensor SiluAndMul(const at::Tensor& gate_up);
 // q: [T, Hq, D], k: [T, Hkv, D] in place; cos_sin: float32 [max_pos, rotary_dim].
 void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin);
 // Decode and prefill-chunk rows over the paged cache (see kernels.h).

@@ -29,10 +29,7 @@ class CudaDecoderOps final : public DecoderOps {
     cuda::FusedAddRmsNorm(out, residual, weight, eps);
     return out;
   }
-  at::Tensor SiluAndMul(const at::Tensor& gate_up) const override {
-    const int64_t I = gate_up.size(1) / 2;
-    return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
-  }
+  at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cuda::SiluAndMul(gate_up); }
   RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const override {
     // The kernel reads cos_sin[positions[t]] as [cos(f_0..f_F-1), sin(f_0..f_F-1)]
     // in float32; the decoder's per-row tables repeat the F angles twice

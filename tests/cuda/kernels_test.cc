@@ -64,6 +64,20 @@ TEST_P(CudaKernels, RmsNormAndFusedAddMatchTheReference) {
   }
 }
 
+TEST_P(CudaKernels, SiluAndMulRoundsAsTransformers) {
+  for (std::int64_t I : {1, 64, 1000, 4864}) {
+    const at::Tensor gate_up = Randn({5, 2 * I}) * 4;
+    // act_fn(gate) * up as Hugging Face runs it in the dtype (on the host).
+    const at::Tensor g = gate_up.narrow(1, 0, I).cpu(), u = gate_up.narrow(1, I, I).cpu();
+    const at::Tensor want = at::silu(g.to(at::kFloat)).to(dtype()) * u;
+    const at::Tensor got = cuda::SiluAndMul(gate_up);
+    ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{5, I}));
+    // expf differs from the host's exp by an ulp or two: at most one
+    // rounding step of the dtype apart, twice.
+    EXPECT_LT(RelError(got, want), Bound()) << I;
+  }
+}
+
 TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
   for (auto [hq, hkv, d, rot] : {std::tuple<int, int, int, int>{8, 8, 64, 64}, {14, 2, 64, 64}, {16, 2, 128, 128},
                                  {8, 1, 128, 64}, {4, 4, 64, 32}}) {
