@@ -59,9 +59,8 @@ class CudaDecoderOps final : public DecoderOps {
     if (batch.row_seq.defined() && batch.row_context.defined())  // the runner's: sent once per step
       return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.row_seq, batch.row_context,
                                   batch.max_context, scale);
-    // Batches built elsewhere (a span model's window, offline checks): the
-    // rows from the host vectors, staged in pinned memory (a copy from
-    // pageable memory would wait for the stream).
+    // Batches built otherwise: the rows from the host vectors, staged in
+    // pinned memory (a copy from pageable memory would wait for the stream).
     const AttentionRows rows = MakeAttentionRows(batch.query_lens, batch.context_lens);
     const auto n = static_cast<std::int64_t>(rows.seq.size());
     at::Tensor host = at::empty({2 * n}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));

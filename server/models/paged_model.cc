@@ -20,6 +20,10 @@ PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t
   b.block_table_tensor = at::arange(num_blocks, opts.dtype(at::kInt)).unsqueeze(0);
   b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);
   b.context_len_tensor = at::tensor(std::vector<std::int64_t>{start + len}, at::kLong).to(device);
+  // Row i sees the cached prefix and itself (made on the device: no copy).
+  b.row_seq = at::zeros({len}, opts.dtype(at::kInt));
+  b.row_context = at::arange(start + 1, start + len + 1, opts.dtype(at::kInt));
+  b.max_context = start + len;
   return b;
 }
 

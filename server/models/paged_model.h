@@ -35,9 +35,9 @@ struct PagedBatch {
   at::Tensor context_len_tensor;  // [S] int64
   // For attention kernels that work per query row (CUDA's): each row's
   // sequence and the cached tokens it sees, int32 [T] each (AttentionRows;
-  // the runner sends them with the step's other metadata), and the longest
-  // context. Undefined in batches built elsewhere: the kernel's op then
-  // builds them itself.
+  // the runner sends them with the step's other metadata; ContiguousChunk
+  // makes them on the device), and the longest context. Undefined in
+  // batches built otherwise: the kernel's op then builds them itself.
   at::Tensor row_seq, row_context;
   std::int64_t max_context = 0;
 };
