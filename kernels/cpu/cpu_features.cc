@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace ropeserve::cpu {
 
@@ -31,6 +32,11 @@ int64_t RowsFromEnv(const char* name, int64_t fallback, int64_t max) {
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   return end != v && *end == '\0' && n >= 0 && n <= max ? static_cast<int64_t>(n) : fallback;
+}
+
+bool EnabledInEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 }  // namespace ropeserve::cpu

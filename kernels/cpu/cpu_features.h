@@ -14,5 +14,8 @@ bool CpuHasAvx512Vnni();
 
 // The environment variable `name` as an integer in [0, max], else `fallback`.
 int64_t RowsFromEnv(const char* name, int64_t fallback, int64_t max);
+// A fast path's off switch: false when the environment variable `name` is
+// "0", true otherwise (unset included). Callers read it once.
+bool EnabledInEnv(const char* name);
 
 }  // namespace ropeserve::cpu

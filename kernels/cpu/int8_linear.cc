@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -63,12 +61,19 @@ int64_t Int8KernelMaxRows() {
   return rows;
 }
 
-bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w) {
-  if (!CpuHasAvx512Vnni()) return false;
-  if (!x.device().is_cpu() || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16)) return false;
-  if (x.dim() != 2 || x.size(0) < 1 || x.size(0) > kInt8KernelMaxRows) return false;
+namespace {
+// What both kernels need of x [M, K] and the weight: a CPU matrix with at
+// least one row, contiguous int8 [N, K] and float32 scales [N].
+bool KernelInputs(const at::Tensor& x, const Int8Weight& w) {
+  if (!x.device().is_cpu() || x.dim() != 2 || x.size(0) < 1) return false;
   return w.q.scalar_type() == at::kChar && w.q.dim() == 2 && w.q.is_contiguous() && w.q.size(1) == x.size(1) &&
          w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() && w.scale.numel() == w.q.size(0);
+}
+}  // namespace
+
+bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w) {
+  if (!CpuHasAvx512Vnni() || !KernelInputs(x, w)) return false;
+  return (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(0) <= kInt8KernelMaxRows;
 }
 
 at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {
@@ -99,15 +104,9 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
 }
 
 bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("ROPESERVE_INT8_PANELS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  if (!enabled || !PackedLinearAvailable()) return false;
-  if (!x.device().is_cpu() || x.scalar_type() != at::kBFloat16 || x.dim() != 2 || x.size(0) < 1) return false;
-  return w.q.scalar_type() == at::kChar && w.q.dim() == 2 && w.q.is_contiguous() && w.q.size(1) == x.size(1) &&
-         w.q.size(0) >= 1 && w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() &&
-         w.scale.numel() == w.q.size(0);
+  static const bool enabled = EnabledInEnv("ROPESERVE_INT8_PANELS");
+  if (!enabled || !PackedLinearAvailable() || !KernelInputs(x, w)) return false;
+  return x.scalar_type() == at::kBFloat16 && w.q.size(0) >= 1;
 }
 
 at::Tensor Int8PanelLinear(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {

@@ -7,8 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -141,10 +139,7 @@ Pool& ThePool() {
 }  // namespace
 
 bool KernelPoolEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("ROPESERVE_KERNEL_POOL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnabledInEnv("ROPESERVE_KERNEL_POOL");
   return enabled;
 }
 

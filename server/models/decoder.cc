@@ -4,9 +4,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
@@ -33,10 +33,7 @@ at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
 // GEMM (all row counts), unless ROPESERVE_PACKED_WEIGHTS=0 keeps them in
 // their layout for the small-batch kernel and oneDNN (side-by-side runs).
 bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("ROPESERVE_PACKED_WEIGHTS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = cpu::EnabledInEnv("ROPESERVE_PACKED_WEIGHTS");
   return enabled && device.is_cpu() && dtype == DType::kBF16 && quantization == Quantization::kNone &&
          cpu::PackedLinearAvailable();
 }
