@@ -9,9 +9,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "kernels/cuda/torch_glue.h"
 #include "server/models/decoder_ops.h"
 
@@ -43,11 +40,7 @@ class CudaDecoderOps final : public DecoderOps {
     return table;
   }
   void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const override {
-    if (!rope.packed.defined()) {  // a table not made by PrepareRope
-      const RopeTable prepared = PrepareRope(rope.cos, rope.sin);
-      cuda::RotaryEmbedding(prepared.rows, q, k, prepared.packed);
-      return;
-    }
+    TORCH_CHECK(rope.packed.defined(), "ApplyRope: a RopeTable from this op set's PrepareRope");
     cuda::RotaryEmbedding(rope.rows, q, k, rope.packed);
   }
   void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
@@ -56,19 +49,11 @@ class CudaDecoderOps final : public DecoderOps {
   }
   at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const PagedBatch& batch, double scale) const override {
-    if (batch.row_seq.defined() && batch.row_context.defined())  // the runner's: sent once per step
-      return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.row_seq, batch.row_context,
-                                  batch.max_context, scale);
-    // Batches built otherwise: the rows from the host vectors, staged in
-    // pinned memory (a copy from pageable memory would wait for the stream).
-    const AttentionRows rows = MakeAttentionRows(batch.query_lens, batch.context_lens);
-    const auto n = static_cast<std::int64_t>(rows.seq.size());
-    at::Tensor host = at::empty({2 * n}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-    std::copy(rows.seq.begin(), rows.seq.end(), host.data_ptr<std::int64_t>());
-    std::copy(rows.context.begin(), rows.context.end(), host.data_ptr<std::int64_t>() + n);
-    const at::Tensor both = host.to(q.device(), /*non_blocking=*/true).to(at::kInt);
-    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, both.narrow(0, 0, n),
-                                both.narrow(0, n, n), rows.max_context, scale);
+    // Both batch builders (the runner, ContiguousChunk) provide the rows.
+    TORCH_CHECK(batch.row_seq.defined() && batch.row_context.defined(),
+                "PagedAttention: the batch has no per-row attention metadata (row_seq, row_context)");
+    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.row_seq, batch.row_context,
+                                batch.max_context, scale);
   }
 };
 

@@ -36,8 +36,8 @@ struct PagedBatch {
   // For attention kernels that work per query row (CUDA's): each row's
   // sequence and the cached tokens it sees, int32 [T] each (AttentionRows;
   // the runner sends them with the step's other metadata; ContiguousChunk
-  // makes them on the device), and the longest context. Undefined in
-  // batches built otherwise: the kernel's op then builds them itself.
+  // makes them on the device), and the longest context. The CPU kernels do
+  // not read them.
   at::Tensor row_seq, row_context;
   std::int64_t max_context = 0;
 };
