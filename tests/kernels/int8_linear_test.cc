@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/small_batch_linear.h"
+#include "tests/kernels/linear_bound.h"
 
 namespace ropeserve {
 namespace {
@@ -102,15 +103,8 @@ TEST_P(Int8Panel, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   const at::Tensor got = cpu::Int8PanelLinear(x, w, b);
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
   ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
-  const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt8(w, at::kDouble);
-  at::Tensor exact = at::matmul(x64, w64.t());
-  at::Tensor magnitude = at::matmul(x64.abs(), w64.abs().t());
-  if (c.bias) {
-    exact = exact + b.to(at::kDouble);
-    magnitude = magnitude + b.to(at::kDouble).abs();
-  }
-  const at::Tensor bound = static_cast<double>(c.K + 2) * std::ldexp(1.0, -24) * magnitude +
-                           std::ldexp(1.0, -8) * exact.abs() + 1e-30;
+  const auto [exact, bound] =
+      testing::ExactBf16Linear(x.to(at::kDouble), cpu::DequantizeInt8(w, at::kDouble), b, c.K + 2);
   const at::Tensor err = (got.to(at::kDouble) - exact).abs();
   EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
   EXPECT_LT(bound.max().item<double>(), 0.01 * exact.abs().max().item<double>() + 1e-6);

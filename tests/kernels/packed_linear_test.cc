@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "kernels/cpu/small_batch_linear.h"
+#include "tests/kernels/linear_bound.h"
 
 namespace ropeserve {
 namespace {
@@ -33,19 +34,9 @@ TEST_P(PackedLinear, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   const at::Tensor got = cpu::PackedLinear(x, packed, b);
   ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
-  const at::Tensor x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
-  at::Tensor exact = at::matmul(x64, w64.t());
-  at::Tensor magnitude = at::matmul(x64.abs(), w64.abs().t());
-  if (c.bias) {
-    exact = exact + b.to(at::kDouble);
-    magnitude = magnitude + b.to(at::kDouble).abs();
-  }
   // bf16 x bf16 products are exact in float32; K + 1 float32 additions
-  // (the bias last) each round by at most 2^-24 of a partial sum bounded by
-  // `magnitude`; the output rounds once to bf16 (half a unit, 2^-9 of |y|;
-  // 2^-8 allowed for the sums' own error carried through).
-  const at::Tensor bound = static_cast<double>(c.K + 1) * std::ldexp(1.0, -24) * magnitude +
-                           std::ldexp(1.0, -8) * exact.abs() + 1e-30;
+  // (the bias last), then one rounding to bf16.
+  const auto [exact, bound] = testing::ExactBf16Linear(x.to(at::kDouble), w.to(at::kDouble), b, c.K + 1);
   const at::Tensor err = (got.to(at::kDouble) - exact).abs();
   EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
   EXPECT_LT(bound.max().item<double>(), 0.01 * exact.abs().max().item<double>() + 1e-6);
