@@ -1,6 +1,5 @@
 #include "kernels/cpu/thread_pool.h"
 
-#include <ATen/Parallel.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -138,22 +137,12 @@ Pool& ThePool() {
 
 }  // namespace
 
-bool KernelPoolEnabled() {
-  static const bool enabled = EnabledInEnv("ROPESERVE_KERNEL_POOL");
-  return enabled;
-}
-
 namespace detail {
 
-void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx) {
+void PoolParallelFor(int64_t begin, int64_t end, int64_t grain, int64_t threads, RangeFn fn, const void* ctx) {
   if (begin >= end) return;
-  if (!KernelPoolEnabled()) {
-    at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { fn(ctx, b, e); });
-    return;
-  }
   const int64_t n = end - begin;
-  const int64_t threads = at::get_num_threads();
-  if (n <= 1 || n <= grain || threads <= 1 || t_in_pool || at::in_parallel_region()) {
+  if (n <= 1 || n <= grain || threads <= 1 || t_in_pool) {
     fn(ctx, begin, end);
     return;
   }

@@ -24,7 +24,14 @@ namespace ropeserve::cpu {
 
 namespace detail {
 using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+// ParallelFor's LibTorch side (parallel_for.cc): the thread count, OpenMP
+// nesting and the OpenMP fallback; then PoolParallelFor.
 void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx);
+// The pool itself, torch-free (thread_pool.cc): the chunking described at
+// ParallelFor for `threads` threads; inline when nested in another
+// PoolParallelFor. Its ThreadSanitizer test (tests/kernels/thread_pool_tsan.cc)
+// calls it directly, so that only instrumented code runs there.
+void PoolParallelFor(int64_t begin, int64_t end, int64_t grain, int64_t threads, RangeFn fn, const void* ctx);
 }  // namespace detail
 
 // Calls f(b, e) on disjoint chunks that cover [begin, end), as

@@ -1,12 +1,13 @@
 // The kernels' thread pool under ThreadSanitizer (ctest thread_pool_tsan):
-// the pool's own file and this driver are instrumented; LibTorch is not (it
-// only answers the thread count). Concurrent callers with different thread
-// counts, a pool that grows while jobs run, exceptions, workers that went
-// to sleep. Exits 1 on a wrong count; TSan exits 66 on a race.
-#include <ATen/Parallel.h>
-
+// the pool's own file and this driver are instrumented, and nothing else
+// runs: the driver calls the torch-free PoolParallelFor with its own thread
+// counts instead of going through LibTorch (whose uninstrumented internals
+// TSan would report on). Concurrent callers with different thread counts,
+// a pool that grows while jobs run, exceptions, workers that went to sleep.
+// Exits 1 on a wrong count; TSan exits 66 on a race.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <thread>
@@ -14,23 +15,35 @@
 
 #include "kernels/cpu/thread_pool.h"
 
+namespace {
+
+template <typename F>
+void PoolFor(int64_t begin, int64_t end, int64_t threads, const F& f) {
+  ropeserve::cpu::detail::PoolParallelFor(
+      begin, end, 1, threads, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      &f);
+}
+
+}  // namespace
+
 int main() {
-  using ropeserve::cpu::ParallelFor;
   std::atomic<long> wrong{0};
   std::vector<std::thread> callers;
   for (int t = 0; t < 3; ++t)
     callers.emplace_back([&, t] {
       for (int round = 0; round < 4; ++round) {
-        at::set_num_threads(2 + (t + round) % 4);  // 2..5: the pool grows while others run jobs
+        const int64_t threads = 2 + (t + round) % 4;  // 2..5: the pool grows while others run jobs
         for (int job = 0; job < 300; ++job) {
           std::vector<std::atomic<int>> hits(37);
-          ParallelFor(0, 37, 1, [&](int64_t b, int64_t e) {
+          PoolFor(0, 37, threads, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+            // A nested call runs inline on the thread that makes it.
+            PoolFor(0, 3, threads, [](int64_t, int64_t) {});
           });
           for (const auto& h : hits) wrong += h.load() != 1;
           if (job % 50 == 0) {
             try {
-              ParallelFor(0, 10, 1, [](int64_t b, int64_t) {
+              PoolFor(0, 10, threads, [](int64_t b, int64_t) {
                 if (b > 0) throw std::runtime_error("a worker's chunk");
               });
               ++wrong;  // the exception must reach the caller
