@@ -2,6 +2,9 @@
 
 #include <random>
 #include <regex>
+#include <string_view>
+
+#include "server/service/json_spans.h"
 
 namespace ropeserve::service {
 
@@ -31,23 +34,27 @@ std::string NewCallId() {
   return id;
 }
 
-// A parsed JSON value as a call's arguments text: objects compact, a JSON
-// string holding JSON re-encoded compact, anything else dumped.
-std::string ArgumentsText(const ojson& v) {
-  if (v.is_string()) {
-    ojson inner = ojson::parse(v.get<std::string>(), nullptr, false);
-    if (!inner.is_discarded()) return inner.dump();
-    return v.get<std::string>();
+// {"name": ..., "arguments"|"parameters": ...} as a call, from the call
+// object's text, checked and taken apart without converting it
+// (json_spans.h): the arguments are the model's bytes, never parsed and
+// dumped again; arguments the model wrote as a JSON string give that
+// string's content. A repeated key: its last value, as JSON parsers keep.
+std::optional<ToolCall> CallFromText(std::string_view text) {
+  const auto members = JsonObjectMembers(text);
+  if (!members) return std::nullopt;
+  std::optional<std::string> name;
+  std::optional<std::string_view> arguments, parameters;
+  for (const auto& [key, value] : *members) {
+    if (key == "name") name = JsonStringValue(value);
+    if (key == "arguments") arguments = value;
+    if (key == "parameters") parameters = value;
   }
-  return v.dump();
-}
-
-// {"name": ..., "arguments"|"parameters": ...} as a call.
-std::optional<ToolCall> CallFromJson(const ojson& v) {
-  if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) return std::nullopt;
-  ToolCall c{NewCallId(), v["name"].get<std::string>(), "{}"};
-  if (v.contains("arguments")) c.arguments = ArgumentsText(v["arguments"]);
-  else if (v.contains("parameters")) c.arguments = ArgumentsText(v["parameters"]);
+  if (!name) return std::nullopt;
+  ToolCall c{NewCallId(), std::move(*name), "{}"};
+  if (const auto raw = arguments ? arguments : parameters) {
+    if (auto in_string = JsonStringValue(*raw)) c.arguments = std::move(*in_string);
+    else c.arguments = std::string(*raw);
+  }
   return c;
 }
 
@@ -69,8 +76,7 @@ ToolOutput ParseHermes(const std::string& text) {
     std::size_t close = text.find(kHermesClose, body);
     const std::size_t end = close == std::string::npos ? text.size() : close + std::string(kHermesClose).size();
     if (close == std::string::npos) close = text.size();
-    ojson v = ojson::parse(Trim(text.substr(body, close - body)), nullptr, false);
-    auto call = v.is_discarded() ? std::nullopt : CallFromJson(v);
+    auto call = CallFromText(Trim(text.substr(body, close - body)));
     if (call) out.calls.push_back(std::move(*call));
     else content += text.substr(open, end - open);  // not a call: kept as text
     pos = end;
@@ -87,8 +93,7 @@ ToolOutput ParseLlama3(const std::string& text) {
   ToolOutput out;
   // One call, or several separated by ';'.
   std::vector<std::string> parts;
-  ojson whole = ojson::parse(s, nullptr, false);
-  if (!whole.is_discarded()) {
+  if (IsJsonText(s)) {
     parts.push_back(s);
   } else {
     std::size_t start = 0, semi;
@@ -99,8 +104,7 @@ ToolOutput ParseLlama3(const std::string& text) {
     parts.push_back(s.substr(start));
   }
   for (const auto& p : parts) {
-    ojson v = ojson::parse(Trim(p), nullptr, false);
-    auto call = v.is_discarded() ? std::nullopt : CallFromJson(v);
+    auto call = CallFromText(Trim(p));
     if (!call) {
       out.calls.clear();
       out.content = NonEmpty(text);
@@ -238,18 +242,14 @@ ToolOutput ParseToolOutput(const ToolRequest& r, ToolFormat format, const std::s
     case ToolChoice::kNone:
       out.content = text;
       return out;
-    case ToolChoice::kNamed: {
-      ToolCall c{NewCallId(), r.named, text};
-      ojson v = ojson::parse(text, nullptr, false);
-      if (!v.is_discarded()) c.arguments = v.dump();
-      out.calls.push_back(std::move(c));
+    case ToolChoice::kNamed:
+      // The output is the arguments (constrained to their schema), as generated.
+      out.calls.push_back(ToolCall{NewCallId(), r.named, text});
       return out;
-    }
     case ToolChoice::kRequired: {
-      ojson v = ojson::parse(text, nullptr, false);
-      if (v.is_array()) {
-        for (const ojson& item : v)
-          if (auto call = CallFromJson(item)) out.calls.push_back(std::move(*call));
+      if (const auto items = JsonArrayElements(text)) {
+        for (const std::string_view item : *items)
+          if (auto call = CallFromText(item)) out.calls.push_back(std::move(*call));
       }
       if (out.calls.empty()) out.content = text;  // truncated: the text as it is
       return out;

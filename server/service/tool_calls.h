@@ -53,7 +53,7 @@ ToolFormat ToolFormatForTemplate(const std::string& chat_template);
 struct ToolCall {
   std::string id;         // "call_" + 24 hex digits
   std::string name;
-  std::string arguments;  // a JSON text (compact)
+  std::string arguments;  // a JSON text, exactly as the model generated it
 };
 
 struct ToolOutput {

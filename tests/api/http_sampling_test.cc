@@ -121,31 +121,6 @@ TEST_F(HttpApi, StopStringSpanningTwoTokens) {
 namespace ropeserve {
 namespace {
 
-// Reads an SSE answer with cpp-httplib; returns the data payloads.
-std::vector<std::string> StreamEvents(int port, const std::string& path, const std::string& body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = body;
-  req.set_header("Content-Type", "application/json");
-  std::string raw;
-  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-    raw.append(d, n);
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error err;
-  std::vector<std::string> events;
-  if (!c.send(req, res, err) || res.status != 200) return events;
-  for (size_t pos = 0, end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
-    const std::string e = raw.substr(pos, end - pos);
-    if (e.rfind("data: ", 0) == 0) events.push_back(e.substr(6));
-  }
-  return events;
-}
-
 // Streamed text equals the unary text, with and without stop strings (the
 // stream holds back text that might begin a stop string).
 TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {

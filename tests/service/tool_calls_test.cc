@@ -3,6 +3,9 @@
 // and the streaming holdback.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "server/service/tool_calls.h"
 #include "server/structured/automaton.h"
 #include "server/structured/constraint.h"
@@ -95,7 +98,7 @@ TEST(ToolCalls, NamedConstrainsToTheArguments) {
   EXPECT_FALSE(d.Matches(R"({})"));
   auto out = ParseToolOutput(r, ToolFormat::kHermes, R"({"city": "Oslo"})");
   ASSERT_EQ(out.calls.size(), 1u);
-  EXPECT_EQ(out.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(out.calls[0].arguments, R"({"city": "Oslo"})");  // as generated
   EXPECT_EQ(ToolFinishReason(r, out, "stop"), "stop");  // OpenAI: a forced call ends with "stop"
 }
 
@@ -119,10 +122,57 @@ TEST(ToolCalls, ParsesHermesAndLlama3Formats) {
             1u);
   auto l = ParseToolOutput(r, ToolFormat::kLlama3Json, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})");
   ASSERT_EQ(l.calls.size(), 1u);
-  EXPECT_EQ(l.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(l.calls[0].arguments, R"({"city": "Oslo"})");
   auto text = ParseToolOutput(r, ToolFormat::kLlama3Json, "It is sunny.");
   EXPECT_TRUE(text.calls.empty());
   EXPECT_EQ(text.content, std::optional<std::string>("It is sunny."));
+}
+
+// What the model generated reaches the client byte for byte: integers past
+// 2^64 (a float after a parse and dump), long decimals, escapes, non-ASCII
+// and spacing, in every choice and format.
+TEST(ToolCalls, ArgumentsAreTheGeneratedBytes) {
+  const std::vector<std::string> arguments = {
+      R"({"a":577788755521755200000000000})",
+      R"({"a": 18446744073709551617, "b": -0.1000000000000000055511151231257827, "c": 1E+300})",
+      R"({"city":"Z\u00fcrich \"old\" \\ town\n","tags":["\ud83d\ude00","\/"]})",
+      "{\"city\": \"Z\xc3\xbcrich\", \"nested\": {\"deep\": [1.50, 2e0, {}]}}",
+      R"({ })",
+      // Valid JSON past a double's range, which a JSON library refuses.
+      "{\"a\": " + std::string(400, '9') + "}",
+  };
+  for (const auto& args : arguments) {
+    SCOPED_TRACE(args);
+    const auto required = ParseToolOutput(
+        Read(kTools, "required"), ToolFormat::kHermes,
+        "[{\"name\":\"noop\",\"arguments\":" + args + "}, {\"name\": \"noop\", \"arguments\": " + args + "}]");
+    ASSERT_EQ(required.calls.size(), 2u);
+    EXPECT_EQ(required.calls[0].arguments, args);
+    EXPECT_EQ(required.calls[1].arguments, args);
+    const auto named = ParseToolOutput(Read(kTools, ojson::parse(R"({"type":"function","function":{"name":"noop"}})")),
+                                       ToolFormat::kHermes, args);
+    ASSERT_EQ(named.calls.size(), 1u);
+    EXPECT_EQ(named.calls[0].arguments, args);
+    const auto hermes = ParseToolOutput(Read(kTools, "auto"), ToolFormat::kHermes,
+                                        "<tool_call>\n{\"name\": \"noop\", \"arguments\": " + args + "}\n</tool_call>");
+    ASSERT_EQ(hermes.calls.size(), 1u);
+    EXPECT_EQ(hermes.calls[0].arguments, args);
+    const auto llama = ParseToolOutput(Read(kTools, "auto"), ToolFormat::kLlama3Json,
+                                       "{\"name\": \"noop\", \"parameters\": " + args + "}");
+    ASSERT_EQ(llama.calls.size(), 1u);
+    EXPECT_EQ(llama.calls[0].arguments, args);
+  }
+  // Arguments the model wrote as a JSON string: the string's content.
+  const auto in_string =
+      ParseToolOutput(Read(kTools, "auto"), ToolFormat::kHermes,
+                      R"(<tool_call>{"name":"noop","arguments":"{\"a\": 123456789012345678901234567}"}</tool_call>)");
+  ASSERT_EQ(in_string.calls.size(), 1u);
+  EXPECT_EQ(in_string.calls[0].arguments, R"({"a": 123456789012345678901234567})");
+  // A key given twice: the last one, as the parsed value keeps it.
+  const auto twice = ParseToolOutput(Read(kTools, "required"), ToolFormat::kHermes,
+                                     R"([{"name":"noop","arguments":{"a":1},"arguments":{"b":2.50}}])");
+  ASSERT_EQ(twice.calls.size(), 1u);
+  EXPECT_EQ(twice.calls[0].arguments, R"({"b":2.50})");
 }
 
 TEST(ToolCalls, FormatFollowsTheTemplate) {
