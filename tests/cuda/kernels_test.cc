@@ -1,6 +1,6 @@
 // kernels/cuda against kernels/reference on random inputs (GPU machines
 // only; built when the LibTorch has CUDA). Inputs are fresh every run (the
-// seed is printed), outputs are poisoned with NaN before each kernel, and
+// seed is printed; ROPESERVE_TEST_SEED replays one), outputs are poisoned with NaN before each kernel, and
 // 16-bit results must stay within relative error bounds of a float32
 // reference computed from the same rounded inputs.
 #include <ATen/ATen.h>
@@ -12,18 +12,16 @@
 
 #include "kernels/cuda/torch_glue.h"
 #include "kernels/reference/reference_ops.h"
+#include "tests/common/test_seed.h"
 
 namespace ropeserve {
 namespace {
-
-const std::uint64_t kSeed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 
 class CudaKernels : public ::testing::TestWithParam<at::ScalarType> {
  protected:
   void SetUp() override {
     if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-    at::manual_seed(kSeed);
-    std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+    at::manual_seed(testing::TestSeed());
   }
   at::ScalarType dtype() const { return GetParam(); }
   at::TensorOptions gpu() const { return at::TensorOptions().device(at::kCUDA).dtype(dtype()); }
