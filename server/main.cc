@@ -1,8 +1,11 @@
 // ropeserve: an inference server for RoPE transformer models.
 // main() only parses flags and dispatches to a subcommand (server/cli/).
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/kernel_config.h"
 #include "server/cli/commands.h"
 #include "server/runner/threads.h"
 
@@ -18,6 +21,31 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU compute threads for LibTorch (0 = all cores)")
       ->envname("ROPESERVE_THREADS")
       ->check(CLI::Range(0, 4096));
+  // The CPU kernels' configuration (kernels/cpu/kernel_config.h): flags,
+  // whose defaults are the ROPESERVE_KERNEL_* environment variables.
+  std::string env_error;
+  auto env_kernels = ropeserve::cpu::KernelConfigFromEnvironment(env_error);
+  if (!env_kernels) {
+    std::fprintf(stderr, "error: %s\n", env_error.c_str());
+    return 2;
+  }
+  ropeserve::cpu::KernelConfig kernels = *env_kernels;
+  std::string avx512 = kernels.avx512 ? "on" : "off";
+  app.add_option("--kernel-avx512", avx512,
+                 "CPU kernels: use AVX-512 where the CPU has it (off: the generic paths, as CPUs without AVX-512 "
+                 "run them; env ROPESERVE_KERNEL_AVX512)")
+      ->check(CLI::IsMember({"on", "off", "1", "0", "true", "false"}))
+      ->capture_default_str();
+  app.add_option("--kernel-pool-spin-us", kernels.pool_spin_us,
+                 "CPU kernels: microseconds an idle thread-pool worker spins before it sleeps (env "
+                 "ROPESERVE_KERNEL_POOL_SPIN_US)")
+      ->check(CLI::Range(int64_t{0}, ropeserve::cpu::kMaxPoolSpinUs))
+      ->capture_default_str();
+  app.add_option("--kernel-int8-vnni-max-rows", kernels.int8_vnni_max_rows,
+                 "CPU kernels: int8 linears of up to this many rows run the VNNI kernel, larger ones the packed "
+                 "GEMM over widened panels (env ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
+      ->check(CLI::Range(int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
+      ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, ropeserve::cli::Runner>> commands;
   auto add = [&](ropeserve::cli::Runner (*adder)(CLI::App&)) {
@@ -43,6 +71,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  kernels.avx512 = avx512 == "on" || avx512 == "1" || avx512 == "true";
+  ropeserve::cpu::SetKernelConfig(kernels);
   ropeserve::SetComputeThreads(threads);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();

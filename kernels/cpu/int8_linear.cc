@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_config.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -56,10 +57,7 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
   return DequantizeInt8(Int8Weight{w.q.index_select(0, ids), w.scale.index_select(0, ids)}, dtype);
 }
 
-int64_t Int8KernelMaxRows() {
-  static const int64_t rows = RowsFromEnv("ROPESERVE_INT8_KERNEL_MAX_ROWS", 16, kInt8KernelMaxRows);
-  return rows;
-}
+int64_t Int8KernelMaxRows() { return GetKernelConfig().int8_vnni_max_rows; }
 
 namespace {
 // What both kernels need of x [M, K] and the weight: a CPU matrix with at
@@ -104,8 +102,7 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
 }
 
 bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w) {
-  static const bool enabled = EnabledInEnv("ROPESERVE_INT8_PANELS");
-  if (!enabled || !PackedLinearAvailable() || !KernelInputs(x, w)) return false;
+  if (!PackedLinearAvailable() || !KernelInputs(x, w)) return false;
   return x.scalar_type() == at::kBFloat16 && w.q.size(0) >= 1;
 }
 

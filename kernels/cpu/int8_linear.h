@@ -50,8 +50,8 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
 // The most rows of x the VNNI kernel takes in one call.
 constexpr int64_t kInt8KernelMaxRows = 1 << 16;
 // The most rows for which Int8Linear uses the kernel rather than the panel
-// kernel (or dequantize + at::linear): 16 by default,
-// ROPESERVE_INT8_KERNEL_MAX_ROWS=N (0-65536) for comparisons. (Measured,
+// kernel (or dequantize + at::linear): the kernel configuration's
+// int8_vnni_max_rows (kernels/cpu/kernel_config.h), 16 by default. (Measured,
 // 48 matrices 4864x896, 2 threads: the VNNI kernel 212 GFLOP/s at 16 rows
 // against the panels' 183; at 32 rows 185 against 249; docs/benchmarks.md.)
 int64_t Int8KernelMaxRows();
@@ -59,9 +59,9 @@ int64_t Int8KernelMaxRows();
 // bfloat16, M <= kInt8KernelMaxRows).
 bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w);
 
-// Whether the panel kernel can run on x [M, K]: bfloat16, a CPU with
-// avx512_bf16, and not switched off by ROPESERVE_INT8_PANELS=0 (the
-// dequantize + at::linear path then, for comparisons).
+// Whether the panel kernel can run on x [M, K]: bfloat16 and a CPU with
+// avx512_bf16 (otherwise Int8Linear dequantizes for at::linear, the
+// generic path).
 bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w);
 // The panel kernel alone (tests and benchmarks); bfloat16 [M, N], float32
 // sums, one rounding. Requires Int8PanelSupports.

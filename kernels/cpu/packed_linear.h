@@ -3,8 +3,8 @@
 //
 // Why: past 8 rows LibTorch 1.13 sends bf16 linears to oneDNN's GEMM
 // (180-250 GFLOP/s at 32 rows here; 64% of a 16-sequence decode profile),
-// and the small-batch kernel, which streams weight rows in their original
-// layout, runs out of registers past 8 rows. No Debian package has a bf16
+// and a kernel streaming weight rows in their original layout runs out of
+// registers past 8 rows. No Debian package has a bf16
 // GEMM for these cores other than oneDNN, so this one is ours.
 //
 // How: the weights are cut into panels of kPackedPanel output features;

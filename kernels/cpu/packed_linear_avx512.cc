@@ -11,8 +11,8 @@ namespace {
 
 constexpr int64_t kPanel = 64, kVecs = 4, kPairFloats = kPanel * 2;
 // With one or two rows the kernel is bound by reading the weights: a
-// software prefetch 8 KB ahead in the panel brought it level with the
-// small-batch kernel's sequential row reads (measured 4, 8 and 16 KB).
+// software prefetch 8 KB ahead in the panel keeps the memory system busy
+// (4, 8 and 16 KB were measured; docs/benchmarks.md).
 constexpr int64_t kPrefetchAhead = 4096;
 
 inline __m512bh BroadcastPair(const uint16_t* p) {

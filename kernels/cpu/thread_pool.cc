@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_config.h"
 
 namespace ropeserve::cpu {
 namespace {
@@ -26,10 +26,7 @@ inline void Pause() {
 #endif
 }
 
-int64_t SpinMicros() {
-  static const int64_t us = RowsFromEnv("ROPESERVE_POOL_SPIN_US", 200, 1000000);
-  return us;
-}
+int64_t SpinMicros() { return GetKernelConfig().pool_spin_us; }
 
 // Spins (yielding the core every few microseconds, so that a runnable
 // OpenMP thread gets it) until done() or the spin time is over; true if done.

@@ -5,17 +5,14 @@
 // threads per thread that starts parallel regions. The server loads weights
 // on the main thread and computes on the engine's thread, so it holds more
 // OpenMP threads than cores, and then libgomp "throttles": an idle team
-// member spins only ~100 iterations and sleeps in the kernel. A decode step
-// runs ~8 kernels per layer, each a parallel region, so at one sequence
-// every kernel paid a futex wake-up and the worker's way back onto a core
-// (measured: ~380 context switches per token, ~10 ms of a 40 ms token).
-// These workers spin for a bounded time (ROPESERVE_POOL_SPIN_US, default
+// member spins only ~100 iterations and sleeps in the kernel, so every
+// kernel of a decode step (~8 per layer, each a parallel region) would pay
+// a futex wake-up and the worker's way back onto a core. These workers spin
+// for a bounded time (the kernel configuration's pool_spin_us, default
 // 200 us, yielding the core while they spin) before they sleep, which
-// covers the gaps between the kernels of one step; between steps they sleep.
-//
-// ROPESERVE_KERNEL_POOL=0 sends every ParallelFor to at::parallel_for (the
-// previous behaviour) for side-by-side runs. Torch-free on purpose: the
-// engine's headers include it.
+// covers the gaps between the kernels of one step; between steps they
+// sleep. (The pool against OpenMP, measured: docs/benchmarks.md.)
+// Torch-free on purpose: the engine's headers include it.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +21,8 @@ namespace ropeserve::cpu {
 
 namespace detail {
 using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
-// ParallelFor's LibTorch side (parallel_for.cc): the thread count, OpenMP
-// nesting and the OpenMP fallback; then PoolParallelFor.
+// ParallelFor's LibTorch side (parallel_for.cc): the thread count and
+// OpenMP nesting; then PoolParallelFor.
 void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx);
 // The pool itself, torch-free (thread_pool.cc): the chunking described at
 // ParallelFor for `threads` threads; inline when nested in another
@@ -47,8 +44,5 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain, const F& f) {
   detail::ParallelForImpl(
       begin, end, grain, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
 }
-
-// False when ROPESERVE_KERNEL_POOL=0 (read once).
-bool KernelPoolEnabled();
 
 }  // namespace ropeserve::cpu

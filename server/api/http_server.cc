@@ -10,6 +10,7 @@
 
 #include <sys/socket.h>
 
+#include "kernels/cpu/kernel_config.h"
 #include "server/api/error_mapping.h"
 #include "server/api/http_connection.h"
 #include "server/common/exception_message.h"
@@ -419,6 +420,9 @@ void HttpServer::Impl::InstallApi() {
                     {"max_connections", options.limits.max_connections},
                     {"request_timeout_seconds", ctx.request_timeout_seconds}}},
         {"qa", nullptr}};
+    json kernels = json::object();
+    for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
+    info["kernels"] = std::move(kernels);
     if (service::QaService* qa = ctx.qa.load()) {
       info["qa"] = {{"model", qa->name()},
                     {"architecture", qa->config().architecture},

@@ -30,6 +30,7 @@
 #include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
 #include "server/runner/threads.h"
+#include "kernels/cpu/kernel_config.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
@@ -136,15 +137,18 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
   RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization, at::Device(f.device)));
   const ModelConfig& c = out.model->config();
-  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads",
+  std::string kernels;
+  for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig()))
+    kernels += (kernels.empty() ? "" : " ") + name + "=" + value;
+  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads, kernels: {}",
                f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
                static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
                quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) +
                                                               " weights",
-               ComputeThreads());
+               ComputeThreads(), kernels);
   if (demo) {
     spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
-    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --summarizer /path/to/Qwen2.5-0.5B-Instruct ***");
+    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
   }
   // The tokenizer is optional (token-id prompts work without it), but a
   // tokenizer.json that is present must load: a broken one is an error.

@@ -10,7 +10,6 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
-#include "kernels/cpu/small_batch_linear.h"
 #include "server/models/span_head.h"
 #include "server/models/weight_loader.h"
 
@@ -18,23 +17,20 @@ namespace ropeserve {
 
 namespace {
 
-// Int8 weights go to the int8 kernel (or are dequantized for at::linear
-// past its rows); packed bf16 weights to the packed GEMM; otherwise a few
-// bf16 rows to the AVX-512-BF16 small-batch kernel when the CPU has it
-// (decode with ROPESERVE_PACKED_WEIGHTS=0); everything else to at::linear.
+// Int8 weights go to the int8 kernels (Int8Linear chooses); packed bf16
+// weights to the packed GEMM; everything else (float32, bf16 on CPUs
+// without avx512_bf16, CUDA) to at::linear.
 at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
   if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
   if (w.packed.defined()) return cpu::PackedLinear(x, w.packed, w.bias);
-  if (cpu::SmallBatchLinearApplies(x, w.weight, w.bias)) return cpu::SmallBatchLinear(x, w.weight, w.bias);
   return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
 }
 
 // bfloat16 projections on a CPU with avx512_bf16 are packed for the packed
-// GEMM (all row counts), unless ROPESERVE_PACKED_WEIGHTS=0 keeps them in
-// their layout for the small-batch kernel and oneDNN (side-by-side runs).
+// GEMM, for every row count (it beats oneDNN and the former small-batch
+// kernel at 1-512 rows; docs/benchmarks.md).
 bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) {
-  static const bool enabled = cpu::EnabledInEnv("ROPESERVE_PACKED_WEIGHTS");
-  return enabled && device.is_cpu() && dtype == DType::kBF16 && quantization == Quantization::kNone &&
+  return device.is_cpu() && dtype == DType::kBF16 && quantization == Quantization::kNone &&
          cpu::PackedLinearAvailable();
 }
 

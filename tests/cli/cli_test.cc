@@ -23,9 +23,11 @@ struct RunResult {
   std::string err;  // stderr
 };
 
-RunResult RunBinary(const std::string& args, const std::string& scratch) {
+// `env` (optional): "NAME=value ..." set for the command.
+RunResult RunBinary(const std::string& args, const std::string& scratch, const std::string& env = "") {
   const std::string err_path = scratch + "/stderr.txt";
-  const std::string cmd = std::string(ROPESERVE_BINARY) + " " + args + " 2>" + err_path;
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ROPESERVE_BINARY) + " " + args +
+                          " 2>" + err_path;
   FILE* p = ::popen(cmd.c_str(), "r");
   RunResult r{-1, "", ""};
   if (p == nullptr) return r;
@@ -58,6 +60,28 @@ TEST(Cli, HelpListsCommands) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("generate"), std::string::npos);
   EXPECT_NE(r.out.find("make-model"), std::string::npos);
+}
+
+// The CPU kernels' configuration: flags listed in --help with their
+// environment variables; bad values, from either, are errors naming them.
+TEST(Cli, KernelConfigurationFlagsAndEnvironment) {
+  ScratchDir d;
+  auto help = RunBinary("--help", d.path());
+  for (const char* flag : {"--kernel-avx512", "--kernel-pool-spin-us", "--kernel-int8-vnni-max-rows",
+                           "ROPESERVE_KERNEL_AVX512", "ROPESERVE_KERNEL_POOL_SPIN_US"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag << "\n" << help.out;
+  EXPECT_EQ(RunBinary("--kernel-avx512 off --kernel-pool-spin-us 0 tokenize --help", d.path()).exit_code, 0);
+  auto bad_flag = RunBinary("--kernel-avx512 maybe tokenize --help", d.path());
+  EXPECT_NE(bad_flag.exit_code, 0);
+  EXPECT_NE(bad_flag.err.find("--kernel-avx512"), std::string::npos) << bad_flag.err;
+  EXPECT_NE(RunBinary("--kernel-pool-spin-us 1000001 tokenize --help", d.path()).exit_code, 0);
+  for (const char* env : {"ROPESERVE_KERNEL_AVX512=maybe", "ROPESERVE_KERNEL_POOL_SPIN_US=-1",
+                          "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=12x"}) {
+    auto r = RunBinary("tokenize --help", d.path(), env);
+    EXPECT_EQ(r.exit_code, 2) << env;
+    const std::string name = std::string(env).substr(0, std::string(env).find('='));
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  }
 }
 
 TEST(Cli, GenerateJsonMatchesLlamaCppGreedyTokens) {

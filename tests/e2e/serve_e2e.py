@@ -108,6 +108,9 @@ def test_openai_streaming_details(env):
     info = json.loads(text)
     check(info["kv_cache"]["block_size"] == 16 and info["device"] == "cpu" and info["limits"]["max_num_seqs"] > 0
           and info["quantization"] == "none", info)
+    # The CPU kernels' configuration (the defaults: ctest sets none of it).
+    check(info["kernels"]["avx512"] in ("on", "off") and info["kernels"]["pool_spin_us"] == "200"
+          and info["kernels"]["int8_vnni_max_rows"] == "16", info)
 
 
 def test_structured_output_over_rest_and_grpc(env):

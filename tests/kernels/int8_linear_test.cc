@@ -11,7 +11,6 @@
 #include <cstdio>
 
 #include "kernels/cpu/packed_linear.h"
-#include "kernels/cpu/small_batch_linear.h"
 #include "tests/kernels/linear_bound.h"
 
 namespace ropeserve {
@@ -170,7 +169,7 @@ TEST(Int8Linear, ManyRowsDequantizeForAtLinear) {
 }
 
 // Not a test: prints the int8 kernel's weight-read bandwidth beside the
-// bf16 GEMM's (packed; else the small-batch kernel), and the kernel and the
+// bf16 GEMM's (packed; else at::linear), and the kernel and the
 // panel kernel against dequantize + at::linear
 // at a few row counts (run with --gtest_also_run_disabled_tests).
 TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
@@ -201,9 +200,7 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
                                ? time([&](int i) { cpu::Int8PanelLinear(x, q[i], at::Tensor()); })
                                : 1e9;
     const double t_bf16 = !packed.empty() ? time([&](int i) { cpu::PackedLinear(x, packed[i], at::Tensor()); })
-                          : cpu::SmallBatchLinearSupports(x, bf[0], at::Tensor())
-                              ? time([&](int i) { cpu::SmallBatchLinear(x, bf[i], at::Tensor()); })
-                              : time([&](int i) { at::linear(x, bf[i]); });
+                                          : time([&](int i) { at::linear(x, bf[i]); });
     const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
     std::printf(
         "M=%3lld int8 kernel %6.1f GB/s %6.1f GFLOP/s | int8 panels %6.1f GFLOP/s | dequant+at::linear %6.1f GFLOP/s "

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "kernels/cpu/small_batch_linear.h"
 #include "tests/kernels/linear_bound.h"
 
 namespace ropeserve {
@@ -82,8 +81,8 @@ TEST(PackedLinearLimits, BadShapesAreRefused) {
   EXPECT_THROW(cpu::PackedLinear(at::randn({2, 16}).to(at::kBFloat16), p, at::randn({7})), c10::Error);
 }
 
-// Not a test: prints GFLOP/s of the packed kernel, the small-batch kernel
-// and at::linear (oneDNN) side by side, per rows of x, on the Qwen2.5-0.5B
+// Not a test: prints GFLOP/s of the packed kernel and at::linear (oneDNN)
+// side by side, per rows of x, on the Qwen2.5-0.5B
 // gate/up and down shapes (run with --gtest_also_run_disabled_tests).
 TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
   if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
@@ -110,11 +109,8 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
       };
       const double packed = time([&](int i) { cpu::PackedLinear(x, ps[i], at::Tensor()); });
       const double onednn = time([&](int i) { at::linear(x, ws[i]); });
-      const double small = cpu::SmallBatchLinearSupports(x, w, at::Tensor())
-                               ? time([&](int i) { cpu::SmallBatchLinear(x, ws[i], at::Tensor()); })
-                               : 0.0;
-      std::printf("N=%ld K=%ld M=%ld  packed %.0f  small-batch %.0f  at::linear %.0f GFLOP/s\n", static_cast<long>(N),
-                  static_cast<long>(K), static_cast<long>(M), packed, small, onednn);
+      std::printf("N=%ld K=%ld M=%ld  packed %.0f  at::linear %.0f GFLOP/s\n", static_cast<long>(N),
+                  static_cast<long>(K), static_cast<long>(M), packed, onednn);
     }
   }
 }

@@ -1,0 +1,74 @@
+#include "kernels/cpu/kernel_config.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace ropeserve::cpu {
+namespace {
+
+// The configuration readers: the only getenv calls of kernels/.
+bool ReadSwitch(const char* name, bool& out, std::string& error) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return true;
+  for (const char* on : {"1", "on", "true"})
+    if (std::strcmp(v, on) == 0) return out = true, true;
+  for (const char* off : {"0", "off", "false"})
+    if (std::strcmp(v, off) == 0) return out = false, true;
+  error = std::string(name) + "=" + v + ": expected 1/on/true or 0/off/false";
+  return false;
+}
+
+bool ReadCount(const char* name, int64_t max, int64_t& out, std::string& error) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return true;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || n < 0 || n > max) {
+    error = std::string(name) + "=" + v + ": expected an integer from 0 to " + std::to_string(max);
+    return false;
+  }
+  out = static_cast<int64_t>(n);
+  return true;
+}
+
+struct Holder {
+  KernelConfig config;
+  Holder() {
+    std::string error;
+    auto c = KernelConfigFromEnvironment(error);
+    if (!c) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      std::abort();
+    }
+    config = *c;
+  }
+};
+
+Holder& TheConfig() {
+  static Holder holder;
+  return holder;
+}
+
+}  // namespace
+
+std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
+  KernelConfig c;
+  if (!ReadSwitch("ROPESERVE_KERNEL_AVX512", c.avx512, error) ||
+      !ReadCount("ROPESERVE_KERNEL_POOL_SPIN_US", kMaxPoolSpinUs, c.pool_spin_us, error) ||
+      !ReadCount("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", kMaxInt8VnniRows, c.int8_vnni_max_rows, error))
+    return std::nullopt;
+  return c;
+}
+
+const KernelConfig& GetKernelConfig() { return TheConfig().config; }
+
+void SetKernelConfig(const KernelConfig& config) { TheConfig().config = config; }
+
+std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
+  return {{"avx512", c.avx512 ? "on" : "off"},
+          {"pool_spin_us", std::to_string(c.pool_spin_us)},
+          {"int8_vnni_max_rows", std::to_string(c.int8_vnni_max_rows)}};
+}
+
+}  // namespace ropeserve::cpu

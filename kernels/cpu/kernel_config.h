@@ -1,0 +1,52 @@
+// The CPU kernels' run-time configuration, in one struct read once.
+//
+// Set at start-up by main() from its flags (--kernel-*, server/main.cc),
+// whose defaults are the environment's ROPESERVE_KERNEL_* values; processes
+// that never call SetKernelConfig (the test binaries) read the environment
+// on the first kernel call. One convention for switches: 1 / on / true,
+// 0 / off / false.
+//
+//   ROPESERVE_KERNEL_AVX512=0        the generic paths, as CPUs without
+//                                    AVX-512 run them (for comparisons; the
+//                                    test suite runs the model tests so too)
+//   ROPESERVE_KERNEL_POOL_SPIN_US=N  how long idle pool workers spin before
+//                                    they sleep (0-1000000, default 200)
+//   ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=N  up to how many rows int8 linears
+//                                    run the VNNI kernel rather than the
+//                                    packed GEMM over widened panels
+//                                    (0-65536, default 16)
+//
+// Torch-free. Thread-safety: SetKernelConfig before any kernel runs (the
+// kernels read the configuration without a lock).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ropeserve::cpu {
+
+struct KernelConfig {
+  bool avx512 = true;
+  int64_t pool_spin_us = 200;
+  int64_t int8_vnni_max_rows = 16;
+};
+
+inline constexpr int64_t kMaxPoolSpinUs = 1000000;
+inline constexpr int64_t kMaxInt8VnniRows = 1 << 16;
+
+// The defaults overridden by the environment; nullopt with `error` naming
+// the variable when one is set to something invalid.
+std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error);
+
+// The process's configuration: the one set, else the environment's (an
+// invalid environment aborts with its error: only tests get here unchecked).
+const KernelConfig& GetKernelConfig();
+void SetKernelConfig(const KernelConfig& config);
+
+// name -> value, for the log and /v1/info ("avx512": "on", ...).
+std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& config);
+
+}  // namespace ropeserve::cpu
