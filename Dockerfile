@@ -6,7 +6,7 @@
 #   docker build -t ropeserve:cpu .                  (or: podman build)
 #   docker run -p 8080:8080 -p 50051:50051 ropeserve:cpu             # demo models
 #   docker run -p 8080:8080 -p 50051:50051 -v /srv/models:/models:ro \
-#     -e ROPESERVE_SUMMARIZER=/models/Qwen2.5-0.5B-Instruct ropeserve:cpu
+#     -e ROPESERVE_MODEL=/models/Qwen2.5-0.5B-Instruct ropeserve:cpu
 #
 # Every `ropeserve serve` flag can be given as arguments after the image name
 # or as a ROPESERVE_* environment variable (docs/api.md, docs/deploy.md).

@@ -124,7 +124,7 @@ struct Loaded {
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
                       const std::shared_ptr<api::WorkPool>& work_pool) {
   bool demo = false;
-  // With neither model named, both demo models; with only --summarizer, no QA.
+  // With neither model named, both demo models; with only --model, no QA.
   const bool demo_qa = f.summarizer.empty() && f.qa.empty();
   if (f.summarizer.empty()) {
     RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
@@ -207,7 +207,7 @@ int Run(ServeFlags f) {
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
   // A deployment that forgot its model must not answer 200 with noise.
   if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty())
-    return Fail("no model to serve: pass --summarizer DIR (ROPESERVE_SUMMARIZER), or --demo on (ROPESERVE_DEMO=1) "
+    return Fail("no model to serve: pass --model DIR (ROPESERVE_MODEL), or --demo on (ROPESERVE_DEMO=1) "
                 "for the random-weight demo models");
 
   api::ServingContext ctx;
@@ -367,7 +367,7 @@ Runner AddServe(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve",
       "Serve summarization (REST /v1/summarize, gRPC Summarize), extractive QA (/v1/qa, gRPC Answer), "
-      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --summarizer and --qa, generated demo "
+      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --model and --qa, generated demo "
       "models with random weights. "
       "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
       "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
@@ -378,19 +378,25 @@ Runner AddServe(CLI::App& app) {
 
   sub->add_option("--demo", f->demo,
                   "Random-weight demo models when no model is named: auto (the default: yes), on / 1, or off / 0 "
-                  "(then serve refuses to start without --summarizer; deployments set this)")
+                  "(then serve refuses to start without --model; deployments set this)")
       ->capture_default_str()
       ->envname("ROPESERVE_DEMO")
       ->check(CLI::IsMember({"auto", "on", "off", "1", "0"}));
-  sub->add_option("--summarizer,--model", f->summarizer,
+  // --model is vLLM's name; --summarizer (and ROPESERVE_SUMMARIZER) the
+  // earlier one, still accepted.
+  sub->add_option("--model,--summarizer", f->summarizer,
                   "Decoder checkpoint directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json) "
-                  "for summarization and the OpenAI endpoints (default: a generated demo model)")
-      ->envname("ROPESERVE_SUMMARIZER")
+                  "for summarization and the OpenAI endpoints (default: a generated demo model; --summarizer and "
+                  "ROPESERVE_SUMMARIZER are older names)")
+      ->envname(std::getenv("ROPESERVE_MODEL") == nullptr && std::getenv("ROPESERVE_SUMMARIZER") != nullptr
+                    ? "ROPESERVE_SUMMARIZER"
+                    : "ROPESERVE_MODEL")
       ->check(CLI::ExistingDirectory);
   sub->add_option("--qa", f->qa,
-                  "Extractive-QA span model directory (ModernBertForQuestionAnswering or RoFormerForQuestionAnswering: "
-                  "config.json, model.safetensors, "
-                  "tokenizer.json) for /v1/qa and gRPC Answer (default: a generated demo model when --summarizer "
+                  "Extractive-QA span model directory (ModernBertForQuestionAnswering, RoFormerForQuestionAnswering, "
+                  "or a decoder with a span head: Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering; config.json, "
+                  "model.safetensors, "
+                  "tokenizer.json) for /v1/qa and gRPC Answer (default: a generated demo model when --model "
                   "is not given either)")
       ->envname("ROPESERVE_QA")
       ->check(CLI::ExistingDirectory);

@@ -72,7 +72,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   if (ckpt->config().span_head != span_head)
     return InvalidArgument(dir + ": " + ckpt->config().architecture +
-                           (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --summarizer"
+                           (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --model"
                                       : " is a span (extractive QA) model: serve it with --qa"));
   c10::InferenceMode guard;
   std::unique_ptr<DecoderModel> m(new DecoderModel());

@@ -12,8 +12,9 @@
 // GPU). Each logits row is reduced where it lies
 // (logsumexp, max, argmax); only the rows the host sampler needs whole
 // (random sampling, penalties, processors, top logprobs) come back, so a
-// greedy batch returns three numbers per sequence: the one synchronization
-// per step. (Sampling those rows on the device too is issue 16's.)
+// greedy batch returns three numbers per sequence, in two device-to-host
+// transfers per step (logsumexp and max together, then argmax). Rows that
+// need the host sampler still come back whole.
 // Threading: the engine's thread only.
 #pragma once
 

@@ -24,11 +24,10 @@ void TuneAllocator() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   // glibc gives busy threads arenas of their own, up to 8 per core; each
   // keeps its high-water mark (nothing is trimmed below 512 MiB), so with
-  // hundreds of connection threads resident memory crept up for as long as
-  // new peaks met new arenas. One arena per core (at least 2): in a 4-minute
-  // soak, 311 -> 347 MiB (+11.7%, still rising) became 253 -> 272 MiB
-  // (+7.6%, flat at the end). Per-thread caches still serve small
-  // allocations without taking an arena's lock.
+  // hundreds of connection threads resident memory creeps up for as long as
+  // new peaks meet new arenas. One arena per core (at least 2) keeps it
+  // flat (soak figures: docs/benchmarks.md). Per-thread caches still serve
+  // small allocations without taking an arena's lock.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr)
     mallopt(M_ARENA_MAX, static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
 }

@@ -2,8 +2,9 @@
 // call to run a decoder request. It turns validated GenerateOptions into an
 // engine request, submits it, and hands back a Generation (the output
 // processor, server/service/generation.h). It owns the engine and the
-// model executor it is given (the runner; server/runner/decoder_service.h
-// builds both from a checkpoint), so it stays torch-free.
+// model executor it is given (the runner; ServeDecoder in
+// server/runner/service_factory.h builds both from a checkpoint), so it
+// stays torch-free.
 //
 // Two ways to run the engine: its own thread (serving: Start/Collect from
 // any thread), or stepped on the caller's thread (offline: `ropeserve

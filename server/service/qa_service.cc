@@ -98,7 +98,9 @@ class QaJob : public EncoderJob, public QaCall {
   Status error_;
 };
 
-// Runs queued windows through the span model, packed into one forward.
+// Runs the windows the engine scheduled in one step through the span model
+// in one call; each window is computed on tensors of its own shape (not
+// padded into one batch), so its logits do not depend on the others.
 class QaRunner : public EncoderRunner {
  public:
   explicit QaRunner(const SpanModel& model) : model_(model) {}

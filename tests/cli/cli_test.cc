@@ -52,6 +52,19 @@ TEST(Cli, ServeWithoutAModelRefusesWhenDemoIsOff) {
   }
   auto bad = RunBinary("serve --demo maybe", d.path());
   EXPECT_NE(bad.exit_code, 0);
+  // The model comes from --model, its older name --summarizer, or the
+  // environment (ROPESERVE_MODEL, else the older ROPESERVE_SUMMARIZER): each
+  // is read, so a directory that does not exist is named in the error.
+  const std::string rest = " --demo off --http-port 0 --grpc-port -1 --admin-port -1";
+  for (const auto& [args, env] : std::vector<std::pair<std::string, std::string>>{
+           {"serve --model /nonexistent-model" + rest, ""},
+           {"serve --summarizer /nonexistent-model" + rest, ""},
+           {"serve" + rest, "ROPESERVE_MODEL=/nonexistent-model"},
+           {"serve" + rest, "ROPESERVE_SUMMARIZER=/nonexistent-model"}}) {
+    auto r = RunBinary(args, d.path(), env);
+    EXPECT_NE(r.exit_code, 0) << args << " " << env;
+    EXPECT_NE(r.err.find("/nonexistent-model"), std::string::npos) << args << " " << env << ": " << r.err;
+  }
 }
 
 TEST(Cli, HelpListsCommands) {

@@ -174,7 +174,7 @@ if (!dep) {
     fail(dep.where, 'terminationGracePeriodSeconds must exceed the preStop pause plus --shutdown-timeout');
   if (c.ports.map((p) => p.containerPort).sort().join() !== '50051,8080,8081')
     fail(dep.where, 'container ports must be 8080, 8081 (admin) and 50051');
-  if (env.ROPESERVE_DEMO !== '0' || !env.ROPESERVE_SUMMARIZER)
+  if (env.ROPESERVE_DEMO !== '0' || !env.ROPESERVE_MODEL)
     fail(dep.where, 'a deployment must name its model and refuse the demo models (ROPESERVE_DEMO=0)');
   if (!c.securityContext || c.securityContext.readOnlyRootFilesystem !== true) fail(dep.where, 'root filesystem must be read-only');
   if (!(c.resources && c.resources.requests && c.resources.requests.cpu && c.resources.limits && c.resources.limits.memory))
