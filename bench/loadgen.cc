@@ -63,7 +63,7 @@ Sample SendRest(const LoadgenOptions& o, const std::vector<TokenId>& prompt, std
   const auto start = Clock::now();
   auto last = start;
   bool done = false;
-  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+  req.content_receiver = [&](const char* data, size_t len, std::uint64_t, std::uint64_t) {
     buffer.append(data, len);
     // Events end with a blank line.
     for (std::size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {

@@ -180,7 +180,7 @@ StatusOr<double> RunStaticBaseline(const DecoderModel& model, const BenchOptions
 // threads, or a GPU's memory): the best of a few sums over a buffer much
 // larger than the caches (item() waits for the device).
 double MeasureReadBandwidth(at::Device device) {
-  at::Tensor buf = at::ones({int64_t{1} << 27}, at::TensorOptions().dtype(at::kFloat).device(device));  // 512 MiB
+  at::Tensor buf = at::ones({std::int64_t{1} << 27}, at::TensorOptions().dtype(at::kFloat).device(device));  // 512 MiB
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     const auto t0 = Clock::now();

@@ -39,12 +39,12 @@ int main(int argc, char** argv) {
   app.add_option("--kernel-pool-spin-us", kernels.pool_spin_us,
                  "CPU kernels: microseconds an idle thread-pool worker spins before it sleeps (env "
                  "ROPESERVE_KERNEL_POOL_SPIN_US)")
-      ->check(CLI::Range(int64_t{0}, ropeserve::cpu::kMaxPoolSpinUs))
+      ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxPoolSpinUs))
       ->capture_default_str();
   app.add_option("--kernel-int8-vnni-max-rows", kernels.int8_vnni_max_rows,
                  "CPU kernels: int8 linears of up to this many rows run the VNNI kernel, larger ones the packed "
                  "GEMM over widened panels (env ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
-      ->check(CLI::Range(int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
+      ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
       ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, ropeserve::cli::Runner>> commands;

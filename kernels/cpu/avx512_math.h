@@ -10,19 +10,19 @@
 
 namespace ropeserve::cpu::avx512 {
 
-[[maybe_unused]] static inline __mmask16 Mask16(int64_t left) {
+[[maybe_unused]] static inline __mmask16 Mask16(std::int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
 
 // 16 bfloat16 values widened to float32 (exact); masked lanes read nothing and are 0.
-[[maybe_unused]] static inline __m512 LoadBf16(const uint16_t* p, __mmask16 mask = 0xffff) {
+[[maybe_unused]] static inline __m512 LoadBf16(const std::uint16_t* p, __mmask16 mask = 0xffff) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
 }
 [[maybe_unused]] static inline __m512 LoadF32(const float* p, __mmask16 mask = 0xffff) {
   return _mm512_maskz_loadu_ps(mask, p);
 }
 // Rounded to bfloat16 (nearest even, as c10::BFloat16) and stored.
-[[maybe_unused]] static inline void StoreBf16(uint16_t* p, __m512 v, __mmask16 mask = 0xffff) {
+[[maybe_unused]] static inline void StoreBf16(std::uint16_t* p, __m512 v, __mmask16 mask = 0xffff) {
   _mm256_mask_storeu_epi16(p, mask, (__m256i)_mm512_cvtneps_pbh(v));
 }
 [[maybe_unused]] static inline void StoreF32(float* p, __m512 v, __mmask16 mask = 0xffff) {

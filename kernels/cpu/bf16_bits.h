@@ -8,16 +8,16 @@
 namespace ropeserve::cpu::avx512 {
 
 // Round to nearest even, as c10::BFloat16 does (NaN stays NaN).
-[[maybe_unused]] static inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
+[[maybe_unused]] static inline std::uint16_t FloatToBf16(float f) {
+  std::uint32_t u;
   __builtin_memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
   u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  return static_cast<std::uint16_t>(u >> 16);
 }
 
-[[maybe_unused]] static inline float Bf16ToFloat(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
+[[maybe_unused]] static inline float Bf16ToFloat(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
   float f;
   __builtin_memcpy(&f, &u, 4);
   return f;

@@ -26,24 +26,24 @@ inline Scalar Round(float v) {
 // Rows of `n` floats: widened once into a float scratch row so that the
 // arithmetic below is vectorised whatever the storage dtype.
 template <typename Scalar>
-inline void Widen(const Scalar* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
+inline void Widen(const Scalar* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
 }
 
-inline float SumSquares(const float* x, int64_t n) { return Dot(x, x, n); }
+inline float SumSquares(const float* x, std::int64_t n) { return Dot(x, x, n); }
 
 // out = weight * Scalar(x * inv_rms); for bfloat16 the product is rounded
 // from the rounded normalised value, as `weight * h.to(dtype)` does.
 template <typename Scalar>
-inline void NormRow(const float* x, const Scalar* w, float* wf, Scalar* out, int64_t n, float inv) {
+inline void NormRow(const float* x, const Scalar* w, float* wf, Scalar* out, std::int64_t n, float inv) {
   if constexpr (std::is_same_v<Scalar, float>) {
     const Vec iv(inv);
-    int64_t i = 0;
+    std::int64_t i = 0;
     for (; i + Vec::size() <= n; i += Vec::size()) (Vec::loadu(x + i) * iv * Vec::loadu(w + i)).store(out + i);
     for (; i < n; ++i) out[i] = x[i] * inv * w[i];
   } else {
     (void)wf;
-    for (int64_t i = 0; i < n; ++i) {
+    for (std::int64_t i = 0; i < n; ++i) {
       const float normed = ToFloat(Round<Scalar>(x[i] * inv));
       out[i] = Round<Scalar>(ToFloat(w[i]) * normed);
     }
@@ -51,26 +51,26 @@ inline void NormRow(const float* x, const Scalar* w, float* wf, Scalar* out, int
 }
 
 template <typename Scalar>
-void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* out, int64_t rows, int64_t n,
+void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* out, std::int64_t rows, std::int64_t n,
                    double eps) {
   if constexpr (std::is_same_v<Scalar, at::BFloat16>) {
     if (CpuHasAvx512Bf16()) {
-      auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
-      ParallelFor(0, rows, 16, [&](int64_t begin, int64_t end) {
-        avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<uint16_t*>(residual), bits(w),
-                                reinterpret_cast<uint16_t*>(out), begin, end, n, eps);
+      auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const std::uint16_t*>(p); };
+      ParallelFor(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
+        avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<std::uint16_t*>(residual), bits(w),
+                                reinterpret_cast<std::uint16_t*>(out), begin, end, n, eps);
       });
       return;
     }
   }
-  ParallelFor(0, rows, 16, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> row(static_cast<size_t>(n)), wf;
-    for (int64_t r = begin; r < end; ++r) {
+    for (std::int64_t r = begin; r < end; ++r) {
       const Scalar* xr = x + r * n;
       if (residual != nullptr) {
         // h = h + x, rounded to the storage dtype, then normalised.
         Scalar* hr = residual + r * n;
-        for (int64_t i = 0; i < n; ++i) {
+        for (std::int64_t i = 0; i < n; ++i) {
           hr[i] = Round<Scalar>(ToFloat(hr[i]) + ToFloat(xr[i]));
           row[i] = ToFloat(hr[i]);
         }
@@ -85,19 +85,19 @@ void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* o
 }
 
 template <typename Scalar>
-void RopeKernel(Scalar* x, int64_t T, int64_t H, int64_t D, const Scalar* cos, const Scalar* sin, int64_t rd) {
-  const int64_t half = rd / 2;
-  ParallelFor(0, T, 4, [&](int64_t begin, int64_t end) {
+void RopeKernel(Scalar* x, std::int64_t T, std::int64_t H, std::int64_t D, const Scalar* cos, const Scalar* sin, std::int64_t rd) {
+  const std::int64_t half = rd / 2;
+  ParallelFor(0, T, 4, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> c(static_cast<size_t>(rd)), s(static_cast<size_t>(rd)), a(static_cast<size_t>(rd));
-    for (int64_t t = begin; t < end; ++t) {
+    for (std::int64_t t = begin; t < end; ++t) {
       Widen(cos + t * rd, c.data(), rd);
       Widen(sin + t * rd, s.data(), rd);
-      for (int64_t h = 0; h < H; ++h) {
+      for (std::int64_t h = 0; h < H; ++h) {
         Scalar* row = x + (t * H + h) * D;
         Widen(row, a.data(), rd);
         // out[i]      = x[i] * cos[i]           - x[i+half] * sin[i]
         // out[i+half] = x[i+half] * cos[i+half] + x[i] * sin[i+half]
-        int64_t i = 0;
+        std::int64_t i = 0;
         if constexpr (std::is_same_v<Scalar, float>) {
           for (; i + Vec::size() <= half; i += Vec::size()) {
             const Vec x1 = Vec::loadu(a.data() + i), x2 = Vec::loadu(a.data() + half + i);
@@ -128,7 +128,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   CheckRows(x, weight);
   const at::Tensor w = weight.contiguous();
   at::Tensor out = at::empty_like(x);
-  const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+  const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   if (x.scalar_type() == at::kFloat) {
     RmsNormKernel<float>(x.data_ptr<float>(), nullptr, w.data_ptr<float>(), out.data_ptr<float>(), rows, n, eps);
   } else {
@@ -144,7 +144,7 @@ at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tenso
               "AddRmsNorm: residual must match x");
   const at::Tensor w = weight.contiguous();
   at::Tensor out = at::empty_like(x);
-  const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+  const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   if (x.scalar_type() == at::kFloat) {
     RmsNormKernel<float>(x.data_ptr<float>(), residual.data_ptr<float>(), w.data_ptr<float>(), out.data_ptr<float>(),
                          rows, n, eps);
@@ -159,11 +159,11 @@ void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.is_contiguous() && k.is_contiguous(), "RoPE: q, k [T, H, D] contiguous");
   TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.size(0) == q.size(0) && k.size(0) == q.size(0),
               "RoPE: cos/sin must be [T, rotary_dim]");
-  const int64_t rd = cos.size(1);
+  const std::int64_t rd = cos.size(1);
   TORCH_CHECK(rd % 2 == 0 && rd <= q.size(2) && q.size(2) == k.size(2), "RoPE: rotary_dim even and <= head_dim");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == cos.scalar_type(), "RoPE: dtypes differ");
   const at::Tensor c = cos.contiguous(), s = sin.contiguous();
-  const int64_t T = q.size(0), D = q.size(2);
+  const std::int64_t T = q.size(0), D = q.size(2);
   if (q.scalar_type() == at::kFloat) {
     RopeKernel(q.data_ptr<float>(), T, q.size(1), D, c.data_ptr<float>(), s.data_ptr<float>(), rd);
     RopeKernel(k.data_ptr<float>(), T, k.size(1), D, c.data_ptr<float>(), s.data_ptr<float>(), rd);
@@ -176,14 +176,14 @@ void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const
 
 at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "SiluAndMul: gate_up must be [T, 2 I]");
-  const int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
+  const std::int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
   if (gate_up.scalar_type() != at::kBFloat16 || !CpuHasAvx512Bf16())
     return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
   const at::Tensor x = gate_up.contiguous();
   at::Tensor out = at::empty({T, I}, x.options());
-  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  ParallelFor(0, T, std::max<int64_t>(1, 16384 / std::max<int64_t>(I, 1)), [&](int64_t begin, int64_t end) {
+  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
+  auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
+  ParallelFor(0, T, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(I, 1)), [&](std::int64_t begin, std::int64_t end) {
     avx512::SiluAndMulRowsBf16(xp, op, begin, end, I);
   });
   return out;

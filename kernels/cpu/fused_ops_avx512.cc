@@ -10,15 +10,15 @@
 
 namespace ropeserve::cpu::avx512 {
 
-void RmsNormRowsBf16(const uint16_t* x, uint16_t* residual, const uint16_t* w, uint16_t* out, int64_t row_begin,
-                     int64_t row_end, int64_t n, double eps) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint16_t* xr = x + r * n;
+void RmsNormRowsBf16(const std::uint16_t* x, std::uint16_t* residual, const std::uint16_t* w, std::uint16_t* out, std::int64_t row_begin,
+                     std::int64_t row_end, std::int64_t n, double eps) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint16_t* xr = x + r * n;
     // The row whose norm is taken: residual + x rounded to bfloat16 and
     // stored back (h = h + x), or x itself.
-    const uint16_t* src = residual != nullptr ? residual + r * n : xr;
+    const std::uint16_t* src = residual != nullptr ? residual + r * n : xr;
     __m512 squares = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
+    for (std::int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Mask16(n - i);
       __m512 v = LoadBf16(xr + i, m);
       if (residual != nullptr) {
@@ -29,7 +29,7 @@ void RmsNormRowsBf16(const uint16_t* x, uint16_t* residual, const uint16_t* w, u
     }
     const float mean = _mm512_reduce_add_ps(squares) / static_cast<float>(n);
     const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(mean + static_cast<float>(eps)));
-    for (int64_t i = 0; i < n; i += 16) {
+    for (std::int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Mask16(n - i);
       const __m512 normed = RoundBf16(_mm512_mul_ps(LoadBf16(src + i, m), inv));
       StoreBf16(out + r * n + i, _mm512_mul_ps(LoadBf16(w + i, m), normed), m);
@@ -37,11 +37,11 @@ void RmsNormRowsBf16(const uint16_t* x, uint16_t* residual, const uint16_t* w, u
   }
 }
 
-void SiluAndMulRowsBf16(const uint16_t* gate_up, uint16_t* out, int64_t row_begin, int64_t row_end, int64_t I) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint16_t* g = gate_up + r * 2 * I;
-    const uint16_t* u = g + I;
-    for (int64_t i = 0; i < I; i += 16) {
+void SiluAndMulRowsBf16(const std::uint16_t* gate_up, std::uint16_t* out, std::int64_t row_begin, std::int64_t row_end, std::int64_t I) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint16_t* g = gate_up + r * 2 * I;
+    const std::uint16_t* u = g + I;
+    for (std::int64_t i = 0; i < I; i += 16) {
       const __mmask16 m = Mask16(I - i);
       const __m512 gv = LoadBf16(g + i, m);
       // silu(g) = g / (1 + exp(-g)) in float32, rounded to bfloat16 (at::silu), times up, rounded.

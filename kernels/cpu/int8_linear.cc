@@ -13,15 +13,15 @@
 namespace ropeserve::cpu {
 
 namespace avx512 {
-void QuantizeRowsInt16(const void* x, bool bf16, int64_t M, int64_t K, int64_t Kp, int levels, int16_t* xq,
+void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels, std::int16_t* xq,
                        float* scales);
-void Int8LinearRange(const int16_t* xq, const float* xs, int64_t M, int64_t Kp, const int8_t* w, const float* ws,
-                     int64_t K, const float* bias, void* out, bool out_bf16, int64_t N, int64_t n_begin, int64_t n_end);
-void DequantizeRows(const int8_t* q, const float* scale, int64_t K, void* out, bool out_bf16, int64_t n_begin,
-                    int64_t n_end);
-void Int8PanelLinearPanels(const uint16_t* x, int64_t M, int64_t K, const int8_t* q, const float* scale,
-                           const float* bias, uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end,
-                           uint16_t* panel);
+void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w, const float* ws,
+                     std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end);
+void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16, std::int64_t n_begin,
+                    std::int64_t n_end);
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q, const float* scale,
+                           const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
+                           std::uint16_t* panel);
 }  // namespace avx512
 
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
@@ -41,13 +41,13 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
     return (w.q.to(at::kFloat) * w.scale.unsqueeze(1)).to(dtype);
   // One pass (int8 -> float32 * scale -> dtype) instead of three ATen ops:
   // prefill dequantizes every weight once per step.
-  const int64_t N = w.q.size(0), K = w.q.size(1);
+  const std::int64_t N = w.q.size(0), K = w.q.size(1);
   at::Tensor out = at::empty({N, K}, w.q.options().dtype(dtype));
-  const int8_t* qp = w.q.data_ptr<int8_t>();
+  const std::int8_t* qp = w.q.data_ptr<std::int8_t>();
   const float* sp = w.scale.data_ptr<float>();
   void* op = out.data_ptr();
   const bool bf16 = dtype == at::kBFloat16;
-  ParallelFor(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(K, 1)), [&](int64_t begin, int64_t end) {
+  ParallelFor(0, N, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(K, 1)), [&](std::int64_t begin, std::int64_t end) {
     avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end);
   });
   return out;
@@ -57,7 +57,7 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
   return DequantizeInt8(Int8Weight{w.q.index_select(0, ids), w.scale.index_select(0, ids)}, dtype);
 }
 
-int64_t Int8KernelMaxRows() { return GetKernelConfig().int8_vnni_max_rows; }
+std::int64_t Int8KernelMaxRows() { return GetKernelConfig().int8_vnni_max_rows; }
 
 namespace {
 // What both kernels need of x [M, K] and the weight: a CPU matrix with at
@@ -77,25 +77,25 @@ bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w) {
 at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {
   TORCH_CHECK(Int8KernelSupports(x_in, w), "Int8LinearKernel: unsupported input");
   const at::Tensor x = x_in.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0), Kp = (K + 31) / 32 * 32;
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.q.size(0), Kp = (K + 31) / 32 * 32;
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8LinearKernel: bias shape");
   // (A float32 bias, as the model stores it for int8 weights, is used as is.)
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor xq = at::empty({M, Kp}, at::kShort);
   at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<int16_t>(),
+  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
                             xs.data_ptr<float>());
   at::Tensor out = at::empty({M, N}, x.options());
-  const int16_t* xqp = xq.data_ptr<int16_t>();
+  const std::int16_t* xqp = xq.data_ptr<std::int16_t>();
   const float* xsp = xs.data_ptr<float>();
-  const int8_t* wp = w.q.data_ptr<int8_t>();
+  const std::int8_t* wp = w.q.data_ptr<std::int8_t>();
   const float* wsp = w.scale.data_ptr<float>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   void* op = out.data_ptr();
   // Work items of whole groups of 4 weight rows, at least ~32 KB of weights each.
-  const int64_t grain = std::max<int64_t>(4, (32768 / std::max<int64_t>(K, 1)) / 4 * 4);
-  ParallelFor(0, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t begin, int64_t end) {
+  const std::int64_t grain = std::max<std::int64_t>(4, (32768 / std::max<std::int64_t>(K, 1)) / 4 * 4);
+  ParallelFor(0, (N + 3) / 4, std::max<std::int64_t>(1, grain / 4), [&](std::int64_t begin, std::int64_t end) {
     avx512::Int8LinearRange(xqp, xsp, M, Kp, wp, wsp, K, bp, op, bf16, N, begin * 4, std::min(end * 4, N));
   });
   return out;
@@ -109,23 +109,23 @@ bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w) {
 at::Tensor Int8PanelLinear(const at::Tensor& x_in, const Int8Weight& w, const at::Tensor& bias_in) {
   TORCH_CHECK(Int8PanelSupports(x_in, w), "Int8PanelLinear: unsupported input");
   const at::Tensor x = x_in.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = w.q.size(0);
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.q.size(0);
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8PanelLinear: bias shape");
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({M, N}, x.options());
-  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
-  const int8_t* qp = w.q.data_ptr<int8_t>();
+  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
+  const std::int8_t* qp = w.q.data_ptr<std::int8_t>();
   const float* sp = w.scale.data_ptr<float>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  const int64_t panel_values = (K + 1) / 2 * 2 * kPackedPanel;
+  auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
+  const std::int64_t panel_values = (K + 1) / 2 * 2 * kPackedPanel;
   // As PackedLinear's: at least ~256K multiply-adds per thread.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / (K * kPackedPanel * M));
-  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](int64_t begin, int64_t end) {
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
     // One widened panel per thread, reused across calls (K x 64 x 2 bytes:
     // 112 KB at K = 896, inside L2).
-    thread_local std::vector<uint16_t> panel;
-    if (static_cast<int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
+    thread_local std::vector<std::uint16_t> panel;
+    if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
     avx512::Int8PanelLinearPanels(xp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
   });
   return out;

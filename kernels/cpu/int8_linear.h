@@ -48,13 +48,13 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype);
 at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType dtype);
 
 // The most rows of x the VNNI kernel takes in one call.
-constexpr int64_t kInt8KernelMaxRows = 1 << 16;
+constexpr std::int64_t kInt8KernelMaxRows = 1 << 16;
 // The most rows for which Int8Linear uses the kernel rather than the panel
 // kernel (or dequantize + at::linear): the kernel configuration's
 // int8_vnni_max_rows (kernels/cpu/kernel_config.h), 16 by default. (Measured,
 // 48 matrices 4864x896, 2 threads: the VNNI kernel 212 GFLOP/s at 16 rows
 // against the panels' 183; at 32 rows 185 against 249; docs/benchmarks.md.)
-int64_t Int8KernelMaxRows();
+std::int64_t Int8KernelMaxRows();
 // Whether the kernel can run on x [M, K] (CPU with avx512_vnni, float32 or
 // bfloat16, M <= kInt8KernelMaxRows).
 bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w);

@@ -19,7 +19,7 @@ bool ReadSwitch(const char* name, bool& out, std::string& error) {
   return false;
 }
 
-bool ReadCount(const char* name, int64_t max, int64_t& out, std::string& error) {
+bool ReadCount(const char* name, std::int64_t max, std::int64_t& out, std::string& error) {
   const char* v = std::getenv(name);
   if (v == nullptr) return true;
   char* end = nullptr;
@@ -28,7 +28,7 @@ bool ReadCount(const char* name, int64_t max, int64_t& out, std::string& error) 
     error = std::string(name) + "=" + v + ": expected an integer from 0 to " + std::to_string(max);
     return false;
   }
-  out = static_cast<int64_t>(n);
+  out = static_cast<std::int64_t>(n);
   return true;
 }
 

@@ -30,12 +30,12 @@ namespace ropeserve::cpu {
 
 struct KernelConfig {
   bool avx512 = true;
-  int64_t pool_spin_us = 200;
-  int64_t int8_vnni_max_rows = 16;
+  std::int64_t pool_spin_us = 200;
+  std::int64_t int8_vnni_max_rows = 16;
 };
 
-inline constexpr int64_t kMaxPoolSpinUs = 1000000;
-inline constexpr int64_t kMaxInt8VnniRows = 1 << 16;
+inline constexpr std::int64_t kMaxPoolSpinUs = 1000000;
+inline constexpr std::int64_t kMaxInt8VnniRows = 1 << 16;
 
 // The defaults overridden by the environment; nullopt with `error` naming
 // the variable when one is set to something invalid.

@@ -9,20 +9,20 @@
 namespace ropeserve::cpu {
 
 namespace avx512 {
-void PackedLinearPanels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* packed, const float* bias,
-                        uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end);
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed, const float* bias,
+                        std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end);
 }
 
 namespace {
-int64_t Panels(int64_t n) { return (n + kPackedPanel - 1) / kPackedPanel; }
-int64_t Pairs(int64_t k) { return (k + 1) / 2; }
+std::int64_t Panels(std::int64_t n) { return (n + kPackedPanel - 1) / kPackedPanel; }
+std::int64_t Pairs(std::int64_t k) { return (k + 1) / 2; }
 }  // namespace
 
 bool PackedLinearAvailable() { return CpuHasAvx512Bf16(); }
 
 PackedWeight PackWeight(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "PackWeight: w must be [N, K]");
-  const int64_t N = w.size(0), K = w.size(1), P = Panels(N), KP = Pairs(K);
+  const std::int64_t N = w.size(0), K = w.size(1), P = Panels(N), KP = Pairs(K);
   at::Tensor padded = at::zeros({P * kPackedPanel, KP * 2}, w.options().dtype(at::kBFloat16));
   padded.narrow(0, 0, N).narrow(1, 0, K).copy_(w);
   // [P, 64, KP, 2] -> [P, KP, 64, 2]: each pair line holds the panel's 64 features.
@@ -31,7 +31,7 @@ PackedWeight PackWeight(const at::Tensor& w) {
 }
 
 at::Tensor UnpackWeight(const PackedWeight& w) {
-  const int64_t P = w.data.size(0), KP = w.data.size(1);
+  const std::int64_t P = w.data.size(0), KP = w.data.size(1);
   return w.data.permute({0, 2, 1, 3}).reshape({P * kPackedPanel, KP * 2}).narrow(0, 0, w.n).narrow(1, 0, w.k).contiguous();
 }
 
@@ -50,15 +50,15 @@ at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at:
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == w.n), "PackedLinear: bias must be [N]");
   const at::Tensor x = x_in.contiguous();
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
-  const int64_t M = x.size(0), K = w.k, N = w.n;
+  const std::int64_t M = x.size(0), K = w.k, N = w.n;
   at::Tensor out = at::empty({M, N}, x.options());
-  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
-  const auto* wp = reinterpret_cast<const uint16_t*>(w.data.data_ptr<at::BFloat16>());
+  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* wp = reinterpret_cast<const std::uint16_t*>(w.data.data_ptr<at::BFloat16>());
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
   // At least ~256K multiply-adds per thread, so small layers stay on one.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / (K * kPackedPanel * M));
-  ParallelFor(0, Panels(N), grain, [&](int64_t begin, int64_t end) {
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
     avx512::PackedLinearPanels(xp, M, K, wp, bp, op, N, begin, end);
   });
   return out;

@@ -25,16 +25,16 @@
 namespace ropeserve::cpu {
 
 // Output features per panel (four 16-lane float32 vectors of sums).
-constexpr int64_t kPackedPanel = 64;
+constexpr std::int64_t kPackedPanel = 64;
 // Rows of x per register tile (6 x 4 sums + 4 weight vectors of the 32
 // zmm registers; x pairs are broadcast from memory).
-constexpr int64_t kPackedTileRows = 6;
+constexpr std::int64_t kPackedTileRows = 6;
 
 // A [N, K] weight in panel order: data is [ceil(N / 64), ceil(K / 2), 64, 2]
 // bfloat16, zero-padded past N and K.
 struct PackedWeight {
   at::Tensor data;
-  int64_t n = 0, k = 0;
+  std::int64_t n = 0, k = 0;
   bool defined() const { return data.defined(); }
 };
 

@@ -9,14 +9,14 @@ namespace ropeserve::cpu::avx512 {
 
 namespace {
 
-constexpr int64_t kPanel = 64, kVecs = 4, kPairFloats = kPanel * 2;
+constexpr std::int64_t kPanel = 64, kVecs = 4, kPairFloats = kPanel * 2;
 // With one or two rows the kernel is bound by reading the weights: a
 // software prefetch 8 KB ahead in the panel keeps the memory system busy
 // (4, 8 and 16 KB were measured; docs/benchmarks.md).
-constexpr int64_t kPrefetchAhead = 4096;
+constexpr std::int64_t kPrefetchAhead = 4096;
 
-inline __m512bh BroadcastPair(const uint16_t* p) {
-  uint32_t v;
+inline __m512bh BroadcastPair(const std::uint16_t* p) {
+  std::uint32_t v;
   __builtin_memcpy(&v, p, 4);
   return (__m512bh)_mm512_set1_epi32(static_cast<int>(v));
 }
@@ -25,14 +25,14 @@ inline __m512bh BroadcastPair(const uint16_t* p) {
 // of sums stay in registers; each step reads one pair line of the panel
 // (4 x 64 bytes) and broadcasts one pair of every row.
 template <int R>
-void Tile(const uint16_t* x, int64_t K, const uint16_t* panel, const float* scale, const float* bias, uint16_t* out,
-          int64_t N, int64_t cols) {
+void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias, std::uint16_t* out,
+          std::int64_t N, std::int64_t cols) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
-  const int64_t pairs = K / 2;
-  const uint16_t* wp = panel;
-  int64_t p = 0;
+  const std::int64_t pairs = K / 2;
+  const std::uint16_t* wp = panel;
+  std::int64_t p = 0;
   if constexpr (R <= 2) {
     // Few rows: a second set of sums over every other pair, so that eight
     // or more independent chains hide vdpbf16ps's latency.
@@ -116,15 +116,15 @@ inline void Transpose16x16(__m512i r[16]) {
 // applied to the sums): per 16 features and 16 column pairs, 16 rows of 32
 // int8 widened to bfloat16 pairs, transposed so that each pair line holds
 // the 16 features side by side. Zero past N and past K.
-void Int8Panel(const int8_t* q, int64_t N, int64_t K, int64_t n0, uint16_t* panel) {
-  const int64_t pairs = (K + 1) / 2;
-  for (int64_t g = 0; g < kVecs; ++g) {
-    const int64_t f0 = n0 + 16 * g, rows = N - f0 < 0 ? 0 : (N - f0 < 16 ? N - f0 : 16);
-    for (int64_t pb = 0; pb < pairs; pb += 16) {
-      const int64_t k0 = 2 * pb, left = K - k0;
-      const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1);
+void Int8Panel(const std::int8_t* q, std::int64_t N, std::int64_t K, std::int64_t n0, std::uint16_t* panel) {
+  const std::int64_t pairs = (K + 1) / 2;
+  for (std::int64_t g = 0; g < kVecs; ++g) {
+    const std::int64_t f0 = n0 + 16 * g, rows = N - f0 < 0 ? 0 : (N - f0 < 16 ? N - f0 : 16);
+    for (std::int64_t pb = 0; pb < pairs; pb += 16) {
+      const std::int64_t k0 = 2 * pb, left = K - k0;
+      const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << left) - 1);
       __m512i r[16];
-      for (int64_t i = 0; i < 16; ++i) {
+      for (std::int64_t i = 0; i < 16; ++i) {
         if (i >= rows) {
           r[i] = _mm512_setzero_si512();
           continue;
@@ -135,21 +135,21 @@ void Int8Panel(const int8_t* q, int64_t N, int64_t K, int64_t n0, uint16_t* pane
         r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // columns k0..k0+31 in order
       }
       Transpose16x16(r);
-      const int64_t lines = pairs - pb < 16 ? pairs - pb : 16;
-      for (int64_t j = 0; j < lines; ++j) _mm512_storeu_si512(panel + (pb + j) * kPairFloats + 32 * g, r[j]);
+      const std::int64_t lines = pairs - pb < 16 ? pairs - pb : 16;
+      for (std::int64_t j = 0; j < lines; ++j) _mm512_storeu_si512(panel + (pb + j) * kPairFloats + 32 * g, r[j]);
     }
   }
 }
 
 // Every row tile of x against panel p (scale: int8 panels' float32 [N], or null).
-void Panels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* panel, const float* scale, const float* bias,
-            uint16_t* out, int64_t N, int64_t p) {
-  const int64_t n0 = p * kPanel, cols = N - n0 < kPanel ? N - n0 : kPanel;
+void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias,
+            std::uint16_t* out, std::int64_t N, std::int64_t p) {
+  const std::int64_t n0 = p * kPanel, cols = N - n0 < kPanel ? N - n0 : kPanel;
   const float* b = bias != nullptr ? bias + n0 : nullptr;
   const float* sc = scale != nullptr ? scale + n0 : nullptr;
-  for (int64_t m0 = 0; m0 < M; m0 += 6) {
-    const uint16_t* xs = x + m0 * K;
-    uint16_t* os = out + m0 * N + n0;
+  for (std::int64_t m0 = 0; m0 < M; m0 += 6) {
+    const std::uint16_t* xs = x + m0 * K;
+    std::uint16_t* os = out + m0 * N + n0;
     switch (M - m0 < 6 ? M - m0 : 6) {
       case 1: Tile<1>(xs, K, panel, sc, b, os, N, cols); break;
       case 2: Tile<2>(xs, K, panel, sc, b, os, N, cols); break;
@@ -164,18 +164,18 @@ void Panels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* panel, cons
 }  // namespace
 
 // Panels [p_begin, p_end) of y[M, N] (bias: float32 [N] or null).
-void PackedLinearPanels(const uint16_t* x, int64_t M, int64_t K, const uint16_t* packed, const float* bias,
-                        uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end) {
-  const int64_t panel_size = (K + 1) / 2 * kPairFloats;
-  for (int64_t p = p_begin; p < p_end; ++p) Panels(x, M, K, packed + p * panel_size, nullptr, bias, out, N, p);
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed, const float* bias,
+                        std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  const std::int64_t panel_size = (K + 1) / 2 * kPairFloats;
+  for (std::int64_t p = p_begin; p < p_end; ++p) Panels(x, M, K, packed + p * panel_size, nullptr, bias, out, N, p);
 }
 
 // The same over row-order int8 weights q [N, K] with float32 scales [N]:
 // each panel is widened into `panel` (ceil(K / 2) * 128 values) first.
-void Int8PanelLinearPanels(const uint16_t* x, int64_t M, int64_t K, const int8_t* q, const float* scale,
-                           const float* bias, uint16_t* out, int64_t N, int64_t p_begin, int64_t p_end,
-                           uint16_t* panel) {
-  for (int64_t p = p_begin; p < p_end; ++p) {
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q, const float* scale,
+                           const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
+                           std::uint16_t* panel) {
+  for (std::int64_t p = p_begin; p < p_end; ++p) {
     Int8Panel(q, N, K, p * kPanel, panel);
     Panels(x, M, K, panel, scale, bias, out, N, p);
   }

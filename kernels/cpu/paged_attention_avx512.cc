@@ -15,9 +15,9 @@ namespace ropeserve::cpu::avx512 {
 namespace {
 
 inline __m512 Load16(const float* p) { return LoadF32(p); }
-inline __m512 Load16(const uint16_t* p) { return LoadBf16(p); }
+inline __m512 Load16(const std::uint16_t* p) { return LoadBf16(p); }
 inline void Store16(float* p, __m512 v) { StoreF32(p, v); }
-inline void Store16(uint16_t* p, __m512 v) { StoreBf16(p, v); }
+inline void Store16(std::uint16_t* p, __m512 v) { StoreBf16(p, v); }
 
 // NZ = head_dim / 16 vectors per row. Scores: one key row widened into
 // registers, dotted with each query head (scaled, widened once per row).
@@ -25,41 +25,41 @@ inline void Store16(uint16_t* p, __m512 v) { StoreBf16(p, v); }
 // in registers while the value rows stream by once per chunk.
 template <typename T, int NZ>
 void Attend(const AttentionItem& it) {
-  constexpr int64_t D = NZ * 16;
+  constexpr std::int64_t D = NZ * 16;
   constexpr int HC = NZ >= 16 ? 1 : 16 / NZ;
   const T* q = static_cast<const T*>(it.q);
   T* out = static_cast<T*>(it.out);
   const T* kc = static_cast<const T*>(it.k_cache);
   const T* vc = static_cast<const T*>(it.v_cache);
-  const int64_t G = it.group, L = it.context_len;
-  const int64_t Gp = (G + HC - 1) / HC * HC;  // padded to whole chunks (probabilities 0)
+  const std::int64_t G = it.group, L = it.context_len;
+  const std::int64_t Gp = (G + HC - 1) / HC * HC;  // padded to whole chunks (probabilities 0)
   float* qf = it.scratch;                     // [G, D]
   float* scores = qf + G * D;                 // [Gp, L]
-  auto row_offset = [&](int64_t j) {
-    return static_cast<int64_t>(it.table[j / it.block_size]) * it.block_stride + (j % it.block_size) * it.token_stride;
+  auto row_offset = [&](std::int64_t j) {
+    return static_cast<std::int64_t>(it.table[j / it.block_size]) * it.block_stride + (j % it.block_size) * it.token_stride;
   };
   std::fill(scores + G * L, scores + Gp * L, 0.0f);
-  for (int64_t r = 0; r < it.rows; ++r) {
-    const int64_t n_keys = L - it.rows + r + 1;  // causal
+  for (std::int64_t r = 0; r < it.rows; ++r) {
+    const std::int64_t n_keys = L - it.rows + r + 1;  // causal
     const T* qrow = q + r * it.q_row_stride;
     const __m512 scale = _mm512_set1_ps(it.scale);
-    for (int64_t h = 0; h < G; ++h)
+    for (std::int64_t h = 0; h < G; ++h)
       for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(qf + h * D + 16 * z, _mm512_mul_ps(Load16(qrow + h * D + 16 * z), scale));
-    for (int64_t j = 0; j < n_keys; ++j) {
+    for (std::int64_t j = 0; j < n_keys; ++j) {
       const T* krow = kc + row_offset(j);
       __m512 k[NZ];
       for (int z = 0; z < NZ; ++z) k[z] = Load16(krow + 16 * z);
-      for (int64_t h = 0; h < G; ++h) {
+      for (std::int64_t h = 0; h < G; ++h) {
         __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qf + h * D), k[0]);
         for (int z = 1; z < NZ; ++z) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qf + h * D + 16 * z), k[z], acc);
         scores[h * L + j] = _mm512_reduce_add_ps(acc);
       }
     }
     float inv_sum[256];  // group <= 256 (AttendItem)
-    for (int64_t h = 0; h < G; ++h) {
+    for (std::int64_t h = 0; h < G; ++h) {
       float* s = scores + h * L;
       __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-      int64_t j = 0;
+      std::int64_t j = 0;
       for (; j + 16 <= n_keys; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
       float m = _mm512_reduce_max_ps(mx);
       for (; j < n_keys; ++j) m = std::max(m, s[j]);
@@ -74,11 +74,11 @@ void Attend(const AttentionItem& it) {
       }
       inv_sum[h] = 1.0f / _mm512_reduce_add_ps(sum);
     }
-    for (int64_t h0 = 0; h0 < G; h0 += HC) {
+    for (std::int64_t h0 = 0; h0 < G; h0 += HC) {
       __m512 acc[HC][NZ];
       for (int c = 0; c < HC; ++c)
         for (int z = 0; z < NZ; ++z) acc[c][z] = _mm512_setzero_ps();
-      for (int64_t j = 0; j < n_keys; ++j) {
+      for (std::int64_t j = 0; j < n_keys; ++j) {
         const T* vrow = vc + row_offset(j);
         __m512 v[NZ];
         for (int z = 0; z < NZ; ++z) v[z] = Load16(vrow + 16 * z);
@@ -110,13 +110,13 @@ bool AttendAs(const AttentionItem& it) {
 
 }  // namespace
 
-int64_t AttentionScratchFloats(int64_t group, int64_t head_dim, int64_t context_len) {
+std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len) {
   return group * head_dim + (group + 16) * context_len;
 }
 
 bool AttendItem(const AttentionItem& it) {
   if (it.group > 256) return false;
-  return it.bf16 ? AttendAs<uint16_t>(it) : AttendAs<float>(it);
+  return it.bf16 ? AttendAs<std::uint16_t>(it) : AttendAs<float>(it);
 }
 
 }  // namespace ropeserve::cpu::avx512

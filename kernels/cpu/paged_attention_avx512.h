@@ -13,18 +13,18 @@ namespace ropeserve::cpu::avx512 {
 struct AttentionItem {
   const void* q;         // first row's first head of the group; rows q_row_stride elements apart
   void* out;             // same layout as q
-  int64_t q_row_stride;  // Hq * head_dim
-  int64_t rows, group, head_dim, context_len;  // the rows are the last `rows` positions of the context
+  std::int64_t q_row_stride;  // Hq * head_dim
+  std::int64_t rows, group, head_dim, context_len;  // the rows are the last `rows` positions of the context
   const void* k_cache;   // already offset to this kv head
   const void* v_cache;
-  const int32_t* table;  // the sequence's block table
-  int64_t block_size, block_stride, token_stride;  // elements
+  const std::int32_t* table;  // the sequence's block table
+  std::int64_t block_size, block_stride, token_stride;  // elements
   float scale;
   bool bf16;        // bfloat16 inputs and output, else float32
   float* scratch;   // AttentionScratchFloats(group, head_dim, context_len) floats
 };
 
-int64_t AttentionScratchFloats(int64_t group, int64_t head_dim, int64_t context_len);
+std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len);
 
 // False (nothing written) when the head size is not 16, 32, 64, 128 or 256
 // or the group is larger than 256: the caller's generic path runs.

@@ -9,8 +9,8 @@ namespace ropeserve::cpu {
 
 namespace detail {
 
-void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx) {
-  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+void ParallelForImpl(std::int64_t begin, std::int64_t end, std::int64_t grain, RangeFn fn, const void* ctx) {
+  const std::int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   PoolParallelFor(begin, end, grain, threads, fn, ctx);
 }
 

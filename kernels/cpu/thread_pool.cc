@@ -26,7 +26,7 @@ inline void Pause() {
 #endif
 }
 
-int64_t SpinMicros() { return GetKernelConfig().pool_spin_us; }
+std::int64_t SpinMicros() { return GetKernelConfig().pool_spin_us; }
 
 // Spins (yielding the core every few microseconds, so that a runnable
 // OpenMP thread gets it) until done() or the spin time is over; true if done.
@@ -46,7 +46,7 @@ bool SpinUntil(const Done& done) {
 
 class Pool {
  public:
-  void Run(int64_t begin, int64_t end, int64_t chunk, int chunks, detail::RangeFn fn, const void* ctx) {
+  void Run(std::int64_t begin, std::int64_t end, std::int64_t chunk, int chunks, detail::RangeFn fn, const void* ctx) {
     std::lock_guard<std::mutex> submit(submit_mu_);
     while (static_cast<int>(workers_.size()) < chunks - 1) {
       // A new worker waits for the next job, not one that already went by
@@ -79,7 +79,7 @@ class Pool {
 
  private:
   void RunChunk(int i) {
-    const int64_t b = begin_ + i * chunk_;
+    const std::int64_t b = begin_ + i * chunk_;
     if (b >= end_) return;
     try {
       fn_(ctx_, b, std::min(end_, b + chunk_));
@@ -113,7 +113,7 @@ class Pool {
   // the workers after they see it move).
   detail::RangeFn fn_ = nullptr;
   const void* ctx_ = nullptr;
-  int64_t begin_ = 0, end_ = 0, chunk_ = 0;
+  std::int64_t begin_ = 0, end_ = 0, chunk_ = 0;
   int chunks_ = 0;
   std::mutex error_mu_;
   std::exception_ptr error_;
@@ -136,15 +136,15 @@ Pool& ThePool() {
 
 namespace detail {
 
-void PoolParallelFor(int64_t begin, int64_t end, int64_t grain, int64_t threads, RangeFn fn, const void* ctx) {
+void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn, const void* ctx) {
   if (begin >= end) return;
-  const int64_t n = end - begin;
+  const std::int64_t n = end - begin;
   if (n <= 1 || n <= grain || threads <= 1 || t_in_pool) {
     fn(ctx, begin, end);
     return;
   }
-  const int64_t chunks = std::min(threads, grain > 0 ? (n + grain - 1) / grain : n);
-  const int64_t chunk = (n + chunks - 1) / chunks;
+  const std::int64_t chunks = std::min(threads, grain > 0 ? (n + grain - 1) / grain : n);
+  const std::int64_t chunk = (n + chunks - 1) / chunks;
   ThePool().Run(begin, end, chunk, static_cast<int>((n + chunk - 1) / chunk), fn, ctx);
 }
 

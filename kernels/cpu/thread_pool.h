@@ -20,15 +20,15 @@
 namespace ropeserve::cpu {
 
 namespace detail {
-using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+using RangeFn = void (*)(const void* ctx, std::int64_t begin, std::int64_t end);
 // ParallelFor's LibTorch side (parallel_for.cc): the thread count and
 // OpenMP nesting; then PoolParallelFor.
-void ParallelForImpl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, const void* ctx);
+void ParallelForImpl(std::int64_t begin, std::int64_t end, std::int64_t grain, RangeFn fn, const void* ctx);
 // The pool itself, torch-free (thread_pool.cc): the chunking described at
 // ParallelFor for `threads` threads; inline when nested in another
 // PoolParallelFor. Its ThreadSanitizer test (tests/kernels/thread_pool_tsan.cc)
 // calls it directly, so that only instrumented code runs there.
-void PoolParallelFor(int64_t begin, int64_t end, int64_t grain, int64_t threads, RangeFn fn, const void* ctx);
+void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn, const void* ctx);
 }  // namespace detail
 
 // Calls f(b, e) on disjoint chunks that cover [begin, end), as
@@ -40,9 +40,9 @@ void PoolParallelFor(int64_t begin, int64_t end, int64_t grain, int64_t threads,
 // Concurrent callers take turns. An exception thrown by f is rethrown here
 // (the first one) after every chunk has finished.
 template <typename F>
-void ParallelFor(int64_t begin, int64_t end, int64_t grain, const F& f) {
+void ParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
   detail::ParallelForImpl(
-      begin, end, grain, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
+      begin, end, grain, [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
 }
 
 }  // namespace ropeserve::cpu

@@ -19,9 +19,9 @@ inline float HorizontalSum(const Vec& v) {
 }
 
 // sum(a[i] * b[i]) over n floats, vectorised with a scalar tail.
-inline float Dot(const float* a, const float* b, int64_t n) {
+inline float Dot(const float* a, const float* b, std::int64_t n) {
   Vec acc(0.0f);
-  int64_t i = 0;
+  std::int64_t i = 0;
   for (; i + Vec::size() <= n; i += Vec::size()) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
   float s = HorizontalSum(acc);
   for (; i < n; ++i) s += a[i] * b[i];

@@ -24,7 +24,7 @@ std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& inv_freq, const a
 
 namespace {
 at::Tensor RotateHalf(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
+  const std::int64_t half = x.size(-1) / 2;
   at::Tensor x1 = x.narrow(-1, 0, half);
   at::Tensor x2 = x.narrow(-1, half, half);
   return at::cat({-x2, x1}, -1);
@@ -32,7 +32,7 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 }  // namespace
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t rd = cos.size(-1);
+  const std::int64_t rd = cos.size(-1);
   at::Tensor c = cos.unsqueeze(1);  // [T, 1, rd]: broadcast over heads
   at::Tensor s = sin.unsqueeze(1);
   if (rd == x.size(-1)) return x * c + RotateHalf(x) * s;
@@ -46,8 +46,8 @@ c10::ScalarType SoftmaxDType(const at::Tensor& scores) {
 }
 
 at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  const int64_t T = q.size(0), hq = q.size(1), hkv = k.size(1);
-  const int64_t groups = hq / hkv;
+  const std::int64_t T = q.size(0), hq = q.size(1), hkv = k.size(1);
+  const std::int64_t groups = hq / hkv;
   // repeat_kv: [T, Hkv, D] -> [T, Hq, D] with each kv head repeated `groups` times.
   at::Tensor kr = k.repeat_interleave(groups, /*dim=*/1);
   at::Tensor vr = v.repeat_interleave(groups, /*dim=*/1);
@@ -66,8 +66,8 @@ at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 // shared by reshaping q, not by copying K/V as the reference does.
 // q: [T, Hq, D]; k, v: [S, Hkv, D] -> [T, Hq, D].
 at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  const int64_t T = q.size(0), hq = q.size(1), D = q.size(2);
-  const int64_t S = k.size(0), hkv = k.size(1), G = hq / hkv;
+  const std::int64_t T = q.size(0), hq = q.size(1), D = q.size(2);
+  const std::int64_t S = k.size(0), hkv = k.size(1), G = hq / hkv;
   at::Tensor qg = q.view({T, hkv, G, D}).permute({1, 2, 0, 3}).reshape({hkv, G * T, D});
   at::Tensor kh = k.permute({1, 2, 0});  // [Hkv, D, S]
   at::Tensor vh = v.permute({1, 0, 2});  // [Hkv, S, D]
@@ -84,15 +84,15 @@ at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const
 }
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const std::vector<std::vector<int32_t>>& block_tables,
-                          const std::vector<int64_t>& query_lens, const std::vector<int64_t>& context_lens,
+                          const std::vector<std::vector<std::int32_t>>& block_tables,
+                          const std::vector<std::int64_t>& query_lens, const std::vector<std::int64_t>& context_lens,
                           double scale) {
-  const int64_t block_size = k_cache.size(1), hkv = k_cache.size(2), D = k_cache.size(3);
+  const std::int64_t block_size = k_cache.size(1), hkv = k_cache.size(2), D = k_cache.size(3);
   std::vector<at::Tensor> outs;
-  int64_t row = 0;
+  std::int64_t row = 0;
   for (size_t s = 0; s < block_tables.size(); ++s) {
-    const int64_t L = context_lens[s], n_blocks = (L + block_size - 1) / block_size;
-    at::Tensor table = at::tensor(std::vector<int64_t>(block_tables[s].begin(), block_tables[s].begin() + n_blocks),
+    const std::int64_t L = context_lens[s], n_blocks = (L + block_size - 1) / block_size;
+    at::Tensor table = at::tensor(std::vector<std::int64_t>(block_tables[s].begin(), block_tables[s].begin() + n_blocks),
                                   at::kLong);
     at::Tensor k = k_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
     at::Tensor v = v_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
@@ -104,7 +104,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
 
 void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping) {
-  const int64_t hkv = k_cache.size(2), D = k_cache.size(3);
+  const std::int64_t hkv = k_cache.size(2), D = k_cache.size(3);
   k_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, k);
   v_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, v);
 }

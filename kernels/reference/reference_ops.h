@@ -47,8 +47,8 @@ at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const
 // block_size, Hkv, D] -> [T, Hq, D]. Gathers each sequence's keys, then
 // PrefixCausalAttention.
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const std::vector<std::vector<int32_t>>& block_tables,
-                          const std::vector<int64_t>& query_lens, const std::vector<int64_t>& context_lens,
+                          const std::vector<std::vector<std::int32_t>>& block_tables,
+                          const std::vector<std::int64_t>& query_lens, const std::vector<std::int64_t>& context_lens,
                           double scale);
 
 // k_cache.view(-1, Hkv, D)[slot_mapping[i]] = k[i] (and v). k, v: [T, Hkv, D];

@@ -112,7 +112,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   // one copy of the largest matrix.
   const bool embedding_in_lm_head = (int8 || pack) && !c.span_head && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
@@ -169,7 +169,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
   if (RopeDependsOnLength(config_)) {
     // Dynamic NTK: frequencies follow the length reached by this forward, as
     // Hugging Face's dynamic_rope_update does for a single growing sequence.
-    const int64_t seq_len = length > 0 ? length : positions.max().item<int64_t>() + 1;
+    const std::int64_t seq_len = length > 0 ? length : positions.max().item<std::int64_t>() + 1;
     RopeFrequencies rope = ComputeRopeFrequencies(config_, seq_len);
     inv_freq = InvFreqTensor(rope).to(positions.device());
     factor = rope.attention_factor;
@@ -181,9 +181,9 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
 std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
                                                                          const at::Tensor& x,
                                                                          const RopeTable& rope) const {
-  const int64_t T = x.size(0), D = config_.head_dim;
+  const std::int64_t T = x.size(0), D = config_.head_dim;
   const at::Tensor qkv = Linear(x, w.qkv_proj);
-  const int64_t qs = config_.q_size(), kvs = config_.kv_size();
+  const std::int64_t qs = config_.q_size(), kvs = config_.kv_size();
   at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
   at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
   at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D}).contiguous();
@@ -199,7 +199,7 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
                                    const AttendFn& attend) const {
-  const int64_t T = h.size(0);
+  const std::int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
   h = h.contiguous();
   const RopeTable rope = ops_->PrepareRope(cos, sin);
@@ -219,7 +219,7 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& batch) const {
   if (!RopeDependsOnLength(config_)) return RotaryCosSin(batch.positions);
   std::vector<at::Tensor> cos, sin;
-  int64_t row = 0;
+  std::int64_t row = 0;
   for (std::size_t s = 0; s < batch.query_lens.size(); ++s) {
     const std::int64_t len = batch.query_lens[s];
     auto [c, si] = RotaryCosSin(batch.positions.narrow(0, row, len), batch.context_lens[s]);
@@ -282,7 +282,7 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
 PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::int64_t block_size) const {
   PagedKvCache cache;
   const auto opts = w_.norm.options();  // the compute dtype
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+  for (std::int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     // Uninitialised: attention only reads slots below each context length.
     cache.k.push_back(at::empty({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));
     cache.v.push_back(at::empty({num_blocks, block_size, config_.num_key_value_heads, config_.head_dim}, opts));

@@ -48,12 +48,12 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
     }
     if (name == "find") {
       const size_t at = s.find(need_str(0, "find"));
-      return Value::Int(at == std::string::npos ? -1 : static_cast<int64_t>(tok::CountCodePoints(s.substr(0, at))));
+      return Value::Int(at == std::string::npos ? -1 : static_cast<std::int64_t>(tok::CountCodePoints(s.substr(0, at))));
     }
     if (name == "count") {
       const std::string& sub = need_str(0, "count");
-      int64_t n = 0;
-      if (sub.empty()) return Value::Int(static_cast<int64_t>(tok::CountCodePoints(s)) + 1);
+      std::int64_t n = 0;
+      if (sub.empty()) return Value::Int(static_cast<std::int64_t>(tok::CountCodePoints(s)) + 1);
       for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
       return Value::Int(n);
     }
@@ -122,19 +122,19 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
     }
     if (name == "pop") {
       if (obj.arr->empty()) Throw("line " + std::to_string(line) + ": pop from empty list");
-      int64_t i = a.pos.empty() ? -1 : a.pos[0].i;
-      if (i < 0) i += static_cast<int64_t>(obj.arr->size());
-      if (i < 0 || i >= static_cast<int64_t>(obj.arr->size())) Throw("line " + std::to_string(line) + ": pop index out of range");
+      std::int64_t i = a.pos.empty() ? -1 : a.pos[0].i;
+      if (i < 0) i += static_cast<std::int64_t>(obj.arr->size());
+      if (i < 0 || i >= static_cast<std::int64_t>(obj.arr->size())) Throw("line " + std::to_string(line) + ": pop index out of range");
       Value v = (*obj.arr)[static_cast<size_t>(i)];
       obj.arr->erase(obj.arr->begin() + i);
       return v;
     }
     if (name == "index" || name == "count") {
       if (a.pos.empty()) Throw("line " + std::to_string(line) + ": " + name + " needs an argument");
-      int64_t n = 0;
+      std::int64_t n = 0;
       for (size_t k = 0; k < obj.arr->size(); ++k) {
         if (Equal((*obj.arr)[k], a.pos[0])) {
-          if (name == "index") return Value::Int(static_cast<int64_t>(k));
+          if (name == "index") return Value::Int(static_cast<std::int64_t>(k));
           ++n;
         }
       }
@@ -216,9 +216,9 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
   }
   if (name == "length" || name == "count") {
     switch (v.kind) {
-      case Value::kString: return Value::Int(static_cast<int64_t>(tok::CountCodePoints(v.s)));
-      case Value::kArray: return Value::Int(static_cast<int64_t>(v.arr->size()));
-      case Value::kObject: return Value::Int(static_cast<int64_t>(v.obj->size()));
+      case Value::kString: return Value::Int(static_cast<std::int64_t>(tok::CountCodePoints(v.s)));
+      case Value::kArray: return Value::Int(static_cast<std::int64_t>(v.arr->size()));
+      case Value::kObject: return Value::Int(static_cast<std::int64_t>(v.obj->size()));
       case Value::kUndefined: return Value::Int(0);
       default: fail(std::string("object of type ") + KindName(v) + " has no length");
     }
@@ -286,7 +286,7 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
   }
   if (name == "int") {
     if (v.kind == Value::kInt) return v;
-    if (v.kind == Value::kFloat) return Value::Int(static_cast<int64_t>(v.f));
+    if (v.kind == Value::kFloat) return Value::Int(static_cast<std::int64_t>(v.f));
     if (v.kind == Value::kBool) return Value::Int(v.b);
     if (v.kind == Value::kString) {
       char* end = nullptr;
@@ -384,7 +384,7 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
   }
   if (name == "wordcount") {
     Value parts = SplitString(ToStr(v), nullptr, -1);
-    return Value::Int(static_cast<int64_t>(parts.arr->size()));
+    return Value::Int(static_cast<std::int64_t>(parts.arr->size()));
   }
   if (name == "map") {
     Array items = Iterate(v, line);
@@ -435,7 +435,7 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
     Array out, cur;
     for (Value& x : Iterate(v, line)) {
       cur.push_back(x);
-      if (static_cast<int64_t>(cur.size()) == n->i) { out.push_back(Value::List(std::move(cur))); cur.clear(); }
+      if (static_cast<std::int64_t>(cur.size()) == n->i) { out.push_back(Value::List(std::move(cur))); cur.clear(); }
     }
     if (!cur.empty()) out.push_back(Value::List(std::move(cur)));
     return Value::List(std::move(out));

@@ -39,7 +39,7 @@ void Renderer::InstallGlobals() {
     throw JinjaError{a.pos.empty() ? std::string("raise_exception called") : ToStr(a.pos[0]), true};
   });
   globals_["range"] = Value::Fn([](Args& a) -> Value {
-    int64_t start = 0, stop = 0, step = 1;
+    std::int64_t start = 0, stop = 0, step = 1;
     auto num = [](const Value& v) {
       if (v.kind != Value::kInt) Throw("range: arguments must be integers");
       return v.i;
@@ -50,7 +50,7 @@ void Renderer::InstallGlobals() {
     if (a.pos.empty() || a.pos.size() > 3) Throw("range: expected 1 to 3 arguments");
     if (step == 0) Throw("range: step must not be zero");
     Array out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+    for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
       out.push_back(Value::Int(k));
       if (out.size() > 10'000'000) Throw("range: too many elements");
     }
@@ -155,8 +155,8 @@ void Renderer::ExecFor(const Node& n, std::string& out) {
     if (n.has_else) Render(n.bodies[1], out);
     return;
   }
-  const int64_t len = static_cast<int64_t>(items.size());
-  for (int64_t k = 0; k < len; ++k) {
+  const std::int64_t len = static_cast<std::int64_t>(items.size());
+  for (std::int64_t k = 0; k < len; ++k) {
     scopes_.emplace_back();
     Value loop = Value::Dict();
     loop.Set("index", Value::Int(k + 1));
@@ -263,13 +263,13 @@ Value Renderer::Index(const Value& obj, const Value& key) {
       Throw(std::string(KindName(obj)) + " indices must be integers");
     }
     if (obj.kind == Value::kArray) {
-      int64_t i = key.i < 0 ? key.i + static_cast<int64_t>(obj.arr->size()) : key.i;
-      if (i < 0 || i >= static_cast<int64_t>(obj.arr->size())) return Value();
+      std::int64_t i = key.i < 0 ? key.i + static_cast<std::int64_t>(obj.arr->size()) : key.i;
+      if (i < 0 || i >= static_cast<std::int64_t>(obj.arr->size())) return Value();
       return (*obj.arr)[static_cast<size_t>(i)];
     }
     const std::u32string u = U32(obj.s);
-    int64_t i = key.i < 0 ? key.i + static_cast<int64_t>(u.size()) : key.i;
-    if (i < 0 || i >= static_cast<int64_t>(u.size())) return Value();
+    std::int64_t i = key.i < 0 ? key.i + static_cast<std::int64_t>(u.size()) : key.i;
+    if (i < 0 || i >= static_cast<std::int64_t>(u.size())) return Value();
     return Value::Str(tok::ToUtf8(u[static_cast<size_t>(i)]));
   }
   if (obj.kind == Value::kObject) {
@@ -297,7 +297,7 @@ Value Renderer::Eval(const Expr& e) {
     case Expr::kIndex: return Index(Eval(*e.kids[0]), Eval(*e.kids[1]));
     case Expr::kSlice: {
       const Value obj = Eval(*e.kids[0]);
-      std::optional<int64_t> parts[3];
+      std::optional<std::int64_t> parts[3];
       for (int k = 0; k < 3; ++k) {
         if (!e.kids[k + 1]) continue;
         const Value v = Eval(*e.kids[k + 1]);
@@ -391,14 +391,14 @@ Value Renderer::EvalBinary(const std::string& op, const Value& a, const Value& b
   }
   if (op == "*" && a.kind == Value::kString && b.kind == Value::kInt) {
     std::string r;
-    for (int64_t k = 0; k < b.i; ++k) r += a.s;
+    for (std::int64_t k = 0; k < b.i; ++k) r += a.s;
     return Value::Str(std::move(r));
   }
   if (!a.number() || !b.number()) {
     Throw("line " + std::to_string(line) + ": unsupported operand types for " + op + ": " + KindName(a) + " and " + KindName(b));
   }
   const bool ints = a.kind != Value::kFloat && b.kind != Value::kFloat;
-  const int64_t x = a.kind == Value::kBool ? a.b : a.i, y = b.kind == Value::kBool ? b.b : b.i;
+  const std::int64_t x = a.kind == Value::kBool ? a.b : a.i, y = b.kind == Value::kBool ? b.b : b.i;
   const double fx = a.AsDouble(), fy = b.AsDouble();
   if (op == "+") return ints ? Value::Int(x + y) : Value::Float(fx + fy);
   if (op == "-") return ints ? Value::Int(x - y) : Value::Float(fx - fy);
@@ -410,7 +410,7 @@ Value Renderer::EvalBinary(const std::string& op, const Value& a, const Value& b
   if (op == "//" || op == "%") {
     if (fy == 0) Throw("line " + std::to_string(line) + ": division by zero");
     if (ints) {
-      int64_t q = x / y, r = x % y;
+      std::int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) { --q; r += y; }
       return Value::Int(op == "//" ? q : r);
     }
@@ -419,8 +419,8 @@ Value Renderer::EvalBinary(const std::string& op, const Value& a, const Value& b
   }
   if (op == "**") {
     if (ints && y >= 0) {
-      int64_t r = 1;
-      for (int64_t k = 0; k < y; ++k) r *= x;
+      std::int64_t r = 1;
+      for (std::int64_t k = 0; k < y; ++k) r *= x;
       return Value::Int(r);
     }
     return Value::Float(std::pow(fx, fy));

@@ -26,7 +26,7 @@ Value FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::null: return Value::None();
     case nlohmann::ordered_json::value_t::boolean: return Value::Bool(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value::Int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return Value::Int(j.get<std::int64_t>());
     case nlohmann::ordered_json::value_t::number_float: return Value::Float(j.get<double>());
     case nlohmann::ordered_json::value_t::string: return Value::Str(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
@@ -273,7 +273,7 @@ std::string MapCase(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 ti
   return U8(u);
 }
 
-Value SplitString(const std::string& s, const Value* sep, int64_t maxsplit) {
+Value SplitString(const std::string& s, const Value* sep, std::int64_t maxsplit) {
   Array out;
   if (sep == nullptr || sep->kind == Value::kNone) {
     const std::u32string u = U32(s);
@@ -282,7 +282,7 @@ Value SplitString(const std::string& s, const Value* sep, int64_t maxsplit) {
       while (k < u.size() && tok::IsWhitespace(u[k])) ++k;
       if (k >= u.size()) break;
       size_t e = k;
-      if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+      if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) == maxsplit) {
         std::u32string rest = u.substr(k);
         while (!rest.empty() && tok::IsWhitespace(rest.back())) rest.pop_back();
         out.push_back(Value::Str(U8(rest)));
@@ -296,7 +296,7 @@ Value SplitString(const std::string& s, const Value* sep, int64_t maxsplit) {
   }
   if (sep->kind != Value::kString || sep->s.empty()) Throw("split: separator must be a non-empty string");
   size_t pos = 0, hit;
-  while ((maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) &&
+  while ((maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) &&
          (hit = s.find(sep->s, pos)) != std::string::npos) {
     out.push_back(Value::Str(s.substr(pos, hit - pos)));
     pos = hit + sep->s.size();
@@ -305,11 +305,11 @@ Value SplitString(const std::string& s, const Value* sep, int64_t maxsplit) {
   return Value::List(std::move(out));
 }
 
-std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, std::int64_t count) {
   if (from.empty()) {
     std::string out;
     const std::u32string u = U32(s);
-    int64_t n = 0;
+    std::int64_t n = 0;
     for (char32_t c : u) {
       if (count < 0 || n < count) { out += to; ++n; }
       tok::AppendUtf8(&out, c);
@@ -319,7 +319,7 @@ std::string ReplaceAll(const std::string& s, const std::string& from, const std:
   }
   std::string out;
   size_t pos = 0, hit;
-  int64_t n = 0;
+  std::int64_t n = 0;
   while ((count < 0 || n < count) && (hit = s.find(from, pos)) != std::string::npos) {
     out.append(s, pos, hit - pos);
     out += to;

@@ -38,7 +38,7 @@ struct Value {
   enum Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kArray, kObject, kFunction };
   Kind kind = kUndefined;
   bool b = false;
-  int64_t i = 0;
+  std::int64_t i = 0;
   double f = 0;
   std::string s;
   std::shared_ptr<Array> arr;
@@ -47,7 +47,7 @@ struct Value {
 
   static Value None() { Value v; v.kind = kNone; return v; }
   static Value Bool(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
-  static Value Int(int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
+  static Value Int(std::int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
   static Value Float(double x) { Value v; v.kind = kFloat; v.f = x; return v; }
   static Value Str(std::string x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
   static Value List(Array a = {}) { Value v; v.kind = kArray; v.arr = std::make_shared<Array>(std::move(a)); return v; }
@@ -95,29 +95,29 @@ std::u32string U32(const std::string& s);
 std::string U8(const std::u32string& s);
 std::string MapCase(const std::string& s, int mode);  // 0 lower, 1 upper, 2 title, 3 capitalize
 std::string StripChars(const std::string& s, const Value* chars, bool left, bool right);
-Value SplitString(const std::string& s, const Value* sep, int64_t maxsplit);
-std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+Value SplitString(const std::string& s, const Value* sep, std::int64_t maxsplit);
+std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, std::int64_t count);
 
 template <typename Seq>
-Seq SliceSeq(const Seq& seq, std::optional<int64_t> start, std::optional<int64_t> stop, std::optional<int64_t> step_opt) {
-  const int64_t n = static_cast<int64_t>(seq.size());
-  const int64_t step = step_opt.value_or(1);
+Seq SliceSeq(const Seq& seq, std::optional<std::int64_t> start, std::optional<std::int64_t> stop, std::optional<std::int64_t> step_opt) {
+  const std::int64_t n = static_cast<std::int64_t>(seq.size());
+  const std::int64_t step = step_opt.value_or(1);
   if (step == 0) Throw("slice step cannot be zero");
-  auto clamp = [&](std::optional<int64_t> v, int64_t def, bool is_start) {
+  auto clamp = [&](std::optional<std::int64_t> v, std::int64_t def, bool is_start) {
     if (!v) return def;
-    int64_t x = *v;
+    std::int64_t x = *v;
     if (x < 0) x += n;
-    if (step > 0) return std::clamp<int64_t>(x, 0, n);
-    return std::clamp<int64_t>(x, -1, n - 1);
+    if (step > 0) return std::clamp<std::int64_t>(x, 0, n);
+    return std::clamp<std::int64_t>(x, -1, n - 1);
     (void)is_start;
   };
   Seq out;
   if (step > 0) {
-    const int64_t b = clamp(start, 0, true), e = clamp(stop, n, false);
-    for (int64_t k = b; k < e; k += step) out.push_back(seq[static_cast<size_t>(k)]);
+    const std::int64_t b = clamp(start, 0, true), e = clamp(stop, n, false);
+    for (std::int64_t k = b; k < e; k += step) out.push_back(seq[static_cast<size_t>(k)]);
   } else {
-    const int64_t b = clamp(start, n - 1, true), e = clamp(stop, -1, false);
-    for (int64_t k = b; k > e; k += step) out.push_back(seq[static_cast<size_t>(k)]);
+    const std::int64_t b = clamp(start, n - 1, true), e = clamp(stop, -1, false);
+    for (std::int64_t k = b; k > e; k += step) out.push_back(seq[static_cast<size_t>(k)]);
   }
   return out;
 }

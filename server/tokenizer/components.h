@@ -57,10 +57,10 @@ class PreTokenizedString {
 // The result of encoding: parallel arrays, one entry per token.
 struct Encoding {
   std::vector<TokenId> ids;
-  std::vector<uint32_t> type_ids;
+  std::vector<std::uint32_t> type_ids;
   std::vector<std::string> tokens;
   std::vector<Offsets> offsets;  // code points of the original text
-  std::vector<uint8_t> special_tokens_mask;
+  std::vector<std::uint8_t> special_tokens_mask;
   std::vector<int> sequence_ids;  // 0 / 1 for the input sequence, -1 for added specials
   // The word (pre-tokenizer split) of each token within its sequence, -1 for
   // added specials: the reference's Encoding::words / token_to_word.
@@ -132,7 +132,7 @@ StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const nlohmann::json& j);
 
 
 // GPT-2's byte <-> printable character mapping used by byte-level BPE.
-char32_t ByteToChar(uint8_t b);
+char32_t ByteToChar(std::uint8_t b);
 // -1 if `c` is not one of the 256 byte characters.
 int CharToByte(char32_t c);
 

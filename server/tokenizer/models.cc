@@ -25,7 +25,7 @@ namespace {
 class Vocab {
  public:
   Status Add(const std::string& token, long long id, const std::string& where) {
-    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+    if (id < 0 || id > std::numeric_limits<std::int32_t>::max()) {
       return Bad(where, "vocabulary id out of range for '" + token + "'");
     }
     const auto uid = static_cast<TokenId>(id);
@@ -60,7 +60,7 @@ Status ReadVocabObject(const json& j, const std::string& where, Vocab* vocab) {
   return Status::Ok();
 }
 
-std::string ByteFallbackToken(uint8_t b) {
+std::string ByteFallbackToken(std::uint8_t b) {
   static const char* hex = "0123456789ABCDEF";
   std::string s = "<0x";
   s.push_back(hex[b >> 4]);
@@ -103,7 +103,7 @@ class BpeModel final : public VocabModel {
       if (!m->unk_) return Bad(where, "unk_token '" + unk + "' is not in the vocabulary");
     }
     RS_ASSIGN_OR_RETURN(const json* merges, json_fields::Array(j, "merges", where));
-    uint32_t rank = 0;
+    std::uint32_t rank = 0;
     for (const json& mj : *merges) {
       std::string a, b;
       if (mj.is_string()) {
@@ -161,8 +161,8 @@ class BpeModel final : public VocabModel {
 
  private:
   static constexpr size_t kCacheCapacity = 10000;
-  static uint64_t Key(TokenId a, TokenId b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  static std::uint64_t Key(TokenId a, TokenId b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
 
   struct Symbol {
@@ -189,7 +189,7 @@ class BpeModel final : public VocabModel {
         if (byte_fallback_) {
           std::vector<TokenId> ids;
           for (size_t k = 0; k < n; ++k) {
-            auto bid = vocab_.Find(ByteFallbackToken(static_cast<uint8_t>(word[i + k])));
+            auto bid = vocab_.Find(ByteFallbackToken(static_cast<std::uint8_t>(word[i + k])));
             if (!bid) break;
             ids.push_back(*bid);
           }
@@ -214,7 +214,7 @@ class BpeModel final : public VocabModel {
     }
     // Lowest rank first, then leftmost position.
     struct Cand {
-      uint32_t rank;
+      std::uint32_t rank;
       int pos;
       TokenId new_id;
       bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
@@ -249,7 +249,7 @@ class BpeModel final : public VocabModel {
     return toks;
   }
 
-  std::unordered_map<uint64_t, std::pair<uint32_t, TokenId>> merges_;  // -> (rank, merged id)
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>> merges_;  // -> (rank, merged id)
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   std::optional<TokenId> unk_;
@@ -420,7 +420,7 @@ class UnigramModel final : public VocabModel {
       if (byte_fallback_) {
         std::vector<Token> bytes;
         for (size_t b = span.start; b < span.end; ++b) {
-          auto bid = vocab_.Find(ByteFallbackToken(static_cast<uint8_t>(word[b])));
+          auto bid = vocab_.Find(ByteFallbackToken(static_cast<std::uint8_t>(word[b])));
           if (!bid) break;
           bytes.push_back({*bid, {b, b + 1}});
         }

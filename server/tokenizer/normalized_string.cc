@@ -14,7 +14,7 @@ NormalizedString::NormalizedString(std::string_view original)
   while (i < original.size()) {
     const size_t n = Utf8LeadLength(static_cast<unsigned char>(original[i]));
     for (size_t k = 0; k < n && i + k < original.size(); ++k) {
-      align_[i + k] = {static_cast<uint32_t>(i), static_cast<uint32_t>(i + n)};
+      align_[i + k] = {static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + n)};
     }
     i += n;
   }
@@ -47,16 +47,16 @@ void NormalizedString::TransformRange(size_t start, size_t end,
     offset += old_lens[next_old];
   }
   std::string out;
-  std::vector<std::pair<uint32_t, uint32_t>> out_align;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out_align;
   out.reserve(end - start);
   out_align.reserve(end - start);
   for (const CharChange& cc : dest) {
-    std::pair<uint32_t, uint32_t> a;
+    std::pair<std::uint32_t, std::uint32_t> a;
     if (cc.change > 0) {
-      a = offset >= 1 ? align_[offset - 1] : std::pair<uint32_t, uint32_t>{0, 0};
+      a = offset >= 1 ? align_[offset - 1] : std::pair<std::uint32_t, std::uint32_t>{0, 0};
     } else {
       a = offset < align_.size() ? align_[offset]
-          : align_.empty()       ? std::pair<uint32_t, uint32_t>{0, 0}
+          : align_.empty()       ? std::pair<std::uint32_t, std::uint32_t>{0, 0}
                                  : align_.back();
       if (next_old < old_lens.size()) offset += old_lens[next_old++];
       for (int r = 0; r < -cc.change && next_old < old_lens.size(); ++r) {
@@ -236,7 +236,7 @@ Status NormalizedString::Replace(const Pattern& pattern, std::string_view conten
   // the reference, the replacement's characters are inserted after the
   // removed match and so share the alignment of its last byte.
   std::string out;
-  std::vector<std::pair<uint32_t, uint32_t>> out_align;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out_align;
   out.reserve(normalized_.size());
   out_align.reserve(normalized_.size());
   bool changed = false;
@@ -248,8 +248,8 @@ Status NormalizedString::Replace(const Pattern& pattern, std::string_view conten
       continue;
     }
     changed = true;
-    const std::pair<uint32_t, uint32_t> al =
-        b >= 1 ? align_[b - 1] : std::pair<uint32_t, uint32_t>{0, 0};
+    const std::pair<std::uint32_t, std::uint32_t> al =
+        b >= 1 ? align_[b - 1] : std::pair<std::uint32_t, std::uint32_t>{0, 0};
     out.append(content);
     out_align.insert(out_align.end(), content.size(), al);
   }
@@ -275,8 +275,8 @@ NormalizedString NormalizedString::Slice(size_t start, size_t end) const {
   out.original_ = original_.substr(o_start, o_end - o_start);
   out.align_.reserve(end - start);
   for (size_t i = start; i < end; ++i) {
-    out.align_.push_back({static_cast<uint32_t>(align_[i].first - o_start),
-                          static_cast<uint32_t>(align_[i].second - o_start)});
+    out.align_.push_back({static_cast<std::uint32_t>(align_[i].first - o_start),
+                          static_cast<std::uint32_t>(align_[i].second - o_start)});
   }
   out.original_shift_ = original_shift_ + o_start;
   return out;

@@ -77,7 +77,7 @@ class NormalizedString {
  private:
   std::string original_;
   std::string normalized_;
-  std::vector<std::pair<uint32_t, uint32_t>> align_;  // per normalized byte
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> align_;  // per normalized byte
   size_t original_shift_ = 0;
 };
 

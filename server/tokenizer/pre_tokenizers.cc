@@ -77,7 +77,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
       for (size_t i = 0; i < text.size();) {
         const size_t n = Utf8LeadLength(static_cast<unsigned char>(text[i]));
         for (size_t k = 0; k < n && i + k < text.size(); ++k) {
-          dest.push_back({ByteToChar(static_cast<uint8_t>(text[i + k])), k > 0 ? 1 : 0});
+          dest.push_back({ByteToChar(static_cast<std::uint8_t>(text[i + k])), k > 0 ? 1 : 0});
         }
         i += n;
       }

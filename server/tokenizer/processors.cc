@@ -19,13 +19,13 @@ StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string&
 namespace {
 struct ByteTables {
   char32_t to_char[256];
-  std::unordered_map<char32_t, uint8_t> to_byte;
+  std::unordered_map<char32_t, std::uint8_t> to_byte;
   ByteTables() {
     int n = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
-      to_byte[to_char[b]] = static_cast<uint8_t>(b);
+      to_byte[to_char[b]] = static_cast<std::uint8_t>(b);
     }
   }
 };
@@ -35,7 +35,7 @@ const ByteTables& Bytes() {
 }
 }  // namespace
 
-char32_t ByteToChar(uint8_t b) { return Bytes().to_char[b]; }
+char32_t ByteToChar(std::uint8_t b) { return Bytes().to_char[b]; }
 int CharToByte(char32_t c) {
   const auto& m = Bytes().to_byte;
   auto it = m.find(c);
@@ -100,7 +100,7 @@ struct SpecialPiece {
   std::vector<std::string> tokens;
 };
 
-Encoding MakeSpecial(const SpecialPiece& p, uint32_t type_id) {
+Encoding MakeSpecial(const SpecialPiece& p, std::uint32_t type_id) {
   Encoding e;
   e.ids = p.ids;
   e.tokens = p.tokens;
@@ -114,7 +114,7 @@ Encoding MakeSpecial(const SpecialPiece& p, uint32_t type_id) {
 
 // As the reference's set_type_ids: the main encoding only; overflowing
 // windows keep the type ids they were created with.
-void SetTypeIds(Encoding& e, uint32_t t) { e.type_ids.assign(e.ids.size(), t); }
+void SetTypeIds(Encoding& e, std::uint32_t t) { e.type_ids.assign(e.ids.size(), t); }
 
 // Applies `fn` to an encoding and all of its overflowing windows.
 template <typename Fn>
@@ -153,7 +153,7 @@ class TemplateProcessor final : public PostProcessor {
     bool is_sequence;
     int sequence;       // 0 = A, 1 = B
     std::string special;
-    uint32_t type_id;
+    std::uint32_t type_id;
   };
   std::vector<Piece> single, pair;
   std::unordered_map<std::string, SpecialPiece> specials;
@@ -201,7 +201,7 @@ class BertLikeProcessor final : public PostProcessor {
       // Wraps one sequence (and each of its windows) in its special tokens.
       std::function<Encoding(const Encoding&, bool)> wrap = [&](const Encoding& e, bool top) {
         Encoding w;
-        const uint32_t t = (i == 0 || roberta_) ? 0 : 1;
+        const std::uint32_t t = (i == 0 || roberta_) ? 0 : 1;
         if (i == 0) w.Append(MakeSpecial(cls_, 0));
         else if (roberta_) w.Append(MakeSpecial(sep_, 0));
         Encoding body = e;

@@ -83,7 +83,7 @@ char32_t LastChar(std::string_view s) {
 class CharIndex {
  public:
   explicit CharIndex(std::string_view s) : map_(s.size() + 1) {
-    uint32_t c = 0;
+    std::uint32_t c = 0;
     for (size_t i = 0; i < s.size(); ++i) {
       if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && i > 0) ++c;
       map_[i] = c;
@@ -92,14 +92,14 @@ class CharIndex {
   }
   Offsets Convert(Offsets b) const {
     if (b.start >= b.end) {
-      const uint32_t at = map_[std::min(b.start, map_.size() - 1)];
+      const std::uint32_t at = map_[std::min(b.start, map_.size() - 1)];
       return {at, at};
     }
     return {map_[b.start], map_[b.end - 1] + 1};
   }
 
  private:
-  std::vector<uint32_t> map_;
+  std::vector<std::uint32_t> map_;
 };
 
 // Overflowing windows are copies of the input; bound how much a request can
@@ -446,7 +446,7 @@ Status Tokenizer::ExtractAndNormalize(std::string_view text, PreTokenizedString*
   return pass(normalized_matcher_, true);
 }
 
-StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, uint32_t type_id,
+StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, std::uint32_t type_id,
                                              int sequence_id) const {
   RS_RETURN_IF_ERROR(CheckUtf8(text, "input text"));
   PreTokenizedString pts;

@@ -100,7 +100,7 @@ class Tokenizer {
   };
   std::vector<Piece> FindAdded(std::string_view s, const Matcher& m) const;
   Status ExtractAndNormalize(std::string_view text, PreTokenizedString* out) const;
-  StatusOr<Encoding> EncodeSequence(std::string_view text, uint32_t type_id, int sequence_id) const;
+  StatusOr<Encoding> EncodeSequence(std::string_view text, std::uint32_t type_id, int sequence_id) const;
   StatusOr<Encoding> PostProcess(Encoding a, std::optional<Encoding> b, bool add_special,
                                  const std::optional<Truncation>& truncation) const;
 

@@ -184,7 +184,7 @@ TEST_F(GrpcApi, TextPromptStopStringsAndDecodedText) {
   v1::GenerateResponse resp;
   ASSERT_TRUE(Call(req, &resp).ok());
   const auto ids = tokenizer_->Encode("Hello there", true)->ids;
-  EXPECT_EQ(resp.usage().prompt_tokens(), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(resp.usage().prompt_tokens(), static_cast<std::int64_t>(ids.size()));
   std::vector<TokenId> out(resp.token_ids().begin(), resp.token_ids().end());
   EXPECT_EQ(resp.text(), *tokenizer_->Decode(out, true));
   ASSERT_GE(resp.text().size(), 4u);

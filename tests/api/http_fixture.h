@@ -27,7 +27,7 @@ inline std::vector<std::string> StreamEvents(int port, const std::string& path, 
   req.body = body;
   req.set_header("Content-Type", "application/json");
   std::string raw;
-  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+  req.content_receiver = [&](const char* d, size_t n, std::uint64_t, std::uint64_t) {
     raw.append(d, n);
     return true;
   };

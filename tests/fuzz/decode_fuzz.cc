@@ -11,7 +11,7 @@
 #include "tests/fuzz/fuzz_tokenizers.h"
 #include "server/tokenizer/unicode.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size < 1) return 0;
   auto& ts = FuzzTokenizers();
   const auto& t = ts[data[0] % ts.size()];
@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool known = true;
   for (size_t i = 1; i + 3 <= size; i += 3) {
     // Mostly in-vocabulary ids, sometimes past the end or negative.
-    uint32_t raw = (uint32_t{data[i]} << 16) | (uint32_t{data[i + 1]} << 8) | data[i + 2];
-    if (!(data[i] & 0x80)) raw %= static_cast<uint32_t>(t->VocabSize());
+    std::uint32_t raw = (std::uint32_t{data[i]} << 16) | (std::uint32_t{data[i + 1]} << 8) | data[i + 2];
+    if (!(data[i] & 0x80)) raw %= static_cast<std::uint32_t>(t->VocabSize());
     auto id = static_cast<ropeserve::TokenId>(raw);
     if ((data[i] & 0xC0) == 0xC0) id = -id - 1;
     known &= t->IdToToken(id) != nullptr;

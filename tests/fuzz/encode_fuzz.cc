@@ -10,7 +10,7 @@
 #include "tests/fuzz/fuzz_tokenizers.h"
 #include "server/tokenizer/unicode.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size == 0) return 0;
   auto& ts = FuzzTokenizers();
   const auto& t = ts[data[0] % ts.size()];

@@ -20,7 +20,7 @@ service::Limits Limits() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const auto* msg = data + 1;
   const int len = static_cast<int>(size - 1);

@@ -25,7 +25,7 @@ void Generation(const api::GenerationBody& body, const std::vector<std::size_t>&
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 6) {

@@ -9,7 +9,7 @@
 #include "server/structured/automaton.h"
 #include "server/structured/constraint.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   using namespace ropeserve::structured;
   if (size < 2) return 0;
   const std::string in(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -5,7 +5,7 @@
 
 #include "server/template/jinja.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   const std::string src(reinterpret_cast<const char*>(data), size);
   auto t = ropeserve::jinja::Template::Parse(src);
   if (!t.ok()) return 0;

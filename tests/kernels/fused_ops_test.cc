@@ -30,7 +30,7 @@ void ExpectClose(const at::Tensor& got, const at::Tensor& want, at::ScalarType d
 }
 
 struct NormCase {
-  int64_t rows, n;
+  std::int64_t rows, n;
 };
 
 class RmsNormKernel : public ::testing::TestWithParam<std::tuple<NormCase, at::ScalarType>> {};
@@ -65,7 +65,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormKernel,
                                             ::testing::Values(at::kFloat, at::kBFloat16)));
 
 struct RopeCase {
-  int64_t T, hq, hkv, D, rotary;
+  std::int64_t T, hq, hkv, D, rotary;
 };
 
 class RopeKernel : public ::testing::TestWithParam<std::tuple<RopeCase, at::ScalarType>> {};
@@ -101,8 +101,8 @@ INSTANTIATE_TEST_SUITE_P(
 // (two roundings of the dtype); saturated gates (+-100) and odd widths.
 TEST(SiluAndMul, MatchesTheTwoOpsAndExactMaths) {
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (const int64_t I : {1, 17, 896, 4864}) {
-      for (const int64_t T : {1, 5, 40}) {
+    for (const std::int64_t I : {1, 17, 896, 4864}) {
+      for (const std::int64_t T : {1, 5, 40}) {
         at::manual_seed(T * 100 + I);
         at::Tensor gate_up = (at::randn({T, 2 * I}) * 4).to(dtype);
         gate_up[0][0] = 100.0;

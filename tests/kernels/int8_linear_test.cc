@@ -17,7 +17,7 @@ namespace ropeserve {
 namespace {
 
 struct Case {
-  int64_t M, K, N;
+  std::int64_t M, K, N;
   bool bias;
   at::ScalarType dtype;
 };
@@ -48,7 +48,7 @@ TEST_P(Int8Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
   if (!cpu::Int8KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
   const at::Tensor got = cpu::Int8LinearKernel(x, w, b);
   ASSERT_EQ(got.scalar_type(), c.dtype);
-  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
+  ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
   const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt8(w, at::kDouble);
   at::Tensor exact = at::matmul(x64, w64.t());
   if (c.bias) exact = exact + b.to(at::kDouble);
@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
 // bounded by |x| |w| + |b|, then one bfloat16 rounding of the output (2^-9
 // of |y|; 2^-8 allowed for the sums' error carried through).
 struct PanelCase {
-  int64_t M, K, N;
+  std::int64_t M, K, N;
   bool bias;
 };
 class Int8Panel : public ::testing::TestWithParam<PanelCase> {};
@@ -101,7 +101,7 @@ TEST_P(Int8Panel, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   if (!cpu::Int8PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
   const at::Tensor got = cpu::Int8PanelLinear(x, w, b);
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
-  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
+  ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
   const auto [exact, bound] =
       testing::ExactBf16Linear(x.to(at::kDouble), cpu::DequantizeInt8(w, at::kDouble), b, c.K + 2);
   const at::Tensor err = (got.to(at::kDouble) - exact).abs();
@@ -136,7 +136,7 @@ TEST(Int8Quantize, RowsKeepTheirScaleAndZeroRowsStayZero) {
   EXPECT_LE(q.q.abs().max().item<int>(), 127);
   EXPECT_EQ(q.scale[2].item<float>(), 0.0f);
   EXPECT_EQ(q.q[2].abs().sum().item<int>(), 0);
-  for (int64_t n = 0; n < 6; ++n)
+  for (std::int64_t n = 0; n < 6; ++n)
     if (n != 2) {
       EXPECT_EQ(q.q[n].abs().max().item<int>(), 127);  // the row's largest weight
     }
@@ -150,7 +150,7 @@ TEST(Int8Quantize, RowsKeepTheirScaleAndZeroRowsStayZero) {
   EXPECT_TRUE(at::equal(cpu::DequantizeInt8(q, at::kFloat), plain));
   EXPECT_TRUE(at::equal(cpu::DequantizeInt8(q, at::kBFloat16), plain.to(at::kBFloat16)));
   // Rows (the tied embedding's lookup) are the dequantized rows.
-  const at::Tensor ids = at::tensor(std::vector<int64_t>{4, 0, 4}, at::kLong);
+  const at::Tensor ids = at::tensor(std::vector<std::int64_t>{4, 0, 4}, at::kLong);
   EXPECT_TRUE(at::equal(cpu::Int8Rows(q, ids, at::kFloat), cpu::DequantizeInt8(q, at::kFloat).index_select(0, ids)));
 }
 
@@ -183,7 +183,7 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
   std::vector<cpu::PackedWeight> packed;  // the bf16 model's layout where the CPU has avx512_bf16
   if (cpu::PackedLinearAvailable())
     for (const auto& w : bf) packed.push_back(cpu::PackWeight(w));
-  for (int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
+  for (std::int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
     auto time = [&](auto&& fn) {
       double best = 1e9;

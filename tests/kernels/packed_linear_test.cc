@@ -16,7 +16,7 @@ namespace ropeserve {
 namespace {
 
 struct Case {
-  int64_t M, K, N;
+  std::int64_t M, K, N;
   bool bias;
 };
 
@@ -31,7 +31,7 @@ TEST_P(PackedLinear, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   const at::Tensor b = c.bias ? at::randn({c.N}).to(at::kBFloat16) : at::Tensor();
   const cpu::PackedWeight packed = cpu::PackWeight(w);
   const at::Tensor got = cpu::PackedLinear(x, packed, b);
-  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{c.M, c.N}));
+  ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
   // bf16 x bf16 products are exact in float32; K + 1 float32 additions
   // (the bias last), then one rounding to bf16.
@@ -59,7 +59,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(PackedWeight, RoundTripsAndLooksUpRowsExactly) {
-  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 3}, {64, 896}, {130, 17}}) {
+  for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {5, 3}, {64, 896}, {130, 17}}) {
     const at::Tensor w = at::randn({n, k}).to(at::kBFloat16);
     const cpu::PackedWeight p = cpu::PackWeight(w);
     EXPECT_EQ(p.data.size(0), (n + 63) / 64);
@@ -86,7 +86,7 @@ TEST(PackedLinearLimits, BadShapesAreRefused) {
 // gate/up and down shapes (run with --gtest_also_run_disabled_tests).
 TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
   if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
-  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{9728, 896}, {896, 4864}}) {
+  for (const auto& [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{9728, 896}, {896, 4864}}) {
     const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
     const int copies = 12;  // 12 x 17 MB: beyond the caches
     std::vector<at::Tensor> ws;
@@ -95,7 +95,7 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
       ws.push_back(w.clone());
       ps.push_back(cpu::PackWeight(w));
     }
-    for (int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
+    for (std::int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
       const at::Tensor x = at::randn({M, K}).to(at::kBFloat16);
       const double flop = copies * 2.0 * static_cast<double>(M) * static_cast<double>(w.numel());
       auto time = [&](auto&& f) {
@@ -121,7 +121,7 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
 // GB/s it reads (run with --gtest_also_run_disabled_tests).
 TEST(PackedLinearSpeed, DISABLED_PrintDecodeStep) {
   if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
-  const std::vector<std::pair<int64_t, int64_t>> layer{{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> layer{{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
   std::vector<cpu::PackedWeight> ps;
   double bytes = 0;
   for (int l = 0; l < 24; ++l)

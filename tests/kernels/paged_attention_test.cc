@@ -15,8 +15,8 @@ namespace ropeserve {
 namespace {
 
 struct Case {
-  int64_t block_size, hkv, group, head_dim;
-  std::vector<std::pair<int64_t, int64_t>> seqs;  // (query_len, context_len)
+  std::int64_t block_size, hkv, group, head_dim;
+  std::vector<std::pair<std::int64_t, std::int64_t>> seqs;  // (query_len, context_len)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -24,29 +24,29 @@ void PrintTo(const Case& c, std::ostream* os) {
 }
 
 void Check(const Case& c, at::ScalarType dtype, std::uint64_t seed) {
-  at::manual_seed(static_cast<int64_t>(seed));
+  at::manual_seed(static_cast<std::int64_t>(seed));
   std::mt19937_64 rng(seed);
-  const int64_t hq = c.hkv * c.group;
-  int64_t total_blocks = 0, max_blocks = 0, T = 0;
+  const std::int64_t hq = c.hkv * c.group;
+  std::int64_t total_blocks = 0, max_blocks = 0, T = 0;
   for (auto [ql, L] : c.seqs) {
-    const int64_t nb = (L + c.block_size - 1) / c.block_size;
+    const std::int64_t nb = (L + c.block_size - 1) / c.block_size;
     total_blocks += nb;
     max_blocks = std::max(max_blocks, nb);
     T += ql;
   }
-  const int64_t num_blocks = total_blocks + 3;
+  const std::int64_t num_blocks = total_blocks + 3;
   // Shuffled physical blocks so tables are not contiguous.
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  std::vector<std::int32_t> ids(static_cast<size_t>(num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<std::vector<int32_t>> tables;
-  at::Tensor table_tensor = at::zeros({static_cast<int64_t>(c.seqs.size()), max_blocks}, at::kInt);
-  std::vector<int64_t> qstart{0}, ctx, qlens;
+  std::vector<std::vector<std::int32_t>> tables;
+  at::Tensor table_tensor = at::zeros({static_cast<std::int64_t>(c.seqs.size()), max_blocks}, at::kInt);
+  std::vector<std::int64_t> qstart{0}, ctx, qlens;
   size_t next = 0;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     auto [ql, L] = c.seqs[s];
-    std::vector<int32_t> t;
-    for (int64_t b = 0; b < (L + c.block_size - 1) / c.block_size; ++b) t.push_back(ids[next++]);
+    std::vector<std::int32_t> t;
+    for (std::int64_t b = 0; b < (L + c.block_size - 1) / c.block_size; ++b) t.push_back(ids[next++]);
     for (size_t b = 0; b < t.size(); ++b) table_tensor[s][b] = t[b];
     tables.push_back(t);
     qstart.push_back(qstart.back() + ql);
@@ -67,7 +67,7 @@ void Check(const Case& c, at::ScalarType dtype, std::uint64_t seed) {
   // from the arithmetic (float_bounds.h) on outputs no larger than max|v|.
   // bfloat16 inputs are the same values for both; the kernel rounds its
   // output to bfloat16 (8 bits).
-  int64_t longest = c.head_dim;
+  std::int64_t longest = c.head_dim;
   for (auto [ql, L] : c.seqs) longest = std::max(longest, L);
   const double vmax = v.to(at::kFloat).abs().max().item<double>();
   const double tol = dtype == at::kFloat ? testing::RoundingBound(longest, 1, vmax) : 2 * vmax / 256;

@@ -65,13 +65,13 @@ TEST(ReferenceOps, RmsNormMatchesFormula) {
 
 TEST(ReferenceOps, CausalAttentionMatchesPerQueryLoop) {
   at::manual_seed(1);
-  const int64_t T = 6, hq = 4, hkv = 2, D = 8;
+  const std::int64_t T = 6, hq = 4, hkv = 2, D = 8;
   at::Tensor q = at::randn({T, hq, D}, at::kDouble), k = at::randn({T, hkv, D}, at::kDouble),
              v = at::randn({T, hkv, D}, at::kDouble);
   at::Tensor out = reference::CausalAttention(q, k, v, 0.3);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t g = h / (hq / hkv);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t h = 0; h < hq; ++h) {
+      const std::int64_t g = h / (hq / hkv);
       at::Tensor scores = at::matmul(k.narrow(0, 0, t + 1).select(1, g), q[t][h]) * 0.3;  // [t+1]
       at::Tensor want = at::matmul(at::softmax(scores, 0), v.narrow(0, 0, t + 1).select(1, g));
       EXPECT_TRUE(at::allclose(out[t][h], want, 1e-9, 1e-9)) << t << "," << h;

@@ -17,13 +17,13 @@
 namespace ropeserve {
 namespace {
 
-using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+using Chunks = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 template <typename For>
-Chunks Record(For&& parallel_for, int64_t begin, int64_t end, int64_t grain) {
+Chunks Record(For&& parallel_for, std::int64_t begin, std::int64_t end, std::int64_t grain) {
   std::mutex mu;
   Chunks got;
-  parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+  parallel_for(begin, end, grain, [&](std::int64_t b, std::int64_t e) {
     std::lock_guard<std::mutex> lock(mu);
     got.emplace_back(b, e);
   });
@@ -43,15 +43,15 @@ class ThreadCount {
 TEST(ThreadPool, SameChunksAsAtParallelFor) {
   for (int threads : {1, 2, 3, 4}) {
     ThreadCount tc(threads);
-    for (const auto& [begin, end, grain] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+    for (const auto& [begin, end, grain] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
              {0, 1, 1}, {0, 2, 1}, {0, 5, 1}, {3, 17, 2}, {0, 100, 7}, {0, 100, 100}, {0, 101, 100},
              {-5, 5, 1}, {0, 1000, 16}, {7, 7, 1}, {0, 4, 0}}) {
       const Chunks want = Record([](auto... a) { at::parallel_for(a...); }, begin, end, grain);
       const Chunks got = Record([](auto... a) { cpu::ParallelFor(a...); }, begin, end, grain);
       EXPECT_EQ(got, want) << "threads " << threads << " range [" << begin << ", " << end << ") grain " << grain;
-      int64_t covered = 0;
+      std::int64_t covered = 0;
       for (const auto& [b, e] : got) covered += e - b;
-      EXPECT_EQ(covered, std::max<int64_t>(0, end - begin));
+      EXPECT_EQ(covered, std::max<std::int64_t>(0, end - begin));
     }
   }
 }
@@ -60,14 +60,14 @@ TEST(ThreadPool, ManyJobsInARowEachIndexOnce) {
   ThreadCount tc(2);
   std::vector<std::atomic<int>> hits(257);
   for (int job = 0; job < 2000; ++job) {
-    const int64_t n = 1 + job % 257;
-    cpu::ParallelFor(0, n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+    const std::int64_t n = 1 + job % 257;
+    cpu::ParallelFor(0, n, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
     });
   }
   for (std::size_t i = 0; i < hits.size(); ++i) {
     int want = 0;
-    for (int job = 0; job < 2000; ++job) want += static_cast<int64_t>(i) < 1 + job % 257;
+    for (int job = 0; job < 2000; ++job) want += static_cast<std::int64_t>(i) < 1 + job % 257;
     EXPECT_EQ(hits[i].load(), want) << i;
   }
 }
@@ -79,8 +79,8 @@ TEST(ThreadPool, WorkersAddedAfterEarlierJobsWaitForTheNextOne) {
     ThreadCount tc(threads);
     for (int job = 0; job < 200; ++job) {
       std::vector<std::atomic<int>> hits(37);
-      cpu::ParallelFor(0, 37, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+      cpu::ParallelFor(0, 37, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
       });
       for (const auto& h : hits) ASSERT_EQ(h.load(), 1) << "threads " << threads << " job " << job;
     }
@@ -89,49 +89,49 @@ TEST(ThreadPool, WorkersAddedAfterEarlierJobsWaitForTheNextOne) {
 
 TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolGoesOn) {
   ThreadCount tc(2);
-  for (int64_t thrower : {0, 99}) {  // the caller's chunk, a worker's chunk
-    std::atomic<int64_t> done{0};
+  for (std::int64_t thrower : {0, 99}) {  // the caller's chunk, a worker's chunk
+    std::atomic<std::int64_t> done{0};
     EXPECT_THROW(cpu::ParallelFor(0, 100, 1,
-                                  [&](int64_t b, int64_t e) {
+                                  [&](std::int64_t b, std::int64_t e) {
                                     if (b <= thrower && thrower < e) throw std::runtime_error("boom");
                                     done += e - b;
                                   }),
                  std::runtime_error);
     EXPECT_EQ(done.load(), 50);  // the other chunk ran to its end
   }
-  std::atomic<int64_t> sum{0};
-  cpu::ParallelFor(0, 100, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) sum += i;
+  std::atomic<std::int64_t> sum{0};
+  cpu::ParallelFor(0, 100, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) sum += i;
   });
   EXPECT_EQ(sum.load(), 4950);
 }
 
 TEST(ThreadPool, NestedCallsRunInline) {
   ThreadCount tc(2);
-  std::atomic<int64_t> sum{0};
-  cpu::ParallelFor(0, 8, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      cpu::ParallelFor(0, 10, 1, [&](int64_t b2, int64_t e2) {
-        for (int64_t j = b2; j < e2; ++j) sum += i * 10 + j;
+  std::atomic<std::int64_t> sum{0};
+  cpu::ParallelFor(0, 8, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      cpu::ParallelFor(0, 10, 1, [&](std::int64_t b2, std::int64_t e2) {
+        for (std::int64_t j = b2; j < e2; ++j) sum += i * 10 + j;
       });
   });
   EXPECT_EQ(sum.load(), 79 * 80 / 2);
   // Inside an OpenMP region (at::parallel_for) too.
   sum = 0;
-  at::parallel_for(0, 4, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) cpu::ParallelFor(0, 3, 1, [&](int64_t b2, int64_t e2) { sum += e2 - b2; });
+  at::parallel_for(0, 4, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) cpu::ParallelFor(0, 3, 1, [&](std::int64_t b2, std::int64_t e2) { sum += e2 - b2; });
   });
   EXPECT_EQ(sum.load(), 12);
 }
 
 TEST(ThreadPool, ConcurrentCallersTakeTurns) {
-  std::atomic<int64_t> total{0};
+  std::atomic<std::int64_t> total{0};
   std::vector<std::thread> callers;
   for (int t = 0; t < 4; ++t)
     callers.emplace_back([&] {
       at::set_num_threads(2);  // each caller thread's own count, as the engine's thread
       for (int job = 0; job < 500; ++job)
-        cpu::ParallelFor(0, 64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+        cpu::ParallelFor(0, 64, 1, [&](std::int64_t b, std::int64_t e) { total += e - b; });
     });
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 4 * 500 * 64);

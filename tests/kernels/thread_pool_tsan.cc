@@ -18,9 +18,9 @@
 namespace {
 
 template <typename F>
-void PoolFor(int64_t begin, int64_t end, int64_t threads, const F& f) {
+void PoolFor(std::int64_t begin, std::int64_t end, std::int64_t threads, const F& f) {
   ropeserve::cpu::detail::PoolParallelFor(
-      begin, end, 1, threads, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      begin, end, 1, threads, [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
       &f);
 }
 
@@ -32,18 +32,18 @@ int main() {
   for (int t = 0; t < 3; ++t)
     callers.emplace_back([&, t] {
       for (int round = 0; round < 4; ++round) {
-        const int64_t threads = 2 + (t + round) % 4;  // 2..5: the pool grows while others run jobs
+        const std::int64_t threads = 2 + (t + round) % 4;  // 2..5: the pool grows while others run jobs
         for (int job = 0; job < 300; ++job) {
           std::vector<std::atomic<int>> hits(37);
-          PoolFor(0, 37, threads, [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+          PoolFor(0, 37, threads, [&](std::int64_t b, std::int64_t e) {
+            for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
             // A nested call runs inline on the thread that makes it.
-            PoolFor(0, 3, threads, [](int64_t, int64_t) {});
+            PoolFor(0, 3, threads, [](std::int64_t, std::int64_t) {});
           });
           for (const auto& h : hits) wrong += h.load() != 1;
           if (job % 50 == 0) {
             try {
-              PoolFor(0, 10, threads, [](int64_t b, int64_t) {
+              PoolFor(0, 10, threads, [](std::int64_t b, std::int64_t) {
                 if (b > 0) throw std::runtime_error("a worker's chunk");
               });
               ++wrong;  // the exception must reach the caller
