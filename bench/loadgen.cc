@@ -2,13 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -28,9 +28,9 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 struct Sample {
   bool ok = false;
   std::string error;
-  double ttft = -1;                 // send -> first token
-  double e2e = 0;                   // send -> end of stream
-  std::vector<double> itl;          // gaps between token-bearing messages
+  double ttft = -1;         // send -> first token
+  double e2e = 0;           // send -> end of stream
+  std::vector<double> itl;  // gaps between token-bearing messages
   std::int64_t tokens = 0;
 };
 
@@ -51,8 +51,8 @@ Sample SendRest(const LoadgenOptions& o, const std::vector<TokenId>& prompt, std
   Sample s;
   httplib::Client cli(o.host, o.port);
   cli.set_read_timeout(600, 0);
-  json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"temperature", 0},
-               {"stream", true}, {"return_token_ids", true}};
+  json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true},
+               {"temperature", 0}, {"stream", true},           {"return_token_ids", true}};
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -175,8 +175,8 @@ Status RunLoadgen(const LoadgenOptions& o) {
   for (int k = 0; k < std::min<int>(o.concurrency, o.num_requests); ++k) {
     workers.emplace_back([&] {
       for (std::size_t i; (i = next++) < w.prompts.size();) {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(arrival[i])));
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
         samples[i] = o.protocol == "rest" ? SendRest(o, w.prompts[i], w.output_lens[i])
                                           : SendGrpc(o, *stub, w.prompts[i], w.output_lens[i]);
       }
@@ -227,8 +227,8 @@ Status RunLoadgen(const LoadgenOptions& o) {
     std::printf("%s loadgen: %d requests, concurrency %d, %s\n", o.protocol.c_str(), o.num_requests, o.concurrency,
                 o.rate > 0 ? ("Poisson " + std::to_string(o.rate) + " req/s").c_str() : "closed loop");
     std::printf("  %.2f s, %.2f req/s, %.1f output tok/s, %lld errors%s%s\n", seconds,
-                out["requests_per_s"].get<double>(), out["output_tok_s"].get<double>(),
-                static_cast<long long>(errors), errors ? ": " : "", first_error.c_str());
+                out["requests_per_s"].get<double>(), out["output_tok_s"].get<double>(), static_cast<long long>(errors),
+                errors ? ": " : "", first_error.c_str());
     for (const char* m : {"ttft", "itl", "e2e"}) {
       const std::string p = m;
       std::printf("  %-4s p50 %8.1f ms  p90 %8.1f ms  p99 %8.1f ms\n", m, out[p + "_p50_ms"].get<double>(),

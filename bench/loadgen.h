@@ -18,10 +18,10 @@ namespace ropeserve::bench {
 struct LoadgenOptions {
   std::string protocol = "rest";  // rest | grpc
   std::string host = "127.0.0.1";
-  int port = 8080;                // the HTTP or the gRPC port
+  int port = 8080;  // the HTTP or the gRPC port
   int num_requests = 64;
-  int concurrency = 8;            // requests in flight at most
-  double rate = 0;                // requests/s (Poisson); 0 = closed loop
+  int concurrency = 8;  // requests in flight at most
+  double rate = 0;      // requests/s (Poisson); 0 = closed loop
   std::string input_len = "sharegpt";
   std::string output_len = "sharegpt";
   std::uint64_t seed = 0;

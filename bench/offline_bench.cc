@@ -1,17 +1,16 @@
 #include "bench/offline_bench.h"
 
-#include "bench/workload.h"
-
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include <fstream>
 #include <random>
 
+#include "bench/workload.h"
 #include "server/common/json_file.h"
 #include "server/common/ready_signal.h"
 #include "server/engine/engine.h"
@@ -95,8 +94,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
         if (!f.got_first) {
           run.ttft.push_back(Seconds(now - f.submitted).count());
           f.got_first = true;
-          if (c.tokens.size() > 1)
-            run.tpot.push_back(0.0);  // several tokens arrived together
+          if (c.tokens.size() > 1) run.tpot.push_back(0.0);  // several tokens arrived together
         } else {
           const double per = Seconds(now - f.last).count() / static_cast<double>(c.tokens.size());
           for (std::size_t k = 0; k < c.tokens.size(); ++k) run.tpot.push_back(per);
@@ -206,8 +204,9 @@ at::Tensor PrefillLogits(const DecoderModel& m, const std::vector<TokenId>& ids)
   constexpr std::int64_t kBlock = 16;
   const std::int64_t blocks = (static_cast<std::int64_t>(ids.size()) + kBlock - 1) / kBlock;
   PagedKvCache cache = m.AllocatePagedKvCache(blocks, kBlock);
-  return m.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(ids.begin(), ids.end()), 0, blocks, m.device()), cache,
-                        nullptr)
+  return m
+      .ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(ids.begin(), ids.end()), 0, blocks, m.device()), cache,
+                    nullptr)
       .to(at::kCPU);
 }
 
@@ -243,9 +242,9 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   const ModelConfig& c = model.config();
   const auto t0 = Clock::now();
-  auto vocab = structured::TokenVocabulary::FromTokenizer(
-      *tokenizer, static_cast<std::size_t>(c.vocab_size),
-      std::vector<TokenId>(c.eos_token_ids.begin(), c.eos_token_ids.end()));
+  auto vocab =
+      structured::TokenVocabulary::FromTokenizer(*tokenizer, static_cast<std::size_t>(c.vocab_size),
+                                                 std::vector<TokenId>(c.eos_token_ids.begin(), c.eos_token_ids.end()));
   const auto t1 = Clock::now();
   structured::Constraint constraint{structured::Constraint::Kind::kJsonSchema, schema, {}, "--json-schema"};
   RS_ASSIGN_OR_RETURN(auto grammar, structured::CompiledGrammar::Compile(constraint, vocab));
@@ -289,15 +288,18 @@ Status RunBench(const BenchOptions& o) {
   if (o.num_requests < 1 || o.concurrency < 1) return InvalidArgument("--num-requests and --concurrency must be >= 1");
   RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype, o.quantization, at::Device(o.device)));
   const ModelConfig& c = model->config();
-  const std::int64_t max_len =
-      o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
-                          : std::min<std::int64_t>(c.max_position_embeddings, 4096);
+  const std::int64_t max_len = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
+                                                   : std::min<std::int64_t>(c.max_position_embeddings, 4096);
   if (o.prefill_tokens + 1 > max_len)
     return InvalidArgument("--prefill-tokens must leave room for one output token within --max-model-len");
-  RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
+  RS_ASSIGN_OR_RETURN(Workload w,
+                      MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
   if (!o.workload_out.empty()) {
-    const nlohmann::json dump = {{"input_len", o.input_len}, {"output_len", o.output_len}, {"seed", o.seed},
-                                 {"prompts", w.prompts}, {"output_lens", w.output_lens}};
+    const nlohmann::json dump = {{"input_len", o.input_len},
+                                 {"output_len", o.output_len},
+                                 {"seed", o.seed},
+                                 {"prompts", w.prompts},
+                                 {"output_lens", w.output_lens}};
     std::ofstream out(o.workload_out, std::ios::trunc);
     out << dump.dump() << "\n";
     if (!out.flush()) return InvalidArgument("--workload-out: cannot write " + o.workload_out);
@@ -307,8 +309,8 @@ Status RunBench(const BenchOptions& o) {
     RS_ASSIGN_OR_RETURN(available,
                         DeviceKvBudget(*model, o.max_num_batched_tokens, o.block_size, o.gpu_memory_utilization));
   }
-  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(),
-                                                            o.block_size, max_len, o.concurrency, available));
+  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(), o.block_size,
+                                                           max_len, o.concurrency, available));
 
   RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv.num_blocks, max_len));
   const double tok_s = static_cast<double>(run.generated) / run.seconds;
@@ -336,7 +338,8 @@ Status RunBench(const BenchOptions& o) {
     BenchOptions one = o;
     one.concurrency = 1;
     one.num_requests = 1;
-    Workload single{{std::vector<TokenId>(w.prompts[0].begin(), w.prompts[0].begin() + std::min<std::size_t>(16, w.prompts[0].size()))},
+    Workload single{{std::vector<TokenId>(w.prompts[0].begin(),
+                                          w.prompts[0].begin() + std::min<std::size_t>(16, w.prompts[0].size()))},
                     {o.batch1_tokens}};
     RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, single, kv.num_blocks, max_len));
     // Every token after the first: their count over the time they took (the

@@ -1,9 +1,10 @@
 #include "bench/qa_bench.h"
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -51,7 +52,8 @@ struct CellResult {
 };
 
 // (a) service::QaService with `concurrency` client threads.
-StatusOr<CellResult> RunPacked(service::QaService& service, const std::vector<service::QaRequest>& requests, int concurrency) {
+StatusOr<CellResult> RunPacked(service::QaService& service, const std::vector<service::QaRequest>& requests,
+                               int concurrency) {
   CellResult out;
   out.latencies.resize(requests.size());
   out.answers.resize(requests.size());
@@ -165,7 +167,13 @@ Status RunQaBench(const QaBenchOptions& o) {
       cells.push_back(cell);
     }
   }
-  if (o.json) std::printf("%s\n", json{{"model", o.model}, {"dtype", DTypeSafetensorsName(o.dtype)}, {"max_batch_tokens", o.max_batch_tokens}, {"cells", cells}}.dump().c_str());
+  if (o.json)
+    std::printf("%s\n", json{{"model", o.model},
+                             {"dtype", DTypeSafetensorsName(o.dtype)},
+                             {"max_batch_tokens", o.max_batch_tokens},
+                             {"cells", cells}}
+                            .dump()
+                            .c_str());
   return Status::Ok();
 }
 

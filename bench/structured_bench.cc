@@ -82,11 +82,12 @@ int Run(const std::string& tokenizer_dir, const std::vector<std::string>& schema
     double total_ms = 0;
     for (double x : step_ms) total_ms += x;
     std::sort(step_ms.begin(), step_ms.end());
-    std::printf("%s: %zu automaton states; compile median %.1f ms (min %.1f); %zu steps: mask p50 %.3f ms, p90 %.3f ms, "
-                "max %.1f ms (a new state's vocabulary walk); mean %.3f ms/step; %.1f MiB of masks cached\n",
-                path.c_str(), g->dfa().num_states(), Median(compile), *std::min_element(compile.begin(), compile.end()),
-                steps, step_ms[step_ms.size() / 2], step_ms[step_ms.size() * 9 / 10], step_ms.back(),
-                total_ms / static_cast<double>(steps), static_cast<double>(g->cached_bytes()) / (1 << 20));
+    std::printf(
+        "%s: %zu automaton states; compile median %.1f ms (min %.1f); %zu steps: mask p50 %.3f ms, p90 %.3f ms, "
+        "max %.1f ms (a new state's vocabulary walk); mean %.3f ms/step; %.1f MiB of masks cached\n",
+        path.c_str(), g->dfa().num_states(), Median(compile), *std::min_element(compile.begin(), compile.end()), steps,
+        step_ms[step_ms.size() / 2], step_ms[step_ms.size() * 9 / 10], step_ms.back(),
+        total_ms / static_cast<double>(steps), static_cast<double>(g->cached_bytes()) / (1 << 20));
   }
   return 0;
 }

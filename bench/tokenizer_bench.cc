@@ -7,11 +7,12 @@
 // strings: prose, code, numbers, CJK, Arabic, Hindi, Thai, emoji, long
 // words... shuffled with a fixed seed) so that runs are comparable with
 // other implementations on the same bytes.
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,9 +23,10 @@
 namespace {
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: tokenizer_bench --tokenizer DIR --corpus FILE [--repeat N]\n"
-               "       tokenizer_bench --make-corpus FILE --strings tests/data/golden/tokenizer_corpus.json [--mb 10]\n");
+  std::fprintf(
+      stderr,
+      "usage: tokenizer_bench --tokenizer DIR --corpus FILE [--repeat N]\n"
+      "       tokenizer_bench --make-corpus FILE --strings tests/data/golden/tokenizer_corpus.json [--mb 10]\n");
   return 2;
 }
 
@@ -37,13 +39,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--tokenizer") tokenizer = next();
-    else if (a == "--corpus") corpus = next();
-    else if (a == "--make-corpus") make = next();
-    else if (a == "--strings") strings = next();
-    else if (a == "--mb") mb = std::atof(next().c_str());
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
-    else return Usage();
+    if (a == "--tokenizer")
+      tokenizer = next();
+    else if (a == "--corpus")
+      corpus = next();
+    else if (a == "--make-corpus")
+      make = next();
+    else if (a == "--strings")
+      strings = next();
+    else if (a == "--mb")
+      mb = std::atof(next().c_str());
+    else if (a == "--repeat")
+      repeat = std::atoi(next().c_str());
+    else
+      return Usage();
   }
   if (!make.empty()) {
     if (strings.empty()) return Usage();
@@ -101,9 +110,9 @@ int main(int argc, char** argv) {
     }
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::printf("{\"tokenizer\": \"%s\", \"corpus_mb\": %.2f, \"lines\": %zu, \"tokens\": %zu, \"seconds\": %.3f, "
-              "\"mb_per_s\": %.2f, \"tokens_per_s\": %.0f}\n",
-              tokenizer.c_str(), bytes / 1048576.0, lines.size(), tokens, best, bytes / 1048576.0 / best,
-              tokens / best);
+  std::printf(
+      "{\"tokenizer\": \"%s\", \"corpus_mb\": %.2f, \"lines\": %zu, \"tokens\": %zu, \"seconds\": %.3f, "
+      "\"mb_per_s\": %.2f, \"tokens_per_s\": %.0f}\n",
+      tokenizer.c_str(), bytes / 1048576.0, lines.size(), tokens, best, bytes / 1048576.0 / best, tokens / best);
   return 0;
 }

@@ -20,9 +20,8 @@ StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::str
     long long a = 0, b = 0;
     if (std::sscanf(spec.c_str(), "uniform:%lld:%lld", &a, &b) != 2 || a < 1 || b < a)
       return InvalidArgument("bad length distribution '" + spec + "' (uniform:A:B with 1 <= A <= B)");
-    return std::function<std::int64_t(std::mt19937_64&)>([a, b](std::mt19937_64& rng) {
-      return std::uniform_int_distribution<std::int64_t>(a, b)(rng);
-    });
+    return std::function<std::int64_t(std::mt19937_64&)>(
+        [a, b](std::mt19937_64& rng) { return std::uniform_int_distribution<std::int64_t>(a, b)(rng); });
   }
   char* end = nullptr;
   const long long n = std::strtoll(spec.c_str(), &end, 10);

@@ -1,8 +1,4 @@
 #include "kernels/cpu/fused_ops.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/fused_ops_avx512.h"
-#include "kernels/cpu/vec_utils.h"
-#include "kernels/cpu/thread_pool.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,10 +7,14 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/fused_ops_avx512.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_utils.h"
+
 namespace ropeserve::cpu {
 
 namespace {
-
 
 inline float ToFloat(float v) { return v; }
 inline float ToFloat(at::BFloat16 v) { return static_cast<float>(v); }
@@ -85,7 +85,8 @@ void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* o
 }
 
 template <typename Scalar>
-void RopeKernel(Scalar* x, std::int64_t T, std::int64_t H, std::int64_t D, const Scalar* cos, const Scalar* sin, std::int64_t rd) {
+void RopeKernel(Scalar* x, std::int64_t T, std::int64_t H, std::int64_t D, const Scalar* cos, const Scalar* sin,
+                std::int64_t rd) {
   const std::int64_t half = rd / 2;
   ParallelFor(0, T, 4, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> c(static_cast<size_t>(rd)), s(static_cast<size_t>(rd)), a(static_cast<size_t>(rd));
@@ -156,7 +157,8 @@ at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tenso
 }
 
 void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.is_contiguous() && k.is_contiguous(), "RoPE: q, k [T, H, D] contiguous");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.is_contiguous() && k.is_contiguous(),
+              "RoPE: q, k [T, H, D] contiguous");
   TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.size(0) == q.size(0) && k.size(0) == q.size(0),
               "RoPE: cos/sin must be [T, rotary_dim]");
   const std::int64_t rd = cos.size(1);
@@ -183,9 +185,8 @@ at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   at::Tensor out = at::empty({T, I}, x.options());
   const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
-  ParallelFor(0, T, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(I, 1)), [&](std::int64_t begin, std::int64_t end) {
-    avx512::SiluAndMulRowsBf16(xp, op, begin, end, I);
-  });
+  ParallelFor(0, T, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(I, 1)),
+              [&](std::int64_t begin, std::int64_t end) { avx512::SiluAndMulRowsBf16(xp, op, begin, end, I); });
   return out;
 }
 

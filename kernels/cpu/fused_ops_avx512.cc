@@ -10,8 +10,8 @@
 
 namespace ropeserve::cpu::avx512 {
 
-void RmsNormRowsBf16(const std::uint16_t* x, std::uint16_t* residual, const std::uint16_t* w, std::uint16_t* out, std::int64_t row_begin,
-                     std::int64_t row_end, std::int64_t n, double eps) {
+void RmsNormRowsBf16(const std::uint16_t* x, std::uint16_t* residual, const std::uint16_t* w, std::uint16_t* out,
+                     std::int64_t row_begin, std::int64_t row_end, std::int64_t n, double eps) {
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     const std::uint16_t* xr = x + r * n;
     // The row whose norm is taken: residual + x rounded to bfloat16 and
@@ -37,7 +37,8 @@ void RmsNormRowsBf16(const std::uint16_t* x, std::uint16_t* residual, const std:
   }
 }
 
-void SiluAndMulRowsBf16(const std::uint16_t* gate_up, std::uint16_t* out, std::int64_t row_begin, std::int64_t row_end, std::int64_t I) {
+void SiluAndMulRowsBf16(const std::uint16_t* gate_up, std::uint16_t* out, std::int64_t row_begin, std::int64_t row_end,
+                        std::int64_t I) {
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     const std::uint16_t* g = gate_up + r * 2 * I;
     const std::uint16_t* u = g + I;
@@ -45,7 +46,8 @@ void SiluAndMulRowsBf16(const std::uint16_t* gate_up, std::uint16_t* out, std::i
       const __mmask16 m = Mask16(I - i);
       const __m512 gv = LoadBf16(g + i, m);
       // silu(g) = g / (1 + exp(-g)) in float32, rounded to bfloat16 (at::silu), times up, rounded.
-      const __m512 silu = RoundBf16(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), gv)))));
+      const __m512 silu = RoundBf16(
+          _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), gv)))));
       StoreBf16(out + r * I + i, _mm512_mul_ps(silu, LoadBf16(u + i, m)), m);
     }
   }

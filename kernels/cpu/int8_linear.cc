@@ -13,15 +13,16 @@
 namespace ropeserve::cpu {
 
 namespace avx512 {
-void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels, std::int16_t* xq,
-                       float* scales);
-void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w, const float* ws,
-                     std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end);
-void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16, std::int64_t n_begin,
-                    std::int64_t n_end);
-void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q, const float* scale,
-                           const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
-                           std::uint16_t* panel);
+void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
+                       std::int16_t* xq, float* scales);
+void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w,
+                     const float* ws, std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N,
+                     std::int64_t n_begin, std::int64_t n_end);
+void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16,
+                    std::int64_t n_begin, std::int64_t n_end);
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                           std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel);
 }  // namespace avx512
 
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
@@ -47,9 +48,8 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
   const float* sp = w.scale.data_ptr<float>();
   void* op = out.data_ptr();
   const bool bf16 = dtype == at::kBFloat16;
-  ParallelFor(0, N, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(K, 1)), [&](std::int64_t begin, std::int64_t end) {
-    avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end);
-  });
+  ParallelFor(0, N, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(K, 1)),
+              [&](std::int64_t begin, std::int64_t end) { avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end); });
   return out;
 }
 

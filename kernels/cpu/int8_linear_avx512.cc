@@ -26,8 +26,9 @@ inline __m512 Load16(const void* x, bool bf16, std::int64_t k, __mmask16 mask) {
 constexpr std::int64_t kChunk = 8192;
 
 template <int M>
-void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::int8_t* w, const float* ws, std::int64_t K,
-          const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) {
+void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::int8_t* w, const float* ws,
+          std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin,
+          std::int64_t n_end) {
   for (std::int64_t n = n_begin; n < n_end; ++n) {
     const std::int8_t* wr = w + n * K;
     __m512 f[M];
@@ -67,8 +68,8 @@ void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::i
 
 }  // namespace
 
-void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels, std::int16_t* xq,
-                       float* scales) {
+void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
+                       std::int16_t* xq, float* scales) {
   const std::int64_t esize = bf16 ? 2 : 4;
   for (std::int64_t m = 0; m < M; ++m) {
     const void* row = static_cast<const char*>(x) + m * K * esize;
@@ -83,8 +84,9 @@ void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K,
     std::int16_t* q = xq + m * Kp;
     for (std::int64_t k = 0; k < Kp; k += 16) {
       const std::int64_t left = K - k;
-      const __mmask16 mask =
-          left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 mask = left >= 16  ? __mmask16(0xffff)
+                             : left <= 0 ? __mmask16(0)
+                                         : static_cast<__mmask16>((1u << left) - 1);
       // Round to nearest even (the MXCSR default); |x * inv| <= levels (+ a rounding).
       const __m512i i32 = _mm512_cvtps_epi32(_mm512_mul_ps(Load16(row, bf16, k, mask), inv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm512_cvtsepi32_epi16(i32));
@@ -94,13 +96,14 @@ void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K,
 
 // Rows [n_begin, n_end) of q [N, K] * scale as bfloat16 (round to nearest
 // even, as c10::BFloat16) or float32.
-void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16, std::int64_t n_begin,
-                    std::int64_t n_end) {
+void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16,
+                    std::int64_t n_begin, std::int64_t n_end) {
   for (std::int64_t n = n_begin; n < n_end; ++n) {
     const __m512 s = _mm512_set1_ps(scale[n]);
     for (std::int64_t k = 0; k < K; k += 16) {
       const __mmask16 mask = K - k >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1);
-      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, q + n * K + k))), s);
+      const __m512 v =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, q + n * K + k))), s);
       if (out_bf16) {
         const __m512i u = _mm512_castps_si512(v);
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -114,9 +117,9 @@ void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, vo
 }
 
 // Output columns [n_begin, n_end) of y[M, N].
-void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w, const float* ws,
-                     std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin,
-                     std::int64_t n_end) {
+void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w,
+                     const float* ws, std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N,
+                     std::int64_t n_begin, std::int64_t n_end) {
   // Up to 8 rows of x per pass over a weight row; with more rows, passes
   // over blocks of 16 weight rows so that only the first reads memory.
   constexpr std::int64_t kBlock = 16;
@@ -129,14 +132,30 @@ void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, st
       const float* s = xs + m0;
       void* o = static_cast<char*>(out) + m0 * N * esize;
       switch (rows) {
-        case 1: Rows<1>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 2: Rows<2>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 3: Rows<3>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 4: Rows<4>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 5: Rows<5>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 6: Rows<6>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        case 7: Rows<7>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
-        default: Rows<8>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); break;
+        case 1:
+          Rows<1>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 2:
+          Rows<2>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 3:
+          Rows<3>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 4:
+          Rows<4>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 5:
+          Rows<5>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 6:
+          Rows<6>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        case 7:
+          Rows<7>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
+        default:
+          Rows<8>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+          break;
       }
     }
   }

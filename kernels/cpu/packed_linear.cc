@@ -9,8 +9,9 @@
 namespace ropeserve::cpu {
 
 namespace avx512 {
-void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed, const float* bias,
-                        std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end);
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                        std::int64_t p_end);
 }
 
 namespace {
@@ -32,7 +33,11 @@ PackedWeight PackWeight(const at::Tensor& w) {
 
 at::Tensor UnpackWeight(const PackedWeight& w) {
   const std::int64_t P = w.data.size(0), KP = w.data.size(1);
-  return w.data.permute({0, 2, 1, 3}).reshape({P * kPackedPanel, KP * 2}).narrow(0, 0, w.n).narrow(1, 0, w.k).contiguous();
+  return w.data.permute({0, 2, 1, 3})
+      .reshape({P * kPackedPanel, KP * 2})
+      .narrow(0, 0, w.n)
+      .narrow(1, 0, w.k)
+      .contiguous();
 }
 
 at::Tensor PackedRows(const PackedWeight& w, const at::Tensor& ids_in) {

@@ -25,8 +25,8 @@ inline __m512bh BroadcastPair(const std::uint16_t* p) {
 // of sums stay in registers; each step reads one pair line of the panel
 // (4 x 64 bytes) and broadcasts one pair of every row.
 template <int R>
-void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias, std::uint16_t* out,
-          std::int64_t N, std::int64_t cols) {
+void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias,
+          std::uint16_t* out, std::int64_t N, std::int64_t cols) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -40,7 +40,8 @@ void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, co
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < kVecs; ++v) odd[r][v] = _mm512_setzero_ps();
     for (; p + 1 < pairs; p += 2, wp += 2 * kPairFloats) {
-      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchAhead + 32 * l), _MM_HINT_T0);
+      for (int l = 0; l < 8; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchAhead + 32 * l), _MM_HINT_T0);
       for (int v = 0; v < kVecs; ++v) {
         const __m512bh we = (__m512bh)_mm512_loadu_si512(wp + 32 * v);
         const __m512bh wo = (__m512bh)_mm512_loadu_si512(wp + kPairFloats + 32 * v);
@@ -142,8 +143,8 @@ void Int8Panel(const std::int8_t* q, std::int64_t N, std::int64_t K, std::int64_
 }
 
 // Every row tile of x against panel p (scale: int8 panels' float32 [N], or null).
-void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias,
-            std::uint16_t* out, std::int64_t N, std::int64_t p) {
+void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* panel, const float* scale,
+            const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p) {
   const std::int64_t n0 = p * kPanel, cols = N - n0 < kPanel ? N - n0 : kPanel;
   const float* b = bias != nullptr ? bias + n0 : nullptr;
   const float* sc = scale != nullptr ? scale + n0 : nullptr;
@@ -151,12 +152,24 @@ void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::u
     const std::uint16_t* xs = x + m0 * K;
     std::uint16_t* os = out + m0 * N + n0;
     switch (M - m0 < 6 ? M - m0 : 6) {
-      case 1: Tile<1>(xs, K, panel, sc, b, os, N, cols); break;
-      case 2: Tile<2>(xs, K, panel, sc, b, os, N, cols); break;
-      case 3: Tile<3>(xs, K, panel, sc, b, os, N, cols); break;
-      case 4: Tile<4>(xs, K, panel, sc, b, os, N, cols); break;
-      case 5: Tile<5>(xs, K, panel, sc, b, os, N, cols); break;
-      default: Tile<6>(xs, K, panel, sc, b, os, N, cols); break;
+      case 1:
+        Tile<1>(xs, K, panel, sc, b, os, N, cols);
+        break;
+      case 2:
+        Tile<2>(xs, K, panel, sc, b, os, N, cols);
+        break;
+      case 3:
+        Tile<3>(xs, K, panel, sc, b, os, N, cols);
+        break;
+      case 4:
+        Tile<4>(xs, K, panel, sc, b, os, N, cols);
+        break;
+      case 5:
+        Tile<5>(xs, K, panel, sc, b, os, N, cols);
+        break;
+      default:
+        Tile<6>(xs, K, panel, sc, b, os, N, cols);
+        break;
     }
   }
 }
@@ -164,17 +177,18 @@ void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::u
 }  // namespace
 
 // Panels [p_begin, p_end) of y[M, N] (bias: float32 [N] or null).
-void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed, const float* bias,
-                        std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                        std::int64_t p_end) {
   const std::int64_t panel_size = (K + 1) / 2 * kPairFloats;
   for (std::int64_t p = p_begin; p < p_end; ++p) Panels(x, M, K, packed + p * panel_size, nullptr, bias, out, N, p);
 }
 
 // The same over row-order int8 weights q [N, K] with float32 scales [N]:
 // each panel is widened into `panel` (ceil(K / 2) * 128 values) first.
-void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q, const float* scale,
-                           const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
-                           std::uint16_t* panel) {
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                           std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel) {
   for (std::int64_t p = p_begin; p < p_end; ++p) {
     Int8Panel(q, N, K, p * kPanel, panel);
     Panels(x, M, K, panel, scale, bias, out, N, p);

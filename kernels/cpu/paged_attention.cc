@@ -1,8 +1,4 @@
 #include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/paged_attention_avx512.h"
-#include "kernels/cpu/vec_utils.h"
-#include "kernels/cpu/thread_pool.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -15,10 +11,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/paged_attention_avx512.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_utils.h"
+
 namespace ropeserve::cpu {
 
 namespace {
-
 
 // Loads D elements as float32 into `out` (bfloat16 widens exactly).
 inline void LoadRow(const float* src, float* out, std::int64_t D) { std::memcpy(out, src, D * sizeof(float)); }
@@ -47,19 +47,22 @@ constexpr std::int64_t kQueryTile = 256;
 // scores = Q K^T (float32 GEMMs through the BLAS), causal mask, softmax,
 // P V. Per-row dot products cost O(L^2 D) vector ops with a horizontal sum
 // per key, ~4 GFLOP/s here; the GEMMs run at the BLAS rate.
-void GemmSequence(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                  const std::int32_t* table, std::int64_t q0, std::int64_t query_len, std::int64_t L, double scale, at::Tensor& out) {
+void GemmSequence(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const std::int32_t* table,
+                  std::int64_t q0, std::int64_t query_len, std::int64_t L, double scale, at::Tensor& out) {
   const std::int64_t Hq = q.size(1), D = q.size(2), block_size = k_cache.size(1), Hkv = k_cache.size(2);
   const std::int64_t G = Hq / Hkv, n_blocks = (L + block_size - 1) / block_size;
   const at::Tensor ids = at::from_blob(const_cast<std::int32_t*>(table), {n_blocks}, at::kInt).to(at::kLong);
   // [Hkv, L, D] float32
-  const at::Tensor k = k_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
-  const at::Tensor v = v_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
+  const at::Tensor k =
+      k_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
+  const at::Tensor v =
+      v_cache.index_select(0, ids).reshape({-1, Hkv, D}).narrow(0, 0, L).to(at::kFloat).permute({1, 0, 2}).contiguous();
   for (std::int64_t t0 = 0; t0 < query_len; t0 += kQueryTile) {
     const std::int64_t n = std::min(kQueryTile, query_len - t0);
     const std::int64_t visible = L - query_len + t0 + n;  // keys the tile's last row sees
     // [Hkv, G * n, D]: the G query heads of a kv head stacked.
-    const at::Tensor qt = q.narrow(0, q0 + t0, n).to(at::kFloat).view({n, Hkv, G, D}).permute({1, 2, 0, 3}).reshape({Hkv, G * n, D});
+    const at::Tensor qt =
+        q.narrow(0, q0 + t0, n).to(at::kFloat).view({n, Hkv, G, D}).permute({1, 2, 0, 3}).reshape({Hkv, G * n, D});
     at::Tensor scores = at::bmm(qt, k.narrow(1, 0, visible).transpose(1, 2)).mul_(scale).view({Hkv, G, n, visible});
     // Row i of the tile sits at position L - query_len + t0 + i.
     const at::Tensor qpos = at::arange(L - query_len + t0, L - query_len + t0 + n, at::kLong).unsqueeze(1);
@@ -72,9 +75,8 @@ void GemmSequence(const at::Tensor& q, const at::Tensor& k_cache, const at::Tens
 }
 
 template <typename Scalar>
-void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-            const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
-            double scale, at::Tensor& out) {
+void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& block_tables,
+            const at::Tensor& query_start, const at::Tensor& context_lens, double scale, at::Tensor& out) {
   const std::int64_t T = q.size(0), Hq = q.size(1), D = q.size(2);
   const std::int64_t block_size = k_cache.size(1), Hkv = k_cache.size(2);
   const std::int64_t group = Hq / Hkv;
@@ -107,9 +109,22 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       if (avx512) {
         scores.resize(static_cast<size_t>(avx512::AttentionScratchFloats(group, D, L)));
         const std::int64_t first = (q0 * Hq + kvh * group) * D;
-        const avx512::AttentionItem it{qp + first, op + first, Hq * D, query_len, group, D, L, kp + kvh * D,
-                                       vp + kvh * D, table, block_size, block_stride, token_stride_kv,
-                                       static_cast<float>(scale), std::is_same_v<Scalar, at::BFloat16>, scores.data()};
+        const avx512::AttentionItem it{qp + first,
+                                       op + first,
+                                       Hq * D,
+                                       query_len,
+                                       group,
+                                       D,
+                                       L,
+                                       kp + kvh * D,
+                                       vp + kvh * D,
+                                       table,
+                                       block_size,
+                                       block_stride,
+                                       token_stride_kv,
+                                       static_cast<float>(scale),
+                                       std::is_same_v<Scalar, at::BFloat16>,
+                                       scores.data()};
         if (avx512::AttendItem(it)) continue;
       }
       keys.resize(static_cast<size_t>(L * D));
@@ -155,8 +170,8 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
 }  // namespace
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& block_tables, const at::Tensor& query_start,
-                          const at::Tensor& context_lens, double scale) {
+                          const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
+                          double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "paged attention shapes");
   TORCH_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, "head dims / GQA ratio");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
@@ -179,9 +194,9 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
 
 void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping) {
-  TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
-                  v_cache.sizes() == k_cache.sizes(),
-              "WriteKvCache: caches [num_blocks, block_size, Hkv, D], contiguous");
+  TORCH_CHECK(
+      k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(),
+      "WriteKvCache: caches [num_blocks, block_size, Hkv, D], contiguous");
   const std::int64_t T = slot_mapping.size(0), slots = k_cache.size(0) * k_cache.size(1);
   const std::int64_t row = k_cache.size(2) * k_cache.size(3);
   TORCH_CHECK(k.numel() == T * row && v.numel() == T * row, "WriteKvCache: k, v must be [T, Hkv, D]");

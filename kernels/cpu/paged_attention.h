@@ -20,8 +20,8 @@ namespace ropeserve::cpu {
 //               queries are the last rows of its context)
 // returns       [T, Hq, D] in q's dtype
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& block_tables, const at::Tensor& query_start,
-                          const at::Tensor& context_lens, double scale);
+                          const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
+                          double scale);
 
 // Stores the step's keys and values in their cache slots: row i of k and v
 // goes to slot slot_mapping[i] (= block * block_size + offset) of k_cache

@@ -4,11 +4,11 @@
 // multiples of 16 up to 256.
 #include "kernels/cpu/paged_attention_avx512.h"
 
-#include "kernels/cpu/avx512_math.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
+
+#include "kernels/cpu/avx512_math.h"
 
 namespace ropeserve::cpu::avx512 {
 
@@ -33,10 +33,11 @@ void Attend(const AttentionItem& it) {
   const T* vc = static_cast<const T*>(it.v_cache);
   const std::int64_t G = it.group, L = it.context_len;
   const std::int64_t Gp = (G + HC - 1) / HC * HC;  // padded to whole chunks (probabilities 0)
-  float* qf = it.scratch;                     // [G, D]
-  float* scores = qf + G * D;                 // [Gp, L]
+  float* qf = it.scratch;                          // [G, D]
+  float* scores = qf + G * D;                      // [Gp, L]
   auto row_offset = [&](std::int64_t j) {
-    return static_cast<std::int64_t>(it.table[j / it.block_size]) * it.block_stride + (j % it.block_size) * it.token_stride;
+    return static_cast<std::int64_t>(it.table[j / it.block_size]) * it.block_stride +
+           (j % it.block_size) * it.token_stride;
   };
   std::fill(scores + G * L, scores + Gp * L, 0.0f);
   for (std::int64_t r = 0; r < it.rows; ++r) {
@@ -44,7 +45,8 @@ void Attend(const AttentionItem& it) {
     const T* qrow = q + r * it.q_row_stride;
     const __m512 scale = _mm512_set1_ps(it.scale);
     for (std::int64_t h = 0; h < G; ++h)
-      for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(qf + h * D + 16 * z, _mm512_mul_ps(Load16(qrow + h * D + 16 * z), scale));
+      for (int z = 0; z < NZ; ++z)
+        _mm512_storeu_ps(qf + h * D + 16 * z, _mm512_mul_ps(Load16(qrow + h * D + 16 * z), scale));
     for (std::int64_t j = 0; j < n_keys; ++j) {
       const T* krow = kc + row_offset(j);
       __m512 k[NZ];
@@ -99,12 +101,23 @@ void Attend(const AttentionItem& it) {
 template <typename T>
 bool AttendAs(const AttentionItem& it) {
   switch (it.head_dim) {
-    case 16: Attend<T, 1>(it); return true;
-    case 32: Attend<T, 2>(it); return true;
-    case 64: Attend<T, 4>(it); return true;
-    case 128: Attend<T, 8>(it); return true;
-    case 256: Attend<T, 16>(it); return true;
-    default: return false;
+    case 16:
+      Attend<T, 1>(it);
+      return true;
+    case 32:
+      Attend<T, 2>(it);
+      return true;
+    case 64:
+      Attend<T, 4>(it);
+      return true;
+    case 128:
+      Attend<T, 8>(it);
+      return true;
+    case 256:
+      Attend<T, 16>(it);
+      return true;
+    default:
+      return false;
   }
 }
 

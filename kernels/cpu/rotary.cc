@@ -38,7 +38,8 @@ at::Tensor Rotate(const at::Tensor& x, RotaryLayout layout) {
 
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RotaryLayout layout) {
   const std::int64_t r = cos.size(-1);
-  TORCH_CHECK(r % 2 == 0 && r <= x.size(-1) && sin.sizes() == cos.sizes(), "ApplyRotary: cos/sin [..., R], R even <= head_dim");
+  TORCH_CHECK(r % 2 == 0 && r <= x.size(-1) && sin.sizes() == cos.sizes(),
+              "ApplyRotary: cos/sin [..., R], R even <= head_dim");
   if (r == x.size(-1)) return x * cos + Rotate(x, layout) * sin;
   const at::Tensor rot = x.narrow(-1, 0, r);
   return at::cat({rot * cos + Rotate(rot, layout) * sin, x.narrow(-1, r, x.size(-1) - r)}, -1);

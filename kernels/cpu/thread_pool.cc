@@ -136,7 +136,8 @@ Pool& ThePool() {
 
 namespace detail {
 
-void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn, const void* ctx) {
+void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn,
+                     const void* ctx) {
   if (begin >= end) return;
   const std::int64_t n = end - begin;
   if (n <= 1 || n <= grain || threads <= 1 || t_in_pool) {

@@ -28,7 +28,8 @@ void ParallelForImpl(std::int64_t begin, std::int64_t end, std::int64_t grain, R
 // ParallelFor for `threads` threads; inline when nested in another
 // PoolParallelFor. Its ThreadSanitizer test (tests/kernels/thread_pool_tsan.cc)
 // calls it directly, so that only instrumented code runs there.
-void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn, const void* ctx);
+void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn,
+                     const void* ctx);
 }  // namespace detail
 
 // Calls f(b, e) on disjoint chunks that cover [begin, end), as
@@ -42,7 +43,8 @@ void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, s
 template <typename F>
 void ParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
   detail::ParallelForImpl(
-      begin, end, grain, [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
+      begin, end, grain, [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      &f);
 }
 
 }  // namespace ropeserve::cpu

@@ -100,8 +100,8 @@ int Threads(std::int64_t work) {
 }  // namespace
 
 int ReshapeAndCache(const void* k, const void* v, void* k_cache, void* v_cache, const std::int64_t* slot_mapping,
-                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim,
-                    std::int64_t key_stride, std::int64_t value_stride, DType dtype, Stream stream) {
+                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t key_stride,
+                    std::int64_t value_stride, DType dtype, Stream stream) {
   if (num_tokens == 0) return 0;
   const std::int64_t width = num_kv_heads * head_dim;
   return detail::Dispatch(dtype, [&](auto tag) {
@@ -143,17 +143,16 @@ int SiluAndMul(void* out, const void* gate_up, std::int64_t num_tokens, std::int
 }
 
 int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float* cos_sin, std::int64_t num_tokens,
-                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                    std::int64_t rotary_dim, std::int64_t q_stride, std::int64_t k_stride, DType dtype,
-                    Stream stream) {
+                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                    std::int64_t q_stride, std::int64_t k_stride, DType dtype, Stream stream) {
   if (num_tokens == 0) return 0;
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim) return static_cast<int>(cudaErrorInvalidValue);
   return detail::Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    RopeKernel<T><<<num_tokens, Threads((num_heads + num_kv_heads) * rotary_dim / 2), 0,
-                    static_cast<cudaStream_t>(stream)>>>(positions, static_cast<T*>(q), static_cast<T*>(k), cos_sin,
-                                                         num_heads, num_kv_heads, head_dim, rotary_dim, q_stride,
-                                                         k_stride);
+    RopeKernel<T>
+        <<<num_tokens, Threads((num_heads + num_kv_heads) * rotary_dim / 2), 0, static_cast<cudaStream_t>(stream)>>>(
+            positions, static_cast<T*>(q), static_cast<T*>(k), cos_sin, num_heads, num_kv_heads, head_dim, rotary_dim,
+            q_stride, k_stride);
   });
 }
 

@@ -21,8 +21,8 @@ using Stream = void*;
 // are skipped: padding). k and v rows are `key_stride` / `value_stride`
 // elements apart (q/k/v may be views of one fused projection).
 int ReshapeAndCache(const void* k, const void* v, void* k_cache, void* v_cache, const std::int64_t* slot_mapping,
-                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim,
-                    std::int64_t key_stride, std::int64_t value_stride, DType dtype, Stream stream);
+                    std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t key_stride,
+                    std::int64_t value_stride, DType dtype, Stream stream);
 
 // out[r] = weight * to_dtype(x[r] * rsqrt(mean(x[r]^2) + eps)), as Hugging
 // Face's LlamaRMSNorm rounds it.
@@ -46,9 +46,8 @@ int SiluAndMul(void* out, const void* gate_up, std::int64_t num_tokens, std::int
 // [max_position, rotary_dim]: cos(p * f_i) for i < rotary_dim / 2, then
 // sin(p * f_i).
 int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float* cos_sin, std::int64_t num_tokens,
-                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                    std::int64_t rotary_dim, std::int64_t q_stride, std::int64_t k_stride, DType dtype,
-                    Stream stream);
+                    std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                    std::int64_t q_stride, std::int64_t k_stride, DType dtype, Stream stream);
 
 // Attention of query rows over the paged cache, grouped-query aware. Row r
 // of q [R, num_heads, head_dim] belongs to sequence row_seq[r] and sees that
@@ -62,9 +61,9 @@ std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_he
                                           std::int64_t max_context, std::int64_t partition_size);
 int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
                    const std::int32_t* row_seq, const std::int32_t* row_context, std::int64_t rows,
-                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream);
+                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t block_size,
+                   std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale, std::int64_t partition_size,
+                   void* workspace, DType dtype, Stream stream);
 
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the

@@ -30,8 +30,8 @@ __global__ void AttentionPartitionKernel(T* __restrict__ out, const T* __restric
                                          std::int64_t max_blocks_per_seq, float scale, std::int64_t partition_size,
                                          std::int64_t max_partitions, float* __restrict__ workspace) {
   extern __shared__ float shared[];
-  float* q_s = shared;                   // [head_dim]
-  float* scores = shared + head_dim;     // [partition_size]
+  float* q_s = shared;                // [head_dim]
+  float* scores = shared + head_dim;  // [partition_size]
   __shared__ float scratch[32];
   const std::int64_t r = blockIdx.x, h = blockIdx.y, p = blockIdx.z;
   const std::int64_t context = row_context[r];
@@ -102,8 +102,7 @@ __global__ void CombinePartitionsKernel(T* __restrict__ out, const std::int32_t*
   for (std::int64_t p = 0; p < parts; ++p) l += ws[p * (head_dim + 2) + 1] * __expf(ws[p * (head_dim + 2)] - m);
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0;
-    for (std::int64_t p = 0; p < parts; ++p)
-      acc += ws[p * (head_dim + 2) + 2 + d] * __expf(ws[p * (head_dim + 2)] - m);
+    for (std::int64_t p = 0; p < parts; ++p) acc += ws[p * (head_dim + 2) + 2 + d] * __expf(ws[p * (head_dim + 2)] - m);
     out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
   }
 }
@@ -118,9 +117,9 @@ std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_he
 
 int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
                    const std::int32_t* row_seq, const std::int32_t* row_context, std::int64_t rows,
-                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream) {
+                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t block_size,
+                   std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale, std::int64_t partition_size,
+                   void* workspace, DType dtype, Stream stream) {
   if (rows == 0 || max_context == 0) return 0;
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || partition_size <= 0)
     return static_cast<int>(cudaErrorInvalidValue);
@@ -135,13 +134,14 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads),
                     static_cast<unsigned>(max_partitions));
     AttentionPartitionKernel<T><<<grid, kThreads, shared, s>>>(
-        static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
-        static_cast<const T*>(v_cache), block_tables, row_seq, row_context, num_heads, num_kv_heads, head_dim,
-        block_size, max_blocks_per_seq, scale, partition_size, max_partitions, static_cast<float*>(workspace));
+        static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+        block_tables, row_seq, row_context, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale,
+        partition_size, max_partitions, static_cast<float*>(workspace));
     if (max_partitions > 1)
-      CombinePartitionsKernel<T><<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads)), kThreads, 0,
-                                   s>>>(static_cast<T*>(out), row_context, num_heads, head_dim, partition_size,
-                                        max_partitions, static_cast<const float*>(workspace));
+      CombinePartitionsKernel<T>
+          <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads)), kThreads, 0, s>>>(
+              static_cast<T*>(out), row_context, num_heads, head_dim, partition_size, max_partitions,
+              static_cast<const float*>(workspace));
   });
 }
 

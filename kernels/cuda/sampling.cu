@@ -110,7 +110,10 @@ __global__ void SampleRowsKernel(const float* __restrict__ logits, std::int64_t 
     for (int it = 0; it < kBisections; ++it) {
       const float mid = 0.5f * (lo + hi);
       count_mass(mid, count, mass);
-      if (count >= static_cast<float>(k)) lo = mid; else hi = mid;
+      if (count >= static_cast<float>(k))
+        lo = mid;
+      else
+        hi = mid;
     }
     tau = lo;
   }
@@ -125,7 +128,10 @@ __global__ void SampleRowsKernel(const float* __restrict__ logits, std::int64_t 
       const float mid = 0.5f * (lo + hi);
       float c, m;
       count_mass(mid, c, m);
-      if (m >= target) lo = mid; else hi = mid;
+      if (m >= target)
+        lo = mid;
+      else
+        hi = mid;
     }
     tau = lo;
   }

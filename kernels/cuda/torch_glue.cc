@@ -19,9 +19,7 @@ Stream CurrentStream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 void Check(int status, const char* what) { TORCH_CHECK(status == 0, what, ": CUDA error ", status); }
 
-void CheckCuda(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device");
-}
+void CheckCuda(const at::Tensor& t, const char* name) { TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device"); }
 
 }  // namespace
 
@@ -71,8 +69,7 @@ at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   const at::Tensor g = gate_up.contiguous();
   const std::int64_t T = g.size(0), I = g.size(1) / 2;
   at::Tensor out = at::empty({T, I}, g.options());
-  Check(ropeserve::cuda::SiluAndMul(out.data_ptr(), g.data_ptr(), T, I, KernelDType(g), CurrentStream()),
-        "SiluAndMul");
+  Check(ropeserve::cuda::SiluAndMul(out.data_ptr(), g.data_ptr(), T, I, KernelDType(g), CurrentStream()), "SiluAndMul");
   return out;
 }
 
@@ -105,13 +102,12 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   at::Tensor workspace = at::empty(
       {std::max<std::int64_t>(1, PagedAttentionWorkspaceBytes(rows, heads, dim, max_context, partition_size) / 4)},
       q.options().dtype(at::kFloat));
-  Check(ropeserve::cuda::PagedAttention(out.data_ptr(), qc.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                                        block_tables.contiguous().data_ptr<std::int32_t>(),
-                                        row_seq.contiguous().data_ptr<std::int32_t>(),
-                                        row_context.contiguous().data_ptr<std::int32_t>(), rows, heads,
-                                        k_cache.size(2), dim, k_cache.size(1), block_tables.size(1), max_context,
-                                        static_cast<float>(scale), partition_size, workspace.data_ptr(),
-                                        KernelDType(q), CurrentStream()),
+  Check(ropeserve::cuda::PagedAttention(
+            out.data_ptr(), qc.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+            block_tables.contiguous().data_ptr<std::int32_t>(), row_seq.contiguous().data_ptr<std::int32_t>(),
+            row_context.contiguous().data_ptr<std::int32_t>(), rows, heads, k_cache.size(2), dim, k_cache.size(1),
+            block_tables.size(1), max_context, static_cast<float>(scale), partition_size, workspace.data_ptr(),
+            KernelDType(q), CurrentStream()),
         "PagedAttention");
   return out;
 }
@@ -123,14 +119,14 @@ at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, c
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2, "logits: float32 [R, V]");
   const at::Tensor l = logits.contiguous();
   at::Tensor out = at::empty({l.size(0)}, l.options().dtype(at::kLong));
-  Check(ropeserve::cuda::SampleRows(
-            l.data_ptr<float>(), l.size(0), l.size(1), temperature.contiguous().data_ptr<float>(),
-            top_k.contiguous().data_ptr<std::int32_t>(), top_p.contiguous().data_ptr<float>(),
-            min_p.contiguous().data_ptr<float>(),
-            reinterpret_cast<const std::uint64_t*>(seed.contiguous().data_ptr<std::int64_t>()),
-            reinterpret_cast<const std::uint64_t*>(offset.contiguous().data_ptr<std::int64_t>()),
-            out.data_ptr<std::int64_t>(), CurrentStream()),
-        "SampleRows");
+  Check(
+      ropeserve::cuda::SampleRows(l.data_ptr<float>(), l.size(0), l.size(1), temperature.contiguous().data_ptr<float>(),
+                                  top_k.contiguous().data_ptr<std::int32_t>(), top_p.contiguous().data_ptr<float>(),
+                                  min_p.contiguous().data_ptr<float>(),
+                                  reinterpret_cast<const std::uint64_t*>(seed.contiguous().data_ptr<std::int64_t>()),
+                                  reinterpret_cast<const std::uint64_t*>(offset.contiguous().data_ptr<std::int64_t>()),
+                                  out.data_ptr<std::int64_t>(), CurrentStream()),
+      "SampleRows");
   return out;
 }
 

@@ -16,7 +16,7 @@ std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& inv_freq, const a
                                              double attention_factor, at::ScalarType dtype) {
   // HF: freqs = inv_freq[None, :, None].float() @ position_ids[:, None, :].float()
   at::Tensor freqs = at::outer(positions.to(at::kFloat), inv_freq.to(at::kFloat));  // [T, rd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);                                    // [T, rd]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                     // [T, rd]
   at::Tensor cos = emb.cos() * attention_factor;
   at::Tensor sin = emb.sin() * attention_factor;
   return {cos.to(dtype), sin.to(dtype)};
@@ -79,7 +79,7 @@ at::Tensor PrefixCausalAttention(const at::Tensor& q, const at::Tensor& k, const
     scores.masked_fill_(kpos > qpos, -std::numeric_limits<float>::infinity());
   }
   at::Tensor probs = at::softmax(scores, -1, SoftmaxDType(q)).to(q.scalar_type()).view({hkv, G * T, S});
-  at::Tensor out = at::bmm(probs, vh);                              // [Hkv, G*T, D]
+  at::Tensor out = at::bmm(probs, vh);  // [Hkv, G*T, D]
   return out.view({hkv, G, T, D}).permute({2, 0, 1, 3}).reshape({T, hq, D});
 }
 
@@ -92,8 +92,8 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   std::int64_t row = 0;
   for (size_t s = 0; s < block_tables.size(); ++s) {
     const std::int64_t L = context_lens[s], n_blocks = (L + block_size - 1) / block_size;
-    at::Tensor table = at::tensor(std::vector<std::int64_t>(block_tables[s].begin(), block_tables[s].begin() + n_blocks),
-                                  at::kLong);
+    at::Tensor table =
+        at::tensor(std::vector<std::int64_t>(block_tables[s].begin(), block_tables[s].begin() + n_blocks), at::kLong);
     at::Tensor k = k_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
     at::Tensor v = v_cache.index_select(0, table).reshape({-1, hkv, D}).narrow(0, 0, L);
     outs.push_back(PrefixCausalAttention(q.narrow(0, row, query_lens[s]), k, v, scale));

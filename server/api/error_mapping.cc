@@ -12,9 +12,9 @@ namespace {
 struct Row {
   ErrorCode code;
   int http;
-  int grpc;           // grpc::StatusCode
-  const char* type;   // OpenAI error "type"
-  const char* name;   // default OpenAI error "code" ("" = null)
+  int grpc;          // grpc::StatusCode
+  const char* type;  // OpenAI error "type"
+  const char* name;  // default OpenAI error "code" ("" = null)
 };
 constexpr Row kTable[] = {
     {ErrorCode::kOk, 200, 0, "", ""},
@@ -44,11 +44,16 @@ int GrpcCodeFor(ErrorCode code) { return Lookup(code).grpc; }
 
 const char* ErrorTypeFor(int http_status) {
   switch (http_status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    default: return http_status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return http_status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 

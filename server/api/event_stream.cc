@@ -9,7 +9,9 @@ std::string Event(const nlohmann::json& j) { return "data: " + Dump(j) + "\n\n";
 
 GenerationStream::GenerationStream(std::vector<std::unique_ptr<service::OutputSource>> sources, OnDelta on_delta,
                                    OnEnd on_end)
-    : sources_(std::move(sources)), on_delta_(std::move(on_delta)), on_end_(std::move(on_end)),
+    : sources_(std::move(sources)),
+      on_delta_(std::move(on_delta)),
+      on_end_(std::move(on_end)),
       signal_(std::make_shared<ReadySignal>()) {
   for (auto& g : sources_) g->SetNotify([s = signal_] { s->Set(); });
 }

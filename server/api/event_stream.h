@@ -2,13 +2,13 @@
 // replies (rest_handlers.cc, rest_summarize.cc).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api/rest_handlers.h"
 #include "server/common/ready_signal.h"

@@ -21,8 +21,8 @@
 #include <mutex>
 #include <string>
 
-#include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
+#include "server/service/generation_service.h"
 
 namespace ropeserve::api {
 
@@ -67,7 +67,8 @@ template <typename Base, typename Derived>
 class GenerationCall : public Base {
  public:
   using Link = CallLink<Derived>;
-  GenerationCall(ServingContext& ctx, CallStart start) : ctx_(ctx), start_(std::move(start)), link_(std::make_shared<Link>()) {
+  GenerationCall(ServingContext& ctx, CallStart start)
+      : ctx_(ctx), start_(std::move(start)), link_(std::make_shared<Link>()) {
     link_->target = static_cast<Derived*>(this);
   }
 
@@ -218,7 +219,8 @@ class UnaryCall final : public GenerationCall<grpc::ServerUnaryReactor, UnaryCal
 class DeferredUnaryCall final : public grpc::ServerUnaryReactor {
  public:
   using Link = CallLink<DeferredUnaryCall>;
-  DeferredUnaryCall(ServingContext& ctx, CallStart start) : ctx_(ctx), start_(std::move(start)), link_(std::make_shared<Link>()) {
+  DeferredUnaryCall(ServingContext& ctx, CallStart start)
+      : ctx_(ctx), start_(std::move(start)), link_(std::make_shared<Link>()) {
     link_->target = this;
   }
   std::shared_ptr<Link> link() const { return link_; }

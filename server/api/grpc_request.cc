@@ -1,9 +1,10 @@
 #include "server/api/grpc_request.h"
 
-#include "server/api/json_request.h"
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
+
+#include "server/api/json_request.h"
 
 namespace ropeserve::api {
 
@@ -57,7 +58,8 @@ Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out
       RS_RETURN_IF_ERROR(CheckJsonDepth(c.json_schema()).WithParam("constraint.json_schema"));
       nlohmann::ordered_json s = nlohmann::ordered_json::parse(c.json_schema(), nullptr, false);
       if (s.is_discarded() || !(s.is_object() || s.is_boolean()))
-        return InvalidArgument("constraint.json_schema must be the JSON text of a JSON Schema").WithParam("constraint.json_schema");
+        return InvalidArgument("constraint.json_schema must be the JSON text of a JSON Schema")
+            .WithParam("constraint.json_schema");
       out = {K::kJsonSchema, s.dump(), {}, "constraint.json_schema"};
       return Status::Ok();
     }
@@ -72,8 +74,10 @@ Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out
       out = {K::kRegex, c.regex(), {}, "constraint.regex"};
       return Status::Ok();
     case v1::OutputConstraint::kChoice:
-      if (c.choice().values_size() == 0 || static_cast<std::size_t>(c.choice().values_size()) > service::kMaxGuidedChoices)
-        return InvalidArgument("constraint.choice must hold 1 to " + std::to_string(service::kMaxGuidedChoices) + " values")
+      if (c.choice().values_size() == 0 ||
+          static_cast<std::size_t>(c.choice().values_size()) > service::kMaxGuidedChoices)
+        return InvalidArgument("constraint.choice must hold 1 to " + std::to_string(service::kMaxGuidedChoices) +
+                               " values")
             .WithParam("constraint.choice");
       out = {K::kChoice, "", {c.choice().values().begin(), c.choice().values().end()}, "constraint.choice"};
       return Status::Ok();
@@ -103,7 +107,8 @@ StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
       return InvalidArgument("give either prompt_ids or prompt, not both").WithParam("prompt");
     out.prompt = req.prompt();
   } else {
-    if (req.prompt_ids_size() == 0) return InvalidArgument("prompt_ids (or prompt) is required").WithParam("prompt_ids");
+    if (req.prompt_ids_size() == 0)
+      return InvalidArgument("prompt_ids (or prompt) is required").WithParam("prompt_ids");
     out.prompt_ids.assign(req.prompt_ids().begin(), req.prompt_ids().end());
   }
   return out;

@@ -10,18 +10,18 @@
 #include <sstream>
 #include <thread>
 
-#include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
-#include "server/api/error_mapping.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
-#include "server/api/logging.h"
+#include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
+#include "server/api/error_mapping.h"
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_request.h"
+#include "server/api/logging.h"
+#include "server/api/serving_context.h"
+#include "server/api/work_pool.h"
 #include "server/service/document_summary.h"
 #include "server/service/generation_service.h"
-#include "server/api/work_pool.h"
 #include "server/service/qa_service.h"
-#include "server/api/serving_context.h"
 
 namespace ropeserve::api {
 
@@ -61,23 +61,11 @@ grpc::Status ToGrpc(const Status& s) {
 namespace {
 
 const char* GrpcCodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK",
-                                 "CANCELLED",
-                                 "UNKNOWN",
-                                 "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND",
-                                 "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION",
-                                 "ABORTED",
-                                 "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED",
-                                 "INTERNAL",
-                                 "UNAVAILABLE",
-                                 "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
+  static const char* kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
@@ -155,8 +143,8 @@ struct SummaryShape {
 // Summarize / SummarizeStream, on the work pool: validation, the plan
 // (long documents are split here), the first requests.
 StatusOr<std::unique_ptr<service::OutputSource>> StartSummary(service::GenerationService& service, double timeout,
-                                                              const TraceContext& trace, const v1::SummarizeRequest& req,
-                                                              SummaryShape& shape) {
+                                                              const TraceContext& trace,
+                                                              const v1::SummarizeRequest& req, SummaryShape& shape) {
   RS_ASSIGN_OR_RETURN(GrpcSummarize r, ReadSummarize(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
   service::DocumentSummarizer summarizer(service);
@@ -167,7 +155,8 @@ StatusOr<std::unique_ptr<service::OutputSource>> StartSummary(service::Generatio
 }
 
 StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::GenerationService& service, double timeout,
-                                                               const TraceContext& trace, const v1::GenerateRequest& req) {
+                                                               const TraceContext& trace,
+                                                               const v1::GenerateRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcGenerate r, ReadGenerate(req));
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
   std::vector<std::int64_t> ids = std::move(r.prompt_ids);
@@ -215,16 +204,17 @@ class Service final : public v1::Inference::CallbackService {
     if (Status b = Begin(ctx_, call, "Summarize", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     const std::string id = c.service->NextRequestId("sum"), model = c.service->name();
     auto shape = std::make_shared<SummaryShape>();
-    auto* reactor = new UnaryCall(ctx_, std::move(c),
-                                  [resp, id, model, shape](const service::OutputDelta& last, std::int64_t, const Accumulated& acc) {
-                                    resp->set_id(id);
-                                    resp->set_model(model);
-                                    resp->set_summary(acc.text);
-                                    resp->set_finish_reason(last.finish_reason);
-                                    resp->set_strategy(shape->strategy);
-                                    resp->set_chunks(shape->chunks);
-                                    FillUsage(resp->mutable_usage(), last.prompt_tokens, last.completion_tokens, last.cached_tokens);
-                                  });
+    auto* reactor = new UnaryCall(
+        ctx_, std::move(c),
+        [resp, id, model, shape](const service::OutputDelta& last, std::int64_t, const Accumulated& acc) {
+          resp->set_id(id);
+          resp->set_model(model);
+          resp->set_summary(acc.text);
+          resp->set_finish_reason(last.finish_reason);
+          resp->set_strategy(shape->strategy);
+          resp->set_chunks(shape->chunks);
+          FillUsage(resp->mutable_usage(), last.prompt_tokens, last.completion_tokens, last.cached_tokens);
+        });
     Prepare(reactor, [req, shape](service::GenerationService& service, double timeout, const TraceContext& trace) {
       return StartSummary(service, timeout, trace, *req, *shape);
     });
@@ -305,7 +295,8 @@ class Service final : public v1::Inference::CallbackService {
     CallStart c;
     if (Status b = Begin(ctx_, call, "Answer", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     service::QaService* qa = ctx_.qa.load();
-    if (qa == nullptr) return Reject(ctx_, c, Unimplemented("no QA model is loaded (serve --qa DIR)"), call->DefaultReactor());
+    if (qa == nullptr)
+      return Reject(ctx_, c, Unimplemented("no QA model is loaded (serve --qa DIR)"), call->DefaultReactor());
     const double timeout = c.timeout_seconds;
     auto* reactor = new DeferredUnaryCall(ctx_, std::move(c));
     auto link = reactor->link();
@@ -329,25 +320,26 @@ class Service final : public v1::Inference::CallbackService {
       q.offset_unit = v->offset_unit;
       // The passages' ids, for the answers.
       auto passages = std::make_shared<std::vector<service::QaPassage>>(std::move(r->passages));
-      auto call = qa->AnswerBatchAsync({std::move(q)}, timeout, [qa, resp, link, passages](StatusOr<std::vector<service::QaResult>> out) {
-        DeferredUnaryCall::Complete(link, out.status(), [&] {
-          resp->set_id(qa->NextRequestId());
-          resp->set_model(qa->name());
-          for (const auto& a : (*out)[0].answers) {
-            auto* x = resp->add_answers();
-            x->set_text(a.text);
-            x->set_score(a.score);
-            x->set_start(a.start);
-            x->set_end(a.end);
-            const bool multi = !passages->empty();
-            x->set_passage(multi ? static_cast<std::int32_t>(a.passage) : 0);
-            if (multi && a.passage >= 0 && (*passages)[static_cast<std::size_t>(a.passage)].id)
-              x->set_passage_id(*(*passages)[static_cast<std::size_t>(a.passage)].id);
-          }
-          if ((*out)[0].null_score) resp->set_null_score(*(*out)[0].null_score);
-          resp->mutable_usage()->set_prompt_tokens((*out)[0].tokens);
-        });
-      });
+      auto call = qa->AnswerBatchAsync(
+          {std::move(q)}, timeout, [qa, resp, link, passages](StatusOr<std::vector<service::QaResult>> out) {
+            DeferredUnaryCall::Complete(link, out.status(), [&] {
+              resp->set_id(qa->NextRequestId());
+              resp->set_model(qa->name());
+              for (const auto& a : (*out)[0].answers) {
+                auto* x = resp->add_answers();
+                x->set_text(a.text);
+                x->set_score(a.score);
+                x->set_start(a.start);
+                x->set_end(a.end);
+                const bool multi = !passages->empty();
+                x->set_passage(multi ? static_cast<std::int32_t>(a.passage) : 0);
+                if (multi && a.passage >= 0 && (*passages)[static_cast<std::size_t>(a.passage)].id)
+                  x->set_passage_id(*(*passages)[static_cast<std::size_t>(a.passage)].id);
+              }
+              if ((*out)[0].null_score) resp->set_null_score(*(*out)[0].null_score);
+              resp->mutable_usage()->set_prompt_tokens((*out)[0].tokens);
+            });
+          });
       if (!call.ok()) return fail(call.status());
       std::lock_guard<std::mutex> lock(link->mu);
       // The client left while we prepared: drop the work.

@@ -26,7 +26,7 @@ struct GrpcServerOptions {
   std::string host = "0.0.0.0";
   int port = 50051;  // 0 picks a free port
   std::size_t max_message_bytes = 1 << 20;
-  int max_concurrent_streams = 128;                   // per connection
+  int max_concurrent_streams = 128;  // per connection
   std::size_t memory_quota_bytes = std::size_t{256} << 20;
   // TLS when both are set (PEM files).
   std::string tls_cert;

@@ -1,7 +1,5 @@
 #include "server/api/http_connection.h"
 
-#include "server/api/error_mapping.h"
-
 #include <fcntl.h>
 #include <httplib.h>
 #include <netdb.h>
@@ -20,6 +18,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "server/api/error_mapping.h"
 
 namespace ropeserve::api {
 
@@ -279,9 +279,10 @@ class ConnStream final : public httplib::Stream {
 // parsed into one it can answer).
 void WriteStatus(Connection& c, int status, const char* reason, const char* message) {
   const std::string body = ErrorJson(MalformedRequest(message), status);
-  const std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                          "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string out =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason +
+      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   for (std::size_t done = 0; done < out.size();) {
     const ssize_t n = c.Write(out.data() + done, out.size() - done);
     if (n <= 0) return;

@@ -1,24 +1,23 @@
 #include "server/api/http_server.h"
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
-#include <nlohmann/json.hpp>
-
-#include <sys/socket.h>
 
 #include "kernels/cpu/kernel_config.h"
 #include "server/api/error_mapping.h"
 #include "server/api/http_connection.h"
-#include "server/common/exception_message.h"
 #include "server/api/logging.h"
-#include "server/service/generation_service.h"
+#include "server/api/openapi.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/serving_context.h"
-#include "server/api/openapi.h"
+#include "server/common/exception_message.h"
+#include "server/service/generation_service.h"
 
 namespace ropeserve::api {
 
@@ -214,7 +213,8 @@ bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res,
   const std::string origin = req.get_header_value("Origin");
   const bool allowed = !origin.empty() && OriginAllowed(options.allowed_origins, origin);
   if (allowed) {
-    const bool any = OriginAllowed({"*"}, "") && options.allowed_origins.size() == 1 && options.allowed_origins[0] == "*";
+    const bool any =
+        OriginAllowed({"*"}, "") && options.allowed_origins.size() == 1 && options.allowed_origins[0] == "*";
     res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
     if (!any) res.set_header("Vary", "Origin");
     res.set_header("Access-Control-Expose-Headers", "x-request-id, Retry-After");
@@ -273,12 +273,15 @@ void HttpServer::Impl::Install() {
     if (Cors(req, res, route)) return Handled::Handled;
     if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
       res.set_header("Allow", route->method);
-      SetError(res, MalformedRequest(req.method + " is not allowed on " + req.path + " (use " + route->method + ")"), 405);
+      SetError(res, MalformedRequest(req.method + " is not allowed on " + req.path + " (use " + route->method + ")"),
+               405);
       return Handled::Handled;
     }
-    if (req.has_header("Content-Length") && req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
-      SetError(res, MalformedRequest("request body too large (the limit is " + std::to_string(options.max_body_bytes) +
-                                     " bytes)"),
+    if (req.has_header("Content-Length") &&
+        req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
+      SetError(res,
+               MalformedRequest("request body too large (the limit is " + std::to_string(options.max_body_bytes) +
+                                " bytes)"),
                413);
       return Handled::Handled;
     }
@@ -296,9 +299,13 @@ void HttpServer::Impl::Install() {
   });
   s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
     switch (ctx.lifecycle.state()) {
-      case Lifecycle::State::kReady: res.set_content(R"({"status":"ready"})", "application/json"); return;
-      case Lifecycle::State::kLoading: return SetError(res, Unavailable("loading"));
-      case Lifecycle::State::kDraining: return SetError(res, Unavailable("draining"));
+      case Lifecycle::State::kReady:
+        res.set_content(R"({"status":"ready"})", "application/json");
+        return;
+      case Lifecycle::State::kLoading:
+        return SetError(res, Unavailable("loading"));
+      case Lifecycle::State::kDraining:
+        return SetError(res, Unavailable("draining"));
     }
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -366,9 +373,10 @@ void HttpServer::Impl::InstallApi() {
   // files and API; nothing may frame it.
   auto page = [](const std::string& (*text)(), const char* type) {
     return [text, type](const httplib::Request&, httplib::Response& res) {
-      res.set_header("Content-Security-Policy",
-                     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-                     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+      res.set_header(
+          "Content-Security-Policy",
+          "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_header("Referrer-Policy", "no-referrer");
       res.set_header("Cache-Control", "no-cache");
@@ -384,42 +392,44 @@ void HttpServer::Impl::InstallApi() {
     service::GenerationService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
     auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
-      return json{{"id", id},           {"object", "model"},        {"created", 0},
-                  {"owned_by", "ropeserve"}, {"task", task},        {"max_model_len", max_len},
-                  {"architecture", arch}};
+      return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
+                  {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
     };
-    json data = json::array(
-        {card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
+    json data =
+        json::array({card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
     if (service::QaService* qa = ctx.qa.load())
-      data.push_back(card(qa->name(), "question-answering", qa->config().max_position_embeddings,
-                          qa->config().architecture));
+      data.push_back(
+          card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
   });
   s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
     service::GenerationService* service = ctx.service.load();
     if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
     const EngineConfig& o = service->engine_config();
-    json info = {
-        {"model", service->name()},
-        {"architecture", service->config().architecture},
-        {"dtype", service->dtype()},
-        {"quantization", service->quantization()},
-        {"device", service->device()},
-        {"tokenizer", service->tokenizer() != nullptr},
-        {"vocab_size", service->config().vocab_size},
-        {"max_model_len", service->max_model_len()},
-        {"kv_cache", {{"block_size", o.block_size}, {"num_blocks", service->kv_cache().num_blocks},
-                      {"tokens", service->kv_cache().tokens}, {"bytes", service->kv_cache().bytes}}},
-        {"limits", {{"max_num_seqs", o.scheduler.max_num_seqs},
-                    {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
-                    {"max_queue_requests", o.scheduler.max_waiting_requests},
-                    {"max_queue_tokens", o.scheduler.max_waiting_tokens},
-                    {"max_request_tokens", service->limits().max_request_tokens},
-                    {"max_document_bytes", service->limits().max_document_bytes},
-                    {"max_body_bytes", options.max_body_bytes},
-                    {"max_connections", options.limits.max_connections},
-                    {"request_timeout_seconds", ctx.request_timeout_seconds}}},
-        {"qa", nullptr}};
+    json info = {{"model", service->name()},
+                 {"architecture", service->config().architecture},
+                 {"dtype", service->dtype()},
+                 {"quantization", service->quantization()},
+                 {"device", service->device()},
+                 {"tokenizer", service->tokenizer() != nullptr},
+                 {"vocab_size", service->config().vocab_size},
+                 {"max_model_len", service->max_model_len()},
+                 {"kv_cache",
+                  {{"block_size", o.block_size},
+                   {"num_blocks", service->kv_cache().num_blocks},
+                   {"tokens", service->kv_cache().tokens},
+                   {"bytes", service->kv_cache().bytes}}},
+                 {"limits",
+                  {{"max_num_seqs", o.scheduler.max_num_seqs},
+                   {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
+                   {"max_queue_requests", o.scheduler.max_waiting_requests},
+                   {"max_queue_tokens", o.scheduler.max_waiting_tokens},
+                   {"max_request_tokens", service->limits().max_request_tokens},
+                   {"max_document_bytes", service->limits().max_document_bytes},
+                   {"max_body_bytes", options.max_body_bytes},
+                   {"max_connections", options.limits.max_connections},
+                   {"request_timeout_seconds", ctx.request_timeout_seconds}}},
+                 {"qa", nullptr}};
     json kernels = json::object();
     for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
     info["kernels"] = std::move(kernels);
@@ -446,7 +456,8 @@ void HttpServer::Impl::InstallApi() {
     if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
     std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
     if (!body) return;
-    auto reply = AnswerQuestions(*qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context});
+    auto reply = AnswerQuestions(
+        *qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context});
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
   });
@@ -469,7 +480,8 @@ Status HttpServer::Bind() {
     port = s.bind_to_any_port(impl_->options.host);
     if (port < 0) return FailedPrecondition("cannot bind " + impl_->options.host);
   } else if (!s.bind_to_port(impl_->options.host, port)) {
-    return FailedPrecondition("cannot listen on " + impl_->options.host + ":" + std::to_string(port) + " (port in use?)");
+    return FailedPrecondition("cannot listen on " + impl_->options.host + ":" + std::to_string(port) +
+                              " (port in use?)");
   }
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // Linux updates the backlog
   impl_->port = port;

@@ -5,8 +5,9 @@
 // rest_qa_request.cc). Header-only templates; model-free.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -19,7 +20,9 @@ namespace ropeserve::api {
 using ojson = nlohmann::ordered_json;
 
 // A value quoted in an error message: at most 100 bytes, invalid UTF-8 replaced.
-inline std::string Show(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100); }
+inline std::string Show(const ojson& v) {
+  return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100);
+}
 
 // ---- the fields each endpoint knows ----
 
@@ -75,8 +78,8 @@ Status Read(const ojson& body, const char* key, std::optional<T>& out) {
   } else if constexpr (std::is_same_v<T, std::uint64_t>) {
     ok = it->is_number_integer();  // seeds: any integer, taken modulo 2^64
   } else if constexpr (std::is_integral_v<T>) {
-    ok = it->is_number_integer() && !(it->is_number_unsigned() && it->template get<std::uint64_t>() >
-                                                                      static_cast<std::uint64_t>(INT64_MAX));
+    ok = it->is_number_integer() &&
+         !(it->is_number_unsigned() && it->template get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX));
   } else if constexpr (std::is_floating_point_v<T>) {
     ok = it->is_number();
   } else {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+
 #include <string>
 
 #include "server/common/status.h"

@@ -29,9 +29,12 @@ void Lifecycle::StartDraining() { state_ = State::kDraining; }
 StatusOr<Lifecycle::Ticket> Lifecycle::Admit() {
   std::lock_guard<std::mutex> lock(mu_);
   switch (state_.load()) {
-    case State::kLoading: return Unavailable("the server is still loading its models");
-    case State::kDraining: return Unavailable("the server is shutting down");
-    case State::kReady: break;
+    case State::kLoading:
+      return Unavailable("the server is still loading its models");
+    case State::kDraining:
+      return Unavailable("the server is shutting down");
+    case State::kReady:
+      break;
   }
   ++in_flight_;
   return Ticket(this);

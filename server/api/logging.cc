@@ -4,8 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <ctime>
 #include <random>
 
@@ -30,8 +30,8 @@ class JsonFormatter : public spdlog::formatter {
     std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                   tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
     line["time"] = buf;
-    line["level"] = std::string(spdlog::level::to_string_view(msg.level).data(),
-                                spdlog::level::to_string_view(msg.level).size());
+    line["level"] =
+        std::string(spdlog::level::to_string_view(msg.level).data(), spdlog::level::to_string_view(msg.level).size());
     std::string text(msg.payload.data(), msg.payload.size());
     if (!text.empty() && text[0] == kFieldsMarker) {
       auto nl = text.find('\n');
@@ -74,7 +74,8 @@ Status ConfigureLogging(const std::string& format) {
 
 void LogAccess(const std::string& message, const nlohmann::ordered_json& fields) {
   if (g_json) {
-    spdlog::info("{}{}\n{}", kFieldsMarker, message, fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    spdlog::info("{}{}\n{}", kFieldsMarker, message,
+                 fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
   std::string line = message;

@@ -20,13 +20,16 @@ namespace pm = prometheus;
 namespace {
 
 // Bucket bounds in seconds, as vLLM's (so dashboards carry over).
-const pm::Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5, 0.75,
-                                                       1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-const pm::Histogram::BucketBoundaries kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
-                                                      0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
-const pm::Histogram::BucketBoundaries kLatencyBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,  15.0, 20.0,
-                                                          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-const pm::Histogram::BucketBoundaries kStepTokenBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+const pm::Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                                      0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const pm::Histogram::BucketBoundaries kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                                     0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const pm::Histogram::BucketBoundaries kLatencyBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                                         5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                                         60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const pm::Histogram::BucketBoundaries kStepTokenBuckets = {1,   2,   4,    8,    16,   32,   64,   128,
+                                                           256, 512, 1024, 2048, 4096, 8192, 16384};
 
 // vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to `max`.
 pm::Histogram::BucketBoundaries OneTwoFive(std::int64_t max) {
@@ -45,9 +48,12 @@ pm::Labels ModelLabel(const std::string& name) { return {{"model_name", name}}; 
 // prometheus-cpp's builder for metrics of type M.
 template <typename M>
 auto Build() {
-  if constexpr (std::is_same_v<M, pm::Counter>) return pm::BuildCounter();
-  else if constexpr (std::is_same_v<M, pm::Gauge>) return pm::BuildGauge();
-  else return pm::BuildHistogram();
+  if constexpr (std::is_same_v<M, pm::Counter>)
+    return pm::BuildCounter();
+  else if constexpr (std::is_same_v<M, pm::Gauge>)
+    return pm::BuildGauge();
+  else
+    return pm::BuildHistogram();
 }
 
 pm::Family<pm::Counter>& CounterFamily(pm::Registry& r, const std::string& name, const std::string& help,
@@ -58,7 +64,8 @@ pm::Family<pm::Counter>& CounterFamily(pm::Registry& r, const std::string& name,
 // The one unlabelled-by-the-caller metric of a family (histograms take
 // their bucket bounds in `args`).
 template <typename M, typename... Args>
-M& One(pm::Registry& r, const std::string& name, const std::string& help, const pm::Labels& labels, const Args&... args) {
+M& One(pm::Registry& r, const std::string& name, const std::string& help, const pm::Labels& labels,
+       const Args&... args) {
   return Build<M>().Name(name).Help(help).Labels(labels).Register(r).Add({}, args...);
 }
 
@@ -113,12 +120,16 @@ void Sync(const Twin<pm::Counter>& c, double total) {
 
 const char* VllmFinishedReason(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kError:
+      return "error";
     case FinishReason::kCancelled:
     case FinishReason::kDeadline:
-    case FinishReason::kRejected: return "abort";
+    case FinishReason::kRejected:
+      return "abort";
   }
   return "abort";
 }
@@ -128,7 +139,8 @@ struct ServerMetrics::ModelFamilies {
   ModelFamilies(pm::Registry& r, const ServedModelInfo& m) : block_size(m.block_size) {
     const pm::Labels labels = ModelLabel(m.name);
     const auto tokens = OneTwoFive(m.max_model_len > 0 ? m.max_model_len : 1 << 20);
-    queue_time = Hist(r, "request_queue_time_seconds", "Time from arrival to first being scheduled", labels, kLatencyBuckets);
+    queue_time =
+        Hist(r, "request_queue_time_seconds", "Time from arrival to first being scheduled", labels, kLatencyBuckets);
     prefill_time = Hist(r, "request_prefill_time_seconds", "Time from first being scheduled to the first token", labels,
                         kLatencyBuckets);
     decode_time = Hist(r, "request_decode_time_seconds", "Time from the first token to the end of the request", labels,
@@ -147,9 +159,10 @@ struct ServerMetrics::ModelFamilies {
     generation_tokens = Count(r, "generation_tokens_total", "Tokens generated", labels);
     preemptions = Count(r, "num_preemptions_total",
                         "Requests preempted (KV blocks freed, recomputed later) for lack of KV blocks", labels);
-    prefix_queries = Count(r, "prefix_cache_queries_total", "Prompt tokens (in full KV blocks) looked up in the prefix cache",
-                           labels);
-    prefix_hits = Count(r, "prefix_cache_hits_total", "Prompt tokens (in full KV blocks) found in the prefix cache", labels);
+    prefix_queries = Count(r, "prefix_cache_queries_total",
+                           "Prompt tokens (in full KV blocks) looked up in the prefix cache", labels);
+    prefix_hits =
+        Count(r, "prefix_cache_hits_total", "Prompt tokens (in full KV blocks) found in the prefix cache", labels);
     running = Gauge(r, "num_requests_running", "Requests in the running batch", labels);
     waiting = Gauge(r, "num_requests_waiting", "Requests waiting to be scheduled", labels);
     kv_usage = Gauge(r, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1; 1 = full)", labels);
@@ -170,8 +183,8 @@ struct ServerMetrics::ModelFamilies {
   }
 
   double block_size;  // the pool counts prefix-cache blocks; exported as tokens
-  Twin<pm::Histogram> queue_time, prefill_time, decode_time, inference_time, ttft, itl, e2e, prompt_hist, generation_hist,
-      iteration_tokens;
+  Twin<pm::Histogram> queue_time, prefill_time, decode_time, inference_time, ttft, itl, e2e, prompt_hist,
+      generation_hist, iteration_tokens;
   Twin<pm::Counter> prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
   Twin<pm::Gauge> running, waiting, kv_usage;
   Twin<pm::Family<pm::Counter>> success;
@@ -193,8 +206,7 @@ struct ServerMetrics::Impl {
   pm::Counter& spans_dropped =
       One<pm::Counter>(*registry, "ropeserve_otlp_spans_dropped_total",
                        "Trace spans lost: export queue full, or the collector failed or was too slow", {});
-  pm::Gauge& resident =
-      One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
+  pm::Gauge& resident = One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
   pm::Gauge& virtual_bytes =
       One<pm::Gauge>(*registry, "process_virtual_memory_bytes", "Virtual memory size in bytes", {});
   pm::Gauge& open_fds = One<pm::Gauge>(*registry, "process_open_fds", "Open file descriptors", {});

@@ -1,11 +1,11 @@
 #include "server/api/otlp_exporter.h"
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
-#include <nlohmann/json.hpp>
 #include <regex>
 
 namespace ropeserve::api {
@@ -19,10 +19,14 @@ json AttributeJson(const SpanAttribute& a) {
   std::visit(
       [&](const auto& v) {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string>) value["stringValue"] = v;
-        else if constexpr (std::is_same_v<T, std::int64_t>) value["intValue"] = std::to_string(v);  // int64 as a string
-        else if constexpr (std::is_same_v<T, double>) value["doubleValue"] = v;
-        else value["boolValue"] = v;
+        if constexpr (std::is_same_v<T, std::string>)
+          value["stringValue"] = v;
+        else if constexpr (std::is_same_v<T, std::int64_t>)
+          value["intValue"] = std::to_string(v);  // int64 as a string
+        else if constexpr (std::is_same_v<T, double>)
+          value["doubleValue"] = v;
+        else
+          value["boolValue"] = v;
       },
       a.second);
   return json{{"key", a.first}, {"value", value}};
@@ -78,7 +82,8 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseOtlpHeaders(std:
     start = comma + 1;
     if (item.empty()) continue;
     const std::size_t eq = item.find('=');
-    if (eq == std::string_view::npos) return InvalidArgument("OTLP headers: '" + std::string(item) + "' is not key=value");
+    if (eq == std::string_view::npos)
+      return InvalidArgument("OTLP headers: '" + std::string(item) + "' is not key=value");
     const std::string_view key = trim(item.substr(0, eq)), raw = trim(item.substr(eq + 1));
     static const std::string kTokenChars = "!#$%&'*+-.^_`|~";
     if (key.empty() || !std::all_of(key.begin(), key.end(), [](char c) {
@@ -94,7 +99,8 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseOtlpHeaders(std:
         value.push_back(raw[i]);
       }
     }
-    if (std::any_of(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+    if (std::any_of(value.begin(), value.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
       return InvalidArgument("OTLP headers: the value of '" + std::string(key) + "' holds control characters");
     out.emplace_back(std::string(key), std::move(value));
   }
@@ -106,11 +112,14 @@ StatusOr<std::unique_ptr<OtlpExporter>> OtlpExporter::Start(OtlpExporterOptions 
   static const std::regex kUrl(R"(^(https?)://([A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(:([0-9]{1,5}))?(/[^\s?#]*)?$)");
   std::smatch m;
   if (!std::regex_match(options.endpoint, m, kUrl))
-    return InvalidArgument("--otlp-traces-endpoint must be an http:// or https:// URL (e.g. http://collector:4318/v1/traces), "
-                           "not '" + options.endpoint.substr(0, 200) + "'");
+    return InvalidArgument(
+        "--otlp-traces-endpoint must be an http:// or https:// URL (e.g. http://collector:4318/v1/traces), "
+        "not '" +
+        options.endpoint.substr(0, 200) + "'");
   if (m[4].matched && (std::stoi(m[4].str()) == 0 || std::stoi(m[4].str()) > 65535))
     return InvalidArgument("--otlp-traces-endpoint: port out of range");
-  if (options.max_batch_spans == 0 || options.max_queue_spans == 0) return InvalidArgument("OTLP queue sizes must be positive");
+  if (options.max_batch_spans == 0 || options.max_queue_spans == 0)
+    return InvalidArgument("OTLP queue sizes must be positive");
   std::string path = m[5].matched ? m[5].str() : "";
   if (path.empty() || path == "/") path = "/v1/traces";
   std::string base = m[1].str() + "://" + m[2].str() + (m[3].matched ? m[3].str() : "");
@@ -157,8 +166,10 @@ void OtlpExporter::Run() {
     queue_.erase(queue_.begin(), queue_.begin() + n);
     const bool stopping = stop_;
     lock.unlock();
-    if (Post(batch)) exported_.fetch_add(batch.size());
-    else dropped_.fetch_add(batch.size());
+    if (Post(batch))
+      exported_.fetch_add(batch.size());
+    else
+      dropped_.fetch_add(batch.size());
     lock.lock();
     if (stopping) {  // one attempt at shutdown: what is left is dropped
       dropped_.fetch_add(queue_.size());

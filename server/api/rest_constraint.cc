@@ -14,7 +14,8 @@ Status ReadConstraint(const ojson& body, structured::Constraint& c) {
     ojson s = v;
     if (v.is_string()) {
       s = ojson::parse(v.get<std::string>(), nullptr, false);
-      if (s.is_discarded()) return Malformed(param, "'" + param + "' must be a JSON Schema (an object or its JSON text)");
+      if (s.is_discarded())
+        return Malformed(param, "'" + param + "' must be a JSON Schema (an object or its JSON text)");
     }
     if (!s.is_object() && !s.is_boolean()) return Malformed(param, "'" + param + "' must be a JSON Schema object");
     c = {K::kJsonSchema, s.dump(), {}, param};
@@ -23,14 +24,16 @@ Status ReadConstraint(const ojson& body, structured::Constraint& c) {
   };
   auto regex = [&](const ojson& v, const std::string& param) -> Status {
     if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > service::kMaxGuidedRegexBytes)
-      return Malformed(param, "'" + param + "' must be a regular expression of 1 to " + std::to_string(service::kMaxGuidedRegexBytes) + " bytes");
+      return Malformed(param, "'" + param + "' must be a regular expression of 1 to " +
+                                  std::to_string(service::kMaxGuidedRegexBytes) + " bytes");
     c = {K::kRegex, v.get<std::string>(), {}, param};
     ++given;
     return Status::Ok();
   };
   auto choice = [&](const ojson& v, const std::string& param) -> Status {
     if (!v.is_array() || v.empty() || v.size() > service::kMaxGuidedChoices)
-      return Malformed(param, "'" + param + "' must be a list of 1 to " + std::to_string(service::kMaxGuidedChoices) + " strings");
+      return Malformed(
+          param, "'" + param + "' must be a list of 1 to " + std::to_string(service::kMaxGuidedChoices) + " strings");
     c = {K::kChoice, "", {}, param};
     for (const auto& x : v) {
       if (!x.is_string() || x.get<std::string>().empty())
@@ -50,24 +53,31 @@ Status ReadConstraint(const ojson& body, structured::Constraint& c) {
     } else if (type == "json_schema") {
       auto js = rf->find("json_schema");
       if (js == rf->end() || !js->is_object() || !js->contains("schema"))
-        return Malformed("response_format", "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\"}");
+        return Malformed("response_format",
+                         "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\"}");
       RS_RETURN_IF_ERROR(schema((*js)["schema"], "response_format"));
     } else if (type != "text") {
       return Malformed("response_format", "'response_format' type must be text, json_object or json_schema, not '" +
                                               type.substr(0, 50) + "'");
     }
   }
-  if (auto v = body.find("guided_json"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(schema(*v, "guided_json"));
-  if (auto v = body.find("guided_regex"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(regex(*v, "guided_regex"));
-  if (auto v = body.find("guided_choice"); v != body.end() && !v->is_null()) RS_RETURN_IF_ERROR(choice(*v, "guided_choice"));
+  if (auto v = body.find("guided_json"); v != body.end() && !v->is_null())
+    RS_RETURN_IF_ERROR(schema(*v, "guided_json"));
+  if (auto v = body.find("guided_regex"); v != body.end() && !v->is_null())
+    RS_RETURN_IF_ERROR(regex(*v, "guided_regex"));
+  if (auto v = body.find("guided_choice"); v != body.end() && !v->is_null())
+    RS_RETURN_IF_ERROR(choice(*v, "guided_choice"));
   if (auto so = body.find("structured_outputs"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Malformed("structured_outputs", "'structured_outputs' must be an object");
     for (auto it = so->begin(); it != so->end(); ++it) {
       const std::string param = "structured_outputs." + it.key().substr(0, 50);
       if (it.value().is_null()) continue;
-      if (it.key() == "json") RS_RETURN_IF_ERROR(schema(it.value(), param));
-      else if (it.key() == "regex") RS_RETURN_IF_ERROR(regex(it.value(), param));
-      else if (it.key() == "choice") RS_RETURN_IF_ERROR(choice(it.value(), param));
+      if (it.key() == "json")
+        RS_RETURN_IF_ERROR(schema(it.value(), param));
+      else if (it.key() == "regex")
+        RS_RETURN_IF_ERROR(regex(it.value(), param));
+      else if (it.key() == "choice")
+        RS_RETURN_IF_ERROR(choice(it.value(), param));
       else if (it.key() == "json_object") {
         if (!it.value().is_boolean()) return Malformed(param, "'" + param + "' must be a boolean");
         if (it.value().get<bool>()) {
@@ -85,7 +95,8 @@ Status ReadConstraint(const ojson& body, structured::Constraint& c) {
     }
   }
   if (given > 1)
-    return Malformed(c.param, "give one of response_format, guided_json, guided_regex, guided_choice, structured_outputs");
+    return Malformed(c.param,
+                     "give one of response_format, guided_json, guided_regex, guided_choice, structured_outputs");
   return Status::Ok();
 }
 

@@ -1,10 +1,11 @@
 #include "server/api/rest_handlers.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <nlohmann/json.hpp>
 
 #include "server/api/error_mapping.h"
 #include "server/api/event_stream.h"
@@ -116,8 +117,8 @@ json VllmPromptLogprobs(const service::GenerationService& service, const std::ve
 // ... and in the chat API's shape.
 // `bytes` is the token text's UTF-8 bytes (OpenAI: a token may be part of
 // a character, and then `token` alone cannot be joined back).
-json ChatLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids, const std::vector<double>& logprobs,
-                  const std::vector<std::vector<TokenLogprob>>& tops) {
+json ChatLogprobs(const service::GenerationService& service, const std::vector<std::int64_t>& ids,
+                  const std::vector<double>& logprobs, const std::vector<std::vector<TokenLogprob>>& tops) {
   auto entry = [&service](std::int64_t id, double logprob) {
     const std::string text = TokenText(service, id);
     json bytes = json::array();
@@ -147,9 +148,9 @@ std::int64_t Now() {
 }
 
 // Starts n choices for each prompt; choice index = prompt * n + k.
-StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(service::GenerationService& service,
-                                                            const std::vector<std::vector<std::int64_t>>& prompts,
-                                                            const GenerateOptions& options, int n) {
+StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(
+    service::GenerationService& service, const std::vector<std::vector<std::int64_t>>& prompts,
+    const GenerateOptions& options, int n) {
   std::vector<std::unique_ptr<service::Generation>> all;
   for (const auto& ids : prompts) {
     RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, options, n));
@@ -231,7 +232,10 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     auto totals = std::make_shared<StreamTotals>();
     totals->prompt = prompt_tokens;
     auto chunk = [&service, id, created](json choices) {
-      return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", service.name()},
+      return json{{"id", id},
+                  {"object", "text_completion"},
+                  {"created", created},
+                  {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
@@ -245,8 +249,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     };
     auto prompt_parts = std::make_shared<std::vector<PromptPart>>(gens.size());
     auto on_delta = [&service, logprobs, return_token_ids, echo, vllm_prompt_logprobs, prompt_texts, prompt_parts,
-                     chunk, totals, started, offsets, prompts, n](std::size_t i, const service::Generation::Delta& d,
-                                                                  std::string& out) {
+                     chunk, totals, started, offsets, prompts,
+                     n](std::size_t i, const service::Generation::Delta& d, std::string& out) {
       PromptPart& part = (*prompt_parts)[i];
       part.logprobs.insert(part.logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
       part.ranks.insert(part.ranks.end(), d.prompt_ranks.begin(), d.prompt_ranks.end());
@@ -255,8 +259,10 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
       const bool first = !(*started)[i];
-      json choice = {{"index", i}, {"text", (echo && first ? prompt_texts[i / n] : std::string()) + d.text},
-                     {"logprobs", nullptr}, {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
+      json choice = {{"index", i},
+                     {"text", (echo && first ? prompt_texts[i / n] : std::string()) + d.text},
+                     {"logprobs", nullptr},
+                     {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
       if (logprobs) {
         json lp = CompletionLogprobs(service, d.ids, d.logprobs, d.top_logprobs, (*offsets)[i]);
         if (echo && first) {
@@ -278,8 +284,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
       (*started)[i] = true;
       out += Event(chunk(json::array({choice})));
     };
-    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
-                                                      UsageChunk(body.include_usage, chunk, totals));
+    reply.events =
+        std::make_unique<GenerationStream>(std::move(gens), on_delta, UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
   RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
@@ -291,8 +297,10 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     if (k % n == 0) cached += r.cached_tokens;
     // Prompt logprobs: the first choice of each prompt has them (StartN).
     const GenerateResult& head = results[k - k % n];
-    json choice = {{"index", k}, {"text", (echo ? prompt_texts[k / n] : std::string()) + r.text},
-                   {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
+    json choice = {{"index", k},
+                   {"text", (echo ? prompt_texts[k / n] : std::string()) + r.text},
+                   {"finish_reason", r.finish_reason},
+                   {"logprobs", nullptr}};
     std::int64_t offset = 0;
     if (logprobs) {
       json lp;
@@ -310,8 +318,12 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
     }
     choices.push_back(std::move(choice));
   }
-  reply.body = Dump({{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", service.name()},
-                     {"choices", std::move(choices)}, {"usage", Usage(prompt_tokens, completion_tokens, cached)}});
+  reply.body = Dump({{"id", id},
+                     {"object", "text_completion"},
+                     {"created", created},
+                     {"model", service.name()},
+                     {"choices", std::move(choices)},
+                     {"usage", Usage(prompt_tokens, completion_tokens, cached)}});
   return reply;
 }
 
@@ -327,8 +339,8 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
                       service.ApplyChatTemplate(body.messages, body.add_generation_prompt, body.extra));
   RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt").WithParam("messages");
-  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()},
-                                                          service.limits(), request.timeout_seconds));
+  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()}, service.limits(),
+                                                          request.timeout_seconds));
   v.options.trace = request.trace;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
   // Models that reason: <think> text goes to reasoning_content (or nowhere
@@ -344,17 +356,20 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
     totals->prompt = prompt_tokens;
     auto started = std::make_shared<std::vector<bool>>(gens.size(), false);
     auto chunk = [&service, id, created](json choices) {
-      return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", service.name()},
+      return json{{"id", id},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created},
+                  {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
-    auto splitters = std::make_shared<std::vector<service::ReasoningSplitter>>(gens.size(),
-                                                                               service::ReasoningSplitter(prompt));
+    auto splitters =
+        std::make_shared<std::vector<service::ReasoningSplitter>>(gens.size(), service::ReasoningSplitter(prompt));
     auto tool_streams = std::make_shared<std::vector<service::ToolCallStreamer>>(
         gens.size(), service::ToolCallStreamer(body.tools, service.tool_format()));
     const service::ToolRequest tools = body.tools;
     auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, reasons, include_reasoning,
-                     splitters, tool_streams, tools](std::size_t i, const service::Generation::Delta& d,
-                                                     std::string& out) {
+                     splitters, tool_streams,
+                     tools](std::size_t i, const service::Generation::Delta& d, std::string& out) {
       if (d.ids.empty() && d.text.empty() && !d.finished) return;  // nothing for the client yet
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
@@ -391,7 +406,9 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
       if (!split.content.empty() || delta.contains("role")) delta["content"] = split.content;
       // Nothing to send while a call is held back (unless per-token data was asked for).
       if (delta.empty() && !d.finished && !logprobs && !return_token_ids) return;
-      json choice = {{"index", i}, {"delta", delta}, {"logprobs", nullptr},
+      json choice = {{"index", i},
+                     {"delta", delta},
+                     {"logprobs", nullptr},
                      {"finish_reason", d.finished ? json(finish_reason) : json(nullptr)}};
       if (logprobs) choice["logprobs"] = ChatLogprobs(service, d.ids, d.logprobs, d.top_logprobs);
       if (return_token_ids) choice["token_ids"] = d.ids;
@@ -399,8 +416,8 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
       if (return_token_ids && i == 0 && delta.contains("role")) ev["prompt_token_ids"] = ids;
       out += Event(ev);
     };
-    reply.events = std::make_unique<GenerationStream>(std::move(gens), on_delta,
-                                                      UsageChunk(body.include_usage, chunk, totals));
+    reply.events =
+        std::make_unique<GenerationStream>(std::move(gens), on_delta, UsageChunk(body.include_usage, chunk, totals));
     return reply;
   }
   RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
@@ -425,18 +442,22 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
       if (!calls.calls.empty()) message["tool_calls"] = service::ToolCallsJson(calls.calls, /*with_index=*/false);
       finish_reason = service::ToolFinishReason(body.tools, calls, finish_reason);
     }
-    json choice = {{"index", k}, {"message", std::move(message)}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+    json choice = {
+        {"index", k}, {"message", std::move(message)}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
     if (logprobs) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
     if (return_token_ids) choice["token_ids"] = r.generated_ids;
     choices.push_back(std::move(choice));
   }
-  json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", service.name()},
+  json out = {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", service.name()},
               {"choices", std::move(choices)},
               {"usage", Usage(prompt_tokens, completion_tokens, results.empty() ? 0 : results[0].cached_tokens)}};
   if (return_token_ids) out["prompt_token_ids"] = ids;
   if (body.prompt_logprobs && !results.empty())
     out["prompt_logprobs"] = VllmPromptLogprobs(service, ids, results[0].prompt_logprobs, results[0].prompt_ranks,
-                                                 results[0].prompt_top_logprobs);
+                                                results[0].prompt_top_logprobs);
   reply.body = Dump(out);
   return reply;
 }

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "server/common/status.h"
 #include "server/service/generation_service.h"
 #include "server/service/qa_service.h"
-#include "server/common/status.h"
 
 namespace ropeserve::api {
 
@@ -26,7 +26,7 @@ class EventSource {
 };
 
 struct RestReply {
-  std::string body;                      // JSON, when not streaming
+  std::string body;                     // JSON, when not streaming
   std::unique_ptr<EventSource> events;  // when streaming
 };
 

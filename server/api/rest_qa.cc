@@ -14,9 +14,12 @@ namespace {
 
 const char* UnitName(qa::OffsetUnit u) {
   switch (u) {
-    case qa::OffsetUnit::kUtf16: return "utf16";
-    case qa::OffsetUnit::kUtf8Byte: return "utf8_byte";
-    case qa::OffsetUnit::kCodePoint: break;
+    case qa::OffsetUnit::kUtf16:
+      return "utf16";
+    case qa::OffsetUnit::kUtf8Byte:
+      return "utf8_byte";
+    case qa::OffsetUnit::kCodePoint:
+      break;
   }
   return "code_point";
 }
@@ -30,8 +33,10 @@ json AnswerJson(const qa::Answer& a, const QaInput& in) {
     const bool in_passage = a.passage >= 0 && a.passage < static_cast<std::int64_t>(in.passages.size());
     out["passage"] = in_passage ? json(a.passage) : json(nullptr);
     const service::QaPassage* p = in_passage ? &in.passages[static_cast<std::size_t>(a.passage)] : nullptr;
-    if (p != nullptr && p->id) out["passage_id"] = p->id_is_number ? json::parse(*p->id) : json(*p->id);
-    else if (in_passage) out["passage_id"] = nullptr;
+    if (p != nullptr && p->id)
+      out["passage_id"] = p->id_is_number ? json::parse(*p->id) : json(*p->id);
+    else if (in_passage)
+      out["passage_id"] = nullptr;
   }
   return out;
 }
@@ -44,8 +49,11 @@ json AnswerJson(const qa::Answer& a, const QaInput& in) {
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(QaBody body, ReadQaBody(request.body));
   if (!body.model.empty() && body.model != service.name())
-    return NotFound("model '" + body.model + "' does not exist (QA model: '" + service.name() + "')").WithParam("model").WithReason("model_not_found");
-  RS_ASSIGN_OR_RETURN(service::ValidatedQa v, service::ValidateQa(body.fields, service.config().max_position_embeddings));
+    return NotFound("model '" + body.model + "' does not exist (QA model: '" + service.name() + "')")
+        .WithParam("model")
+        .WithReason("model_not_found");
+  RS_ASSIGN_OR_RETURN(service::ValidatedQa v,
+                      service::ValidateQa(body.fields, service.config().max_position_embeddings));
   std::vector<service::QaRequest> requests;
   for (const QaInput& in : body.inputs) {
     service::QaRequest r;

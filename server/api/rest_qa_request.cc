@@ -8,14 +8,21 @@ namespace ropeserve::api {
 namespace {
 
 constexpr Rule kQaOptionRules[] = {
-    {"top_k", Kind::kRead},          {"max_answer_len", Kind::kRead},           {"max_seq_len", Kind::kRead},
-    {"max_question_len", Kind::kRead}, {"doc_stride", Kind::kRead},             {"n_best_size", Kind::kRead},
-    {"handle_impossible_answer", Kind::kRead}, {"align_to_words", Kind::kRead}, {"null_score_diff_threshold", Kind::kRead},
-    {"scoring", Kind::kRead},        {"offset_unit", Kind::kRead},
+    {"top_k", Kind::kRead},
+    {"max_answer_len", Kind::kRead},
+    {"max_seq_len", Kind::kRead},
+    {"max_question_len", Kind::kRead},
+    {"doc_stride", Kind::kRead},
+    {"n_best_size", Kind::kRead},
+    {"handle_impossible_answer", Kind::kRead},
+    {"align_to_words", Kind::kRead},
+    {"null_score_diff_threshold", Kind::kRead},
+    {"scoring", Kind::kRead},
+    {"offset_unit", Kind::kRead},
 };
 constexpr Rule kQaRules[] = {
-    {"model", Kind::kRead}, {"question", Kind::kRead}, {"context", Kind::kRead},
-    {"contexts", Kind::kRead}, {"inputs", Kind::kRead}, {"parameters", Kind::kRead},
+    {"model", Kind::kRead},    {"question", Kind::kRead}, {"context", Kind::kRead},
+    {"contexts", Kind::kRead}, {"inputs", Kind::kRead},   {"parameters", Kind::kRead},
 };
 
 Status ReadQaOptions(const ojson& o, service::QaFields& f) {
@@ -48,7 +55,8 @@ Status ReadPassages(const ojson& list, const std::string& where, std::vector<ser
       for (auto it = p.begin(); it != p.end(); ++it)
         if (it.key() != "id" && it.key() != "text")
           return Malformed(at + "." + it.key().substr(0, 100), "a passage has only 'id' and 'text'");
-      if (!p.contains("text") || !p["text"].is_string()) return Malformed(at + ".text", "'text' (a string) is required");
+      if (!p.contains("text") || !p["text"].is_string())
+        return Malformed(at + ".text", "'text' (a string) is required");
       passage.text = p["text"].get<std::string>();
       if (p.contains("id") && !p["id"].is_null()) {
         if (!p["id"].is_string() && !p["id"].is_number_integer())
@@ -116,7 +124,8 @@ StatusOr<QaBody> ReadQaBody(const std::string& text) {
   out.batch = true;
   if (!inputs.is_array() || inputs.empty()) return Malformed("inputs", "'inputs' must be a non-empty list");
   if (inputs.size() > static_cast<std::size_t>(service::kMaxQaInputs))
-    return InvalidArgument("at most " + std::to_string(service::kMaxQaInputs) + " inputs per request").WithParam("inputs");
+    return InvalidArgument("at most " + std::to_string(service::kMaxQaInputs) + " inputs per request")
+        .WithParam("inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i)
     RS_RETURN_IF_ERROR(ReadInput(inputs[i], "inputs[" + std::to_string(i) + "]", out));
   return out;

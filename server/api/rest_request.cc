@@ -52,12 +52,8 @@ constexpr Rule kSamplingRules[] = {
     {"best_of", Kind::kUnsupported, BestOfAboveOne},
 };
 constexpr Rule kCompletionRules[] = {
-    {"prompt", Kind::kRead},
-    {"n", Kind::kRead},
-    {"logprobs", Kind::kRead},
-    {"prompt_logprobs", Kind::kRead},
-    {"echo", Kind::kRead},
-    {"suffix", Kind::kUnsupported, NotEmpty},
+    {"prompt", Kind::kRead},          {"n", Kind::kRead},    {"logprobs", Kind::kRead},
+    {"prompt_logprobs", Kind::kRead}, {"echo", Kind::kRead}, {"suffix", Kind::kUnsupported, NotEmpty},
 };
 constexpr Rule kChatRules[] = {
     {"messages", Kind::kRead},
@@ -73,20 +69,22 @@ constexpr Rule kChatRules[] = {
     {"service_tier", Kind::kIgnored},
     {"parallel_tool_calls", Kind::kRead},
     {"store", Kind::kUnsupported, NotFalse},
-    {"tools", Kind::kRead},                   {"tool_choice", Kind::kRead},
+    {"tools", Kind::kRead},
+    {"tool_choice", Kind::kRead},
     {"functions", Kind::kUnsupported, NotEmpty},
     {"function_call", Kind::kUnsupported, NotNull},
     {"modalities", Kind::kUnsupported, NotTextModality},
-    {"audio", Kind::kUnsupported, NotNull},  {"prediction", Kind::kUnsupported, NotNull},
+    {"audio", Kind::kUnsupported, NotNull},
+    {"prediction", Kind::kUnsupported, NotNull},
     {"reasoning_effort", Kind::kUnsupported, NotNull},
     {"verbosity", Kind::kUnsupported, NotNull},
     {"include_reasoning", Kind::kRead},
     {"web_search_options", Kind::kUnsupported, NotNull},
 };
 constexpr Rule kSummarizeRules[] = {
-    {"text", Kind::kRead},          {"instruction", Kind::kRead},   {"strategy", Kind::kRead},
-    {"style", Kind::kRead},         {"focus", Kind::kRead},         {"language", Kind::kRead},
-    {"chunk_tokens", Kind::kRead},  {"chunk_overlap", Kind::kRead}, {"chunk_max_tokens", Kind::kRead},
+    {"text", Kind::kRead},         {"instruction", Kind::kRead},   {"strategy", Kind::kRead},
+    {"style", Kind::kRead},        {"focus", Kind::kRead},         {"language", Kind::kRead},
+    {"chunk_tokens", Kind::kRead}, {"chunk_overlap", Kind::kRead}, {"chunk_max_tokens", Kind::kRead},
 };
 constexpr Rule kTokenizeRules[] = {
     {"model", Kind::kRead},
@@ -150,8 +148,10 @@ Status ReadLogitBias(const ojson& body, std::vector<std::pair<std::int64_t, doub
     std::int64_t id = 0;
     bool digits = !key.empty() && key.size() <= 18;
     for (char c : key) {
-      if (c < '0' || c > '9') digits = false;
-      else id = id * 10 + (c - '0');
+      if (c < '0' || c > '9')
+        digits = false;
+      else
+        id = id * 10 + (c - '0');
     }
     if (!digits)
       return Malformed("logit_bias", "'logit_bias' keys must be token ids (got '" + key.substr(0, 50) + "')");
@@ -253,8 +253,7 @@ Status JoinContent(ojson& m, const std::string& where) {
   if (!c->is_array())
     return Malformed(where + ".content", "a message's content must be a string or a list of content parts");
   if (c->size() > static_cast<std::size_t>(service::kMaxContentParts))
-    return InvalidArgument("a message may have at most " + std::to_string(service::kMaxContentParts) +
-                           " content parts")
+    return InvalidArgument("a message may have at most " + std::to_string(service::kMaxContentParts) + " content parts")
         .WithParam(where + ".content");
   std::string joined;
   for (std::size_t j = 0; j < c->size(); ++j) {
@@ -384,7 +383,8 @@ StatusOr<ChatBody> ReadChatBody(const std::string& text) {
     auto it = body.find(key);
     return it == body.end() ? nullptr : &*it;
   };
-  RS_ASSIGN_OR_RETURN(out.tools, service::ReadToolRequest(field("tools"), field("tool_choice"), field("parallel_tool_calls")));
+  RS_ASSIGN_OR_RETURN(out.tools,
+                      service::ReadToolRequest(field("tools"), field("tool_choice"), field("parallel_tool_calls")));
   if (!out.tools.empty()) out.extra["tools"] = body["tools"];  // the chat template renders them
   if (out.tools.choice == service::ToolChoice::kRequired || out.tools.choice == service::ToolChoice::kNamed) {
     if (!out.fields.constraint.empty())
@@ -408,8 +408,10 @@ StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text) {
   f.text = body["text"].get<std::string>();
   if (f.text.empty()) return InvalidArgument("'text' must not be empty").WithParam("text");
   RS_RETURN_IF_ERROR(ReadInto(body, "instruction", f.instruction));
-  for (auto [k, v] : {std::pair{"strategy", &f.strategy}, std::pair{"style", &f.style}}) RS_RETURN_IF_ERROR(Read(body, k, *v));
-  for (auto [k, v] : {std::pair{"focus", &f.focus}, std::pair{"language", &f.language}}) RS_RETURN_IF_ERROR(ReadInto(body, k, *v));
+  for (auto [k, v] : {std::pair{"strategy", &f.strategy}, std::pair{"style", &f.style}})
+    RS_RETURN_IF_ERROR(Read(body, k, *v));
+  for (auto [k, v] : {std::pair{"focus", &f.focus}, std::pair{"language", &f.language}})
+    RS_RETURN_IF_ERROR(ReadInto(body, k, *v));
   for (auto [k, v] : {std::pair{"chunk_tokens", &f.chunk_tokens}, std::pair{"chunk_overlap", &f.chunk_overlap},
                       std::pair{"chunk_max_tokens", &f.chunk_max_tokens}})
     RS_RETURN_IF_ERROR(Read(body, k, *v));

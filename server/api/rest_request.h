@@ -12,8 +12,9 @@
 // Torch-free and model-free: tests/fuzz/rest_request_fuzz.cc fuzzes it.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,7 +46,7 @@ struct GenerationBody {
 
 struct CompletionBody : GenerationBody {
   std::vector<PromptInput> prompts;  // one, or a list
-  bool echo = false;  // the prompt is returned before the completion (with logprobs: its tokens' too)
+  bool echo = false;                 // the prompt is returned before the completion (with logprobs: its tokens' too)
 };
 
 struct ChatBody : GenerationBody {
@@ -89,7 +90,7 @@ struct QaBody {
 // chat template.
 struct TokenizeBody {
   std::string model;
-  bool chat = false;       // `messages` given instead of `prompt`
+  bool chat = false;  // `messages` given instead of `prompt`
   std::string prompt;
   nlohmann::ordered_json messages;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();

@@ -50,8 +50,11 @@ StatusOr<RestReply> Summarize(service::GenerationService& service, const RestReq
       }
       if (!d.text.empty()) out += Event({{"id", id}, {"delta", d.text}});
       if (d.finished) {
-        out += Event({{"id", id}, {"model", service.name()}, {"finish_reason", d.finish_reason},
-                      {"strategy", strategy}, {"usage", SummaryUsage(d, chunks)}});
+        out += Event({{"id", id},
+                      {"model", service.name()},
+                      {"finish_reason", d.finish_reason},
+                      {"strategy", strategy},
+                      {"usage", SummaryUsage(d, chunks)}});
       }
     };
     std::vector<std::unique_ptr<service::OutputSource>> sources;
@@ -63,8 +66,12 @@ StatusOr<RestReply> Summarize(service::GenerationService& service, const RestReq
   }
   service::OutputDelta last;
   RS_ASSIGN_OR_RETURN(GenerateResult r, service::OutputSource::Collect(*source, request.client_gone, &last));
-  reply.body = Dump({{"id", id}, {"model", service.name()}, {"summary", r.text}, {"finish_reason", r.finish_reason},
-                     {"strategy", strategy}, {"usage", SummaryUsage(last, chunks)}});
+  reply.body = Dump({{"id", id},
+                     {"model", service.name()},
+                     {"summary", r.text},
+                     {"finish_reason", r.finish_reason},
+                     {"strategy", strategy},
+                     {"usage", SummaryUsage(last, chunks)}});
   return reply;
 }
 

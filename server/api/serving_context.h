@@ -24,8 +24,8 @@ class WorkPool;
 struct ServingContext {
   Lifecycle lifecycle;
   ApiKeys api_keys;
-  ServerMetrics* metrics = nullptr;  // null: not exported
-  Tracer* tracer = nullptr;          // null: trace ids only, no spans
+  ServerMetrics* metrics = nullptr;    // null: not exported
+  Tracer* tracer = nullptr;            // null: trace ids only, no spans
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<service::GenerationService*> service{nullptr};
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)

@@ -55,7 +55,8 @@ std::vector<SpanRecord> EngineRequestSpans(const RequestMetrics& m, std::chrono:
   const std::int64_t arrival = at(0);
   const std::int64_t scheduled = at(std::clamp(m.queue_seconds, 0.0, m.e2e_seconds));
   const bool has_token = m.ttft_seconds >= 0;
-  const std::int64_t first_token = has_token ? std::max(scheduled, at(std::min(m.ttft_seconds, m.e2e_seconds))) : end_ns;
+  const std::int64_t first_token =
+      has_token ? std::max(scheduled, at(std::min(m.ttft_seconds, m.e2e_seconds))) : end_ns;
 
   std::vector<SpanRecord> spans;
   SpanRecord request;

@@ -1,7 +1,8 @@
 #include "server/checkpoint/checkpoint.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include <filesystem>
 #include <set>
 
 #include "server/common/json_file.h"
@@ -21,8 +22,8 @@ std::string ShapeString(const std::vector<std::int64_t>& shape) {
 
 // Shard file names come from the index: keep them inside the directory.
 bool IsPlainFileName(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
-         name != "." && name != "..";
+  return !name.empty() && name.find('/') == std::string::npos && name.find('\\') == std::string::npos && name != "." &&
+         name != "..";
 }
 
 StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) {

@@ -2,9 +2,10 @@
 // encoder config parsers; every error names the file and the key.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

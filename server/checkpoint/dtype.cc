@@ -13,10 +13,9 @@ struct NameEntry {
   std::size_t size;
 };
 constexpr NameEntry kNames[] = {
-    {"F64", DType::kF64, 8}, {"F32", DType::kF32, 4}, {"F16", DType::kF16, 2},
-    {"BF16", DType::kBF16, 2}, {"I64", DType::kI64, 8}, {"I32", DType::kI32, 4},
-    {"I16", DType::kI16, 2}, {"I8", DType::kI8, 1}, {"U8", DType::kU8, 1},
-    {"BOOL", DType::kBool, 1},
+    {"F64", DType::kF64, 8}, {"F32", DType::kF32, 4},   {"F16", DType::kF16, 2}, {"BF16", DType::kBF16, 2},
+    {"I64", DType::kI64, 8}, {"I32", DType::kI32, 4},   {"I16", DType::kI16, 2}, {"I8", DType::kI8, 1},
+    {"U8", DType::kU8, 1},   {"BOOL", DType::kBool, 1},
 };
 }  // namespace
 

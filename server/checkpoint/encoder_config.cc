@@ -1,6 +1,7 @@
 #include "server/checkpoint/encoder_config.h"
 
 #include <nlohmann/json.hpp>
+
 #include <set>
 
 #include "server/checkpoint/config_reader.h"
@@ -85,7 +86,8 @@ Status ParseModernBert(const json& j, const std::string& where, EncoderConfig& c
   c.global_rope_theta = full.value_or(global_theta);
   c.local_rope_theta = sliding.value_or(local_theta);
   if (r.Has("rope_scaling")) return Unimplemented(where + ": rope_scaling on an encoder");
-  if (!(c.global_rope_theta > 0) || !(c.local_rope_theta > 0)) return InvalidArgument(where + ": RoPE bases must be positive");
+  if (!(c.global_rope_theta > 0) || !(c.local_rope_theta > 0))
+    return InvalidArgument(where + ": RoPE bases must be positive");
   RS_ASSIGN_OR_RETURN(auto cls, r.Int("cls_token_id", 50281));
   RS_ASSIGN_OR_RETURN(auto sep, r.Int("sep_token_id", 50282));
   RS_ASSIGN_OR_RETURN(auto pad, r.Int("pad_token_id", 50283));

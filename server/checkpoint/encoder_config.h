@@ -40,7 +40,7 @@ struct EncoderConfig {
   bool mlp_bias = false;
   bool classifier_bias = false;
   std::string classifier_activation;
-  std::vector<bool> global_layers;  // per layer: full attention (else sliding window)
+  std::vector<bool> global_layers;   // per layer: full attention (else sliding window)
   std::int64_t local_attention = 0;  // total window; each token sees +-local_attention/2
   double global_rope_theta = 0;
   double local_rope_theta = 0;

@@ -1,12 +1,12 @@
 #include "server/checkpoint/model_config.h"
 
-#include "server/checkpoint/config_reader.h"
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <limits>
-#include <nlohmann/json.hpp>
 
+#include "server/checkpoint/config_reader.h"
 #include "server/common/json_file.h"
 
 namespace ropeserve {
@@ -15,15 +15,17 @@ using json = nlohmann::json;
 
 const char* ModelFamilyName(ModelFamily f) {
   switch (f) {
-    case ModelFamily::kLlama: return "llama";
-    case ModelFamily::kQwen2: return "qwen2";
-    case ModelFamily::kQwen3: return "qwen3";
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
   }
   return "?";
 }
 
 namespace {
-
 
 StatusOr<RopeScaling> ParseRopeScaling(const json& obj, const std::string& where, std::int64_t max_pos) {
   ConfigReader r(obj, where);
@@ -115,11 +117,16 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
     c.architecture = a[0].get<std::string>();
   } else if (r.Has("model_type")) {
     RS_ASSIGN_OR_RETURN(std::string mt, r.String("model_type"));
-    if (mt == "llama") c.architecture = "LlamaForCausalLM";
-    else if (mt == "mistral") c.architecture = "MistralForCausalLM";
-    else if (mt == "qwen2") c.architecture = "Qwen2ForCausalLM";
-    else if (mt == "qwen3") c.architecture = "Qwen3ForCausalLM";
-    else c.architecture = mt;
+    if (mt == "llama")
+      c.architecture = "LlamaForCausalLM";
+    else if (mt == "mistral")
+      c.architecture = "MistralForCausalLM";
+    else if (mt == "qwen2")
+      c.architecture = "Qwen2ForCausalLM";
+    else if (mt == "qwen3")
+      c.architecture = "Qwen3ForCausalLM";
+    else
+      c.architecture = mt;
   } else {
     return InvalidArgument(source + ": neither 'architectures' nor 'model_type' is given");
   }
@@ -149,8 +156,10 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   RS_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("num_attention_heads"));
   RS_ASSIGN_OR_RETURN(c.num_key_value_heads, r.Int("num_key_value_heads", c.num_attention_heads));
   RS_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", std::int64_t{2048}));
-  for (auto [key, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                        {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
+  for (auto [key, v] : {std::pair{"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_hidden_layers},
                         {"num_attention_heads", c.num_attention_heads},
                         {"num_key_value_heads", c.num_key_value_heads},
                         {"max_position_embeddings", c.max_position_embeddings}})
@@ -179,8 +188,10 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
 
   // RoPE: legacy top-level rope_theta/rope_scaling, or transformers 5's rope_parameters.
   const json* rope_obj = nullptr;
-  if (r.Has("rope_parameters")) rope_obj = &j.at("rope_parameters");
-  else if (r.Has("rope_scaling")) rope_obj = &j.at("rope_scaling");
+  if (r.Has("rope_parameters"))
+    rope_obj = &j.at("rope_parameters");
+  else if (r.Has("rope_scaling"))
+    rope_obj = &j.at("rope_scaling");
   if (rope_obj != nullptr && !rope_obj->is_object())
     return InvalidArgument(source + ": rope_scaling / rope_parameters must be an object or null");
   RS_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", 10000.0));
@@ -201,8 +212,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
     c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
 
   RS_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", std::string("silu")));
-  if (act != "silu")
-    return Unimplemented(source + ": hidden_act '" + act + "' is not supported (only silu)");
+  if (act != "silu") return Unimplemented(source + ": hidden_act '" + act + "' is not supported (only silu)");
 
   RS_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   RS_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));

@@ -1,13 +1,13 @@
 #include "server/checkpoint/model_generator.h"
 
-#include "server/checkpoint/encoder_config.h"
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
+#include "server/checkpoint/encoder_config.h"
 #include "server/checkpoint/model_config.h"
 #include "server/checkpoint/safetensors.h"
 
@@ -166,9 +166,15 @@ json MakeTokenizerJson(std::int64_t vocab_size) {
   json added = json::array();
   const char* specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   for (int i = 0; i < 3; ++i)
-    added.push_back({{"id", regular + i}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+    added.push_back({{"id", regular + i},
+                     {"content", specials[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
   json post = byte_level;
   post["trim_offsets"] = false;
   return {{"version", "1.0"},
@@ -180,9 +186,16 @@ json MakeTokenizerJson(std::int64_t vocab_size) {
           {"post_processor", post},
           {"decoder", byte_level},
           {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-            {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", merges}}}};
 }
 
 constexpr const char* kChatMLTemplate =
@@ -249,8 +262,8 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& o) {
   config["max_position_embeddings"] = o.max_position_embeddings.value_or(preset->max_pos);
   config["rms_norm_eps"] = preset->rms_eps;
   config["rope_theta"] = preset->rope_theta;
-  const std::string scaling = o.rope_scaling_json.empty() ? (preset->rope_scaling ? preset->rope_scaling : "")
-                                                          : o.rope_scaling_json;
+  const std::string scaling =
+      o.rope_scaling_json.empty() ? (preset->rope_scaling ? preset->rope_scaling : "") : o.rope_scaling_json;
   if (scaling.empty()) {
     config["rope_scaling"] = nullptr;
   } else {
@@ -318,26 +331,26 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                          {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
                          {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
   const json modernbert = {{"architectures", {"ModernBertForQuestionAnswering"}},
-                       {"model_type", "modernbert"},
-                       {"vocab_size", vocab},
-                       {"hidden_size", o.hidden_size},
-                       {"intermediate_size", o.intermediate_size},
-                       {"num_hidden_layers", o.num_layers},
-                       {"num_attention_heads", o.num_heads},
-                       {"max_position_embeddings", o.max_position_embeddings},
-                       {"global_attn_every_n_layers", 3},
-                       {"local_attention", o.local_attention},
-                       {"global_rope_theta", 160000.0},
-                       {"local_rope_theta", 10000.0},
-                       {"hidden_activation", "gelu"},
-                       {"classifier_activation", "gelu"},
-                       {"norm_eps", 1e-5},
-                       {"norm_bias", false},
-                       {"cls_token_id", cls},
-                       {"sep_token_id", sep},
-                       {"pad_token_id", pad},
-                       {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
-                       {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
+                           {"model_type", "modernbert"},
+                           {"vocab_size", vocab},
+                           {"hidden_size", o.hidden_size},
+                           {"intermediate_size", o.intermediate_size},
+                           {"num_hidden_layers", o.num_layers},
+                           {"num_attention_heads", o.num_heads},
+                           {"max_position_embeddings", o.max_position_embeddings},
+                           {"global_attn_every_n_layers", 3},
+                           {"local_attention", o.local_attention},
+                           {"global_rope_theta", 160000.0},
+                           {"local_rope_theta", 10000.0},
+                           {"hidden_activation", "gelu"},
+                           {"classifier_activation", "gelu"},
+                           {"norm_eps", 1e-5},
+                           {"norm_bias", false},
+                           {"cls_token_id", cls},
+                           {"sep_token_id", sep},
+                           {"pad_token_id", pad},
+                           {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
+                           {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
   const json& config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
   std::error_code ec;
@@ -355,20 +368,21 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
   for (int i = 0; i < 3; ++i) tok["added_tokens"][i]["content"] = specials[i];
   auto piece = [](const char* id, int type) { return json{{"SpecialToken", {{"id", id}, {"type_id", type}}}}; };
   auto seq = [](const char* id, int type) { return json{{"Sequence", {{"id", id}, {"type_id", type}}}}; };
-  const json templ = {
-      {"type", "TemplateProcessing"},
-      {"single", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0)}},
-      {"pair", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0), seq("B", 1), piece("[SEP]", 1)}},
-      {"special_tokens",
-       {{"[CLS]", {{"id", "[CLS]"}, {"ids", {cls}}, {"tokens", {"[CLS]"}}}},
-        {"[SEP]", {{"id", "[SEP]"}, {"ids", {sep}}, {"tokens", {"[SEP]"}}}}}}};
+  const json templ = {{"type", "TemplateProcessing"},
+                      {"single", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0)}},
+                      {"pair", {piece("[CLS]", 0), seq("A", 0), piece("[SEP]", 0), seq("B", 1), piece("[SEP]", 1)}},
+                      {"special_tokens",
+                       {{"[CLS]", {{"id", "[CLS]"}, {"ids", {cls}}, {"tokens", {"[CLS]"}}}},
+                        {"[SEP]", {{"id", "[SEP]"}, {"ids", {sep}}, {"tokens", {"[SEP]"}}}}}}};
   json byte_level = tok["post_processor"];
   byte_level["trim_offsets"] = true;  // answers start at the word, not at its leading space
   tok["post_processor"] = {{"type", "Sequence"}, {"processors", {byte_level, templ}}};
   RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer.json", tok));
-  return WriteJson(out_dir + "/tokenizer_config.json",
-                   {{"cls_token", "[CLS]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
-                    {"model_max_length", o.max_position_embeddings}, {"tokenizer_class", "PreTrainedTokenizerFast"}});
+  return WriteJson(out_dir + "/tokenizer_config.json", {{"cls_token", "[CLS]"},
+                                                        {"sep_token", "[SEP]"},
+                                                        {"pad_token", "[PAD]"},
+                                                        {"model_max_length", o.max_position_embeddings},
+                                                        {"tokenizer_class", "PreTrainedTokenizerFast"}});
 }
 
 Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
@@ -389,23 +403,24 @@ Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
   tensors.clear();
 
   RS_RETURN_IF_ERROR(WriteJson(out_dir + "/config.json", config));
-  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/generation_config.json",
-                               {{"eos_token_id", {vocab - 3, vocab - 1}}, {"do_sample", false}}));
+  RS_RETURN_IF_ERROR(
+      WriteJson(out_dir + "/generation_config.json", {{"eos_token_id", {vocab - 3, vocab - 1}}, {"do_sample", false}}));
   RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer.json", MakeTokenizerJson(vocab)));
   json added_decoder = json::object();
   const char* specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   for (int i = 0; i < 3; ++i)
-    added_decoder[std::to_string(vocab - 3 + i)] = {{"content", specials[i]}, {"lstrip", false}, {"normalized", false},
-                                                    {"rstrip", false}, {"single_word", false}, {"special", true}};
-  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/tokenizer_config.json",
-                               {{"added_tokens_decoder", added_decoder},
-                                {"bos_token", nullptr},
-                                {"eos_token", "<|im_end|>"},
-                                {"pad_token", "<|endoftext|>"},
-                                {"chat_template", kChatMLTemplate},
-                                {"model_max_length", parsed.max_position_embeddings},
-                                {"tokenizer_class", "PreTrainedTokenizerFast"},
-                                {"clean_up_tokenization_spaces", false}}));
+    added_decoder[std::to_string(vocab - 3 + i)] = {{"content", specials[i]}, {"lstrip", false},
+                                                    {"normalized", false},    {"rstrip", false},
+                                                    {"single_word", false},   {"special", true}};
+  RS_RETURN_IF_ERROR(
+      WriteJson(out_dir + "/tokenizer_config.json", {{"added_tokens_decoder", added_decoder},
+                                                     {"bos_token", nullptr},
+                                                     {"eos_token", "<|im_end|>"},
+                                                     {"pad_token", "<|endoftext|>"},
+                                                     {"chat_template", kChatMLTemplate},
+                                                     {"model_max_length", parsed.max_position_embeddings},
+                                                     {"tokenizer_class", "PreTrainedTokenizerFast"},
+                                                     {"clean_up_tokenization_spaces", false}}));
   return Status::Ok();
 }
 

@@ -21,8 +21,8 @@ struct MakeModelOptions {
   std::optional<DType> dtype;   // storage dtype; default: the preset's
   std::uint64_t seed = 0;
   // Overrides of the preset's shape.
-  std::optional<std::int64_t> hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
-      vocab_size, max_position_embeddings;
+  std::optional<std::int64_t> hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, vocab_size,
+      max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
   std::string rope_scaling_json;  // e.g. {"rope_type":"linear","factor":2.0}; empty = preset's
 };

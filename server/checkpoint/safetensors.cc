@@ -1,6 +1,7 @@
 #include "server/checkpoint/safetensors.h"
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 
 namespace ropeserve {
 
@@ -66,9 +66,9 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
 }
 
-StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
-    const std::string& json_text, std::uint64_t data_size,
-    std::map<std::string, std::string>* metadata) {
+StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(const std::string& json_text,
+                                                                   std::uint64_t data_size,
+                                                                   std::map<std::string, std::string>* metadata) {
   json header = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) return InvalidArgument("malformed JSON header");
   if (!header.is_object()) return InvalidArgument("JSON header is not an object");
@@ -120,16 +120,17 @@ StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
     info.begin = (*off)[0].get<std::uint64_t>();
     info.end = (*off)[1].get<std::uint64_t>();
     if (info.begin > info.end)
-      return InvalidArgument(where + ": data_offsets [" + std::to_string(info.begin) + ", " +
-                             std::to_string(info.end) + "] end before they begin");
+      return InvalidArgument(where + ": data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
+                             "] end before they begin");
     if (info.end > data_size)
-      return DataLoss(where + ": data_offsets [" + std::to_string(info.begin) + ", " +
-                      std::to_string(info.end) + "] run past the end of the data section (" +
-                      std::to_string(data_size) + " bytes); is the file truncated?");
+      return DataLoss(where + ": data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
+                      "] run past the end of the data section (" + std::to_string(data_size) +
+                      " bytes); is the file truncated?");
     if (overflow || bytes != static_cast<unsigned __int128>(info.end - info.begin))
-      return InvalidArgument(where + ": data_offsets span " + std::to_string(info.end - info.begin) +
-                             " bytes but dtype " + DTypeSafetensorsName(info.dtype) + " and shape need " +
-                             (overflow ? std::string("more than 2^64") : std::to_string(static_cast<std::uint64_t>(bytes))));
+      return InvalidArgument(
+          where + ": data_offsets span " + std::to_string(info.end - info.begin) + " bytes but dtype " +
+          DTypeSafetensorsName(info.dtype) + " and shape need " +
+          (overflow ? std::string("more than 2^64") : std::to_string(static_cast<std::uint64_t>(bytes))));
     tensors.emplace(name, std::move(info));
   }
 
@@ -137,8 +138,7 @@ StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
   std::vector<const TensorInfo*> order;
   for (const auto& [_, t] : tensors)
     if (t.end > t.begin) order.push_back(&t);
-  std::sort(order.begin(), order.end(),
-            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
   for (std::size_t i = 1; i < order.size(); ++i) {
     if (order[i]->begin < order[i - 1]->end)
       return InvalidArgument("tensors '" + order[i - 1]->name + "' and '" + order[i]->name +
@@ -151,12 +151,11 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   RS_ASSIGN_OR_RETURN(auto mapped, MappedFile::Open(path));
   const std::size_t size = mapped->size();
   if (size < 8)
-    return DataLoss(path + ": file is " + std::to_string(size) +
-                    " bytes, too short for the 8-byte header length");
+    return DataLoss(path + ": file is " + std::to_string(size) + " bytes, too short for the 8-byte header length");
   const std::uint64_t header_len = ReadLE64(mapped->data());
   if (header_len > size - 8)
-    return DataLoss(path + ": header length " + std::to_string(header_len) +
-                    " runs past the end of the file (" + std::to_string(size) + " bytes)");
+    return DataLoss(path + ": header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                    std::to_string(size) + " bytes)");
   if (header_len > kMaxHeaderBytes)
     return InvalidArgument(path + ": header length " + std::to_string(header_len) + " exceeds 100 MB");
 

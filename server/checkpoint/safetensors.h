@@ -69,9 +69,9 @@ class SafetensorsFile {
 
 // Parses a header (the JSON text) against a data section of `data_size`
 // bytes. Exposed for tests; Open() uses it.
-StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(
-    const std::string& json_text, std::uint64_t data_size,
-    std::map<std::string, std::string>* metadata);
+StatusOr<std::map<std::string, TensorInfo>> ParseSafetensorsHeader(const std::string& json_text,
+                                                                   std::uint64_t data_size,
+                                                                   std::map<std::string, std::string>* metadata);
 
 struct TensorToWrite {
   std::string name;

@@ -17,14 +17,19 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--model", o->model, "Checkpoint directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--device", o->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
   sub->add_option("--num-requests", o->num_requests)->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--concurrency", o->concurrency, "Requests kept in flight")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--concurrency", o->concurrency, "Requests kept in flight")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--input-len", o->input_len, "Prompt lengths: N, uniform:A:B or sharegpt")->capture_default_str();
   sub->add_option("--output-len", o->output_len, "Output lengths: N, uniform:A:B or sharegpt")->capture_default_str();
   sub->add_option("--seed", o->seed)->capture_default_str();
-  sub->add_option("--dtype", *dtype)->capture_default_str()->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
+  sub->add_option("--dtype", *dtype)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
   sub->add_option("--quantization", *quantization,
-                  std::string(kQuantizationHelp) + "; int8 also reports the logits' relative error against the "
-                                                   "unquantized model")
+                  std::string(kQuantizationHelp) +
+                      "; int8 also reports the logits' relative error against the "
+                      "unquantized model")
       ->capture_default_str()
       ->check(CLI::IsMember(kQuantizationChoices));
   sub->add_option("--baseline", *baseline, "Also run a static-batching baseline")->check(CLI::IsMember({"static"}));
@@ -70,7 +75,8 @@ Runner AddBench(CLI::App& app) {
 Runner AddBenchQa(CLI::App& app) {
   auto o = std::make_shared<bench::QaBenchOptions>();
   CLI::App* sub = app.add_subcommand(
-      "bench-qa", "Offline extractive-QA benchmark: packed windows (service::QaService) vs one window per forward, sequential");
+      "bench-qa",
+      "Offline extractive-QA benchmark: packed windows (service::QaService) vs one window per forward, sequential");
   sub->add_option("--model", o->model, "Span model directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--context-chars", o->context_chars, "Context lengths in characters")
       ->delimiter(',')

@@ -1,9 +1,10 @@
 // `ropeserve chat-template`: renders a conversation (JSON array of messages
 // on stdin) with a model's chat template, exactly as the server will.
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "server/cli/commands.h"

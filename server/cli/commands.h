@@ -5,15 +5,16 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
+
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "server/checkpoint/dtype.h"
-#include "server/models/quantization.h"
 #include "server/common/status.h"
 #include "server/common/token_id.h"
+#include "server/models/quantization.h"
 
 namespace ropeserve::cli {
 

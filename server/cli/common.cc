@@ -1,7 +1,8 @@
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <cstdio>
 #include <exception>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/checkpoint/model_config.h"

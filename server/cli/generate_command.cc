@@ -1,11 +1,12 @@
 // `ropeserve generate`: offline generation for one prompt, used by tests and
 // parity checks against other implementations.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "server/cli/commands.h"
 #include "server/common/json_file.h"
@@ -60,8 +61,9 @@ int Run(const GenerateFlags& f) {
     prompt_ids = *ids;
   }
 
-  auto model = DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model),
-                                 ParseQuantization(f.quantization).value_or(Quantization::kNone), at::Device(f.device));
+  auto model =
+      DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model),
+                         ParseQuantization(f.quantization).value_or(Quantization::kNone), at::Device(f.device));
   if (!model.ok()) return Fail(model.status().ToString());
 
   // The serving path, driven from this thread: the same scheduler, runner,
@@ -121,9 +123,8 @@ int Run(const GenerateFlags& f) {
     const double decoded = static_cast<double>(result->generated_ids.size()) - 1;
     out["timing"] = {{"prefill_seconds", result->prefill_seconds},
                      {"decode_seconds", result->decode_seconds},
-                     {"decode_tokens_per_second", decoded > 0 && result->decode_seconds > 0
-                                                      ? decoded / result->decode_seconds
-                                                      : 0.0}};
+                     {"decode_tokens_per_second",
+                      decoded > 0 && result->decode_seconds > 0 ? decoded / result->decode_seconds : 0.0}};
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     if (stream) std::cout << "\n";
@@ -142,7 +143,9 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--model", f->model, "Checkpoint directory in Hugging Face layout")
       ->required()
       ->check(CLI::ExistingDirectory);
-  auto* text = sub->add_option("--prompt", f->prompt, "Prompt text, tokenized with the model's tokenizer.json (special tokens added as its post-processor says)");
+  auto* text = sub->add_option(
+      "--prompt", f->prompt,
+      "Prompt text, tokenized with the model's tokenizer.json (special tokens added as its post-processor says)");
   auto* ids = sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,15043");
   text->excludes(ids);
   // Defaults and ranges are the request validator's (docs/api.md).
@@ -155,15 +158,18 @@ Runner AddGenerate(CLI::App& app) {
   sub->add_option("--seed", g.seed, "Random seed for sampling");
   sub->add_option("--repetition-penalty", g.repetition_penalty,
                   "Penalize tokens already in the prompt or output (> 0; 1 = off, the default)");
-  sub->add_option("--frequency-penalty", g.frequency_penalty, "Subtract this per earlier occurrence in the output [-2, 2]");
+  sub->add_option("--frequency-penalty", g.frequency_penalty,
+                  "Subtract this per earlier occurrence in the output [-2, 2]");
   sub->add_option("--presence-penalty", g.presence_penalty, "Subtract this once if the token was generated [-2, 2]");
   sub->add_option("--min-tokens", g.min_tokens, "Do not stop at EOS before this many tokens");
-  sub->add_option("--stop", g.stop, "Stop when the output text contains this string (repeatable; needs tokenizer.json)");
+  sub->add_option("--stop", g.stop,
+                  "Stop when the output text contains this string (repeatable; needs tokenizer.json)");
   sub->add_option("--top-logprobs", g.top_logprobs, "Report the K most likely tokens per step (max 20)");
   sub->add_flag("--json", f->json, "Print one JSON object: prompt_ids, generated_ids, text, top_logprobs");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at the model's EOS tokens");
-  auto* schema = sub->add_option("--json-schema", f->json_schema,
-                                 "Structured output: the text is JSON valid against this JSON Schema file (docs/api.md)");
+  auto* schema =
+      sub->add_option("--json-schema", f->json_schema,
+                      "Structured output: the text is JSON valid against this JSON Schema file (docs/api.md)");
   auto* regex = sub->add_option("--regex", f->regex, "Structured output: the text matches this regular expression");
   auto* choice = sub->add_option("--choice", f->choices, "Structured output: the text is one of these (repeatable)");
   schema->excludes(regex)->excludes(choice);

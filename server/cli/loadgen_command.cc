@@ -9,8 +9,9 @@ namespace ropeserve::cli {
 Runner AddLoadgen(CLI::App& app) {
   auto o = std::make_shared<bench::LoadgenOptions>();
   CLI::App* sub = app.add_subcommand(
-      "loadgen", "Load generator for a running server: streaming requests over REST (SSE) or gRPC, closed loop or "
-                 "Poisson arrivals; reports client-side TTFT, inter-token and end-to-end latency percentiles");
+      "loadgen",
+      "Load generator for a running server: streaming requests over REST (SSE) or gRPC, closed loop or "
+      "Poisson arrivals; reports client-side TTFT, inter-token and end-to-end latency percentiles");
   sub->add_option("--protocol", o->protocol, "rest (/v1/completions, SSE) or grpc (Inference.Generate)")
       ->capture_default_str()
       ->check(CLI::IsMember({"rest", "grpc"}));

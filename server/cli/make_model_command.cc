@@ -18,8 +18,8 @@ struct MakeModelFlags {
 
 Runner AddMakeModel(CLI::App& app) {
   auto f = std::make_shared<MakeModelFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "make-model", "Write a deterministic random-weight checkpoint (demo weights: meaningless text)");
+  CLI::App* sub = app.add_subcommand("make-model",
+                                     "Write a deterministic random-weight checkpoint (demo weights: meaningless text)");
   sub->add_option("--out", f->out, "Output directory")->required();
   std::string presets;
   for (const auto& n : ModelPresetNames()) presets += (presets.empty() ? "" : ", ") + n;
@@ -47,7 +47,8 @@ Runner AddMakeModel(CLI::App& app) {
                 "Write an extractive-QA span model instead (for `serve --qa`; default tiny; --seed, --dtype "
                 "float32|bfloat16, --hidden-size, --intermediate-size, --layers, --heads, --vocab-size and "
                 "--max-position-embeddings apply)");
-  sub->add_option("--qa-arch", *qa_arch, "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
+  sub->add_option("--qa-arch", *qa_arch,
+                  "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
   return [f, qa, qa_arch] {

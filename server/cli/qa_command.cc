@@ -6,19 +6,20 @@
 // or, without those flags, JSON Lines on stdin with the same fields
 // ({"question","context"} / {"ids","type_ids"?}), one output line per
 // input line; an input that fails gets {"error": ...} and exit status 1.
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 
 #include "server/cli/commands.h"
 #include "server/models/span_models.h"
-#include "server/runner/service_factory.h"
-#include "server/service/request_params.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
+#include "server/runner/service_factory.h"
+#include "server/service/request_params.h"
 
 namespace ropeserve::cli {
 
@@ -135,8 +136,8 @@ int Run(const QaFlags& f, bool encode) {
     if (line.empty()) continue;
     json in = json::parse(line, nullptr, false);
     StatusOr<json> out = in.is_discarded() ? StatusOr<json>(InvalidArgument("line is not valid JSON"))
-                         : encode         ? Encode(*model, f, in)
-                                          : Answer(*service, f, in);
+                         : encode          ? Encode(*model, f, in)
+                                           : Answer(*service, f, in);
     if (out.ok()) {
       std::printf("%s\n", Dump(*out).c_str());
     } else {
@@ -160,8 +161,9 @@ void AddModelFlag(CLI::App* sub, QaFlags& f) {
 Runner AddQa(CLI::App& app) {
   auto f = std::make_shared<QaFlags>();
   CLI::App* sub = app.add_subcommand(
-      "qa", "Extractive QA offline: --question Q --context C, or JSON Lines {\"question\",\"context\"} on stdin "
-            "-> {\"answers\":[{\"text\",\"score\",\"start\",\"end\"}]} (docs/qa.md)");
+      "qa",
+      "Extractive QA offline: --question Q --context C, or JSON Lines {\"question\",\"context\"} on stdin "
+      "-> {\"answers\":[{\"text\",\"score\",\"start\",\"end\"}]} (docs/qa.md)");
   AddModelFlag(sub, *f);
   sub->add_option("--question", f->question, "The question (with --context; else JSON Lines on stdin)");
   sub->add_option("--context", f->context, "The context to find the answer in");
@@ -182,11 +184,13 @@ Runner AddQa(CLI::App& app) {
 Runner AddEncode(CLI::App& app) {
   auto f = std::make_shared<QaFlags>();
   CLI::App* sub = app.add_subcommand(
-      "encode", "One forward of exactly the given ids: --input-ids 1,2,3 (or JSON Lines {\"ids\":[...]} on stdin) -> "
-                "{\"last_hidden_state\",\"start_logits\",\"end_logits\"}");
+      "encode",
+      "One forward of exactly the given ids: --input-ids 1,2,3 (or JSON Lines {\"ids\":[...]} on stdin) -> "
+      "{\"last_hidden_state\",\"start_logits\",\"end_logits\"}");
   AddModelFlag(sub, *f);
-  sub->add_option("--input-ids", f->input_ids, "Comma-separated token ids, run as given (no added tokens; else JSON "
-                                               "Lines {\"ids\":[...]} on stdin)");
+  sub->add_option("--input-ids", f->input_ids,
+                  "Comma-separated token ids, run as given (no added tokens; else JSON "
+                  "Lines {\"ids\":[...]} on stdin)");
   sub->add_option("--token-type-ids", f->token_type_ids, "Comma-separated token types (RoFormer)");
   sub->add_flag("--json", f->json, "JSON output (the only format)");
   sub->add_flag("--reference", f->reference,

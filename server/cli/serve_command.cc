@@ -17,20 +17,20 @@
 #include <optional>
 #include <thread>
 
+#include "kernels/cpu/kernel_config.h"
 #include "server/api/api_keys.h"
 #include "server/api/grpc_service.h"
 #include "server/api/http_server.h"
 #include "server/api/logging.h"
 #include "server/api/metrics.h"
-#include "server/runner/service_factory.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
 #include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
+#include "server/runner/service_factory.h"
 #include "server/runner/threads.h"
-#include "kernels/cpu/kernel_config.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
@@ -140,12 +140,12 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   std::string kernels;
   for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig()))
     kernels += (kernels.empty() ? "" : " ") + name + "=" + value;
-  spdlog::info("loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads, kernels: {}",
-               f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
-               static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
-               quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) +
-                                                              " weights",
-               ComputeThreads(), kernels);
+  spdlog::info(
+      "loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads, kernels: {}",
+      f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
+      static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
+      quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) + " weights",
+      ComputeThreads(), kernels);
   if (demo) {
     spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
@@ -201,14 +201,16 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
 int Run(ServeFlags f) {
   if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
 #ifndef ROPESERVE_HAVE_CUDA
-  if (f.device != "cpu") return Fail("--device " + f.device + ": this build has CPU workers only (its LibTorch has no CUDA)");
+  if (f.device != "cpu")
+    return Fail("--device " + f.device + ": this build has CPU workers only (its LibTorch has no CUDA)");
 #endif
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
   // A deployment that forgot its model must not answer 200 with noise.
   if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty())
-    return Fail("no model to serve: pass --model DIR (ROPESERVE_MODEL), or --demo on (ROPESERVE_DEMO=1) "
-                "for the random-weight demo models");
+    return Fail(
+        "no model to serve: pass --model DIR (ROPESERVE_MODEL), or --demo on (ROPESERVE_DEMO=1) "
+        "for the random-weight demo models");
 
   api::ServingContext ctx;
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
@@ -344,7 +346,8 @@ int Run(ServeFlags f) {
   const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(f.shutdown_timeout * 1000));
   spdlog::info("draining {} in-flight requests (up to {} s)", ctx.lifecycle.in_flight(), f.shutdown_timeout);
   const bool drained = ctx.lifecycle.WaitIdle(grace);
-  if (!drained) spdlog::warn("{} requests still running after --shutdown-timeout: cancelling them", ctx.lifecycle.in_flight());
+  if (!drained)
+    spdlog::warn("{} requests still running after --shutdown-timeout: cancelling them", ctx.lifecycle.in_flight());
   // Stopping the engine ends every remaining stream (their clients get an
   // error), then the front ends close.
   service.engine().Stop();
@@ -402,7 +405,9 @@ Runner AddServe(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
-  sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")->capture_default_str()->envname("ROPESERVE_HOST");
+  sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HOST");
   sub->add_option("--http-port", f->http_port, "HTTP port (0 = any free port)")
       ->capture_default_str()
       ->envname("ROPESERVE_HTTP_PORT")

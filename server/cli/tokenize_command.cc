@@ -1,9 +1,10 @@
 // `ropeserve tokenize`: runs a tokenizer.json over JSON Lines on stdin, in
 // either direction. Used by tests and by anyone checking ids and offsets
 // against another implementation.
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/cli/commands.h"
@@ -20,12 +21,9 @@ struct TokenizeFlags {
   bool skip_special_tokens = false;
 };
 
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-StatusOr<std::string> ProcessLine(const tok::Tokenizer& t, const TokenizeFlags& f,
-                                  const std::string& line) {
+StatusOr<std::string> ProcessLine(const tok::Tokenizer& t, const TokenizeFlags& f, const std::string& line) {
   nlohmann::json in = nlohmann::json::parse(line, nullptr, false);
   if (in.is_discarded()) return InvalidArgument("line is not valid JSON (or not valid UTF-8)");
   nlohmann::json out;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+
 #include <string>
 
 namespace ropeserve::cli {

@@ -59,11 +59,12 @@ std::optional<ProcessStats> ReadProcessStats() {
     }
   }
   ProcessStats s;
-  if (!ParseProcStat(line, static_cast<double>(sysconf(_SC_CLK_TCK)), static_cast<double>(sysconf(_SC_PAGESIZE)), boot, s))
+  if (!ParseProcStat(line, static_cast<double>(sysconf(_SC_CLK_TCK)), static_cast<double>(sysconf(_SC_PAGESIZE)), boot,
+                     s))
     return std::nullopt;
   std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
     s.open_fds += 1;
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);

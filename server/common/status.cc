@@ -4,20 +4,34 @@ namespace ropeserve {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "OK";
-    case ErrorCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case ErrorCode::kNotFound: return "NOT_FOUND";
-    case ErrorCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case ErrorCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case ErrorCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case ErrorCode::kCancelled: return "CANCELLED";
-    case ErrorCode::kUnimplemented: return "UNIMPLEMENTED";
-    case ErrorCode::kDataLoss: return "DATA_LOSS";
-    case ErrorCode::kInternal: return "INTERNAL";
-    case ErrorCode::kMalformedRequest: return "INVALID_ARGUMENT";
-    case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
-    case ErrorCode::kUnavailable: return "UNAVAILABLE";
-    case ErrorCode::kPayloadTooLarge: return "PAYLOAD_TOO_LARGE";
+    case ErrorCode::kOk:
+      return "OK";
+    case ErrorCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case ErrorCode::kNotFound:
+      return "NOT_FOUND";
+    case ErrorCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case ErrorCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case ErrorCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case ErrorCode::kCancelled:
+      return "CANCELLED";
+    case ErrorCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case ErrorCode::kDataLoss:
+      return "DATA_LOSS";
+    case ErrorCode::kInternal:
+      return "INTERNAL";
+    case ErrorCode::kMalformedRequest:
+      return "INVALID_ARGUMENT";
+    case ErrorCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case ErrorCode::kUnavailable:
+      return "UNAVAILABLE";
+    case ErrorCode::kPayloadTooLarge:
+      return "PAYLOAD_TOO_LARGE";
   }
   return "UNKNOWN";
 }

@@ -15,19 +15,19 @@ namespace ropeserve {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,    // invalid flag, file contents, or a well-formed request with invalid values
-  kMalformedRequest,   // a request that does not parse or has fields of the wrong type
-  kNotFound,           // a file, model or tensor that should exist does not
-  kFailedPrecondition, // valid input the current configuration cannot serve
-  kResourceExhausted,  // overloaded / does not fit
+  kInvalidArgument,     // invalid flag, file contents, or a well-formed request with invalid values
+  kMalformedRequest,    // a request that does not parse or has fields of the wrong type
+  kNotFound,            // a file, model or tensor that should exist does not
+  kFailedPrecondition,  // valid input the current configuration cannot serve
+  kResourceExhausted,   // overloaded / does not fit
   kDeadlineExceeded,
   kCancelled,
-  kUnimplemented,      // recognised but unsupported (e.g. an architecture)
-  kDataLoss,           // truncated or corrupt file
+  kUnimplemented,  // recognised but unsupported (e.g. an architecture)
+  kDataLoss,       // truncated or corrupt file
   kInternal,
-  kUnauthenticated,    // missing or wrong API key
-  kUnavailable,        // not ready, or draining for shutdown
-  kPayloadTooLarge,    // an input over a documented size limit (HTTP 413)
+  kUnauthenticated,  // missing or wrong API key
+  kUnavailable,      // not ready, or draining for shutdown
+  kPayloadTooLarge,  // an input over a documented size limit (HTTP 413)
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -79,7 +79,7 @@ inline Status Unauthenticated(std::string m) { return {ErrorCode::kUnauthenticat
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "StatusOr needs an error status");
   }
@@ -104,10 +104,10 @@ class [[nodiscard]] StatusOr {
 #define RS_CONCAT(a, b) RS_CONCAT_INNER(a, b)
 
 // Returns early from a function returning Status / StatusOr on error.
-#define RS_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::ropeserve::Status rs_status_ = (expr);      \
-    if (!rs_status_.ok()) return rs_status_;      \
+#define RS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::ropeserve::Status rs_status_ = (expr); \
+    if (!rs_status_.ok()) return rs_status_; \
   } while (0)
 
 #define RS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -116,5 +116,4 @@ class [[nodiscard]] StatusOr {
   lhs = std::move(tmp).value()
 
 // RS_ASSIGN_OR_RETURN(auto x, MakeX());
-#define RS_ASSIGN_OR_RETURN(lhs, expr) \
-  RS_ASSIGN_OR_RETURN_IMPL(RS_CONCAT(rs_statusor_, __LINE__), lhs, expr)
+#define RS_ASSIGN_OR_RETURN(lhs, expr) RS_ASSIGN_OR_RETURN_IMPL(RS_CONCAT(rs_statusor_, __LINE__), lhs, expr)

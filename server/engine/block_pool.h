@@ -104,7 +104,7 @@ class BlockPool {
 
   int block_size_;
   std::vector<Block> blocks_;
-  std::list<BlockId> free_queue_;  // head = next to reuse
+  std::list<BlockId> free_queue_;                           // head = next to reuse
   std::unordered_multimap<std::uint64_t, BlockId> cached_;  // hash -> blocks holding it
   mutable std::uint64_t cache_queries_ = 0;
   mutable std::uint64_t cache_hits_ = 0;

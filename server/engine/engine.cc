@@ -1,9 +1,8 @@
 #include "server/engine/engine.h"
 
-#include <optional>
-
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -120,8 +119,7 @@ void Engine::DrainInbox() {
     if (req.timeout) spec.deadline = item->submitted + *req.timeout;
     auto admitted = scheduler_.Add(std::move(spec));
     if (!admitted.ok()) {
-      item->stream->Finish(FinishReason::kRejected, static_cast<std::int64_t>(req.prompt.size()), 0,
-                           admitted.status());
+      item->stream->Finish(FinishReason::kRejected, static_cast<std::int64_t>(req.prompt.size()), 0, admitted.status());
       continue;
     }
     Request& r = **admitted;
@@ -296,10 +294,10 @@ void Engine::RunPlan(StepPlan& plan) {
     }
     const StopConditions& stop = r.stop;
     const bool may_stop = r.generated >= stop.min_tokens;
-    const bool is_eos = !stop.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), tok) !=
-                                                config_.eos_token_ids.end();
-    const bool is_stop_id = std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), tok) !=
-                            stop.stop_token_ids.end();
+    const bool is_eos = !stop.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(),
+                                                      tok) != config_.eos_token_ids.end();
+    const bool is_stop_id =
+        std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), tok) != stop.stop_token_ids.end();
     if (may_stop && (is_eos || is_stop_id)) {
       FinishRequest(t.id, FinishReason::kStop);
     } else if (r.generated >= r.spec.max_tokens) {

@@ -84,14 +84,14 @@ struct EngineStats {
 struct RequestMetrics {
   RequestId id = 0;
   FinishReason finish_reason = FinishReason::kStop;
-  double queue_seconds = 0;           // submission -> first scheduled
-  double ttft_seconds = -1;           // submission -> first token (-1: none)
-  double e2e_seconds = 0;             // submission -> end
+  double queue_seconds = 0;                 // submission -> first scheduled
+  double ttft_seconds = -1;                 // submission -> first token (-1: none)
+  double e2e_seconds = 0;                   // submission -> end
   std::vector<double> inter_token_seconds;  // gaps between consecutive tokens
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_tokens = 0;
-  std::int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
-  TraceContext trace;                 // EngineRequest::trace
+  std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  TraceContext trace;              // EngineRequest::trace
 };
 
 // Per-step figures, after each forward.

@@ -32,7 +32,8 @@ StatusOr<SampledToken> HostSampler::Sample(RequestId id, std::span<const float> 
   const double l = lse ? *lse : LogSumExp(logits);
   out.logprob = LogprobOf(logits, out.token, l);
   if (s.spec.top_logprobs > 0)
-    for (auto [tid, lp] : TopLogprobs(logits, s.spec.top_logprobs, l)) out.top.emplace_back(static_cast<TokenId>(tid), lp);
+    for (auto [tid, lp] : TopLogprobs(logits, s.spec.top_logprobs, l))
+      out.top.emplace_back(static_cast<TokenId>(tid), lp);
   s.generated.push_back(out.token);
   return out;
 }

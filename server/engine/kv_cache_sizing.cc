@@ -24,18 +24,28 @@ StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t 
   if (!std::isfinite(value) || value <= 0) return bad;
   if (suffix.empty() && text.find('.') != std::string::npos) {
     if (value > 1.0) return bad;
-    if (available_bytes <= 0) return FailedPrecondition("cannot read available memory; give --kv-cache-memory in bytes");
+    if (available_bytes <= 0)
+      return FailedPrecondition("cannot read available memory; give --kv-cache-memory in bytes");
     return static_cast<std::int64_t>(value * static_cast<double>(available_bytes));
   }
   double scale = 1;
   if (suffix.size() == 1 || (suffix.size() == 2 && std::toupper(suffix[1]) == 'B') ||
       (suffix.size() == 3 && std::toupper(suffix[1]) == 'I' && std::toupper(suffix[2]) == 'B')) {
     switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
-      case 'K': scale = 1024.0; break;
-      case 'M': scale = 1024.0 * 1024; break;
-      case 'G': scale = 1024.0 * 1024 * 1024; break;
-      case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
-      default: return bad;
+      case 'K':
+        scale = 1024.0;
+        break;
+      case 'M':
+        scale = 1024.0 * 1024;
+        break;
+      case 'G':
+        scale = 1024.0 * 1024 * 1024;
+        break;
+      case 'T':
+        scale = 1024.0 * 1024 * 1024 * 1024;
+        break;
+      default:
+        return bad;
     }
   } else if (!suffix.empty()) {
     return bad;

@@ -42,7 +42,8 @@ StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, cons
       g.logprob = LogprobOf(r, target, lse);
       const float own = r[static_cast<std::size_t>(target)];
       g.rank = 1 + std::count_if(r.begin(), r.end(), [own](float x) { return x > own; });
-      for (auto [id, lp] : TopLogprobs(r, s.prompt_top_logprobs, lse)) g.top_logprobs.emplace_back(static_cast<TokenId>(id), lp);
+      for (auto [id, lp] : TopLogprobs(r, s.prompt_top_logprobs, lse))
+        g.top_logprobs.emplace_back(static_cast<TokenId>(id), lp);
       p.tokens.push_back(std::move(g));
       ++prow;
     }

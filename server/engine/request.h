@@ -32,7 +32,7 @@ struct RequestSpec {
 
 // When generation stops, besides max_tokens.
 struct StopConditions {
-  std::int64_t min_tokens = 0;          // EOS and stop ids are ignored before this many tokens
+  std::int64_t min_tokens = 0;  // EOS and stop ids are ignored before this many tokens
   bool ignore_eos = false;
   std::vector<TokenId> stop_token_ids;  // end generation like EOS (the token is kept)
 };

@@ -75,8 +75,7 @@ void RequestStream::PushPrompt(std::vector<GeneratedToken> logprobs) {
   if (notify) Notify(notify);
 }
 
-void RequestStream::Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
-                           Status error) {
+void RequestStream::Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error) {
   std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -36,7 +36,7 @@ struct StreamChunk {
   std::vector<GeneratedToken> tokens;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;  // when finished
-  Status error;               // kError and kRejected: why
+  Status error;                                      // kError and kRejected: why
   std::int64_t prompt_tokens = 0;
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
 };
@@ -66,8 +66,7 @@ class RequestStream {
   void Admit();
   void Push(GeneratedToken token);
   void PushPrompt(std::vector<GeneratedToken> logprobs);
-  void Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens,
-              Status error = Status::Ok());
+  void Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error = Status::Ok());
   // What the notify callback threw since the last call (Ok if nothing):
   // the engine fails the request instead of dying.
   Status TakeNotifyError();

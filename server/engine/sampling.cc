@@ -87,7 +87,8 @@ std::int64_t SampleToken(std::span<const float> logits, const SamplingParams& p,
     for (float x : logits) top = std::max(top, static_cast<double>(x) / p.temperature);
     std::vector<double> probs(logits.size());
     double sum = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) sum += probs[i] = std::exp(static_cast<double>(logits[i]) / p.temperature - top);
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      sum += probs[i] = std::exp(static_cast<double>(logits[i]) / p.temperature - top);
     double r = std::uniform_real_distribution<double>(0.0, sum)(rng);
     std::size_t last = 0;
     for (std::size_t i = 0; i < probs.size(); ++i) {
@@ -159,10 +160,9 @@ std::vector<std::pair<std::int64_t, double>> TopLogprobs(std::span<const float> 
   k = std::min(k, logits.size());
   std::vector<std::int64_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
-                    [&](std::int64_t a, std::int64_t b) {
-                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                    });
+  std::partial_sort(
+      ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+      [&](std::int64_t a, std::int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   const double lse = lse_known ? *lse_known : LogSumExp(logits);
   std::vector<std::pair<std::int64_t, double>> out;
   out.reserve(k);

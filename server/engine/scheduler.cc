@@ -81,7 +81,8 @@ void Scheduler::InsertWaiting(Request* r) {
 
 bool Scheduler::AllocateFor(Request& r, std::int64_t num_new) {
   const std::int64_t bs = pool_.block_size();
-  const std::int64_t needed = (r.num_computed + num_new + bs - 1) / bs - static_cast<std::int64_t>(r.blocks.ids().size());
+  const std::int64_t needed =
+      (r.num_computed + num_new + bs - 1) / bs - static_cast<std::int64_t>(r.blocks.ids().size());
   if (needed <= 0) return true;
   auto ids = pool_.Allocate(static_cast<int>(needed));
   if (!ids) return false;
@@ -130,7 +131,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   std::int64_t budget = config_.max_num_batched_tokens;
   std::int64_t prefill_left = prefill_budget < 0 ? budget : std::min(prefill_budget, budget);
   if (config_.max_prefill_tokens_while_decoding > 0 &&
-      std::any_of(running_.begin(), running_.end(), [](const Request* r) { return r->num_tokens() - r->num_computed == 1; }))
+      std::any_of(running_.begin(), running_.end(),
+                  [](const Request* r) { return r->num_tokens() - r->num_computed == 1; }))
     prefill_left = std::min(prefill_left, config_.max_prefill_tokens_while_decoding);
   std::map<Request*, std::size_t> scheduled;  // request -> index in plan
   bool preempted = false;
@@ -181,8 +183,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
     const bool decode = r.num_tokens() - r.num_computed == 1;
-    const std::int64_t n = cap_prompt_rows(
-        r, std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left)));
+    const std::int64_t n =
+        cap_prompt_rows(r, std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left)));
     if (n <= 0) {
       ++i;  // its prefill waits for the next step; decodes behind it still run
       continue;
@@ -243,7 +245,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     waiting_tokens_ -= r.num_tokens();
     r.running = true;
     running_.push_back(&r);
-    std::sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+    std::sort(running_.begin(), running_.end(),
+              [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
     add_to_plan(r, n, false);
   }
   return plan;

@@ -40,23 +40,23 @@ const char* FinishReasonName(FinishReason reason);
 struct SamplingSpec {
   RequestId id = 0;
   SamplingParams params;
-  std::uint64_t seed = 0;         // resolved: the request's seed, or a random one
-  std::size_t top_logprobs = 0;   // alternatives reported per token
-  std::vector<TokenId> prompt;    // only when the repetition penalty is on (it looks at the prompt)
+  std::uint64_t seed = 0;                      // resolved: the request's seed, or a random one
+  std::size_t top_logprobs = 0;                // alternatives reported per token
+  std::vector<TokenId> prompt;                 // only when the repetition penalty is on (it looks at the prompt)
   std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook (grammar masks); may be null
 };
 
 struct ScheduledSequence {
   RequestId request_id = 0;
-  std::vector<TokenId> token_ids;      // the tokens computed this step
-  std::int64_t start_position = 0;     // position of token_ids[0] (= tokens already cached)
+  std::vector<TokenId> token_ids;   // the tokens computed this step
+  std::int64_t start_position = 0;  // position of token_ids[0] (= tokens already cached)
   // The request's block table as a diff: when `reset_blocks` (its first
   // step, or its first after a preemption) the table is `new_blocks`,
   // else `new_blocks` are appended to what the runner has. Afterwards the
   // table covers start_position + token_ids.size() slots.
   bool reset_blocks = false;
   std::vector<BlockId> new_blocks;
-  bool needs_logits = false;           // this chunk ends the known tokens: sample next
+  bool needs_logits = false;  // this chunk ends the known tokens: sample next
   // Prompt logprobs (requests that asked for them): the prompt tokens at
   // positions prompt_logprobs_from, +1, ... whose logprobs this chunk's
   // rows give (the row of position p predicts the token at p + 1), and

@@ -47,7 +47,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& di
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype,
-                                                                     at::Device device) {
+                                                                    at::Device device) {
   return LoadAny(dir, dtype, true, Quantization::kNone, device);
 }
 
@@ -67,7 +67,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       return InvalidArgument(
           "float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
           "use --dtype bfloat16 (the same memory) or float32");
-    if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("compute dtype must be float32 or bfloat16");
+    if (dtype != DType::kF32 && dtype != DType::kBF16)
+      return InvalidArgument("compute dtype must be float32 or bfloat16");
   }
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   if (ckpt->config().span_head != span_head)
@@ -159,8 +160,7 @@ at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
 
 // The final RMSNorm and the LM head.
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head)
-      .to(at::kFloat);
+  return Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head).to(at::kFloat);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions, std::int64_t length) const {
@@ -231,11 +231,11 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& b
 }
 
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const {
-  return ForwardPagedWith(batch, cache, prompt_logits,
-                          [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                              const PagedBatch& b) {
-                            return ops_->PagedAttention(q, k_cache, v_cache, b, attention_scale_);
-                          });
+  return ForwardPagedWith(
+      batch, cache, prompt_logits,
+      [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const PagedBatch& b) {
+        return ops_->PagedAttention(q, k_cache, v_cache, b, attention_scale_);
+      });
 }
 
 at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
@@ -291,8 +291,7 @@ PagedKvCache DecoderModel::AllocatePagedKvCache(std::int64_t num_blocks, std::in
 }
 
 std::int64_t DecoderModel::KvBytesPerToken() const {
-  return 2 * config_.num_hidden_layers * config_.kv_size() *
-         static_cast<std::int64_t>(w_.norm.element_size());
+  return 2 * config_.num_hidden_layers * config_.kv_size() * static_cast<std::int64_t>(w_.norm.element_size());
 }
 
 }  // namespace ropeserve

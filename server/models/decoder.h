@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "server/checkpoint/checkpoint.h"
 #include "kernels/cpu/packed_linear.h"
+#include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
 #include "server/models/decoder_ops.h"
 #include "server/models/paged_model.h"
@@ -43,7 +43,7 @@ struct LinearWeight {
 };
 
 struct DecoderLayerWeights {
-  at::Tensor input_layernorm;           // [H]
+  at::Tensor input_layernorm;  // [H]
   // q_proj, k_proj, v_proj stacked: [(Hq + 2 Hkv) * D, H], q rows, then k,
   // then v; biases (Qwen2) or none. One pass over x instead of three.
   LinearWeight qkv_proj;
@@ -59,8 +59,8 @@ struct DecoderWeights {
   // lm_head (the embedding then reads lm_head's rows back).
   at::Tensor embed_tokens;
   std::vector<DecoderLayerWeights> layers;
-  at::Tensor norm;       // [H]
-  LinearWeight lm_head;  // [V, H] (its weight aliases embed_tokens when tied); none with a span head
+  at::Tensor norm;                         // [H]
+  LinearWeight lm_head;                    // [V, H] (its weight aliases embed_tokens when tied); none with a span head
   at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
 };
 
@@ -77,7 +77,7 @@ class DecoderModel final : public PagedModel {
   // The same trunk with a span head (LlamaForQuestionAnswering & co.); only
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype,
-                                                              at::Device device = at::kCPU);
+                                                               at::Device device = at::kCPU);
 
   const ModelConfig& config() const override { return config_; }
   at::Device device() const override { return w_.norm.device(); }
@@ -94,9 +94,8 @@ class DecoderModel final : public PagedModel {
   at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const override;
   // One layer's attention over the paged cache, after this step's K/V have
   // been written: q [T,Hq,D] -> [T,Hq,D].
-  using PagedAttentionFn =
-      std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                               const PagedBatch& batch)>;
+  using PagedAttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k_cache,
+                                                    const at::Tensor& v_cache, const PagedBatch& batch)>;
   // ForwardPaged with another attention in every layer (the tests' oracle
   // passes the gather-based reference); everything else is the same.
   at::Tensor ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
@@ -140,7 +139,7 @@ class DecoderModel final : public PagedModel {
   Quantization quantization_ = Quantization::kNone;
   DecoderWeights w_;
   std::unique_ptr<const DecoderOps> ops_;  // the weights' device's kernels
-  at::Tensor inv_freq_;  // [rotary_dim/2] float32 (unused for dynamic RoPE)
+  at::Tensor inv_freq_;                    // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;
   double attention_scale_ = 1.0;  // 1 / sqrt(head_dim)
 };

@@ -19,7 +19,8 @@ StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig&
       std::string want, got;
       for (auto d : spec.shape) want += std::to_string(d) + " ";
       for (auto d : info->shape) got += std::to_string(d) + " ";
-      return InvalidArgument(path + ": tensor " + spec.name + " has shape [ " + got + "], the config says [ " + want + "]");
+      return InvalidArgument(path + ": tensor " + spec.name + " has shape [ " + got + "], the config says [ " + want +
+                             "]");
     }
     if (info->dtype != DType::kF32 && info->dtype != DType::kBF16 && info->dtype != DType::kF16)
       return InvalidArgument(path + ": tensor " + spec.name + " is not a floating-point tensor");
@@ -81,8 +82,7 @@ std::vector<std::int64_t> ToInt64(const std::vector<std::uint32_t>& type_ids) {
   return std::vector<std::int64_t>(type_ids.begin(), type_ids.end());
 }
 
-Status WindowedSpanModel::CheckIds(const std::vector<TokenId>& ids,
-                                   const std::vector<std::uint32_t>& type_ids) const {
+Status WindowedSpanModel::CheckIds(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids) const {
   if (ids.empty()) return InvalidArgument("an empty window");
   // Only RoFormer has token types; the other families ignore them.
   if (!type_ids.empty() && config_.family == EncoderFamily::kRoFormer) {

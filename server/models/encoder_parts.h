@@ -77,14 +77,14 @@ class WindowedSpanModel : public SpanModel {
                                         const std::vector<std::uint32_t>& type_ids = {},
                                         bool with_hidden = false) const final;
   StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<TokenId>>& windows,
-                                                  const std::vector<std::vector<std::uint32_t>>& type_ids = {},
-                                                  bool with_hidden = false) const final;
+                                                   const std::vector<std::vector<std::uint32_t>>& type_ids = {},
+                                                   bool with_hidden = false) const final;
 
  protected:
   // One checked window. `reference`: Hugging Face's eager computation
   // (dense masks, unfused ops); else the serving path.
-  virtual SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids,
-                            bool reference, bool with_hidden) const = 0;
+  virtual SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
+                            bool with_hidden) const = 0;
   // Whether Window(reference = true) exists: not for the decoder trunks,
   // whose oracle runs in the tests only (see span_models.cc).
   virtual Status ReferenceAvailable() const { return Status::Ok(); }

@@ -50,8 +50,7 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 
 class ModernBertQa final : public encoder::WindowedSpanModel {
  public:
-  ModernBertQa(EncoderConfig config, ModernBertWeights w)
-      : WindowedSpanModel(std::move(config)), w_(std::move(w)) {}
+  ModernBertQa(EncoderConfig config, ModernBertWeights w) : WindowedSpanModel(std::move(config)), w_(std::move(w)) {}
 
  protected:
   SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
@@ -70,8 +69,8 @@ class ModernBertQa final : public encoder::WindowedSpanModel {
 // The two paths differ only in attention: the serving path runs
 // sliding-window layers in query blocks that read only their band of keys;
 // the reference builds Hugging Face's dense masks.
-SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&,
-                                bool reference, bool with_hidden) const {
+SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>&, bool reference,
+                                bool with_hidden) const {
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config();
   const auto L = static_cast<std::int64_t>(ids.size());
@@ -88,7 +87,9 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
   if (reference) {
     at::Tensor rows = at::arange(L, longs);
     at::Tensor distance = (rows.unsqueeze(1) - rows.unsqueeze(0)).abs();
-    sliding_mask = at::zeros({L, L}, at::TensorOptions().device(device)).masked_fill(distance > half, std::numeric_limits<float>::lowest()).to(dtype);
+    sliding_mask = at::zeros({L, L}, at::TensorOptions().device(device))
+                       .masked_fill(distance > half, std::numeric_limits<float>::lowest())
+                       .to(dtype);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   constexpr std::int64_t kBlock = 64;  // query block of the banded sliding-window layers

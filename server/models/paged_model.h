@@ -20,12 +20,12 @@ namespace ropeserve {
 // a StepPlan). Sequence s owns rows [query_start[s], query_start[s + 1]),
 // which are its last query_lens[s] tokens of context_lens[s].
 struct PagedBatch {
-  at::Tensor token_ids;     // [T] int64
-  at::Tensor positions;     // [T] int64
-  at::Tensor slot_mapping;  // [T] int64: block * block_size + offset
+  at::Tensor token_ids;                    // [T] int64
+  at::Tensor positions;                    // [T] int64
+  at::Tensor slot_mapping;                 // [T] int64: block * block_size + offset
   std::vector<std::int64_t> query_lens;    // per sequence
   std::vector<std::int64_t> context_lens;  // per sequence, incl. this step's tokens
-  at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
+  at::Tensor logits_indices;               // [R] int64: rows whose next-token logits are wanted
   // [P] int64: rows whose logits give prompt logprobs (undefined: none).
   // Computed apart from logits_indices' rows, so that a request asking for
   // prompt logprobs does not change the others' logits by a rounding.

@@ -35,8 +35,9 @@ struct RoFormerWeights {
 // layout: sin_pos[p, 2i] = sin_pos[p, 2i+1] = sin(p / 10000^(2i/d)), same
 // for cos; frequencies and angles in float64, as the reference's numpy table.
 std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, at::ScalarType dtype, at::Device device) {
-  at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, dim / 2, at::TensorOptions().dtype(at::kDouble).device(device)) /
-                                        static_cast<double>(dim));
+  at::Tensor inv =
+      at::pow(10000.0, -2.0 * at::arange(0, dim / 2, at::TensorOptions().dtype(at::kDouble).device(device)) /
+                           static_cast<double>(dim));
   return cpu::RotaryTable(inv, at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)), 1.0,
                           cpu::RotaryLayout::kInterleaved, at::kDouble, dtype);
 }
@@ -58,8 +59,8 @@ class RoFormerQa final : public encoder::WindowedSpanModel {
   RoFormerWeights w_;
 };
 
-SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids,
-                              bool, bool with_hidden) const {
+SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool,
+                              bool with_hidden) const {
   at::NoGradGuard no_grad;
   const EncoderConfig& c = config();
   const auto L = static_cast<std::int64_t>(ids.size());

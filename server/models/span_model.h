@@ -30,8 +30,8 @@ class SpanModel {
   // `type_ids` (token types, RoFormer) may be empty: all 0. `with_hidden`
   // also returns the trunk's last hidden state.
   virtual StatusOr<std::vector<SpanLogits>> ForwardWindows(const std::vector<std::vector<TokenId>>& windows,
-                                                          const std::vector<std::vector<std::uint32_t>>& type_ids = {},
-                                                          bool with_hidden = false) const = 0;
+                                                           const std::vector<std::vector<std::uint32_t>>& type_ids = {},
+                                                           bool with_hidden = false) const = 0;
 };
 
 }  // namespace ropeserve

@@ -38,16 +38,20 @@ class DecoderSpanModel final : public encoder::WindowedSpanModel {
 }  // namespace
 
 StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType dtype, const std::string& device) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) return InvalidArgument("span models compute in float32 or bfloat16");
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    return InvalidArgument("span models compute in float32 or bfloat16");
   std::ifstream in(dir + "/config.json");
   if (!in) return NotFound(dir + "/config.json: cannot read");
   std::stringstream ss;
   ss << in.rdbuf();
   RS_ASSIGN_OR_RETURN(EncoderConfig config, ParseEncoderConfig(ss.str(), dir + "/config.json"));
   switch (config.family) {
-    case EncoderFamily::kModernBert: return LoadModernBert(config, dir, dtype, device);
-    case EncoderFamily::kRoFormer: return LoadRoFormer(config, dir, dtype, device);
-    case EncoderFamily::kDecoder: break;
+    case EncoderFamily::kModernBert:
+      return LoadModernBert(config, dir, dtype, device);
+    case EncoderFamily::kRoFormer:
+      return LoadRoFormer(config, dir, dtype, device);
+    case EncoderFamily::kDecoder:
+      break;
   }
   RS_ASSIGN_OR_RETURN(const at::Device d, encoder::ParseDevice(device));
   RS_ASSIGN_OR_RETURN(auto decoder, DecoderModel::LoadSpanModel(dir, dtype, d));

@@ -28,7 +28,8 @@ Status CheckWindow(const QaWindow& w, std::size_t index) {
   const std::size_t n = w.start_logits.size();
   if (n == 0 || w.end_logits.size() != n || w.p_mask.size() != n || w.offsets.size() != n ||
       (!w.word_ids.empty() && w.word_ids.size() != n)) {
-    return InvalidArgument("QA window " + std::to_string(index) + ": logits, p_mask, offsets and word ids differ in length");
+    return InvalidArgument("QA window " + std::to_string(index) +
+                           ": logits, p_mask, offsets and word ids differ in length");
   }
   return Status::Ok();
 }
@@ -78,7 +79,8 @@ StatusOr<Answer> MakeAnswer(const std::string& context, const std::vector<std::s
   a.start = start;
   a.end = end;
   a.score = score;
-  a.text = context.substr(cp[static_cast<std::size_t>(start)], cp[static_cast<std::size_t>(end)] - cp[static_cast<std::size_t>(start)]);
+  a.text = context.substr(cp[static_cast<std::size_t>(start)],
+                          cp[static_cast<std::size_t>(end)] - cp[static_cast<std::size_t>(start)]);
   return a;
 }
 
@@ -113,7 +115,7 @@ std::vector<double> JointProbabilities(const std::vector<float>& logits, const s
 // else one per window (the Hugging Face pipeline).
 StatusOr<std::vector<Answer>> Pipeline(const std::vector<Passage>& passages, const QaOptions& o, bool joint,
                                        double* null_out) {
-  double min_null_score = 1000000;  // large and positive, as the reference
+  double min_null_score = 1000000;    // large and positive, as the reference
   double cls_start = 0, cls_end = 0;  // joint: mass at the CLS slots
   Normaliser ns, ne;
   if (joint) {
@@ -127,8 +129,10 @@ StatusOr<std::vector<Answer>> Pipeline(const std::vector<Passage>& passages, con
     const auto cp = tok::CodePointStarts(context);
     for (const QaWindow& w : passages[pi].windows) {
       const std::size_t n = w.start_logits.size();
-      std::vector<double> start = joint ? JointProbabilities(w.start_logits, w.p_mask, ns) : MaskedSoftmax(w.start_logits, w.p_mask);
-      std::vector<double> end = joint ? JointProbabilities(w.end_logits, w.p_mask, ne) : MaskedSoftmax(w.end_logits, w.p_mask);
+      std::vector<double> start =
+          joint ? JointProbabilities(w.start_logits, w.p_mask, ns) : MaskedSoftmax(w.start_logits, w.p_mask);
+      std::vector<double> end =
+          joint ? JointProbabilities(w.end_logits, w.p_mask, ne) : MaskedSoftmax(w.end_logits, w.p_mask);
       min_null_score = std::min(min_null_score, start[0] * end[0]);
       cls_start += start[0];
       cls_end += end[0];
@@ -210,24 +214,24 @@ StatusOr<std::vector<Answer>> Logits(const std::vector<Passage>& passages, const
   bool have_null = false;
   Pred null_pred{0, 0, 0, true};
   for (std::size_t pi = 0; pi < passages.size(); ++pi)
-  for (const QaWindow& w : passages[pi].windows) {
-    const double feature_null = static_cast<double>(w.start_logits[0]) + w.end_logits[0];
-    if (!have_null || null_pred.score > feature_null) {
-      null_pred.score = feature_null;
-      have_null = true;
-    }
-    const auto starts = TopIndices(w.start_logits, static_cast<std::size_t>(o.n_best_size));
-    const auto ends = TopIndices(w.end_logits, static_cast<std::size_t>(o.n_best_size));
-    for (std::size_t s : starts) {
-      for (std::size_t e : ends) {
-        // Only context tokens have offsets (position 0 is the null slot).
-        if (s == 0 || e == 0 || w.p_mask[s] != 0 || w.p_mask[e] != 0) continue;
-        if (e < s || e - s + 1 > static_cast<std::size_t>(o.max_answer_len)) continue;
-        preds.push_back({w.offsets[s].first, w.offsets[e].second,
-                         static_cast<double>(w.start_logits[s]) + w.end_logits[e], false, pi});
+    for (const QaWindow& w : passages[pi].windows) {
+      const double feature_null = static_cast<double>(w.start_logits[0]) + w.end_logits[0];
+      if (!have_null || null_pred.score > feature_null) {
+        null_pred.score = feature_null;
+        have_null = true;
+      }
+      const auto starts = TopIndices(w.start_logits, static_cast<std::size_t>(o.n_best_size));
+      const auto ends = TopIndices(w.end_logits, static_cast<std::size_t>(o.n_best_size));
+      for (std::size_t s : starts) {
+        for (std::size_t e : ends) {
+          // Only context tokens have offsets (position 0 is the null slot).
+          if (s == 0 || e == 0 || w.p_mask[s] != 0 || w.p_mask[e] != 0) continue;
+          if (e < s || e - s + 1 > static_cast<std::size_t>(o.max_answer_len)) continue;
+          preds.push_back({w.offsets[s].first, w.offsets[e].second,
+                           static_cast<double>(w.start_logits[s]) + w.end_logits[e], false, pi});
+        }
       }
     }
-  }
   if (o.handle_impossible_answer && have_null) preds.push_back(null_pred);
   std::stable_sort(preds.begin(), preds.end(), [](const Pred& a, const Pred& b) { return a.score > b.score; });
   if (preds.size() > static_cast<std::size_t>(o.n_best_size)) preds.resize(static_cast<std::size_t>(o.n_best_size));
@@ -270,7 +274,8 @@ StatusOr<std::vector<Answer>> Logits(const std::vector<Passage>& passages, const
 Status CheckOptions(const QaOptions& options) {
   if (options.top_k < 1 || options.top_k > 100) return InvalidArgument("top_k must be between 1 and 100");
   if (options.max_answer_len < 1) return InvalidArgument("max_answer_len must be at least 1");
-  if (options.n_best_size < 1 || options.n_best_size > 1000) return InvalidArgument("n_best_size must be between 1 and 1000");
+  if (options.n_best_size < 1 || options.n_best_size > 1000)
+    return InvalidArgument("n_best_size must be between 1 and 1000");
   return Status::Ok();
 }
 

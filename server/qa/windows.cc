@@ -56,8 +56,10 @@ StatusOr<std::vector<WindowInput>> BuildWindows(const tok::Tokenizer& tokenizer,
   t.strategy = tok::TruncationStrategy::kOnlySecond;
   t.max_windows = o.max_windows;
   auto e = tokenizer.EncodePair(q, context, /*add_special_tokens=*/true, t);
-  if (!e.ok()) return e.status().WithContext("cannot split the context into windows (is the question too long for "
-                                             "max_seq_len, or doc_stride too large?)");
+  if (!e.ok())
+    return e.status().WithContext(
+        "cannot split the context into windows (is the question too long for "
+        "max_seq_len, or doc_stride too large?)");
   std::optional<TokenId> cls_id;
   if (const auto& cls = tokenizer.config().cls_token) cls_id = tokenizer.TokenToId(*cls);
   // The main encoding, then its overflowing windows (the pipeline's order).

@@ -162,10 +162,10 @@ struct ModelRunner::Impl {
 };
 
 ModelRunner::ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size)
-    : impl_(new Impl{model, block_size, model.AllocatePagedKvCache(num_blocks, block_size),
-                     BlockTableRows((model.config().max_position_embeddings + block_size - 1) / block_size,
-                                    model.device()),
-                     BlockTables()}) {}
+    : impl_(new Impl{
+          model, block_size, model.AllocatePagedKvCache(num_blocks, block_size),
+          BlockTableRows((model.config().max_position_embeddings + block_size - 1) / block_size, model.device()),
+          BlockTables()}) {}
 
 ModelRunner::~ModelRunner() = default;
 
@@ -187,7 +187,8 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     const std::vector<BlockId>& table = impl_->host.Of(s.request_id);
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t pos = s.start_position + i;
-      if (pos / bs >= static_cast<std::int64_t>(table.size())) return Internal("a block table is too short for its tokens");
+      if (pos / bs >= static_cast<std::int64_t>(table.size()))
+        return Internal("a block table is too short for its tokens");
       ids.push_back(s.token_ids[i]);
       positions.push_back(pos);
       slots.push_back(static_cast<std::int64_t>(table[pos / bs]) * bs + pos % bs);
@@ -208,8 +209,8 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   // first: one int32 conversion of both).
   const std::vector<std::int64_t> table_rows = impl_->tables.RowsOf(plan);
   const AttentionRows attention = MakeAttentionRows(batch.query_lens, batch.context_lens);
-  const at::Tensor meta = ToDevice({&attention.seq, &attention.context, &table_rows, &query_start,
-                                    &batch.context_lens, &ids, &positions, &slots, &logits_rows, &prompt_rows},
+  const at::Tensor meta = ToDevice({&attention.seq, &attention.context, &table_rows, &query_start, &batch.context_lens,
+                                    &ids, &positions, &slots, &logits_rows, &prompt_rows},
                                    impl_->model.device());
   std::int64_t offset = 0;
   auto take = [&](const std::vector<std::int64_t>& v) {

@@ -61,8 +61,9 @@ StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t pr
   const std::int64_t blocks = (n + block_size - 1) / block_size;
   {
     PagedKvCache cache = model.AllocatePagedKvCache(blocks, block_size);
-    (void)model.ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0), 0, blocks, device),
-                             cache, nullptr)
+    (void)model
+        .ForwardPaged(ContiguousChunk(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0), 0, blocks, device),
+                      cache, nullptr)
         .to(at::kCPU);  // waits for the device
   }
   const DeviceMemory memory = GetDeviceMemory(device);
@@ -101,9 +102,9 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
     RS_ASSIGN_OR_RETURN(available, DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
                                                   options.gpu_memory_utilization));
   }
-  RS_ASSIGN_OR_RETURN(sc.kv, SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
-                                                  options.scheduler.max_model_len, options.scheduler.max_num_seqs,
-                                                  available));
+  RS_ASSIGN_OR_RETURN(sc.kv,
+                      SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
+                                           options.scheduler.max_model_len, options.scheduler.max_num_seqs, available));
   if (sc.kv.num_blocks > (1LL << 31) - 1) return InvalidArgument("--kv-cache-memory is too large");
   sc.engine.scheduler = options.scheduler;
   sc.engine.encoder_token_share = options.qa_token_share;

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "server/common/status.h"
 #include "server/checkpoint/dtype.h"
+#include "server/common/status.h"
 #include "server/service/generation_service.h"
 #include "server/service/qa_service.h"
 

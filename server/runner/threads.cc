@@ -1,7 +1,6 @@
 #include "server/runner/threads.h"
 
 #include <ATen/Parallel.h>
-
 #include <malloc.h>
 
 #include <algorithm>

@@ -65,8 +65,8 @@ int BoundaryRank(std::string_view text, std::size_t pos) {
   std::size_t a = pos, b = pos;
   while (a > 0 && pos - a < kScan && IsSpace(text[a - 1])) --a;
   while (b < text.size() && b - pos < kScan && IsSpace(text[b])) ++b;
-  const auto newlines = std::count(text.begin() + static_cast<std::ptrdiff_t>(a),
-                                   text.begin() + static_cast<std::ptrdiff_t>(b), '\n');
+  const auto newlines =
+      std::count(text.begin() + static_cast<std::ptrdiff_t>(a), text.begin() + static_cast<std::ptrdiff_t>(b), '\n');
   if (newlines >= 2) return 4;
   bool needs_space = false;
   if (EndsSentence(text, a, &needs_space) && (!needs_space || b > a)) return 3;

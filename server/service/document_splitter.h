@@ -40,8 +40,8 @@ struct TextChunk {
 };
 
 struct SplitOptions {
-  std::size_t max_tokens = 1024;    // >= 2
-  std::size_t overlap_tokens = 0;   // at most max_tokens / 4 (larger values are clamped there)
+  std::size_t max_tokens = 1024;   // >= 2
+  std::size_t overlap_tokens = 0;  // at most max_tokens / 4 (larger values are clamped there)
 };
 
 // How good a place byte offset `pos` of `text` is to cut at: 4 paragraph,

@@ -73,7 +73,9 @@ std::string StyleInstruction(SummaryStyle style, const std::string& instruction,
   std::string out = instruction;
   if (out.empty()) {
     switch (style) {
-      case SummaryStyle::kParagraph: out = GenerationService::kDefaultSummaryInstruction; break;
+      case SummaryStyle::kParagraph:
+        out = GenerationService::kDefaultSummaryInstruction;
+        break;
       case SummaryStyle::kBullets:
         out = "Summarize the following text as a list of bullet points, one per line, each starting with \"- \".";
         break;
@@ -94,17 +96,20 @@ const char* StrategyName(const SummaryPlan& plan) {
 
 std::string MapInstruction(const std::string& focus) {
   return "Summarize the following part of a longer document concisely, keeping the facts a summary of the whole "
-         "document needs." + FocusSentence(focus);
+         "document needs." +
+         FocusSentence(focus);
 }
 
 std::string ReduceInstruction(const std::string& focus) {
   return "The following are summaries of consecutive parts of a longer document. Combine them into one concise "
-         "summary that keeps the facts a summary of the whole document needs." + FocusSentence(focus);
+         "summary that keeps the facts a summary of the whole document needs." +
+         FocusSentence(focus);
 }
 
 std::string CombineInstruction(const std::string& final_instruction) {
   return "The following are summaries of consecutive parts of one document; together they stand for the whole "
-         "document. " + final_instruction;
+         "document. " +
+         final_instruction;
 }
 
 std::string RefineInstruction(const std::string& final_instruction, bool last) {
@@ -124,7 +129,8 @@ StatusOr<SummaryPlan> DocumentSummarizer::Plan(const SummaryFields& f, const Gen
   SummaryPlan plan;
   if (f.text.empty()) return InvalidArgument("'text' must not be empty").WithParam("text");
   if (f.text.size() > service_.limits().max_document_bytes)
-    return PayloadTooLarge("the document has " + std::to_string(f.text.size()) + " bytes; this server summarizes at most " +
+    return PayloadTooLarge("the document has " + std::to_string(f.text.size()) +
+                           " bytes; this server summarizes at most " +
                            std::to_string(service_.limits().max_document_bytes) + " (serve --max-document-bytes)")
         .WithParam("text");
   RS_ASSIGN_OR_RETURN(plan.strategy, ParseStrategy(f.strategy));
@@ -143,8 +149,9 @@ StatusOr<SummaryPlan> DocumentSummarizer::Plan(const SummaryFields& f, const Gen
 
   // The longest instruction and framing any prompt of this request has.
   std::int64_t overhead = 0;
-  for (const std::string& ins : {plan.final_instruction, MapInstruction(f.focus), ReduceInstruction(f.focus),
-                                 CombineInstruction(plan.final_instruction), RefineInstruction(plan.final_instruction, true)}) {
+  for (const std::string& ins :
+       {plan.final_instruction, MapInstruction(f.focus), ReduceInstruction(f.focus),
+        CombineInstruction(plan.final_instruction), RefineInstruction(plan.final_instruction, true)}) {
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(RefineText("", "x"), ins));
     overhead = std::max<std::int64_t>(overhead, static_cast<std::int64_t>(ids.size()));
   }
@@ -181,11 +188,15 @@ StatusOr<SummaryPlan> DocumentSummarizer::Plan(const SummaryFields& f, const Gen
                    "for a summary of a document longer than the context (the combined summaries need room)");
   plan.chunk_max_tokens = m;
   std::int64_t room = L - overhead;
-  if (plan.strategy == SummaryStrategy::kTruncate) room -= plan.max_tokens;
-  else if (plan.strategy == SummaryStrategy::kMapReduce) room -= m;
-  else room -= m + std::max(m, plan.max_tokens);  // refine: the summary so far and the next one
+  if (plan.strategy == SummaryStrategy::kTruncate)
+    room -= plan.max_tokens;
+  else if (plan.strategy == SummaryStrategy::kMapReduce)
+    room -= m;
+  else
+    room -= m + std::max(m, plan.max_tokens);  // refine: the summary so far and the next one
   if (room < kMinChunkTokens)
-    return InvalidArgument("this model's context (" + std::to_string(L) + " tokens) leaves no room for a chunk of the document")
+    return InvalidArgument("this model's context (" + std::to_string(L) +
+                           " tokens) leaves no room for a chunk of the document")
         .WithParam("max_tokens");
   std::int64_t c = f.chunk_tokens.value_or(0);
   if (c == 0) c = std::min(kDefaultChunkTokens, room);
@@ -235,7 +246,8 @@ class DocumentSummary final : public OutputSource {
       return StartStep(plan_.chunks[0], MapInstruction(plan_.focus), false);
     }
     phase_ = Phase::kMap;
-    for (const std::string& chunk : plan_.chunks) RS_RETURN_IF_ERROR(StartStep(chunk, MapInstruction(plan_.focus), false));
+    for (const std::string& chunk : plan_.chunks)
+      RS_RETURN_IF_ERROR(StartStep(chunk, MapInstruction(plan_.focus), false));
     return Status::Ok();
   }
 
@@ -475,15 +487,16 @@ class DocumentSummary final : public OutputSource {
   TraceContext trace_;
   std::shared_ptr<Signal> signal_;
   Phase phase_ = Phase::kMap;
-  std::vector<Step> steps_;           // the current round (refine: every step so far)
-  std::deque<OutputDelta> queued_;    // progress events not read yet
+  std::vector<Step> steps_;                                // the current round (refine: every step so far)
+  std::deque<OutputDelta> queued_;                         // progress events not read yet
   std::int64_t prompt_ = 0, completion_ = 0, cached_ = 0;  // of the finished requests
   bool finished_ = false;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryPlan& plan, const GenerationFields& fields,
+StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryPlan& plan,
+                                                                  const GenerationFields& fields,
                                                                   double timeout_seconds,
                                                                   GenerationService::Admission admission,
                                                                   const TraceContext& trace) {
@@ -491,7 +504,8 @@ StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryP
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(plan.chunks[0], plan.final_instruction));
     GenerationFields f = fields;
     if (plan.truncated) f.max_tokens = plan.max_tokens;
-    RS_ASSIGN_OR_RETURN(auto v, ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout_seconds));
+    RS_ASSIGN_OR_RETURN(auto v,
+                        ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout_seconds));
     v.options.trace = trace;
     RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, admission));
     return std::unique_ptr<OutputSource>(std::move(gen));

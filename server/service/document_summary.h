@@ -49,7 +49,7 @@ struct SummaryPlan {
   SummaryStyle style = SummaryStyle::kParagraph;
   std::string final_instruction;  // the final prompt's instruction (style, focus, language)
   std::string focus;
-  std::vector<std::string> chunks;  // the document's chunks (one for a single pass)
+  std::vector<std::string> chunks;    // the document's chunks (one for a single pass)
   std::int64_t max_tokens = 0;        // the final summary's
   std::int64_t chunk_max_tokens = 0;  // each intermediate summary's
   std::int64_t chunk_tokens = 0;
@@ -88,6 +88,7 @@ class DocumentSummarizer {
   StatusOr<std::unique_ptr<OutputSource>> Start(const SummaryPlan& plan, const GenerationFields& fields,
                                                 double timeout_seconds, GenerationService::Admission admission,
                                                 const TraceContext& trace = {});
+
  private:
   GenerationService& service_;
 };

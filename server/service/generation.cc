@@ -113,11 +113,15 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   } else {
     switch (c.finish_reason) {
       case FinishReason::kError:
-      case FinishReason::kRejected: return c.error;
-      case FinishReason::kDeadline: return Status(ErrorCode::kDeadlineExceeded, "request timed out");
-      case FinishReason::kCancelled: return Status(ErrorCode::kCancelled, "request cancelled");
+      case FinishReason::kRejected:
+        return c.error;
+      case FinishReason::kDeadline:
+        return Status(ErrorCode::kDeadlineExceeded, "request timed out");
+      case FinishReason::kCancelled:
+        return Status(ErrorCode::kCancelled, "request cancelled");
       case FinishReason::kStop:
-      case FinishReason::kLength: break;
+      case FinishReason::kLength:
+        break;
     }
     if (detok_) {
       RS_ASSIGN_OR_RETURN(std::string rest, detok_->Finish());
@@ -160,7 +164,7 @@ bool Generation::Append(GenerateResult& r, Delta& d) {
 }
 
 StatusOr<std::vector<GenerateResult>> Generation::CollectAll(std::vector<std::unique_ptr<Generation>>& gens,
-                                                            bool (*abandoned)()) {
+                                                             bool (*abandoned)()) {
   std::vector<GenerateResult> out;
   for (auto& g : gens) {
     // An error drops `gens` with the caller, which cancels the others.

@@ -23,8 +23,8 @@ namespace ropeserve::service {
 class GenerationService;
 
 struct OutputDelta {
-  std::vector<std::int64_t> ids;  // tokens since the previous Delta
-  std::vector<double> logprobs;   // of each id
+  std::vector<std::int64_t> ids;                        // tokens since the previous Delta
+  std::vector<double> logprobs;                         // of each id
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // when asked
   // Logprobs of prompt tokens 1, 2, ... (options.prompt_logprobs); they
   // all come before the first generated token.
@@ -76,8 +76,7 @@ class OutputSource {
   // `abandoned`, it is polled every 200 ms: true cancels the source
   // (Cancelled) -- a unary client that disconnected. `last`, when given,
   // receives the final delta's counts (usage).
-  static StatusOr<GenerateResult> Collect(OutputSource& g, bool (*abandoned)() = nullptr,
-                                          OutputDelta* last = nullptr);
+  static StatusOr<GenerateResult> Collect(OutputSource& g, bool (*abandoned)() = nullptr, OutputDelta* last = nullptr);
 };
 
 // Destroying an unfinished Generation cancels its request (its KV blocks

@@ -1,11 +1,11 @@
 #include "server/service/generation_service.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "server/common/ready_signal.h"
 #include "server/service/reasoning.h"
 #include "server/structured/grammar.h"
-
-#include <algorithm>
-#include <chrono>
 
 namespace ropeserve::service {
 
@@ -41,9 +41,9 @@ GenerationService::~GenerationService() {
   if (engine_) engine_->Stop();
 }
 
-StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(GenerationServiceConfig config,
-                                                                       std::unique_ptr<ModelExecutor> executor,
-                                                                       std::shared_ptr<const tok::Tokenizer> tokenizer) {
+StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(
+    GenerationServiceConfig config, std::unique_ptr<ModelExecutor> executor,
+    std::shared_ptr<const tok::Tokenizer> tokenizer) {
   if (!executor) return InvalidArgument("the generation service needs a model executor");
   if (config.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
   RS_RETURN_IF_ERROR(config.engine.scheduler.Validate());
@@ -99,7 +99,8 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   std::vector<std::shared_ptr<LogitsProcessor>> processors;
   if (!options.logit_bias.empty()) {
     for (auto [id, bias] : options.logit_bias)
-      if (id < 0 || id >= vocab) return InvalidArgument("logit_bias: " + std::to_string(id) + " is outside the vocabulary");
+      if (id < 0 || id >= vocab)
+        return InvalidArgument("logit_bias: " + std::to_string(id) + " is outside the vocabulary");
     processors.push_back(std::make_shared<LogitBias>(options.logit_bias));
   }
   if (!options.constraint.empty()) {
@@ -109,8 +110,10 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
     // One per choice: it follows its sequence's tokens.
     processors.push_back(std::make_shared<structured::GrammarProcessor>(std::move(grammar), options.max_tokens));
   }
-  if (processors.size() == 1) r.processor = std::move(processors[0]);
-  else if (!processors.empty()) r.processor = std::make_shared<ProcessorChain>(std::move(processors));
+  if (processors.size() == 1)
+    r.processor = std::move(processors[0]);
+  else if (!processors.empty())
+    r.processor = std::make_shared<ProcessorChain>(std::move(processors));
   r.stop.ignore_eos = options.ignore_eos;
   r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
@@ -223,14 +226,16 @@ StatusOr<std::vector<GenerateResult>> GenerationService::RunToEnd(std::vector<st
       for (std::size_t i = 0; i < gens.size() && failed.ok(); ++i) {
         if (!open[i]) continue;
         auto more = read(i, std::chrono::milliseconds(0));
-        if (!more.ok()) failed = more.status();
-        else if (!*more) open[i] = false, --remaining;
+        if (!more.ok())
+          failed = more.status();
+        else if (!*more)
+          open[i] = false, --remaining;
       }
       if (!worked && remaining > 0 && failed.ok()) failed = Internal("the engine went idle before a request ended");
     }
   }
   if (!failed.ok()) {
-    gens.clear();  // cancels the others
+    gens.clear();                                         // cancels the others
     if (!config_.engine_thread) engine_->RunUntilIdle();  // leave the engine empty for the next call
     return failed;
   }
@@ -280,15 +285,16 @@ StatusOr<std::vector<GenerateResult>> GenerationService::GenerateBatch(
 StatusOr<std::vector<std::int64_t>> GenerationService::Tokenize(const std::string& text,
                                                                 bool add_special_tokens) const {
   if (!tokenizer_) {
-    return FailedPrecondition("text prompts need the model's tokenizer.json, which this server has not loaded; "
-                              "send token ids");
+    return FailedPrecondition(
+        "text prompts need the model's tokenizer.json, which this server has not loaded; "
+        "send token ids");
   }
   RS_ASSIGN_OR_RETURN(tok::Encoding e, tokenizer_->Encode(text, add_special_tokens));
   return std::vector<std::int64_t>(e.ids.begin(), e.ids.end());
 }
 
 StatusOr<std::string> GenerationService::Detokenize(const std::vector<std::int64_t>& ids,
-                                                     bool skip_special_tokens) const {
+                                                    bool skip_special_tokens) const {
   if (!tokenizer_) return FailedPrecondition("this server has not loaded the model's tokenizer.json: no text");
   // The API reads int64 so that an id past TokenId's range is reported,
   // not wrapped.
@@ -306,8 +312,9 @@ StatusOr<std::string> GenerationService::ApplyChatTemplate(const nlohmann::order
                                                            bool add_generation_prompt,
                                                            const nlohmann::ordered_json& extra) const {
   if (!chat_template_) {
-    return FailedPrecondition("the model has no chat template (tokenizer_config.json 'chat_template'); "
-                              "use /v1/completions");
+    return FailedPrecondition(
+        "the model has no chat template (tokenizer_config.json 'chat_template'); "
+        "use /v1/completions");
   }
   ChatTemplateOptions o;
   o.add_generation_prompt = add_generation_prompt;

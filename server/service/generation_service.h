@@ -13,6 +13,8 @@
 // an offline service from one thread at a time.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -20,8 +22,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/checkpoint/model_config.h"
 #include "server/engine/engine.h"
@@ -49,7 +49,7 @@ struct EngineOptions {
   // A CUDA worker's share of its device's memory for weights, activations
   // and the KV cache (vLLM's --gpu-memory-utilization); CPU workers ignore it.
   double gpu_memory_utilization = 0.9;
-  double qa_token_share = 0.5;           // EngineConfig::encoder_token_share
+  double qa_token_share = 0.5;  // EngineConfig::encoder_token_share
   // Tokens one request may reserve over all its sequences (serve
   // --max-request-tokens); 0 = the KV cache's capacity.
   std::int64_t max_request_tokens = 0;
@@ -57,7 +57,7 @@ struct EngineOptions {
   // (vLLM's rule: with fcfs, a non-zero priority is refused).
   bool priority_scheduling = false;
   std::size_t max_document_bytes = 1 << 20;  // serve --max-document-bytes (Limits)
-  EngineObserver* observer = nullptr;    // metrics hooks; must outlive the service
+  EngineObserver* observer = nullptr;        // metrics hooks; must outlive the service
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
   // when an allocation fails. 0 = off; never set it in production.
@@ -65,15 +65,15 @@ struct EngineOptions {
 };
 
 struct GenerationServiceConfig {
-  std::string name;          // the served model name
-  ModelConfig model;         // vocabulary size, EOS ids, positions
-  std::string dtype;         // compute dtype ("bfloat16", "float32", ...)
-  std::string quantization = "none";  // weight quantization ("none", "int8")
-  std::string device = "cpu";         // where the model runs ("cpu", "cuda:0")
-  EngineConfig engine;       // scheduler, KV blocks, EOS ids
-  KvCacheSize kv;            // what the KV cache holds (reported by /v1/models, metrics)
-  std::int64_t max_request_tokens = 0;  // 0 = the KV cache's capacity
-  bool priority_scheduling = false;     // requests may set `priority`
+  std::string name;                          // the served model name
+  ModelConfig model;                         // vocabulary size, EOS ids, positions
+  std::string dtype;                         // compute dtype ("bfloat16", "float32", ...)
+  std::string quantization = "none";         // weight quantization ("none", "int8")
+  std::string device = "cpu";                // where the model runs ("cpu", "cuda:0")
+  EngineConfig engine;                       // scheduler, KV blocks, EOS ids
+  KvCacheSize kv;                            // what the KV cache holds (reported by /v1/models, metrics)
+  std::int64_t max_request_tokens = 0;       // 0 = the KV cache's capacity
+  bool priority_scheduling = false;          // requests may set `priority`
   std::size_t max_document_bytes = 1 << 20;  // longest text to summarize
   EngineObserver* observer = nullptr;
   bool engine_thread = true;  // false: offline, the caller's thread steps the engine

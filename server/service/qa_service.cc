@@ -8,8 +8,8 @@
 #include <thread>
 #include <tuple>
 
-#include "server/engine/engine.h"
 #include "server/engine/encoder_queue.h"
+#include "server/engine/engine.h"
 #include "server/service/request_params.h"
 
 namespace ropeserve::service {
@@ -163,7 +163,8 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel
     options.engine->AttachEncoder(impl->queue.get(), impl->runner.get());
   } else {
     impl->worker = std::thread([impl] {
-      RunEncoderWorker(*impl->queue, *impl->runner, impl->options.max_batch_tokens, [impl] { return impl->stop.load(); });
+      RunEncoderWorker(*impl->queue, *impl->runner, impl->options.max_batch_tokens,
+                       [impl] { return impl->stop.load(); });
     });
   }
   return s;
@@ -188,7 +189,7 @@ struct QaService::Prepared {
 };
 
 StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<QaRequest> requests,
-                                                                   double timeout_seconds) const {
+                                                                  double timeout_seconds) const {
   auto p = std::make_shared<Prepared>();
   const EncoderConfig& c = config();
   std::size_t total = 0;
@@ -206,12 +207,14 @@ StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<Qa
     wo.max_windows = impl_->options.max_windows;
     const bool multi = !r.passages.empty();
     if (r.passages.size() > static_cast<std::size_t>(kMaxQaPassages))
-      return InvalidArgument("at most " + std::to_string(kMaxQaPassages) + " passages per question").WithParam("contexts");
+      return InvalidArgument("at most " + std::to_string(kMaxQaPassages) + " passages per question")
+          .WithParam("contexts");
     std::vector<qa::WindowInput> windows;
     std::vector<std::size_t> passage_of;
     for (std::size_t k = 0; k < (multi ? r.passages.size() : 1); ++k) {
       auto w = qa::BuildWindows(*impl_->tokenizer, r.question, multi ? r.passages[k] : r.context, wo);
-      if (!w.ok()) return w.status().param().empty() ? w.status().WithParam(multi ? "contexts" : "context") : w.status();
+      if (!w.ok())
+        return w.status().param().empty() ? w.status().WithParam(multi ? "contexts" : "context") : w.status();
       total += w->size();
       if (total > impl_->options.max_windows)
         return InvalidArgument("the request's contexts need more than " + std::to_string(impl_->options.max_windows) +
@@ -245,7 +248,8 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
   for (std::size_t r = 0; r < p.requests.size(); ++r) {
     const QaRequest& req = p.requests[r];
     std::vector<qa::Passage> passages(req.passages.empty() ? 1 : req.passages.size());
-    for (std::size_t i = 0; i < passages.size(); ++i) passages[i].context = req.passages.empty() ? &req.context : &req.passages[i];
+    for (std::size_t i = 0; i < passages.size(); ++i)
+      passages[i].context = req.passages.empty() ? &req.context : &req.passages[i];
     QaResult result;
     for (std::size_t i = 0; i < p.windows[r].size(); ++i) {
       qa::QaWindow q = std::move(p.windows[r][i].window);
@@ -258,7 +262,8 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
     result.windows = static_cast<std::int64_t>(p.windows[r].size());
     double null_score = 0;
     if (req.passages.empty()) {
-      RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswers(passages[0].windows, req.context, req.options, &null_score));
+      RS_ASSIGN_OR_RETURN(result.answers,
+                          qa::SelectAnswers(passages[0].windows, req.context, req.options, &null_score));
     } else {
       RS_ASSIGN_OR_RETURN(result.answers, qa::SelectAnswersAcross(passages, req.options, &null_score));
     }
@@ -284,7 +289,7 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
 }
 
 StatusOr<std::shared_ptr<QaCall>> QaService::AnswerBatchAsync(std::vector<QaRequest> requests, double timeout_seconds,
-                                                             Done done) {
+                                                              Done done) {
   RS_ASSIGN_OR_RETURN(auto p, Prepare(std::move(requests), timeout_seconds));
   std::shared_ptr<QaJob> job = p->job;
   // The job holds the callback, the callback the prepared call; the cycle

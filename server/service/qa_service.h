@@ -18,8 +18,8 @@
 
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
-#include "server/qa/span_scoring.h"
 #include "server/models/span_model.h"
+#include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -43,7 +43,7 @@ struct QaRequest {
 
 struct QaResult {
   std::vector<qa::Answer> answers;
-  std::int64_t tokens = 0;   // tokens of all windows
+  std::int64_t tokens = 0;  // tokens of all windows
   std::int64_t windows = 0;
   std::optional<double> null_score;  // with handle_impossible_answer
 };
@@ -55,7 +55,7 @@ struct QaServiceOptions {
   std::int64_t max_batch_tokens = 8192;  // per forward, without an engine
   std::int64_t max_queue_requests = 1024;
   std::size_t max_context_bytes = 1 << 20;  // longer contexts are refused
-  std::size_t max_windows = 2048;            // windows one request (all its pairs) may need
+  std::size_t max_windows = 2048;           // windows one request (all its pairs) may need
   // Called with each answered call's latency in seconds (metrics); thread-safe.
   std::function<void(double)> on_latency;
   // Runs AnswerBatchAsync's answer selection off the thread that finished

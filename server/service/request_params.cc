@@ -11,9 +11,7 @@ namespace {
 // OpenAI's error code for a request that does not fit the context.
 constexpr const char* kContextLengthExceeded = "context_length_exceeded";
 
-Status Bad(const std::string& param, const std::string& message) {
-  return InvalidArgument(message).WithParam(param);
-}
+Status Bad(const std::string& param, const std::string& message) { return InvalidArgument(message).WithParam(param); }
 
 // `name` in [lo, hi] when given.
 Status CheckRange(const std::optional<std::int64_t>& v, std::int64_t lo, std::int64_t hi, const std::string& name) {
@@ -24,16 +22,20 @@ Status CheckRange(const std::optional<std::int64_t>& v, std::int64_t lo, std::in
 
 struct EndpointDefaults {
   double temperature;
-  std::int64_t max_tokens;  // 0 = the rest of the context
+  std::int64_t max_tokens;      // 0 = the rest of the context
   std::int64_t max_tokens_cap;  // for the "rest of the context" default; 0 = none
 };
 
 EndpointDefaults DefaultsFor(Endpoint e) {
   switch (e) {
-    case Endpoint::kCompletions: return {1.0, 16, 0};
-    case Endpoint::kChat: return {1.0, 0, 0};
-    case Endpoint::kSummarize: return {0.0, 0, 256};
-    case Endpoint::kGenerate: return {0.0, 16, 0};
+    case Endpoint::kCompletions:
+      return {1.0, 16, 0};
+    case Endpoint::kChat:
+      return {1.0, 0, 0};
+    case Endpoint::kSummarize:
+      return {0.0, 0, 256};
+    case Endpoint::kGenerate:
+      return {0.0, 16, 0};
   }
   return {0.0, 16, 0};
 }
@@ -89,7 +91,7 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
     return Bad("max_tokens", "'max_tokens' " + std::to_string(*f.max_tokens) + " plus the prompt's " +
                                  std::to_string(longest) + " tokens exceed the context length " +
                                  std::to_string(limits.max_model_len))
-          .WithReason(kContextLengthExceeded);
+        .WithReason(kContextLengthExceeded);
   std::int64_t budget_room = room;  // per sequence, under --max-request-tokens
   if (limits.max_request_tokens > 0) {
     budget_room = (limits.max_request_tokens - prompt_tokens) / sequences;
@@ -101,10 +103,10 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   if (f.max_tokens) {
     o.max_tokens = *f.max_tokens;
     if (limits.max_request_tokens > 0 && o.max_tokens > budget_room)
-      return Bad("max_tokens", "prompts x n x (prompt + max_tokens) = " +
-                                   std::to_string(prompt_tokens + o.max_tokens * sequences) +
-                                   " tokens exceed the server's limit of " +
-                                   std::to_string(limits.max_request_tokens) + " tokens per request");
+      return Bad("max_tokens",
+                 "prompts x n x (prompt + max_tokens) = " + std::to_string(prompt_tokens + o.max_tokens * sequences) +
+                     " tokens exceed the server's limit of " + std::to_string(limits.max_request_tokens) +
+                     " tokens per request");
   } else {
     o.max_tokens = d.max_tokens > 0 ? d.max_tokens : room;
     if (d.max_tokens_cap > 0) o.max_tokens = std::min(o.max_tokens, d.max_tokens_cap);
@@ -214,8 +216,10 @@ StatusOr<ValidatedQa> ValidateQa(const QaFields& f, std::int64_t max_position_em
     return Bad("scoring", "'scoring' must be \"pipeline\" or \"logits\"");
   o.scoring = scoring == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
   const std::string unit = f.offset_unit.value_or("code_point");
-  if (unit == "utf16") out.offset_unit = qa::OffsetUnit::kUtf16;
-  else if (unit == "utf8_byte") out.offset_unit = qa::OffsetUnit::kUtf8Byte;
+  if (unit == "utf16")
+    out.offset_unit = qa::OffsetUnit::kUtf16;
+  else if (unit == "utf8_byte")
+    out.offset_unit = qa::OffsetUnit::kUtf8Byte;
   else if (unit != "code_point")
     return Bad("offset_unit", "'offset_unit' must be \"code_point\", \"utf16\" or \"utf8_byte\"");
   return out;

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "server/common/status.h"
+#include "server/common/trace_context.h"
 #include "server/engine/sampling.h"
 #include "server/qa/span_scoring.h"
-#include "server/common/trace_context.h"
 #include "server/qa/windows.h"
 #include "server/structured/constraint.h"
 
@@ -72,11 +72,11 @@ struct GenerateResult {
   std::vector<double> prompt_logprobs;                  // of prompt tokens 1.., when asked
   std::vector<std::int64_t> prompt_ranks;               // their ranks (1 = the likeliest token)
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
-  std::string finish_reason;                            // "length" | "stop"
-  std::string text;            // decoded output (with a tokenizer)
+  std::string finish_reason;       // "length" | "stop"
+  std::string text;                // decoded output (with a tokenizer)
   std::int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
-  double prefill_seconds = 0;  // submission to the first token
-  double decode_seconds = 0;   // all later tokens
+  double prefill_seconds = 0;      // submission to the first token
+  double decode_seconds = 0;       // all later tokens
 };
 
 }  // namespace ropeserve
@@ -89,9 +89,9 @@ namespace ropeserve::service {
 constexpr double kGreedyTemperature = 1e-5;
 
 // Fixed limits (not flags): what one request may ask for.
-constexpr int kMaxPrompts = 64;             // prompts in one completions request
-constexpr int kMaxChoices = 16;             // n
-constexpr int kMaxSequences = 64;           // prompts x n
+constexpr int kMaxPrompts = 64;    // prompts in one completions request
+constexpr int kMaxChoices = 16;    // n
+constexpr int kMaxSequences = 64;  // prompts x n
 constexpr int kMaxStopStrings = 16;
 constexpr std::size_t kMaxStopStringBytes = 256;
 constexpr int kMaxStopTokenIds = 64;
@@ -99,20 +99,20 @@ constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxLogitBias = 1024;
 constexpr std::size_t kMaxGuidedRegexBytes = 4096;  // guided_regex / OutputConstraint.regex
 constexpr std::size_t kMaxGuidedChoices = 1024;     // guided_choice / OutputConstraint.choice
-constexpr int kMaxPriority = 1000;          // |priority| (vLLM's scheduling priority)         // entries of logit_bias
-constexpr double kMaxAbsLogitBias = 100;    // bias values lie in [-100, 100] (OpenAI)
-constexpr int kMaxMessages = 1024;          // chat messages
-constexpr int kMaxContentParts = 256;       // content parts of one chat message
-constexpr int kMaxQaInputs = 64;            // (question, context) pairs of one QA request
+constexpr int kMaxPriority = 1000;        // |priority| (vLLM's scheduling priority)         // entries of logit_bias
+constexpr double kMaxAbsLogitBias = 100;  // bias values lie in [-100, 100] (OpenAI)
+constexpr int kMaxMessages = 1024;        // chat messages
+constexpr int kMaxContentParts = 256;     // content parts of one chat message
+constexpr int kMaxQaInputs = 64;          // (question, context) pairs of one QA request
 constexpr int kMaxQaTopK = 100;
 constexpr int kMaxQaAnswerLen = 4096;
 constexpr int kMaxQaNBest = 1000;
-constexpr int kMaxQaPassages = 256;         // passages ("contexts") of one question
+constexpr int kMaxQaPassages = 256;  // passages ("contexts") of one question
 
 // The server's limits that depend on its model and flags.
 struct Limits {
-  std::int64_t max_model_len = 0;       // prompt + generated tokens of one sequence
-  std::int64_t vocab_size = 0;          // token ids must be below this
+  std::int64_t max_model_len = 0;  // prompt + generated tokens of one sequence
+  std::int64_t vocab_size = 0;     // token ids must be below this
   // Tokens one request may reserve: the sum over its sequences (prompts x
   // n) of prompt + max_tokens (serve --max-request-tokens; by default the
   // KV cache's capacity). 0 = no limit.
@@ -128,10 +128,10 @@ struct Limits {
 
 // The endpoint a request came through: it decides the defaults.
 enum class Endpoint {
-  kCompletions,    // POST /v1/completions: temperature 1, max_tokens 16 (OpenAI)
-  kChat,           // POST /v1/chat/completions: temperature 1, max_tokens = the rest of the context (vLLM)
-  kSummarize,      // /v1/summarize and gRPC Summarize*: greedy, max_tokens min(256, the rest)
-  kGenerate,       // gRPC Generate and `ropeserve generate`: greedy, max_tokens 16
+  kCompletions,  // POST /v1/completions: temperature 1, max_tokens 16 (OpenAI)
+  kChat,         // POST /v1/chat/completions: temperature 1, max_tokens = the rest of the context (vLLM)
+  kSummarize,    // /v1/summarize and gRPC Summarize*: greedy, max_tokens min(256, the rest)
+  kGenerate,     // gRPC Generate and `ropeserve generate`: greedy, max_tokens 16
 };
 
 // What a transport read; nullopt = not given (the endpoint's default).
@@ -152,19 +152,19 @@ struct GenerationFields {
   std::optional<std::int64_t> top_logprobs;  // alternatives per token (0 = the chosen token's logprob only)
   std::optional<std::int64_t> n;
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
-  std::optional<std::int64_t> priority;  // lower runs first; [-kMaxPriority, kMaxPriority]
-  std::optional<std::int64_t> prompt_logprobs;  // alternatives per prompt token (0-20)
-  structured::Constraint constraint;             // kNone: free text
+  std::optional<std::int64_t> priority;                     // lower runs first; [-kMaxPriority, kMaxPriority]
+  std::optional<std::int64_t> prompt_logprobs;              // alternatives per prompt token (0-20)
+  structured::Constraint constraint;                        // kNone: free text
 };
 
 // What a transport read for /v1/summarize and gRPC Summarize*.
 struct SummaryFields {
   std::string text;
-  std::string instruction;  // "" = the style's instruction
-  std::optional<std::string> strategy;  // "auto" | "truncate" | "map_reduce" | "refine"
-  std::optional<std::string> style;     // "paragraph" | "bullets" | "headline"
-  std::string focus;                    // a topic or question to favour
-  std::string language;                 // e.g. "French"
+  std::string instruction;                       // "" = the style's instruction
+  std::optional<std::string> strategy;           // "auto" | "truncate" | "map_reduce" | "refine"
+  std::optional<std::string> style;              // "paragraph" | "bullets" | "headline"
+  std::string focus;                             // a topic or question to favour
+  std::string language;                          // e.g. "French"
   std::optional<std::int64_t> chunk_tokens;      // document tokens per chunk
   std::optional<std::int64_t> chunk_overlap;     // tokens shared by consecutive chunks
   std::optional<std::int64_t> chunk_max_tokens;  // tokens of each intermediate summary
@@ -201,7 +201,7 @@ struct QaFields {
   std::optional<bool> handle_impossible_answer;
   std::optional<bool> align_to_words;
   std::optional<double> null_score_diff_threshold;
-  std::optional<std::string> scoring;  // "pipeline" | "logits"
+  std::optional<std::string> scoring;      // "pipeline" | "logits"
   std::optional<std::string> offset_unit;  // "code_point" | "utf16" | "utf8_byte"
 };
 

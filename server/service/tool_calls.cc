@@ -15,9 +15,7 @@ namespace {
 constexpr const char* kHermesOpen = "<tool_call>";
 constexpr const char* kHermesClose = "</tool_call>";
 
-Status Bad(const std::string& param, const std::string& message) {
-  return MalformedRequest(message).WithParam(param);
-}
+Status Bad(const std::string& param, const std::string& message) { return MalformedRequest(message).WithParam(param); }
 
 std::string Trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -52,8 +50,10 @@ std::optional<ToolCall> CallFromText(std::string_view text) {
   if (!name) return std::nullopt;
   ToolCall c{NewCallId(), std::move(*name), "{}"};
   if (const auto raw = arguments ? arguments : parameters) {
-    if (auto in_string = JsonStringValue(*raw)) c.arguments = std::move(*in_string);
-    else c.arguments = std::string(*raw);
+    if (auto in_string = JsonStringValue(*raw))
+      c.arguments = std::move(*in_string);
+    else
+      c.arguments = std::string(*raw);
   }
   return c;
 }
@@ -77,8 +77,10 @@ ToolOutput ParseHermes(const std::string& text) {
     const std::size_t end = close == std::string::npos ? text.size() : close + std::string(kHermesClose).size();
     if (close == std::string::npos) close = text.size();
     auto call = CallFromText(Trim(text.substr(body, close - body)));
-    if (call) out.calls.push_back(std::move(*call));
-    else content += text.substr(open, end - open);  // not a call: kept as text
+    if (call)
+      out.calls.push_back(std::move(*call));
+    else
+      content += text.substr(open, end - open);  // not a call: kept as text
     pos = end;
   }
   content += text.substr(std::min(pos, text.size()));
@@ -134,12 +136,14 @@ StatusOr<ToolRequest> ReadToolRequest(const ojson* tools, const ojson* tool_choi
         return Bad(at + ".function", "a tool needs a 'function' object");
       const ojson& fn = t["function"];
       if (!fn.contains("name") || !fn["name"].is_string() || !std::regex_match(fn["name"].get<std::string>(), kName))
-        return Bad(at + ".function.name", "a function's 'name' must be 1-64 characters of a-z, A-Z, 0-9, '_', '-', '.'");
+        return Bad(at + ".function.name",
+                   "a function's 'name' must be 1-64 characters of a-z, A-Z, 0-9, '_', '-', '.'");
       ToolFunction f{fn["name"].get<std::string>(), nullptr};
       for (const auto& existing : r.tools)
         if (existing.name == f.name) return Bad(at + ".function.name", "two tools are named '" + f.name + "'");
       if (fn.contains("parameters") && !fn["parameters"].is_null()) {
-        if (!fn["parameters"].is_object()) return Bad(at + ".function.parameters", "'parameters' must be a JSON Schema object");
+        if (!fn["parameters"].is_object())
+          return Bad(at + ".function.parameters", "'parameters' must be a JSON Schema object");
         f.parameters = fn["parameters"];
       }
       r.tools.push_back(std::move(f));
@@ -162,10 +166,12 @@ StatusOr<ToolRequest> ReadToolRequest(const ojson* tools, const ojson* tool_choi
       r.named = c["function"]["name"].get<std::string>();
       bool known = false;
       for (const auto& t : r.tools) known = known || t.name == r.named;
-      if (!known) return Bad("tool_choice", "'tool_choice' names '" + r.named.substr(0, 64) + "', which is not in 'tools'");
+      if (!known)
+        return Bad("tool_choice", "'tool_choice' names '" + r.named.substr(0, 64) + "', which is not in 'tools'");
     } else {
       return Bad("tool_choice",
-                 "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+                 "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                 "{\"name\": ...}}");
     }
     if (r.choice != ToolChoice::kNone && r.tools.empty())
       return Bad("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
@@ -184,8 +190,10 @@ void Reroot(ojson& s, const std::string& prefix) {
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (it.key() == "$ref" && it.value().is_string()) {
         const std::string ref = it.value().get<std::string>();
-        if (ref == "#") it.value() = "#" + prefix;
-        else if (ref.rfind("#/", 0) == 0) it.value() = "#" + prefix + ref.substr(1);
+        if (ref == "#")
+          it.value() = "#" + prefix;
+        else if (ref.rfind("#/", 0) == 0)
+          it.value() = "#" + prefix + ref.substr(1);
       } else {
         Reroot(it.value(), prefix);
       }
@@ -263,7 +271,8 @@ ToolOutput ParseToolOutput(const ToolRequest& r, ToolFormat format, const std::s
 }
 
 ToolCallStreamer::ToolCallStreamer(ToolRequest r, ToolFormat format)
-    : request_(std::move(r)), format_(format),
+    : request_(std::move(r)),
+      format_(format),
       in_calls_(request_.choice == ToolChoice::kRequired || request_.choice == ToolChoice::kNamed) {}
 
 std::string ToolCallStreamer::Push(const std::string& text) {

@@ -10,8 +10,9 @@
 //   named     constrained to the named function's arguments object.
 #pragma once
 
-#include <cstddef>
 #include <nlohmann/json.hpp>
+
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,8 +34,8 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 struct ToolRequest {
   std::vector<ToolFunction> tools;
   ToolChoice choice = ToolChoice::kNone;
-  std::string named;             // kNamed: the function
-  bool parallel = true;          // parallel_tool_calls
+  std::string named;     // kNamed: the function
+  bool parallel = true;  // parallel_tool_calls
   bool empty() const { return tools.empty(); }
 };
 
@@ -51,7 +52,7 @@ enum class ToolFormat { kHermes, kLlama3Json };
 ToolFormat ToolFormatForTemplate(const std::string& chat_template);
 
 struct ToolCall {
-  std::string id;         // "call_" + 24 hex digits
+  std::string id;  // "call_" + 24 hex digits
   std::string name;
   std::string arguments;  // a JSON text, exactly as the model generated it
 };
@@ -82,9 +83,9 @@ class ToolCallStreamer {
  private:
   ToolRequest request_;
   ToolFormat format_;
-  std::string all_;         // everything pushed
-  std::size_t sent_ = 0;    // bytes of all_ sent as content
-  bool in_calls_;           // a call started: nothing more is sent
+  std::string all_;       // everything pushed
+  std::size_t sent_ = 0;  // bytes of all_ sent as content
+  bool in_calls_;         // a call started: nothing more is sent
 };
 
 // Tool calls as OpenAI's message.tool_calls / delta.tool_calls entries.

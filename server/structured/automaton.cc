@@ -9,9 +9,9 @@ namespace ropeserve::structured {
 
 struct Expr::Node {
   Kind kind = Kind::kSeq;
-  ByteSet set;              // kBytes
-  std::vector<Expr> kids;   // kSeq/kAlt: the parts; kRepeat: {e}; kSepBy: {item, sep}
-  int min = 0, max = 0;     // kRepeat, kSepBy
+  ByteSet set;             // kBytes
+  std::vector<Expr> kids;  // kSeq/kAlt: the parts; kRepeat: {e}; kSepBy: {item, sep}
+  int min = 0, max = 0;    // kRepeat, kSepBy
 };
 
 namespace {
@@ -220,8 +220,8 @@ StatusOr<Dfa> Dfa::Compile(const Expr& e, const AutomatonLimits& limits) {
   NfaBuilder b(limits.max_nfa_nodes);
   const NfaBuilder::Fragment f = b.Build(e);
   if (b.overflow)
-    return InvalidArgument("the constraint is too complex: its automaton exceeds " + std::to_string(limits.max_nfa_nodes) +
-                           " nodes");
+    return InvalidArgument("the constraint is too complex: its automaton exceeds " +
+                           std::to_string(limits.max_nfa_nodes) + " nodes");
   const auto& nfa = b.nodes;
 
   // Bytes that no transition tells apart share a class.
@@ -237,7 +237,8 @@ StatusOr<Dfa> Dfa::Compile(const Expr& e, const AutomatonLimits& limits) {
       std::uint16_t next_count = 0;
       std::vector<std::uint16_t> updated(256);
       for (int c = 0; c < 256; ++c) {
-        const auto key = std::make_pair(cls[static_cast<std::size_t>(c)], static_cast<bool>(set[static_cast<std::size_t>(c)]));
+        const auto key =
+            std::make_pair(cls[static_cast<std::size_t>(c)], static_cast<bool>(set[static_cast<std::size_t>(c)]));
         auto [it, inserted] = split.emplace(key, next_count);
         if (inserted) ++next_count;
         updated[static_cast<std::size_t>(c)] = it->second;
@@ -251,7 +252,8 @@ StatusOr<Dfa> Dfa::Compile(const Expr& e, const AutomatonLimits& limits) {
     d.num_classes_ = count;
   }
   std::vector<unsigned char> representative(d.num_classes_);
-  for (int c = 255; c >= 0; --c) representative[d.byte_class_[static_cast<std::size_t>(c)]] = static_cast<unsigned char>(c);
+  for (int c = 255; c >= 0; --c)
+    representative[d.byte_class_[static_cast<std::size_t>(c)]] = static_cast<unsigned char>(c);
 
   std::vector<char> seen(nfa.size(), 0);
   std::map<NodeSet, std::int32_t> ids;
@@ -292,7 +294,8 @@ StatusOr<Dfa> Dfa::Compile(const Expr& e, const AutomatonLimits& limits) {
   std::vector<std::vector<std::int32_t>> preds(n);
   for (std::size_t s = 0; s < n; ++s)
     for (std::size_t c = 0; c < d.num_classes_; ++c)
-      if (auto t = next[s * d.num_classes_ + c]; t != kDead) preds[static_cast<std::size_t>(t)].push_back(static_cast<std::int32_t>(s));
+      if (auto t = next[s * d.num_classes_ + c]; t != kDead)
+        preds[static_cast<std::size_t>(t)].push_back(static_cast<std::int32_t>(s));
   std::vector<bool> live(n, false);
   std::deque<std::int32_t> queue;
   for (std::size_t s = 0; s < n; ++s)

@@ -21,7 +21,8 @@ TokenVocabulary::TokenVocabulary(std::vector<std::optional<std::string>> by_id, 
     if (e >= 0 && static_cast<std::size_t>(e) < by_id_.size()) by_id_[static_cast<std::size_t>(e)].reset();
   std::vector<TokenId> order;
   for (std::size_t i = 0; i < by_id_.size(); ++i)
-    if (by_id_[i] && !by_id_[i]->empty() && by_id_[i]->size() <= kMaxTokenBytes) order.push_back(static_cast<TokenId>(i));
+    if (by_id_[i] && !by_id_[i]->empty() && by_id_[i]->size() <= kMaxTokenBytes)
+      order.push_back(static_cast<TokenId>(i));
   std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
     const auto& x = *by_id_[static_cast<std::size_t>(a)];
     const auto& y = *by_id_[static_cast<std::size_t>(b)];
@@ -79,9 +80,7 @@ const std::optional<std::string>& TokenVocabulary::Bytes(TokenId id) const {
 
 // ------------------------------------------------------------ masks
 
-bool TokenMask::Allows(TokenId id) const {
-  return std::binary_search(ids.begin(), ids.end(), id) == allow_list;
-}
+bool TokenMask::Allows(TokenId id) const { return std::binary_search(ids.begin(), ids.end(), id) == allow_list; }
 
 void TokenMask::Apply(std::span<float> logits) const {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -102,7 +101,8 @@ void TokenMask::Apply(std::span<float> logits) const {
 
 // ------------------------------------------------------------ grammar
 
-CompiledGrammar::CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab, std::shared_ptr<MaskMemory> shared)
+CompiledGrammar::CompiledGrammar(Dfa dfa, std::shared_ptr<const TokenVocabulary> vocab,
+                                 std::shared_ptr<MaskMemory> shared)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), shared_(std::move(shared)) {
   distance_ = dfa_.DistancesToAccept(vocab_->single_bytes());
 }
@@ -112,8 +112,8 @@ CompiledGrammar::~CompiledGrammar() {
 }
 
 StatusOr<std::shared_ptr<CompiledGrammar>> CompiledGrammar::Compile(const Constraint& c,
-                                                                   std::shared_ptr<const TokenVocabulary> vocab,
-                                                                   std::shared_ptr<MaskMemory> shared) {
+                                                                    std::shared_ptr<const TokenVocabulary> vocab,
+                                                                    std::shared_ptr<MaskMemory> shared) {
   auto fail = [&](const Status& s) { return c.param.empty() ? s : s.WithParam(c.param); };
   auto expr = ConstraintExpr(c);
   if (!expr.ok()) return fail(expr.status());
@@ -133,8 +133,8 @@ std::int32_t CompiledGrammar::Advance(std::int32_t state, TokenId token) const {
 // no transition is skipped with its whole subtree. Marks the allowed ids; returns how many and the largest distance
 // after one.
 std::pair<std::size_t, std::int32_t> CompiledGrammar::WalkSlice(std::int32_t state, std::int32_t budget,
-                                                                 std::size_t from, std::size_t to,
-                                                                 std::uint8_t* mark) const {
+                                                                std::size_t from, std::size_t to,
+                                                                std::uint8_t* mark) const {
   const TokenVocabulary& v = *vocab_;
   std::size_t allowed = 0;
   std::int32_t max_after = 0;
@@ -199,7 +199,7 @@ TokenMask CompiledGrammar::ComputeMask(std::int32_t state, std::int32_t budget) 
   std::vector<std::pair<std::size_t, std::int32_t>> part(slices);
   std::uint8_t* marks = mark.data();
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(static_cast<int>(slices)) schedule(static, 1) if (slices > 1)
+#pragma omp parallel for num_threads(static_cast <int>(slices)) schedule(static, 1) if (slices > 1)
 #endif
   for (std::size_t c = 0; c < slices; ++c) part[c] = WalkSlice(state, budget, cuts[c], cuts[c + 1], marks);
   for (const auto& [a, m] : part) {

@@ -1,7 +1,8 @@
 #include "server/structured/json_schema.h"
 
-#include <cmath>
 #include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <set>
 #include <unordered_map>
 
@@ -51,8 +52,9 @@ Expr JsonChar() {
   d.set('d');
   d.set('D');
   // \uXXXX without surrogates: a first digit other than d, or d then 0-7.
-  Expr u = Expr::Seq({Lit("\\u"), Expr::Alt({Expr::Seq({Expr::Bytes(hex_no_d), Expr::Bytes(hex)}),
-                                            Expr::Seq({Expr::Bytes(d), DigitRange('0', '7')})}),
+  Expr u = Expr::Seq({Lit("\\u"),
+                      Expr::Alt({Expr::Seq({Expr::Bytes(hex_no_d), Expr::Bytes(hex)}),
+                                 Expr::Seq({Expr::Bytes(d), DigitRange('0', '7')})}),
                       Expr::Bytes(hex), Expr::Bytes(hex)});
   return Expr::Alt({Utf8Class(JsonSafeChars()), Expr::Seq({Lit("\\"), Expr::Bytes(simple_escapes)}), u});
 }
@@ -96,7 +98,9 @@ Expr UnsignedRange(unsigned long long lo, std::optional<unsigned long long> hi) 
     const unsigned long long b = hi ? std::min(*hi, last) : last;
     if (a <= b) options.push_back(FixedRange(Digits(a), Digits(b)));
   }
-  if (!hi) options.push_back(Expr::Seq({DigitRange('1', '9'), Expr::Repeat(Digit(), static_cast<int>(lo_digits), Expr::kUnbounded)}));
+  if (!hi)
+    options.push_back(
+        Expr::Seq({DigitRange('1', '9'), Expr::Repeat(Digit(), static_cast<int>(lo_digits), Expr::kUnbounded)}));
   if (options.empty()) return Expr::Nothing();
   return Expr::Alt(std::move(options));
 }
@@ -114,13 +118,16 @@ Expr SignedRange(std::optional<long long> lo, std::optional<long long> hi, Magni
                                 hi ? std::optional<U>(static_cast<U>(*hi)) : std::nullopt));
   if (!lo || *lo < 0) {
     const U mag_lo = hi && *hi < 0 ? static_cast<U>(-*hi) : min_negative;
-    options.push_back(Expr::Seq({Lit("-"), magnitude(mag_lo, lo ? std::optional<U>(static_cast<U>(-*lo)) : std::nullopt)}));
+    options.push_back(
+        Expr::Seq({Lit("-"), magnitude(mag_lo, lo ? std::optional<U>(static_cast<U>(-*lo)) : std::nullopt)}));
   }
   return Expr::Alt(std::move(options));
 }
 
 // Integers in [lo, hi]; never "-0".
-Expr IntegerRange(std::optional<long long> lo, std::optional<long long> hi) { return SignedRange(lo, hi, UnsignedRange, 1); }
+Expr IntegerRange(std::optional<long long> lo, std::optional<long long> hi) {
+  return SignedRange(lo, hi, UnsignedRange, 1);
+}
 
 Expr Fraction() { return Expr::Seq({Lit("."), Expr::Repeat(Digit(), 1, Expr::kUnbounded)}); }
 
@@ -129,12 +136,15 @@ Expr UnsignedRealRange(unsigned long long lo, std::optional<unsigned long long> 
   if (!hi) return Expr::Seq({UnsignedRange(lo, std::nullopt), Expr::Optional(Fraction())});
   std::vector<Expr> options;
   if (lo < *hi) options.push_back(Expr::Seq({UnsignedRange(lo, *hi - 1), Expr::Optional(Fraction())}));
-  options.push_back(Expr::Seq({Lit(Digits(*hi)), Expr::Optional(Expr::Seq({Lit("."), Expr::Repeat(Lit("0"), 1, Expr::kUnbounded)}))}));
+  options.push_back(Expr::Seq(
+      {Lit(Digits(*hi)), Expr::Optional(Expr::Seq({Lit("."), Expr::Repeat(Lit("0"), 1, Expr::kUnbounded)}))}));
   return Expr::Alt(std::move(options));
 }
 
 // Reals in [lo, hi] (integer bounds, no exponent); "-0" only when 0 is in range.
-Expr RealRange(std::optional<long long> lo, std::optional<long long> hi) { return SignedRange(lo, hi, UnsignedRealRange, 0); }
+Expr RealRange(std::optional<long long> lo, std::optional<long long> hi) {
+  return SignedRange(lo, hi, UnsignedRealRange, 0);
+}
 
 Expr AnyNumber() {
   ByteSet e, sign;
@@ -152,8 +162,9 @@ Expr AnyValue(int depth) {
   if (depth > 0) {
     const Expr inner = AnyValue(depth - 1);
     options.push_back(Expr::Seq({Lit("["), Expr::SepBy(inner, Sep(','), 0, Expr::kUnbounded), Lit("]")}));
-    options.push_back(Expr::Seq({Lit("{"), Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), inner}), Sep(','), 0, Expr::kUnbounded),
-                                 Lit("}")}));
+    options.push_back(
+        Expr::Seq({Lit("{"), Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), inner}), Sep(','), 0, Expr::kUnbounded),
+                   Lit("}")}));
   }
   return Expr::Alt(std::move(options));
 }
@@ -175,30 +186,53 @@ const std::unordered_map<std::string, std::string>& Formats() {
   // The subset of each format that ajv-formats' "full" mode accepts (Feb 29
   // and leap seconds left out rather than checked).
   static const std::string date =
-      "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))";
-  static const std::string time = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+      "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1["
+      "0-9]|2[0-8]))";
+  static const std::string time =
+      "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
   static const std::unordered_map<std::string, std::string> formats = {
       {"date", "^" + date + "$"},
       {"time", "^" + time + "$"},
       {"date-time", "^" + date + "T" + time + "$"},
       {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
       {"email", "^[a-z0-9]+(?:[._+-][a-z0-9]+)*@(?:[a-z0-9]+(?:-[a-z0-9]+)*\\.)+[a-z]{2,}$"},
-      {"ipv4", "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
+      {"ipv4",
+       "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
   };
   return formats;
 }
 
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> keys = {"title", "description", "default", "examples", "$schema", "$id",
-                                             "$comment", "deprecated", "readOnly", "writeOnly", "$anchor"};
+  static const std::set<std::string> keys = {"title",    "description", "default",  "examples",  "$schema", "$id",
+                                             "$comment", "deprecated",  "readOnly", "writeOnly", "$anchor"};
   return keys;
 }
 
 const std::set<std::string>& Supported() {
-  static const std::set<std::string> keys = {
-      "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-      "enum", "const", "pattern", "minLength", "maxLength", "format", "minimum", "maximum", "exclusiveMinimum",
-      "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"};
+  static const std::set<std::string> keys = {"type",
+                                             "properties",
+                                             "required",
+                                             "additionalProperties",
+                                             "items",
+                                             "prefixItems",
+                                             "minItems",
+                                             "maxItems",
+                                             "enum",
+                                             "const",
+                                             "pattern",
+                                             "minLength",
+                                             "maxLength",
+                                             "format",
+                                             "minimum",
+                                             "maximum",
+                                             "exclusiveMinimum",
+                                             "exclusiveMaximum",
+                                             "anyOf",
+                                             "oneOf",
+                                             "allOf",
+                                             "$ref",
+                                             "$defs",
+                                             "definitions"};
   return keys;
 }
 
@@ -208,7 +242,8 @@ class Compiler {
 
   StatusOr<Expr> Value(const json& s, const std::string& path) {
     // Nesting (and $ref chains) bounded: the compiler recurses.
-    if (depth_ >= kMaxSchemaDepth) return Bad(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
+    if (depth_ >= kMaxSchemaDepth)
+      return Bad(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
     ++depth_;
     auto e = ValueAt(s, path);
     --depth_;
@@ -258,7 +293,8 @@ class Compiler {
     std::vector<std::string> types;
     if (s.contains("type")) {
       const json& t = s["type"];
-      if (t.is_string()) types.push_back(t.get<std::string>());
+      if (t.is_string())
+        types.push_back(t.get<std::string>());
       else if (t.is_array() && !t.empty()) {
         for (const json& x : t) {
           if (!x.is_string()) return Bad(path, "'type' must be a string or an array of strings");
@@ -320,9 +356,11 @@ class Compiler {
   static StatusOr<std::optional<long long>> Bound(const json& s, const char* key, const std::string& path) {
     if (!s.contains(key)) return std::optional<long long>();
     const json& v = s[key];
-    if (!v.is_number()) return Bad(path, std::string("'") + key + "' must be a number (draft 4 boolean forms are not supported)");
+    if (!v.is_number())
+      return Bad(path, std::string("'") + key + "' must be a number (draft 4 boolean forms are not supported)");
     const double d = v.get<double>();
-    if (!(std::fabs(d) <= static_cast<double>(kMaxInteger))) return Bad(path, std::string("'") + key + "' is out of the supported range");
+    if (!(std::fabs(d) <= static_cast<double>(kMaxInteger)))
+      return Bad(path, std::string("'") + key + "' is out of the supported range");
     return std::optional<long long>(static_cast<long long>(std::llround(d)));
   }
 
@@ -352,7 +390,8 @@ class Compiler {
     const bool lengths = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) return Bad(path, "'pattern' must be a string");
-      if (lengths || s.contains("format")) return Bad(path, "'pattern' with 'minLength', 'maxLength' or 'format' is not supported");
+      if (lengths || s.contains("format"))
+        return Bad(path, "'pattern' with 'minLength', 'maxLength' or 'format' is not supported");
       auto e = StringPattern(s["pattern"].get<std::string>(), /*search=*/true);
       if (!e.ok()) return Bad(path, "'pattern': " + e.status().message());
       return e;
@@ -361,7 +400,8 @@ class Compiler {
       if (!s["format"].is_string()) return Bad(path, "'format' must be a string");
       const std::string f = s["format"].get<std::string>();
       auto it = Formats().find(f);
-      if (it == Formats().end()) return InvalidArgument("JSON Schema 'format' '" + f + "' (at " + path + ") is not supported");
+      if (it == Formats().end())
+        return InvalidArgument("JSON Schema 'format' '" + f + "' (at " + path + ") is not supported");
       if (lengths) return Bad(path, "'format' with 'minLength' or 'maxLength' is not supported");
       return StringPattern(it->second, /*search=*/false);
     }
@@ -405,8 +445,12 @@ class Compiler {
 
   StatusOr<Expr> Array(const json& s, const std::string& path) {
     int min = 0, max = Expr::kUnbounded;
-    if (s.contains("minItems")) { RS_ASSIGN_OR_RETURN(min, Count(s, "minItems", path)); }
-    if (s.contains("maxItems")) { RS_ASSIGN_OR_RETURN(max, Count(s, "maxItems", path)); }
+    if (s.contains("minItems")) {
+      RS_ASSIGN_OR_RETURN(min, Count(s, "minItems", path));
+    }
+    if (s.contains("maxItems")) {
+      RS_ASSIGN_OR_RETURN(max, Count(s, "maxItems", path));
+    }
     if (max != Expr::kUnbounded && max < min) return Expr::Nothing();
     if (s.contains("prefixItems")) {
       const json& tuple = s["prefixItems"];
@@ -450,7 +494,8 @@ class Compiler {
       if (s.contains("additionalProperties") && s["additionalProperties"].is_object()) {
         RS_ASSIGN_OR_RETURN(value, Value(s["additionalProperties"], path + "/additionalProperties"));
       }
-      return Expr::Seq({Lit("{"), Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), value}), Sep(','), 0, Expr::kUnbounded),
+      return Expr::Seq({Lit("{"),
+                        Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), value}), Sep(','), 0, Expr::kUnbounded),
                         Lit("}")});
     }
     struct Member {
@@ -497,8 +542,8 @@ StatusOr<Expr> JsonSchemaExpr(const json& schema) { return Compiler(schema).Valu
 
 Expr AnyJsonObjectExpr() {
   const Expr inner = AnyValue(kAnyValueDepth - 1);
-  return Expr::Seq({Lit("{"), Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), inner}), Sep(','), 0, Expr::kUnbounded),
-                    Lit("}")});
+  return Expr::Seq(
+      {Lit("{"), Expr::SepBy(Expr::Seq({JsonStringExpr(), Sep(':'), inner}), Sep(','), 0, Expr::kUnbounded), Lit("}")});
 }
 
 }  // namespace ropeserve::structured

@@ -31,8 +31,10 @@ CodePointSet Normalize(CodePointSet set) {
   std::sort(split.begin(), split.end(), [](auto a, auto b) { return a.lo < b.lo; });
   CodePointSet out;
   for (auto r : split) {
-    if (!out.empty() && r.lo <= out.back().hi + 1) out.back().hi = std::max(out.back().hi, r.hi);
-    else out.push_back(r);
+    if (!out.empty() && r.lo <= out.back().hi + 1)
+      out.back().hi = std::max(out.back().hi, r.hi);
+    else
+      out.push_back(r);
   }
   return out;
 }
@@ -100,7 +102,8 @@ void SplitUtf8(char32_t lo, char32_t hi, std::vector<Expr>& out) {
   std::vector<Expr> seq;
   for (std::size_t k = 0; k < a.size(); ++k) {
     ByteSet s;
-    for (int c = static_cast<unsigned char>(a[k]); c <= static_cast<unsigned char>(b[k]); ++c) s.set(static_cast<std::size_t>(c));
+    for (int c = static_cast<unsigned char>(a[k]); c <= static_cast<unsigned char>(b[k]); ++c)
+      s.set(static_cast<std::size_t>(c));
     seq.push_back(Expr::Bytes(s));
   }
   out.push_back(Expr::Seq(std::move(seq)));
@@ -127,8 +130,16 @@ CodePointSet Digits() { return {{'0', '9'}}; }
 CodePointSet Word() { return Normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
 // ECMAScript's \s: WhiteSpace and LineTerminator.
 CodePointSet Space() {
-  return Normalize({{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
-                    {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+  return Normalize({{'\t', '\r'},
+                    {' ', ' '},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000},
+                    {0xFEFF, 0xFEFF}});
 }
 CodePointSet Dot() { return Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}); }
 
@@ -200,17 +211,29 @@ class Parser {
       if (AtEnd()) return atom;
       int min, max;
       const char c = Peek();
-      if (c == '*') { min = 0; max = Expr::kUnbounded; ++i_; }
-      else if (c == '+') { min = 1; max = Expr::kUnbounded; ++i_; }
-      else if (c == '?') { min = 0; max = 1; ++i_; }
-      else if (c == '{' && i_ + 1 < p_.size() && std::isdigit(static_cast<unsigned char>(p_[i_ + 1]))) {
+      if (c == '*') {
+        min = 0;
+        max = Expr::kUnbounded;
+        ++i_;
+      } else if (c == '+') {
+        min = 1;
+        max = Expr::kUnbounded;
+        ++i_;
+      } else if (c == '?') {
+        min = 0;
+        max = 1;
+        ++i_;
+      } else if (c == '{' && i_ + 1 < p_.size() && std::isdigit(static_cast<unsigned char>(p_[i_ + 1]))) {
         ++i_;
         RS_ASSIGN_OR_RETURN(min, Number());
         max = min;
         if (!AtEnd() && Peek() == ',') {
           ++i_;
-          if (!AtEnd() && Peek() == '}') max = Expr::kUnbounded;
-          else { RS_ASSIGN_OR_RETURN(max, Number()); }
+          if (!AtEnd() && Peek() == '}')
+            max = Expr::kUnbounded;
+          else {
+            RS_ASSIGN_OR_RETURN(max, Number());
+          }
         }
         if (AtEnd() || Peek() != '}') return Error("unterminated {n,m}");
         ++i_;
@@ -218,8 +241,10 @@ class Parser {
       } else {
         return atom;
       }
-      if (!AtEnd() && Peek() == '?') ++i_;  // lazy: the same language
-      else if (!AtEnd() && Peek() == '+') return Error("possessive quantifiers are not supported");
+      if (!AtEnd() && Peek() == '?')
+        ++i_;  // lazy: the same language
+      else if (!AtEnd() && Peek() == '+')
+        return Error("possessive quantifiers are not supported");
       atom = Expr::Repeat(std::move(atom), min, max);
     }
   }
@@ -230,7 +255,8 @@ class Parser {
     for (std::size_t k = 0; k < digits; ++k) {
       const char c = p_[i_ + k];
       if (!std::isxdigit(static_cast<unsigned char>(c))) return Error("bad hex digit in escape");
-      v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (std::tolower(c) - 'a' + 10));
+      v = v * 16 +
+          static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (std::tolower(c) - 'a' + 10));
     }
     i_ += digits;
     return v;
@@ -241,18 +267,30 @@ class Parser {
     if (AtEnd()) return Error("trailing backslash");
     const char c = p_[i_++];
     switch (c) {
-      case 'd': return Digits();
-      case 'D': return Complement(Digits());
-      case 'w': return Word();
-      case 'W': return Complement(Word());
-      case 's': return Space();
-      case 'S': return Complement(Space());
-      case 'n': return CodePointSet{{'\n', '\n'}};
-      case 't': return CodePointSet{{'\t', '\t'}};
-      case 'r': return CodePointSet{{'\r', '\r'}};
-      case 'f': return CodePointSet{{'\f', '\f'}};
-      case 'v': return CodePointSet{{'\v', '\v'}};
-      case '0': return CodePointSet{{0, 0}};
+      case 'd':
+        return Digits();
+      case 'D':
+        return Complement(Digits());
+      case 'w':
+        return Word();
+      case 'W':
+        return Complement(Word());
+      case 's':
+        return Space();
+      case 'S':
+        return Complement(Space());
+      case 'n':
+        return CodePointSet{{'\n', '\n'}};
+      case 't':
+        return CodePointSet{{'\t', '\t'}};
+      case 'r':
+        return CodePointSet{{'\r', '\r'}};
+      case 'f':
+        return CodePointSet{{'\f', '\f'}};
+      case 'v':
+        return CodePointSet{{'\v', '\v'}};
+      case '0':
+        return CodePointSet{{0, 0}};
       case 'x': {
         RS_ASSIGN_OR_RETURN(char32_t v, Hex(2));
         return CodePointSet{{v, v}};
@@ -273,13 +311,18 @@ class Parser {
       case 'b':
         if (in_class) return CodePointSet{{'\b', '\b'}};
         return Error("word boundaries (\\b) are not supported");
-      case 'B': return Error("word boundaries (\\B) are not supported");
-      case 'p': case 'P': return Error("Unicode property escapes (\\p) are not supported");
-      case 'k': return Error("named backreferences are not supported");
+      case 'B':
+        return Error("word boundaries (\\B) are not supported");
+      case 'p':
+      case 'P':
+        return Error("Unicode property escapes (\\p) are not supported");
+      case 'k':
+        return Error("named backreferences are not supported");
       default:
         if (std::isdigit(static_cast<unsigned char>(c))) return Error("backreferences are not supported");
         if (std::isalnum(static_cast<unsigned char>(c))) return Error(std::string("unknown escape \\") + c);
-        return CodePointSet{{static_cast<char32_t>(static_cast<unsigned char>(c)), static_cast<char32_t>(static_cast<unsigned char>(c))}};
+        return CodePointSet{{static_cast<char32_t>(static_cast<unsigned char>(c)),
+                             static_cast<char32_t>(static_cast<unsigned char>(c))}};
     }
   }
 

@@ -1,6 +1,5 @@
 #include "server/template/chat_template.h"
 
-
 namespace ropeserve {
 
 StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source) {

@@ -3,8 +3,9 @@
 // add_generation_prompt, bos_token, eos_token, plus caller variables).
 #pragma once
 
-#include <memory>
 #include <nlohmann/json.hpp>
+
+#include <memory>
 #include <optional>
 #include <string>
 

@@ -8,12 +8,12 @@
 // number, not in the middle of a request.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/common/status.h"
 

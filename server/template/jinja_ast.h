@@ -16,8 +16,27 @@ namespace ropeserve::jinja::detail {
 constexpr int kMaxNesting = 200;
 
 struct Expr {
-  enum Kind { kLiteral, kName, kList, kTuple, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest,
-              kNeg, kPos, kNot, kAnd, kOr, kBinary, kCompare, kCond };
+  enum Kind {
+    kLiteral,
+    kName,
+    kList,
+    kTuple,
+    kDict,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kNeg,
+    kPos,
+    kNot,
+    kAnd,
+    kOr,
+    kBinary,
+    kCompare,
+    kCond
+  };
   Kind kind;
   Value literal;
   std::string name;  // name, attribute, filter/test, operator
@@ -31,10 +50,10 @@ using ExprPtr = std::unique_ptr<Expr>;
 struct Node {
   enum Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kBlock };
   Kind kind;
-  std::string text;                       // text / set target name / macro name
-  std::vector<std::string> targets;       // for loop variables, set targets
-  std::string attr;                       // set ns.attr
-  std::vector<ExprPtr> exprs;             // conditions, iterable, value...
+  std::string text;                                        // text / set target name / macro name
+  std::vector<std::string> targets;                        // for loop variables, set targets
+  std::string attr;                                        // set ns.attr
+  std::vector<ExprPtr> exprs;                              // conditions, iterable, value...
   std::vector<std::vector<std::unique_ptr<Node>>> bodies;  // if branches (+else), for body/else
   std::vector<std::pair<std::string, ExprPtr>> params;     // macro parameters
   bool has_else = false;

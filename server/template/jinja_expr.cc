@@ -1,6 +1,7 @@
 #include "server/template/jinja_expr.h"
 
 #include <cctype>
+
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::jinja::detail {
@@ -10,8 +11,15 @@ std::vector<Token> LexExpression(const std::string& src, int line) {
   size_t i = 0;
   while (i < src.size()) {
     const char c = src[i];
-    if (c == '\n') { ++line; ++i; continue; }
-    if (std::isspace(static_cast<unsigned char>(c))) { ++i; continue; }
+    if (c == '\n') {
+      ++line;
+      ++i;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t e = i;
       while (e < src.size() && (std::isalnum(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
@@ -51,25 +59,44 @@ std::vector<Token> LexExpression(const std::string& src, int line) {
         if (src[e] == '\\' && e + 1 < src.size()) {
           const char x = src[++e];
           switch (x) {
-            case 'n': s += '\n'; break;
-            case 't': s += '\t'; break;
-            case 'r': s += '\r'; break;
-            case '\\': s += '\\'; break;
-            case '\'': s += '\''; break;
-            case '"': s += '"'; break;
-            case '0': s += '\0'; break;
-            case 'u': case 'x': {
+            case 'n':
+              s += '\n';
+              break;
+            case 't':
+              s += '\t';
+              break;
+            case 'r':
+              s += '\r';
+              break;
+            case '\\':
+              s += '\\';
+              break;
+            case '\'':
+              s += '\'';
+              break;
+            case '"':
+              s += '"';
+              break;
+            case '0':
+              s += '\0';
+              break;
+            case 'u':
+            case 'x': {
               const size_t digits = x == 'u' ? 4 : 2;
-              if (e + digits >= src.size() + 0 && e + digits > src.size() - 1) Throw("line " + std::to_string(line) + ": bad escape");
+              if (e + digits >= src.size() + 0 && e + digits > src.size() - 1)
+                Throw("line " + std::to_string(line) + ": bad escape");
               const std::string hex = src.substr(e + 1, digits);
               char* endp = nullptr;
               const long cp = std::strtol(hex.c_str(), &endp, 16);
-              if (endp != hex.c_str() + digits) Throw("line " + std::to_string(line) + ": bad \\" + std::string(1, x) + " escape");
+              if (endp != hex.c_str() + digits)
+                Throw("line " + std::to_string(line) + ": bad \\" + std::string(1, x) + " escape");
               tok::AppendUtf8(&s, static_cast<char32_t>(cp));
               e += digits;
               break;
             }
-            default: s += '\\'; s += x;
+            default:
+              s += '\\';
+              s += x;
           }
         } else {
           s += src[e];
@@ -80,8 +107,8 @@ std::vector<Token> LexExpression(const std::string& src, int line) {
       i = e + 1;
       continue;
     }
-    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                 "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "="};
+    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                 ">",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", ":", "|", "="};
     bool matched = false;
     for (const char* op : kOps) {
       const size_t n = std::strlen(op);
@@ -99,7 +126,6 @@ std::vector<Token> LexExpression(const std::string& src, int line) {
 }
 
 // ------------------------------------------------------------- expressions
-
 
 ExprPtr Make(Expr::Kind k, int line) {
   auto e = std::make_unique<Expr>();

@@ -98,12 +98,18 @@ class ExprParser {
   }
   ExprPtr ParseOr() {
     ExprPtr e = ParseAnd();
-    while (IsName("or")) { ++p_; e = Binary(Expr::kOr, std::move(e), ParseAnd()); }
+    while (IsName("or")) {
+      ++p_;
+      e = Binary(Expr::kOr, std::move(e), ParseAnd());
+    }
     return e;
   }
   ExprPtr ParseAnd() {
     ExprPtr e = ParseNot();
-    while (IsName("and")) { ++p_; e = Binary(Expr::kAnd, std::move(e), ParseNot()); }
+    while (IsName("and")) {
+      ++p_;
+      e = Binary(Expr::kAnd, std::move(e), ParseNot());
+    }
     return e;
   }
   ExprPtr ParseNot() {
@@ -138,7 +144,10 @@ class ExprParser {
   }
   ExprPtr ParseConcat() {
     ExprPtr e = ParseAdd();
-    while (IsOp("~")) { ++p_; e = Binary(Expr::kBinary, std::move(e), ParseAdd(), "~"); }
+    while (IsOp("~")) {
+      ++p_;
+      e = Binary(Expr::kBinary, std::move(e), ParseAdd(), "~");
+    }
     return e;
   }
   ExprPtr ParseAdd() {
@@ -159,7 +168,10 @@ class ExprParser {
   }
   ExprPtr ParsePow() {
     ExprPtr e = ParseUnary();
-    while (IsOp("**")) { ++p_; e = Binary(Expr::kBinary, std::move(e), ParseUnary(), "**"); }
+    while (IsOp("**")) {
+      ++p_;
+      e = Binary(Expr::kBinary, std::move(e), ParseUnary(), "**");
+    }
     return e;
   }
   // As Jinja2: "-x | f" is "(-x) | f"; filters bind tighter than binary
@@ -201,14 +213,23 @@ class ExprParser {
         ++p_;
         auto f = Make(Expr::kFilter, e->line);
         f->name = ExpectName();
-        while (IsOp(".")) { ++p_; f->name += "." + ExpectName(); }
+        while (IsOp(".")) {
+          ++p_;
+          f->name += "." + ExpectName();
+        }
         f->kids.push_back(std::move(e));
-        if (IsOp("(")) { ++p_; ParseCallArgs(f.get()); }
+        if (IsOp("(")) {
+          ++p_;
+          ParseCallArgs(f.get());
+        }
         e = std::move(f);
       } else if (IsName("is")) {
         ++p_;
         auto t = Make(Expr::kTest, e->line);
-        if (IsName("not")) { ++p_; t->negated = true; }
+        if (IsName("not")) {
+          ++p_;
+          t->negated = true;
+        }
         if (Peek().kind == Tk::kName) {
           t->name = Next().text;
         } else if (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp(">") || IsOp("<=") || IsOp(">=")) {
@@ -237,8 +258,10 @@ class ExprParser {
       if (IsOp(".")) {
         ++p_;
         auto a = Make(Expr::kAttr, e->line);
-        if (Peek().kind == Tk::kInt) a->name = Next().text;
-        else a->name = ExpectName();
+        if (Peek().kind == Tk::kInt)
+          a->name = Next().text;
+        else
+          a->name = ExpectName();
         a->kids.push_back(std::move(e));
         e = std::move(a);
       } else if (IsOp("[")) {
@@ -299,7 +322,8 @@ class ExprParser {
         if (errno == ERANGE) Fail("integer literal too large");
         return lit(Value::Int(v));
       }
-      case Tk::kFloat: return lit(Value::Float(std::strtod(t.text.c_str(), nullptr)));
+      case Tk::kFloat:
+        return lit(Value::Float(std::strtod(t.text.c_str(), nullptr)));
       case Tk::kName: {
         if (t.text == "true" || t.text == "True") return lit(Value::Bool(true));
         if (t.text == "false" || t.text == "False") return lit(Value::Bool(false));
@@ -310,7 +334,10 @@ class ExprParser {
       }
       case Tk::kOp:
         if (t.text == "(") {
-          if (IsOp(")")) { ++p_; return Make(Expr::kTuple, t.line); }
+          if (IsOp(")")) {
+            ++p_;
+            return Make(Expr::kTuple, t.line);
+          }
           ExprPtr inner = ParseTupleOrExpr();
           Expect(")");
           return inner;
@@ -338,7 +365,8 @@ class ExprParser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     Throw("line " + std::to_string(t.line) + ": unexpected '" + t.text + "' in expression");
   }

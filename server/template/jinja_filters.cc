@@ -12,7 +12,8 @@ namespace ropeserve::jinja::detail {
 Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int line) {
   auto need_str = [&](size_t k, const char* what) -> const std::string& {
     const Value* v = k < a.pos.size() ? &a.pos[k] : nullptr;
-    if (!v || v->kind != Value::kString) Throw("line " + std::to_string(line) + ": " + what + " expects a string argument");
+    if (!v || v->kind != Value::kString)
+      Throw("line " + std::to_string(line) + ": " + what + " expects a string argument");
     return v->s;
   };
   if (obj.kind == Value::kString) {
@@ -32,8 +33,10 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
       const Value* p = Arg(a, 0, "prefix");
       if (!p) Throw("line " + std::to_string(line) + ": " + name + " needs an argument");
       std::vector<std::string> cands;
-      if (p->kind == Value::kString) cands.push_back(p->s);
-      else if (p->kind == Value::kArray) for (const Value& v : *p->arr) cands.push_back(ToStr(v));
+      if (p->kind == Value::kString)
+        cands.push_back(p->s);
+      else if (p->kind == Value::kArray)
+        for (const Value& v : *p->arr) cands.push_back(ToStr(v));
       for (const auto& c : cands) {
         if (name == "startswith" ? s.compare(0, c.size(), c) == 0
                                  : (s.size() >= c.size() && s.compare(s.size() - c.size(), c.size(), c) == 0)) {
@@ -44,11 +47,13 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
     }
     if (name == "replace") {
       const Value* cnt = Arg(a, 2, "count");
-      return Value::Str(ReplaceAll(s, need_str(0, "replace"), need_str(1, "replace"), cnt && cnt->kind == Value::kInt ? cnt->i : -1));
+      return Value::Str(
+          ReplaceAll(s, need_str(0, "replace"), need_str(1, "replace"), cnt && cnt->kind == Value::kInt ? cnt->i : -1));
     }
     if (name == "find") {
       const size_t at = s.find(need_str(0, "find"));
-      return Value::Int(at == std::string::npos ? -1 : static_cast<std::int64_t>(tok::CountCodePoints(s.substr(0, at))));
+      return Value::Int(at == std::string::npos ? -1
+                                                : static_cast<std::int64_t>(tok::CountCodePoints(s.substr(0, at))));
     }
     if (name == "count") {
       const std::string& sub = need_str(0, "count");
@@ -70,7 +75,10 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
       size_t pos = 0;
       while (pos < s.size()) {
         size_t nl = s.find_first_of("\r\n", pos);
-        if (nl == std::string::npos) { out.push_back(Value::Str(s.substr(pos))); break; }
+        if (nl == std::string::npos) {
+          out.push_back(Value::Str(s.substr(pos)));
+          break;
+        }
         out.push_back(Value::Str(s.substr(pos, nl - pos)));
         pos = nl + ((s[nl] == '\r' && nl + 1 < s.size() && s[nl + 1] == '\n') ? 2 : 1);
       }
@@ -81,15 +89,20 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
       if (u.empty()) return Value::Bool(false);
       bool all = true, cased = false;
       for (char32_t c : u) {
-        if (name == "isdigit") all &= tok::IsNumeric(c);
-        else if (name == "isalpha") all &= tok::IsAlphabetic(c);
-        else if (name == "isspace") all &= tok::IsWhitespace(c);
+        if (name == "isdigit")
+          all &= tok::IsNumeric(c);
+        else if (name == "isalpha")
+          all &= tok::IsAlphabetic(c);
+        else if (name == "isspace")
+          all &= tok::IsWhitespace(c);
         else {
           const bool lower = tok::ToUppercase(c) != std::u32string(1, c);
           const bool upper = tok::ToLowercase(c) != std::u32string(1, c);
           cased |= lower || upper;
-          if (name == "isupper") all &= !lower;
-          else all &= !upper;
+          if (name == "isupper")
+            all &= !lower;
+          else
+            all &= !upper;
         }
       }
       return Value::Bool(all && (name.rfind("is", 0) == 0 && (name == "isupper" || name == "islower") ? cased : true));
@@ -124,7 +137,8 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
       if (obj.arr->empty()) Throw("line " + std::to_string(line) + ": pop from empty list");
       std::int64_t i = a.pos.empty() ? -1 : a.pos[0].i;
       if (i < 0) i += static_cast<std::int64_t>(obj.arr->size());
-      if (i < 0 || i >= static_cast<std::int64_t>(obj.arr->size())) Throw("line " + std::to_string(line) + ": pop index out of range");
+      if (i < 0 || i >= static_cast<std::int64_t>(obj.arr->size()))
+        Throw("line " + std::to_string(line) + ": pop index out of range");
       Value v = (*obj.arr)[static_cast<size_t>(i)];
       obj.arr->erase(obj.arr->begin() + i);
       return v;
@@ -159,7 +173,8 @@ Value Renderer::CallMethod(Value& obj, const std::string& name, Args& a, int lin
     }
     if (name == "update") {
       for (const Value& src : a.pos) {
-        if (src.kind == Value::kObject) for (const auto& [k, v] : *src.obj) obj.Set(k, v);
+        if (src.kind == Value::kObject)
+          for (const auto& [k, v] : *src.obj) obj.Set(k, v);
       }
       for (const auto& [k, v] : a.kw) obj.Set(k, v);
       return Value::None();
@@ -191,7 +206,8 @@ bool Renderer::ApplyTest(const std::string& name, const Value& v, const Args& a,
   }
   if (name == "divisibleby") {
     const Value& d = arg(0);
-    if (v.kind != Value::kInt || d.kind != Value::kInt || d.i == 0) Throw("line " + std::to_string(line) + ": divisibleby needs non-zero integers");
+    if (v.kind != Value::kInt || d.kind != Value::kInt || d.i == 0)
+      Throw("line " + std::to_string(line) + ": divisibleby needs non-zero integers");
     return v.i % d.i == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==" || name == "sameas") return Equal(v, arg(0));
@@ -216,11 +232,16 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
   }
   if (name == "length" || name == "count") {
     switch (v.kind) {
-      case Value::kString: return Value::Int(static_cast<std::int64_t>(tok::CountCodePoints(v.s)));
-      case Value::kArray: return Value::Int(static_cast<std::int64_t>(v.arr->size()));
-      case Value::kObject: return Value::Int(static_cast<std::int64_t>(v.obj->size()));
-      case Value::kUndefined: return Value::Int(0);
-      default: fail(std::string("object of type ") + KindName(v) + " has no length");
+      case Value::kString:
+        return Value::Int(static_cast<std::int64_t>(tok::CountCodePoints(v.s)));
+      case Value::kArray:
+        return Value::Int(static_cast<std::int64_t>(v.arr->size()));
+      case Value::kObject:
+        return Value::Int(static_cast<std::int64_t>(v.obj->size()));
+      case Value::kUndefined:
+        return Value::Int(0);
+      default:
+        fail(std::string("object of type ") + KindName(v) + " has no length");
     }
   }
   if (name == "tojson") {
@@ -277,7 +298,8 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
   if (name == "replace") {
     if (a.pos.size() < 2) fail("needs two arguments");
     const Value* cnt = Arg(a, 2, "count");
-    return Value::Str(ReplaceAll(ToStr(v), ToStr(a.pos[0]), ToStr(a.pos[1]), cnt && cnt->kind == Value::kInt ? cnt->i : -1));
+    return Value::Str(
+        ReplaceAll(ToStr(v), ToStr(a.pos[0]), ToStr(a.pos[1]), cnt && cnt->kind == Value::kInt ? cnt->i : -1));
   }
   if (name == "string") return Value::Str(ToStr(v));
   if (name == "safe" || name == "escape" || name == "e" || name == "forceescape") {
@@ -364,7 +386,9 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
     const Value* w = Arg(a, 0, "width");
     const Value* first = Arg(a, 1, "first");
     const Value* blank = Arg(a, 2, "blank");
-    const std::string pad = w && w->kind == Value::kString ? w->s : std::string(w && w->kind == Value::kInt ? static_cast<size_t>(w->i) : 4, ' ');
+    const std::string pad = w && w->kind == Value::kString
+                                ? w->s
+                                : std::string(w && w->kind == Value::kInt ? static_cast<size_t>(w->i) : 4, ' ');
     const std::string s = ToStr(v);
     std::string out;
     size_t pos = 0;
@@ -435,7 +459,10 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
     Array out, cur;
     for (Value& x : Iterate(v, line)) {
       cur.push_back(x);
-      if (static_cast<std::int64_t>(cur.size()) == n->i) { out.push_back(Value::List(std::move(cur))); cur.clear(); }
+      if (static_cast<std::int64_t>(cur.size()) == n->i) {
+        out.push_back(Value::List(std::move(cur)));
+        cur.clear();
+      }
     }
     if (!cur.empty()) out.push_back(Value::List(std::move(cur)));
     return Value::List(std::move(out));
@@ -447,18 +474,19 @@ Value Renderer::ApplyFilter(const std::string& name, Value v, Args& a, int line)
 // time so that a template using anything else fails when it is loaded.
 const std::vector<std::string>& KnownFilters() {
   static const std::vector<std::string> k = {
-      "trim", "length", "count", "tojson", "default", "d", "join", "first", "last", "list", "items", "dictsort",
-      "upper", "lower", "title", "capitalize", "replace", "string", "safe", "escape", "e", "forceescape", "int",
-      "float", "abs", "round", "reverse", "unique", "sort", "sum", "min", "max", "indent", "wordcount", "map",
-      "select", "reject", "selectattr", "rejectattr", "batch"};
+      "trim",    "length",    "count",   "tojson",   "default", "d",           "join",       "first",
+      "last",    "list",      "items",   "dictsort", "upper",   "lower",       "title",      "capitalize",
+      "replace", "string",    "safe",    "escape",   "e",       "forceescape", "int",        "float",
+      "abs",     "round",     "reverse", "unique",   "sort",    "sum",         "min",        "max",
+      "indent",  "wordcount", "map",     "select",   "reject",  "selectattr",  "rejectattr", "batch"};
   return k;
 }
 const std::vector<std::string>& KnownTests() {
   static const std::vector<std::string> k = {
-      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
-      "mapping", "iterable", "sequence", "callable", "odd", "even", "divisibleby", "eq", "equalto", "==",
-      "sameas", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in",
-      "lower", "upper"};
+      "defined", "undefined", "none",        "string",   "number",   "integer", "float",    "boolean",     "true",
+      "false",   "mapping",   "iterable",    "sequence", "callable", "odd",     "even",     "divisibleby", "eq",
+      "equalto", "==",        "sameas",      "ne",       "!=",       "lt",      "lessthan", "<",           "le",
+      "<=",      "gt",        "greaterthan", ">",        "ge",       ">=",      "in",       "lower",       "upper"};
   return k;
 }
 

@@ -22,7 +22,7 @@ std::vector<Segment> Scan(const std::string& src) {
   std::vector<Segment> out;
   size_t pos = 0;
   int line = 1;
-  bool strip_next = false;  // a "-" closing the previous tag
+  bool strip_next = false;    // a "-" closing the previous tag
   bool trim_newline = false;  // trim_blocks after a block/comment tag
   auto count_lines = [](const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); };
   while (pos <= src.size()) {
@@ -40,8 +40,10 @@ std::vector<Segment> Scan(const std::string& src) {
       while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
       text.erase(0, k);
     } else if (trim_newline) {
-      if (text.compare(0, 1, "\n") == 0) text.erase(0, 1);
-      else if (text.compare(0, 2, "\r\n") == 0) text.erase(0, 2);
+      if (text.compare(0, 1, "\n") == 0)
+        text.erase(0, 1);
+      else if (text.compare(0, 2, "\r\n") == 0)
+        text.erase(0, 2);
     }
     strip_next = trim_newline = false;
     if (open == std::string::npos) {
@@ -73,24 +75,40 @@ std::vector<Segment> Scan(const std::string& src) {
       const char c = src[k];
       if (kind != '#') {
         if (quote) {
-          if (c == '\\') { ++k; continue; }
+          if (c == '\\') {
+            ++k;
+            continue;
+          }
           if (c == quote) quote = 0;
           continue;
         }
-        if (c == '\'' || c == '"') { quote = c; continue; }
+        if (c == '\'' || c == '"') {
+          quote = c;
+          continue;
+        }
       }
-      if (src.compare(k, 2, close) == 0) { close_at = k; break; }
+      if (src.compare(k, 2, close) == 0) {
+        close_at = k;
+        break;
+      }
     }
     if (close_at == std::string::npos) {
       Throw("line " + std::to_string(line) + ": unclosed '{" + std::string(1, kind) + "' tag");
     }
     size_t inner_end = close_at;
     bool strip_after = false, keep_after = false;
-    if (inner_end > inner && src[inner_end - 1] == '-') { strip_after = true; --inner_end; }
-    else if (inner_end > inner && src[inner_end - 1] == '+') { keep_after = true; --inner_end; }
+    if (inner_end > inner && src[inner_end - 1] == '-') {
+      strip_after = true;
+      --inner_end;
+    } else if (inner_end > inner && src[inner_end - 1] == '+') {
+      keep_after = true;
+      --inner_end;
+    }
     const std::string body = src.substr(inner, inner_end - inner);
-    if (kind == '{') out.push_back({Segment::kExpr, body, line});
-    else if (kind == '%') out.push_back({Segment::kStmt, body, line});
+    if (kind == '{')
+      out.push_back({Segment::kExpr, body, line});
+    else if (kind == '%')
+      out.push_back({Segment::kStmt, body, line});
     line += count_lines(body);
     pos = close_at + 2;
     strip_next = strip_after;
@@ -200,7 +218,10 @@ class StmtParser {
     if (word == "for") {
       n->kind = Node::kFor;
       n->targets.push_back(p.ExpectName());
-      while (p.IsOp(",")) { p.Next(); n->targets.push_back(p.ExpectName()); }
+      while (p.IsOp(",")) {
+        p.Next();
+        n->targets.push_back(p.ExpectName());
+      }
       if (!p.IsName("in")) p.Fail("expected 'in' in for loop");
       p.Next();
       // The iterable stops before a trailing "if" filter or "recursive".
@@ -235,7 +256,10 @@ class StmtParser {
         return n;
       }
       n->targets.push_back(target);
-      while (p.IsOp(",")) { p.Next(); n->targets.push_back(p.ExpectName()); }
+      while (p.IsOp(",")) {
+        p.Next();
+        n->targets.push_back(p.ExpectName());
+      }
       if (p.AtEnd() && n->targets.size() == 1) {
         n->kind = Node::kSetBlock;
         n->bodies.push_back(ParseBody({"endset"}, &end));
@@ -256,7 +280,10 @@ class StmtParser {
       while (!p.IsOp(")")) {
         std::string name = p.ExpectName();
         ExprPtr def;
-        if (p.IsOp("=")) { p.Next(); def = p.ParseExpr(); }
+        if (p.IsOp("=")) {
+          p.Next();
+          def = p.ParseExpr();
+        }
         n->params.emplace_back(std::move(name), std::move(def));
         if (!p.IsOp(",")) break;
         p.Next();
@@ -301,4 +328,3 @@ class StmtParser {
 NodeList ParseTemplate(const std::string& source) { return StmtParser(Scan(source)).ParseAll(); }
 
 }  // namespace ropeserve::jinja::detail
-

@@ -20,7 +20,8 @@ void Renderer::Render(const NodeList& body, std::string& out) {
     // it) must not make a request loop or allocate without bound.
     if (++steps_ > kMaxSteps) Throw("template exceeded its work limit (" + std::to_string(kMaxSteps) + " steps)");
     Exec(*n, out);
-    if (out.size() > kMaxOutputBytes) Throw("template output exceeds " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
+    if (out.size() > kMaxOutputBytes)
+      Throw("template output exceeds " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
   }
 }
 
@@ -44,8 +45,12 @@ void Renderer::InstallGlobals() {
       if (v.kind != Value::kInt) Throw("range: arguments must be integers");
       return v.i;
     };
-    if (a.pos.size() == 1) stop = num(a.pos[0]);
-    else if (a.pos.size() >= 2) { start = num(a.pos[0]); stop = num(a.pos[1]); }
+    if (a.pos.size() == 1)
+      stop = num(a.pos[0]);
+    else if (a.pos.size() >= 2) {
+      start = num(a.pos[0]);
+      stop = num(a.pos[1]);
+    }
     if (a.pos.size() == 3) step = num(a.pos[2]);
     if (a.pos.empty() || a.pos.size() > 3) Throw("range: expected 1 to 3 arguments");
     if (step == 0) Throw("range: step must not be zero");
@@ -76,21 +81,33 @@ void Renderer::InstallGlobals() {
 
 void Renderer::Exec(const Node& n, std::string& out) {
   switch (n.kind) {
-    case Node::kText: out += n.text; return;
-    case Node::kOutput: out += ToStr(Eval(*n.exprs[0])); return;
-    case Node::kBlock: Render(n.bodies[0], out); return;
+    case Node::kText:
+      out += n.text;
+      return;
+    case Node::kOutput:
+      out += ToStr(Eval(*n.exprs[0]));
+      return;
+    case Node::kBlock:
+      Render(n.bodies[0], out);
+      return;
     case Node::kIf:
       for (size_t k = 0; k < n.exprs.size(); ++k) {
-        if (Eval(*n.exprs[k]).Truthy()) { Render(n.bodies[k], out); return; }
+        if (Eval(*n.exprs[k]).Truthy()) {
+          Render(n.bodies[k], out);
+          return;
+        }
       }
       if (n.has_else) Render(n.bodies.back(), out);
       return;
-    case Node::kFor: ExecFor(n, out); return;
+    case Node::kFor:
+      ExecFor(n, out);
+      return;
     case Node::kSet: {
       Value v = Eval(*n.exprs[0]);
       if (!n.attr.empty()) {
         Value ns = Lookup(n.text);
-        if (ns.kind != Value::kObject) Throw("line " + std::to_string(n.line) + ": cannot set attribute of " + KindName(ns) + " '" + n.text + "'");
+        if (ns.kind != Value::kObject)
+          Throw("line " + std::to_string(n.line) + ": cannot set attribute of " + KindName(ns) + " '" + n.text + "'");
         ns.Set(n.attr, std::move(v));
         return;
       }
@@ -103,9 +120,13 @@ void Renderer::Exec(const Node& n, std::string& out) {
       scopes_.back()[n.targets[0]] = Value::Str(std::move(body));
       return;
     }
-    case Node::kMacro: DefineMacro(n); return;
-    case Node::kBreak: throw LoopControl{LoopControl::kBreak};
-    case Node::kContinue: throw LoopControl{LoopControl::kContinue};
+    case Node::kMacro:
+      DefineMacro(n);
+      return;
+    case Node::kBreak:
+      throw LoopControl{LoopControl::kBreak};
+    case Node::kContinue:
+      throw LoopControl{LoopControl::kContinue};
   }
 }
 
@@ -115,14 +136,16 @@ void Renderer::Assign(const std::vector<std::string>& targets, Value v, int line
     return;
   }
   if (v.kind != Value::kArray || v.arr->size() != targets.size()) {
-    Throw("line " + std::to_string(line) + ": cannot unpack " + KindName(v) + " into " + std::to_string(targets.size()) + " names");
+    Throw("line " + std::to_string(line) + ": cannot unpack " + KindName(v) + " into " +
+          std::to_string(targets.size()) + " names");
   }
   for (size_t k = 0; k < targets.size(); ++k) scopes_.back()[targets[k]] = (*v.arr)[k];
 }
 
 Array Renderer::Iterate(const Value& v, int line) {
   switch (v.kind) {
-    case Value::kArray: return *v.arr;
+    case Value::kArray:
+      return *v.arr;
     case Value::kObject: {
       Array keys;
       for (const auto& kv : *v.obj) keys.push_back(Value::Str(kv.first));
@@ -133,8 +156,11 @@ Array Renderer::Iterate(const Value& v, int line) {
       for (char32_t c : U32(v.s)) chars.push_back(Value::Str(tok::ToUtf8(c)));
       return chars;
     }
-    case Value::kUndefined: case Value::kNone: return {};
-    default: Throw("line " + std::to_string(line) + ": " + KindName(v) + " is not iterable");
+    case Value::kUndefined:
+    case Value::kNone:
+      return {};
+    default:
+      Throw("line " + std::to_string(line) + ": " + KindName(v) + " is not iterable");
   }
 }
 
@@ -169,9 +195,9 @@ void Renderer::ExecFor(const Node& n, std::string& out) {
     loop.Set("previtem", k > 0 ? items[k - 1] : Value());
     loop.Set("nextitem", k + 1 < len ? items[k + 1] : Value());
     loop.Set("cycle", Value::Fn([k](Args& a) -> Value {
-      if (a.pos.empty()) Throw("loop.cycle: needs at least one argument");
-      return a.pos[static_cast<size_t>(k) % a.pos.size()];
-    }));
+               if (a.pos.empty()) Throw("loop.cycle: needs at least one argument");
+               return a.pos[static_cast<size_t>(k) % a.pos.size()];
+             }));
     scopes_.back()["loop"] = loop;
     Assign(n.targets, items[k], n.line);
     bool stop = false;
@@ -199,10 +225,13 @@ void Renderer::DefineMacro(const Node& n) {
     size_t k = 0;
     for (; k < node->params.size(); ++k) {
       const auto& [name, def] = node->params[k];
-      if (k < a.pos.size()) args[name] = a.pos[k];
-      else args[name] = def ? self->Eval(*def) : Value();
+      if (k < a.pos.size())
+        args[name] = a.pos[k];
+      else
+        args[name] = def ? self->Eval(*def) : Value();
     }
-    if (a.pos.size() > node->params.size()) Throw("macro '" + node->text + "' takes " + std::to_string(node->params.size()) + " arguments");
+    if (a.pos.size() > node->params.size())
+      Throw("macro '" + node->text + "' takes " + std::to_string(node->params.size()) + " arguments");
     for (auto& [key, v] : a.kw) {
       bool found = false;
       for (const auto& p : node->params) found |= p.first == key;
@@ -236,7 +265,8 @@ Args Renderer::EvalArgs(const Expr& e, size_t first) {
 }
 
 const Value* Renderer::Kw(const Args& a, const char* name) {
-  for (const auto& [k, v] : a.kw) if (k == name) return &v;
+  for (const auto& [k, v] : a.kw)
+    if (k == name) return &v;
   return nullptr;
 }
 
@@ -281,9 +311,12 @@ Value Renderer::Index(const Value& obj, const Value& key) {
 
 Value Renderer::Eval(const Expr& e) {
   switch (e.kind) {
-    case Expr::kLiteral: return e.literal;
-    case Expr::kName: return Lookup(e.name);
-    case Expr::kList: case Expr::kTuple: {
+    case Expr::kLiteral:
+      return e.literal;
+    case Expr::kName:
+      return Lookup(e.name);
+    case Expr::kList:
+    case Expr::kTuple: {
       Array a;
       for (const auto& k : e.kids) a.push_back(Eval(*k));
       return Value::List(std::move(a));
@@ -293,8 +326,10 @@ Value Renderer::Eval(const Expr& e) {
       for (size_t k = 0; k + 1 < e.kids.size(); k += 2) d.Set(ToStr(Eval(*e.kids[k])), Eval(*e.kids[k + 1]));
       return d;
     }
-    case Expr::kAttr: return Attr(Eval(*e.kids[0]), e.name);
-    case Expr::kIndex: return Index(Eval(*e.kids[0]), Eval(*e.kids[1]));
+    case Expr::kAttr:
+      return Attr(Eval(*e.kids[0]), e.name);
+    case Expr::kIndex:
+      return Index(Eval(*e.kids[0]), Eval(*e.kids[1]));
     case Expr::kSlice: {
       const Value obj = Eval(*e.kids[0]);
       std::optional<std::int64_t> parts[3];
@@ -310,7 +345,8 @@ Value Renderer::Eval(const Expr& e) {
       if (obj.undefined()) return Value();
       Throw("line " + std::to_string(e.line) + ": cannot slice " + KindName(obj));
     }
-    case Expr::kCall: return EvalCall(e);
+    case Expr::kCall:
+      return EvalCall(e);
     case Expr::kFilter: {
       Value v = Eval(*e.kids[0]);
       Args a = EvalArgs(e, 1);
@@ -328,13 +364,15 @@ Value Renderer::Eval(const Expr& e) {
       }
       return Value::Bool(e.negated ? !r : r);
     }
-    case Expr::kNeg: case Expr::kPos: {
+    case Expr::kNeg:
+    case Expr::kPos: {
       const Value v = Eval(*e.kids[0]);
       if (!v.number()) Throw("line " + std::to_string(e.line) + ": bad operand for unary minus: " + KindName(v));
       if (e.kind == Expr::kPos) return v;
       return v.kind == Value::kFloat ? Value::Float(-v.f) : Value::Int(-(v.kind == Value::kBool ? v.b : v.i));
     }
-    case Expr::kNot: return Value::Bool(!Eval(*e.kids[0]).Truthy());
+    case Expr::kNot:
+      return Value::Bool(!Eval(*e.kids[0]).Truthy());
     case Expr::kAnd: {
       Value a = Eval(*e.kids[0]);
       return a.Truthy() ? Eval(*e.kids[1]) : a;
@@ -343,9 +381,12 @@ Value Renderer::Eval(const Expr& e) {
       Value a = Eval(*e.kids[0]);
       return a.Truthy() ? a : Eval(*e.kids[1]);
     }
-    case Expr::kCond: return Eval(*e.kids[1]).Truthy() ? Eval(*e.kids[0]) : Eval(*e.kids[2]);
-    case Expr::kCompare: return Value::Bool(EvalCompare(e.name, Eval(*e.kids[0]), Eval(*e.kids[1]), e.line));
-    case Expr::kBinary: return EvalBinary(e.name, Eval(*e.kids[0]), Eval(*e.kids[1]), e.line);
+    case Expr::kCond:
+      return Eval(*e.kids[1]).Truthy() ? Eval(*e.kids[0]) : Eval(*e.kids[2]);
+    case Expr::kCompare:
+      return Value::Bool(EvalCompare(e.name, Eval(*e.kids[0]), Eval(*e.kids[1]), e.line));
+    case Expr::kBinary:
+      return EvalBinary(e.name, Eval(*e.kids[0]), Eval(*e.kids[1]), e.line);
   }
   Throw("internal: unknown expression");
 }
@@ -353,14 +394,20 @@ Value Renderer::Eval(const Expr& e) {
 bool Renderer::Contains(const Value& container, const Value& item, int line) {
   switch (container.kind) {
     case Value::kString:
-      if (item.kind != Value::kString) Throw("line " + std::to_string(line) + ": 'in <string>' needs a string on the left");
+      if (item.kind != Value::kString)
+        Throw("line " + std::to_string(line) + ": 'in <string>' needs a string on the left");
       return container.s.find(item.s) != std::string::npos;
     case Value::kArray:
-      for (const Value& v : *container.arr) if (Equal(v, item)) return true;
+      for (const Value& v : *container.arr)
+        if (Equal(v, item)) return true;
       return false;
-    case Value::kObject: return container.Find(ToStr(item)) != nullptr;
-    case Value::kUndefined: case Value::kNone: return false;
-    default: Throw("line " + std::to_string(line) + ": argument of type " + KindName(container) + " is not iterable");
+    case Value::kObject:
+      return container.Find(ToStr(item)) != nullptr;
+    case Value::kUndefined:
+    case Value::kNone:
+      return false;
+    default:
+      Throw("line " + std::to_string(line) + ": argument of type " + KindName(container) + " is not iterable");
   }
 }
 
@@ -395,7 +442,8 @@ Value Renderer::EvalBinary(const std::string& op, const Value& a, const Value& b
     return Value::Str(std::move(r));
   }
   if (!a.number() || !b.number()) {
-    Throw("line " + std::to_string(line) + ": unsupported operand types for " + op + ": " + KindName(a) + " and " + KindName(b));
+    Throw("line " + std::to_string(line) + ": unsupported operand types for " + op + ": " + KindName(a) + " and " +
+          KindName(b));
   }
   const bool ints = a.kind != Value::kFloat && b.kind != Value::kFloat;
   const std::int64_t x = a.kind == Value::kBool ? a.b : a.i, y = b.kind == Value::kBool ? b.b : b.i;
@@ -411,7 +459,10 @@ Value Renderer::EvalBinary(const std::string& op, const Value& a, const Value& b
     if (fy == 0) Throw("line " + std::to_string(line) + ": division by zero");
     if (ints) {
       std::int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) { --q; r += y; }
+      if (r != 0 && ((r < 0) != (y < 0))) {
+        --q;
+        r += y;
+      }
       return Value::Int(op == "//" ? q : r);
     }
     const double q = std::floor(fx / fy);
@@ -442,7 +493,8 @@ Value Renderer::EvalCall(const Expr& e) {
   if (f.kind != Value::kFunction) {
     std::string what = callee.kind == Expr::kName ? "'" + callee.name + "'" : std::string("expression");
     if (callee.kind == Expr::kAttr) what = "'" + callee.name + "'";
-    Throw("line " + std::to_string(e.line) + ": " + what + " is " + (f.undefined() ? "undefined" : std::string("not callable")));
+    Throw("line " + std::to_string(e.line) + ": " + what + " is " +
+          (f.undefined() ? "undefined" : std::string("not callable")));
   }
   return (*f.fn)(a);
 }

@@ -3,8 +3,9 @@
 // chat templates use (jinja_filters.cc). Internal to server/template.
 #pragma once
 
-#include <map>
 #include <nlohmann/json.hpp>
+
+#include <map>
 #include <string>
 #include <vector>
 

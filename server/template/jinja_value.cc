@@ -2,33 +2,48 @@
 
 #include <cmath>
 #include <cstdio>
+
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::jinja::detail {
 
 const char* KindName(const Value& v) {
   switch (v.kind) {
-    case Value::kUndefined: return "undefined";
-    case Value::kNone: return "none";
-    case Value::kBool: return "boolean";
-    case Value::kInt: return "integer";
-    case Value::kFloat: return "float";
-    case Value::kString: return "string";
-    case Value::kArray: return "list";
-    case Value::kObject: return "dict";
-    case Value::kFunction: return "function";
+    case Value::kUndefined:
+      return "undefined";
+    case Value::kNone:
+      return "none";
+    case Value::kBool:
+      return "boolean";
+    case Value::kInt:
+      return "integer";
+    case Value::kFloat:
+      return "float";
+    case Value::kString:
+      return "string";
+    case Value::kArray:
+      return "list";
+    case Value::kObject:
+      return "dict";
+    case Value::kFunction:
+      return "function";
   }
   return "?";
 }
 
 Value FromJson(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::None();
-    case nlohmann::ordered_json::value_t::boolean: return Value::Bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::Bool(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value::Int(j.get<std::int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value::Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::Str(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::Int(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::Float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::Str(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array a;
       for (const auto& e : j) a.push_back(FromJson(e));
@@ -39,7 +54,8 @@ Value FromJson(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) o.emplace_back(it.key(), FromJson(it.value()));
       return Value::Dict(std::move(o));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -74,13 +90,20 @@ std::string Repr(const Value& v);
 
 std::string ToStr(const Value& v) {
   switch (v.kind) {
-    case Value::kUndefined: return "";
-    case Value::kNone: return "None";
-    case Value::kBool: return v.b ? "True" : "False";
-    case Value::kInt: return std::to_string(v.i);
-    case Value::kFloat: return FloatRepr(v.f);
-    case Value::kString: return v.s;
-    default: return Repr(v);
+    case Value::kUndefined:
+      return "";
+    case Value::kNone:
+      return "None";
+    case Value::kBool:
+      return v.b ? "True" : "False";
+    case Value::kInt:
+      return std::to_string(v.i);
+    case Value::kFloat:
+      return FloatRepr(v.f);
+    case Value::kString:
+      return v.s;
+    default:
+      return Repr(v);
   }
 }
 
@@ -89,11 +112,17 @@ std::string PyStrRepr(const std::string& s) {
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
   for (char c : s) {
-    if (c == q || c == '\\') { out += '\\'; out += c; }
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else out += c;
+    if (c == q || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
   }
   out += q;
   return out;
@@ -101,7 +130,8 @@ std::string PyStrRepr(const std::string& s) {
 
 std::string Repr(const Value& v) {
   switch (v.kind) {
-    case Value::kString: return PyStrRepr(v.s);
+    case Value::kString:
+      return PyStrRepr(v.s);
     case Value::kArray: {
       std::string out = "[";
       for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + Repr((*v.arr)[k]);
@@ -114,8 +144,10 @@ std::string Repr(const Value& v) {
       }
       return out + "}";
     }
-    case Value::kFunction: return "<function>";
-    default: return ToStr(v);
+    case Value::kFunction:
+      return "<function>";
+    default:
+      return ToStr(v);
   }
 }
 
@@ -124,13 +156,27 @@ void JsonString(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char buf[8];
@@ -151,14 +197,29 @@ void ToJson(std::string& out, const Value& v, int indent, int depth) {
     out.append(static_cast<size_t>(indent * d), ' ');
   };
   switch (v.kind) {
-    case Value::kUndefined: case Value::kNone: out += "null"; return;
-    case Value::kBool: out += v.b ? "true" : "false"; return;
-    case Value::kInt: out += std::to_string(v.i); return;
-    case Value::kFloat: out += FloatRepr(v.f); return;
-    case Value::kString: JsonString(out, v.s); return;
-    case Value::kFunction: Throw("tojson: cannot serialize a function");
+    case Value::kUndefined:
+    case Value::kNone:
+      out += "null";
+      return;
+    case Value::kBool:
+      out += v.b ? "true" : "false";
+      return;
+    case Value::kInt:
+      out += std::to_string(v.i);
+      return;
+    case Value::kFloat:
+      out += FloatRepr(v.f);
+      return;
+    case Value::kString:
+      JsonString(out, v.s);
+      return;
+    case Value::kFunction:
+      Throw("tojson: cannot serialize a function");
     case Value::kArray: {
-      if (v.arr->empty()) { out += "[]"; return; }
+      if (v.arr->empty()) {
+        out += "[]";
+        return;
+      }
       out += '[';
       for (size_t k = 0; k < v.arr->size(); ++k) {
         if (k) out += indent < 0 ? ", " : ",";
@@ -170,7 +231,10 @@ void ToJson(std::string& out, const Value& v, int indent, int depth) {
       return;
     }
     case Value::kObject: {
-      if (v.obj->empty()) { out += "{}"; return; }
+      if (v.obj->empty()) {
+        out += "{}";
+        return;
+      }
       out += '{';
       for (size_t k = 0; k < v.obj->size(); ++k) {
         if (k) out += indent < 0 ? ", " : ",";
@@ -193,11 +257,15 @@ bool Equal(const Value& a, const Value& b) {
   }
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case Value::kUndefined: case Value::kNone: return true;
-    case Value::kString: return a.s == b.s;
+    case Value::kUndefined:
+    case Value::kNone:
+      return true;
+    case Value::kString:
+      return a.s == b.s;
     case Value::kArray:
       if (a.arr->size() != b.arr->size()) return false;
-      for (size_t k = 0; k < a.arr->size(); ++k) if (!Equal((*a.arr)[k], (*b.arr)[k])) return false;
+      for (size_t k = 0; k < a.arr->size(); ++k)
+        if (!Equal((*a.arr)[k], (*b.arr)[k])) return false;
       return true;
     case Value::kObject:
       if (a.obj->size() != b.obj->size()) return false;
@@ -206,8 +274,10 @@ bool Equal(const Value& a, const Value& b) {
         if (!o || !Equal(v, *o)) return false;
       }
       return true;
-    case Value::kFunction: return a.fn == b.fn;
-    default: return false;
+    case Value::kFunction:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -251,8 +321,10 @@ std::string StripChars(const std::string& s, const Value* chars, bool left, bool
   if (!ws) set = U32(chars->s);
   auto strip = [&](char32_t c) { return ws ? tok::IsWhitespace(c) : set.find(c) != std::u32string::npos; };
   size_t b = 0, e = u.size();
-  if (left) while (b < e && strip(u[b])) ++b;
-  if (right) while (e > b && strip(u[e - 1])) --e;
+  if (left)
+    while (b < e && strip(u[b])) ++b;
+  if (right)
+    while (e > b && strip(u[e - 1])) --e;
   return U8(u.substr(b, e - b));
 }
 
@@ -262,10 +334,14 @@ std::string MapCase(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 ti
   for (size_t k = 0; k < u.size(); ++k) {
     const char32_t c = u[k];
     bool upper;
-    if (mode == 0) upper = false;
-    else if (mode == 1) upper = true;
-    else if (mode == 2) upper = !prev_cased;
-    else upper = k == 0;
+    if (mode == 0)
+      upper = false;
+    else if (mode == 1)
+      upper = true;
+    else if (mode == 2)
+      upper = !prev_cased;
+    else
+      upper = k == 0;
     const std::u32string m = upper ? tok::ToUppercase(c) : tok::ToLowercase(c);
     u[k] = m.empty() ? c : m[0];
     prev_cased = tok::IsAlphabetic(c);
@@ -311,7 +387,10 @@ std::string ReplaceAll(const std::string& s, const std::string& from, const std:
     const std::u32string u = U32(s);
     std::int64_t n = 0;
     for (char32_t c : u) {
-      if (count < 0 || n < count) { out += to; ++n; }
+      if (count < 0 || n < count) {
+        out += to;
+        ++n;
+      }
       tok::AppendUtf8(&out, c);
     }
     if (count < 0 || n < count) out += to;

@@ -4,10 +4,11 @@
 // Internal to server/template.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,38 +46,91 @@ struct Value {
   std::shared_ptr<Object> obj;
   std::shared_ptr<Function> fn;
 
-  static Value None() { Value v; v.kind = kNone; return v; }
-  static Value Bool(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
-  static Value Int(std::int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
-  static Value Float(double x) { Value v; v.kind = kFloat; v.f = x; return v; }
-  static Value Str(std::string x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
-  static Value List(Array a = {}) { Value v; v.kind = kArray; v.arr = std::make_shared<Array>(std::move(a)); return v; }
-  static Value Dict(Object o = {}) { Value v; v.kind = kObject; v.obj = std::make_shared<Object>(std::move(o)); return v; }
-  static Value Fn(Function f) { Value v; v.kind = kFunction; v.fn = std::make_shared<Function>(std::move(f)); return v; }
+  static Value None() {
+    Value v;
+    v.kind = kNone;
+    return v;
+  }
+  static Value Bool(bool x) {
+    Value v;
+    v.kind = kBool;
+    v.b = x;
+    return v;
+  }
+  static Value Int(std::int64_t x) {
+    Value v;
+    v.kind = kInt;
+    v.i = x;
+    return v;
+  }
+  static Value Float(double x) {
+    Value v;
+    v.kind = kFloat;
+    v.f = x;
+    return v;
+  }
+  static Value Str(std::string x) {
+    Value v;
+    v.kind = kString;
+    v.s = std::move(x);
+    return v;
+  }
+  static Value List(Array a = {}) {
+    Value v;
+    v.kind = kArray;
+    v.arr = std::make_shared<Array>(std::move(a));
+    return v;
+  }
+  static Value Dict(Object o = {}) {
+    Value v;
+    v.kind = kObject;
+    v.obj = std::make_shared<Object>(std::move(o));
+    return v;
+  }
+  static Value Fn(Function f) {
+    Value v;
+    v.kind = kFunction;
+    v.fn = std::make_shared<Function>(std::move(f));
+    return v;
+  }
 
   bool undefined() const { return kind == kUndefined; }
   bool number() const { return kind == kInt || kind == kFloat || kind == kBool; }
   double AsDouble() const { return kind == kFloat ? f : kind == kBool ? (b ? 1 : 0) : static_cast<double>(i); }
   bool Truthy() const {
     switch (kind) {
-      case kUndefined: case kNone: return false;
-      case kBool: return b;
-      case kInt: return i != 0;
-      case kFloat: return f != 0;
-      case kString: return !s.empty();
-      case kArray: return !arr->empty();
-      case kObject: return !obj->empty();
-      case kFunction: return true;
+      case kUndefined:
+      case kNone:
+        return false;
+      case kBool:
+        return b;
+      case kInt:
+        return i != 0;
+      case kFloat:
+        return f != 0;
+      case kString:
+        return !s.empty();
+      case kArray:
+        return !arr->empty();
+      case kObject:
+        return !obj->empty();
+      case kFunction:
+        return true;
     }
     return false;
   }
   const Value* Find(const std::string& key) const {
     if (kind != kObject) return nullptr;
-    for (const auto& [k, v] : *obj) if (k == key) return &v;
+    for (const auto& [k, v] : *obj)
+      if (k == key) return &v;
     return nullptr;
   }
   void Set(const std::string& key, Value v) {
-    for (auto& [k, old] : *obj) if (k == key) { old = std::move(v); return; }
+    for (auto& [k, old] : *obj)
+      if (k == key) {
+        old = std::move(v);
+        return;
+      }
     obj->emplace_back(key, std::move(v));
   }
 };
@@ -99,7 +153,8 @@ Value SplitString(const std::string& s, const Value* sep, std::int64_t maxsplit)
 std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, std::int64_t count);
 
 template <typename Seq>
-Seq SliceSeq(const Seq& seq, std::optional<std::int64_t> start, std::optional<std::int64_t> stop, std::optional<std::int64_t> step_opt) {
+Seq SliceSeq(const Seq& seq, std::optional<std::int64_t> start, std::optional<std::int64_t> stop,
+             std::optional<std::int64_t> step_opt) {
   const std::int64_t n = static_cast<std::int64_t>(seq.size());
   const std::int64_t step = step_opt.value_or(1);
   if (step == 0) Throw("slice step cannot be zero");

@@ -7,13 +7,13 @@
 // the reference does.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "server/common/status.h"
 #include "server/common/token_id.h"
@@ -129,7 +129,6 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const nlohmann::json& j
 StatusOr<std::unique_ptr<Model>> MakeModel(const nlohmann::json& j);
 StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const nlohmann::json& j);
 StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const nlohmann::json& j);
-
 
 // GPT-2's byte <-> printable character mapping used by byte-level BPE.
 char32_t ByteToChar(std::uint8_t b);

@@ -39,8 +39,10 @@ class ByteLevelDecoder final : public Decoder {
         size_t n;
         const int b = CharToByte(DecodeUtf8(t, k, &n));
         k += n;
-        if (b < 0) ok = false;
-        else bytes.push_back(static_cast<char>(b));
+        if (b < 0)
+          ok = false;
+        else
+          bytes.push_back(static_cast<char>(b));
       }
       if (!ok) {
         bytes.resize(before);
@@ -92,8 +94,8 @@ class MetaspaceDecoder final : public Decoder {
 class ByteFallbackDecoder final : public Decoder {
  public:
   void TokenBytes(std::string& t) const override {
-    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-        std::isxdigit(static_cast<unsigned char>(t[4])))
+    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4])))
       t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
   }
   Status DecodeChain(std::vector<std::string>& tokens) const override {
@@ -112,8 +114,8 @@ class ByteFallbackDecoder final : public Decoder {
     };
     for (std::string& t : tokens) {
       int byte = -1;
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-          std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
         byte = std::stoi(t.substr(3, 2), nullptr, 16);
       }
       if (byte >= 0) {
@@ -142,12 +144,15 @@ class FuseDecoder final : public Decoder {
 
 class StripDecoder final : public Decoder {
  public:
-  StripDecoder(std::string content, size_t start, size_t stop) : content_(std::move(content)), start_(start), stop_(stop) {}
+  StripDecoder(std::string content, size_t start, size_t stop)
+      : content_(std::move(content)), start_(start), stop_(stop) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (std::string& t : tokens) {
       size_t b = 0, e = t.size();
       for (size_t k = 0; k < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++k) b += content_.size();
-      for (size_t k = 0; k < stop_ && e >= b + content_.size() && t.compare(e - content_.size(), content_.size(), content_) == 0; ++k) {
+      for (size_t k = 0;
+           k < stop_ && e >= b + content_.size() && t.compare(e - content_.size(), content_.size(), content_) == 0;
+           ++k) {
         e -= content_.size();
       }
       t = t.substr(b, e - b);
@@ -166,14 +171,17 @@ class ReplaceDecoder final : public Decoder {
     std::vector<std::string> one{t};
     if (DecodeChain(one).ok()) t = std::move(one[0]);
   }
-  ReplaceDecoder(std::shared_ptr<Pattern> p, std::string content) : pattern_(std::move(p)), content_(std::move(content)) {}
+  ReplaceDecoder(std::shared_ptr<Pattern> p, std::string content)
+      : pattern_(std::move(p)), content_(std::move(content)) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (std::string& t : tokens) {
       RS_ASSIGN_OR_RETURN(auto ms, pattern_->FindMatches(t));
       std::string out;
       for (const auto& m : ms) {
-        if (m.is_match) out += content_;
-        else out.append(t, m.offsets.start, m.offsets.end - m.offsets.start);
+        if (m.is_match)
+          out += content_;
+        else
+          out.append(t, m.offsets.start, m.offsets.end - m.offsets.start);
       }
       t = std::move(out);
     }
@@ -187,7 +195,7 @@ class ReplaceDecoder final : public Decoder {
 
 std::string CleanupTokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
       {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) {
     const std::string f(from), t(to);
@@ -207,16 +215,20 @@ std::string CleanupTokenization(std::string s) {
 class WordPieceDecoder final : public Decoder {
  public:
   void TokenBytes(std::string& t) const override {
-    if (t.compare(0, prefix_.size(), prefix_) == 0) t = t.substr(prefix_.size());
-    else t = " " + t;
+    if (t.compare(0, prefix_.size(), prefix_) == 0)
+      t = t.substr(prefix_.size());
+    else
+      t = " " + t;
   }
   WordPieceDecoder(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
   Status DecodeChain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string& t = tokens[i];
       if (i != 0) {
-        if (t.compare(0, prefix_.size(), prefix_) == 0) t = t.substr(prefix_.size());
-        else t = " " + t;
+        if (t.compare(0, prefix_.size(), prefix_) == 0)
+          t = t.substr(prefix_.size());
+        else
+          t = " " + t;
       }
       if (cleanup_) t = CleanupTokenization(std::move(t));
     }
@@ -294,7 +306,8 @@ StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const json& j) {
     RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where, " "));
     RS_ASSIGN_OR_RETURN(long long start, json_fields::Int(j, "start", 0, where));
     RS_ASSIGN_OR_RETURN(long long stop, json_fields::Int(j, "stop", 0, where));
-    if (start < 0 || stop < 0 || content.empty()) return Bad(where, "'start'/'stop' must be >= 0 and 'content' non-empty");
+    if (start < 0 || stop < 0 || content.empty())
+      return Bad(where, "'start'/'stop' must be >= 0 and 'content' non-empty");
     return D(new StripDecoder(content, static_cast<size_t>(start), static_cast<size_t>(stop)));
   }
   if (type == "Replace") {

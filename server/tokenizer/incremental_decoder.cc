@@ -13,8 +13,9 @@ bool Tokenizer::IsByteFallbackToken(TokenId id) const {
 }
 
 StatusOr<std::string> IncrementalDecoder::DecodeFrom(size_t start, size_t end) const {
-  return tok_->Decode(std::vector<TokenId>(ids_.begin() + static_cast<long>(start), ids_.begin() + static_cast<long>(end)),
-                      skip_special_);
+  return tok_->Decode(
+      std::vector<TokenId>(ids_.begin() + static_cast<long>(start), ids_.begin() + static_cast<long>(end)),
+      skip_special_);
 }
 
 StatusOr<std::string> IncrementalDecoder::Push(TokenId id) {
@@ -78,6 +79,5 @@ StatusOr<std::string> IncrementalDecoder::Emit(bool final) {
 }
 
 StatusOr<std::string> IncrementalDecoder::Finish() { return Emit(true); }
-
 
 }  // namespace ropeserve::tok

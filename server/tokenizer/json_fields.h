@@ -2,28 +2,26 @@
 // which component is wrong (internal to server/tokenizer).
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <string>
 
 #include "server/common/status.h"
 
 namespace ropeserve::tok::json_fields {
 
-inline Status Bad(const std::string& where, const std::string& what) {
-  return InvalidArgument(where + ": " + what);
-}
+inline Status Bad(const std::string& where, const std::string& what) { return InvalidArgument(where + ": " + what); }
 
-inline StatusOr<bool> Bool(const nlohmann::json& j, const char* key, bool def,
-                           const std::string& where) {
+inline StatusOr<bool> Bool(const nlohmann::json& j, const char* key, bool def, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
   if (!it->is_boolean()) return Bad(where, std::string("'") + key + "' must be true or false");
   return it->get<bool>();
 }
 
-inline StatusOr<std::string> String(const nlohmann::json& j, const char* key,
-                                    const std::string& where, const char* def = nullptr) {
+inline StatusOr<std::string> String(const nlohmann::json& j, const char* key, const std::string& where,
+                                    const char* def = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (def != nullptr) return std::string(def);
@@ -33,16 +31,14 @@ inline StatusOr<std::string> String(const nlohmann::json& j, const char* key,
   return it->get<std::string>();
 }
 
-inline StatusOr<long long> Int(const nlohmann::json& j, const char* key, long long def,
-                               const std::string& where) {
+inline StatusOr<long long> Int(const nlohmann::json& j, const char* key, long long def, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
   if (!it->is_number_integer()) return Bad(where, std::string("'") + key + "' must be an integer");
   return it->get<long long>();
 }
 
-inline StatusOr<const nlohmann::json*> Array(const nlohmann::json& j, const char* key,
-                                             const std::string& where) {
+inline StatusOr<const nlohmann::json*> Array(const nlohmann::json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array()) {
     return Bad(where, std::string("missing array field '") + key + "'");

@@ -1,13 +1,13 @@
 // Tokenization models (tokenizer.json "model"): BPE, WordPiece, Unigram,
 // WordLevel.
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <queue>
 #include <shared_mutex>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "server/tokenizer/components.h"
 #include "server/tokenizer/json_fields.h"
@@ -121,9 +121,8 @@ class BpeModel final : public VocabModel {
       const auto ia = m->vocab_.Find(a), ib = m->vocab_.Find(b);
       if (!ia || !ib) return Bad(where, "merge '" + a + " " + b + "' uses a token not in the vocabulary");
       std::string merged = a;
-      merged += (!m->prefix_.empty() && b.compare(0, m->prefix_.size(), m->prefix_) == 0)
-                    ? b.substr(m->prefix_.size())
-                    : b;
+      merged +=
+          (!m->prefix_.empty() && b.compare(0, m->prefix_.size(), m->prefix_) == 0) ? b.substr(m->prefix_.size()) : b;
       const auto im = m->vocab_.Find(merged);
       if (!im) return Bad(where, "merge '" + a + " " + b + "' produces '" + merged + "', not in the vocabulary");
       m->merges_.emplace(Key(*ia, *ib), std::make_pair(rank, *im));
@@ -293,7 +292,9 @@ class WordPieceModel final : public VocabModel {
         sub.append(word, start, end - start);
         if ((found = vocab_.Find(sub))) break;
         // step back one character
-        do { --end; } while (end > start && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80);
+        do {
+          --end;
+        } while (end > start && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80);
       }
       if (!found) {
         out->push_back({*unk_, {0, word.size()}});
@@ -334,6 +335,7 @@ class WordLevelModel final : public VocabModel {
     }
     return Status::Ok();
   }
+
  private:
   std::optional<TokenId> unk_;
 };
@@ -454,10 +456,14 @@ StatusOr<std::unique_ptr<Model>> MakeModel(const json& j) {
   std::string type = json_fields::TypeOf(j);
   if (type.empty()) {
     // Old files omit the type; infer it as the reference does.
-    if (j.contains("merges")) type = "BPE";
-    else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word")) type = "WordPiece";
-    else if (j.contains("unk_id")) type = "Unigram";
-    else if (j.contains("vocab")) type = "WordLevel";
+    if (j.contains("merges"))
+      type = "BPE";
+    else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word"))
+      type = "WordPiece";
+    else if (j.contains("unk_id"))
+      type = "Unigram";
+    else if (j.contains("vocab"))
+      type = "WordLevel";
   }
   if (type == "BPE") return BpeModel::Make(j);
   if (type == "WordPiece") return WordPieceModel::Make(j);

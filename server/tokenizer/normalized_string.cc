@@ -7,8 +7,7 @@
 
 namespace ropeserve::tok {
 
-NormalizedString::NormalizedString(std::string_view original)
-    : original_(original), normalized_(original) {
+NormalizedString::NormalizedString(std::string_view original) : original_(original), normalized_(original) {
   align_.resize(original.size());
   size_t i = 0;
   while (i < original.size()) {
@@ -31,8 +30,7 @@ Offsets NormalizedString::ToOriginal(Offsets n) const {
   return {original_shift_ + align_[n.start].first, original_shift_ + align_[n.end - 1].second};
 }
 
-void NormalizedString::TransformRange(size_t start, size_t end,
-                                      const std::vector<CharChange>& dest,
+void NormalizedString::TransformRange(size_t start, size_t end, const std::vector<CharChange>& dest,
                                       size_t initial_offset) {
   // Characters of the range being replaced, as byte lengths.
   std::vector<size_t> old_lens;
@@ -203,8 +201,10 @@ void NormalizedString::Append(std::string_view s) {
 void NormalizedString::Strip(bool left, bool right) {
   const std::vector<char32_t> cs = Chars(normalized_);
   size_t lead = 0, trail = 0;
-  if (left) while (lead < cs.size() && IsWhitespace(cs[lead])) ++lead;
-  if (right) while (trail < cs.size() - lead && IsWhitespace(cs[cs.size() - 1 - trail])) ++trail;
+  if (left)
+    while (lead < cs.size() && IsWhitespace(cs[lead])) ++lead;
+  if (right)
+    while (trail < cs.size() - lead && IsWhitespace(cs[cs.size() - 1 - trail])) ++trail;
   if (lead == 0 && trail == 0) return;
   std::vector<CharChange> dest;
   for (size_t i = lead; i + trail < cs.size(); ++i) {
@@ -268,9 +268,7 @@ NormalizedString NormalizedString::Slice(size_t start, size_t end) const {
     o_start = align_[start].first;
     o_end = align_[end - 1].second;
   } else {
-    o_start = o_end = start < align_.size() ? align_[start].first
-                      : align_.empty()      ? 0
-                                            : align_.back().second;
+    o_start = o_end = start < align_.size() ? align_[start].first : align_.empty() ? 0 : align_.back().second;
   }
   out.original_ = original_.substr(o_start, o_end - o_start);
   out.align_.reserve(end - start);
@@ -282,8 +280,7 @@ NormalizedString NormalizedString::Slice(size_t start, size_t end) const {
   return out;
 }
 
-StatusOr<std::vector<NormalizedString>> NormalizedString::Split(const Pattern& pattern,
-                                                                SplitBehavior behavior) const {
+StatusOr<std::vector<NormalizedString>> NormalizedString::Split(const Pattern& pattern, SplitBehavior behavior) const {
   RS_ASSIGN_OR_RETURN(auto matches, pattern.FindMatches(normalized_));
   struct Piece {
     Offsets o;
@@ -300,8 +297,10 @@ StatusOr<std::vector<NormalizedString>> NormalizedString::Split(const Pattern& p
     case SplitBehavior::kContiguous: {
       bool prev = false;
       for (const auto& m : matches) {
-        if (m.is_match == prev && !pieces.empty()) pieces.back().o.end = m.offsets.end;
-        else pieces.push_back({m.offsets, false});
+        if (m.is_match == prev && !pieces.empty())
+          pieces.back().o.end = m.offsets.end;
+        else
+          pieces.push_back({m.offsets, false});
         prev = m.is_match;
       }
       break;
@@ -309,8 +308,10 @@ StatusOr<std::vector<NormalizedString>> NormalizedString::Split(const Pattern& p
     case SplitBehavior::kMergedWithPrevious: {
       bool prev = false;
       for (const auto& m : matches) {
-        if (m.is_match && !prev && !pieces.empty()) pieces.back().o.end = m.offsets.end;
-        else pieces.push_back({m.offsets, false});
+        if (m.is_match && !prev && !pieces.empty())
+          pieces.back().o.end = m.offsets.end;
+        else
+          pieces.push_back({m.offsets, false});
         prev = m.is_match;
       }
       break;
@@ -319,8 +320,10 @@ StatusOr<std::vector<NormalizedString>> NormalizedString::Split(const Pattern& p
       bool prev = false;
       for (size_t k = matches.size(); k-- > 0;) {
         const auto& m = matches[k];
-        if (m.is_match && !prev && !pieces.empty()) pieces.back().o.start = m.offsets.start;
-        else pieces.push_back({m.offsets, false});
+        if (m.is_match && !prev && !pieces.empty())
+          pieces.back().o.start = m.offsets.start;
+        else
+          pieces.push_back({m.offsets, false});
         prev = m.is_match;
       }
       std::reverse(pieces.begin(), pieces.end());

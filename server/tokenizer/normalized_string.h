@@ -52,8 +52,7 @@ class NormalizedString {
 
   // Replaces normalized bytes [start, end) by `dest`; `initial_offset`
   // characters at the start of the range are removed.
-  void TransformRange(size_t start, size_t end, const std::vector<CharChange>& dest,
-                      size_t initial_offset);
+  void TransformRange(size_t start, size_t end, const std::vector<CharChange>& dest, size_t initial_offset);
   void Transform(const std::vector<CharChange>& dest, size_t initial_offset) {
     TransformRange(0, normalized_.size(), dest, initial_offset);
   }
@@ -71,8 +70,7 @@ class NormalizedString {
 
   // Sub-string over normalized bytes [start, end) (on character boundaries).
   NormalizedString Slice(size_t start, size_t end) const;
-  StatusOr<std::vector<NormalizedString>> Split(const Pattern& pattern,
-                                                SplitBehavior behavior) const;
+  StatusOr<std::vector<NormalizedString>> Split(const Pattern& pattern, SplitBehavior behavior) const;
 
  private:
   std::string original_;

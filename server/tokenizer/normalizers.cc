@@ -110,9 +110,7 @@ class BertNormalizer final : public Normalizer {
   Status Normalize(NormalizedString& s) const override {
     if (clean_) {
       s.Filter([](char32_t c) { return !(c == 0 || c == 0xFFFD || IsBertControl(c)); });
-      s.MapChars([](char32_t c) {
-        return std::u32string(1, IsWhitespace(c) ? U' ' : c);
-      });
+      s.MapChars([](char32_t c) { return std::u32string(1, IsWhitespace(c) ? U' ' : c); });
     }
     if (chinese_) {
       std::vector<CharChange> dest;

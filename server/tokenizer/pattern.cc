@@ -63,13 +63,12 @@ StatusOr<std::shared_ptr<Regex>> Regex::Compile(const std::string& pattern) {
   OnigErrorInfo einfo;
   OnigRegex reg = nullptr;
   const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());
-  const int r = onig_new(&reg, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8,
-                         ONIG_SYNTAX_DEFAULT, &einfo);
+  const int r =
+      onig_new(&reg, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &einfo);
   if (r != ONIG_NORMAL) {
     OnigUChar buf[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(buf, r, &einfo);
-    return InvalidArgument("invalid regular expression '" + pattern +
-                           "': " + reinterpret_cast<char*>(buf));
+    return InvalidArgument("invalid regular expression '" + pattern + "': " + reinterpret_cast<char*>(buf));
   }
   re->regex_ = reg;
   return re;
@@ -79,8 +78,7 @@ Regex::~Regex() {
   if (regex_ != nullptr) onig_free(static_cast<OnigRegex>(regex_));
 }
 
-Status Regex::ForEachMatch(std::string_view s,
-                           const std::function<void(size_t, size_t)>& on_match) const {
+Status Regex::ForEachMatch(std::string_view s, const std::function<void(size_t, size_t)>& on_match) const {
   auto* reg = static_cast<OnigRegex>(regex_);
   OnigRegion* region = onig_region_new();
   const auto* begin = reinterpret_cast<const OnigUChar*>(s.data());
@@ -94,8 +92,7 @@ Status Regex::ForEachMatch(std::string_view s,
     if (r < 0) {
       OnigUChar buf[ONIG_MAX_ERROR_MESSAGE_LEN];
       onig_error_code_to_str(buf, r);
-      status = InvalidArgument("regular expression '" + source_ +
-                               "' failed: " + reinterpret_cast<char*>(buf));
+      status = InvalidArgument("regular expression '" + source_ + "' failed: " + reinterpret_cast<char*>(buf));
       break;
     }
     const size_t ms = static_cast<size_t>(region->beg[0]);

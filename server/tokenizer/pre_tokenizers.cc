@@ -16,8 +16,7 @@ StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string&
 namespace {
 
 // GPT-2's pre-tokenization regex (the ByteLevel pre-tokenizer's use_regex).
-constexpr const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Flips which pieces count as matches (the reference's Invert wrapper).
 class InvertPattern final : public Pattern {
@@ -59,8 +58,7 @@ class WordOrSymbolRuns final : public Pattern {
 
 class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
-  ByteLevelPreTokenizer(bool prefix, std::shared_ptr<Regex> re)
-      : add_prefix_space_(prefix), regex_(std::move(re)) {}
+  ByteLevelPreTokenizer(bool prefix, std::shared_ptr<Regex> re) : add_prefix_space_(prefix), regex_(std::move(re)) {}
   Status PreTokenize(PreTokenizedString& pts) const override {
     RS_RETURN_IF_ERROR(pts.SplitEach([&](size_t, NormalizedString&& n) -> StatusOr<std::vector<NormalizedString>> {
       if (add_prefix_space_ && (n.get().empty() || n.get()[0] != ' ')) n.Prepend(" ");
@@ -113,8 +111,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
     return pts.SplitEach([&](size_t, NormalizedString&& n) -> StatusOr<std::vector<NormalizedString>> {
       RS_RETURN_IF_ERROR(n.Replace(space_, replacement_));
       const bool starts = n.get().compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts && (scheme_ == PrependScheme::kAlways ||
-                      (scheme_ == PrependScheme::kFirst && n.original_shift() == 0))) {
+      if (!starts &&
+          (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && n.original_shift() == 0))) {
         n.Prepend(replacement_);
       }
       if (split_) return n.Split(rep_pattern_, SplitBehavior::kMergedWithNext);
@@ -143,7 +141,8 @@ class PredicatePreTokenizer final : public PreTokenizer {
   explicit PredicatePreTokenizer(std::vector<Step> steps) : steps_(std::move(steps)) {}
   Status PreTokenize(PreTokenizedString& pts) const override {
     for (const Step& st : steps_) {
-      RS_RETURN_IF_ERROR(pts.SplitEach([&](size_t, NormalizedString&& n) { return n.Split(*st.pattern, st.behavior); }));
+      RS_RETURN_IF_ERROR(
+          pts.SplitEach([&](size_t, NormalizedString&& n) { return n.Split(*st.pattern, st.behavior); }));
     }
     return Status::Ok();
   }
@@ -165,12 +164,11 @@ class SequencePreTokenizer final : public PreTokenizer {
 };
 
 bool IsBertPunctuation(char32_t c) {
-  return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-         (c >= 123 && c <= 126) || IsPunctuation(c);
+  return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126) ||
+         IsPunctuation(c);
 }
 
-StatusOr<SplitBehavior> ParseBehavior(const json& j, const std::string& where,
-                                      SplitBehavior def) {
+StatusOr<SplitBehavior> ParseBehavior(const json& j, const std::string& where, SplitBehavior def) {
   auto it = j.find("behavior");
   if (it == j.end() || it->is_null()) return def;
   const std::string b = it->is_string() ? it->get<std::string>() : "";
@@ -182,9 +180,7 @@ StatusOr<SplitBehavior> ParseBehavior(const json& j, const std::string& where,
   return Bad(where, "unknown 'behavior' " + it->dump());
 }
 
-std::shared_ptr<Pattern> Pred(bool (*f)(char32_t)) {
-  return std::make_shared<CharPredicatePattern>(f);
-}
+std::shared_ptr<Pattern> Pred(bool (*f)(char32_t)) { return std::make_shared<CharPredicatePattern>(f); }
 
 }  // namespace
 
@@ -215,10 +211,14 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     PrependScheme scheme = PrependScheme::kAlways;
     if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
       const std::string s = j["prepend_scheme"].get<std::string>();
-      if (s == "always") scheme = PrependScheme::kAlways;
-      else if (s == "first") scheme = PrependScheme::kFirst;
-      else if (s == "never") scheme = PrependScheme::kNever;
-      else return Bad(where, "unknown 'prepend_scheme' '" + s + "'");
+      if (s == "always")
+        scheme = PrependScheme::kAlways;
+      else if (s == "first")
+        scheme = PrependScheme::kFirst;
+      else if (s == "never")
+        scheme = PrependScheme::kNever;
+      else
+        return Bad(where, "unknown 'prepend_scheme' '" + s + "'");
     } else {
       RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
       scheme = prefix ? PrependScheme::kAlways : PrependScheme::kNever;
@@ -227,8 +227,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     return P(new MetaspacePreTokenizer(rep, scheme, split));
   }
   if (type == "BertPreTokenizer") {
-    return P(new PredicatePreTokenizer({{Pred(IsWhitespace), SplitBehavior::kRemoved},
-                                        {Pred(IsBertPunctuation), SplitBehavior::kIsolated}}));
+    return P(new PredicatePreTokenizer(
+        {{Pred(IsWhitespace), SplitBehavior::kRemoved}, {Pred(IsBertPunctuation), SplitBehavior::kIsolated}}));
   }
   if (type == "Whitespace") {
     return P(new PredicatePreTokenizer(

@@ -151,7 +151,7 @@ class TemplateProcessor final : public PostProcessor {
  public:
   struct Piece {
     bool is_sequence;
-    int sequence;       // 0 = A, 1 = B
+    int sequence;  // 0 = A, 1 = B
     std::string special;
     std::uint32_t type_id;
   };
@@ -202,8 +202,10 @@ class BertLikeProcessor final : public PostProcessor {
       std::function<Encoding(const Encoding&, bool)> wrap = [&](const Encoding& e, bool top) {
         Encoding w;
         const std::uint32_t t = (i == 0 || roberta_) ? 0 : 1;
-        if (i == 0) w.Append(MakeSpecial(cls_, 0));
-        else if (roberta_) w.Append(MakeSpecial(sep_, 0));
+        if (i == 0)
+          w.Append(MakeSpecial(cls_, 0));
+        else if (roberta_)
+          w.Append(MakeSpecial(sep_, 0));
         Encoding body = e;
         body.overflowing.clear();
         // BERT keeps each sequence's own type ids (0 for the first, 1 for
@@ -285,7 +287,8 @@ StatusOr<std::vector<TemplateProcessor::Piece>> ReadTemplate(
     } else if (p.contains("SpecialToken") && p["SpecialToken"].is_object()) {
       const json& s = p["SpecialToken"];
       const std::string id = s.value("id", "");
-      if (!specials.count(id)) return Bad(where, "template uses special token '" + id + "' not listed in special_tokens");
+      if (!specials.count(id))
+        return Bad(where, "template uses special token '" + id + "' not listed in special_tokens");
       out.push_back({false, 0, id, s.value("type_id", 0u)});
     } else {
       return Bad(where, "template piece must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
@@ -312,8 +315,7 @@ StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
           return Bad(where, "special token '" + it.key() + "' needs 'ids' and 'tokens' of equal length");
         }
         for (const json& id : s["ids"]) {
-          if (!json_fields::IsTokenId(id))
-            return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
+          if (!json_fields::IsTokenId(id)) return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
           p.ids.push_back(id.get<TokenId>());
         }
         for (const json& tk : s["tokens"]) {

@@ -1,11 +1,11 @@
 #include "server/tokenizer/tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/unicode.h"
@@ -118,8 +118,8 @@ Status TruncateEncoding(Encoding& e, size_t max_len, size_t stride, TruncationDi
   }
   if (stride >= max_len) {
     return InvalidArgument("truncation stride (" + std::to_string(stride) +
-                           ") must be smaller than the length kept for the sequence (" +
-                           std::to_string(max_len) + " tokens)");
+                           ") must be smaller than the length kept for the sequence (" + std::to_string(max_len) +
+                           " tokens)");
   }
   const size_t step = max_len - stride;
   if (max_windows > 0) {
@@ -176,8 +176,10 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
       size_t n1 = a.size(), n2 = b->size();
       const bool swap = n1 > n2;
       if (swap) std::swap(n1, n2);
-      if (n1 > t.max_length) n2 = n1;
-      else n2 = std::max(n1, t.max_length - n1);
+      if (n1 > t.max_length)
+        n2 = n1;
+      else
+        n2 = std::max(n1, t.max_length - n1);
       if (n1 + n2 > t.max_length) {
         n1 = t.max_length / 2;
         n2 = n1 + t.max_length % 2;
@@ -188,8 +190,9 @@ Status TruncatePair(Encoding& a, std::optional<Encoding>& b, const Truncation& t
       // Both sequences overflowing combine pairwise (and nest) when merged.
       const size_t wa = a.overflowing.size() + 1, wb = b->overflowing.size() + 1;
       if (wa * wb * (wa + wb) * t.max_length > kMaxWindowTokens) {
-        return InvalidArgument("longest_first truncation of two long sequences would produce too many "
-                               "overflowing windows; truncate only_second or use a larger max_length");
+        return InvalidArgument(
+            "longest_first truncation of two long sequences would produce too many "
+            "overflowing windows; truncate only_second or use a larger max_length");
       }
       break;
     }
@@ -221,14 +224,21 @@ StatusOr<std::optional<Truncation>> ReadTruncation(const json& j) {
   t.max_length = static_cast<size_t>(ml);
   t.stride = static_cast<size_t>(st);
   RS_ASSIGN_OR_RETURN(std::string strategy, json_fields::String(*it, "strategy", where, "LongestFirst"));
-  if (strategy == "LongestFirst") t.strategy = TruncationStrategy::kLongestFirst;
-  else if (strategy == "OnlyFirst") t.strategy = TruncationStrategy::kOnlyFirst;
-  else if (strategy == "OnlySecond") t.strategy = TruncationStrategy::kOnlySecond;
-  else return InvalidArgument("truncation: unknown strategy '" + strategy + "'");
+  if (strategy == "LongestFirst")
+    t.strategy = TruncationStrategy::kLongestFirst;
+  else if (strategy == "OnlyFirst")
+    t.strategy = TruncationStrategy::kOnlyFirst;
+  else if (strategy == "OnlySecond")
+    t.strategy = TruncationStrategy::kOnlySecond;
+  else
+    return InvalidArgument("truncation: unknown strategy '" + strategy + "'");
   RS_ASSIGN_OR_RETURN(std::string dir, json_fields::String(*it, "direction", where, "Right"));
-  if (dir == "Right") t.direction = TruncationDirection::kRight;
-  else if (dir == "Left") t.direction = TruncationDirection::kLeft;
-  else return InvalidArgument("truncation: unknown direction '" + dir + "'");
+  if (dir == "Right")
+    t.direction = TruncationDirection::kRight;
+  else if (dir == "Left")
+    t.direction = TruncationDirection::kLeft;
+  else
+    return InvalidArgument("truncation: unknown direction '" + dir + "'");
   return std::optional<Truncation>(t);
 }
 
@@ -345,9 +355,8 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string
   }
   for (Matcher* m : {&t->raw_matcher_, &t->normalized_matcher_}) {
     for (auto& v : m->by_first_byte) {
-      std::stable_sort(v.begin(), v.end(), [](const AddedToken* x, const AddedToken* y) {
-        return x->content.size() > y->content.size();
-      });
+      std::stable_sort(v.begin(), v.end(),
+                       [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
     }
   }
   if (!config_text.empty()) {
@@ -446,8 +455,7 @@ Status Tokenizer::ExtractAndNormalize(std::string_view text, PreTokenizedString*
   return pass(normalized_matcher_, true);
 }
 
-StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, std::uint32_t type_id,
-                                             int sequence_id) const {
+StatusOr<Encoding> Tokenizer::EncodeSequence(std::string_view text, std::uint32_t type_id, int sequence_id) const {
   RS_RETURN_IF_ERROR(CheckUtf8(text, "input text"));
   PreTokenizedString pts;
   RS_RETURN_IF_ERROR(ExtractAndNormalize(text, &pts));
@@ -489,8 +497,8 @@ StatusOr<Encoding> Tokenizer::PostProcess(Encoding a, std::optional<Encoding> b,
     const size_t added = add_special ? NumAddedTokens(b.has_value()) : 0;
     if (added > 0) {
       if (t.max_length <= added) {
-        return InvalidArgument("max_length (" + std::to_string(t.max_length) +
-                               ") leaves no room next to the " + std::to_string(added) + " special tokens");
+        return InvalidArgument("max_length (" + std::to_string(t.max_length) + ") leaves no room next to the " +
+                               std::to_string(added) + " special tokens");
       }
       t.max_length -= added;
     }
@@ -511,13 +519,11 @@ StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tok
   return PostProcess(std::move(a), std::nullopt, add_special_tokens, truncation_);
 }
 
-StatusOr<Encoding> Tokenizer::EncodePair(std::string_view first, std::string_view second,
-                                         bool add_special_tokens,
+StatusOr<Encoding> Tokenizer::EncodePair(std::string_view first, std::string_view second, bool add_special_tokens,
                                          const std::optional<Truncation>& truncation) const {
   RS_ASSIGN_OR_RETURN(Encoding a, EncodeSequence(first, 0, 0));
   RS_ASSIGN_OR_RETURN(Encoding b, EncodeSequence(second, 1, 1));
-  return PostProcess(std::move(a), std::move(b), add_special_tokens,
-                     truncation ? truncation : truncation_);
+  return PostProcess(std::move(a), std::move(b), add_special_tokens, truncation ? truncation : truncation_);
 }
 
 std::optional<TokenId> Tokenizer::TokenToId(const std::string& token) const {

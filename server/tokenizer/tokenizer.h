@@ -66,8 +66,7 @@ class Tokenizer {
   // Question/context pairs; `truncation` (if set) as with the reference's
   // `truncation=..., max_length=..., stride=...`: overflowing windows are
   // returned in Encoding::overflowing.
-  StatusOr<Encoding> EncodePair(std::string_view first, std::string_view second,
-                                bool add_special_tokens,
+  StatusOr<Encoding> EncodePair(std::string_view first, std::string_view second, bool add_special_tokens,
                                 const std::optional<Truncation>& truncation) const;
   // InvalidArgument for an id outside the vocabulary.
   StatusOr<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special_tokens) const;
@@ -147,10 +146,10 @@ class IncrementalDecoder {
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_;
   std::vector<TokenId> ids_;
-  size_t window_ = 0;     // the window starts at ids_[window_]
-  size_t read_ = 0;       // ids_[..read_) have been turned into emitted text
-  std::string base_;      // decode(ids_[window_, read_)) minus any held-back tail
-  size_t base_emitted_ = 0;  // bytes of base_ already emitted
+  size_t window_ = 0;           // the window starts at ids_[window_]
+  size_t read_ = 0;             // ids_[..read_) have been turned into emitted text
+  std::string base_;            // decode(ids_[window_, read_)) minus any held-back tail
+  size_t base_emitted_ = 0;     // bytes of base_ already emitted
   bool in_byte_group_ = false;  // the last decoded token was a byte-fallback piece
 };
 

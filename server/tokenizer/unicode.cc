@@ -40,15 +40,28 @@ int ValidSequenceLength(std::string_view s, size_t i) {
   if (b0 < 0x80) return 1;
   int n;
   unsigned lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) n = 2;
-  else if (b0 == 0xE0) { n = 3; lo = 0xA0; }
-  else if (b0 >= 0xE1 && b0 <= 0xEC) n = 3;
-  else if (b0 == 0xED) { n = 3; hi = 0x9F; }
-  else if (b0 >= 0xEE && b0 <= 0xEF) n = 3;
-  else if (b0 == 0xF0) { n = 4; lo = 0x90; }
-  else if (b0 >= 0xF1 && b0 <= 0xF3) n = 4;
-  else if (b0 == 0xF4) { n = 4; hi = 0x8F; }
-  else return 0;
+  if (b0 >= 0xC2 && b0 <= 0xDF)
+    n = 2;
+  else if (b0 == 0xE0) {
+    n = 3;
+    lo = 0xA0;
+  } else if (b0 >= 0xE1 && b0 <= 0xEC)
+    n = 3;
+  else if (b0 == 0xED) {
+    n = 3;
+    hi = 0x9F;
+  } else if (b0 >= 0xEE && b0 <= 0xEF)
+    n = 3;
+  else if (b0 == 0xF0) {
+    n = 4;
+    lo = 0x90;
+  } else if (b0 >= 0xF1 && b0 <= 0xF3)
+    n = 4;
+  else if (b0 == 0xF4) {
+    n = 4;
+    hi = 0x8F;
+  } else
+    return 0;
   for (int k = 1; k < n; ++k) {
     if (i + k >= s.size()) return -1;
     const auto b = static_cast<unsigned char>(s[i + k]);
@@ -62,7 +75,10 @@ int ValidSequenceLength(std::string_view s, size_t i) {
 size_t FindInvalidUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) { ++i; continue; }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
     const int n = ValidSequenceLength(s, i);
     if (n <= 0) return i;
     i += n;
@@ -127,9 +143,7 @@ size_t CountCodePoints(std::string_view s) {
 }
 
 namespace {
-utf8proc_category_t Category(char32_t c) {
-  return utf8proc_category(static_cast<utf8proc_int32_t>(c));
-}
+utf8proc_category_t Category(char32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); }
 }  // namespace
 
 bool IsWhitespace(char32_t c) {
@@ -189,9 +203,8 @@ bool IsBertControl(char32_t c) {
 
 bool IsChineseChar(char32_t c) {
   // The block list is BERT's definition (not a Unicode property).
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -212,15 +225,22 @@ std::string Normalize(std::string_view s, NormalForm form) {
   if (ascii) return std::string(s);
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNFC: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNFD: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::kNFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::kNFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::kNFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* out = nullptr;
   const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                              static_cast<utf8proc_ssize_t>(s.size()), &out,
-                              static_cast<utf8proc_option_t>(options));
+                              static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
   if (n < 0) return std::string(s);  // only for invalid UTF-8, rejected earlier
   std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);

@@ -18,7 +18,10 @@ namespace ropeserve::tok {
 // Input must be valid UTF-8 (checked once at the API boundary).
 inline char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
   const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) { *len = 1; return b0; }
+  if (b0 < 0x80) {
+    *len = 1;
+    return b0;
+  }
   if (b0 < 0xE0) {
     *len = 2;
     return ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
@@ -30,14 +33,11 @@ inline char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
   }
   *len = 4;
   return ((b0 & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-         ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
-         (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
+         ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
 }
 
 inline size_t Utf8Length(char32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
-inline size_t Utf8LeadLength(unsigned char b) {
-  return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-}
+inline size_t Utf8LeadLength(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
 void AppendUtf8(std::string* out, char32_t c);
 std::string ToUtf8(char32_t c);
 
@@ -66,8 +66,8 @@ bool IsMark(char32_t c);         // Mn, Mc, Me
 // reference's Whitespace pre-tokenizer uses (Oniguruma's \w differs).
 bool IsRegexWordChar(char32_t c);
 bool IsNonspacingMark(char32_t c);  // Mn
-bool IsBertControl(char32_t c);  // BERT's _is_control: Cc/Cf/Cn/Co except \t \n \r
-bool IsChineseChar(char32_t c);  // the CJK blocks BERT pads with spaces
+bool IsBertControl(char32_t c);     // BERT's _is_control: Cc/Cf/Cn/Co except \t \n \r
+bool IsChineseChar(char32_t c);     // the CJK blocks BERT pads with spaces
 // Rust char::to_lowercase (full mapping; may produce two code points).
 std::u32string ToLowercase(char32_t c);
 std::u32string ToUppercase(char32_t c);

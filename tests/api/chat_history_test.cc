@@ -30,11 +30,10 @@ TEST(ChatHistory, ToolCallArgumentsRenderAsJsonOnceWithQwen25) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   // What the openai SDK sends back after a tool call: arguments as a JSON
   // string, null content, then the tool's result.
-  auto body = api::ReadChatBody(
-      R"({"messages":[{"role":"user","content":"Weather in Paris?"},)"
-      R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
-      R"("function":{"name":"weather","arguments":"{\"city\": \"Paris\"}"}}]},)"
-      R"({"role":"tool","tool_call_id":"c1","content":"18 C"}]})");
+  auto body = api::ReadChatBody(R"({"messages":[{"role":"user","content":"Weather in Paris?"},)"
+                                R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
+                                R"("function":{"name":"weather","arguments":"{\"city\": \"Paris\"}"}}]},)"
+                                R"({"role":"tool","tool_call_id":"c1","content":"18 C"}]})");
   ASSERT_TRUE(body.ok()) << body.status().ToString();
   ChatTemplateOptions o;
   o.add_generation_prompt = true;

@@ -7,13 +7,13 @@
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_service.h"
-#include "tests/common/offline.h"
-#include "server/service/generation_service.h"
 #include "server/api/serving_context.h"
 #include "server/models/decoder.h"
+#include "server/service/generation_service.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/api/tiny_service_test.h"
 #include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/offline.h"
 
 namespace ropeserve {
 namespace {
@@ -29,8 +29,8 @@ class GrpcApi : public TinyServiceTest {
     go.port = 0;
     Status s = server_->Start(go);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    stub_ = v1::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                                       grpc::InsecureChannelCredentials()));
+    stub_ = v1::Inference::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Stop();
@@ -150,8 +150,8 @@ TEST(GrpcErrors, CarryGoogleRpcDetails) {
     EXPECT_EQ(out.message(), st.error_message());
     return out;
   };
-  const grpc::Status bad = api::ToGrpc(
-      InvalidArgument("too long").WithParam("max_tokens").WithReason("context_length_exceeded"));
+  const grpc::Status bad =
+      api::ToGrpc(InvalidArgument("too long").WithParam("max_tokens").WithReason("context_length_exceeded"));
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   google::rpc::Status s = details(bad);
   ASSERT_EQ(s.details_size(), 2);

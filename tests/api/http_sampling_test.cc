@@ -35,10 +35,12 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
   EXPECT_EQ(pen["choices"][0]["token_ids"], want->generated_ids);
   // A huge repetition penalty: no token of the prompt or of the output
   // comes back.
-  auto [c3, strong] = Post(R"({"prompt":[227,179,58,214,21,171],"max_tokens":24,"temperature":0,"ignore_eos":true,"repetition_penalty":1000})");
+  auto [c3, strong] = Post(
+      R"({"prompt":[227,179,58,214,21,171],"max_tokens":24,"temperature":0,"ignore_eos":true,"repetition_penalty":1000})");
   ASSERT_EQ(c3, 200);
   std::set<std::int64_t> seen = {227, 179, 58, 214, 21, 171};
-  for (const auto& id : strong["choices"][0]["token_ids"]) EXPECT_TRUE(seen.insert(id.get<std::int64_t>()).second) << id;
+  for (const auto& id : strong["choices"][0]["token_ids"])
+    EXPECT_TRUE(seen.insert(id.get<std::int64_t>()).second) << id;
   EXPECT_EQ(Post("{" + base + R"(,"presence_penalty":3})").first, 400);
   EXPECT_EQ(Post("{" + base + R"(,"repetition_penalty":0})").first, 400);
   EXPECT_EQ(Post("{" + base + R"(,"min_tokens":13})").first, 400);
@@ -102,7 +104,8 @@ TEST_F(HttpApi, StopStringSpanningTwoTokens) {
     const std::string before = *tokenizer_->Decode(std::vector<TokenId>(ids.begin(), ids.begin() + i), true);
     const std::string after = *tokenizer_->Decode(std::vector<TokenId>(ids.begin(), ids.begin() + i + 1), true);
     if (before.empty() || after.size() <= before.size() + 1 || text.compare(0, after.size(), after) != 0) continue;
-    if (static_cast<unsigned char>(before.back()) >= 0x80 || static_cast<unsigned char>(after[before.size()]) >= 0x80) continue;
+    if (static_cast<unsigned char>(before.back()) >= 0x80 || static_cast<unsigned char>(after[before.size()]) >= 0x80)
+      continue;
     const std::string stop = before.substr(before.size() - 1) + after.substr(before.size(), 1);
     const size_t cut = text.find(stop);
     ASSERT_NE(cut, std::string::npos);
@@ -143,10 +146,10 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
   // Also: a stop string whose prefix occurs but which never completes (held
   // back, then released), and two overlapping stop strings.
   const std::string p6 = ascii_piece(text.size() / 3, 6);
-  for (const std::string& stops : {std::string("[]"), json::array({ascii_piece(text.size() / 2, 3)}).dump(),
-                                   json::array({"zz-never", ascii_piece(1, 2)}).dump(),
-                                   json::array({ascii_piece(2, 4) + "\u0001"}).dump(),
-                                   json::array({p6, p6.substr(2, 3)}).dump()}) {
+  for (const std::string& stops :
+       {std::string("[]"), json::array({ascii_piece(text.size() / 2, 3)}).dump(),
+        json::array({"zz-never", ascii_piece(1, 2)}).dump(), json::array({ascii_piece(2, 4) + "\u0001"}).dump(),
+        json::array({p6, p6.substr(2, 3)}).dump()}) {
     const std::string body = "{" + base + ",\"stop\":" + stops;
     auto [c1, unary] = Post(body + "}");
     ASSERT_EQ(c1, 200);
@@ -170,7 +173,8 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
   // Summaries too.
   auto [c2, summary] = Post(R"({"text":"A long day at the office.","max_tokens":12})", "/v1/summarize");
   ASSERT_EQ(c2, 200) << summary.dump();
-  auto events = StreamEvents(server_->port(), "/v1/summarize", R"({"text":"A long day at the office.","max_tokens":12,"stream":true})");
+  auto events = StreamEvents(server_->port(), "/v1/summarize",
+                             R"({"text":"A long day at the office.","max_tokens":12,"stream":true})");
   std::string streamed;
   for (size_t i = 0; i + 1 < events.size(); ++i) streamed += json::parse(events[i]).value("delta", "");
   EXPECT_EQ(streamed, summary["summary"]);

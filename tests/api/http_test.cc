@@ -1,9 +1,4 @@
 // Black-box tests of the REST API on a tiny generated model.
-#include "server/api/http_server.h"
-#include "server/service/generation_service.h"
-#include "server/api/serving_context.h"
-#include "server/api/rest_handlers.h"
-
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -11,11 +6,15 @@
 #include <set>
 #include <thread>
 
+#include "server/api/http_server.h"
+#include "server/api/rest_handlers.h"
+#include "server/api/serving_context.h"
 #include "server/models/decoder.h"
-#include "tests/common/offline.h"
+#include "server/service/generation_service.h"
 #include "server/tokenizer/tokenizer.h"
-#include "tests/checkpoint/test_checkpoints.h"
 #include "tests/api/http_fixture.h"
+#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/offline.h"
 
 namespace ropeserve {
 namespace {
@@ -32,7 +31,8 @@ TEST_F(HttpApi, HealthAndModels) {
 }
 
 TEST_F(HttpApi, GreedyCompletionEqualsOfflineGenerate) {
-  auto [code, body] = Post(R"({"model":"tiny","prompt":[5,6,7],"max_tokens":6,"temperature":0,"ignore_eos":true,"logprobs":2})");
+  auto [code, body] =
+      Post(R"({"model":"tiny","prompt":[5,6,7],"max_tokens":6,"temperature":0,"ignore_eos":true,"logprobs":2})");
   ASSERT_EQ(code, 200) << body.dump();
   GenerateOptions o;
   o.max_tokens = 6;
@@ -82,8 +82,11 @@ TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
     threads.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", server_->port());
       c.set_read_timeout(60, 0);
-      json body = {{"prompt", {i + 1, i + 2, i + 3}}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
-                  {"return_token_ids", true}};
+      json body = {{"prompt", {i + 1, i + 2, i + 3}},
+                   {"max_tokens", 8},
+                   {"temperature", 0},
+                   {"ignore_eos", true},
+                   {"return_token_ids", true}};
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
       if (r && r->status == 200)
         got[i] = json::parse(r->body)["choices"][0]["token_ids"].get<std::vector<std::int64_t>>();
@@ -112,7 +115,8 @@ std::string Decode(const tok::Tokenizer& t, const json& ids) {
 }
 
 TEST_F(HttpApi, TextPromptsAreTokenizedAndOutputIsDecoded) {
-  auto [code, body] = Post(R"({"prompt":"Hello world, how are you?","max_tokens":8,"temperature":0,"ignore_eos":true})");
+  auto [code, body] =
+      Post(R"({"prompt":"Hello world, how are you?","max_tokens":8,"temperature":0,"ignore_eos":true})");
   ASSERT_EQ(code, 200) << body.dump();
   const auto ids = tokenizer_->Encode("Hello world, how are you?", true)->ids;
   EXPECT_EQ(body["usage"]["prompt_tokens"], ids.size());
@@ -154,9 +158,11 @@ TEST_F(HttpApi, StopStringsAndStopTokenIdsEndGenerationEarly) {
 }
 
 TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
-  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
-  auto [code, body] = Post(json{{"messages", messages}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}}.dump(),
-                           "/v1/chat/completions");
+  const json messages =
+      json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
+  auto [code, body] =
+      Post(json{{"messages", messages}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}}.dump(),
+           "/v1/chat/completions");
   ASSERT_EQ(code, 200) << body.dump();
   EXPECT_EQ(body["object"], "chat.completion");
   const json& choice = body["choices"][0];
@@ -170,22 +176,25 @@ TEST_F(HttpApi, ChatCompletionsRenderTheChatTemplate) {
   EXPECT_EQ(body["usage"]["prompt_tokens"], tokenizer_->Encode(*rendered, false)->ids.size());
 
   // Content parts are flattened to the same prompt.
-  auto [cp, parts] = Post(R"({"messages":[{"role":"system","content":[{"type":"text","text":"Be brief."}]},)"
-                          R"({"role":"user","content":[{"type":"text","text":"Hi there"}]}],"max_tokens":6,"temperature":0,"ignore_eos":true})",
-                          "/v1/chat/completions");
+  auto [cp, parts] = Post(
+      R"({"messages":[{"role":"system","content":[{"type":"text","text":"Be brief."}]},)"
+      R"({"role":"user","content":[{"type":"text","text":"Hi there"}]}],"max_tokens":6,"temperature":0,"ignore_eos":true})",
+      "/v1/chat/completions");
   ASSERT_EQ(cp, 200) << parts.dump();
   EXPECT_EQ(parts["choices"][0]["token_ids"], choice["token_ids"]);
   // Unsupported content part types are a 400 naming the part.
-  auto [image_status, image] = Post(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
-                                    "/v1/chat/completions");
+  auto [image_status, image] =
+      Post(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", "/v1/chat/completions");
   EXPECT_EQ(image_status, 400);
   EXPECT_EQ(image["error"]["param"], "messages[0].content[0].type") << image.dump();
   EXPECT_EQ(Post(R"({"messages":[]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":[{"content":"no role"}]})", "/v1/chat/completions").first, 400);
   EXPECT_EQ(Post(R"({"messages":"hi"})", "/v1/chat/completions").first, 400);
-  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first, 400);
-  auto [c2, lp] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})",
-                       "/v1/chat/completions");
+  EXPECT_EQ(Post(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "/v1/chat/completions").first,
+            400);
+  auto [c2, lp] =
+      Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})",
+           "/v1/chat/completions");
   ASSERT_EQ(c2, 200) << lp.dump();
   EXPECT_EQ(lp["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
 }
@@ -213,8 +222,9 @@ TEST_F(HttpApi, LogitBiasBansAndForcesTokensAndLogprobsHaveOpenAiShapes) {
   }
   EXPECT_EQ(Post("{" + base + R"(,"logit_bias":{"999999":1}})").first, 400);
   // Chat logprobs carry each token's UTF-8 bytes.
-  auto [c3, chat] = Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,"logprobs":true,"top_logprobs":1})",
-                         "/v1/chat/completions");
+  auto [c3, chat] =
+      Post(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,"logprobs":true,"top_logprobs":1})",
+           "/v1/chat/completions");
   ASSERT_EQ(c3, 200) << chat.dump();
   for (const auto& e : chat["choices"][0]["logprobs"]["content"]) {
     std::string bytes;
@@ -279,8 +289,8 @@ TEST_F(HttpApi, EchoAndPromptLogprobs) {
     EXPECT_EQ(step[std::to_string(prompt[i])]["logprob"], pl[i][std::to_string(prompt[i])]["logprob"]);
   }
   // Streamed: the first chunk carries the echo and the prompt's logprobs.
-  auto r = client_->Post("/v1/completions", "{" + base + R"(,"echo":true,"logprobs":1,"stream":true})",
-                         "application/json");
+  auto r =
+      client_->Post("/v1/completions", "{" + base + R"(,"echo":true,"logprobs":1,"stream":true})", "application/json");
   ASSERT_TRUE(r);
   std::string text;
   json tokens = json::array(), lps = json::array();
@@ -352,7 +362,8 @@ TEST(HttpApiReasoning, ThinkBlocksBecomeReasoningContent) {
   auto svc = ServeDecoder(**m, "tiny", eo, *tok);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE((*svc)->reasons());
-  const std::string body = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"ignore_eos":true)";
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"ignore_eos":true)";
   auto [code, unary] = api::HandleChatCompletion(**svc, body + "}");
   ASSERT_EQ(code, 200) << unary;
   const json msg = json::parse(unary)["choices"][0]["message"];
@@ -400,4 +411,3 @@ TEST(HttpApiNoTokenizer, TextPromptIsAClearError) {
 
 }  // namespace
 }  // namespace ropeserve
-

@@ -63,29 +63,49 @@ TEST(RestRequest, EveryOpenAiFieldIsHonouredOrRefusedByName) {
     const char* value;  // a value that asks for the feature
   };
   const Case shared[] = {
-      {"model", R"("m")"},        {"max_tokens", "5"},         {"temperature", "0.5"},
-      {"top_p", "0.9"},           {"seed", "3"},               {"stop", R"(["x"])"},
-      {"stream", "true"},         {"stream_options", R"({"include_usage":true})"},
-      {"n", "2"},                 {"frequency_penalty", "0.5"}, {"presence_penalty", "0.5"},
-      {"logit_bias", R"({"5":-100})"}, {"user", R"("u")"},      {"safety_identifier", R"("s")"},
+      {"model", R"("m")"},
+      {"max_tokens", "5"},
+      {"temperature", "0.5"},
+      {"top_p", "0.9"},
+      {"seed", "3"},
+      {"stop", R"(["x"])"},
+      {"stream", "true"},
+      {"stream_options", R"({"include_usage":true})"},
+      {"n", "2"},
+      {"frequency_penalty", "0.5"},
+      {"presence_penalty", "0.5"},
+      {"logit_bias", R"({"5":-100})"},
+      {"user", R"("u")"},
+      {"safety_identifier", R"("s")"},
       {"prompt_cache_key", R"("k")"},
   };
   const Case completion_only[] = {
       {"logprobs", "2"}, {"echo", "true"}, {"suffix", R"("end")"}, {"best_of", "3"}, {"prompt_logprobs", "1"},
   };
   const Case chat_only[] = {
-      {"logprobs", "true"},        {"top_logprobs", R"(2,"logprobs":true)"},        {"max_completion_tokens", "5"},
-      {"metadata", R"({"k":"v"})"}, {"service_tier", R"("auto")"}, {"parallel_tool_calls", "false"},
-      {"store", "true"},           {"tools", R"([{"type":"function","function":{"name":"f"}}])"},
+      {"logprobs", "true"},
+      {"top_logprobs", R"(2,"logprobs":true)"},
+      {"max_completion_tokens", "5"},
+      {"metadata", R"({"k":"v"})"},
+      {"service_tier", R"("auto")"},
+      {"parallel_tool_calls", "false"},
+      {"store", "true"},
+      {"tools", R"([{"type":"function","function":{"name":"f"}}])"},
       {"tool_choice", R"("auto","tools":[{"type":"function","function":{"name":"f"}}])"},
-      {"functions", R"([{"name":"f"}])"}, {"function_call", R"("auto")"},
-      {"modalities", R"(["text","audio"])"}, {"audio", R"({"voice":"x","format":"wav"})"},
-      {"prediction", R"({"type":"content","content":"x"})"}, {"reasoning_effort", R"("low")"},
-      {"verbosity", R"("low")"},   {"web_search_options", "{}"}, {"response_format", R"({"type":"json_object"})"},
+      {"functions", R"([{"name":"f"}])"},
+      {"function_call", R"("auto")"},
+      {"modalities", R"(["text","audio"])"},
+      {"audio", R"({"voice":"x","format":"wav"})"},
+      {"prediction", R"({"type":"content","content":"x"})"},
+      {"reasoning_effort", R"("low")"},
+      {"verbosity", R"("low")"},
+      {"web_search_options", "{}"},
+      {"response_format", R"({"type":"json_object"})"},
   };
   // Honoured: read into the request. Refused: a 400 naming the field.
-  const std::set<std::string> refused = {"suffix", "best_of", "store", "functions", "function_call", "modalities",
-                                         "audio", "prediction", "reasoning_effort", "verbosity", "web_search_options"};
+  const std::set<std::string> refused = {
+      "suffix",     "best_of",          "store",     "functions",         "function_call", "modalities", "audio",
+      "prediction", "reasoning_effort", "verbosity", "web_search_options"};
   auto check = [&](auto read, const std::string& head, const Case& c) {
     const std::string body = head + ",\"" + c.field + "\":" + c.value + "}";
     auto r = read(body);
@@ -117,26 +137,29 @@ TEST(RestRequest, EveryOpenAiFieldIsHonouredOrRefusedByName) {
 }
 
 TEST(RestRequest, ToolCallHistoryIsParsedForTheTemplate) {
-  auto ok = ReadChatBody(
-      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
-      R"("function":{"name":"w","arguments":"{\"city\": \"Paris\", \"n\": [1, 2]}"}}]},)"
-      R"({"role":"tool","tool_call_id":"c1","content":"18"}]})");
+  auto ok =
+      ReadChatBody(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
+                   R"("function":{"name":"w","arguments":"{\"city\": \"Paris\", \"n\": [1, 2]}"}}]},)"
+                   R"({"role":"tool","tool_call_id":"c1","content":"18"}]})");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   const auto& args = ok->messages[0]["tool_calls"][0]["function"]["arguments"];
   ASSERT_TRUE(args.is_object());
   EXPECT_EQ(args["city"], "Paris");
   EXPECT_EQ(args.begin().key(), "city");  // the caller's key order
-  EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"w","arguments":"{x"}}]}]})"),
+  EXPECT_EQ(Refused(ReadChatBody,
+                    R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"w","arguments":"{x"}}]}]})"),
             "messages[0].tool_calls[0].function.arguments");
-  EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]})"),
-            "messages[0].tool_calls[0].function.name");
+  EXPECT_EQ(
+      Refused(ReadChatBody, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]})"),
+      "messages[0].tool_calls[0].function.name");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"user","tool_calls":[]}]})"), "messages[0].tool_calls");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"tool","tool_call_id":5,"content":"x"}]})"),
             "messages[0].tool_call_id");
   const std::string deep = std::string(100, '[') + std::string(100, ']');
-  EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"w","arguments":")" +
-                                      deep + R"("}}]}]})"),
-            "messages[0].tool_calls[0].function.arguments");
+  EXPECT_EQ(
+      Refused(ReadChatBody, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"w","arguments":")" +
+                                deep + R"("}}]}]})"),
+      "messages[0].tool_calls[0].function.arguments");
 }
 
 TEST(RestRequest, TokenizeAndDetokenizeBodies) {
@@ -166,13 +189,15 @@ TEST(RestRequest, MalformedChatContentIsA400NamingThePart) {
             "messages[0].content[0].type");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})"),
             "messages[0].content[0].text");
-  EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"u","content":"x"},{"role":"user","content":[{"type":"image_url"}]}]})"),
+  EXPECT_EQ(Refused(ReadChatBody,
+                    R"({"messages":[{"role":"u","content":"x"},{"role":"user","content":[{"type":"image_url"}]}]})"),
             "messages[1].content[0].type");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":"user","content":5}]})"), "messages[0].content");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[{"role":7,"content":"x"}]})"), "messages[0].role");
   EXPECT_EQ(Refused(ReadChatBody, R"({"messages":[]})"), "messages");
   // Text parts are joined into one string, the caller's key order kept.
-  auto ok = ReadChatBody(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
+  auto ok = ReadChatBody(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->messages[0]["content"], "a\nb");
 }
@@ -230,7 +255,8 @@ TEST(RestRequest, QaBodies) {
 
 // The Hugging Face pipeline's shape, multi-passage questions, offset units.
 TEST(RestRequest, QaPipelineShapeAndPassages) {
-  auto hf = ReadQaBody(R"({"inputs":{"question":"q","context":"c"},"parameters":{"top_k":3,"handle_impossible_answer":true}})");
+  auto hf = ReadQaBody(
+      R"({"inputs":{"question":"q","context":"c"},"parameters":{"top_k":3,"handle_impossible_answer":true}})");
   ASSERT_TRUE(hf.ok()) << hf.status().ToString();
   EXPECT_FALSE(hf->batch);
   ASSERT_EQ(hf->inputs.size(), 1u);
@@ -241,7 +267,8 @@ TEST(RestRequest, QaPipelineShapeAndPassages) {
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->batch);
   EXPECT_EQ(list->fields.top_k, 2);  // parameters win
-  auto multi = ReadQaBody(R"({"question":"q","contexts":["a",{"id":"x","text":"b"},{"id":7,"text":"c"}],"offset_unit":"utf16"})");
+  auto multi = ReadQaBody(
+      R"({"question":"q","contexts":["a",{"id":"x","text":"b"},{"id":7,"text":"c"}],"offset_unit":"utf16"})");
   ASSERT_TRUE(multi.ok()) << multi.status().ToString();
   ASSERT_EQ(multi->inputs.size(), 1u);
   const QaInput& in = multi->inputs[0];
@@ -275,15 +302,19 @@ TEST(RestRequest, StructuredOutputFields) {
   };
   const Case ok[] = {
       {chat + R"("response_format":{"type":"json_object"}})", K::kJsonObject, "response_format"},
-      {chat + R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"b":{},"a":{}}}}}})",
+      {chat +
+           R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"b":{},"a":{}}}}}})",
        K::kJsonSchema, "response_format"},
       {chat + R"("guided_json":"{\"type\":\"integer\"}"})", K::kJsonSchema, "guided_json"},
       {chat + R"("guided_regex":"[a-z]+"})", K::kRegex, "guided_regex"},
       {chat + R"("guided_choice":["yes","no"]})", K::kChoice, "guided_choice"},
-      {chat + R"("structured_outputs":{"choice":["a"],"disable_any_whitespace":true}})", K::kChoice, "structured_outputs.choice"},
+      {chat + R"("structured_outputs":{"choice":["a"],"disable_any_whitespace":true}})", K::kChoice,
+       "structured_outputs.choice"},
       {chat + R"("structured_outputs":{"json_object":true}})", K::kJsonObject, "structured_outputs.json_object"},
-      {chat + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})", K::kJsonSchema, "tools"},
-      {chat + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+      {chat + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})", K::kJsonSchema,
+       "tools"},
+      {chat +
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
        K::kJsonSchema, "tool_choice"},
   };
   for (const Case& c : ok) {
@@ -294,7 +325,8 @@ TEST(RestRequest, StructuredOutputFields) {
   }
   // The schema keeps the caller's property order (the output follows it).
   auto ordered = ReadChatBody(ok[1].body);
-  EXPECT_NE(ordered->fields.constraint.text.find(R"("b":{},"a":{})"), std::string::npos) << ordered->fields.constraint.text;
+  EXPECT_NE(ordered->fields.constraint.text.find(R"("b":{},"a":{})"), std::string::npos)
+      << ordered->fields.constraint.text;
   // Completions and summaries read the same fields.
   auto comp = ReadCompletionBody(R"({"prompt":"x","guided_regex":"\\d+"})");
   ASSERT_TRUE(comp.ok());
@@ -311,8 +343,12 @@ TEST(RestRequest, StructuredOutputFields) {
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_choice":["a",1]})"), "guided_choice");
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("structured_outputs":{"frobnicate":1}})"), "structured_outputs.frobnicate");
   EXPECT_EQ(Refused(ReadChatBody, chat + R"("guided_regex":"a","guided_choice":["a"]})"), "guided_choice");
-  EXPECT_EQ(Refused(ReadChatBody, chat + R"("response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})"),
-            "tool_choice");
+  EXPECT_EQ(
+      Refused(
+          ReadChatBody,
+          chat +
+              R"("response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})"),
+      "tool_choice");
 }
 
 }  // namespace

@@ -102,7 +102,8 @@ TEST(ApiKeys, BearerKeysFromFlagsAndFile) {
   ASSERT_TRUE(k.ok()) << k.status().ToString();
   EXPECT_TRUE(k->Check("Bearer first").ok());
   EXPECT_TRUE(k->Check("Bearer second-key").ok());
-  for (const char* bad : {"", "first", "Bearer", "Bearer ", "Bearer firs", "Bearer first ", "bearer first", "Basic first"}) {
+  for (const char* bad :
+       {"", "first", "Bearer", "Bearer ", "Bearer firs", "Bearer first ", "bearer first", "Basic first"}) {
     EXPECT_EQ(k->Check(bad).code(), ErrorCode::kUnauthenticated) << bad;
   }
   EXPECT_FALSE(ApiKeys::Load({""}, "").ok());

@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include <condition_variable>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 namespace ropeserve::api {
@@ -35,7 +35,8 @@ TEST(OtlpJson, EncodesSpansAsTheOtlpJsonMappingAsks) {
   failed.parent_id = {};
   const json j = json::parse(OtlpTracesJson({Span("a"), failed}, "svc"));
   const json& rs = j.at("resourceSpans").at(0);
-  EXPECT_EQ(rs.at("resource").at("attributes").at(0), (json{{"key", "service.name"}, {"value", {{"stringValue", "svc"}}}}));
+  EXPECT_EQ(rs.at("resource").at("attributes").at(0),
+            (json{{"key", "service.name"}, {"value", {{"stringValue", "svc"}}}}));
   const json& spans = rs.at("scopeSpans").at(0).at("spans");
   ASSERT_EQ(spans.size(), 2u);
   const json& a = spans[0];

@@ -7,7 +7,8 @@ namespace {
 
 std::string Base(const std::string& arch, const std::string& extra = "") {
   return R"({"architectures":[")" + arch + R"("],"vocab_size":100,"hidden_size":64,"intermediate_size":128,
-    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2)" + extra + "}";
+    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2)" +
+         extra + "}";
 }
 
 StatusOr<ModelConfig> Parse(const std::string& text) { return ParseModelConfig(text, "config.json"); }
@@ -69,7 +70,8 @@ TEST(ModelConfig, RejectsBadValues) {
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"rms_norm_eps":-1)"), "rms_norm_eps");
   ExpectInvalid(R"({"architectures":["LlamaForCausalLM"],"vocab_size":"100"})", "'vocab_size' must be an integer");
   ExpectInvalid(R"({"architectures":["LlamaForCausalLM"],"vocab_size":100})", "missing required key 'hidden_size'");
-  ExpectInvalid(Base("LlamaForCausalLM", R"(,"max_position_embeddings":0)"), "'max_position_embeddings' must be positive");
+  ExpectInvalid(Base("LlamaForCausalLM", R"(,"max_position_embeddings":0)"),
+                "'max_position_embeddings' must be positive");
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"hidden_act":"gelu")"), "hidden_act 'gelu'", ErrorCode::kUnimplemented);
   ExpectInvalid(Base("BertModel"), "unknown architecture", ErrorCode::kUnimplemented);
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"partial_rotary_factor":1.5)"), "partial_rotary_factor");
@@ -86,7 +88,8 @@ TEST(ModelConfig, RejectsBadRopeScaling) {
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"rope_scaling":{"type":"linear"})"), "'factor'");
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"rope_scaling":{"type":"linear","factor":-2})"), "factor");
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,
-    "high_freq_factor":4})"), "original_max_position_embeddings");
+    "high_freq_factor":4})"),
+                "original_max_position_embeddings");
   ExpectInvalid(Base("LlamaForCausalLM", R"(,"rope_scaling":"linear")"), "must be an object");
 }
 

@@ -32,9 +32,10 @@ TEST(ModelGenerator, EveryArchitectureLoadsBack) {
 
 TEST(ModelGenerator, PresetsHaveTheRealModelsParameterCounts) {
   // Published parameter counts of the models whose shapes the presets copy.
-  const std::pair<const char*, std::int64_t> expected[] = {
-      {"qwen2.5-0.5b", 494032768}, {"llama-3.2-1b", 1235814400}, {"smollm2-360m", 361821120},
-      {"qwen3-0.6b", 596049920}};
+  const std::pair<const char*, std::int64_t> expected[] = {{"qwen2.5-0.5b", 494032768},
+                                                           {"llama-3.2-1b", 1235814400},
+                                                           {"smollm2-360m", 361821120},
+                                                           {"qwen3-0.6b", 596049920}};
   for (auto [preset, params] : expected) {
     MakeModelOptions o;
     o.preset = preset;

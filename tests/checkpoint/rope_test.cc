@@ -1,11 +1,11 @@
 // RoPE inverse frequencies and attention factors against values worked out
 // independently from Hugging Face's modeling_rope_utils.py formulas
 // (tests/tools/rope_expected.py prints them).
+#include "server/checkpoint/rope.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "server/checkpoint/rope.h"
 
 namespace ropeserve {
 namespace {
@@ -25,8 +25,7 @@ ModelConfig Config(std::int64_t head_dim, double theta, const std::string& scali
 
 void ExpectNear(const std::vector<double>& got, const std::vector<int>& idx, const std::vector<double>& want) {
   ASSERT_EQ(idx.size(), want.size());
-  for (size_t i = 0; i < idx.size(); ++i)
-    EXPECT_NEAR(got.at(idx[i]) / want[i], 1.0, 1e-12) << "index " << idx[i];
+  for (size_t i = 0; i < idx.size(); ++i) EXPECT_NEAR(got.at(idx[i]) / want[i], 1.0, 1e-12) << "index " << idx[i];
 }
 
 TEST(Rope, DefaultIsBasePowers) {
@@ -54,9 +53,11 @@ TEST(Rope, LinearDividesByFactor) {
 }
 
 TEST(Rope, Llama3MatchesWorkedValues) {
-  auto f = ComputeRopeFrequencies(Config(128, 500000.0,
-      R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
-          "original_max_position_embeddings":8192})", 131072));
+  auto f =
+      ComputeRopeFrequencies(Config(128, 500000.0,
+                                    R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+          "original_max_position_embeddings":8192})",
+                                    131072));
   ASSERT_EQ(f.inv_freq.size(), 64u);
   ExpectNear(f.inv_freq, {0, 1, 10, 20, 30, 40, 50, 63},
              {1, 0.81461723385654472, 0.12868737343265052, 0.016560440080994446, 0.0013718935677611381,
@@ -65,8 +66,8 @@ TEST(Rope, Llama3MatchesWorkedValues) {
 }
 
 TEST(Rope, YarnMatchesWorkedValues) {
-  auto f = ComputeRopeFrequencies(Config(128, 1000000.0,
-      R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768})", 131072));
+  auto f = ComputeRopeFrequencies(
+      Config(128, 1000000.0, R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768})", 131072));
   ExpectNear(f.inv_freq, {0, 1, 10, 20, 30, 40, 50, 63},
              {1, 0.80584218776148187, 0.1154781984689458, 0.013335214321633241, 0.0010643609812470017,
               4.4456985250973067e-05, 5.1338125661428656e-06, 3.1023444018792988e-07});
@@ -74,22 +75,25 @@ TEST(Rope, YarnMatchesWorkedValues) {
 }
 
 TEST(Rope, YarnMscaleRatioSetsAttentionFactor) {
-  auto f = ComputeRopeFrequencies(Config(64, 10000.0,
+  auto f = ComputeRopeFrequencies(Config(
+      64, 10000.0,
       R"({"type":"yarn","factor":40.0,"original_max_position_embeddings":4096,"mscale":1.0,"mscale_all_dim":0.5})",
       163840));
   EXPECT_NEAR(f.attention_factor, 1.1557219901962608, 1e-12);
   ExpectNear(f.inv_freq, {0, 5, 10, 15, 20, 31},
              {1, 0.23713737056616555, 0.056234132519034905, 0.0083345089510207769, 0.00079056941504209452,
               3.3338035804083101e-06});
-  auto equal = ComputeRopeFrequencies(Config(64, 10000.0,
+  auto equal = ComputeRopeFrequencies(Config(
+      64, 10000.0,
       R"({"type":"yarn","factor":40.0,"original_max_position_embeddings":4096,"mscale":0.707,"mscale_all_dim":0.707})",
       163840));
   EXPECT_NEAR(equal.attention_factor, 1.0, 1e-12);
 }
 
 TEST(Rope, YarnExplicitAttentionFactorWins) {
-  auto f = ComputeRopeFrequencies(Config(64, 10000.0,
-      R"({"type":"yarn","factor":4.0,"attention_factor":0.5,"original_max_position_embeddings":1024})", 4096));
+  auto f = ComputeRopeFrequencies(
+      Config(64, 10000.0,
+             R"({"type":"yarn","factor":4.0,"attention_factor":0.5,"original_max_position_embeddings":1024})", 4096));
   EXPECT_EQ(f.attention_factor, 0.5);
 }
 
@@ -105,7 +109,8 @@ TEST(Rope, DynamicGrowsBaseOnlyBeyondMaxPositions) {
 TEST(Rope, TransformersFiveRopeParametersAreRead) {
   auto c = ParseModelConfig(R"({"architectures":["Qwen3ForCausalLM"],"vocab_size":10,"hidden_size":16,
     "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
-    "rope_parameters":{"rope_type":"linear","rope_theta":100.0,"factor":2.0}})", "t");
+    "rope_parameters":{"rope_type":"linear","rope_theta":100.0,"factor":2.0}})",
+                            "t");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->rope_theta, 100.0);
   auto f = ComputeRopeFrequencies(*c);

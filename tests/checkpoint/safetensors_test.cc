@@ -77,18 +77,18 @@ INSTANTIATE_TEST_SUITE_P(
                 ErrorCode::kDataLoss, "tensor 'w'"},
         BadCase{"OffsetsReversed", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", Floats({1, 2, 3}),
                 ErrorCode::kInvalidArgument, "end before they begin"},
-        BadCase{"SizeDisagreesWithShape", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-                Floats({1, 2}), ErrorCode::kInvalidArgument, "need 12"},
-        BadCase{"Overlapping",
-                R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                Floats({1, 2, 3}), ErrorCode::kInvalidArgument, "overlapping"},
+        BadCase{"SizeDisagreesWithShape", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", Floats({1, 2}),
+                ErrorCode::kInvalidArgument, "need 12"},
+        BadCase{
+            "Overlapping",
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+            Floats({1, 2, 3}), ErrorCode::kInvalidArgument, "overlapping"},
         BadCase{"NegativeDimension", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", Floats({1}),
                 ErrorCode::kInvalidArgument, "negative"},
         BadCase{"MissingShape", R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", Floats({1}),
                 ErrorCode::kInvalidArgument, "'shape'"},
-        BadCase{"HugeShapeOverflow",
-                R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,4]}})", Floats({1}),
-                ErrorCode::kInvalidArgument, "more than 2^64"}),
+        BadCase{"HugeShapeOverflow", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,4]}})",
+                Floats({1}), ErrorCode::kInvalidArgument, "more than 2^64"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Safetensors, FileShorterThanLengthPrefix) {
@@ -137,7 +137,7 @@ TEST(DType, Bf16AndF16ConversionsRoundToNearestEven) {
   EXPECT_EQ(FloatToF16(1.0f), 0x3c00);
   EXPECT_EQ(FloatToF16(-2.0f), 0xc000);
   EXPECT_EQ(FloatToF16(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);     // overflow -> inf
+  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);             // overflow -> inf
   EXPECT_EQ(FloatToF16(5.96046448e-08f), 0x0001);  // smallest subnormal
 }
 

@@ -2,8 +2,9 @@
 // checkpoints, and raw safetensors files for corrupting on purpose.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <string>
 
 #include "server/checkpoint/model_generator.h"

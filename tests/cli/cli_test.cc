@@ -26,8 +26,8 @@ struct RunResult {
 // `env` (optional): "NAME=value ..." set for the command.
 RunResult RunBinary(const std::string& args, const std::string& scratch, const std::string& env = "") {
   const std::string err_path = scratch + "/stderr.txt";
-  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ROPESERVE_BINARY) + " " + args +
-                          " 2>" + err_path;
+  const std::string cmd =
+      (env.empty() ? "" : "env " + env + " ") + std::string(ROPESERVE_BINARY) + " " + args + " 2>" + err_path;
   FILE* p = ::popen(cmd.c_str(), "r");
   RunResult r{-1, "", ""};
   if (p == nullptr) return r;
@@ -56,11 +56,11 @@ TEST(Cli, ServeWithoutAModelRefusesWhenDemoIsOff) {
   // environment (ROPESERVE_MODEL, else the older ROPESERVE_SUMMARIZER): each
   // is read, so a directory that does not exist is named in the error.
   const std::string rest = " --demo off --http-port 0 --grpc-port -1 --admin-port -1";
-  for (const auto& [args, env] : std::vector<std::pair<std::string, std::string>>{
-           {"serve --model /nonexistent-model" + rest, ""},
-           {"serve --summarizer /nonexistent-model" + rest, ""},
-           {"serve" + rest, "ROPESERVE_MODEL=/nonexistent-model"},
-           {"serve" + rest, "ROPESERVE_SUMMARIZER=/nonexistent-model"}}) {
+  for (const auto& [args, env] :
+       std::vector<std::pair<std::string, std::string>>{{"serve --model /nonexistent-model" + rest, ""},
+                                                        {"serve --summarizer /nonexistent-model" + rest, ""},
+                                                        {"serve" + rest, "ROPESERVE_MODEL=/nonexistent-model"},
+                                                        {"serve" + rest, "ROPESERVE_SUMMARIZER=/nonexistent-model"}}) {
     auto r = RunBinary(args, d.path(), env);
     EXPECT_NE(r.exit_code, 0) << args << " " << env;
     EXPECT_NE(r.err.find("/nonexistent-model"), std::string::npos) << args << " " << env << ": " << r.err;
@@ -104,8 +104,8 @@ TEST(Cli, GenerateJsonMatchesLlamaCppGreedyTokens) {
   std::string ids;
   for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
   auto r = RunBinary("generate --model " + testing::TestData("models/llama-tiny") + " --prompt-ids " + ids +
-                   " --max-tokens 32 --ignore-eos --top-logprobs 5 --json",
-               d.path());
+                         " --max-tokens 32 --ignore-eos --top-logprobs 5 --json",
+                     d.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["prompt_ids"], c["prompt_ids"]);
@@ -121,18 +121,21 @@ TEST(Cli, GenerateJsonMatchesLlamaCppGreedyTokens) {
 TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
   for (const char* arch : {"llama", "qwen2", "qwen3"}) {
     ScratchDir d;
-    auto made = RunBinary(std::string("make-model --preset tiny --arch ") + arch + " --out " + d.path() + "/m", d.path());
+    auto made =
+        RunBinary(std::string("make-model --preset tiny --arch ") + arch + " --out " + d.path() + "/m", d.path());
     ASSERT_EQ(made.exit_code, 0) << made.err;
     for (const char* dtype : {"float32", "bfloat16"}) {
       for (const char* quantization : {"none", "int8"}) {
-        auto r = RunBinary("generate --model " + d.path() + "/m --prompt-ids 3,4,5 --max-tokens 5 --ignore-eos --json --dtype " +
-                               dtype + " --quantization " + quantization,
+        auto r = RunBinary("generate --model " + d.path() +
+                               "/m --prompt-ids 3,4,5 --max-tokens 5 --ignore-eos --json --dtype " + dtype +
+                               " --quantization " + quantization,
                            d.path());
         ASSERT_EQ(r.exit_code, 0) << arch << " " << dtype << " " << quantization << ": " << r.err;
         EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 5u);
       }
     }
-    EXPECT_NE(RunBinary("generate --model " + d.path() + "/m --prompt-ids 3 --quantization int4", d.path()).exit_code, 0);
+    EXPECT_NE(RunBinary("generate --model " + d.path() + "/m --prompt-ids 3 --quantization int4", d.path()).exit_code,
+              0);
   }
 }
 
@@ -141,8 +144,9 @@ TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
 TEST(Cli, GenerateWithAConstraint) {
   ScratchDir d;
   ASSERT_EQ(RunBinary("make-model --preset tiny --out " + d.path() + "/m", d.path()).exit_code, 0);
-  auto r = RunBinary("generate --model " + d.path() + "/m --prompt x --temperature 1 --seed 3 --max-tokens 30 "
-                     "--regex '[a-z]{3}-[0-9]{2}' --json",
+  auto r = RunBinary("generate --model " + d.path() +
+                         "/m --prompt x --temperature 1 --seed 3 --max-tokens 30 "
+                         "--regex '[a-z]{3}-[0-9]{2}' --json",
                      d.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto out = nlohmann::json::parse(r.out);
@@ -156,8 +160,9 @@ TEST(Cli, GenerateWithAConstraint) {
     std::ofstream schema(d.path() + "/s.json");
     schema << R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]})";
   }
-  r = RunBinary("generate --model " + d.path() + "/m --prompt x --max-tokens 20 --json-schema " + d.path() + "/s.json --json",
-                d.path());
+  r = RunBinary(
+      "generate --model " + d.path() + "/m --prompt x --max-tokens 20 --json-schema " + d.path() + "/s.json --json",
+      d.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto value = nlohmann::json::parse(nlohmann::json::parse(r.out)["text"].get<std::string>());
   EXPECT_TRUE(value["ok"].is_boolean());
@@ -214,12 +219,13 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   // HTTP thread had not started listening yet; it once waited forever).
   std::filesystem::create_directories(d.path() + "/not-a-model");
   for (int i = 0; i < 3; ++i) {
-    auto broken = RunBinary("serve --model " + d.path() + "/not-a-model --http-port 0 --grpc-port -1 --admin-port -1",
-                            d.path());
+    auto broken =
+        RunBinary("serve --model " + d.path() + "/not-a-model --http-port 0 --grpc-port -1 --admin-port -1", d.path());
     EXPECT_EQ(broken.exit_code, 1);
     EXPECT_NE(broken.err.find("config.json"), std::string::npos) << broken.err;
   }
-  auto f16_serve = RunBinary("serve" + model + " --http-port 0 --grpc-port -1 --admin-port -1 --dtype float16", d.path());
+  auto f16_serve =
+      RunBinary("serve" + model + " --http-port 0 --grpc-port -1 --admin-port -1 --dtype float16", d.path());
   EXPECT_EQ(f16_serve.exit_code, 1);
   EXPECT_NE(f16_serve.err.find("float16 compute is not available on CPU"), std::string::npos) << f16_serve.err;
 
@@ -257,7 +263,8 @@ namespace {
 TEST(Cli, GenerateDefaultsToFloat32ComputeForBf16Checkpoints) {
   testing::ScratchDir d;
   ASSERT_EQ(RunBinary("make-model --preset tiny --dtype bf16 --out " + d.path() + "/m", d.path()).exit_code, 0);
-  const std::string base = "generate --model " + d.path() + "/m --prompt-ids 7,8,9 --max-tokens 4 --ignore-eos "
+  const std::string base = "generate --model " + d.path() +
+                           "/m --prompt-ids 7,8,9 --max-tokens 4 --ignore-eos "
                            "--top-logprobs 3 --json";
   auto def = RunBinary(base, d.path());
   auto f32 = RunBinary(base + " --dtype float32", d.path());
@@ -277,8 +284,9 @@ namespace {
 TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   testing::ScratchDir d;
   ASSERT_EQ(RunBinary("make-model --preset tiny --out " + d.path() + "/m", d.path()).exit_code, 0);
-  auto r = RunBinary("bench --model " + d.path() + "/m --num-requests 12 --concurrency 4 --input-len uniform:3:40 "
-                     "--output-len 6 --dtype f32 --baseline static --check-invariance --block-size 8 --json",
+  auto r = RunBinary("bench --model " + d.path() +
+                         "/m --num-requests 12 --concurrency 4 --input-len uniform:3:40 "
+                         "--output-len 6 --dtype f32 --baseline static --check-invariance --block-size 8 --json",
                      d.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -286,7 +294,8 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   EXPECT_GT(j["throughput_tok_s"].get<double>(), 0.0);
   EXPECT_GT(j["baseline_tok_s"].get<double>(), 0.0);
   EXPECT_EQ(j["invariance_mismatches"], 0);
-  for (const char* key : {"ratio", "kv_waste", "preemptions", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
+  for (const char* key :
+       {"ratio", "kv_waste", "preemptions", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GE(j["kv_waste"].get<double>(), 0.0);
   EXPECT_LT(j["kv_waste"].get<double>(), 1.0);
@@ -296,8 +305,9 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   EXPECT_NE(bad.err.find("uniform:A:B"), std::string::npos) << bad.err;
 
   // One prompt alone: prompt tokens/s (llama-bench's ppN); it must fit the model length.
-  auto pp = RunBinary("bench --model " + d.path() + "/m --num-requests 2 --concurrency 2 --input-len 5 --output-len 2 "
-                      "--batch1-tokens 0 --prefill-tokens 100 --json",
+  auto pp = RunBinary("bench --model " + d.path() +
+                          "/m --num-requests 2 --concurrency 2 --input-len 5 --output-len 2 "
+                          "--batch1-tokens 0 --prefill-tokens 100 --json",
                       d.path());
   ASSERT_EQ(pp.exit_code, 0) << pp.err;
   const auto prefill = nlohmann::json::parse(pp.out)["prefill"];
@@ -309,8 +319,10 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
   EXPECT_EQ(nlohmann::json::parse(pp.out)["device"], "cpu");
 
   // --workload-out: the requests the run used, for another implementation.
-  auto dumped = RunBinary("bench --model " + d.path() + "/m --num-requests 3 --concurrency 2 --input-len uniform:2:6 "
-                          "--output-len 4 --batch1-tokens 0 --json --workload-out " + d.path() + "/w.json",
+  auto dumped = RunBinary("bench --model " + d.path() +
+                              "/m --num-requests 3 --concurrency 2 --input-len uniform:2:6 "
+                              "--output-len 4 --batch1-tokens 0 --json --workload-out " +
+                              d.path() + "/w.json",
                           d.path());
   ASSERT_EQ(dumped.exit_code, 0) << dumped.err;
   std::ifstream wf(d.path() + "/w.json");
@@ -399,9 +411,11 @@ TEST(Cli, TokenizeMatchesGoldenIdsAndOffsets) {
 
 TEST(Cli, TokenizeDecodeAndBadLines) {
   ScratchDir d;
-  const std::string in = WriteScratch(d, "in.jsonl", "{\"ids\":[9707,1879]}\n{\"ids\":[151643]}\n{\"ids\":[-1]}\n{\"ids\":[999999999]}\nnot json\n");
-  auto r = RunBinary("tokenize --decode --skip-special-tokens --tokenizer " + testing::TestData("tokenizers/qwen3") + " < " + in,
-                     d.path());
+  const std::string in = WriteScratch(
+      d, "in.jsonl", "{\"ids\":[9707,1879]}\n{\"ids\":[151643]}\n{\"ids\":[-1]}\n{\"ids\":[999999999]}\nnot json\n");
+  auto r = RunBinary(
+      "tokenize --decode --skip-special-tokens --tokenizer " + testing::TestData("tokenizers/qwen3") + " < " + in,
+      d.path());
   EXPECT_EQ(r.exit_code, 1);
   auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 5u);  // one output line per input line, errors included
@@ -435,15 +449,18 @@ TEST(Cli, ChatTemplateRendersAndReportsTemplateErrors) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
 
-  const std::string sys = WriteScratch(d, "s.json", R"([{"role":"system","content":"S"},{"role":"user","content":"Hi"}])");
-  auto e = RunBinary("chat-template --template " + testing::TestData("chat_templates/google-gemma-2-2b-it.jinja") + " < " + sys,
-                     d.path());
+  const std::string sys =
+      WriteScratch(d, "s.json", R"([{"role":"system","content":"S"},{"role":"user","content":"Hi"}])");
+  auto e = RunBinary(
+      "chat-template --template " + testing::TestData("chat_templates/google-gemma-2-2b-it.jinja") + " < " + sys,
+      d.path());
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_NE(e.err.find("System role not supported"), std::string::npos) << e.err;
 
   // --var values are JSON when they parse as JSON.
   const std::string t = WriteScratch(d, "t.jinja", "{{ date_string }}|{{ n + 1 }}|{{ messages | length }}");
-  auto v = RunBinary("chat-template --template " + t + " --var date_string='1 Jan 2025' --var n=41 < " + msgs, d.path());
+  auto v =
+      RunBinary("chat-template --template " + t + " --var date_string='1 Jan 2025' --var n=41 < " + msgs, d.path());
   ASSERT_EQ(v.exit_code, 0) << v.err;
   EXPECT_EQ(v.out, "1 Jan 2025|42|1");
 
@@ -452,11 +469,13 @@ TEST(Cli, ChatTemplateRendersAndReportsTemplateErrors) {
   EXPECT_EQ(p.exit_code, 1);
   EXPECT_NE(p.err.find("endfor"), std::string::npos) << p.err;
 
-  auto cfg = RunBinary("chat-template --tokenizer-config " + testing::TestData("tokenizers/llama3/tokenizer_config.json") +
-                           " --add-generation-prompt < " + msgs,
-                       d.path());
+  auto cfg =
+      RunBinary("chat-template --tokenizer-config " + testing::TestData("tokenizers/llama3/tokenizer_config.json") +
+                    " --add-generation-prompt < " + msgs,
+                d.path());
   ASSERT_EQ(cfg.exit_code, 0) << cfg.err;
-  EXPECT_EQ(cfg.out.rfind("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", 0), 0u) << cfg.out;
+  EXPECT_EQ(cfg.out.rfind("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", 0), 0u)
+      << cfg.out;
 }
 
 }  // namespace
@@ -497,13 +516,15 @@ TEST(Cli, QaAndEncode) {
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   auto jf = nlohmann::json::parse(fast.out), jr = nlohmann::json::parse(ref.out);
   ASSERT_EQ(jf["start_logits"].size(), 8u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(jf["start_logits"][i].get<double>(), jr["start_logits"][i].get<double>(), 1e-4);
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(jf["start_logits"][i].get<double>(), jr["start_logits"][i].get<double>(), 1e-4);
   EXPECT_NE(RunBinary("qa --model " + d.path() + "/missing < " + in, d.path()).exit_code, 0);
 
   // One input from the flags, as the issue's interface: a decoder span head.
   const std::string llama = d.path() + "/llama-qa";
   ASSERT_EQ(RunBinary("make-model --qa --qa-arch llama --out " + llama, d.path()).exit_code, 0);
-  auto q = RunBinary("qa --model " + llama + " --question where --context '" + context + "' --top-k 2 --json", d.path());
+  auto q =
+      RunBinary("qa --model " + llama + " --question where --context '" + context + "' --top-k 2 --json", d.path());
   ASSERT_EQ(q.exit_code, 0) << q.err;
   auto qj = nlohmann::json::parse(q.out);
   ASSERT_EQ(qj["answers"].size(), 2u) << q.out;

@@ -23,8 +23,8 @@
 
 namespace ropeserve::testing {
 
-constexpr double kF32Roundoff = 0x1p-24;   // float32: 24-bit significand
-constexpr double kBF16Roundoff = 0x1p-8;   // bfloat16: 8-bit significand
+constexpr double kF32Roundoff = 0x1p-24;  // float32: 24-bit significand
+constexpr double kBF16Roundoff = 0x1p-8;  // bfloat16: 8-bit significand
 
 // gamma_k of Higham's analysis.
 inline double Gamma(std::int64_t k, double u) {

@@ -1,10 +1,11 @@
 #include "server/common/status.h"
-#include "server/common/exception_message.h"
 
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
+
+#include "server/common/exception_message.h"
 
 namespace ropeserve {
 namespace {
@@ -38,7 +39,8 @@ TEST(Status, AssignOrReturnPropagatesFirstError) {
 
 TEST(ExceptionMessage, CutsLibTorchsStackTraceAndLongMessages) {
   const std::runtime_error c10_style(
-      "\"addmm_impl_cpu_\" not implemented for 'Half'\nException raised from operator() at LinearAlgebra.cpp:1308 (most "
+      "\"addmm_impl_cpu_\" not implemented for 'Half'\nException raised from operator() at LinearAlgebra.cpp:1308 "
+      "(most "
       "recent call first):\nframe #0: c10::Error::Error(...)");
   EXPECT_EQ(ExceptionMessage(c10_style), "\"addmm_impl_cpu_\" not implemented for 'Half'");
   EXPECT_EQ(ExceptionMessage(std::runtime_error("plain\nsecond line")), "plain\nsecond line");

@@ -85,7 +85,8 @@ TEST(ProcessStats, ParsesAProcStatLine) {
   EXPECT_DOUBLE_EQ(s.resident_bytes, 300 * 4096.0);
   EXPECT_FALSE(ParseProcStat("42 (cut short) S 1 2 3", 100, 4096, 0, s));
   EXPECT_FALSE(ParseProcStat("no parenthesis at all", 100, 4096, 0, s));
-  EXPECT_FALSE(ParseProcStat("42 (x) S 1 42 42 0 -1 4194304 101 0 0 0 2x0 50 0 0 20 0 1 0 1000 4096000 300", 100, 4096, 0, s));
+  EXPECT_FALSE(
+      ParseProcStat("42 (x) S 1 42 42 0 -1 4194304 101 0 0 0 2x0 50 0 0 20 0 1 0 1000 4096000 300", 100, 4096, 0, s));
 }
 
 TEST(ProcessStats, ReadsThisProcess) {

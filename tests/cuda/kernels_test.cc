@@ -77,8 +77,11 @@ TEST_P(CudaKernels, SiluAndMulRoundsAsTransformers) {
 }
 
 TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
-  for (auto [hq, hkv, d, rot] : {std::tuple<int, int, int, int>{8, 8, 64, 64}, {14, 2, 64, 64}, {16, 2, 128, 128},
-                                 {8, 1, 128, 64}, {4, 4, 64, 32}}) {
+  for (auto [hq, hkv, d, rot] : {std::tuple<int, int, int, int>{8, 8, 64, 64},
+                                 {14, 2, 64, 64},
+                                 {16, 2, 128, 128},
+                                 {8, 1, 128, 64},
+                                 {4, 4, 64, 32}}) {
     const std::int64_t T = 19;
     at::Tensor q = Randn({T, hq, d}), k = Randn({T, hkv, d});
     at::Tensor pos = at::randint(0, 4096, {T}, at::TensorOptions().dtype(at::kLong));
@@ -86,7 +89,8 @@ TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
     auto [cos, sin] = reference::RopeCosSin(inv, pos, 1.0, at::kFloat);  // [T, rot] duplicated halves
     at::Tensor all = at::arange(4096, at::kLong);
     auto [cos_all, sin_all] = reference::RopeCosSin(inv, all, 1.0, at::kFloat);
-    at::Tensor table = at::cat({cos_all.narrow(1, 0, rot / 2), sin_all.narrow(1, 0, rot / 2)}, 1).contiguous().to(at::kCUDA);
+    at::Tensor table =
+        at::cat({cos_all.narrow(1, 0, rot / 2), sin_all.narrow(1, 0, rot / 2)}, 1).contiguous().to(at::kCUDA);
     at::Tensor q_ref = reference::ApplyRope(q.to(at::kFloat).cpu(), cos, sin);
     at::Tensor k_ref = reference::ApplyRope(k.to(at::kFloat).cpu(), cos, sin);
     at::Tensor qg = q.clone(), kg = k.clone();
@@ -102,7 +106,7 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   for (auto [hq, hkv, d] : {std::tuple<int, int, int>{8, 8, 64}, {8, 4, 64}, {16, 4, 128}, {32, 4, 128}, {14, 2, 64}}) {
     // Sequences: (context length, query rows): decodes across block and
     // partition boundaries (512) and prefill chunks with a cached prefix.
-    const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{1, 1}, {17, 1}, {511, 1}, {513, 1},
+    const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{1, 1},    {17, 1},   {511, 1}, {513, 1},
                                                                      {2100, 1}, {4096, 1}, {40, 40}, {700, 37}};
     std::int64_t max_blocks = 0, total_blocks = 0, rows = 0;
     for (auto [c, n] : seqs) {
@@ -115,7 +119,8 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
     std::vector<std::vector<std::int32_t>> tables;
     std::vector<std::int64_t> qlens, clens;
     std::vector<std::int32_t> row_seq, row_ctx;
-    at::Tensor bt = at::zeros({static_cast<std::int64_t>(seqs.size()), max_blocks}, at::TensorOptions().dtype(at::kInt));
+    at::Tensor bt =
+        at::zeros({static_cast<std::int64_t>(seqs.size()), max_blocks}, at::TensorOptions().dtype(at::kInt));
     std::int64_t next = 0;
     for (std::size_t s = 0; s < seqs.size(); ++s) {
       auto [c, n] = seqs[s];
@@ -140,8 +145,8 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
       return at::tensor(v, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
     };
     for (std::int64_t partition : {512, 64}) {
-      at::Tensor out = cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i32(row_seq), i32(row_ctx), 4096, scale,
-                                            partition);
+      at::Tensor out =
+          cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i32(row_seq), i32(row_ctx), 4096, scale, partition);
       EXPECT_LT(RelError(out, ref), Bound()) << hq << "/" << hkv << " d" << d << " partition " << partition;
     }
   }
@@ -151,7 +156,9 @@ TEST_P(CudaKernels, SamplingIsGreedyFilteredAndSeeded) {
   if (dtype() != at::kBFloat16) GTEST_SKIP() << "float32 logits: one dtype is enough";
   const std::int64_t R = 6, V = 151936;
   at::Tensor logits = at::randn({R, V}, at::TensorOptions().device(at::kCUDA)) * 3;
-  auto col = [&](auto value, at::ScalarType t) { return at::full({R}, value, at::TensorOptions().device(at::kCUDA).dtype(t)); };
+  auto col = [&](auto value, at::ScalarType t) {
+    return at::full({R}, value, at::TensorOptions().device(at::kCUDA).dtype(t));
+  };
   at::Tensor seed = at::arange(R, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)) + 7;
   at::Tensor offset = col(0, at::kLong);
   at::Tensor argmax = logits.argmax(1);
@@ -174,16 +181,18 @@ TEST_P(CudaKernels, SamplingIsGreedyFilteredAndSeeded) {
   EXPECT_EQ(a[2].item<std::int64_t>(), b[0].item<std::int64_t>());
   // Frequencies follow softmax(logits / T) on a small vocabulary.
   at::Tensor small = at::tensor({0.0f, 1.0f, 2.0f}).to(at::kCUDA).unsqueeze(0).repeat({4096, 1});
-  auto c4 = [&](auto value, at::ScalarType t) { return at::full({4096}, value, at::TensorOptions().device(at::kCUDA).dtype(t)); };
-  at::Tensor draws = cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat),
-                                      c4(0.0f, at::kFloat), at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)),
-                                      c4(0, at::kLong));
+  auto c4 = [&](auto value, at::ScalarType t) {
+    return at::full({4096}, value, at::TensorOptions().device(at::kCUDA).dtype(t));
+  };
+  at::Tensor draws =
+      cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat), c4(0.0f, at::kFloat),
+                       at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)), c4(0, at::kLong));
   const double z = 1 + std::exp(0.5) + std::exp(1.0);
   EXPECT_NEAR((draws == 2).sum().item<double>() / 4096, std::exp(1.0) / z, 0.04);
   // min_p = 0.9 keeps only the most likely of these.
-  at::Tensor minp = cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat),
-                                     c4(0.9f, at::kFloat), at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)),
-                                     c4(0, at::kLong));
+  at::Tensor minp =
+      cuda::SampleRows(small, c4(2.0f, at::kFloat), c4(0, at::kInt), c4(1.0f, at::kFloat), c4(0.9f, at::kFloat),
+                       at::arange(4096, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)), c4(0, at::kLong));
   EXPECT_TRUE((minp == 2).all().item<bool>());
 }
 
@@ -203,8 +212,10 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
   at::Tensor a = at::empty({1LL << 29}, gpu()), b = at::empty_like(a);  // 1 GiB each
   const double copy = 2.0 * static_cast<double>(a.nbytes()) / seconds([&] { b.copy_(a); }, 20) / 1e9;
   std::printf("BANDWIDTH device copy (read + write): %.0f GB/s\n", copy);
-  for (auto [seqs, ctx, hq, hkv, d] : {std::tuple<int, int, int, int, int>{64, 4096, 14, 2, 64}, {256, 1024, 14, 2, 64},
-                                      {64, 4096, 32, 8, 64}, {8, 32768, 14, 2, 64}}) {
+  for (auto [seqs, ctx, hq, hkv, d] : {std::tuple<int, int, int, int, int>{64, 4096, 14, 2, 64},
+                                       {256, 1024, 14, 2, 64},
+                                       {64, 4096, 32, 8, 64},
+                                       {8, 32768, 14, 2, 64}}) {
     const std::int64_t bs = 16, blocks_per = ctx / bs, blocks = seqs * blocks_per;
     at::Tensor kc = Randn({blocks, bs, hkv, d}), vc = Randn({blocks, bs, hkv, d});
     at::Tensor bt = at::arange(blocks, at::TensorOptions().device(at::kCUDA).dtype(at::kInt)).view({seqs, blocks_per});

@@ -80,8 +80,8 @@ TEST(BlockPool, CachedBlocksAreEvictedLeastRecentlyFreedFirst) {
   Ids ia = *pool.Allocate(2), ib = *pool.Allocate(2);  // {0,1}, {2,3}
   CacheAll(pool, ia, a);
   CacheAll(pool, ib, b);
-  pool.Free(Ids{1, 0});  // queue: 4 5 1 0
-  pool.Free(Ids{3, 2});  // queue: 4 5 1 0 3 2
+  pool.Free(Ids{1, 0});                          // queue: 4 5 1 0
+  pool.Free(Ids{3, 2});                          // queue: 4 5 1 0 3 2
   EXPECT_EQ(*pool.Allocate(3), (Ids{4, 5, 1}));  // uncached first, then a's tail block
   EXPECT_EQ(pool.MatchPrefix(a).first, (Ids{0}));
   EXPECT_EQ(pool.MatchPrefix(b).first, (Ids{2, 3}));

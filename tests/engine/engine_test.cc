@@ -27,8 +27,7 @@ class CountingModel : public LogitsExecutor {
       fail_next = false;
       return Internal("device lost");
     }
-    return testing::OneHotLogits(plan, vocab_, 20.0f,
-                                 [&](const auto& s) { return (s.token_ids.back() + 1) % vocab_; });
+    return testing::OneHotLogits(plan, vocab_, 20.0f, [&](const auto& s) { return (s.token_ids.back() + 1) % vocab_; });
   }
   std::int64_t vocab_size() const override { return vocab_; }
   int calls = 0;
@@ -229,7 +228,8 @@ TEST(KvCacheSizing, FractionOfTheGivenMemoryCappedAtWhatSequencesUse) {
     auto on_host = SizeKvCacheForEngine("auto", 1 << 20, 16, 16, 1 << 20);
     ASSERT_TRUE(on_host.ok()) << on_host.status().ToString();
     // 0.25 of MemAvailable, read again inside; it moves between the reads.
-    EXPECT_NEAR(static_cast<double>(on_host->bytes), 0.25 * static_cast<double>(host), 0.05 * static_cast<double>(host));
+    EXPECT_NEAR(static_cast<double>(on_host->bytes), 0.25 * static_cast<double>(host),
+                0.05 * static_cast<double>(host));
   }
   EXPECT_FALSE(SizeKvCacheForEngine("automatic", 1024, 16, 64, 8, 1 << 20).ok());
 }

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "server/tokenizer/tokenizer.h"
-#include "tests/fuzz/fuzz_tokenizers.h"
 #include "server/tokenizer/unicode.h"
+#include "tests/fuzz/fuzz_tokenizers.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       if (!req.ParseFromArray(msg, len)) return 0;
       auto r = api::ReadSummarize(req);
       if (r.ok())
-        (void)service::ValidateGeneration(r->fields, service::Endpoint::kSummarize, {r->summary.text.size()}, Limits(), 0);
+        (void)service::ValidateGeneration(r->fields, service::Endpoint::kSummarize, {r->summary.text.size()}, Limits(),
+                                          0);
       break;
     }
     default: {

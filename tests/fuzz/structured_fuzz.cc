@@ -19,9 +19,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   const std::string text = cut == std::string::npos ? "" : in.substr(cut + 1);
   Constraint c;
   switch (data[0] % 3) {
-    case 0: c = {Constraint::Kind::kRegex, spec, {}, "guided_regex"}; break;
-    case 1: c = {Constraint::Kind::kJsonSchema, spec, {}, "guided_json"}; break;
-    default: c = {Constraint::Kind::kChoice, "", {spec, text.empty() ? "x" : text}, "guided_choice"}; break;
+    case 0:
+      c = {Constraint::Kind::kRegex, spec, {}, "guided_regex"};
+      break;
+    case 1:
+      c = {Constraint::Kind::kJsonSchema, spec, {}, "guided_json"};
+      break;
+    default:
+      c = {Constraint::Kind::kChoice, "", {spec, text.empty() ? "x" : text}, "guided_choice"};
+      break;
   }
   auto e = ConstraintExpr(c);
   if (!e.ok()) return 0;

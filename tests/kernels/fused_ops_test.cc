@@ -2,11 +2,12 @@
 // shapes: row widths of real models and odd ones (vector tails), GQA ratios
 // 1/2/4/8, head_dim 64 and 128, full and partial rotary, float32 and
 // bfloat16.
+#include "kernels/cpu/fused_ops.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/fused_ops.h"
 #include "kernels/reference/reference_ops.h"
 #include "tests/common/float_bounds.h"
 
@@ -84,16 +85,16 @@ TEST_P(RopeKernel, MatchesReference) {
   ExpectClose(k2, reference::ApplyRope(k, cos, sin), dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RopeKernel,
-    ::testing::Combine(::testing::Values(RopeCase{1, 8, 8, 64, 64},    // GQA 1
-                                         RopeCase{5, 8, 4, 64, 64},    // GQA 2
-                                         RopeCase{3, 16, 4, 128, 128}, // GQA 4
-                                         RopeCase{64, 14, 2, 64, 64},  // GQA 7 (Qwen2.5-0.5B)
-                                         RopeCase{17, 32, 4, 128, 128},  // GQA 8
-                                         RopeCase{9, 8, 2, 128, 64},   // partial rotary
-                                         RopeCase{4, 4, 4, 64, 16}),   // rotary narrower than a vector
-                       ::testing::Values(at::kFloat, at::kBFloat16)));
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeKernel,
+                         ::testing::Combine(::testing::Values(RopeCase{1, 8, 8, 64, 64},      // GQA 1
+                                                              RopeCase{5, 8, 4, 64, 64},      // GQA 2
+                                                              RopeCase{3, 16, 4, 128, 128},   // GQA 4
+                                                              RopeCase{64, 14, 2, 64, 64},    // GQA 7 (Qwen2.5-0.5B)
+                                                              RopeCase{17, 32, 4, 128, 128},  // GQA 8
+                                                              RopeCase{9, 8, 2, 128, 64},     // partial rotary
+                                                              RopeCase{4, 4, 4, 64,
+                                                                       16}),  // rotary narrower than a vector
+                                            ::testing::Values(at::kFloat, at::kBFloat16)));
 
 // silu(gate) * up against the two LibTorch ops (the reference rounds after
 // each, as the kernel does: a unit of bf16 apart at most where the two exp

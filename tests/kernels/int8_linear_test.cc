@@ -196,9 +196,8 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
     };
     const double t_int8 = time([&](int i) { cpu::Int8LinearKernel(x, q[i], at::Tensor()); });
     const double t_deq = time([&](int i) { at::linear(x, cpu::DequantizeInt8(q[i], at::kBFloat16)); });
-    const double t_panel = cpu::Int8PanelSupports(x, q[0])
-                               ? time([&](int i) { cpu::Int8PanelLinear(x, q[i], at::Tensor()); })
-                               : 1e9;
+    const double t_panel =
+        cpu::Int8PanelSupports(x, q[0]) ? time([&](int i) { cpu::Int8PanelLinear(x, q[i], at::Tensor()); }) : 1e9;
     const double t_bf16 = !packed.empty() ? time([&](int i) { cpu::PackedLinear(x, packed[i], at::Tensor()); })
                                           : time([&](int i) { at::linear(x, bf[i]); });
     const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;

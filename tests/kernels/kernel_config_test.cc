@@ -51,9 +51,9 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
 
 TEST_F(KernelEnvironment, BadValuesAreErrorsNamingTheVariable) {
   const std::pair<const char*, const char*> bad[] = {
-      {"ROPESERVE_KERNEL_AVX512", "yes"},           {"ROPESERVE_KERNEL_AVX512", ""},
-      {"ROPESERVE_KERNEL_POOL_SPIN_US", "-1"},      {"ROPESERVE_KERNEL_POOL_SPIN_US", "1000001"},
-      {"ROPESERVE_KERNEL_POOL_SPIN_US", "20us"},    {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "65537"},
+      {"ROPESERVE_KERNEL_AVX512", "yes"},          {"ROPESERVE_KERNEL_AVX512", ""},
+      {"ROPESERVE_KERNEL_POOL_SPIN_US", "-1"},     {"ROPESERVE_KERNEL_POOL_SPIN_US", "1000001"},
+      {"ROPESERVE_KERNEL_POOL_SPIN_US", "20us"},   {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "65537"},
       {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", ""},
   };
   for (const auto& [name, value] : bad) {

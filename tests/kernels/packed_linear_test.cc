@@ -44,19 +44,20 @@ TEST_P(PackedLinear, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   EXPECT_TRUE(((got.to(at::kDouble) - lib.to(at::kDouble)).abs() <= 2 * bound + 1e-6).all().item<bool>());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, PackedLinear,
-    ::testing::Values(Case{1, 896, 1152, true},  // Qwen2.5-0.5B fused q/k/v
-                      Case{1, 4864, 896, false}, Case{2, 896, 9728, false}, Case{6, 896, 64, false},
-                      Case{7, 64, 130, true}, Case{4, 17, 5, false}, Case{5, 33, 9, true}, Case{8, 896, 1003, false},
-                      Case{13, 100, 1, true}, Case{1, 31, 3, false}, Case{1, 1, 7, true}, Case{3, 2, 65, false},
-                      Case{16, 896, 4864, false}, Case{17, 4867, 63, true}, Case{32, 70, 128, false},
-                      Case{64, 896, 129, true}, Case{100, 257, 200, false}, Case{300, 896, 1003, true}),
-    [](const auto& info) {
-      const Case& c = info.param;
-      return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
-             (c.bias ? "_bias" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, PackedLinear,
+                         ::testing::Values(Case{1, 896, 1152, true},  // Qwen2.5-0.5B fused q/k/v
+                                           Case{1, 4864, 896, false}, Case{2, 896, 9728, false},
+                                           Case{6, 896, 64, false}, Case{7, 64, 130, true}, Case{4, 17, 5, false},
+                                           Case{5, 33, 9, true}, Case{8, 896, 1003, false}, Case{13, 100, 1, true},
+                                           Case{1, 31, 3, false}, Case{1, 1, 7, true}, Case{3, 2, 65, false},
+                                           Case{16, 896, 4864, false}, Case{17, 4867, 63, true},
+                                           Case{32, 70, 128, false}, Case{64, 896, 129, true},
+                                           Case{100, 257, 200, false}, Case{300, 896, 1003, true}),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
+                                  (c.bias ? "_bias" : "");
+                         });
 
 TEST(PackedWeight, RoundTripsAndLooksUpRowsExactly) {
   for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {5, 3}, {64, 896}, {130, 17}}) {

@@ -57,11 +57,11 @@ void Check(const Case& c, at::ScalarType dtype, std::uint64_t seed) {
   at::Tensor k = at::randn({num_blocks, c.block_size, c.hkv, c.head_dim}).to(dtype);
   at::Tensor v = at::randn({num_blocks, c.block_size, c.hkv, c.head_dim}).to(dtype);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  at::Tensor got = cpu::PagedAttention(q, k, v, table_tensor, at::tensor(qstart, at::kLong), at::tensor(ctx, at::kLong),
-                                       scale);
+  at::Tensor got =
+      cpu::PagedAttention(q, k, v, table_tensor, at::tensor(qstart, at::kLong), at::tensor(ctx, at::kLong), scale);
   // Reference in float32 on the same (possibly bf16-rounded) values.
-  at::Tensor want = reference::PagedAttention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), tables, qlens, ctx,
-                                              scale);
+  at::Tensor want =
+      reference::PagedAttention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), tables, qlens, ctx, scale);
   // float32: the kernel and the reference sum scores over head_dim and
   // probabilities over the context in different orders; the bound follows
   // from the arithmetic (float_bounds.h) on outputs no larger than max|v|.
@@ -84,12 +84,11 @@ TEST_P(PagedAttentionKernel, MatchesReferenceBFloat16) { Check(GetParam(), at::k
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PagedAttentionKernel,
     ::testing::Values(
-        Case{16, 2, 1, 64, {{1, 1}}},                                  // first token
-        Case{16, 2, 2, 64, {{1, 16}, {1, 17}, {1, 33}}},               // block boundaries
-        Case{16, 1, 4, 128, {{5, 5}, {1, 300}, {3, 40}}},             // prefill + decode mixed
-        Case{8, 2, 8, 64, {{7, 20}, {1, 8}, {1, 9}, {16, 16}}},
-        Case{1, 4, 1, 64, {{3, 7}}},                                    // block size 1
-        Case{16, 2, 4, 128, {{1, 4096}, {2, 2049}}},                    // long contexts
+        Case{16, 2, 1, 64, {{1, 1}}},                                                         // first token
+        Case{16, 2, 2, 64, {{1, 16}, {1, 17}, {1, 33}}},                                      // block boundaries
+        Case{16, 1, 4, 128, {{5, 5}, {1, 300}, {3, 40}}},                                     // prefill + decode mixed
+        Case{8, 2, 8, 64, {{7, 20}, {1, 8}, {1, 9}, {16, 16}}}, Case{1, 4, 1, 64, {{3, 7}}},  // block size 1
+        Case{16, 2, 4, 128, {{1, 4096}, {2, 2049}}},                                          // long contexts
         Case{32, 8, 2, 128, {{17, 100}, {1, 1}, {1, 2}}},
         Case{16, 2, 7, 64, {{300, 1000}, {1, 50}, {600, 600}, {16, 40}}},  // GEMM tiles, GQA 7
         // head sizes of the vectorized path's other register shapes, and ones it leaves to the generic path

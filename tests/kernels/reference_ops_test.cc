@@ -23,10 +23,11 @@ at::Tensor InvFreq(const std::string& scaling_json) {
 // between the positions, for every frequency set.
 TEST(ReferenceRope, DotProductDependsOnlyOnPositionDifference) {
   at::manual_seed(0);
-  for (const std::string scaling :
-       {"", R"({"type":"linear","factor":4.0})",
-        R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":512})",
-        R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":1024})"}) {
+  for (
+      const std::string scaling :
+      {"", R"({"type":"linear","factor":4.0})",
+       R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":512})",
+       R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":1024})"}) {
     at::Tensor inv_freq = InvFreq(scaling);
     at::Tensor q = at::randn({1, 1, 64}, at::kDouble);
     at::Tensor k = at::randn({1, 1, 64}, at::kDouble);
@@ -59,8 +60,8 @@ TEST(ReferenceOps, RmsNormMatchesFormula) {
   at::Tensor x = at::randn({4, 8}, at::kDouble);
   at::Tensor w = at::randn({8}, at::kDouble);
   at::Tensor want = x / at::sqrt(x.pow(2).mean(-1, true) + 1e-6) * w;
-  EXPECT_TRUE(at::allclose(reference::RmsNorm(x.to(at::kFloat), w.to(at::kFloat), 1e-6).to(at::kDouble), want,
-                           1e-5, 1e-6));
+  EXPECT_TRUE(
+      at::allclose(reference::RmsNorm(x.to(at::kFloat), w.to(at::kFloat), 1e-6).to(at::kDouble), want, 1e-5, 1e-6));
 }
 
 TEST(ReferenceOps, CausalAttentionMatchesPerQueryLoop) {

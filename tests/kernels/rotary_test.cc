@@ -3,13 +3,14 @@
 // decoders' reference path runs), the interleaved layout against the
 // formula evaluated in double; and the KV-cache write against
 // reference::WriteKvCache.
+#include "kernels/cpu/rotary.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/rotary.h"
 #include "kernels/reference/reference_ops.h"
 #include "tests/common/float_bounds.h"
 
@@ -41,7 +42,8 @@ TEST(RotaryTable, RotateHalfMatchesTheReferenceTable) {
       // The two halves of a row are the same frequencies.
       EXPECT_TRUE(at::equal(cos.narrow(1, 0, r / 2), cos.narrow(1, r / 2, r / 2)));
       // bfloat16 is the float32 table rounded once.
-      auto [bcos, bsin] = cpu::RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kBFloat16);
+      auto [bcos, bsin] =
+          cpu::RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kBFloat16);
       EXPECT_TRUE(at::equal(bcos, cos.to(at::kBFloat16)));
       EXPECT_TRUE(at::equal(bsin, sin.to(at::kBFloat16)));
     }
@@ -51,8 +53,8 @@ TEST(RotaryTable, RotateHalfMatchesTheReferenceTable) {
 TEST(RotaryTable, InterleavedMatchesTheFormulaInDouble) {
   const std::int64_t d = 64, len = 512;
   const at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, d / 2, at::kDouble) / static_cast<double>(d));
-  auto [cos, sin] = cpu::RotaryTable(inv, at::arange(len, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble,
-                                     at::kFloat);
+  auto [cos, sin] =
+      cpu::RotaryTable(inv, at::arange(len, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
   ASSERT_EQ(cos.sizes(), (std::vector<std::int64_t>{len, d}));
   const auto* inv_p = inv.data_ptr<double>();
   const auto* c = cos.data_ptr<float>();
@@ -88,8 +90,8 @@ TEST(ApplyRotary, InterleavedRotatesAdjacentPairs) {
   const std::int64_t T = 5, H = 2, D = 16;
   const at::Tensor x = at::randn({H, T, D});
   const at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, D / 2, at::kDouble) / static_cast<double>(D));
-  auto [cos, sin] = cpu::RotaryTable(inv, at::arange(T, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble,
-                                     at::kFloat);
+  auto [cos, sin] =
+      cpu::RotaryTable(inv, at::arange(T, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
   const at::Tensor got = cpu::ApplyRotary(x, cos, sin, RotaryLayout::kInterleaved).contiguous();
   const at::Tensor xc = x.contiguous();
   for (std::int64_t h = 0; h < H; ++h) {

@@ -43,9 +43,18 @@ class ThreadCount {
 TEST(ThreadPool, SameChunksAsAtParallelFor) {
   for (int threads : {1, 2, 3, 4}) {
     ThreadCount tc(threads);
-    for (const auto& [begin, end, grain] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
-             {0, 1, 1}, {0, 2, 1}, {0, 5, 1}, {3, 17, 2}, {0, 100, 7}, {0, 100, 100}, {0, 101, 100},
-             {-5, 5, 1}, {0, 1000, 16}, {7, 7, 1}, {0, 4, 0}}) {
+    for (const auto& [begin, end, grain] :
+         std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{{0, 1, 1},
+                                                                           {0, 2, 1},
+                                                                           {0, 5, 1},
+                                                                           {3, 17, 2},
+                                                                           {0, 100, 7},
+                                                                           {0, 100, 100},
+                                                                           {0, 101, 100},
+                                                                           {-5, 5, 1},
+                                                                           {0, 1000, 16},
+                                                                           {7, 7, 1},
+                                                                           {0, 4, 0}}) {
       const Chunks want = Record([](auto... a) { at::parallel_for(a...); }, begin, end, grain);
       const Chunks got = Record([](auto... a) { cpu::ParallelFor(a...); }, begin, end, grain);
       EXPECT_EQ(got, want) << "threads " << threads << " range [" << begin << ", " << end << ") grain " << grain;
@@ -119,7 +128,8 @@ TEST(ThreadPool, NestedCallsRunInline) {
   // Inside an OpenMP region (at::parallel_for) too.
   sum = 0;
   at::parallel_for(0, 4, 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) cpu::ParallelFor(0, 3, 1, [&](std::int64_t b2, std::int64_t e2) { sum += e2 - b2; });
+    for (std::int64_t i = b; i < e; ++i)
+      cpu::ParallelFor(0, 3, 1, [&](std::int64_t b2, std::int64_t e2) { sum += e2 - b2; });
   });
   EXPECT_EQ(sum.load(), 12);
 }

@@ -20,8 +20,8 @@ namespace {
 template <typename F>
 void PoolFor(std::int64_t begin, std::int64_t end, std::int64_t threads, const F& f) {
   ropeserve::cpu::detail::PoolParallelFor(
-      begin, end, 1, threads, [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
-      &f);
+      begin, end, 1, threads,
+      [](const void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
 }
 
 }  // namespace

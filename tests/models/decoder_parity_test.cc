@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "server/models/decoder.h"
-#include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/offline.h"
 #include "tests/models/reference_decoder.h"
 
 namespace ropeserve {

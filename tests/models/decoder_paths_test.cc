@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "server/models/decoder.h"
-#include "tests/common/offline.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
+#include "tests/common/offline.h"
 #include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
@@ -87,12 +87,12 @@ INSTANTIATE_TEST_SUITE_P(
     Families, PathsAgree,
     ::testing::Values(
         Variant{"llama", "llama", "", nullptr}, Variant{"qwen2", "qwen2", "", nullptr},
-        Variant{"qwen3", "qwen3", "", nullptr},
-        Variant{"llama_untied", "llama", "", nullptr, /*tied=*/false},
+        Variant{"qwen3", "qwen3", "", nullptr}, Variant{"llama_untied", "llama", "", nullptr, /*tied=*/false},
         Variant{"linear", "llama", R"({"rope_type":"linear","factor":2.0})", nullptr},
-        Variant{"llama3", "llama",
-                R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":32})",
-                nullptr},
+        Variant{
+            "llama3", "llama",
+            R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":32})",
+            nullptr},
         Variant{"yarn", "qwen2", R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64})", nullptr},
         Variant{"dynamic_within_context", "llama", R"({"type":"dynamic","factor":2.0})", nullptr},
         Variant{"partial_rotary", "llama", "", [](auto& j) { j["partial_rotary_factor"] = 0.5; }}),
@@ -237,8 +237,9 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   o.ignore_eos = false;
   auto stopped = testing::OfflineGenerate(**m2, {5, 6}, o);
   ASSERT_TRUE(stopped.ok());
-  const size_t first_eos = std::find(free_run->generated_ids.begin(), free_run->generated_ids.end(),
-                                     free_run->generated_ids[2]) - free_run->generated_ids.begin();
+  const size_t first_eos =
+      std::find(free_run->generated_ids.begin(), free_run->generated_ids.end(), free_run->generated_ids[2]) -
+      free_run->generated_ids.begin();
   EXPECT_EQ(stopped->generated_ids.size(), first_eos + 1);
   EXPECT_EQ(stopped->finish_reason, "stop");
 }

@@ -4,8 +4,6 @@
 // logits are bitwise the same whatever it is batched with, and the whole
 // QA flow (windows -> model -> answer selection) gives answers
 // that are exact substrings of the context.
-#include "server/models/span_models.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +13,7 @@
 
 #include "server/checkpoint/model_generator.h"
 #include "server/models/decoder.h"
+#include "server/models/span_models.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 #include "server/tokenizer/unicode.h"
@@ -95,8 +94,8 @@ TEST_P(Encoder, ServingPathEqualsReferenceAcrossWindowLengths) {
     for (std::size_t i = 0; i < t.ids[k].size(); ++i) {
       max_diff = std::max({max_diff, static_cast<double>(std::abs(ref->start[i] - (*fast)[k].start[i])),
                            static_cast<double>(std::abs(ref->end[i] - (*fast)[k].end[i]))});
-      max_abs = std::max({max_abs, static_cast<double>(std::abs(ref->start[i])),
-                          static_cast<double>(std::abs(ref->end[i]))});
+      max_abs =
+          std::max({max_abs, static_cast<double>(std::abs(ref->start[i])), static_cast<double>(std::abs(ref->end[i]))});
     }
   }
   const EncoderConfig& c = model_->config();
@@ -142,7 +141,8 @@ TEST_P(Encoder, QuestionAnsweringGivesContextSubstrings) {
   auto tok = tok::Tokenizer::FromPath(dir_.path());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   std::string context;
-  for (int i = 0; i < 12; ++i) context += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  for (int i = 0; i < 12; ++i)
+    context += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
   qa::WindowOptions wo;
   wo.max_seq_len = 48;
   wo.doc_stride = 16;
@@ -207,7 +207,7 @@ TEST_P(Encoder, BFloat16IsCloseToFloat32) {
   auto bf = LoadSpanModel(dir_.path(), DType::kBF16);
   ASSERT_TRUE(bf.ok()) << bf.status().ToString();
   std::vector<std::vector<TokenId>> windows = {{9, 40, 41, 300, 7, 8, 120, 4, 5, 6, 77, 78, 79, 80, 81, 82, 83},
-                                                     {11, 12, 13}};
+                                               {11, 12, 13}};
   auto f32 = model_->ForwardWindows(windows);
   auto b16 = (*bf)->ForwardWindows(windows);
   auto b16_ref = Reference(**bf, DType::kBF16, windows[0]);

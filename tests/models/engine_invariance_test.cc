@@ -7,10 +7,10 @@
 
 #include "server/engine/engine.h"
 #include "server/models/decoder.h"
-#include "tests/common/offline.h"
 #include "server/runner/model_runner.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
+#include "tests/common/offline.h"
 #include "tests/models/reference_decoder.h"
 
 namespace ropeserve {

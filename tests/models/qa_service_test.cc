@@ -1,12 +1,11 @@
 // service::QaService on a tiny span model: its own worker (no engine) and inside an
 // engine's steps (a fake decoder), batch == one by one, bad input, and a
 // stopped engine failing QA calls instead of leaving them waiting.
-#include "server/runner/service_factory.h"
-
 #include <gtest/gtest.h>
 
 #include "server/checkpoint/model_generator.h"
 #include "server/engine/engine.h"
+#include "server/runner/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
@@ -54,7 +53,7 @@ TEST_F(QaServiceTest, OwnWorkerAnswersAndBatchesEqualSingles) {
   auto service = LoadQaService(dir_.path(), "qa");
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   std::vector<service::QaRequest> requests = {Request("where", context_), Request("who sleeps", context_),
-                                     Request("what jumps", context_.substr(0, 30))};
+                                              Request("what jumps", context_.substr(0, 30))};
   auto batch = (*service)->AnswerBatch(requests);
   ASSERT_TRUE(batch.ok()) << batch.status().ToString();
   ASSERT_EQ(batch->size(), 3u);

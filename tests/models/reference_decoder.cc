@@ -69,38 +69,37 @@ at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids) {
 
 SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>& window, bool with_hidden) {
   c10::InferenceMode guard;
-  const at::Tensor hidden = DenseHidden(m, at::tensor(std::vector<std::int64_t>(window.begin(), window.end()), at::kLong));
+  const at::Tensor hidden =
+      DenseHidden(m, at::tensor(std::vector<std::int64_t>(window.begin(), window.end()), at::kLong));
   const at::Tensor logits = at::linear(hidden, m.weights().qa_outputs, m.weights().qa_outputs_bias).contiguous();
   return SpanRows(logits, 0, static_cast<std::int64_t>(window.size()), with_hidden ? hidden : at::Tensor());
 }
 
 at::Tensor ReferenceAttentionModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache,
                                                  at::Tensor* prompt_logits) const {
-  return m_.ForwardPagedWith(batch, cache, prompt_logits,
-                             [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                 const PagedBatch& b) {
-                               // The per-row metadata the runner sends along for
-                               // CUDA's attention kernel, checked on every step.
-                               if (b.row_seq.defined()) {
-                                 const AttentionRows want = MakeAttentionRows(b.query_lens, b.context_lens);
-                                 TORCH_CHECK(at::equal(b.row_seq.to(at::kCPU).to(at::kLong), at::tensor(want.seq)) &&
-                                                 at::equal(b.row_context.to(at::kCPU).to(at::kLong),
-                                                           at::tensor(want.context)) &&
-                                                 b.row_seq.scalar_type() == at::kInt &&
-                                                 b.max_context == want.max_context,
-                                             "the runner's attention rows differ from MakeAttentionRows");
-                               }
-                               // Each sequence's blocks: the first ceil(context / block_size) of its row.
-                               const std::int64_t bs = k_cache.size(1);
-                               const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();
-                               std::vector<std::vector<std::int32_t>> tables;
-                               for (std::size_t s = 0; s < b.context_lens.size(); ++s) {
-                                 const std::int32_t* row = rows[static_cast<std::int64_t>(s)].data_ptr<std::int32_t>();
-                                 tables.emplace_back(row, row + (b.context_lens[s] + bs - 1) / bs);
-                               }
-                               return reference::PagedAttention(q, k_cache, v_cache, tables, b.query_lens,
-                                                                b.context_lens, m_.attention_scale());
-                             });
+  return m_.ForwardPagedWith(
+      batch, cache, prompt_logits,
+      [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const PagedBatch& b) {
+        // The per-row metadata the runner sends along for
+        // CUDA's attention kernel, checked on every step.
+        if (b.row_seq.defined()) {
+          const AttentionRows want = MakeAttentionRows(b.query_lens, b.context_lens);
+          TORCH_CHECK(at::equal(b.row_seq.to(at::kCPU).to(at::kLong), at::tensor(want.seq)) &&
+                          at::equal(b.row_context.to(at::kCPU).to(at::kLong), at::tensor(want.context)) &&
+                          b.row_seq.scalar_type() == at::kInt && b.max_context == want.max_context,
+                      "the runner's attention rows differ from MakeAttentionRows");
+        }
+        // Each sequence's blocks: the first ceil(context / block_size) of its row.
+        const std::int64_t bs = k_cache.size(1);
+        const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();
+        std::vector<std::vector<std::int32_t>> tables;
+        for (std::size_t s = 0; s < b.context_lens.size(); ++s) {
+          const std::int32_t* row = rows[static_cast<std::int64_t>(s)].data_ptr<std::int32_t>();
+          tables.emplace_back(row, row + (b.context_lens[s] + bs - 1) / bs);
+        }
+        return reference::PagedAttention(q, k_cache, v_cache, tables, b.query_lens, b.context_lens,
+                                         m_.attention_scale());
+      });
 }
 
 std::vector<TokenId> ReferenceGreedy(const DecoderModel& m, const std::vector<TokenId>& prompt, int n) {

@@ -5,14 +5,13 @@
 #include "server/qa/windows.h"
 
 #include <gtest/gtest.h>
-
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "server/qa/span_scoring.h"
 #include "server/tokenizer/unicode.h"
@@ -48,8 +47,8 @@ TEST_P(Windows, CoverTheContextWithStrideOverlap) {
     for (std::size_t ci = 0; ci < contexts.size() && ci < 12; ++ci) {
       const std::string& q = questions[qi];
       // A long context: three corpus texts.
-      const std::string c = contexts[ci] + " " + contexts[(ci + 1) % contexts.size()] + " " +
-                            contexts[(ci + 2) % contexts.size()];
+      const std::string c =
+          contexts[ci] + " " + contexts[(ci + 1) % contexts.size()] + " " + contexts[(ci + 2) % contexts.size()];
       WindowOptions o;
       o.max_seq_len = 96;
       o.doc_stride = 24;
@@ -81,7 +80,8 @@ TEST_P(Windows, CoverTheContextWithStrideOverlap) {
           // The first doc_stride context tokens repeat the previous window's last ones.
           const std::size_t overlap = std::min<std::size_t>(24, previous.size());
           ASSERT_GE(ctx_ids.size(), overlap);
-          EXPECT_TRUE(std::equal(previous.end() - static_cast<std::ptrdiff_t>(overlap), previous.end(), ctx_ids.begin()))
+          EXPECT_TRUE(
+              std::equal(previous.end() - static_cast<std::ptrdiff_t>(overlap), previous.end(), ctx_ids.begin()))
               << "window " << k;
           covered.insert(covered.end(), ctx_ids.begin() + static_cast<std::ptrdiff_t>(overlap), ctx_ids.end());
         } else {
@@ -125,8 +125,8 @@ TEST(Windows, PMaskKeepsClsOpen) {
   ASSERT_EQ(w->size(), 1u);
   const QaWindow& win = (*w)[0].window;
   EXPECT_EQ((*w)[0].ids[0], *tok->TokenToId("[CLS]"));
-  EXPECT_EQ(win.p_mask[0], 0);  // [CLS]: the null answer's slot
-  EXPECT_EQ(win.p_mask[1], 1);  // the question
+  EXPECT_EQ(win.p_mask[0], 0);      // [CLS]: the null answer's slot
+  EXPECT_EQ(win.p_mask[1], 1);      // the question
   EXPECT_EQ(win.p_mask.back(), 1);  // [SEP]
   EXPECT_FALSE(BuildWindows(*tok, "", "context", WindowOptions{}).ok());
   EXPECT_FALSE(BuildWindows(*tok, "q", "", WindowOptions{}).ok());
@@ -271,8 +271,9 @@ TEST(MultiPassage, AnswerInTheThirdOfFivePassages) {
               (std::pair<std::int64_t, std::int64_t>{needle + 1, needle + 6}));  // the emoji is a surrogate pair
     const auto bytes = ConvertOffsets(texts[2], a.start, a.end, OffsetUnit::kUtf8Byte);
     EXPECT_EQ(bytes.first, static_cast<std::int64_t>(needle_bytes));
-    EXPECT_EQ(texts[2].substr(static_cast<std::size_t>(bytes.first), static_cast<std::size_t>(bytes.second - bytes.first)),
-              "zebra");
+    EXPECT_EQ(
+        texts[2].substr(static_cast<std::size_t>(bytes.first), static_cast<std::size_t>(bytes.second - bytes.first)),
+        "zebra");
   }
 }
 
@@ -281,7 +282,8 @@ TEST(MultiPassage, AnswerInTheThirdOfFivePassages) {
 TEST(MultiPassage, PipelineScoresCompareAcrossPassages) {
   auto tok = BertWithCls();
   ASSERT_TRUE(tok);
-  const std::vector<std::string> texts = {"zebra stripes", "zebra stripes and many more words in a longer passage here"};
+  const std::vector<std::string> texts = {"zebra stripes",
+                                          "zebra stripes and many more words in a longer passage here"};
   auto passages = PlantedPassages(*tok, texts, 0, 5, {{0, 3.0f}, {1, 3.0f}});
   QaOptions o;
   o.top_k = 2;
@@ -315,7 +317,10 @@ TEST(MultiPassage, PipelineScoresCompareAcrossPassages) {
 }
 
 TEST(MultiPassage, ConvertOffsets) {
-  const std::string s = "a\xF0\x9F\x98\x80" "b\xC3\xA9" "c";  // a 😀 b é c: 5 code points
+  const std::string s =
+      "a\xF0\x9F\x98\x80"
+      "b\xC3\xA9"
+      "c";  // a 😀 b é c: 5 code points
   EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kCodePoint), (std::pair<std::int64_t, std::int64_t>{1, 3}));
   EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{1, 4}));
   EXPECT_EQ(ConvertOffsets(s, 1, 3, OffsetUnit::kUtf8Byte), (std::pair<std::int64_t, std::int64_t>{1, 6}));

@@ -79,8 +79,8 @@ void CheckInvariants(const std::string& text, const std::vector<TokenSpan>& toke
 }
 
 TEST(BoundaryRank, Kinds) {
-  EXPECT_EQ(BoundaryRank("One.\n\nTwo", 4), 4);    // before the blank line
-  EXPECT_EQ(BoundaryRank("One.\n\nTwo", 6), 4);    // after it
+  EXPECT_EQ(BoundaryRank("One.\n\nTwo", 4), 4);  // before the blank line
+  EXPECT_EQ(BoundaryRank("One.\n\nTwo", 6), 4);  // after it
   EXPECT_EQ(BoundaryRank("It ends. Next", 8), 3);
   EXPECT_EQ(BoundaryRank("It ends. Next", 9), 3);
   EXPECT_EQ(BoundaryRank("Really?! Yes", 8), 3);

@@ -95,7 +95,8 @@ struct Fixture {
     c.kv.num_blocks = 2048;
     c.kv.tokens = 8192;
     c.max_document_bytes = max_document_bytes;
-    auto s = GenerationService::Create(std::move(c), std::make_unique<RecordingModel>(rec, script, eos_after), tokenizer);
+    auto s =
+        GenerationService::Create(std::move(c), std::make_unique<RecordingModel>(rec, script, eos_after), tokenizer);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     service = std::move(*s);
   }
@@ -372,7 +373,8 @@ TEST(DocumentSummary, BadPlansAreRefusedUpFront) {
   refused(with([](SummaryFields& g) { g.chunk_tokens = 5; }), {}, ErrorCode::kInvalidArgument, "chunk_tokens");
   refused(with([](SummaryFields& g) { g.chunk_tokens = 100, g.chunk_overlap = 26; }), {}, ErrorCode::kInvalidArgument,
           "chunk_overlap");
-  refused(with([](SummaryFields& g) { g.chunk_max_tokens = 100; }), {}, ErrorCode::kInvalidArgument, "chunk_max_tokens");
+  refused(with([](SummaryFields& g) { g.chunk_max_tokens = 100; }), {}, ErrorCode::kInvalidArgument,
+          "chunk_max_tokens");
   GenerationFields big;
   big.max_tokens = 150;  // fits a prompt, but not beside the combined summaries
   refused(f, big, ErrorCode::kInvalidArgument, "max_tokens");

@@ -90,9 +90,8 @@ TEST(GenerationService, TextAndStopStringsWithHoldBack) {
 
     o.stop = {"END of"};  // spans tokens: " END" must be held back until " of" decides
     std::vector<std::string> pieces;
-    auto stopped = s->GenerateBatch({{1, 2}}, o, false, [&](std::size_t, const Generation::Delta& d) {
-      pieces.push_back(d.text);
-    });
+    auto stopped = s->GenerateBatch({{1, 2}}, o, false,
+                                    [&](std::size_t, const Generation::Delta& d) { pieces.push_back(d.text); });
     ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
     const auto& r = (*stopped)[0];
     EXPECT_EQ(r.text, "The answer is forty-two. ");
@@ -189,10 +188,11 @@ TEST(GenerationService, StructuredOutputIsValidAndSurvivesPreemption) {
   GenerateOptions o;
   o.max_tokens = 40;
   o.sampling.temperature = 1.0;
-  o.constraint = {structured::Constraint::Kind::kJsonSchema,
-                  R"({"type":"object","properties":{"a":{"type":"string","maxLength":6},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"]})",
-                  {},
-                  "response_format"};
+  o.constraint = {
+      structured::Constraint::Kind::kJsonSchema,
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":6},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"]})",
+      {},
+      "response_format"};
   const std::vector<std::vector<std::int64_t>> prompts = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
   auto roomy = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 151669, /*flat=*/true), false, tokenizer);
   auto tight = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 151669, /*flat=*/true), false, tokenizer,

@@ -3,8 +3,8 @@
 #include "server/service/json_spans.h"
 
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +47,9 @@ TEST(JsonSpans, OtherValuesAndInvalidTextGiveNothing) {
   EXPECT_FALSE(JsonObjectMembers("\"{}\""));
   EXPECT_FALSE(JsonArrayElements("{}"));
   EXPECT_FALSE(JsonArrayElements(""));
-  for (const std::string& bad : std::vector<std::string>{"{", "{\"a\"", "{\"a\":", "{\"a\":1", "{\"a\" 1}", "[1,", "[\"x",
-                                                         "{1:2}", "{\"a\\\"}", "{\"a\":1,}", "[1,]", "{} {}", "[1] x"}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"{", "{\"a\"", "{\"a\":", "{\"a\":1", "{\"a\" 1}", "[1,", "[\"x", "{1:2}", "{\"a\\\"}",
+                                "{\"a\":1,}", "[1,]", "{} {}", "[1] x"}) {
     EXPECT_FALSE(JsonObjectMembers(bad)) << bad;
     EXPECT_FALSE(JsonArrayElements(bad)) << bad;
     EXPECT_FALSE(IsJsonText(bad)) << bad;
@@ -58,13 +59,42 @@ TEST(JsonSpans, OtherValuesAndInvalidTextGiveNothing) {
 // IsJsonText agrees with nlohmann's parser on valid and invalid texts, and
 // also takes numbers too large for a double (which nlohmann refuses).
 TEST(JsonSpans, ValidityAgreesWithTheJsonLibrary) {
-  const std::vector<std::string> texts = {
-      "0", "-0", "1.5e-3", "-12.0E+2", "true", "false", "null", "\"\"", " [ ] ", "{\"a\":[{\"b\":null}]}",
-      "\"\\u00e9\\n\\t\\\"\\\\\\/\\b\\f\\r\"", "\"Z\xc3\xbcrich \xf0\x9f\x98\x80\"", "01", "1.", ".5", "-", "+1", "1e",
-      "1e+", "tru", "nul", "[1 2]", "{\"a\":1 \"b\":2}", "\"\\x\"", "\"\\u12g4\"", "\"a\nb\"", "\"\x01\"",
-      "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xe2\x82\"", "[1,,2]", "{,}", "'a'"};
-  for (const auto& t : texts)
-    EXPECT_EQ(IsJsonText(t), !nlohmann::json::parse(t, nullptr, false).is_discarded()) << t;
+  const std::vector<std::string> texts = {"0",
+                                          "-0",
+                                          "1.5e-3",
+                                          "-12.0E+2",
+                                          "true",
+                                          "false",
+                                          "null",
+                                          "\"\"",
+                                          " [ ] ",
+                                          "{\"a\":[{\"b\":null}]}",
+                                          "\"\\u00e9\\n\\t\\\"\\\\\\/\\b\\f\\r\"",
+                                          "\"Z\xc3\xbcrich \xf0\x9f\x98\x80\"",
+                                          "01",
+                                          "1.",
+                                          ".5",
+                                          "-",
+                                          "+1",
+                                          "1e",
+                                          "1e+",
+                                          "tru",
+                                          "nul",
+                                          "[1 2]",
+                                          "{\"a\":1 \"b\":2}",
+                                          "\"\\x\"",
+                                          "\"\\u12g4\"",
+                                          "\"a\nb\"",
+                                          "\"\x01\"",
+                                          "\"\xff\"",
+                                          "\"\xc0\xaf\"",
+                                          "\"\xed\xa0\x80\"",
+                                          "\"\xf4\x90\x80\x80\"",
+                                          "\"\xe2\x82\"",
+                                          "[1,,2]",
+                                          "{,}",
+                                          "'a'"};
+  for (const auto& t : texts) EXPECT_EQ(IsJsonText(t), !nlohmann::json::parse(t, nullptr, false).is_discarded()) << t;
   const std::string huge(400, '7');
   EXPECT_TRUE(nlohmann::json::parse(huge, nullptr, false).is_discarded());  // why the scanner exists
   EXPECT_TRUE(IsJsonText(huge));

@@ -80,7 +80,7 @@ TEST(ValidateGeneration, TokensMustFitTheContextAndTheRequestBudget) {
   EXPECT_TRUE(V(f, Endpoint::kCompletions, {10}).ok());
   f.max_tokens = 0;
   EXPECT_EQ(Param(V(f)), "max_tokens");
-  EXPECT_EQ(Param(V({}, Endpoint::kCompletions, {1000})), "prompt");  // no room for one token
+  EXPECT_EQ(Param(V({}, Endpoint::kCompletions, {1000})), "prompt");   // no room for one token
   EXPECT_EQ(Param(V({}, Endpoint::kCompletions, {10, 0})), "prompt");  // an empty prompt
 
   // 4 prompts x n=4 of 10 tokens, 200 tokens each: 16 x 210 = 3360.

@@ -1,12 +1,13 @@
 // Tool calling: reading tools/tool_choice, the constraints of required and
 // named choices (compiled and walked), parsing each family's call format,
 // and the streaming holdback.
+#include "server/service/tool_calls.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "server/service/tool_calls.h"
 #include "server/structured/automaton.h"
 #include "server/structured/constraint.h"
 
@@ -40,9 +41,11 @@ TEST(ToolCalls, ReadsChoicesAndRefusesBadOnesNamingTheField) {
       {R"({"tools":[{"type":"retrieval"}]})", "tools[0].type"},
       {R"({"tools":[{"type":"function","function":{"name":"bad name"}}]})", "tools[0].function.name"},
       {R"({"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})", "tools[0].function.parameters"},
-      {R"({"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})", "tools[1].function.name"},
+      {R"({"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})",
+       "tools[1].function.name"},
       {R"({"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"})", "tool_choice"},
-      {R"({"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})", "tool_choice"},
+      {R"({"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice"},
       {R"({"tool_choice":"required"})", "tool_choice"},
       {R"({"tools":{},"tool_choice":"auto"})", "tools"},
       {R"({"tools":[],"parallel_tool_calls":1})", "parallel_tool_calls"},
@@ -99,14 +102,15 @@ TEST(ToolCalls, NamedConstrainsToTheArguments) {
   auto out = ParseToolOutput(r, ToolFormat::kHermes, R"({"city": "Oslo"})");
   ASSERT_EQ(out.calls.size(), 1u);
   EXPECT_EQ(out.calls[0].arguments, R"({"city": "Oslo"})");  // as generated
-  EXPECT_EQ(ToolFinishReason(r, out, "stop"), "stop");  // OpenAI: a forced call ends with "stop"
+  EXPECT_EQ(ToolFinishReason(r, out, "stop"), "stop");       // OpenAI: a forced call ends with "stop"
 }
 
 TEST(ToolCalls, ParsesHermesAndLlama3Formats) {
   const auto r = Read(kTools, "auto");
-  auto h = ParseToolOutput(r, ToolFormat::kHermes,
-                           "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
-                           "</tool_call>\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>");
+  auto h =
+      ParseToolOutput(r, ToolFormat::kHermes,
+                      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+                      "</tool_call>\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>");
   ASSERT_EQ(h.calls.size(), 2u);
   EXPECT_EQ(h.calls[1].name, "noop");
   EXPECT_EQ(h.content, std::optional<std::string>("Let me check."));
@@ -117,7 +121,8 @@ TEST(ToolCalls, ParsesHermesAndLlama3Formats) {
   EXPECT_EQ(broken.content, std::optional<std::string>("<tool_call>{\"name\": </tool_call>"));
   // Without parallel calls only the first is kept.
   EXPECT_EQ(ParseToolOutput(Read(kTools, "auto", false), ToolFormat::kHermes,
-                            "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":{}}</tool_call>")
+                            "<tool_call>{\"name\":\"a\",\"arguments\":{}}</"
+                            "tool_call><tool_call>{\"name\":\"b\",\"arguments\":{}}</tool_call>")
                 .calls.size(),
             1u);
   auto l = ParseToolOutput(r, ToolFormat::kLlama3Json, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})");

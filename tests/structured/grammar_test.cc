@@ -2,13 +2,14 @@
 // against a brute-force check of every token, and random walks (random
 // logits, so no model decides anything) that must end in a valid output
 // within max_tokens.
+#include "server/structured/grammar.h"
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <random>
 
-#include "server/structured/grammar.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::structured {
@@ -20,8 +21,9 @@ using nlohmann::json;
 std::shared_ptr<const TokenVocabulary> SmallVocab(TokenId* eos_out) {
   std::vector<std::optional<std::string>> by_id;
   for (int b = 0; b < 256; ++b) by_id.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* piece : {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "na", "name", "age", "12", "345",
-                            "\"name\":\"", ", ", "}]", "[{", "\\u00", "\xC3\xA9", "\xC3", "abc\"", "\",", "\"\"", "\"a"})
+  for (const char* piece :
+       {"{\"",         "\":", "\",\"", "\"}", "true",  "false",    "null", "na",    "name", "age",  "12", "345",
+        "\"name\":\"", ", ",  "}]",    "[{",  "\\u00", "\xC3\xA9", "\xC3", "abc\"", "\",",  "\"\"", "\"a"})
     by_id.push_back(std::string(piece));
   by_id.push_back(std::nullopt);  // a special token
   const TokenId eos = static_cast<TokenId>(by_id.size());
@@ -69,7 +71,8 @@ void RandomWalks(const Constraint& c, std::shared_ptr<const TokenVocabulary> voc
       const std::vector<float> raw = logits;
       p.Process(generated, logits);
       if (check_masks_against_brute_force) {
-        const std::int64_t left = std::max<std::int64_t>(max_tokens - static_cast<std::int64_t>(generated.size()) - 2, -1);
+        const std::int64_t left =
+            std::max<std::int64_t>(max_tokens - static_cast<std::int64_t>(generated.size()) - 2, -1);
         for (std::size_t id = 0; id < logits.size(); ++id) {
           const bool allowed = !std::isinf(logits[id]);
           ASSERT_EQ(allowed, BruteAllows(*grammar, state, static_cast<TokenId>(id), static_cast<std::int32_t>(left)))
@@ -105,7 +108,8 @@ TEST(Grammar, MasksEqualTheBruteForceWalkAndWalksEndValid) {
 TEST(Grammar, BudgetForcesTheShortestCompletion) {
   TokenId eos;
   auto vocab = SmallVocab(&eos);
-  auto g = CompiledGrammar::Compile(Schema(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})"), vocab);
+  auto g = CompiledGrammar::Compile(
+      Schema(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})"), vocab);
   ASSERT_TRUE(g.ok());
   // {"a":""} is 8 bytes: with max_tokens = 9 (8 + EOS) every walk is that.
   EXPECT_EQ((*g)->Distance((*g)->start()), 8);

@@ -1,11 +1,10 @@
 // JSON Schemas compiled to automata: what they accept, checked against
 // hand-written valid and invalid documents and, for numeric ranges,
 // exhaustively against the bounds.
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include "server/structured/json_schema.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace ropeserve::structured {
 namespace {
@@ -39,15 +38,20 @@ TEST(JsonSchema, Objects) {
          {R"({})", R"({"x":true})", R"({"y":null,"z":1e5})", R"({"x":false,"y":null,"z":-0.25})"},
          {R"({,"y":null})", R"({"x":true,})", R"({"z":01})"}});
   Check({R"({"type":"object","additionalProperties":false})", {"{}"}, {R"({"a":1})"}});
-  Check({R"({"type":"object","additionalProperties":{"type":"integer"}})", {"{}", R"({"k":1,"j":2})"}, {R"({"k":"v"})"}});
+  Check(
+      {R"({"type":"object","additionalProperties":{"type":"integer"}})", {"{}", R"({"k":1,"j":2})"}, {R"({"k":"v"})"}});
   Check({R"({"type":"object","required":["free"]})", {R"({"free":[1,{"a":null}]})"}, {"{}"}});
 }
 
 TEST(JsonSchema, ArraysStringsEnumsConst) {
   Check({R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
-         {"[1]", "[1,2,3]", "[1, 2]"}, {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]"}});
-  Check({R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}]})", {R"(["a",1])"}, {R"([1,"a"])", "[]"}});
-  Check({R"({"type":"string","minLength":2,"maxLength":3})", {R"("ab")", R"("a\"c")", R"("\u00e9tx")"},
+         {"[1]", "[1,2,3]", "[1, 2]"},
+         {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]"}});
+  Check({R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}]})",
+         {R"(["a",1])"},
+         {R"([1,"a"])", "[]"}});
+  Check({R"({"type":"string","minLength":2,"maxLength":3})",
+         {R"("ab")", R"("a\"c")", R"("\u00e9tx")"},
          {R"("a")", R"("abcd")", R"("\ud800b")", "\"a\nb\""}});
   Check({R"({"enum":["red","green",3,null]})", {R"("red")", "3", "null"}, {R"("blue")", "4"}});
   Check({R"({"const":{"k":[1,true]}})", {R"({"k":[1,true]})"}, {R"({"k":[1]})"}});
@@ -58,9 +62,11 @@ TEST(JsonSchema, ArraysStringsEnumsConst) {
 }
 
 TEST(JsonSchema, Formats) {
-  Check({R"({"type":"string","format":"date"})", {R"("2024-02-28")", R"("1999-12-31")"},
+  Check({R"({"type":"string","format":"date"})",
+         {R"("2024-02-28")", R"("1999-12-31")"},
          {R"("2024-02-30")", R"("2024-13-01")", R"("2024-04-31")", R"("24-01-01")"}});
-  Check({R"({"type":"string","format":"date-time"})", {R"("2024-01-02T03:04:05Z")", R"("2024-01-02T23:59:59.123+05:30")"},
+  Check({R"({"type":"string","format":"date-time"})",
+         {R"("2024-01-02T03:04:05Z")", R"("2024-01-02T23:59:59.123+05:30")"},
          {R"("2024-01-02 03:04:05Z")", R"("2024-01-02T24:00:00Z")"}});
   Check({R"({"type":"string","format":"uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"}, {R"("123e4567")"}});
   Check({R"({"type":"string","format":"email"})", {R"("a.b@example.com")"}, {R"("a@b")", R"("@example.com")"}});
@@ -70,18 +76,21 @@ TEST(JsonSchema, Formats) {
 TEST(JsonSchema, RefsAndRecursion) {
   Check({R"({"$defs":{"p":{"type":"object","properties":{"n":{"type":"string"}},"required":["n"]}},
             "type":"array","items":{"$ref":"#/$defs/p"}})",
-         {R"([{"n":"a"},{"n":"b"}])", "[]"}, {R"([{"m":"a"}])"}});
+         {R"([{"n":"a"},{"n":"b"}])", "[]"},
+         {R"([{"m":"a"}])"}});
   // A tree: recursion is cut at a fixed depth, optional children end there.
-  Check({R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"]})",
-         {R"({"v":1})", R"({"v":1,"kids":[{"v":2,"kids":[]}]})"}, {R"({"kids":[]})"}});
+  Check(
+      {R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"]})",
+       {R"({"v":1})", R"({"v":1,"kids":[{"v":2,"kids":[]}]})"},
+       {R"({"kids":[]})"}});
 }
 
 // Integer ranges: every value in [-1200, 1200] is accepted exactly when it
 // lies within the bounds; leading zeros and "-0" never are.
 TEST(JsonSchema, IntegerRangesExhaustively) {
   const std::pair<std::optional<long long>, std::optional<long long>> bounds[] = {
-      {0, 100}, {-50, 50}, {-1000, -7}, {7, 1099}, {std::nullopt, 12}, {-13, std::nullopt}, {95, std::nullopt},
-      {std::nullopt, -95}, {0, 0}, {-1, 1}, {10, 10},
+      {0, 100},           {-50, 50},           {-1000, -7}, {7, 1099}, {std::nullopt, 12}, {-13, std::nullopt},
+      {95, std::nullopt}, {std::nullopt, -95}, {0, 0},      {-1, 1},   {10, 10},
   };
   for (auto [lo, hi] : bounds) {
     json s = {{"type", "integer"}};
@@ -101,7 +110,9 @@ TEST(JsonSchema, IntegerRangesExhaustively) {
 }
 
 TEST(JsonSchema, NumberRanges) {
-  Check({R"({"type":"number","minimum":0,"maximum":1})", {"0", "0.5", "1", "1.000", "0.999"}, {"1.5", "-0.5", "2", "1.01"}});
+  Check({R"({"type":"number","minimum":0,"maximum":1})",
+         {"0", "0.5", "1", "1.000", "0.999"},
+         {"1.5", "-0.5", "2", "1.01"}});
   Check({R"({"type":"number","minimum":-1,"maximum":0})", {"-1", "-0.5", "0", "-0", "-1.0"}, {"-1.5", "0.5", "-2"}});
   Check({R"({"type":"number","minimum":10})", {"10", "10.5", "123456.7"}, {"9.99", "-10"}});
 }

@@ -1,9 +1,10 @@
 // Regular expressions and UTF-8 classes compiled to byte automata, checked
 // against tables of matching and non-matching strings and against the
 // code-point sets themselves.
+#include "server/structured/regex.h"
+
 #include <gtest/gtest.h>
 
-#include "server/structured/regex.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::structured {
@@ -58,9 +59,9 @@ TEST(Regex, AnchorsAreReported) {
 
 TEST(Regex, RefusesWhatItCannotCompileNamingIt) {
   const std::pair<const char*, const char*> cases[] = {
-      {"(?=a)b", "lookaround"}, {"(a)\\1", "backreference"}, {"a{1001}", "above 1000"}, {"\\bword", "word boundar"},
-      {"a^b", "anchors"},       {"(ab", "missing ')'"},       {"ab)", "unbalanced"},  {"[abc", "unterminated"},
-      {"*a", "nothing to repeat"}, {"\\p{L}", "property"},     {"a++", "possessive"},  {"[z-a]", "out of order"},
+      {"(?=a)b", "lookaround"},    {"(a)\\1", "backreference"}, {"a{1001}", "above 1000"}, {"\\bword", "word boundar"},
+      {"a^b", "anchors"},          {"(ab", "missing ')'"},      {"ab)", "unbalanced"},     {"[abc", "unterminated"},
+      {"*a", "nothing to repeat"}, {"\\p{L}", "property"},      {"a++", "possessive"},     {"[z-a]", "out of order"},
   };
   for (auto [pattern, words] : cases) {
     auto r = ParseRegex(pattern);
@@ -109,7 +110,8 @@ TEST(Utf8Class, AcceptsExactlyTheSetsEncodings) {
     std::vector<char32_t> probes;
     for (char32_t c = 0; c <= 0x10FFFF; c += 97) probes.push_back(c);
     for (auto r : set)
-      for (char32_t c : {r.lo, r.hi, static_cast<char32_t>(r.lo - 1), static_cast<char32_t>(r.hi + 1)}) probes.push_back(c);
+      for (char32_t c : {r.lo, r.hi, static_cast<char32_t>(r.lo - 1), static_cast<char32_t>(r.hi + 1)})
+        probes.push_back(c);
     for (char32_t c : {0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xFFFFu, 0x10000u, 0x10FFFFu}) probes.push_back(c);
     for (char32_t c : probes) {
       if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) continue;

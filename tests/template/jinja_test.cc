@@ -1,11 +1,10 @@
 // Jinja semantics the chat templates of real models rely on. Expected
 // strings follow Jinja2 as configured by transformers (trim_blocks,
 // lstrip_blocks, no autoescape).
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include "server/template/jinja.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace ropeserve::jinja {
 namespace {
@@ -55,31 +54,41 @@ TEST(Jinja, WhitespaceControlAndTrimBlocks) {
 
 TEST(Jinja, ForLoopVariablesFiltersAndElse) {
   json ctx = {{"xs", {"a", "b", "c"}}};
-  EXPECT_EQ(R("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ x }}{{ loop.first }}{{ loop.last }}{{ loop.revindex }};{% endfor %}", ctx),
+  EXPECT_EQ(R("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ x }}{{ loop.first }}{{ loop.last }}{{ "
+              "loop.revindex }};{% endfor %}",
+              ctx),
             "10aTrueFalse3;21bFalseFalse2;32cFalseTrue1;");
   EXPECT_EQ(R("{% for x in xs if x != 'b' %}{{ loop.index }}{{ x }}{{ loop.length }}{% endfor %}", ctx), "1a22c2");
   EXPECT_EQ(R("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
-  EXPECT_EQ(R("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% if x == 'c' %}{% break %}{% endif %}{% endfor %}", ctx), "ac");
+  EXPECT_EQ(R("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% if x == 'c' %}{% break %}{% endif "
+              "%}{% endfor %}",
+              ctx),
+            "ac");
   EXPECT_EQ(R("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}", {{"d", {{"z", 1}, {"a", 2}}}}), "z=1,a=2,");
-  EXPECT_EQ(R("{% for x in xs %}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('o', 'e') }}|{% endfor %}", ctx), "bo|ace|bo|");
+  EXPECT_EQ(R("{% for x in xs %}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('o', 'e') }}|{% endfor %}", ctx),
+            "bo|ace|bo|");
 }
 
 TEST(Jinja, ScopingAndNamespace) {
   // A set inside a loop does not leak out; namespace attributes do.
   EXPECT_EQ(R("{% set x = 1 %}{% for i in [1, 2] %}{% set x = 5 %}{% endfor %}{{ x }}"), "1");
-  EXPECT_EQ(R("{% set ns = namespace(n=0, s='') %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "6");
+  EXPECT_EQ(
+      R("{% set ns = namespace(n=0, s='') %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+      "6");
   EXPECT_EQ(R("{% if true %}{% set y = 2 %}{% endif %}{{ y }}"), "2");
   EXPECT_EQ(R("{% set a, b = 1, 2 %}{{ b }}{{ a }}"), "21");
   EXPECT_EQ(R("{% set block %}in {{ 1 }}{% endset %}[{{ block }}]"), "[in 1]");
 }
 
 TEST(Jinja, StringMethodsLikePython) {
-  EXPECT_EQ(R("{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\nhi'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}"), "a b|a|hi|hi");
+  EXPECT_EQ(R("{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\nhi'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}"),
+            "a b|a|hi|hi");
   EXPECT_EQ(R("{{ 'a</think>b</think>c'.split('</think>')[-1] }}"), "c");
   EXPECT_EQ(R("{{ ' a  b '.split() }}"), "['a', 'b']");
   EXPECT_EQ(R("{{ 'a,b,c'.split(',', 1) }}"), "['a', 'b,c']");
   EXPECT_EQ(R("{{ 'Hello'.startswith('He') }}{{ 'Hello'.endswith(('x', 'lo')) }}"), "TrueTrue");
-  EXPECT_EQ(R("{{ 'hello world'.title() }} {{ 'ABC'.lower() }} {{ 'abc'.upper() }} {{ 'hELLO'.capitalize() }}"), "Hello World abc ABC Hello");
+  EXPECT_EQ(R("{{ 'hello world'.title() }} {{ 'ABC'.lower() }} {{ 'abc'.upper() }} {{ 'hELLO'.capitalize() }}"),
+            "Hello World abc ABC Hello");
   EXPECT_EQ(R("{{ 'aaa'.replace('a', 'b', 2) }} {{ 'abc'.find('c') }} {{ ', '.join(['a', 'b']) }}"), "bba 2 a, b");
   EXPECT_EQ(R("{{ 'héllo'[1] }}{{ 'héllo'[::-1] }}{{ 'abcdef'[1:4] }}{{ 'abc'[-2:] }}"), "éolléhbcdbc");
 }
@@ -91,18 +100,22 @@ TEST(Jinja, ListsDictsAndSlices) {
   EXPECT_EQ(R("{{ m[-1].role }} {{ m | length }} {{ m[5] is defined }}", ctx), "assistant 3 False");
   EXPECT_EQ(R("{{ (m | selectattr('role', 'equalto', 'user') | list | length) }}", ctx), "1");
   EXPECT_EQ(R("{{ m | map(attribute='role') | join('/') }}", ctx), "system/user/assistant");
-  EXPECT_EQ(R("{{ m | rejectattr('role', 'in', ['user', 'system']) | map(attribute='role') | first }}", ctx), "assistant");
-  EXPECT_EQ(R("{{ 'role' in m[0] }} {{ 'x' in m[0] }} {{ 'b' in 'abc' }} {{ 2 not in [1, 2] }}", ctx), "True False True False");
+  EXPECT_EQ(R("{{ m | rejectattr('role', 'in', ['user', 'system']) | map(attribute='role') | first }}", ctx),
+            "assistant");
+  EXPECT_EQ(R("{{ 'role' in m[0] }} {{ 'x' in m[0] }} {{ 'b' in 'abc' }} {{ 2 not in [1, 2] }}", ctx),
+            "True False True False");
   EXPECT_EQ(R("{{ d.get('a') }} {{ d.get('zz', 'def') }} {{ d.keys() | list }}", {{"d", {{"a", 1}}}}), "1 def ['a']");
   EXPECT_EQ(R("{% set l = [] %}{% set _ = l.append(3) %}{{ l }}"), "[3]");
-  EXPECT_EQ(R("{{ [3, 1, 2] | sort | list }} {{ [1, 1, 2] | unique | list }} {{ [1, 2] | reverse | list }} {{ [1, 2, 3] | sum }}"),
+  EXPECT_EQ(R("{{ [3, 1, 2] | sort | list }} {{ [1, 1, 2] | unique | list }} {{ [1, 2] | reverse | list }} {{ [1, 2, "
+              "3] | sum }}"),
             "[1, 2, 3] [1, 2] [2, 1] 6");
 }
 
 TEST(Jinja, TestsAndFilters) {
-  EXPECT_EQ(R("{{ x is string }}{{ x is mapping }}{{ y is iterable }}{{ n is number }}{{ n is integer }}{{ none is none }}",
-              {{"x", "s"}, {"y", json::array()}, {"n", 3}}),
-            "TrueFalseTrueTrueTrueTrue");
+  EXPECT_EQ(
+      R("{{ x is string }}{{ x is mapping }}{{ y is iterable }}{{ n is number }}{{ n is integer }}{{ none is none }}",
+        {{"x", "s"}, {"y", json::array()}, {"n", 3}}),
+      "TrueFalseTrueTrueTrueTrue");
   EXPECT_EQ(R("{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 1 is sameas 1 }}"), "TrueTrueTrueTrue");
   EXPECT_EQ(R("{{ missing | default('d') }} {{ '' | default('e', true) }} {{ 'x' | default('f') }}"), "d e x");
   EXPECT_EQ(R("{{ ['a', 'b'] | first }}{{ ['a', 'b'] | last }}{{ 'abc' | length }}{{ 'a' | upper }}"), "ab3A");
@@ -111,7 +124,8 @@ TEST(Jinja, TestsAndFilters) {
 }
 
 TEST(Jinja, ToJsonMatchesTransformers) {
-  json ctx = {{"t", {{"name", "get_weather"}, {"args", {{"city", "Zürich"}, {"n", 1.5}, {"ok", true}, {"none", nullptr}}}}}};
+  json ctx = {
+      {"t", {{"name", "get_weather"}, {"args", {{"city", "Zürich"}, {"n", 1.5}, {"ok", true}, {"none", nullptr}}}}}};
   EXPECT_EQ(R("{{ t | tojson }}", ctx),
             "{\"name\": \"get_weather\", \"args\": {\"city\": \"Zürich\", \"n\": 1.5, \"ok\": true, \"none\": null}}");
   EXPECT_EQ(R("{{ [1, 'a<b>'] | tojson(indent=2) }}"), "[\n  1,\n  \"a<b>\"\n]");
@@ -119,7 +133,8 @@ TEST(Jinja, ToJsonMatchesTransformers) {
 }
 
 TEST(Jinja, MacrosAndCalls) {
-  EXPECT_EQ(R("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', punct='?') }}"),
+  EXPECT_EQ(R("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', "
+              "punct='?') }}"),
             "Hi A! Hi B?");
   EXPECT_EQ(R("{% set x = 5 %}{% macro show() %}{{ x }}{% endmacro %}{{ show() }}"), "5");
   EXPECT_EQ(R("{% for i in range(3) %}{{ i }}{% endfor %}{{ range(1, 7, 2) | list }}"), "012[1, 3, 5]");
@@ -166,7 +181,8 @@ TEST(Jinja, DeepSeekR1StyleTemplate) {
       "{% if not add_generation_prompt is defined -%}\n  {%- set add_generation_prompt = false -%}\n{%- endif -%}\n"
       "{%- set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') -%}\n"
       "{%- for message in messages -%}\n  {%- if message['role'] == 'system' -%}\n"
-      "    {%- set ns.system_prompt = message['content'] -%}\n  {%- endif -%}\n{%- endfor -%}{{bos_token}}{{ns.system_prompt}}\n"
+      "    {%- set ns.system_prompt = message['content'] -%}\n  {%- endif -%}\n{%- endfor "
+      "-%}{{bos_token}}{{ns.system_prompt}}\n"
       "{%- for message in messages -%}\n  {%- if message['role'] == 'user' -%}\n"
       "    {%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}\n  {%- endif -%}\n"
       "  {%- if message['role'] == 'assistant' and message['content'] is not none -%}\n"
@@ -193,7 +209,8 @@ namespace {
 
 // Found by template_fuzz: deep nesting overflowed the parser's stack.
 TEST(Jinja, NestingAndWorkAreBounded) {
-  EXPECT_NE(R("{{" + std::string(5000, '(') + "1" + std::string(5000, ')') + "}}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(R("{{" + std::string(5000, '(') + "1" + std::string(5000, ')') + "}}").find("nested too deeply"),
+            std::string::npos);
   EXPECT_NE(R("{{ " + std::string(3000, '{') + " }}").find("PARSE ERROR"), std::string::npos);
   EXPECT_NE(R("{{ " + std::string(3000, '[') + " }}").find("PARSE ERROR"), std::string::npos);
   std::string ifs;
@@ -202,7 +219,8 @@ TEST(Jinja, NestingAndWorkAreBounded) {
   EXPECT_NE(R("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("recursed too deeply"), std::string::npos);
   EXPECT_NE(R("{% for i in range(5000) %}{% for j in range(5000) %}x{% endfor %}{% endfor %}").find("RENDER ERROR"),
             std::string::npos);
-  EXPECT_EQ(R(std::string(150, '(') == "" ? "" : "{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
+  EXPECT_EQ(R(std::string(150, '(') == "" ? "" : "{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"),
+            "1");
 }
 
 }  // namespace
@@ -268,9 +286,11 @@ TEST(Jinja, Qwen3StyleTemplate) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\n");
   // The last assistant turn after the last user query keeps its reasoning.
-  ctx["messages"] = {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "<think>\nplan\n</think>\n\nHello!"}}};
+  ctx["messages"] = {{{"role", "user"}, {"content", "Hi"}},
+                     {{"role", "assistant"}, {"content", "<think>\nplan\n</think>\n\nHello!"}}};
   ctx["add_generation_prompt"] = false;
-  EXPECT_EQ(R(src, ctx), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\nHello!<|im_end|>\n");
+  EXPECT_EQ(R(src, ctx),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\nHello!<|im_end|>\n");
 }
 
 }  // namespace

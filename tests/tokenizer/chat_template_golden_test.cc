@@ -1,9 +1,9 @@
 // Every real template x conversation of the reference renders exactly as
 // @huggingface/jinja rendered it, or raises the same error.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "server/template/chat_template.h"

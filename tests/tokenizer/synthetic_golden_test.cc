@@ -4,9 +4,9 @@
 // truncation, stride and overflowing windows, against the Hugging Face
 // tokenizers library (golden files made by tests/tools/make_tokenizer_golden.js).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "server/tokenizer/tokenizer.h"
 
@@ -32,8 +32,12 @@ json ToJson(const Encoding& e) {
   std::vector<int> mask(e.special_tokens_mask.begin(), e.special_tokens_mask.end());
   json over = json::array();
   for (const auto& o : e.overflowing) over.push_back(ToJson(o));
-  return {{"ids", e.ids}, {"type_ids", e.type_ids}, {"offsets", offs}, {"special_tokens_mask", mask},
-          {"sequence_ids", e.sequence_ids}, {"overflowing", over}};
+  return {{"ids", e.ids},
+          {"type_ids", e.type_ids},
+          {"offsets", offs},
+          {"special_tokens_mask", mask},
+          {"sequence_ids", e.sequence_ids},
+          {"overflowing", over}};
 }
 
 class SyntheticTest : public ::testing::TestWithParam<std::string> {};
@@ -78,7 +82,7 @@ TEST(EncodePair, TruncationStrideAndOverflowMatchReference) {
     t.max_length = c["truncation"]["max_length"];
     t.stride = c["truncation"]["stride"];
     const std::string s = c["truncation"]["strategy"];
-    t.strategy = s == "OnlySecond" ? TruncationStrategy::kOnlySecond
+    t.strategy = s == "OnlySecond"  ? TruncationStrategy::kOnlySecond
                  : s == "OnlyFirst" ? TruncationStrategy::kOnlyFirst
                                     : TruncationStrategy::kLongestFirst;
     t.direction = c["truncation"]["direction"] == "Left" ? TruncationDirection::kLeft : TruncationDirection::kRight;
@@ -108,8 +112,8 @@ TEST(EncodingWords, MatchReference) {
     const std::string dir = c["tokenizer"];
     if (!cache.count(dir)) cache[dir] = Load(dir);
     ASSERT_NE(cache[dir], nullptr) << dir;
-    auto e = c.contains("second") ? cache[dir]->EncodePair(c["first"].get<std::string>(), c["second"].get<std::string>(),
-                                                           true, std::nullopt)
+    auto e = c.contains("second") ? cache[dir]->EncodePair(c["first"].get<std::string>(),
+                                                           c["second"].get<std::string>(), true, std::nullopt)
                                   : cache[dir]->Encode(c["first"].get<std::string>(), true);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     const auto want = c["words"].get<std::vector<std::int64_t>>();

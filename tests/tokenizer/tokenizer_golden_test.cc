@@ -2,9 +2,9 @@
 // tokenizer, compared with the Hugging Face tokenizers library's output
 // (tests/data/golden/tokenizers_<name>.json; see tests/data/README.md).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "server/tokenizer/tokenizer.h"
@@ -60,8 +60,8 @@ TEST_P(GoldenTest, EncodeAndDecodeMatchReference) {
     EXPECT_TRUE(ok_ids_s) << "ids_with_special " << json(with->ids).dump();
     EXPECT_TRUE(ok_offsets_s) << "offsets_with_special " << OffsetsJson(*with).dump();
     EXPECT_TRUE(ok_mask);
-    for (const auto& [ids_key, suffix] : {std::pair<std::string, std::string>{"ids", "ids"},
-                                          {"ids_with_special", "ids_with_special"}}) {
+    for (const auto& [ids_key, suffix] :
+         {std::pair<std::string, std::string>{"ids", "ids"}, {"ids_with_special", "ids_with_special"}}) {
       const std::vector<TokenId> ids = item[ids_key].get<std::vector<TokenId>>();
       for (bool skip : {false, true}) {
         auto text_out = tok->Decode(ids, skip);

@@ -2,9 +2,9 @@
 // character word, control characters, unknown ids, malformed tokenizer.json.
 // None may crash, hang or take super-linear time.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "server/tokenizer/tokenizer.h"
@@ -53,7 +53,8 @@ TEST(TokenizerInput, TenMegabytesInOneCall) {
   std::ifstream in(Data("golden/tokenizer_corpus.json"));
   const json corpus = json::parse(in);
   std::string big;
-  for (size_t k = 0; big.size() < 10u << 20; ++k) big += corpus["items"][k % corpus["items"].size()]["text"].get<std::string>() + "\n";
+  for (size_t k = 0; big.size() < 10u << 20; ++k)
+    big += corpus["items"][k % corpus["items"].size()]["text"].get<std::string>() + "\n";
   auto e = t->Encode(big, false);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_GT(e->ids.size(), 1000000u);
@@ -69,11 +70,13 @@ TEST(TokenizerInput, MillionCharacterWordInEveryModel) {
   for (int k = 0; k < 300'000; ++k) cjk += "\xe4\xb8\xad";  // 中
   std::string marks = "e";
   for (int k = 0; k < 200'000; ++k) marks += "\xcc\x81";  // combining acute: NFC composes only the first
-  for (const char* name : {"tokenizers/llama3", "tokenizers/qwen3", "tokenizers/llama2", "tokenizers/synthetic/bert",
-                           "tokenizers/synthetic/unigram", "tokenizers/synthetic/roberta", "tokenizers/synthetic/wordlevel"}) {
+  for (const char* name :
+       {"tokenizers/llama3", "tokenizers/qwen3", "tokenizers/llama2", "tokenizers/synthetic/bert",
+        "tokenizers/synthetic/unigram", "tokenizers/synthetic/roberta", "tokenizers/synthetic/wordlevel"}) {
     SCOPED_TRACE(name);
     auto t = Load(name);
-    for (const std::string* s : {&word, static_cast<const std::string*>(&cjk), static_cast<const std::string*>(&marks)}) {
+    for (const std::string* s :
+         {&word, static_cast<const std::string*>(&cjk), static_cast<const std::string*>(&marks)}) {
       auto e = t->Encode(*s, true);
       ASSERT_TRUE(e.ok()) << e.status().ToString();
       EXPECT_FALSE(e->ids.empty());
@@ -198,21 +201,45 @@ TEST(TokenizerLoad, MalformedFilesFailAtLoadNamingTheComponent) {
   const std::vector<BadFile> cases = {
       {"model type", [](json& j) { j["model"]["type"] = "Nope"; }, "model: unsupported type 'Nope'"},
       {"no model", [](json& j) { j.erase("model"); }, "missing 'model'"},
-      {"normalizer", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }, "normalizer: unsupported type 'Precompiled'"},
-      {"pre_tokenizer regex", [](json& j) { j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(ab"}}}, {"behavior", "Isolated"}}; },
+      {"normalizer",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Precompiled"}};
+       },
+       "normalizer: unsupported type 'Precompiled'"},
+      {"pre_tokenizer regex",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(ab"}}}, {"behavior", "Isolated"}};
+       },
        "invalid regular expression"},
-      {"pre_tokenizer behavior", [](json& j) { j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}}; },
+      {"pre_tokenizer behavior",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+       },
        "pre_tokenizer Split: unknown 'behavior'"},
-      {"unk missing", [](json& j) { j["model"]["unk_token"] = "<nope>"; }, "unk_token '<nope>' is not in the vocabulary"},
+      {"unk missing", [](json& j) { j["model"]["unk_token"] = "<nope>"; },
+       "unk_token '<nope>' is not in the vocabulary"},
       {"vocab id", [](json& j) { j["model"]["vocab"]["hello"] = -4; }, "out of range"},
       {"vocab type", [](json& j) { j["model"]["vocab"]["hello"] = "x"; }, "not an integer"},
       {"duplicate id", [](json& j) { j["model"]["vocab"]["zzz-new"] = 0; }, "used twice"},
       {"added token", [](json& j) { j["added_tokens"][0].erase("content"); }, "added_tokens"},
-      {"template", [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "[NOPE]"; }, "not listed in special_tokens"},
-      {"decoder", [](json& j) { j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}; }, "decoder Strip"},
-      {"decoder type", [](json& j) { j["decoder"] = {{"type", "CTC"}}; }, "decoder: unsupported type 'CTC'"},
+      {"template", [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "[NOPE]"; },
+       "not listed in special_tokens"},
+      {"decoder",
+       [](json& j) {
+         j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
+       },
+       "decoder Strip"},
+      {"decoder type",
+       [](json& j) {
+         j["decoder"] = {{"type", "CTC"}};
+       },
+       "decoder: unsupported type 'CTC'"},
       {"post type", [](json& j) { j["post_processor"] = json::array(); }, "post_processor"},
-      {"truncation", [](json& j) { j["truncation"] = {{"max_length", 8}, {"strategy", "Sideways"}}; }, "unknown strategy"},
+      {"truncation",
+       [](json& j) {
+         j["truncation"] = {{"max_length", 8}, {"strategy", "Sideways"}};
+       },
+       "unknown strategy"},
   };
   for (const auto& c : cases) {
     json j = base;
