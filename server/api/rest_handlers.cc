@@ -11,7 +11,7 @@
 #include "server/api/event_stream.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_request.h"
-#include "server/service/reasoning.h"
+#include "server/service/chat_output.h"
 
 namespace ropeserve::api {
 
@@ -344,8 +344,13 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   v.options.trace = request.trace;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
   // Models that reason: <think> text goes to reasoning_content (or nowhere
-  // with include_reasoning: false), the rest to content.
-  const bool reasons = service.reasons(), include_reasoning = body.include_reasoning;
+  // with include_reasoning: false); tool calls are parsed out; the rest is
+  // content. One processor per choice, the same for streaming and unary.
+  service::ChatOutputOptions output;
+  output.reasons = service.reasons();
+  output.include_reasoning = body.include_reasoning;
+  output.tools = body.tools;
+  output.tool_format = service.tool_format();
   RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
   const std::string id = service.NextRequestId("chatcmpl");
   const std::int64_t created = Now();
@@ -362,14 +367,10 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
                   {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
-    auto splitters =
-        std::make_shared<std::vector<service::ReasoningSplitter>>(gens.size(), service::ReasoningSplitter(prompt));
-    auto tool_streams = std::make_shared<std::vector<service::ToolCallStreamer>>(
-        gens.size(), service::ToolCallStreamer(body.tools, service.tool_format()));
-    const service::ToolRequest tools = body.tools;
-    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, reasons, include_reasoning,
-                     splitters, tool_streams,
-                     tools](std::size_t i, const service::Generation::Delta& d, std::string& out) {
+    auto outputs = std::make_shared<std::vector<service::ChatOutputProcessor>>(
+        gens.size(), service::ChatOutputProcessor(output, prompt));
+    auto on_delta = [&service, logprobs, return_token_ids, chunk, totals, started, ids, outputs](
+                        std::size_t i, const service::Generation::Delta& d, std::string& out) {
       if (d.ids.empty() && d.text.empty() && !d.finished) return;  // nothing for the client yet
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i == 0) totals->cached += d.cached_tokens;
@@ -379,30 +380,11 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
         (*started)[i] = true;
         delta["role"] = "assistant";
       }
-      service::ReasoningSplitter::Split split{"", d.text};
-      if (reasons) {
-        service::ReasoningSplitter& sp = (*splitters)[i];
-        split = sp.Push(d.text);
-        if (d.finished) {
-          auto rest = sp.Finish();
-          split.reasoning += rest.reasoning;
-          split.content += rest.content;
-        }
-        if (!include_reasoning) split.reasoning.clear();
-        if (!split.reasoning.empty()) delta["reasoning_content"] = split.reasoning;
-      }
-      std::string finish_reason = d.finish_reason;
-      if (tools.choice != service::ToolChoice::kNone) {
-        // Calls are held back and sent whole in the last chunk.
-        service::ToolCallStreamer& ts = (*tool_streams)[i];
-        split.content = ts.Push(split.content);
-        if (d.finished) {
-          service::ToolOutput calls = ts.Finish();
-          split.content += calls.content.value_or("");
-          if (!calls.calls.empty()) delta["tool_calls"] = service::ToolCallsJson(calls.calls, /*with_index=*/true);
-          finish_reason = service::ToolFinishReason(tools, calls, finish_reason);
-        }
-      }
+      // Tool calls are held back and sent whole in the last chunk.
+      service::ChatOutputProcessor::Delta split = (*outputs)[i].Push(d.text, d.finished, d.finish_reason);
+      if (!split.reasoning.empty()) delta["reasoning_content"] = split.reasoning;
+      if (!split.calls.empty()) delta["tool_calls"] = service::ToolCallsJson(split.calls, /*with_index=*/true);
+      const std::string& finish_reason = split.finish_reason;
       if (!split.content.empty() || delta.contains("role")) delta["content"] = split.content;
       // Nothing to send while a call is held back (unless per-token data was asked for).
       if (delta.empty() && !d.finished && !logprobs && !return_token_ids) return;
@@ -426,24 +408,13 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   for (std::size_t k = 0; k < results.size(); ++k) {
     const GenerateResult& r = results[k];
     completion_tokens += static_cast<std::int64_t>(r.generated_ids.size());
-    json message = {{"role", "assistant"}, {"content", r.text}};
-    if (reasons) {
-      auto split = service::ReasoningSplitter(prompt).All(r.text);
-      // As vLLM: null for a part the output does not have.
-      message["content"] = split.content.empty() ? json(nullptr) : json(split.content);
-      message["reasoning_content"] =
-          split.reasoning.empty() || !include_reasoning ? json(nullptr) : json(split.reasoning);
-    }
-    std::string finish_reason = r.finish_reason;
-    if (body.tools.choice != service::ToolChoice::kNone) {
-      const std::string content = message["content"].is_string() ? message["content"].get<std::string>() : "";
-      service::ToolOutput calls = service::ParseToolOutput(body.tools, service.tool_format(), content);
-      message["content"] = calls.content ? json(*calls.content) : json(nullptr);
-      if (!calls.calls.empty()) message["tool_calls"] = service::ToolCallsJson(calls.calls, /*with_index=*/false);
-      finish_reason = service::ToolFinishReason(body.tools, calls, finish_reason);
-    }
+    service::ChatMessage m = service::ChatOutputProcessor::Whole(output, prompt, r.text, r.finish_reason);
+    // As vLLM: null for a part the output does not have.
+    json message = {{"role", "assistant"}, {"content", m.content ? json(*m.content) : json(nullptr)}};
+    if (output.reasons) message["reasoning_content"] = m.reasoning ? json(*m.reasoning) : json(nullptr);
+    if (!m.calls.empty()) message["tool_calls"] = service::ToolCallsJson(m.calls, /*with_index=*/false);
     json choice = {
-        {"index", k}, {"message", std::move(message)}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+        {"index", k}, {"message", std::move(message)}, {"finish_reason", m.finish_reason}, {"logprobs", nullptr}};
     if (logprobs) choice["logprobs"] = ChatLogprobs(service, r.generated_ids, r.logprobs, r.top_logprobs);
     if (return_token_ids) choice["token_ids"] = r.generated_ids;
     choices.push_back(std::move(choice));
