@@ -17,7 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_lib import ROOT, Server, check, post_json, run_tests, wait_until  # noqa: E402
+from e2e_lib import HANG_GUARD_SECONDS, ROOT, Server, check, post_json, run_tests, wait_until  # noqa: E402
 
 GPL = open(os.path.join(ROOT, "tests", "data", "text", "gpl-3.txt"), encoding="utf-8").read()
 
@@ -127,7 +127,7 @@ def test_fifty_thousand_words_map_reduce(env):
 
 def test_a_client_that_leaves_cancels_every_chunk(env):
     s = env.main
-    conn = http.client.HTTPConnection("127.0.0.1", s.http, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", s.http, timeout=HANG_GUARD_SECONDS)
     conn.request("POST", "/v1/summarize", json.dumps({"text": document(20000), "max_tokens": 64, "stream": True}),
                  {"Content-Type": "application/json"})
     r = conn.getresponse()
@@ -233,7 +233,7 @@ def test_multi_passage_qa(env):
     req = g.pb.AnswerRequest(question="Which value?", top_k=3, offset_unit="utf16",
                              passages=[g.pb.Passage(id=p["id"], text=p["text"]) if isinstance(p, dict)
                                        else g.pb.Passage(text=p) for p in passages])
-    r = g.stub(s.grpc).Answer(req, timeout=30)
+    r = g.stub(s.grpc).Answer(req, timeout=HANG_GUARD_SECONDS)
     check([(a.text, a.start, a.end, a.passage) for a in r.answers] ==
           [(a["answer"], a["start"], a["end"], a["passage"]) for a in rest["answers"]], f"{r.answers} vs {rest}")
     check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context="c", passages=[

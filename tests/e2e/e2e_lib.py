@@ -38,9 +38,16 @@ def free_port():
 
 # ---- REST through curl ----
 
+# How long a request that must succeed may take before the test calls it
+# hung. Deadlines that are part of what a test checks (a liveness probe's
+# 3 s, a 0.3 s gRPC deadline) are spelled where they are checked.
+HANG_GUARD_SECONDS = 300
+
 def curl(port, path, body=None, method=None, headers=(), raw=None, scheme="http", extra=()):
-    """Returns (status, headers dict, body text)."""
-    cmd = ["curl", "-sS", "-D", "-", "--max-time", "60"]
+    """Returns (status, headers dict, body text). --max-time is a hang guard,
+    not a speed check: on a loaded 2-core machine a flood of requests can
+    take minutes (ctest's 600 s per suite is the outer guard)."""
+    cmd = ["curl", "-sS", "-D", "-", "--max-time", str(HANG_GUARD_SECONDS)]
     cmd += list(extra)
     if method:
         cmd += ["-X", method]
@@ -97,7 +104,7 @@ class StreamingClient:
     connection like a client that goes away."""
 
     def __init__(self, port, path, body):
-        cmd = ["curl", "-sSN", "--max-time", "120", "-H", "Content-Type: application/json", "--data-binary",
+        cmd = ["curl", "-sSN", "--max-time", str(HANG_GUARD_SECONDS), "-H", "Content-Type: application/json", "--data-binary",
                json.dumps(dict(body, stream=True)), f"http://127.0.0.1:{port}{path}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.events = []

@@ -213,18 +213,18 @@ def test_slow_senders_get_408_and_do_not_block_others(env):
 
 def test_unary_requests_are_cancelled_when_their_client_leaves(env):
     s = env.main
-    wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running") == 0, 30, "idle at the start")
+    wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running") == 0, 60, "idle at the start")
     generated_before = s.metrics()[1]["ropeserve_generation_tokens_total"]
     # 16 choices of 2000 tokens: far longer than this test waits.
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "n": 16, "ignore_eos": True}).encode()
     sock = connect(s.http)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d"
                  b"\r\n\r\n" % len(body) + body)
-    wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running", 0) >= 1, 30, "the request did not start")
+    wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running", 0) >= 1, 60, "the request did not start")
     sock.close()
     wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running") == 0, 60,
                "the request kept running after its client left")
-    wait_until(lambda: s.metrics()[1].get("ropeserve_kv_cache_usage_perc") == 0, 30, "KV blocks not returned")
+    wait_until(lambda: s.metrics()[1].get("ropeserve_kv_cache_usage_perc") == 0, 60, "KV blocks not returned")
     generated = s.metrics()[1]["ropeserve_generation_tokens_total"] - generated_before
     check(generated < 16 * 2000, f"all {generated} tokens were generated for a client that left")
     check("status=499" in s.read_log() or '"status":499' in s.read_log(), "the cancelled request was not logged as 499")
@@ -320,7 +320,7 @@ def test_a_failing_forward_fails_its_requests_not_the_server(env):
         check(500 in codes and 200 in codes, f"statuses: {codes}")
         check(set(codes) <= {200, 500}, f"statuses: {codes}")
         check(curl(s.http, "/health")[0] == 200, "the server is down")
-        wait_until(lambda: s.metrics()[1].get("ropeserve_kv_cache_usage_perc") == 0, 30, "KV blocks leaked")
+        wait_until(lambda: s.metrics()[1].get("ropeserve_kv_cache_usage_perc") == 0, 60, "KV blocks leaked")
         check("injected fault" in s.read_log(), "the fault was not logged")
     finally:
         check(s.stop() == 0, "exit code")
