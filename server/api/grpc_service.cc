@@ -21,6 +21,7 @@
 #include "server/api/work_pool.h"
 #include "server/service/document_summary.h"
 #include "server/service/generation_service.h"
+#include "server/service/input_processor.h"
 #include "server/service/qa_service.h"
 
 namespace ropeserve::api {
@@ -158,17 +159,17 @@ StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::Generati
                                                                const TraceContext& trace,
                                                                const v1::GenerateRequest& req) {
   RS_ASSIGN_OR_RETURN(GrpcGenerate r, ReadGenerate(req));
-  RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
-  std::vector<std::int64_t> ids = std::move(r.prompt_ids);
-  if (r.prompt) {
-    RS_ASSIGN_OR_RETURN(ids, service.Tokenize(*r.prompt, /*add_special_tokens=*/true));
-  } else {
-    RS_RETURN_IF_ERROR(service::ValidatePromptIds(ids, service.limits(), "prompt_ids"));
-  }
-  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(r.fields, service::Endpoint::kGenerate, {ids.size()},
-                                                          service.limits(), timeout));
-  v.options.trace = trace;
-  RS_ASSIGN_OR_RETURN(auto gen, service.Start(ids, v.options, service::GenerationService::Admission::kDontWait));
+  service::GenerationRequest input;
+  input.model = std::move(r.model);
+  input.prompts.push_back(service::Prompt{std::move(r.prompt), std::move(r.prompt_ids)});
+  input.fields = std::move(r.fields);
+  input.endpoint = service::Endpoint::kGenerate;
+  input.timeout_seconds = timeout;
+  input.trace = trace;
+  input.prompt_param = "prompt_ids";
+  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, input));
+  RS_ASSIGN_OR_RETURN(auto gen,
+                      service.Start(v.prompts[0], v.options, service::GenerationService::Admission::kDontWait));
   return std::unique_ptr<service::OutputSource>(std::move(gen));
 }
 

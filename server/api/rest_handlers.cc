@@ -12,6 +12,7 @@
 #include "server/api/json_request.h"
 #include "server/api/rest_request.h"
 #include "server/service/chat_output.h"
+#include "server/service/input_processor.h"
 
 namespace ropeserve::api {
 
@@ -20,13 +21,6 @@ using json = nlohmann::json;
 namespace {
 
 using service::Endpoint;
-
-// Token counts of each prompt, for the validator.
-std::vector<std::size_t> Lengths(const std::vector<std::vector<std::int64_t>>& prompts) {
-  std::vector<std::size_t> out;
-  for (const auto& p : prompts) out.push_back(p.size());
-  return out;
-}
 
 // ---- response formatting ----
 
@@ -189,22 +183,17 @@ std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts)
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
   if (request.user != nullptr) *request.user = body.user;
-  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
-  std::vector<std::vector<std::int64_t>> prompts;
-  for (const PromptInput& p : body.prompts) {
-    if (p.text) {
-      RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(*p.text, /*add_special_tokens=*/true));
-      prompts.push_back(std::move(ids));
-    } else {
-      RS_RETURN_IF_ERROR(service::ValidatePromptIds(p.ids, service.limits(), "prompt"));
-      prompts.push_back(p.ids);
-    }
-  }
-  auto v = service::ValidateGeneration(body.fields, Endpoint::kCompletions, Lengths(prompts), service.limits(),
-                                       request.timeout_seconds);
+  service::GenerationRequest input;
+  input.model = body.model;
+  input.prompts = body.prompts;
+  input.fields = body.fields;
+  input.endpoint = Endpoint::kCompletions;
+  input.timeout_seconds = request.timeout_seconds;
+  input.trace = request.trace;
+  auto v = service::PrepareGeneration(service, input);
   // Completions call the alternatives count `logprobs`.
   if (!v.ok()) return v.status().param() == "top_logprobs" ? v.status().WithParam("logprobs") : v.status();
-  v->options.trace = request.trace;
+  const std::vector<std::vector<std::int64_t>>& prompts = v->prompts;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
   const bool vllm_prompt_logprobs = body.prompt_logprobs;
   // Echo: the prompt's text as given (token-id prompts: decoded, special
@@ -334,14 +323,16 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
 StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
   if (request.user != nullptr) *request.user = body.user;
-  RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
-  RS_ASSIGN_OR_RETURN(std::string prompt,
-                      service.ApplyChatTemplate(body.messages, body.add_generation_prompt, body.extra));
-  RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(prompt, /*add_special_tokens=*/false));
-  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt").WithParam("messages");
-  RS_ASSIGN_OR_RETURN(auto v, service::ValidateGeneration(body.fields, Endpoint::kChat, {ids.size()}, service.limits(),
-                                                          request.timeout_seconds));
-  v.options.trace = request.trace;
+  service::GenerationRequest input;
+  input.model = body.model;
+  input.chat = service::ChatPrompt{body.messages, body.extra, body.add_generation_prompt};
+  input.fields = body.fields;
+  input.endpoint = Endpoint::kChat;
+  input.timeout_seconds = request.timeout_seconds;
+  input.trace = request.trace;
+  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, input));
+  const std::string& prompt = v.rendered_chat;
+  const std::vector<std::int64_t>& ids = v.prompts[0];
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
   // Models that reason: <think> text goes to reasoning_content (or nowhere
   // with include_reasoning: false); tool calls are parsed out; the rest is

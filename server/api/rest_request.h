@@ -21,16 +21,14 @@
 #include <vector>
 
 #include "server/common/status.h"
+#include "server/service/input_processor.h"
 #include "server/service/request_params.h"
 #include "server/service/tool_calls.h"
 
 namespace ropeserve::api {
 
 // A prompt: text (tokenized with the tokenizer's special tokens) or ids.
-struct PromptInput {
-  std::optional<std::string> text;
-  std::vector<std::int64_t> ids;
-};
+using PromptInput = service::Prompt;
 
 // What the generation endpoints share.
 struct GenerationBody {

@@ -12,6 +12,7 @@
 #include "server/common/json_file.h"
 #include "server/models/decoder.h"
 #include "server/runner/service_factory.h"
+#include "server/service/input_processor.h"
 #include "server/service/request_params.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -47,18 +48,18 @@ int Run(const GenerateFlags& f) {
     if (!t.ok()) return Fail(t.status().message());
     tokenizer = *t;
   }
-  std::vector<std::int64_t> prompt_ids;
+  // The prompt: text (tokenized as the tokenizer's post-processor says: BOS
+  // for Llama/Mistral, nothing for Qwen, like transformers'
+  // tokenizer(text)), or ids.
+  service::GenerationRequest input;
   if (!f.prompt.empty()) {
-    // add_special_tokens as the tokenizer's post-processor says (BOS for
-    // Llama/Mistral, nothing for Qwen), like transformers' tokenizer(text).
-    auto enc = tokenizer->Encode(f.prompt, /*add_special_tokens=*/true);
-    if (!enc.ok()) return Fail("--prompt: " + enc.status().message());
-    if (enc->ids.empty()) return Fail("--prompt: the text tokenizes to no tokens");
-    prompt_ids.assign(enc->ids.begin(), enc->ids.end());
+    input.prompts.push_back(service::Prompt{f.prompt, {}});
+    input.prompt_param = "prompt";
   } else {
     auto ids = ParseIdList(f.prompt_ids, "--prompt-ids");
     if (!ids.ok()) return Fail(ids.status().message());
-    prompt_ids = *ids;
+    input.prompts.push_back(service::Prompt{std::nullopt, *ids});
+    input.prompt_param = "prompt_ids";
   }
 
   auto model =
@@ -72,9 +73,7 @@ int Run(const GenerateFlags& f) {
   eo.max_num_seqs = 1;
   auto service = OfflineDecoder(**model, eo, tokenizer);
   if (!service.ok()) return Fail(service.status().ToString());
-  // The same validator (defaults, ranges) as gRPC Generate.
-  const service::Limits& limits = (*service)->limits();
-  if (Status s = service::ValidatePromptIds(prompt_ids, limits, "--prompt-ids"); !s.ok()) return Fail(s.message());
+  // The same input processor (tokenizer, ids, defaults, ranges) as gRPC Generate.
   service::GenerationFields fields = f.fields;
   if (f.ignore_eos) fields.ignore_eos = true;
   using K = structured::Constraint::Kind;
@@ -87,12 +86,15 @@ int Run(const GenerateFlags& f) {
   } else if (!f.choices.empty()) {
     fields.constraint = {K::kChoice, "", f.choices, "choice"};
   }
-  auto validated = service::ValidateGeneration(fields, service::Endpoint::kGenerate, {prompt_ids.size()}, limits);
+  input.fields = std::move(fields);
+  input.endpoint = service::Endpoint::kGenerate;
+  auto validated = service::PrepareGeneration(**service, input);
   if (!validated.ok()) {
     std::string flag = validated.status().param();
     std::replace(flag.begin(), flag.end(), '_', '-');
-    return Fail("--" + flag + ": " + validated.status().message());
+    return Fail((flag.empty() ? std::string() : "--" + flag + ": ") + validated.status().message());
   }
+  const std::vector<std::int64_t>& prompt_ids = validated->prompts[0];
   // Text mode streams the decoded text as it arrives.
   const bool stream = tokenizer && !f.json;
   auto on_delta = [&](std::size_t, const service::Generation::Delta& d) {

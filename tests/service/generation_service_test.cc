@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "server/service/input_processor.h"
 #include "server/structured/grammar.h"
 #include "tests/engine/one_hot_logits.h"
 
@@ -218,6 +219,61 @@ TEST(GenerationService, StructuredOutputIsValidAndSurvivesPreemption) {
   auto bad = roomy->Generate({1, 2}, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().param(), "response_format");
+}
+
+}  // namespace
+}  // namespace ropeserve::service
+
+namespace ropeserve::service {
+namespace {
+
+// The one input processor: model name, texts / chat / ids to checked ids,
+// the endpoint's defaults, errors naming the request's field.
+TEST(InputProcessor, PreparesTextChatAndIdPromptsForEveryEndpoint) {
+  auto tok = Qwen3();
+  ASSERT_NE(tok, nullptr);
+  auto service = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 151936), false, tok);
+  ASSERT_NE(service, nullptr);
+
+  GenerationRequest text;
+  text.prompts = {Prompt{std::string("Hello world"), {}}, Prompt{std::nullopt, {5, 6, 7}}};
+  text.endpoint = Endpoint::kCompletions;
+  text.trace = TraceContext::NewRoot();
+  auto p = PrepareGeneration(*service, text);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const auto hello = tok->Encode("Hello world", true)->ids;
+  ASSERT_EQ(p->prompts.size(), 2u);
+  EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(hello.begin(), hello.end()));
+  EXPECT_EQ(p->prompts[1], (std::vector<std::int64_t>{5, 6, 7}));
+  EXPECT_EQ(p->options.max_tokens, 16);  // OpenAI's completions default
+  EXPECT_EQ(p->options.trace.TraceIdHex(), text.trace.TraceIdHex());
+  EXPECT_TRUE(p->rendered_chat.empty());
+
+  GenerationRequest chat;
+  chat.chat = ChatPrompt{nlohmann::ordered_json::parse(R"([{"role":"user","content":"Hi"}])")};
+  chat.endpoint = Endpoint::kChat;
+  p = PrepareGeneration(*service, chat);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_NE(p->rendered_chat.find("<|im_start|>assistant\n"), std::string::npos) << p->rendered_chat;
+  const auto rendered = tok->Encode(p->rendered_chat, false)->ids;
+  EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(rendered.begin(), rendered.end()));
+  // Chat's default: the rest of the context (max_model_len 64 here).
+  EXPECT_EQ(p->options.max_tokens, 64 - static_cast<std::int64_t>(rendered.size()));
+
+  GenerationRequest ids;
+  ids.prompts = {Prompt{std::nullopt, {1, 151936}}};
+  ids.prompt_param = "prompt_ids";
+  auto bad = PrepareGeneration(*service, ids);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().param(), "prompt_ids");
+  EXPECT_NE(bad.status().message().find("outside the vocabulary"), std::string::npos);
+  ids.prompts = {};
+  EXPECT_EQ(PrepareGeneration(*service, ids).status().param(), "prompt_ids");
+  text.model = "another-model";
+  EXPECT_FALSE(PrepareGeneration(*service, text).ok());
+  text.model = "fake";
+  text.fields.temperature = -1;
+  EXPECT_EQ(PrepareGeneration(*service, text).status().param(), "temperature");
 }
 
 }  // namespace
