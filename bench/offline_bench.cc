@@ -17,8 +17,8 @@
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
-#include "server/runner/service_factory.h"
-#include "server/runner/threads.h"
+#include "server/serving/service_factory.h"
+#include "server/serving/threads.h"
 #include "server/structured/grammar.h"
 #include "server/tokenizer/tokenizer.h"
 

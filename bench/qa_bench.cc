@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "bench/workload.h"
-#include "server/models/span_models.h"
+#include "server/models/span_model_loader.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
-#include "server/runner/service_factory.h"
+#include "server/serving/service_factory.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::bench {

@@ -7,7 +7,7 @@
 
 #include "kernels/cpu/kernel_config.h"
 #include "server/cli/commands.h"
-#include "server/runner/threads.h"
+#include "server/serving/threads.h"
 
 int main(int argc, char** argv) {
   ropeserve::TuneAllocator();

@@ -3,7 +3,7 @@
 // ModernBertForQuestionAnswering (ModernBertConfig),
 // RoFormerForQuestionAnswering (RoFormerConfig), and the span heads on
 // causal trunks (LlamaForQuestionAnswering & co., parsed as ModelConfig).
-// The models are in server/models/span_models.h (docs/qa.md).
+// The models are in server/models/span_model_loader.h (docs/qa.md).
 #pragma once
 
 #include <cstdint>

@@ -11,9 +11,9 @@
 #include "server/cli/commands.h"
 #include "server/common/json_file.h"
 #include "server/models/decoder.h"
-#include "server/runner/service_factory.h"
 #include "server/service/input_processor.h"
 #include "server/service/request_params.h"
+#include "server/serving/service_factory.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {

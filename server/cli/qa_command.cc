@@ -15,11 +15,11 @@
 #include <tuple>
 
 #include "server/cli/commands.h"
-#include "server/models/span_models.h"
+#include "server/models/span_model_loader.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
-#include "server/runner/service_factory.h"
 #include "server/service/request_params.h"
+#include "server/serving/service_factory.h"
 
 namespace ropeserve::cli {
 

@@ -29,8 +29,8 @@
 #include "server/cli/commands.h"
 #include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
-#include "server/runner/service_factory.h"
-#include "server/runner/threads.h"
+#include "server/serving/service_factory.h"
+#include "server/serving/threads.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {

@@ -4,7 +4,7 @@
 
 namespace ropeserve {
 
-StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits) {
+StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits) {
   StepOutput out;
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
@@ -55,7 +55,7 @@ StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, cons
 StatusOr<StepOutput> LogitsExecutor::Execute(const StepPlan& plan) {
   sampler_.Apply(plan);
   RS_ASSIGN_OR_RETURN(StepLogits logits, Forward(plan));
-  return SampleRows(sampler_, plan, logits);
+  return SampleStep(sampler_, plan, logits);
 }
 
 }  // namespace ropeserve

@@ -74,7 +74,7 @@ struct StepLogits {
 // Samples every row of `logits` (the plan's sequences with needs_logits,
 // in order) with `sampler`, after applying the plan's added/removed, and
 // turns the prompt rows into prompt logprobs (raw logits, as vLLM).
-StatusOr<StepOutput> SampleRows(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits);
+StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits);
 
 // An executor made of a forward that yields host logits rows and the host
 // sampler: the shape of the CPU runner, and of the engine tests' fakes.

@@ -10,7 +10,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
-#include "server/models/span_head.h"
+#include "server/models/span_rows.h"
 #include "server/models/weight_loader.h"
 
 namespace ropeserve {

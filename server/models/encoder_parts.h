@@ -1,5 +1,5 @@
 // What the span-model families (modernbert.cc, roformer.cc, and the
-// decoder's span head in span_models.cc) share: typed Linear / LayerNorm
+// decoder's span head in span_model_loader.cc) share: typed Linear / LayerNorm
 // weights, loading a checkpoint's tensors checked against the config, the
 // window checks, and the two forward paths over windows. Internal to
 // server/models (it includes ATen).
@@ -86,7 +86,7 @@ class WindowedSpanModel : public SpanModel {
   virtual SpanLogits Window(const std::vector<TokenId>& ids, const std::vector<std::uint32_t>& type_ids, bool reference,
                             bool with_hidden) const = 0;
   // Whether Window(reference = true) exists: not for the decoder trunks,
-  // whose oracle runs in the tests only (see span_models.cc).
+  // whose oracle runs in the tests only (see span_model_loader.cc).
   virtual Status ReferenceAvailable() const { return Status::Ok(); }
 
  private:

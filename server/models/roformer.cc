@@ -4,7 +4,7 @@
 
 #include "kernels/cpu/rotary.h"
 #include "server/models/encoder_parts.h"
-#include "server/models/span_head.h"
+#include "server/models/span_rows.h"
 
 namespace ropeserve {
 namespace {

@@ -1,7 +1,7 @@
 // What extractive QA needs from a model: windows of token ids in, per-token
 // start/end span logits out. The QA service (server/service/qa_service.h)
 // sees only this interface; the families implement it behind LoadSpanModel
-// (server/models/span_models.h). Torch-free.
+// (server/models/span_model_loader.h). Torch-free.
 #pragma once
 
 #include <cstdint>

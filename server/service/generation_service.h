@@ -3,7 +3,7 @@
 // engine request, submits it, and hands back a Generation (the output
 // processor, server/service/generation.h). It owns the engine and the
 // model executor it is given (the runner; ServeDecoder in
-// server/runner/service_factory.h builds both from a checkpoint), so it
+// server/serving/service_factory.h builds both from a checkpoint), so it
 // stays torch-free.
 //
 // Two ways to run the engine: its own thread (serving: Start/Collect from

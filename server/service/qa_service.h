@@ -74,7 +74,7 @@ class QaCall {
 
 class QaService {
  public:
-  // Serves `model` with `tokenizer` (server/runner/service_factory.h loads
+  // Serves `model` with `tokenizer` (server/serving/service_factory.h loads
   // both from a checkpoint directory).
   static StatusOr<std::unique_ptr<QaService>> Create(std::unique_ptr<SpanModel> model,
                                                      std::shared_ptr<const tok::Tokenizer> tokenizer,

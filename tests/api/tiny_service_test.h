@@ -9,8 +9,8 @@
 
 #include "server/api/serving_context.h"
 #include "server/models/decoder.h"
-#include "server/runner/service_factory.h"
 #include "server/service/generation_service.h"
+#include "server/serving/service_factory.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/checkpoint/test_checkpoints.h"
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "server/runner/service_factory.h"
+#include "server/serving/service_factory.h"
 
 namespace ropeserve::testing {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/runner/threads.h"
+#include "server/serving/threads.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

@@ -40,9 +40,9 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
   # shellcheck disable=SC2086
   # The decoder and its CUDA op set as a CUDA build compiles them.
   for f in kernels/cuda/torch_glue.cc tests/cuda/kernels_test.cc server/models/cuda_decoder_ops.cc \
-           server/models/decoder.cc server/runner/service_factory.cc bench/offline_bench.cc \
+           server/models/decoder.cc server/serving/service_factory.cc bench/offline_bench.cc \
            server/models/encoder_parts.cc server/models/modernbert.cc server/models/roformer.cc \
-           server/models/span_models.cc; do
+           server/models/span_model_loader.cc; do
     echo "g++ -fsyntax-only: $f"
     ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DROPESERVE_HAVE_CUDA=1 -I"$root" $extra \
       -isystem "$torch_inc/torch/csrc/api/include" -isystem "$cuda_inc" "$root/$f"

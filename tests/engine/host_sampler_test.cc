@@ -1,4 +1,4 @@
-// HostSampler and SampleRows: the per-request sampling state the runner
+// HostSampler and SampleStep: the per-request sampling state the runner
 // keeps across steps, driven by StepPlan added/removed diffs.
 #include "server/engine/host_sampler.h"
 
@@ -145,7 +145,7 @@ TEST(HostSampler, RepetitionPenaltyLooksAtThePrompt) {
   EXPECT_EQ(penalized.Sample(1, row, std::nullopt)->token, 2);
 }
 
-TEST(SampleRows, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
+TEST(SampleStep, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
   HostSampler s;
   StepPlan plan;
   plan.added = {Spec(1), Spec(2), Spec(3)};
@@ -162,7 +162,7 @@ TEST(SampleRows, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
   logits.data = data.data();
   logits.rows = 2;
   logits.vocab = 3;
-  auto out = SampleRows(s, plan, logits);
+  auto out = SampleStep(s, plan, logits);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ASSERT_EQ(out->tokens.size(), 2u);
   EXPECT_EQ(out->tokens[0].id, 1u);
@@ -171,7 +171,7 @@ TEST(SampleRows, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
   EXPECT_EQ(out->tokens[1].token, 0);
 
   logits.rows = 1;  // a forward that returned too few rows
-  auto bad = SampleRows(s, plan, logits);
+  auto bad = SampleStep(s, plan, logits);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
 }
@@ -216,7 +216,7 @@ TEST(HostSampler, SampleArgmaxGivesWhatSampleGivesOnTheWholeRow) {
   }
 }
 
-TEST(SampleRows, RowsLeftOutAreSampledFromTheirReduction) {
+TEST(SampleStep, RowsLeftOutAreSampledFromTheirReduction) {
   HostSampler s;
   StepPlan plan;
   plan.added = {Spec(1), Spec(2), Spec(3)};
@@ -242,7 +242,7 @@ TEST(SampleRows, RowsLeftOutAreSampledFromTheirReduction) {
   logits.argmax = argmax.data();
   logits.max = max.data();
   logits.logsumexp = lse.data();
-  auto out = SampleRows(s, plan, logits);
+  auto out = SampleStep(s, plan, logits);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ASSERT_EQ(out->tokens.size(), 3u);
   EXPECT_EQ(out->tokens[0].token, 1);
@@ -252,12 +252,12 @@ TEST(SampleRows, RowsLeftOutAreSampledFromTheirReduction) {
   EXPECT_DOUBLE_EQ(out->tokens[2].logprob, 2.0 - 3.0);
 
   argmax[2] = 3;  // outside the vocabulary
-  auto bad = SampleRows(s, plan, logits);
+  auto bad = SampleStep(s, plan, logits);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
   argmax[2] = 0;
   logits.max = nullptr;  // a row left out without its reduction
-  bad = SampleRows(s, plan, logits);
+  bad = SampleStep(s, plan, logits);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
 }

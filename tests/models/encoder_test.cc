@@ -13,7 +13,7 @@
 
 #include "server/checkpoint/model_generator.h"
 #include "server/models/decoder.h"
-#include "server/models/span_models.h"
+#include "server/models/span_model_loader.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
 #include "server/tokenizer/unicode.h"

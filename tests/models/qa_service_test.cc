@@ -5,7 +5,7 @@
 
 #include "server/checkpoint/model_generator.h"
 #include "server/engine/engine.h"
-#include "server/runner/service_factory.h"
+#include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {

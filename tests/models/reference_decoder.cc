@@ -8,7 +8,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/reference/reference_ops.h"
-#include "server/models/span_head.h"
+#include "server/models/span_rows.h"
 
 namespace ropeserve::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/runner/threads.h"
+#include "server/serving/threads.h"
 
 #include <ATen/Parallel.h>
 #include <malloc.h>

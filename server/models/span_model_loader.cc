@@ -1,4 +1,4 @@
-#include "server/models/span_models.h"
+#include "server/models/span_model_loader.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "server/runner/service_factory.h"
+#include "server/serving/service_factory.h"
 
 #include <ATen/ATen.h>
 
@@ -11,7 +11,7 @@
 #include "server/models/decoder.h"
 #include "server/models/decoder_ops.h"
 #include "server/models/paged_model.h"
-#include "server/models/span_models.h"
+#include "server/models/span_model_loader.h"
 #include "server/runner/model_runner.h"
 
 namespace ropeserve {

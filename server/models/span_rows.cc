@@ -1,4 +1,4 @@
-#include "server/models/span_head.h"
+#include "server/models/span_rows.h"
 
 #include <ATen/ATen.h>
 
