@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "server/common/status.h"
-#include "server/engine/step_plan.h"
+#include "server/common/token_id.h"
+#include "server/engine/types.h"
 
 namespace ropeserve {
 

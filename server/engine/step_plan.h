@@ -15,24 +15,9 @@
 
 #include "server/engine/block_pool.h"
 #include "server/engine/sampling.h"
+#include "server/engine/types.h"
 
 namespace ropeserve {
-
-using RequestId = std::uint64_t;
-
-// Why a request ended. Strings for clients ("stop", "length") are made in
-// the API layer only.
-enum class FinishReason {
-  kStop,       // EOS, a stop token id, or a stop string
-  kLength,     // max_tokens
-  kCancelled,  // the client cancelled or went away
-  kDeadline,   // its deadline passed
-  kRejected,   // refused at admission (queue full, can never run)
-  kError,      // a forward failed (an exception, a device error)
-};
-// "stop", "length", "cancelled", "deadline", "rejected", "error" (metric
-// labels, span attributes).
-const char* FinishReasonName(FinishReason reason);
 
 // A request's sampling, sent to the runner once (StepPlan::added, before
 // the request's first scheduled step) and kept by it until the request
