@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--kernel-avx512", avx512,
                  "CPU kernels: use AVX-512 where the CPU has it (off: the generic paths, as CPUs without AVX-512 "
                  "run them; env ROPESERVE_KERNEL_AVX512)")
-      ->check(CLI::IsMember({"on", "off", "1", "0", "true", "false"}))
+      ->check([](const std::string& v) {
+        return ropeserve::cpu::ParseSwitch(v) ? std::string() : std::string("expected 1/on/true or 0/off/false");
+      })
       ->capture_default_str();
   app.add_option("--kernel-pool-spin-us", kernels.pool_spin_us,
                  "CPU kernels: microseconds an idle thread-pool worker spins before it sleeps (env "
@@ -71,7 +73,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  kernels.avx512 = avx512 == "on" || avx512 == "1" || avx512 == "true";
+  kernels.avx512 = *ropeserve::cpu::ParseSwitch(avx512);
   ropeserve::cpu::SetKernelConfig(kernels);
   ropeserve::SetComputeThreads(threads);
   for (auto& [sub, run] : commands)

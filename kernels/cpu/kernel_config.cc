@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 namespace ropeserve::cpu {
 namespace {
@@ -11,12 +10,13 @@ namespace {
 bool ReadSwitch(const char* name, bool& out, std::string& error) {
   const char* v = std::getenv(name);
   if (v == nullptr) return true;
-  for (const char* on : {"1", "on", "true"})
-    if (std::strcmp(v, on) == 0) return out = true, true;
-  for (const char* off : {"0", "off", "false"})
-    if (std::strcmp(v, off) == 0) return out = false, true;
-  error = std::string(name) + "=" + v + ": expected 1/on/true or 0/off/false";
-  return false;
+  const std::optional<bool> on = ParseSwitch(v);
+  if (!on) {
+    error = std::string(name) + "=" + v + ": expected 1/on/true or 0/off/false";
+    return false;
+  }
+  out = *on;
+  return true;
 }
 
 bool ReadCount(const char* name, std::int64_t max, std::int64_t& out, std::string& error) {
@@ -51,6 +51,12 @@ Holder& TheConfig() {
 }
 
 }  // namespace
+
+std::optional<bool> ParseSwitch(std::string_view v) {
+  if (v == "1" || v == "on" || v == "true") return true;
+  if (v == "0" || v == "off" || v == "false") return false;
+  return std::nullopt;
+}
 
 std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
   KernelConfig c;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,10 @@ struct KernelConfig {
 
 inline constexpr std::int64_t kMaxPoolSpinUs = 1000000;
 inline constexpr std::int64_t kMaxInt8VnniRows = 1 << 16;
+
+// A switch's value: 1 / on / true, 0 / off / false; nullopt for anything
+// else (flags and the environment share it).
+std::optional<bool> ParseSwitch(std::string_view value);
 
 // The defaults overridden by the environment; nullopt with `error` naming
 // the variable when one is set to something invalid.
