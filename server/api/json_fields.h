@@ -1,8 +1,9 @@
 // Reading typed fields of a JSON request body: the rule table of the
 // fields an endpoint knows (unknown fields are a 400 naming them, as
 // OpenAI's API answers), and typed reads that name the field on a wrong
-// type. Shared by the REST body readers (rest_request.cc,
-// rest_qa_request.cc). Header-only templates; model-free.
+// type (server/common/json_reader.h's rules, errors naming the field).
+// Shared by the REST body readers (rest_request.cc, rest_qa_request.cc).
+// Header-only; model-free.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,19 +11,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <type_traits>
 
 #include "server/api/json_request.h"
+#include "server/common/json_reader.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {
 
 using ojson = nlohmann::ordered_json;
-
-// A value quoted in an error message: at most 100 bytes, invalid UTF-8 replaced.
-inline std::string Show(const ojson& v) {
-  return v.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 100);
-}
 
 // ---- the fields each endpoint knows ----
 
@@ -60,7 +56,7 @@ Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
     if (rule == nullptr)
       return Malformed(key, "unrecognized request argument: '" + key + "'").WithReason("unknown_parameter");
     if (rule->kind == Kind::kUnsupported && rule->asks(it.value()))
-      return Malformed(key, "'" + key + "' is not supported by this server (" + Show(it.value()) + ")")
+      return Malformed(key, "'" + key + "' is not supported by this server (" + ShowJson(it.value()) + ")")
           .WithReason("unsupported_parameter");
   }
   return Status::Ok();
@@ -68,39 +64,25 @@ Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
 
 // ---- typed reads ----
 
+// Errors of a request body name the field (OpenAI's `param`): `where` is
+// the path of the object in the body ("" at the top, "parameters" inside).
+inline Status MalformedField(const std::string& where, const std::string& key, const std::string& message) {
+  return Malformed(where.empty() ? key : where + "." + key, message);
+}
+
+// The reader of a request body object (the type rules of JsonReader).
+inline JsonReader<ojson> BodyReader(const ojson& body, std::string where = "") {
+  return JsonReader<ojson>(body, std::move(where), &MalformedField);
+}
+
 template <typename T>
 Status Read(const ojson& body, const char* key, std::optional<T>& out) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return Status::Ok();
-  bool ok;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = it->is_boolean();
-  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-    ok = it->is_number_integer();  // seeds: any integer, taken modulo 2^64
-  } else if constexpr (std::is_integral_v<T>) {
-    ok = it->is_number_integer() &&
-         !(it->is_number_unsigned() && it->template get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX));
-  } else if constexpr (std::is_floating_point_v<T>) {
-    ok = it->is_number();
-  } else {
-    ok = it->is_string();
-  }
-  if (!ok) return Malformed(key, "'" + std::string(key) + "' has the wrong type: " + Show(*it));
-  if constexpr (std::is_same_v<T, std::uint64_t>) {
-    out = it->is_number_unsigned() ? it->template get<std::uint64_t>()
-                                   : static_cast<std::uint64_t>(it->template get<std::int64_t>());
-  } else {
-    out = it->template get<T>();
-  }
-  return Status::Ok();
+  return BodyReader(body).Read(key, out);
 }
 
 template <typename T>
 Status ReadInto(const ojson& body, const char* key, T& out) {
-  std::optional<T> v;
-  RS_RETURN_IF_ERROR(Read(body, key, v));
-  if (v) out = std::move(*v);
-  return Status::Ok();
+  return BodyReader(body).ReadInto(key, out);
 }
 
 }  // namespace ropeserve::api

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "server/checkpoint/config_reader.h"
+#include "server/common/json_reader.h"
 
 namespace ropeserve {
 
@@ -25,7 +25,7 @@ StatusOr<std::optional<double>> RopeTheta(const json& j, const char* kind, const
   const json& all = j["rope_parameters"];
   if (!all.contains(kind) || all[kind].is_null()) return std::optional<double>();
   if (!all[kind].is_object()) return InvalidArgument(where + ": rope_parameters." + kind + " must be an object");
-  ConfigReader r(all[kind], where + " rope_parameters." + kind);
+  JsonReader r(all[kind], where + " rope_parameters." + kind);
   RS_ASSIGN_OR_RETURN(std::string type, r.String("rope_type", std::string("default")));
   if (type != "default") return Unimplemented(where + ": rope type '" + type + "' for an encoder");
   if (!r.Has("rope_theta")) return std::optional<double>();
@@ -39,7 +39,7 @@ Status Positive(const std::string& where, const char* key, std::int64_t v) {
 }
 
 Status ParseModernBert(const json& j, const std::string& where, EncoderConfig& c) {
-  ConfigReader r(j, where);
+  JsonReader r(j, where);
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size", 50368));
   RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size", 768));
   RS_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size", 1152));
@@ -98,7 +98,7 @@ Status ParseModernBert(const json& j, const std::string& where, EncoderConfig& c
 }
 
 Status ParseRoFormer(const json& j, const std::string& where, EncoderConfig& c) {
-  ConfigReader r(j, where);
+  JsonReader r(j, where);
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size", 50000));
   RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size", 768));
   RS_ASSIGN_OR_RETURN(c.embedding_size, r.Int("embedding_size", c.hidden_size));
@@ -172,7 +172,7 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   if (c.head_dim % 2 != 0) return InvalidArgument(source + ": the head dimension must be even for RoPE");
   if (!(c.norm_eps > 0)) return InvalidArgument(source + ": the norm epsilon must be positive");
   // A span head has two labels (start, end): num_labels or id2label.
-  ConfigReader r(j, source);
+  JsonReader r(j, source);
   if (r.Has("id2label")) {
     if (!j["id2label"].is_object()) return InvalidArgument(source + ": 'id2label' must be an object");
     c.num_labels = static_cast<std::int64_t>(j["id2label"].size());

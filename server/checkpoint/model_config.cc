@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <limits>
 
-#include "server/checkpoint/config_reader.h"
 #include "server/common/json_file.h"
+#include "server/common/json_reader.h"
 
 namespace ropeserve {
 
@@ -28,7 +28,7 @@ const char* ModelFamilyName(ModelFamily f) {
 namespace {
 
 StatusOr<RopeScaling> ParseRopeScaling(const json& obj, const std::string& where, std::int64_t max_pos) {
-  ConfigReader r(obj, where);
+  JsonReader r(obj, where);
   RopeScaling s;
   if (r.Has("rope_type")) {
     RS_ASSIGN_OR_RETURN(s.type, r.String("rope_type"));
@@ -106,7 +106,7 @@ std::int64_t ModelConfig::num_parameters() const {
 namespace {
 
 StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& source) {
-  ConfigReader r(j, source);
+  JsonReader r(j, source);
   ModelConfig c;
 
   // Architecture: "architectures"[0], else model_type.
@@ -197,7 +197,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   RS_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", 10000.0));
   RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, r.Double("partial_rotary_factor", 1.0));
   if (rope_obj != nullptr) {
-    ConfigReader rr(*rope_obj, source + " rope parameters");
+    JsonReader rr(*rope_obj, source + " rope parameters");
     RS_ASSIGN_OR_RETURN(c.rope_theta, rr.Double("rope_theta", c.rope_theta));
     RS_ASSIGN_OR_RETURN(c.partial_rotary_factor, rr.Double("partial_rotary_factor", c.partial_rotary_factor));
     RS_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(*rope_obj, rr.where(), c.max_position_embeddings));
@@ -277,7 +277,7 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   std::error_code ec;
   if (std::filesystem::exists(gen_path, ec)) {
     RS_ASSIGN_OR_RETURN(json g, ReadJsonObjectFile(gen_path));
-    ConfigReader r(g, gen_path);
+    JsonReader r(g, gen_path);
     RS_ASSIGN_OR_RETURN(auto eos, r.IntOrList("eos_token_id"));
     for (auto id : eos)
       if (id < 0 || id >= c.vocab_size)

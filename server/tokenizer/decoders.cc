@@ -1,14 +1,13 @@
 // Decoders (tokenizer.json "decoder"): ids' token strings back to text.
 #include <nlohmann/json.hpp>
 
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/components.h"
-#include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/pattern.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
 
-using json_fields::Bad;
 using nlohmann::json;
 
 StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string& where);
@@ -286,26 +285,26 @@ class SequenceDecoder final : public Decoder {
 }  // namespace
 
 StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const json& j) {
-  const std::string type = json_fields::TypeOf(j);
+  const std::string type = TypeOf(j);
   const std::string where = "decoder " + type;
   using D = std::unique_ptr<Decoder>;
   if (type == "ByteLevel") return D(new ByteLevelDecoder());
   if (type == "ByteFallback") return D(new ByteFallbackDecoder());
   if (type == "Fuse") return D(new FuseDecoder());
   if (type == "Metaspace") {
-    RS_ASSIGN_OR_RETURN(std::string rep, json_fields::String(j, "replacement", where, "\xE2\x96\x81"));
+    RS_ASSIGN_OR_RETURN(std::string rep, JsonReader(j, where).String("replacement", "\xE2\x96\x81"));
     bool prepend = true;
     if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
       prepend = j["prepend_scheme"].get<std::string>() != "never";
     } else {
-      RS_ASSIGN_OR_RETURN(prepend, json_fields::Bool(j, "add_prefix_space", true, where));
+      RS_ASSIGN_OR_RETURN(prepend, JsonReader(j, where).Bool("add_prefix_space", true));
     }
     return D(new MetaspaceDecoder(rep, prepend));
   }
   if (type == "Strip") {
-    RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where, " "));
-    RS_ASSIGN_OR_RETURN(long long start, json_fields::Int(j, "start", 0, where));
-    RS_ASSIGN_OR_RETURN(long long stop, json_fields::Int(j, "stop", 0, where));
+    RS_ASSIGN_OR_RETURN(std::string content, JsonReader(j, where).String("content", " "));
+    RS_ASSIGN_OR_RETURN(long long start, JsonReader(j, where).Int("start", 0));
+    RS_ASSIGN_OR_RETURN(long long stop, JsonReader(j, where).Int("stop", 0));
     if (start < 0 || stop < 0 || content.empty())
       return Bad(where, "'start'/'stop' must be >= 0 and 'content' non-empty");
     return D(new StripDecoder(content, static_cast<size_t>(start), static_cast<size_t>(stop)));
@@ -313,20 +312,20 @@ StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const json& j) {
   if (type == "Replace") {
     if (!j.contains("pattern")) return Bad(where, "missing 'pattern'");
     RS_ASSIGN_OR_RETURN(auto p, MakePattern(j["pattern"], where));
-    RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where));
+    RS_ASSIGN_OR_RETURN(std::string content, JsonReader(j, where).String("content"));
     return D(new ReplaceDecoder(std::move(p), std::move(content)));
   }
   if (type == "WordPiece") {
-    RS_ASSIGN_OR_RETURN(std::string prefix, json_fields::String(j, "prefix", where, "##"));
-    RS_ASSIGN_OR_RETURN(bool cleanup, json_fields::Bool(j, "cleanup", true, where));
+    RS_ASSIGN_OR_RETURN(std::string prefix, JsonReader(j, where).String("prefix", "##"));
+    RS_ASSIGN_OR_RETURN(bool cleanup, JsonReader(j, where).Bool("cleanup", true));
     return D(new WordPieceDecoder(prefix, cleanup));
   }
   if (type == "BPEDecoder") {
-    RS_ASSIGN_OR_RETURN(std::string suffix, json_fields::String(j, "suffix", where, "</w>"));
+    RS_ASSIGN_OR_RETURN(std::string suffix, JsonReader(j, where).String("suffix", "</w>"));
     return D(new BpeSuffixDecoder(suffix));
   }
   if (type == "Sequence") {
-    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "decoders", where));
+    RS_ASSIGN_OR_RETURN(const json* arr, JsonReader(j, where).Array("decoders"));
     std::vector<std::unique_ptr<Decoder>> parts;
     for (const json& sub : *arr) {
       RS_ASSIGN_OR_RETURN(auto d, MakeDecoder(sub));

@@ -9,13 +9,12 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/components.h"
-#include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
 
-using json_fields::Bad;
 using nlohmann::json;
 
 namespace {
@@ -92,17 +91,17 @@ class BpeModel final : public VocabModel {
       const double d = j["dropout"].is_number() ? j["dropout"].get<double>() : -1;
       if (d != 0.0) return Unimplemented(where + ": BPE dropout is not supported (inference tokenizers have none)");
     }
-    RS_ASSIGN_OR_RETURN(m->prefix_, json_fields::String(j, "continuing_subword_prefix", where, ""));
-    RS_ASSIGN_OR_RETURN(m->suffix_, json_fields::String(j, "end_of_word_suffix", where, ""));
-    RS_ASSIGN_OR_RETURN(m->fuse_unk_, json_fields::Bool(j, "fuse_unk", false, where));
-    RS_ASSIGN_OR_RETURN(m->byte_fallback_, json_fields::Bool(j, "byte_fallback", false, where));
-    RS_ASSIGN_OR_RETURN(m->ignore_merges_, json_fields::Bool(j, "ignore_merges", false, where));
+    RS_ASSIGN_OR_RETURN(m->prefix_, JsonReader(j, where).String("continuing_subword_prefix", ""));
+    RS_ASSIGN_OR_RETURN(m->suffix_, JsonReader(j, where).String("end_of_word_suffix", ""));
+    RS_ASSIGN_OR_RETURN(m->fuse_unk_, JsonReader(j, where).Bool("fuse_unk", false));
+    RS_ASSIGN_OR_RETURN(m->byte_fallback_, JsonReader(j, where).Bool("byte_fallback", false));
+    RS_ASSIGN_OR_RETURN(m->ignore_merges_, JsonReader(j, where).Bool("ignore_merges", false));
     if (j.contains("unk_token") && !j["unk_token"].is_null()) {
-      RS_ASSIGN_OR_RETURN(std::string unk, json_fields::String(j, "unk_token", where));
+      RS_ASSIGN_OR_RETURN(std::string unk, JsonReader(j, where).String("unk_token"));
       m->unk_ = m->vocab_.Find(unk);
       if (!m->unk_) return Bad(where, "unk_token '" + unk + "' is not in the vocabulary");
     }
-    RS_ASSIGN_OR_RETURN(const json* merges, json_fields::Array(j, "merges", where));
+    RS_ASSIGN_OR_RETURN(const json* merges, JsonReader(j, where).Array("merges"));
     std::uint32_t rank = 0;
     for (const json& mj : *merges) {
       std::string a, b;
@@ -264,11 +263,11 @@ class WordPieceModel final : public VocabModel {
     const std::string where = "model WordPiece";
     auto m = std::unique_ptr<WordPieceModel>(new WordPieceModel());
     RS_RETURN_IF_ERROR(ReadVocabObject(j, where, &m->vocab_));
-    RS_ASSIGN_OR_RETURN(std::string unk, json_fields::String(j, "unk_token", where, "[UNK]"));
+    RS_ASSIGN_OR_RETURN(std::string unk, JsonReader(j, where).String("unk_token", "[UNK]"));
     m->unk_ = m->vocab_.Find(unk);
     if (!m->unk_) return Bad(where, "unk_token '" + unk + "' is not in the vocabulary");
-    RS_ASSIGN_OR_RETURN(m->prefix_, json_fields::String(j, "continuing_subword_prefix", where, "##"));
-    RS_ASSIGN_OR_RETURN(long long mx, json_fields::Int(j, "max_input_chars_per_word", 100, where));
+    RS_ASSIGN_OR_RETURN(m->prefix_, JsonReader(j, where).String("continuing_subword_prefix", "##"));
+    RS_ASSIGN_OR_RETURN(long long mx, JsonReader(j, where).Int("max_input_chars_per_word", 100));
     if (mx <= 0) return Bad(where, "'max_input_chars_per_word' must be positive");
     m->max_chars_ = static_cast<size_t>(mx);
     return std::unique_ptr<Model>(std::move(m));
@@ -321,7 +320,7 @@ class WordLevelModel final : public VocabModel {
     const std::string where = "model WordLevel";
     auto m = std::unique_ptr<WordLevelModel>(new WordLevelModel());
     RS_RETURN_IF_ERROR(ReadVocabObject(j, where, &m->vocab_));
-    RS_ASSIGN_OR_RETURN(std::string unk, json_fields::String(j, "unk_token", where, "<unk>"));
+    RS_ASSIGN_OR_RETURN(std::string unk, JsonReader(j, where).String("unk_token", "<unk>"));
     m->unk_ = m->vocab_.Find(unk);
     return std::unique_ptr<Model>(std::move(m));
   }
@@ -347,7 +346,7 @@ class UnigramModel final : public VocabModel {
   static StatusOr<std::unique_ptr<Model>> Make(const json& j) {
     const std::string where = "model Unigram";
     auto m = std::unique_ptr<UnigramModel>(new UnigramModel());
-    RS_ASSIGN_OR_RETURN(const json* vocab, json_fields::Array(j, "vocab", where));
+    RS_ASSIGN_OR_RETURN(const json* vocab, JsonReader(j, where).Array("vocab"));
     m->min_score_ = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < vocab->size(); ++i) {
       const json& e = (*vocab)[i];
@@ -360,10 +359,10 @@ class UnigramModel final : public VocabModel {
       m->max_piece_bytes_ = std::max(m->max_piece_bytes_, e[0].get<std::string>().size());
     }
     if (m->scores_.empty()) return Bad(where, "empty vocabulary");
-    RS_ASSIGN_OR_RETURN(long long unk, json_fields::Int(j, "unk_id", -1, where));
+    RS_ASSIGN_OR_RETURN(long long unk, JsonReader(j, where).Int("unk_id", -1));
     if (unk >= static_cast<long long>(m->scores_.size())) return Bad(where, "'unk_id' is outside the vocabulary");
     if (unk >= 0) m->unk_ = static_cast<TokenId>(unk);
-    RS_ASSIGN_OR_RETURN(m->byte_fallback_, json_fields::Bool(j, "byte_fallback", false, where));
+    RS_ASSIGN_OR_RETURN(m->byte_fallback_, JsonReader(j, where).Bool("byte_fallback", false));
     return std::unique_ptr<Model>(std::move(m));
   }
 
@@ -453,7 +452,7 @@ class UnigramModel final : public VocabModel {
 
 StatusOr<std::unique_ptr<Model>> MakeModel(const json& j) {
   if (!j.is_object()) return InvalidArgument("model: must be an object");
-  std::string type = json_fields::TypeOf(j);
+  std::string type = TypeOf(j);
   if (type.empty()) {
     // Old files omit the type; infer it as the reference does.
     if (j.contains("merges"))

@@ -2,14 +2,13 @@
 // "pre_tokenizer").
 #include <nlohmann/json.hpp>
 
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/components.h"
-#include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/pattern.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
 
-using json_fields::Bad;
 using nlohmann::json;
 
 // A "pattern" object: {"String": "..."} or {"Regex": "..."}.
@@ -158,7 +157,7 @@ class SequenceNormalizer final : public Normalizer {
 }  // namespace
 
 StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const json& j) {
-  const std::string type = json_fields::TypeOf(j);
+  const std::string type = TypeOf(j);
   const std::string where = "normalizer " + (type.empty() ? std::string("(no type)") : type);
   if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalForm::kNFC));
   if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalForm::kNFD));
@@ -167,28 +166,28 @@ StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const json& j) {
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
   if (type == "Strip") {
-    RS_ASSIGN_OR_RETURN(bool l, json_fields::Bool(j, "strip_left", true, where));
-    RS_ASSIGN_OR_RETURN(bool r, json_fields::Bool(j, "strip_right", true, where));
+    RS_ASSIGN_OR_RETURN(bool l, JsonReader(j, where).Bool("strip_left", true));
+    RS_ASSIGN_OR_RETURN(bool r, JsonReader(j, where).Bool("strip_right", true));
     return std::unique_ptr<Normalizer>(new StripNormalizer(l, r));
   }
   if (type == "Replace") {
     if (!j.contains("pattern")) return Bad(where, "missing 'pattern'");
     RS_ASSIGN_OR_RETURN(auto p, MakePattern(j["pattern"], where));
-    RS_ASSIGN_OR_RETURN(std::string content, json_fields::String(j, "content", where));
+    RS_ASSIGN_OR_RETURN(std::string content, JsonReader(j, where).String("content"));
     return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(p), std::move(content)));
   }
   if (type == "Prepend") {
-    RS_ASSIGN_OR_RETURN(std::string p, json_fields::String(j, "prepend", where));
+    RS_ASSIGN_OR_RETURN(std::string p, JsonReader(j, where).String("prepend"));
     return std::unique_ptr<Normalizer>(new PrependNormalizer(std::move(p)));
   }
   if (type == "Append") {
-    RS_ASSIGN_OR_RETURN(std::string a, json_fields::String(j, "append", where));
+    RS_ASSIGN_OR_RETURN(std::string a, JsonReader(j, where).String("append"));
     return std::unique_ptr<Normalizer>(new AppendNormalizer(std::move(a)));
   }
   if (type == "BertNormalizer") {
-    RS_ASSIGN_OR_RETURN(bool clean, json_fields::Bool(j, "clean_text", true, where));
-    RS_ASSIGN_OR_RETURN(bool chinese, json_fields::Bool(j, "handle_chinese_chars", true, where));
-    RS_ASSIGN_OR_RETURN(bool lower, json_fields::Bool(j, "lowercase", true, where));
+    RS_ASSIGN_OR_RETURN(bool clean, JsonReader(j, where).Bool("clean_text", true));
+    RS_ASSIGN_OR_RETURN(bool chinese, JsonReader(j, where).Bool("handle_chinese_chars", true));
+    RS_ASSIGN_OR_RETURN(bool lower, JsonReader(j, where).Bool("lowercase", true));
     std::optional<bool> strip;
     if (j.contains("strip_accents") && !j["strip_accents"].is_null()) {
       if (!j["strip_accents"].is_boolean()) return Bad(where, "'strip_accents' must be a boolean or null");
@@ -197,7 +196,7 @@ StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const json& j) {
     return std::unique_ptr<Normalizer>(new BertNormalizer(clean, chinese, strip, lower));
   }
   if (type == "Sequence") {
-    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "normalizers", where));
+    RS_ASSIGN_OR_RETURN(const json* arr, JsonReader(j, where).Array("normalizers"));
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (const json& sub : *arr) {
       RS_ASSIGN_OR_RETURN(auto n, MakeNormalizer(sub));

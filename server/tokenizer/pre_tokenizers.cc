@@ -1,14 +1,13 @@
 // Pre-tokenizers (tokenizer.json "pre_tokenizer").
 #include <nlohmann/json.hpp>
 
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/components.h"
-#include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/pattern.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
 
-using json_fields::Bad;
 using nlohmann::json;
 
 StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string& where);
@@ -185,12 +184,12 @@ std::shared_ptr<Pattern> Pred(bool (*f)(char32_t)) { return std::make_shared<Cha
 }  // namespace
 
 StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
-  const std::string type = json_fields::TypeOf(j);
+  const std::string type = TypeOf(j);
   const std::string where = "pre_tokenizer " + type;
   using P = std::unique_ptr<PreTokenizer>;
   if (type == "ByteLevel") {
-    RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
-    RS_ASSIGN_OR_RETURN(bool use_regex, json_fields::Bool(j, "use_regex", true, where));
+    RS_ASSIGN_OR_RETURN(bool prefix, JsonReader(j, where).Bool("add_prefix_space", true));
+    RS_ASSIGN_OR_RETURN(bool use_regex, JsonReader(j, where).Bool("use_regex", true));
     std::shared_ptr<Regex> re;
     if (use_regex) {
       RS_ASSIGN_OR_RETURN(re, Regex::Compile(kGpt2Regex));
@@ -201,12 +200,12 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     if (!j.contains("pattern")) return Bad(where, "missing 'pattern'");
     RS_ASSIGN_OR_RETURN(auto p, MakePattern(j["pattern"], where));
     RS_ASSIGN_OR_RETURN(SplitBehavior b, ParseBehavior(j, where, SplitBehavior::kIsolated));
-    RS_ASSIGN_OR_RETURN(bool invert, json_fields::Bool(j, "invert", false, where));
+    RS_ASSIGN_OR_RETURN(bool invert, JsonReader(j, where).Bool("invert", false));
     if (invert) p = std::make_shared<InvertPattern>(std::move(p));
     return P(new SplitPreTokenizer(std::move(p), b));
   }
   if (type == "Metaspace") {
-    RS_ASSIGN_OR_RETURN(std::string rep, json_fields::String(j, "replacement", where, "\xE2\x96\x81"));
+    RS_ASSIGN_OR_RETURN(std::string rep, JsonReader(j, where).String("replacement", "\xE2\x96\x81"));
     if (CountCodePoints(rep) != 1) return Bad(where, "'replacement' must be one character");
     PrependScheme scheme = PrependScheme::kAlways;
     if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
@@ -220,10 +219,10 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
       else
         return Bad(where, "unknown 'prepend_scheme' '" + s + "'");
     } else {
-      RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
+      RS_ASSIGN_OR_RETURN(bool prefix, JsonReader(j, where).Bool("add_prefix_space", true));
       scheme = prefix ? PrependScheme::kAlways : PrependScheme::kNever;
     }
-    RS_ASSIGN_OR_RETURN(bool split, json_fields::Bool(j, "split", true, where));
+    RS_ASSIGN_OR_RETURN(bool split, JsonReader(j, where).Bool("split", true));
     return P(new MetaspacePreTokenizer(rep, scheme, split));
   }
   if (type == "BertPreTokenizer") {
@@ -238,7 +237,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     return P(new PredicatePreTokenizer({{Pred(IsWhitespace), SplitBehavior::kRemoved}}));
   }
   if (type == "Digits") {
-    RS_ASSIGN_OR_RETURN(bool individual, json_fields::Bool(j, "individual_digits", false, where));
+    RS_ASSIGN_OR_RETURN(bool individual, JsonReader(j, where).Bool("individual_digits", false));
     return P(new PredicatePreTokenizer(
         {{Pred(IsNumeric), individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous}}));
   }
@@ -247,12 +246,12 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     return P(new PredicatePreTokenizer({{Pred(IsBertPunctuation), b}}));
   }
   if (type == "CharDelimiterSplit") {
-    RS_ASSIGN_OR_RETURN(std::string d, json_fields::String(j, "delimiter", where));
+    RS_ASSIGN_OR_RETURN(std::string d, JsonReader(j, where).String("delimiter"));
     if (CountCodePoints(d) != 1) return Bad(where, "'delimiter' must be one character");
     return P(new PredicatePreTokenizer({{std::make_shared<StringPattern>(d), SplitBehavior::kRemoved}}));
   }
   if (type == "Sequence") {
-    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "pretokenizers", where));
+    RS_ASSIGN_OR_RETURN(const json* arr, JsonReader(j, where).Array("pretokenizers"));
     std::vector<std::unique_ptr<PreTokenizer>> parts;
     for (const json& sub : *arr) {
       RS_ASSIGN_OR_RETURN(auto p, MakePreTokenizer(sub));

@@ -2,14 +2,13 @@
 // helpers they use; decoders are in decoders.cc.
 #include <nlohmann/json.hpp>
 
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/components.h"
-#include "server/tokenizer/json_fields.h"
 #include "server/tokenizer/pattern.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
 
-using json_fields::Bad;
 using nlohmann::json;
 
 StatusOr<std::shared_ptr<Pattern>> MakePattern(const json& j, const std::string& where);
@@ -265,8 +264,7 @@ class SequenceProcessor final : public PostProcessor {
 
 StatusOr<SpecialPiece> ReadPair(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
-      !json_fields::IsTokenId((*it)[1])) {
+  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() || !IsTokenId((*it)[1])) {
     return Bad(where, std::string("'") + key + "' must be [token, id]");
   }
   return SpecialPiece{{(*it)[1].get<TokenId>()}, {(*it)[0].get<std::string>()}};
@@ -300,7 +298,7 @@ StatusOr<std::vector<TemplateProcessor::Piece>> ReadTemplate(
 }  // namespace
 
 StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
-  const std::string type = json_fields::TypeOf(j);
+  const std::string type = TypeOf(j);
   const std::string where = "post_processor " + type;
   using P = std::unique_ptr<PostProcessor>;
   if (type == "TemplateProcessing") {
@@ -315,7 +313,7 @@ StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
           return Bad(where, "special token '" + it.key() + "' needs 'ids' and 'tokens' of equal length");
         }
         for (const json& id : s["ids"]) {
-          if (!json_fields::IsTokenId(id)) return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
+          if (!IsTokenId(id)) return Bad(where, "special token ids must be integers from 0 to 2^31 - 1");
           p.ids.push_back(id.get<TokenId>());
         }
         for (const json& tk : s["tokens"]) {
@@ -333,17 +331,17 @@ StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json& j) {
     const bool roberta = type == "RobertaProcessing";
     RS_ASSIGN_OR_RETURN(SpecialPiece sep, ReadPair(j, "sep", where));
     RS_ASSIGN_OR_RETURN(SpecialPiece cls, ReadPair(j, "cls", where));
-    RS_ASSIGN_OR_RETURN(bool trim, json_fields::Bool(j, "trim_offsets", true, where));
-    RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
+    RS_ASSIGN_OR_RETURN(bool trim, JsonReader(j, where).Bool("trim_offsets", true));
+    RS_ASSIGN_OR_RETURN(bool prefix, JsonReader(j, where).Bool("add_prefix_space", true));
     return P(new BertLikeProcessor(roberta, std::move(cls), std::move(sep), trim, prefix));
   }
   if (type == "ByteLevel") {
-    RS_ASSIGN_OR_RETURN(bool trim, json_fields::Bool(j, "trim_offsets", true, where));
-    RS_ASSIGN_OR_RETURN(bool prefix, json_fields::Bool(j, "add_prefix_space", true, where));
+    RS_ASSIGN_OR_RETURN(bool trim, JsonReader(j, where).Bool("trim_offsets", true));
+    RS_ASSIGN_OR_RETURN(bool prefix, JsonReader(j, where).Bool("add_prefix_space", true));
     return P(new ByteLevelProcessor(trim, prefix));
   }
   if (type == "Sequence") {
-    RS_ASSIGN_OR_RETURN(const json* arr, json_fields::Array(j, "processors", where));
+    RS_ASSIGN_OR_RETURN(const json* arr, JsonReader(j, where).Array("processors"));
     std::vector<std::unique_ptr<PostProcessor>> parts;
     for (const json& sub : *arr) {
       RS_ASSIGN_OR_RETURN(auto p, MakePostProcessor(sub));

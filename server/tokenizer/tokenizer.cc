@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "server/tokenizer/json_fields.h"
+#include "server/tokenizer/component_json.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::tok {
@@ -218,12 +218,12 @@ StatusOr<std::optional<Truncation>> ReadTruncation(const json& j) {
   if (!it->is_object()) return InvalidArgument("truncation: must be an object or null");
   Truncation t;
   const std::string where = "truncation";
-  RS_ASSIGN_OR_RETURN(long long ml, json_fields::Int(*it, "max_length", 512, where));
-  RS_ASSIGN_OR_RETURN(long long st, json_fields::Int(*it, "stride", 0, where));
+  RS_ASSIGN_OR_RETURN(long long ml, JsonReader(*it, where).Int("max_length", 512));
+  RS_ASSIGN_OR_RETURN(long long st, JsonReader(*it, where).Int("stride", 0));
   if (ml < 0 || st < 0) return InvalidArgument("truncation: max_length and stride must be >= 0");
   t.max_length = static_cast<size_t>(ml);
   t.stride = static_cast<size_t>(st);
-  RS_ASSIGN_OR_RETURN(std::string strategy, json_fields::String(*it, "strategy", where, "LongestFirst"));
+  RS_ASSIGN_OR_RETURN(std::string strategy, JsonReader(*it, where).String("strategy", "LongestFirst"));
   if (strategy == "LongestFirst")
     t.strategy = TruncationStrategy::kLongestFirst;
   else if (strategy == "OnlyFirst")
@@ -232,7 +232,7 @@ StatusOr<std::optional<Truncation>> ReadTruncation(const json& j) {
     t.strategy = TruncationStrategy::kOnlySecond;
   else
     return InvalidArgument("truncation: unknown strategy '" + strategy + "'");
-  RS_ASSIGN_OR_RETURN(std::string dir, json_fields::String(*it, "direction", where, "Right"));
+  RS_ASSIGN_OR_RETURN(std::string dir, JsonReader(*it, where).String("direction", "Right"));
   if (dir == "Right")
     t.direction = TruncationDirection::kRight;
   else if (dir == "Left")
@@ -320,17 +320,17 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string
       const std::string where = "added_tokens";
       if (!a.is_object()) return InvalidArgument("added_tokens: entries must be objects");
       AddedToken at;
-      RS_ASSIGN_OR_RETURN(long long id, json_fields::Int(a, "id", -1, where));
+      RS_ASSIGN_OR_RETURN(long long id, JsonReader(a, where).Int("id", -1));
       if (id < 0 || id > INT32_MAX) return InvalidArgument("added_tokens: missing or invalid 'id'");
       at.id = static_cast<TokenId>(id);
-      RS_ASSIGN_OR_RETURN(at.content, json_fields::String(a, "content", where));
+      RS_ASSIGN_OR_RETURN(at.content, JsonReader(a, where).String("content"));
       if (at.content.empty()) return InvalidArgument("added_tokens: empty 'content' for id " + std::to_string(id));
       RS_RETURN_IF_ERROR(CheckUtf8(at.content, "added token content"));
-      RS_ASSIGN_OR_RETURN(at.single_word, json_fields::Bool(a, "single_word", false, where));
-      RS_ASSIGN_OR_RETURN(at.lstrip, json_fields::Bool(a, "lstrip", false, where));
-      RS_ASSIGN_OR_RETURN(at.rstrip, json_fields::Bool(a, "rstrip", false, where));
-      RS_ASSIGN_OR_RETURN(at.normalized, json_fields::Bool(a, "normalized", true, where));
-      RS_ASSIGN_OR_RETURN(at.special, json_fields::Bool(a, "special", false, where));
+      RS_ASSIGN_OR_RETURN(at.single_word, JsonReader(a, where).Bool("single_word", false));
+      RS_ASSIGN_OR_RETURN(at.lstrip, JsonReader(a, where).Bool("lstrip", false));
+      RS_ASSIGN_OR_RETURN(at.rstrip, JsonReader(a, where).Bool("rstrip", false));
+      RS_ASSIGN_OR_RETURN(at.normalized, JsonReader(a, where).Bool("normalized", true));
+      RS_ASSIGN_OR_RETURN(at.special, JsonReader(a, where).Bool("special", false));
       t->added_.push_back(std::move(at));
     }
   }

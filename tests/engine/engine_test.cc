@@ -124,10 +124,11 @@ TEST(Engine, SubmitNeverWaitsAndTheVerdictArrivesOnTheStream) {
   ASSERT_TRUE(admitted.ok());
   EXPECT_TRUE((*admitted)->WaitAdmission().ok());
   e.Stop();
-  // What Submit checks itself, at once.
+  // What Submit checks itself, at once: an unvalidated id is a caller's
+  // bug (an internal error), the sampling its own contract.
   r.max_tokens = 4;
   r.prompt = {25};  // outside the vocabulary
-  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInternal);
   r.prompt = {1};
   r.sampling.top_p = 2;
   EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);

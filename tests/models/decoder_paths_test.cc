@@ -253,7 +253,8 @@ TEST(Generate, RejectsBadRequests) {
   ASSERT_TRUE(made.ok());
   service::GenerationService& engine = **made;
   EXPECT_FALSE(engine.Generate({}, o).ok());
-  EXPECT_NE(engine.Generate({1, 300}, o).status().message().find("outside the vocabulary"), std::string::npos);
+  // Ids that skipped the input processor: the engine's assertion.
+  EXPECT_EQ(engine.Generate({1, 300}, o).status().code(), ErrorCode::kInternal);
   o.max_tokens = 5000;
   EXPECT_NE(engine.Generate({1}, o).status().message().find("maximum context length"), std::string::npos);
   o.max_tokens = 4;
