@@ -65,10 +65,16 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   RS_RETURN_IF_ERROR(request.sampling.Validate());
   if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.max_tokens)
     return InvalidArgument("min_tokens must be between 0 and max_tokens");
+  // An assertion, not validation: prompts are validated once, by the input
+  // processor (server/service/input_processor.h). An id outside the
+  // vocabulary here is a caller's bug; run, it would index past the
+  // embedding table (on a GPU, a device fault that takes every request with
+  // it), so it fails this request alone, as an internal error.
   for (TokenId id : request.prompt)
     if (id < 0 || id >= executor_.vocab_size())
-      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                             std::to_string(executor_.vocab_size()) + ")");
+      return Status(ErrorCode::kInternal, "internal error: an unvalidated prompt token id (" + std::to_string(id) +
+                                              ") reached the engine (vocabulary [0, " +
+                                              std::to_string(executor_.vocab_size()) + "))");
   auto item = std::make_unique<InboxItem>();
   item->kind = InboxItem::Kind::kSubmit;
   item->id = next_id_++;

@@ -135,8 +135,10 @@ class Engine {
   void Start();
   void Stop();
 
-  // Checks what can be checked at once (ids in the vocabulary, sampling
-  // ranges) and queues the request; never waits for the engine thread. The
+  // Asserts that the prompt's ids are in the vocabulary (validated by the
+  // caller's input processor; a violation is an Internal error), checks the
+  // sampling ranges, and queues the request; never waits for the engine
+  // thread. The
   // admission verdict arrives on the stream: a refused request (queue full,
   // can never run) finishes at once with FinishReason::kRejected and the
   // reason (RequestStream::WaitAdmission returns it). Thread-safe.

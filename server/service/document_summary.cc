@@ -7,6 +7,7 @@
 
 #include "server/service/document_splitter.h"
 #include "server/service/generation_service.h"
+#include "server/service/input_processor.h"
 #include "server/tokenizer/unicode.h"
 
 namespace ropeserve::service {
@@ -23,6 +24,20 @@ constexpr std::int64_t kPromptMargin = 16;
 constexpr std::int64_t kDefaultChunkTokens = 2048;
 constexpr std::int64_t kDefaultMaxTokens = 256;
 constexpr std::int64_t kMinChunkTokens = 16;
+
+// One request of a summary (a chunk's, a reduce round's or the final
+// one), for the input processor: every generation enters the same way.
+GenerationRequest SummaryRequest(std::vector<std::int64_t> ids, const GenerationFields& fields, double timeout,
+                                 const TraceContext& trace) {
+  GenerationRequest r;
+  r.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
+  r.fields = fields;
+  r.endpoint = Endpoint::kSummarize;
+  r.timeout_seconds = timeout;
+  r.trace = trace;
+  r.prompt_param = "text";
+  return r;
+}
 
 StatusOr<SummaryStrategy> ParseStrategy(const std::optional<std::string>& s) {
   if (!s || *s == "auto") return SummaryStrategy::kAuto;
@@ -340,9 +355,8 @@ class DocumentSummary final : public OutputSource {
       timeout = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
       if (timeout <= 0) return Status(ErrorCode::kDeadlineExceeded, "request timed out");
     }
-    RS_ASSIGN_OR_RETURN(auto v, ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout));
-    v.options.trace = trace_;
-    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, GenerationService::Admission::kDontWait));
+    RS_ASSIGN_OR_RETURN(PreparedGeneration p, PrepareGeneration(service_, SummaryRequest(ids, f, timeout, trace_)));
+    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.options, GenerationService::Admission::kDontWait));
     gen->SetNotify(
         [s = signal_] {
           std::function<void()> fn;
@@ -504,10 +518,9 @@ StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryP
     RS_ASSIGN_OR_RETURN(auto ids, service_.SummaryPrompt(plan.chunks[0], plan.final_instruction));
     GenerationFields f = fields;
     if (plan.truncated) f.max_tokens = plan.max_tokens;
-    RS_ASSIGN_OR_RETURN(auto v,
-                        ValidateGeneration(f, Endpoint::kSummarize, {ids.size()}, service_.limits(), timeout_seconds));
-    v.options.trace = trace;
-    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(ids, v.options, admission));
+    RS_ASSIGN_OR_RETURN(PreparedGeneration p,
+                        PrepareGeneration(service_, SummaryRequest(std::move(ids), f, timeout_seconds, trace)));
+    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.options, admission));
     return std::unique_ptr<OutputSource>(std::move(gen));
   }
   auto job = std::make_unique<DocumentSummary>(service_, plan, fields, timeout_seconds, trace);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "server/common/ready_signal.h"
 #include "server/service/reasoning.h"
@@ -77,30 +78,22 @@ Status GenerationService::CheckModelName(const std::string& requested) const {
 
 StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector<std::int64_t>& prompt_ids,
                                                                const GenerateOptions& options, Admission admission) {
-  // The engine checks what it relies on again (ids, ranges) at admission;
-  // these are the checks a caller that skipped the validator would miss.
+  // Ids, stop ids and logit_bias were validated once, by the input
+  // processor (input_processor.h, request_params.h). An id that does not fit
+  // a TokenId is kept out of range here, never wrapped into a valid one, so
+  // the engine's assertion refuses it.
   if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
   EngineRequest r;
-  const std::int64_t vocab = config().vocab_size;
-  for (auto id : prompt_ids) {
-    if (id < 0 || id >= vocab)
-      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                             std::to_string(vocab) + ")");
-    r.prompt.push_back(static_cast<TokenId>(id));
-  }
+  r.prompt.reserve(prompt_ids.size());
+  for (auto id : prompt_ids)
+    r.prompt.push_back(id >= 0 && id <= std::numeric_limits<TokenId>::max() ? static_cast<TokenId>(id) : TokenId{-1});
   r.max_tokens = options.max_tokens;
   r.stop.min_tokens = options.min_tokens;
-  for (auto id : options.stop_token_ids) {
-    if (id < 0 || id >= vocab)
-      return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary");
-    r.stop.stop_token_ids.push_back(static_cast<TokenId>(id));
-  }
+  for (auto id : options.stop_token_ids)  // one outside the vocabulary never matches
+    if (id >= 0 && id <= std::numeric_limits<TokenId>::max()) r.stop.stop_token_ids.push_back(static_cast<TokenId>(id));
   r.sampling = options.sampling;
   std::vector<std::shared_ptr<LogitsProcessor>> processors;
   if (!options.logit_bias.empty()) {
-    for (auto [id, bias] : options.logit_bias)
-      if (id < 0 || id >= vocab)
-        return InvalidArgument("logit_bias: " + std::to_string(id) + " is outside the vocabulary");
     processors.push_back(std::make_shared<LogitBias>(options.logit_bias));
   }
   if (!options.constraint.empty()) {

@@ -114,7 +114,9 @@ class GenerationService {
   // (ResourceExhausted, InvalidArgument) as the error (REST answers it as
   // the HTTP status); kDontWait returns at once and a refusal is the first
   // thing Next() returns (gRPC's reactors, which must not block).
-  // `options` went through ValidateGeneration.
+  // `prompt_ids` and `options` come from PrepareGeneration
+  // (input_processor.h), which validated them once; an id outside the
+  // vocabulary is a caller's bug, refused as an Internal error.
   enum class Admission { kWait, kDontWait };
   StatusOr<std::unique_ptr<Generation>> Start(const std::vector<std::int64_t>& prompt_ids,
                                               const GenerateOptions& options, Admission admission = Admission::kWait);

@@ -4,8 +4,10 @@
 // validated with the endpoint's defaults and limits (request_params.h).
 // REST completions and chat, gRPC Generate and `ropeserve generate` read
 // their wire format into a GenerationRequest and call PrepareGeneration;
-// what comes back goes to GenerationService::StartN as it is. (Document
-// summaries plan their chunks first: DocumentSummarizer.)
+// what comes back goes to GenerationService::Start / StartN as it is.
+// Document summaries (DocumentSummarizer) plan their chunks first, then
+// send each request they run (chunk, reduce, final) through it as ids.
+// Nothing below re-validates: the engine only asserts (engine.h).
 //
 // Errors name the request's field in Status::param(). Torch-free;
 // thread-safe (it only reads the service).
