@@ -76,4 +76,61 @@ std::string ErrorJson(const Status& status, int http_status) {
   return nlohmann::json{{"error", std::move(error)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string AnthropicErrorJson(const Status& status, int http_status) {
+  const int http = http_status ? http_status : Lookup(status.code()).http;
+  const char* type = "api_error";
+  switch (http) {
+    case 400:
+    case 405:
+    case 408:
+    case 431:
+    case 499:
+    case 501:
+      type = "invalid_request_error";
+      break;
+    case 401:
+      type = "authentication_error";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "not_found_error";
+      break;
+    case 413:
+      type = "request_too_large";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      break;
+    case 503:
+      type = "overloaded_error";
+      break;
+    case 504:
+      type = "timeout_error";
+      break;
+    default:
+      break;
+  }
+  // Anthropic names the field in the message, as a dotted path.
+  std::string message = status.message();
+  if (!status.param().empty()) {
+    std::string path;
+    for (char c : status.param()) {
+      if (c == '[') {
+        path += '.';
+      } else if (c != ']') {
+        path += c;
+      }
+    }
+    message = path + ": " + message;
+  }
+  nlohmann::json body = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string ErrorBody(ApiDialect dialect, const Status& status, int http_status) {
+  return dialect == ApiDialect::kAnthropic ? AnthropicErrorJson(status, http_status) : ErrorJson(status, http_status);
+}
+
 }  // namespace ropeserve::api

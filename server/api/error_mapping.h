@@ -29,4 +29,16 @@ std::string ErrorReason(const Status& status);
 // status (405, 408, 413, 431 come from the HTTP layer).
 std::string ErrorJson(const Status& status, int http_status = 0);
 
+// Anthropic's error body, on the Messages API's routes:
+// {"type":"error","error":{"type","message"}} with Anthropic's types
+// (invalid_request_error, authentication_error, permission_error,
+// not_found_error, request_too_large, rate_limit_error, timeout_error,
+// api_error, overloaded_error). The field an error is about is named in the
+// message ("messages.0.content: ..."), as Anthropic's API does.
+std::string AnthropicErrorJson(const Status& status, int http_status = 0);
+
+// The error bodies of the API families a route speaks.
+enum class ApiDialect { kOpenAI, kAnthropic };
+std::string ErrorBody(ApiDialect dialect, const Status& status, int http_status = 0);
+
 }  // namespace ropeserve::api

@@ -7,6 +7,10 @@ namespace ropeserve::api {
 
 std::string Event(const nlohmann::json& j) { return "data: " + Dump(j) + "\n\n"; }
 
+std::string NamedEvent(const char* name, const nlohmann::ordered_json& j) {
+  return std::string("event: ") + name + "\ndata: " + DumpOrdered(j) + "\n\n";
+}
+
 GenerationStream::GenerationStream(std::vector<std::unique_ptr<service::OutputSource>> sources, OnDelta on_delta,
                                    OnEnd on_end)
     : sources_(std::move(sources)),
@@ -22,7 +26,11 @@ GenerationStream::~GenerationStream() {
 
 bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
   if (done_) return true;
-  const std::size_t before = out.size();
+  const std::size_t before = out.size();  // a prelude counts as an event: no wait after it
+  if (!started_) {
+    started_ = true;
+    out += format_.prelude;
+  }
   signal_->Clear();
   bool all_finished = true;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
@@ -30,8 +38,8 @@ bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
     if (g.finished()) continue;
     auto d = g.Next(std::chrono::milliseconds(0));
     if (!d.ok()) {
-      out += "data: " + ErrorJson(d.status()) + "\n\n";
-      out += "data: [DONE]\n\n";
+      out += format_.error ? format_.error(d.status()) : "data: " + ErrorJson(d.status()) + "\n\n";
+      out += format_.done;
       Cancel();
       done_ = true;
       return true;
@@ -42,7 +50,7 @@ bool GenerationStream::Poll(std::string& out, std::chrono::milliseconds wait) {
   }
   if (all_finished) {
     on_end_(out);
-    out += "data: [DONE]\n\n";
+    out += format_.done;
     done_ = true;
     return true;
   }

@@ -18,6 +18,9 @@ namespace ropeserve::api {
 
 // "data: <json>\n\n".
 std::string Event(const nlohmann::json& j);
+// "event: <name>\ndata: <json>\n\n" (Anthropic's and the Responses API's
+// typed events).
+std::string NamedEvent(const char* name, const nlohmann::ordered_json& j);
 
 // Multiplexes several output sources (the choices of one request, or one
 // document summary) into one event stream: callbacks turn each delta into
@@ -33,6 +36,16 @@ class GenerationStream : public EventSource {
   GenerationStream(std::vector<std::unique_ptr<T>> sources, OnDelta on_delta, OnEnd on_end)
       : GenerationStream(Upcast(std::move(sources)), std::move(on_delta), std::move(on_end)) {}
   ~GenerationStream() override;
+
+  // How the stream starts, fails and ends. The default is OpenAI's: no
+  // prelude, a failure as one {"error": ...} data event, "data: [DONE]"
+  // last (also after a failure).
+  struct Format {
+    std::string prelude;                              // written before anything else
+    std::function<std::string(const Status&)> error;  // a failure's events (null: OpenAI's)
+    std::string done = "data: [DONE]\n\n";
+  };
+  void SetFormat(Format format) { format_ = std::move(format); }
 
   bool Poll(std::string& out, std::chrono::milliseconds wait) override;
   void Cancel() override;
@@ -53,6 +66,8 @@ class GenerationStream : public EventSource {
   OnDelta on_delta_;
   OnEnd on_end_;
   std::shared_ptr<ReadySignal> signal_;
+  Format format_;
+  bool started_ = false;
   bool done_ = false;
   std::chrono::milliseconds heartbeat_{0};
   std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();

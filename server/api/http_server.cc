@@ -34,6 +34,7 @@ struct Route {
   const char* method;
   bool admin;
   bool auth;
+  ApiDialect dialect = ApiDialect::kOpenAI;  // the shape of its error bodies
 };
 constexpr Route kRoutes[] = {
     {"/health", "GET", true, false},
@@ -50,6 +51,8 @@ constexpr Route kRoutes[] = {
     {"/v1/qa", "POST", false, true},
     {"/v1/completions", "POST", false, true},
     {"/v1/chat/completions", "POST", false, true},
+    {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},
+    {"/v1/messages/count_tokens", "POST", false, true, ApiDialect::kAnthropic},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
 };
@@ -65,8 +68,9 @@ const Route* FindRoute(const std::string& path, bool admin) {
 struct RequestInfo {
   std::chrono::steady_clock::time_point start;
   std::string id;
-  std::string user;  // the body's `user` (OpenAI), when it has one
-  ServerSpan span;   // the request's trace (from its traceparent, else new)
+  std::string user;                          // the body's `user` (OpenAI), when it has one
+  ServerSpan span;                           // the request's trace (from its traceparent, else new)
+  ApiDialect dialect = ApiDialect::kOpenAI;  // the route's error shape
 };
 thread_local RequestInfo t_request;
 
@@ -76,7 +80,7 @@ void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
   if (res.status >= 500 && res.status != 503) spdlog::error("request {} failed: {}", t_request.id, s.ToString());
   if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
   if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(ErrorJson(s, res.status), "application/json");
+  res.set_content(ErrorBody(t_request.dialect, s, res.status), "application/json");
 }
 
 using Endpoint = StatusOr<RestReply> (*)(service::GenerationService&, const RestRequest&);
@@ -227,7 +231,8 @@ bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res,
   }
   res.status = 204;
   res.set_header("Access-Control-Allow-Methods", std::string(route->method) + ", OPTIONS");
-  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id");
+  res.set_header("Access-Control-Allow-Headers",
+                 "Authorization, Content-Type, X-Request-Id, X-Api-Key, Anthropic-Version, Anthropic-Beta");
   res.set_header("Access-Control-Max-Age", "600");
   return true;
 }
@@ -262,6 +267,7 @@ void HttpServer::Impl::Install() {
     t_request.start = std::chrono::steady_clock::now();
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     t_request.user.clear();
+    t_request.dialect = ApiDialect::kOpenAI;
     res.set_header("x-request-id", t_request.id);
     t_request.span = OpenServerSpan(ctx.tracer, req.get_header_value("traceparent"));
     res.set_header("traceresponse", t_request.span.TraceResponse());
@@ -270,6 +276,7 @@ void HttpServer::Impl::Install() {
       SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
       return Handled::Handled;
     }
+    t_request.dialect = route->dialect;
     if (Cors(req, res, route)) return Handled::Handled;
     if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
       res.set_header("Allow", route->method);
@@ -286,7 +293,11 @@ void HttpServer::Impl::Install() {
       return Handled::Handled;
     }
     if (route->auth) {
-      if (Status a = ctx.api_keys.Check(req.get_header_value("Authorization")); !a.ok()) {
+      // Anthropic's SDKs send the key as x-api-key; OpenAI's as a bearer token.
+      std::string authorization = req.get_header_value("Authorization");
+      if (authorization.empty() && req.has_header("x-api-key"))
+        authorization = "Bearer " + req.get_header_value("x-api-key");
+      if (Status a = ctx.api_keys.Check(authorization); !a.ok()) {
         SetError(res, a);
         return Handled::Handled;
       }
@@ -446,6 +457,8 @@ void HttpServer::Impl::InstallApi() {
   };
   post("/v1/completions", &Completions);
   post("/v1/chat/completions", &ChatCompletions);
+  post("/v1/messages", &Messages);
+  post("/v1/messages/count_tokens", &CountMessageTokens);
   post("/v1/summarize", &Summarize);
   post("/tokenize", &Tokenize);
   post("/detokenize", &Detokenize);

@@ -41,5 +41,8 @@ StatusOr<nlohmann::ordered_json> ParseJsonObject(const std::string& text) {
 }
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string DumpOrdered(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 }  // namespace ropeserve::api

@@ -27,5 +27,6 @@ Status Malformed(const std::string& param, const std::string& message);
 
 // Compact JSON text; invalid UTF-8 in strings is replaced, never thrown on.
 std::string Dump(const nlohmann::json& j);
+std::string DumpOrdered(const nlohmann::ordered_json& j);  // the same, keys in insertion order
 
 }  // namespace ropeserve::api

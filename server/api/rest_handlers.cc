@@ -320,9 +320,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
 // chat template (add_generation_prompt=true), tokenized without adding
 // special tokens (the template writes them), and generated like a
 // completion.
-StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
-  if (request.user != nullptr) *request.user = body.user;
+service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request) {
   service::GenerationRequest input;
   input.model = body.model;
   input.chat = service::ChatPrompt{body.messages, body.extra, body.add_generation_prompt};
@@ -330,18 +328,29 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   input.endpoint = Endpoint::kChat;
   input.timeout_seconds = request.timeout_seconds;
   input.trace = request.trace;
-  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, input));
+  return input;
+}
+
+service::ChatOutputOptions ChatOutput(const service::GenerationService& service, const ChatBody& body) {
+  service::ChatOutputOptions output;
+  output.reasons = service.reasons();
+  output.include_reasoning = body.include_reasoning;
+  output.tools = body.tools;
+  output.tool_format = service.tool_format();
+  return output;
+}
+
+StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request) {
+  RS_ASSIGN_OR_RETURN(ChatBody body, ReadChatBody(request.body));
+  if (request.user != nullptr) *request.user = body.user;
+  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, ChatInput(body, request)));
   const std::string& prompt = v.rendered_chat;
   const std::vector<std::int64_t>& ids = v.prompts[0];
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids;
   // Models that reason: <think> text goes to reasoning_content (or nowhere
   // with include_reasoning: false); tool calls are parsed out; the rest is
   // content. One processor per choice, the same for streaming and unary.
-  service::ChatOutputOptions output;
-  output.reasons = service.reasons();
-  output.include_reasoning = body.include_reasoning;
-  output.tools = body.tools;
-  output.tool_format = service.tool_format();
+  const service::ChatOutputOptions output = ChatOutput(service, body);
   RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
   const std::string id = service.NextRequestId("chatcmpl");
   const std::int64_t created = Now();

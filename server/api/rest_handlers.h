@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "server/common/status.h"
+#include "server/service/chat_output.h"
 #include "server/service/generation_service.h"
+#include "server/service/input_processor.h"
 #include "server/service/qa_service.h"
 
 namespace ropeserve::api {
@@ -41,9 +43,20 @@ struct RestRequest {
   TraceContext trace{};
 };
 
+struct ChatBody;
+
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request);
+// POST /v1/messages and /v1/messages/count_tokens (rest_messages.cc):
+// Anthropic's Messages API over the chat path; errors in Anthropic's shape
+// are the HTTP layer's (the route's ApiDialect).
+StatusOr<RestReply> Messages(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> CountMessageTokens(service::GenerationService& service, const RestRequest& request);
+// The chat-shaped endpoints' input (for PrepareGeneration) and output
+// options (for ChatOutputProcessor), from a chat body.
+service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);
+service::ChatOutputOptions ChatOutput(const service::GenerationService& service, const ChatBody& body);
 // POST /tokenize and /detokenize (rest_tokenize.cc), vLLM's shapes.
 StatusOr<RestReply> Tokenize(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRequest& request);

@@ -373,6 +373,10 @@ StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
 
 StatusOr<ChatBody> ReadChatBody(const std::string& text) {
   RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  return ReadChatObject(std::move(body));
+}
+
+StatusOr<ChatBody> ReadChatObject(ojson body) {
   RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kChatRules));
   ChatBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kChat, out));

@@ -105,6 +105,20 @@ struct DetokenizeBody {
 
 StatusOr<CompletionBody> ReadCompletionBody(const std::string& text);
 StatusOr<ChatBody> ReadChatBody(const std::string& text);
+// A chat body already parsed: what the translations of other APIs'
+// requests (Anthropic's Messages) read through, so that their prompts,
+// fields and tools get the chat endpoint's checks.
+StatusOr<ChatBody> ReadChatObject(nlohmann::ordered_json body);
+
+// POST /v1/messages (Anthropic's Messages API, rest_messages_request.cc):
+// the body translated into a chat request. Errors name Anthropic's fields.
+StatusOr<ChatBody> ReadMessagesBody(const std::string& text);
+// POST /v1/messages/count_tokens: the same body without max_tokens (and
+// without the generation fields).
+StatusOr<ChatBody> ReadCountTokensBody(const std::string& text);
+// An error about a chat field, naming the Anthropic field it came from
+// (stop -> stop_sequences, user -> metadata.user_id).
+Status WithAnthropicParam(Status s);
 StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text);
 StatusOr<QaBody> ReadQaBody(const std::string& text);
 StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text);

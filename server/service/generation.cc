@@ -62,7 +62,10 @@ StatusOr<bool> Generation::PushText(TokenId id) {
       while (m.state > 0 && text_[i] != m.stop[m.state]) m.state = m.fail[m.state - 1];
       if (text_[i] == m.stop[m.state]) ++m.state;
       if (m.state == m.stop.size()) {
-        if (generated_ >= options_.min_tokens) cut = std::min(cut, i + 1 - m.stop.size());
+        if (generated_ >= options_.min_tokens && i + 1 - m.stop.size() < cut) {
+          cut = i + 1 - m.stop.size();
+          stop_string_ = m.stop;
+        }
         m.state = m.fail[m.state - 1];
       }
     }
@@ -110,6 +113,7 @@ StatusOr<Generation::Delta> Generation::Next(std::optional<std::chrono::millisec
   out.completion_tokens = generated_;
   if (stopped_) {
     out.finish_reason = "stop";
+    out.stop_string = stop_string_;
   } else {
     switch (c.finish_reason) {
       case FinishReason::kError:
@@ -159,6 +163,7 @@ bool Generation::Append(GenerateResult& r, Delta& d) {
   for (auto& t : d.prompt_top_logprobs) r.prompt_top_logprobs.push_back(std::move(t));
   if (!d.finished) return false;
   r.finish_reason = d.finish_reason;
+  r.stop_string = d.stop_string;
   r.cached_tokens = d.cached_tokens;
   return true;
 }

@@ -36,6 +36,7 @@ struct OutputDelta {
   std::string text;
   bool finished = false;
   std::string finish_reason;  // when finished: "stop" | "length"
+  std::string stop_string;    // finish_reason "stop" by a stop string: that string (vLLM's stop_reason)
   std::int64_t prompt_tokens = 0;
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   // In the last delta: every token generated for the request. A document
@@ -128,7 +129,8 @@ class Generation final : public OutputSource {
     std::size_t state = 0;
   };
   std::vector<StopMatcher> stops_;
-  bool stopped_ = false;  // a stop string was found; waiting for the engine to confirm the cancel
+  std::string stop_string_;  // the stop string that cut text_
+  bool stopped_ = false;     // a stop string was found; waiting for the engine to confirm the cancel
   bool finished_ = false;
 };
 

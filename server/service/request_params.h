@@ -73,6 +73,7 @@ struct GenerateResult {
   std::vector<std::int64_t> prompt_ranks;               // their ranks (1 = the likeliest token)
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::string finish_reason;       // "length" | "stop"
+  std::string stop_string;         // the stop string that ended the text, if one did (vLLM's stop_reason)
   std::string text;                // decoded output (with a tokenizer)
   std::int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
   double prefill_seconds = 0;      // submission to the first token
