@@ -6,7 +6,7 @@
 //    bar reaches its chunk count, the summary appears, usage shows chunks;
 //  - Ask highlights each answer at the offsets the API gave, in the right
 //    passage (UTF-16 offsets around an astral emoji);
-//  - Chat streams a reply;
+//  - Chat streams a reply, over chat completions and then Anthropic's Messages;
 //  - the server panel shows numbers from /metrics;
 //  - with API keys: nothing works without the key, everything with it.
 // On failure a screenshot goes to $RS_OUT. With RS_SCREENSHOT=path it also
@@ -167,6 +167,15 @@ test('Chat streams a reply, and the server panel shows /metrics', async (t) => {
                                { timeout: 60000 });
     assert.equal(await page.$$eval('#chat-log p', (ps) => ps.length), 2);
     assert.equal(await text(page, '#chat-log p.user'), 'Hello there');
+    // The same conversation goes on over Anthropic's Messages API.
+    await page.select('#chat-api', 'messages');
+    await page.$eval('#chat-status', (e) => { e.textContent = ''; });
+    await page.type('#chat-input', 'And again');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => /^done \((end_turn|max_tokens)\)$/.test(document.getElementById('chat-status').textContent),
+                               { timeout: 60000 });
+    assert.equal(await page.$$eval('#chat-log p', (ps) => ps.length), 4);
+    assert.equal(await page.$eval('#chat-status', (e) => e.classList.contains('error')), false);
     await page.waitForFunction(() => document.getElementById('m-tps').textContent !== '-', { timeout: 10000 });
     assert.match(await text(page, '#m-running'), /^\d+$/);
     assert.match(await text(page, '#m-kv'), /%$/);

@@ -22,7 +22,8 @@ async function errorOf(r) {
   }
 }
 
-// POST `body` with stream: true; onEvent(object) per `data:` event.
+// POST `body` with stream: true; onEvent(object) per `data:` event (an
+// Anthropic stream's `event:` lines are redundant with its data's type).
 async function stream(path, body, onEvent) {
   const r = await fetch(path, { method: 'POST', headers: headers(), body: JSON.stringify({ ...body, stream: true }) });
   if (!r.ok) throw new Error(await errorOf(r));
@@ -190,6 +191,35 @@ function chatLine(cls, text) {
   return p;
 }
 
+// The name of the model that generates (Anthropic's API needs it in the body).
+async function generatorModel() {
+  const r = await fetch('/v1/models', { headers: headers() });
+  if (!r.ok) throw new Error(await errorOf(r));
+  const m = (await r.json()).data.find((x) => x.task === 'generate');
+  if (!m) throw new Error('this server has no generating model');
+  return m.id;
+}
+
+// One turn over the API the selector names: OpenAI's chat completions or
+// Anthropic's Messages (typed events: text_delta, message_delta). The history
+// is the same list of {role, content} strings for both.
+async function streamTurn(onText, onDone) {
+  if ($('chat-api').value === 'messages') {
+    const model = await generatorModel();
+    await stream('/v1/messages', { model, messages: history, max_tokens: 256 }, (e) => {
+      if (e.type === 'content_block_delta' && e.delta.type === 'text_delta') onText(e.delta.text);
+      if (e.type === 'message_delta') onDone(e.delta.stop_reason);
+    });
+    return;
+  }
+  await stream('/v1/chat/completions', { messages: history, max_tokens: 256 }, (e) => {
+    const delta = e.choices?.[0]?.delta?.content;
+    if (delta) onText(delta);
+    const reason = e.choices?.[0]?.finish_reason;
+    if (reason) onDone(reason);
+  });
+}
+
 async function sendChat() {
   const input = $('chat-input');
   const text = input.value.trim();
@@ -201,15 +231,13 @@ async function sendChat() {
   setStatus($('chat-status'), 'generating...');
   try {
     let content = '';
-    await stream('/v1/chat/completions', { messages: history, max_tokens: 256 }, (e) => {
-      const delta = e.choices?.[0]?.delta?.content;
-      if (delta) {
+    await streamTurn(
+      (delta) => {
         content += delta;
         reply.textContent = content;
-      }
-      const reason = e.choices?.[0]?.finish_reason;
-      if (reason) setStatus($('chat-status'), `done (${reason})`);
-    });
+      },
+      (reason) => setStatus($('chat-status'), `done (${reason})`),
+    );
     history.push({ role: 'assistant', content });
   } catch (err) {
     history.pop();
