@@ -1,6 +1,7 @@
 // ropeserve: an inference server for RoPE transformer models.
 // main() only parses flags and dispatches to a subcommand (server/cli/).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +9,28 @@
 #include "kernels/cpu/kernel_config.h"
 #include "server/cli/commands.h"
 #include "server/serving/threads.h"
+
+namespace {
+
+// An option's environment variable that is set but gave the option no value
+// ("" when none). CLI11 2.3 (Debian 12) fails the parse when an environment
+// value fails the option's check; 2.4 (Debian 13) drops it silently and the
+// command runs as if it were unset (ROPESERVE_MODEL=/wrong/path would serve
+// the demo model, or refuse with an unrelated message). Refused on both.
+std::string DroppedEnvironmentValue(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string env = o->get_envname();
+    if (env.empty() || o->count() > 0) continue;
+    const char* v = std::getenv(env.c_str());
+    if (v != nullptr && *v != '\0')
+      return env + "=" + std::string(v).substr(0, 500) + " is not a valid value for " + o->get_name();
+  }
+  for (const CLI::App* sub : app.get_subcommands())
+    if (std::string bad = DroppedEnvironmentValue(*sub); !bad.empty()) return bad;
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ropeserve::TuneAllocator();
@@ -72,6 +95,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (const std::string bad = DroppedEnvironmentValue(app); !bad.empty()) {
+    std::fprintf(stderr, "error: %s\n", bad.c_str());
+    return 2;
   }
   kernels.avx512 = *ropeserve::cpu::ParseSwitch(avx512);
   ropeserve::cpu::SetKernelConfig(kernels);

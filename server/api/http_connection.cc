@@ -17,6 +17,8 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "server/api/error_mapping.h"
@@ -332,7 +334,27 @@ class ConnectionQueue final : public httplib::TaskQueue {
   }
   ~ConnectionQueue() override { shutdown(); }
 
-  void enqueue(std::function<void()> fn) override {
+  // void in cpp-httplib 0.11 (Debian 12), bool ("accepted") in 0.18 (Debian
+  // 13): every connection is taken, to be served or refused with a 503.
+  using EnqueueResult = decltype(std::declval<httplib::TaskQueue&>().enqueue(std::function<void()>()));
+  EnqueueResult enqueue(std::function<void()> fn) override {
+    Enqueue(std::move(fn));
+    return static_cast<EnqueueResult>(true);  // a void expression where the result is void
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutdown_) return;
+      shutdown_ = true;
+    }
+    cv_.notify_all();
+    reject_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    reject_thread_.join();
+  }
+
+ private:
+  void Enqueue(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu_);
     if (busy_ >= max_) {
       rejects_.push_back(std::move(fn));
@@ -351,19 +373,6 @@ class ConnectionQueue final : public httplib::TaskQueue {
     }
   }
 
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shutdown_) return;
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    reject_cv_.notify_all();
-    for (auto& t : threads_) t.join();
-    reject_thread_.join();
-  }
-
- private:
   void Work() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -448,7 +457,7 @@ class GuardedServer final : public Base {
       ConnStream strm(conn);
       bool closed = false;
       const bool last = i + 1 == limits_.max_requests_per_connection || stopping();
-      ret = this->process_request(strm, last, closed, nullptr);
+      ret = ProcessRequest(strm, last, closed);
       if (conn.MustClose()) {
         linger = true;
         break;
@@ -459,6 +468,20 @@ class GuardedServer final : public Base {
     transport.reset();
     if (linger) Linger(sock);
     return Close(sock, ret);
+  }
+
+  // httplib's request processing on our stream: cpp-httplib 0.18 (Debian
+  // 13) takes the peer's and our addresses, 0.11 (Debian 12) asks the stream.
+  bool ProcessRequest(ConnStream& strm, bool last, bool& closed) {
+    if constexpr (requires { this->process_request(strm, last, closed, nullptr); }) {
+      return this->process_request(strm, last, closed, nullptr);
+    } else {
+      std::string remote_ip, local_ip;
+      int remote_port = 0, local_port = 0;
+      strm.get_remote_ip_and_port(remote_ip, remote_port);
+      strm.get_local_ip_and_port(local_ip, local_port);
+      return this->process_request(strm, remote_ip, remote_port, local_ip, local_port, last, closed, nullptr);
+    }
   }
 
   // A close with unread input makes the kernel reset the connection, and a

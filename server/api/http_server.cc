@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <thread>
 
@@ -81,6 +82,16 @@ void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
   if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
   if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(ErrorBody(t_request.dialect, s, res.status), "application/json");
+}
+
+// The Content-Length a request announces (0 when absent or not a number;
+// httplib then refuses it itself). Read here rather than with httplib's
+// typed getter, which changed between Debian 12's 0.11 and Debian 13's 0.18.
+std::uint64_t AnnouncedLength(const httplib::Request& req) {
+  const std::string v = req.get_header_value("Content-Length");
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  return ec == std::errc() && end == v.data() + v.size() ? n : 0;
 }
 
 using Endpoint = StatusOr<RestReply> (*)(service::GenerationService&, const RestRequest&);
@@ -239,9 +250,12 @@ bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res,
 
 void HttpServer::Impl::Install() {
   auto& s = *server;
-  // The connection layer caps bodies while they are read (ReadBody); this
-  // is httplib's own check for bodies it would read itself.
-  s.set_payload_max_length(options.max_body_bytes);
+  // The connection layer caps bodies while they are read (ReadBody: 413);
+  // this is httplib's own cap for bodies it would read itself (no route
+  // reads one). Above ours, so that ours is met first: cpp-httplib 0.18
+  // (Debian 13) also applies it while a chunked body is read, and a body it
+  // stops cannot be told from broken framing (400).
+  s.set_payload_max_length(2 * options.max_body_bytes + (std::size_t{16} << 20));
   // cpp-httplib's defaults are SO_REUSEPORT (a second server on the same
   // port would silently share it) and a listen backlog of 5 (a burst of
   // connections then waits for SYN retries, ~1 s each). Use SO_REUSEADDR,
@@ -253,7 +267,7 @@ void HttpServer::Impl::Install() {
   });
   // A body announced larger than the cap is refused before it is sent.
   s.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
+    if (AnnouncedLength(req) > options.max_body_bytes) {
       SetError(res, MalformedRequest("request body too large"), 413);
       return 413;
     }
@@ -284,8 +298,7 @@ void HttpServer::Impl::Install() {
                405);
       return Handled::Handled;
     }
-    if (req.has_header("Content-Length") &&
-        req.get_header_value<std::uint64_t>("Content-Length") > options.max_body_bytes) {
+    if (AnnouncedLength(req) > options.max_body_bytes) {
       SetError(res,
                MalformedRequest("request body too large (the limit is " + std::to_string(options.max_body_bytes) +
                                 " bytes)"),

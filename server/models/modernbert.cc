@@ -1,5 +1,7 @@
 #include "server/models/modernbert.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <limits>
 

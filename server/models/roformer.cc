@@ -1,5 +1,7 @@
 #include "server/models/roformer.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 
 #include "kernels/cpu/rotary.h"

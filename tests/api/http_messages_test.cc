@@ -119,7 +119,7 @@ TEST_F(Messages, AreTheChatPathInAnthropicShapes) {
   EXPECT_EQ(m["model"], "tiny");
   EXPECT_EQ(m["id"].get<std::string>().rfind("msg", 0), 0u);
   const json& choice = reference["choices"][0];
-  EXPECT_EQ(BlockText(m), choice["message"]["content"].is_string() ? choice["message"]["content"] : json(""));
+  EXPECT_EQ(json(BlockText(m)), choice["message"]["content"].is_string() ? choice["message"]["content"] : json(""));
   EXPECT_EQ(m["stop_reason"], choice["finish_reason"] == "length" ? "max_tokens" : "end_turn");
   EXPECT_TRUE(m["stop_sequence"].is_null());
   const json& usage = m["usage"];

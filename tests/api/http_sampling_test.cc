@@ -162,11 +162,11 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
       streamed += e["choices"][0]["text"].get<std::string>();
       if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
     }
-    EXPECT_EQ(streamed, unary["choices"][0]["text"]) << stops;
+    EXPECT_EQ(json(streamed), unary["choices"][0]["text"]) << stops;
     const std::string got = unary["choices"][0]["text"];
     EXPECT_EQ(text.compare(0, got.size(), got), 0) << "not a prefix of the full output: " << stops;
     for (const auto& st : json::parse(stops)) EXPECT_EQ(got.find(st.get<std::string>()), std::string::npos) << stops;
-    EXPECT_EQ(finish, unary["choices"][0]["finish_reason"]) << stops;
+    EXPECT_EQ(json(finish), unary["choices"][0]["finish_reason"]) << stops;
     stopped += finish == "stop";
   }
   EXPECT_GE(stopped, 1) << "no case exercised a stop string: " << text;
@@ -177,7 +177,7 @@ TEST_F(HttpApi, StreamedTextEqualsUnaryTextWithStopStrings) {
                              R"({"text":"A long day at the office.","max_tokens":12,"stream":true})");
   std::string streamed;
   for (size_t i = 0; i + 1 < events.size(); ++i) streamed += json::parse(events[i]).value("delta", "");
-  EXPECT_EQ(streamed, summary["summary"]);
+  EXPECT_EQ(json(streamed), summary["summary"]);
   EXPECT_EQ(service_->engine().pool().num_free(), service_->kv_cache().num_blocks);
 }
 

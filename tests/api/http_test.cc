@@ -302,7 +302,7 @@ TEST_F(HttpApi, EchoAndPromptLogprobs) {
       for (const auto& t : choice["logprobs"]["token_logprobs"]) lps.push_back(t);
     }
   }
-  EXPECT_EQ(text, ch["text"]);
+  EXPECT_EQ(json(text), ch["text"]);
   EXPECT_EQ(tokens, lp["tokens"]);
   EXPECT_EQ(lps, lp["token_logprobs"]);
   // Chat: vLLM's prompt_logprobs at the top level.

@@ -32,6 +32,9 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
   [ "$torch_inc" = /usr/include ] || extra="-isystem $torch_inc"
   # Debian's CPU LibTorch ships c10/cuda without its CMake-generated macros
   # header; a CUDA LibTorch has it. Supply the one line it holds.
+  # Debian 13's nvcc is /usr/bin/nvcc, its headers in /usr/include (same rule).
+  cuda_isystem=""
+  [ "$cuda_inc" = /usr/include ] || cuda_isystem="-isystem $cuda_inc"
   if [ ! -f "$torch_inc/c10/cuda/impl/cuda_cmake_macros.h" ]; then
     mkdir -p "$out/shim/c10/cuda/impl"
     echo "#define C10_CUDA_BUILD_SHARED_LIBS" > "$out/shim/c10/cuda/impl/cuda_cmake_macros.h"
@@ -45,7 +48,7 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
            server/models/span_model_loader.cc; do
     echo "g++ -fsyntax-only: $f"
     ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DROPESERVE_HAVE_CUDA=1 -I"$root" $extra \
-      -isystem "$torch_inc/torch/csrc/api/include" -isystem "$cuda_inc" "$root/$f"
+      -isystem "$torch_inc/torch/csrc/api/include" $cuda_isystem "$root/$f"
   done
 else
   echo "note: LibTorch CUDA headers or CUDA headers missing: torch_glue.cc not checked"
