@@ -10,6 +10,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
+#include "server/models/device.h"
 #include "server/models/span_rows.h"
 #include "server/models/weight_loader.h"
 
@@ -60,6 +61,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (dtype != DType::kF16 && dtype != DType::kBF16)
       return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
     if (quantization != Quantization::kNone) return InvalidArgument("int8 weights run on the CPU only");
+    RS_RETURN_IF_ERROR(CheckDeviceUsable(device));
   } else if (!device.is_cpu()) {
     return InvalidArgument("workers run on the CPU or a CUDA device");
   } else {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "server/checkpoint/safetensors.h"
+#include "server/models/device.h"
 
 namespace ropeserve::encoder {
 
@@ -64,12 +66,14 @@ at::Tensor Activation(const at::Tensor& x, const std::string& act) {
 StatusOr<at::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return at::Device(at::kCPU);
 #ifdef ROPESERVE_HAVE_CUDA
+  std::optional<at::Device> d;
   try {
-    const at::Device d(name);
-    if (d.is_cuda()) return d;
+    d = at::Device(name);
   } catch (const std::exception&) {
   }
-  return InvalidArgument("device '" + name + "' must be cpu, cuda or cuda:N");
+  if (!d || !d->is_cuda()) return InvalidArgument("device '" + name + "' must be cpu, cuda or cuda:N");
+  RS_RETURN_IF_ERROR(CheckDeviceUsable(*d));
+  return *d;
 #else
   return InvalidArgument("device '" + name + "': this build has CPU workers only (its LibTorch has no CUDA)");
 #endif
