@@ -52,11 +52,14 @@ TEST(Cli, ServeWithoutAModelRefusesWhenDemoIsOff) {
   }
   auto bad = RunBinary("serve --demo maybe", d.path());
   EXPECT_NE(bad.exit_code, 0);
-  // The same value from the environment is refused too, never dropped (as
-  // CLI11 2.4 would do on its own).
+  // The same value from the environment is refused too, never dropped:
+  // CLI11 2.3 (Debian 12) refuses it itself ("--demo: maybe not in ..."),
+  // 2.4 (Debian 13) would drop it and main() refuses it ("ROPESERVE_DEMO=maybe
+  // is not a valid value ...").
   auto bad_env = RunBinary("serve --http-port 0 --grpc-port -1 --admin-port -1", d.path(), "ROPESERVE_DEMO=maybe");
-  EXPECT_EQ(bad_env.exit_code, 2);
-  EXPECT_NE(bad_env.err.find("ROPESERVE_DEMO=maybe"), std::string::npos) << bad_env.err;
+  EXPECT_NE(bad_env.exit_code, 0);
+  EXPECT_NE(bad_env.err.find("maybe"), std::string::npos) << bad_env.err;
+  EXPECT_EQ(bad_env.err.find("no model to serve"), std::string::npos) << bad_env.err;
   // The model comes from --model, its older name --summarizer, or the
   // environment (ROPESERVE_MODEL, else the older ROPESERVE_SUMMARIZER): each
   // is read, so a directory that does not exist is named in the error.
