@@ -13,30 +13,12 @@
 // RS_AUTH_HTTP, RS_ROOT, NODE_MODULES_DIR).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-
-const nodeModules = process.env.NODE_MODULES_DIR;
-const require = createRequire(path.join(nodeModules, 'noop.js'));
-const load = (p) => import(pathToFileURL(path.join(nodeModules, p)).href);
-const HTTP = process.env.RS_HTTP;
-const ROOT = process.env.RS_ROOT;
+import { HTTP, load, openApi } from './lib.mjs';
 
 const { default: Anthropic } = await load('@anthropic-ai/sdk/index.mjs');
-const Ajv2020 = require('ajv/dist/2020').default;
 const client = new Anthropic({ baseURL: HTTP, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 const MODEL = 'model';
-
-const doc = JSON.parse(fs.readFileSync(path.join(ROOT, 'docs/openapi.json'), 'utf8'));
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajv.addSchema(doc, 'openapi');
-function conforms(schemaName, value) {
-  const validate = ajv.getSchema(`openapi#/components/schemas/${schemaName}`);
-  assert.ok(validate, `no schema ${schemaName}`);
-  assert.ok(validate(value), `${schemaName}: ${JSON.stringify(validate.errors)}\n${JSON.stringify(value).slice(0, 500)}`);
-}
+const { ajv, conforms } = openApi();
 
 // A stream run through the SDK's helper: its final message and every raw
 // event (each validated against the document).

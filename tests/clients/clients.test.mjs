@@ -12,19 +12,10 @@
 // RS_ROOT and NODE_MODULES_DIR come from clients_e2e.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-
-const nodeModules = process.env.NODE_MODULES_DIR;
-const require = createRequire(path.join(nodeModules, 'noop.js'));
-const load = (p) => import(pathToFileURL(path.join(nodeModules, p)).href);
-const HTTP = process.env.RS_HTTP;
-const ROOT = process.env.RS_ROOT;
+import { HTTP, ROOT, load, openApi, require } from './lib.mjs';
 
 const { default: OpenAI } = await load('openai/index.mjs');
-const Ajv2020 = require('ajv/dist/2020').default;
 const { Validator } = await load('@seriousme/openapi-schema-validator/index.js');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -47,15 +38,7 @@ function sseData(text) {
 
 // ---- OpenAPI ----
 
-const doc = JSON.parse(fs.readFileSync(path.join(ROOT, 'docs/openapi.json'), 'utf8'));
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajv.addSchema(doc, 'openapi');
-function conforms(schemaName, value) {
-  const validate = ajv.getSchema(`openapi#/components/schemas/${schemaName}`);
-  assert.ok(validate, `no schema ${schemaName}`);
-  const ok = validate(value);
-  assert.ok(ok, `${schemaName}: ${JSON.stringify(validate.errors)}\n${JSON.stringify(value).slice(0, 500)}`);
-}
+const { doc, ajv, conforms } = openApi();
 // The response schema a route declares for a status.
 function responseSchema(route, method, status) {
   const r = doc.paths[route][method].responses[String(status)];

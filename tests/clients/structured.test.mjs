@@ -11,14 +11,7 @@
 // Run with `node --test` by clients_e2e.py (RS_HTTP, NODE_MODULES_DIR).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-
-const nodeModules = process.env.NODE_MODULES_DIR;
-const require = createRequire(path.join(nodeModules, 'noop.js'));
-const load = (p) => import(pathToFileURL(path.join(nodeModules, p)).href);
-const HTTP = process.env.RS_HTTP;
+import { HTTP, load, require } from './lib.mjs';
 
 const { default: OpenAI } = await load('openai/index.mjs');
 const Ajv2020 = require('ajv/dist/2020').default;
