@@ -150,20 +150,14 @@ class MessageEvents {
   int index_ = 0;
 };
 
-}  // namespace
-
-StatusOr<RestReply> Messages(service::GenerationService& service, const RestRequest& request) {
+StatusOr<RestReply> RunMessages(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ChatBody chat, ReadMessagesBody(request.body));
   if (request.user != nullptr) *request.user = chat.user;
-  auto prepared = service::PrepareGeneration(service, ChatInput(chat, request));
-  if (!prepared.ok()) return WithAnthropicParam(prepared.status());
-  service::PreparedGeneration& v = *prepared;
+  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, ChatInput(chat, request)));
   const std::string& prompt = v.rendered_chat;
   const std::vector<std::int64_t>& ids = v.prompts[0];
   const service::ChatOutputOptions output = ChatOutput(service, chat);
-  auto started = service.StartN(ids, v.options, 1);  // compiles the constraint: its errors name Anthropic's field too
-  if (!started.ok()) return WithAnthropicParam(started.status());
-  auto gens = std::move(*started);
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, 1));
   const std::string id = service.NextRequestId("msg");
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   RestReply reply;
@@ -207,7 +201,7 @@ StatusOr<RestReply> Messages(service::GenerationService& service, const RestRequ
 
 // {"input_tokens": n}: the prompt the messages, system prompt and tools
 // render to, as /v1/messages would run it.
-StatusOr<RestReply> CountMessageTokens(service::GenerationService& service, const RestRequest& request) {
+StatusOr<RestReply> RunCountMessageTokens(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ChatBody chat, ReadCountTokensBody(request.body));
   RS_RETURN_IF_ERROR(service.CheckModelName(chat.model));
   RS_ASSIGN_OR_RETURN(std::string text,
@@ -216,6 +210,24 @@ StatusOr<RestReply> CountMessageTokens(service::GenerationService& service, cons
   RestReply reply;
   reply.body = Dump(nlohmann::json{{"input_tokens", ids.size()}});
   return reply;
+}
+
+// Every error of a route, whichever layer found it (the body's reader, the
+// input processor, the constraint compiled at start), names the field as
+// Anthropic spells it.
+StatusOr<RestReply> ErrorsInAnthropicTerms(StatusOr<RestReply> reply) {
+  if (!reply.ok()) return WithAnthropicParam(reply.status());
+  return reply;
+}
+
+}  // namespace
+
+StatusOr<RestReply> Messages(service::GenerationService& service, const RestRequest& request) {
+  return ErrorsInAnthropicTerms(RunMessages(service, request));
+}
+
+StatusOr<RestReply> CountMessageTokens(service::GenerationService& service, const RestRequest& request) {
+  return ErrorsInAnthropicTerms(RunCountMessageTokens(service, request));
 }
 
 }  // namespace ropeserve::api

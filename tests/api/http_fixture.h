@@ -17,8 +17,9 @@
 
 namespace ropeserve {
 
-// Reads an SSE answer with cpp-httplib; returns the data payloads.
-inline std::vector<std::string> StreamEvents(int port, const std::string& path, const std::string& body) {
+// POSTs `body` and reads the streamed answer with cpp-httplib; "" unless
+// it is a 200.
+inline std::string StreamBody(int port, const std::string& path, const std::string& body) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
   httplib::Request req;
@@ -33,8 +34,14 @@ inline std::vector<std::string> StreamEvents(int port, const std::string& path, 
   };
   httplib::Response res;
   httplib::Error err;
+  if (!c.send(req, res, err) || res.status != 200) return "";
+  return raw;
+}
+
+// Reads an SSE answer; returns the data payloads.
+inline std::vector<std::string> StreamEvents(int port, const std::string& path, const std::string& body) {
+  const std::string raw = StreamBody(port, path, body);
   std::vector<std::string> events;
-  if (!c.send(req, res, err) || res.status != 200) return events;
   for (size_t pos = 0, end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
     const std::string e = raw.substr(pos, end - pos);
     if (e.rfind("data: ", 0) == 0) events.push_back(e.substr(6));

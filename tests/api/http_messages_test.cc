@@ -23,21 +23,8 @@ struct NamedEvents {
 };
 
 NamedEvents StreamNamed(int port, const std::string& body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/messages";
-  req.body = body;
-  req.set_header("Content-Type", "application/json");
   NamedEvents out;
-  req.content_receiver = [&](const char* d, size_t n, std::uint64_t, std::uint64_t) {
-    out.raw.append(d, n);
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error err;
-  if (!c.send(req, res, err) || res.status != 200) return out;
+  out.raw = StreamBody(port, "/v1/messages", body);
   for (size_t pos = 0, end; (end = out.raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
     const std::string e = out.raw.substr(pos, end - pos);
     const std::size_t nl = e.find('\n');
