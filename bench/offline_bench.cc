@@ -42,7 +42,13 @@ struct EngineRun {
 StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
                               std::int64_t num_blocks, std::int64_t max_len,
                               std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr) {
-  ModelRunner runner(model, num_blocks, o.block_size);
+  RunnerOptions ro;  // as serve's
+  ro.max_num_batched_tokens = o.max_num_batched_tokens;
+  ro.max_num_seqs = o.concurrency;
+  ro.cuda_graphs = !o.enforce_eager && model.CanCaptureGraphs();
+  ro.pad_decode = ro.cuda_graphs;
+  ModelRunner runner(model, num_blocks, o.block_size, ro);
+  if (ro.cuda_graphs) RS_RETURN_IF_ERROR(runner.CaptureDecodeGraphs());
   EngineConfig ec;
   ec.num_blocks = static_cast<int>(num_blocks);
   ec.block_size = o.block_size;

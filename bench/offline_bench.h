@@ -35,6 +35,7 @@ struct BenchOptions {
   int block_size = 16;
   std::string kv_cache_memory = "auto";  // as serve's
   double gpu_memory_utilization = 0.9;   // as serve's (CUDA only)
+  bool enforce_eager = false;            // no CUDA graphs (CUDA only; as serve's)
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_prefill_tokens_while_decoding = SchedulerConfig().max_prefill_tokens_while_decoding;
   std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)

@@ -204,7 +204,8 @@ void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache,
               "WriteKvCache: k, v in the caches' dtype");
   const at::Tensor kc = k.contiguous(), vc = v.contiguous(), slot = slot_mapping.to(at::kLong).contiguous();
   const std::int64_t* s = slot.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < T; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < slots, "WriteKvCache: slot outside the cache");
+  for (std::int64_t i = 0; i < T; ++i)
+    TORCH_CHECK(s[i] == -1 || (s[i] >= 0 && s[i] < slots), "WriteKvCache: slot outside the cache");
   const auto bytes = static_cast<std::size_t>(row * k_cache.element_size());
   const auto* ksrc = static_cast<const char*>(kc.data_ptr());
   const auto* vsrc = static_cast<const char*>(vc.data_ptr());
@@ -212,6 +213,7 @@ void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache,
   auto* vdst = static_cast<char*>(v_cache.data_ptr());
   ParallelFor(0, T, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
+      if (s[i] < 0) continue;  // a padding row
       std::memcpy(kdst + s[i] * bytes, ksrc + i * bytes, bytes);
       std::memcpy(vdst + s[i] * bytes, vsrc + i * bytes, bytes);
     }

@@ -26,7 +26,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
 // Stores the step's keys and values in their cache slots: row i of k and v
 // goes to slot slot_mapping[i] (= block * block_size + offset) of k_cache
 // and v_cache. A row copy per token, parallel over tokens; every slot is
-// checked to lie inside the cache. Oracle: reference::WriteKvCache.
+// checked to lie inside the cache, but for -1 (a padding row: not written). Oracle: reference::WriteKvCache.
 // k, v: [T, Hkv, D]; caches as above; slot_mapping: [T] int64.
 void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);

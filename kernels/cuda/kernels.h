@@ -18,7 +18,7 @@ enum class DType { kF16, kBF16 };
 using Stream = void*;
 
 // k_cache/v_cache[slot_mapping[t]] = k/v[t] for every token t (slots < 0
-// are skipped: padding). k and v rows are `key_stride` / `value_stride`
+// are skipped: the padding rows of a padded batch). k and v rows are `key_stride` / `value_stride`
 // elements apart (q/k/v may be views of one fused projection).
 int ReshapeAndCache(const void* k, const void* v, void* k_cache, void* v_cache, const std::int64_t* slot_mapping,
                     std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t key_stride,
@@ -49,21 +49,25 @@ int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float
                     std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
                     std::int64_t q_stride, std::int64_t k_stride, DType dtype, Stream stream);
 
-// Attention of query rows over the paged cache, grouped-query aware. Row r
-// of q [R, num_heads, head_dim] belongs to sequence row_seq[r] and sees that
-// sequence's first row_context[r] cached tokens (decode: one row per
-// sequence with its context length; a prefill chunk: one row per token,
-// context = its position + 1, which makes it causal within the chunk).
-// Keys are split into partitions of `partition_size` tokens (split-KV,
+// Attention of query rows over the paged cache, grouped-query aware, on
+// the packed batch contract the CPU kernel takes (kernels/cpu/paged_attention.h):
+// sequence s owns rows [query_start[s], query_start[s + 1]) of q
+// [R, num_heads, head_dim], which are the last of its context_lens[s]
+// tokens, each seeing the cached prefix and itself (causal within the
+// chunk); rows past query_start[num_seqs] are left unwritten. Keys are
+// split into partitions of `partition_size` tokens (split-KV,
 // "flash-decoding") when a row's context is longer; the partial results
 // meet in `workspace` (PagedAttentionWorkspaceBytes) and are combined.
+// `max_context` bounds every context (it sizes the grid: a captured CUDA
+// graph passes the cache's capacity per sequence; blocks past a row's own
+// context exit at once), so the launch depends on no value on the device.
 std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_heads, std::int64_t head_dim,
                                           std::int64_t max_context, std::int64_t partition_size);
 int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
-                   const std::int32_t* row_seq, const std::int32_t* row_context, std::int64_t rows,
-                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t block_size,
-                   std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale, std::int64_t partition_size,
-                   void* workspace, DType dtype, Stream stream);
+                   const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
+                   std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
+                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream);
 
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the

@@ -21,25 +21,47 @@ __host__ __device__ inline std::int64_t NumPartitions(std::int64_t context, std:
   return (context + partition_size - 1) / partition_size;
 }
 
+// Query row r's sequence (the last s with query_start[s] <= r, by bisection
+// over the S + 1 starts) and the cached tokens it sees: its sequence's
+// context less the rows after it in its chunk (causal within the chunk).
+// Rows past the batch's last sequence see nothing.
+__device__ inline std::int64_t RowContext(std::int64_t r, const std::int64_t* __restrict__ query_start,
+                                          const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
+                                          std::int64_t* seq) {
+  if (num_seqs <= 0 || r >= query_start[num_seqs]) return 0;
+  std::int64_t lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  *seq = lo;
+  return context_lens[lo] - (query_start[lo + 1] - r) + 1;
+}
+
 template <typename T>
 __global__ void AttentionPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
                                          const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
-                                         const std::int32_t* __restrict__ row_seq,
-                                         const std::int32_t* __restrict__ row_context, std::int64_t num_heads,
-                                         std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t block_size,
-                                         std::int64_t max_blocks_per_seq, float scale, std::int64_t partition_size,
-                                         std::int64_t max_partitions, float* __restrict__ workspace) {
+                                         const std::int64_t* __restrict__ query_start,
+                                         const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
+                                         std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                                         std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
+                                         std::int64_t partition_size, std::int64_t max_partitions,
+                                         float* __restrict__ workspace) {
   extern __shared__ float shared[];
   float* q_s = shared;                // [head_dim]
   float* scores = shared + head_dim;  // [partition_size]
   __shared__ float scratch[32];
   const std::int64_t r = blockIdx.x, h = blockIdx.y, p = blockIdx.z;
-  const std::int64_t context = row_context[r];
+  std::int64_t seq = 0;
+  const std::int64_t context = RowContext(r, query_start, context_lens, num_seqs, &seq);
   const std::int64_t start = p * partition_size;
   if (start >= context) return;
   const std::int64_t end = min(context, start + partition_size);
   const std::int64_t kvh = h / (num_heads / num_kv_heads);
-  const std::int32_t* table = block_tables + static_cast<std::int64_t>(row_seq[r]) * max_blocks_per_seq;
+  const std::int32_t* table = block_tables + seq * max_blocks_per_seq;
   const T* qr = q + (r * num_heads + h) * head_dim;
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = ToFloat(qr[d]);
   __syncthreads();
@@ -89,11 +111,13 @@ __global__ void AttentionPartitionKernel(T* __restrict__ out, const T* __restric
 }
 
 template <typename T>
-__global__ void CombinePartitionsKernel(T* __restrict__ out, const std::int32_t* __restrict__ row_context,
+__global__ void CombinePartitionsKernel(T* __restrict__ out, const std::int64_t* __restrict__ query_start,
+                                        const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
                                         std::int64_t num_heads, std::int64_t head_dim, std::int64_t partition_size,
                                         std::int64_t max_partitions, const float* __restrict__ workspace) {
   const std::int64_t r = blockIdx.x, h = blockIdx.y;
-  const std::int64_t parts = NumPartitions(row_context[r], partition_size);
+  std::int64_t seq = 0;
+  const std::int64_t parts = NumPartitions(RowContext(r, query_start, context_lens, num_seqs, &seq), partition_size);
   if (parts <= 1) return;
   const float* ws = workspace + (r * num_heads + h) * max_partitions * (head_dim + 2);
   float m = -FLT_MAX;
@@ -116,10 +140,10 @@ std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_he
 }
 
 int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
-                   const std::int32_t* row_seq, const std::int32_t* row_context, std::int64_t rows,
-                   std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t block_size,
-                   std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale, std::int64_t partition_size,
-                   void* workspace, DType dtype, Stream stream) {
+                   const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
+                   std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
+                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream) {
   if (rows == 0 || max_context == 0) return 0;
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || partition_size <= 0)
     return static_cast<int>(cudaErrorInvalidValue);
@@ -135,13 +159,13 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
                     static_cast<unsigned>(max_partitions));
     AttentionPartitionKernel<T><<<grid, kThreads, shared, s>>>(
         static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
-        block_tables, row_seq, row_context, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale,
-        partition_size, max_partitions, static_cast<float*>(workspace));
+        block_tables, query_start, context_lens, num_seqs, num_heads, num_kv_heads, head_dim, block_size,
+        max_blocks_per_seq, scale, partition_size, max_partitions, static_cast<float*>(workspace));
     if (max_partitions > 1)
       CombinePartitionsKernel<T>
           <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads)), kThreads, 0, s>>>(
-              static_cast<T*>(out), row_context, num_heads, head_dim, partition_size, max_partitions,
-              static_cast<const float*>(workspace));
+              static_cast<T*>(out), query_start, context_lens, num_seqs, num_heads, head_dim, partition_size,
+              max_partitions, static_cast<const float*>(workspace));
   });
 }
 

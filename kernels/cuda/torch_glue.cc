@@ -87,27 +87,39 @@ void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, 
         "RotaryEmbedding");
 }
 
+at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                   std::int64_t max_context, const at::TensorOptions& options,
+                                   std::int64_t partition_size) {
+  const std::int64_t bytes = PagedAttentionWorkspaceBytes(rows, heads, head_dim, max_context, partition_size);
+  return at::empty({std::max<std::int64_t>(1, bytes / 4)}, options.dtype(at::kFloat));
+}
+
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& block_tables, const at::Tensor& row_seq, const at::Tensor& row_context,
-                          std::int64_t max_context, double scale, std::int64_t partition_size) {
+                          const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
+                          std::int64_t max_context, double scale, const at::Tensor& workspace,
+                          std::int64_t partition_size) {
   CheckCuda(q, "q");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous(),
               "q: [R, Hq, D]; caches: contiguous [blocks, block_size, Hkv, D]");
-  TORCH_CHECK(block_tables.scalar_type() == at::kInt && row_seq.scalar_type() == at::kInt &&
-                  row_context.scalar_type() == at::kInt,
-              "block_tables, row_seq, row_context: int32");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.dim() == 2, "block_tables: int32 [S, max_blocks]");
+  TORCH_CHECK(query_start.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong &&
+                  query_start.numel() == context_lens.numel() + 1 && block_tables.size(0) >= context_lens.numel(),
+              "query_start: int64 [S + 1], context_lens: int64 [S], a block table row per sequence");
   const at::Tensor qc = q.contiguous();
   at::Tensor out = at::empty_like(qc);
   const std::int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
-  at::Tensor workspace = at::empty(
-      {std::max<std::int64_t>(1, PagedAttentionWorkspaceBytes(rows, heads, dim, max_context, partition_size) / 4)},
-      q.options().dtype(at::kFloat));
+  const std::int64_t need = PagedAttentionWorkspaceBytes(rows, heads, dim, max_context, partition_size) / 4;
+  const at::Tensor ws = workspace.defined()
+                            ? workspace
+                            : PagedAttentionWorkspace(rows, heads, dim, max_context, q.options(), partition_size);
+  TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.is_contiguous() && ws.numel() >= need,
+              "PagedAttention: the workspace is too small for these rows and contexts");
   Check(ropeserve::cuda::PagedAttention(
             out.data_ptr(), qc.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-            block_tables.contiguous().data_ptr<std::int32_t>(), row_seq.contiguous().data_ptr<std::int32_t>(),
-            row_context.contiguous().data_ptr<std::int32_t>(), rows, heads, k_cache.size(2), dim, k_cache.size(1),
-            block_tables.size(1), max_context, static_cast<float>(scale), partition_size, workspace.data_ptr(),
-            KernelDType(q), CurrentStream()),
+            block_tables.contiguous().data_ptr<std::int32_t>(), query_start.contiguous().data_ptr<std::int64_t>(),
+            context_lens.contiguous().data_ptr<std::int64_t>(), context_lens.numel(), rows, heads, k_cache.size(2), dim,
+            k_cache.size(1), block_tables.size(1), max_context, static_cast<float>(scale), partition_size,
+            ws.data_ptr(), KernelDType(q), CurrentStream()),
         "PagedAttention");
   return out;
 }

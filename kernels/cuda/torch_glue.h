@@ -8,6 +8,9 @@
 
 namespace ropeserve::cuda {
 
+// Keys per split-KV partition of the paged attention.
+constexpr std::int64_t kPartitionSize = 512;
+
 // k, v: [T, Hkv, D] (rows may be strided); caches [blocks, block_size, Hkv, D].
 void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                      const at::Tensor& slot_mapping);
@@ -18,10 +21,20 @@ void FusedAddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weig
 at::Tensor SiluAndMul(const at::Tensor& gate_up);
 // q: [T, Hq, D], k: [T, Hkv, D] in place; cos_sin: float32 [max_pos, rotary_dim].
 void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin);
-// Decode and prefill-chunk rows over the paged cache (see kernels.h).
+// Decode and prefill-chunk rows over the paged cache (see kernels.h):
+// block_tables int32 [S, max_blocks], query_start int64 [S + 1],
+// context_lens int64 [S]. `workspace`: float32, at least
+// PagedAttentionWorkspace's elements (undefined: allocated here).
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& block_tables, const at::Tensor& row_seq, const at::Tensor& row_context,
-                          std::int64_t max_context, double scale, std::int64_t partition_size = 512);
+                          const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
+                          std::int64_t max_context, double scale, const at::Tensor& workspace = {},
+                          std::int64_t partition_size = kPartitionSize);
+// The float32 workspace PagedAttention needs for `rows` query rows of
+// `heads` x `head_dim` and contexts up to max_context, allocated once per
+// forward and shared by its layers.
+at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                   std::int64_t max_context, const at::TensorOptions& options,
+                                   std::int64_t partition_size = kPartitionSize);
 // logits float32 [R, V]; per-row parameters [R]; returns int64 [R].
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,

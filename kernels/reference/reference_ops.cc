@@ -105,8 +105,10 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
 void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping) {
   const std::int64_t hkv = k_cache.size(2), D = k_cache.size(3);
-  k_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, k);
-  v_cache.view({-1, hkv, D}).index_copy_(0, slot_mapping, v);
+  const at::Tensor keep = slot_mapping.ge(0);  // slot -1: a padding row, not written
+  const at::Tensor slots = slot_mapping.masked_select(keep);
+  k_cache.view({-1, hkv, D}).index_copy_(0, slots, k.index_select(0, keep.nonzero().view(-1)));
+  v_cache.view({-1, hkv, D}).index_copy_(0, slots, v.index_select(0, keep.nonzero().view(-1)));
 }
 
 }  // namespace ropeserve::reference

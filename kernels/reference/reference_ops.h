@@ -52,7 +52,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
                           double scale);
 
 // k_cache.view(-1, Hkv, D)[slot_mapping[i]] = k[i] (and v). k, v: [T, Hkv, D];
-// slot_mapping: [T] int64 = block * block_size + offset.
+// slot_mapping: [T] int64 = block * block_size + offset, or -1 (a padding row: skipped).
 void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);
 

@@ -37,6 +37,7 @@ Runner AddBench(CLI::App& app) {
   sub->add_flag("--json", o->json, "Print one JSON object");
   sub->add_option("--block-size", o->block_size)->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--kv-cache-memory", o->kv_cache_memory, "As serve's")->capture_default_str();
+  sub->add_flag("--enforce-eager", o->enforce_eager, "As serve's (CUDA only): no CUDA graphs");
   sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "As serve's (CUDA only)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));

@@ -172,6 +172,7 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   spdlog::info("KV cache: {} blocks x {} tokens = {} tokens, {} bytes per token, {:.1f} MiB", kv.num_blocks,
                out.service->block_size(), kv.tokens, out.model->KvBytesPerToken(),
                static_cast<double>(kv.bytes) / (1 << 20));
+  spdlog::info("steps: {}", out.service->execution());
   if (demo_qa) {
     RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
   }
@@ -481,6 +482,11 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_GPU_MEMORY_UTILIZATION")
       ->check(CLI::Range(0.01, 1.0));
+  sub->add_flag("--enforce-eager", e.enforce_eager,
+                "CUDA workers: run every step eagerly, capturing no CUDA graphs (decode steps are otherwise "
+                "padded to batch buckets 1, 2, 4, 8, 16, 24, ... --max-num-seqs and replayed from graphs "
+                "captured at start-up). CPU workers always run eagerly")
+      ->envname("ROPESERVE_ENFORCE_EAGER");
   sub->add_option("--max-queue-requests", e.scheduler.max_waiting_requests,
                   "Waiting requests beyond which new ones get 429 / RESOURCE_EXHAUSTED")
       ->capture_default_str()

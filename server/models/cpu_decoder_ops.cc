@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "server/models/decoder_ops.h"
 
@@ -10,11 +11,21 @@ namespace {
 
 class CpuDecoderOps final : public DecoderOps {
  public:
+  at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
+    if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
+    if (w.packed.defined()) return cpu::PackedLinear(x, w.packed, w.bias);
+    return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
+  }
+  at::Tensor Embed(const at::Tensor& table, const LinearWeight& lm_head, const at::Tensor& ids,
+                   at::ScalarType dtype) const override {
+    if (table.defined()) return at::embedding(table, ids);
+    if (lm_head.packed.defined()) return cpu::PackedRows(lm_head.packed, ids);
+    return cpu::Int8Rows(cpu::Int8Weight{lm_head.weight, lm_head.scale}, ids, dtype);
+  }
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
     return cpu::RmsNorm(x, weight, eps);
   }
-  at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
-                        double eps) const override {
+  at::Tensor AddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) const override {
     return cpu::AddRmsNorm(x, residual, weight, eps);
   }
   at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cpu::SiluAndMul(gate_up); }

@@ -2,7 +2,8 @@
 // float16 / bfloat16 tensors on one device, every launch on the current
 // stream. Built only when the LibTorch found by CMake has CUDA; on CPU
 // machines tests/cuda/compile_check.sh syntax-checks it against the
-// LibTorch and CUDA headers. Not yet run on a GPU (issue 16).
+// LibTorch and CUDA headers; scripts/test-debian13 links it against CUDA
+// LibTorch 2.6. Not yet run on a GPU.
 #ifdef ROPESERVE_HAVE_CUDA
 
 #include <ATen/ATen.h>
@@ -17,14 +18,20 @@ namespace {
 
 class CudaDecoderOps final : public DecoderOps {
  public:
+  at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
+    TORCH_CHECK(!w.int8() && !w.packed.defined(), "CUDA projections take dense 16-bit weights");
+    return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);  // cuBLAS
+  }
+  at::Tensor Embed(const at::Tensor& table, const LinearWeight&, const at::Tensor& ids, at::ScalarType) const override {
+    TORCH_CHECK(table.defined(), "CUDA embeddings keep their table");
+    return at::embedding(table, ids);
+  }
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
     return cuda::RmsNorm(x, weight, eps);
   }
-  at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
-                        double eps) const override {
-    at::Tensor out = x.clone();  // the kernel normalizes in place
-    cuda::FusedAddRmsNorm(out, residual, weight, eps);
-    return out;
+  at::Tensor AddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) const override {
+    cuda::FusedAddRmsNorm(x, residual, weight, eps);  // x is normalized in place
+    return x;
   }
   at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cuda::SiluAndMul(gate_up); }
   RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const override {
@@ -49,11 +56,13 @@ class CudaDecoderOps final : public DecoderOps {
   }
   at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const PagedBatch& batch, double scale) const override {
-    // Both batch builders (the runner, ContiguousChunk) provide the rows.
-    TORCH_CHECK(batch.row_seq.defined() && batch.row_context.defined(),
-                "PagedAttention: the batch has no per-row attention metadata (row_seq, row_context)");
-    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.row_seq, batch.row_context,
-                                batch.max_context, scale);
+    return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.query_start,
+                                batch.context_len_tensor, batch.max_context, scale, batch.attention_workspace);
+  }
+  at::Tensor AttentionWorkspace(const PagedBatch& batch, std::int64_t rows, std::int64_t heads,
+                                std::int64_t head_dim) const override {
+    return cuda::PagedAttentionWorkspace(rows, heads, head_dim, batch.max_context,
+                                         batch.token_ids.options().dtype(at::kFloat));
   }
 };
 

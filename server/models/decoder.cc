@@ -18,15 +18,6 @@ namespace ropeserve {
 
 namespace {
 
-// Int8 weights go to the int8 kernels (Int8Linear chooses); packed bf16
-// weights to the packed GEMM; everything else (float32, bf16 on CPUs
-// without avx512_bf16, CUDA) to at::linear.
-at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
-  if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
-  if (w.packed.defined()) return cpu::PackedLinear(x, w.packed, w.bias);
-  return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
-}
-
 // bfloat16 projections on a CPU with avx512_bf16 are packed for the packed
 // GEMM, for every row count (it beats oneDNN and the former small-batch
 // kernel at 1-512 rows; docs/benchmarks.md).
@@ -154,15 +145,12 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
 }
 
 at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
-  if (!w_.embed_tokens.defined() && w_.lm_head.packed.defined()) return cpu::PackedRows(w_.lm_head.packed, ids);
-  if (!w_.embed_tokens.defined())
-    return cpu::Int8Rows(cpu::Int8Weight{w_.lm_head.weight, w_.lm_head.scale}, ids, ToScalarType(dtype_));
-  return at::embedding(w_.embed_tokens, ids);
+  return ops_->Embed(w_.embed_tokens, w_.lm_head, ids, ToScalarType(dtype_));
 }
 
 // The final RMSNorm and the LM head.
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head).to(at::kFloat);
+  return ops_->Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head).to(at::kFloat);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions, std::int64_t length) const {
@@ -184,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
                                                                          const at::Tensor& x,
                                                                          const RopeTable& rope) const {
   const std::int64_t T = x.size(0), D = config_.head_dim;
-  const at::Tensor qkv = Linear(x, w.qkv_proj);
+  const at::Tensor qkv = ops_->Linear(x, w.qkv_proj);
   const std::int64_t qs = config_.q_size(), kvs = config_.kv_size();
   at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
   at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
@@ -196,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
 }
 
 at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const {
-  return Linear(ops_->SiluAndMul(Linear(x, w.gate_up_proj)), w.down_proj);
+  return ops_->Linear(ops_->SiluAndMul(ops_->Linear(x, w.gate_up_proj)), w.down_proj);
 }
 
 at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
@@ -211,7 +199,8 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at
     at::Tensor x = ops_->RmsNorm(h, w.input_layernorm, eps);
     auto [q, k, v] = QkvWithRope(w, x, rope);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    at::Tensor y = ops_->AddRmsNorm(Linear(attn, w.o_proj).contiguous(), h, w.post_attention_layernorm, eps);
+    at::Tensor o = ops_->Linear(attn, w.o_proj).contiguous();
+    at::Tensor y = ops_->AddRmsNorm(o, h, w.post_attention_layernorm, eps);
     h.add_(Mlp(w, y));
   }
   return h;
@@ -232,6 +221,8 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& b
   return {at::cat(cos, 0), at::cat(sin, 0)};
 }
 
+bool DecoderModel::CanCaptureGraphs() const { return device().is_cuda() && !RopeDependsOnLength(config_); }
+
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const {
   return ForwardPagedWith(
       batch, cache, prompt_logits,
@@ -244,10 +235,15 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
                                           const PagedAttentionFn& attend) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSinPacked(batch);
+  // One attention workspace for every layer (none on the CPU).
+  PagedBatch b = batch;
+  if (!b.attention_workspace.defined())
+    b.attention_workspace =
+        ops_->AttentionWorkspace(batch, batch.token_ids.size(0), config_.num_attention_heads, config_.head_dim);
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                             ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], batch);
-                             return attend(q, cache.k[l], cache.v[l], batch);
+                             ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], b);
+                             return attend(q, cache.k[l], cache.v[l], b);
                            });
   if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
     *prompt_logits = Logits(h.index_select(0, batch.prompt_logits_indices)).contiguous();
@@ -267,7 +263,8 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     const auto len = static_cast<std::int64_t>(window.size());
     // The window is one sequence whose cache is its own keys: one block of
     // `len` slots, every query causal within it; the device's attention op.
-    const PagedBatch one = ContiguousChunk(window, 0, 1, device);
+    PagedBatch one = ContiguousChunk(window, 0, 1, device);
+    one.attention_workspace = ops_->AttentionWorkspace(one, len, config_.num_attention_heads, config_.head_dim);
     auto [cos, sin] = RotaryCosSin(one.positions, len);
     at::Tensor hidden = RunLayers(Embed(one.token_ids), cos, sin,
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/packed_linear.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/rope.h"
 #include "server/models/decoder_ops.h"
@@ -30,17 +29,6 @@
 #include "server/models/span_logits.h"
 
 namespace ropeserve {
-
-// One projection y = x W^T + b.
-struct LinearWeight {
-  at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8); undefined when packed
-  at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
-  at::Tensor bias;    // [N] (compute dtype; float32 with int8 weights) or undefined
-  // bfloat16 weights on a CPU with avx512_bf16: the packed GEMM's panel
-  // order (kernels/cpu/packed_linear.h), replacing `weight`.
-  cpu::PackedWeight packed;
-  bool int8() const { return scale.defined(); }
-};
 
 struct DecoderLayerWeights {
   at::Tensor input_layernorm;  // [H]
@@ -92,6 +80,8 @@ class DecoderModel final : public PagedModel {
   std::pair<at::Tensor, at::Tensor> RotaryCosSin(const at::Tensor& positions, std::int64_t length = 0) const;
 
   at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const override;
+  // On CUDA, unless dynamic RoPE computes its frequencies per length on the host.
+  bool CanCaptureGraphs() const override;
   // One layer's attention over the paged cache, after this step's K/V have
   // been written: q [T,Hq,D] -> [T,Hq,D].
   using PagedAttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k_cache,

@@ -1,5 +1,5 @@
-// The kernels a decoder forward calls besides its matrix products, one set
-// per device, chosen once at load from where the weights live: the CPU set
+// The kernels a decoder forward calls, its matrix products included, one
+// set per device, chosen once at load from where the weights live: the CPU set
 // (kernels/cpu) and, in builds whose LibTorch has CUDA, the CUDA set
 // (kernels/cuda; server/models/cuda_decoder_ops.cc). The decoder's layer
 // code is the same for both.
@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "kernels/cpu/packed_linear.h"
 #include "server/models/paged_model.h"
 
 namespace ropeserve {
@@ -24,15 +25,34 @@ struct RopeTable {
   at::Tensor packed, rows;
 };
 
+// One projection y = x W^T + b.
+struct LinearWeight {
+  at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8); undefined when packed
+  at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
+  at::Tensor bias;    // [N] (compute dtype; float32 with int8 weights) or undefined
+  // bfloat16 weights on a CPU with avx512_bf16: the packed GEMM's panel
+  // order (kernels/cpu/packed_linear.h), replacing `weight`.
+  cpu::PackedWeight packed;
+  bool int8() const { return scale.defined(); }
+};
+
 class DecoderOps {
  public:
   virtual ~DecoderOps() = default;
+  // y = x W^T + b for x [T, K] in the compute dtype (int8 weights: the CPU's
+  // int8 kernels; packed bf16: the packed GEMM; else LibTorch's GEMM,
+  // cuBLAS on CUDA).
+  virtual at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const = 0;
+  // Rows `ids` [T] of the embedding in `dtype`: of `table` [V, H], or, when
+  // that is undefined, of a tied int8 or packed LM head (its rows read back).
+  virtual at::Tensor Embed(const at::Tensor& table, const LinearWeight& lm_head, const at::Tensor& ids,
+                           at::ScalarType dtype) const = 0;
   // Hugging Face's RMSNorm over the last dimension of x (any contiguous
   // [..., hidden]); a new tensor.
   virtual at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const = 0;
   // residual += x (rounded to the dtype); returns RmsNorm(residual). x, residual [rows, hidden], contiguous.
-  virtual at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
-                                double eps) const = 0;
+  // x is consumed: the result may be x itself, normalized in place (CUDA).
+  virtual at::Tensor AddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) const = 0;
   // silu(gate_up[:, :I]) * gate_up[:, I:] for gate_up [T, 2 I] -> [T, I].
   virtual at::Tensor SiluAndMul(const at::Tensor& gate_up) const = 0;
   // The table ApplyRope takes, from cos/sin [T, rotary_dim] (RotaryTable's
@@ -44,6 +64,13 @@ class DecoderOps {
   // k, v [T, Hkv, D] into their cache slots (batch.slot_mapping).
   virtual void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                             const PagedBatch& batch) const = 0;
+  // The scratch PagedAttention needs for `batch`'s rows of q [T, Hq, D]
+  // (PagedBatch::attention_workspace), made once per forward so that no
+  // layer allocates; undefined where none is needed (the CPU).
+  virtual at::Tensor AttentionWorkspace(const PagedBatch& batch, std::int64_t rows, std::int64_t heads,
+                                        std::int64_t head_dim) const {
+    return {};
+  }
   // q [T, Hq, D] over the paged cache, each sequence causal within its
   // chunk after its cached prefix -> [T, Hq, D].
   virtual at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,

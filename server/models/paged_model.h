@@ -16,8 +16,9 @@
 
 namespace ropeserve {
 
-// One step's packed, unpadded batch, as tensors (built by ModelRunner from
-// a StepPlan). Sequence s owns rows [query_start[s], query_start[s + 1]),
+// One step's packed batch, as tensors (built by ModelRunner from a
+// StepPlan; a padded decode batch ends in filler sequences of one token,
+// slot kPaddingSlot, whose rows nobody reads). Sequence s owns rows [query_start[s], query_start[s + 1]),
 // which are its last query_lens[s] tokens of context_lens[s].
 struct PagedBatch {
   at::Tensor token_ids;                    // [T] int64
@@ -33,24 +34,20 @@ struct PagedBatch {
   at::Tensor block_table_tensor;  // [S, max_blocks] int32: row s holds sequence s's blocks
   at::Tensor query_start;         // [S + 1] int64
   at::Tensor context_len_tensor;  // [S] int64
-  // For attention kernels that work per query row (CUDA's): each row's
-  // sequence and the cached tokens it sees, int32 [T] each (AttentionRows;
-  // the runner sends them with the step's other metadata; ContiguousChunk
-  // makes them on the device), and the longest context. The CPU kernels do
-  // not read them.
-  at::Tensor row_seq, row_context;
+  // The attention contract of every device is the three tensors above
+  // (kernels/cpu/paged_attention.h, kernels/cuda/kernels.h). max_context
+  // bounds every context_lens entry: the batch's longest context in an
+  // eager step; the cache's capacity per sequence in a step replayed from
+  // a CUDA graph, whose launches cannot depend on the step's values. The
+  // CPU kernels do not read it.
   std::int64_t max_context = 0;
+  // Scratch the device's attention shares across the layers of one forward
+  // (DecoderOps::AttentionWorkspace; undefined on the CPU).
+  at::Tensor attention_workspace;
 };
 
-// Per query row: its sequence and the cached tokens it sees (its position
-// + 1: causal within the chunk after the cached prefix); the longest
-// context of the batch.
-struct AttentionRows {
-  std::vector<std::int64_t> seq, context;
-  std::int64_t max_context = 0;
-};
-AttentionRows MakeAttentionRows(const std::vector<std::int64_t>& query_lens,
-                                const std::vector<std::int64_t>& context_lens);
+// Slot of a padding row (a padded batch's filler tokens): never written.
+constexpr std::int64_t kPaddingSlot = -1;
 
 // One sequence's chunk `tokens` at positions [start, start + len) over a
 // cache whose first `num_blocks` blocks are the sequence's, in order (so its
@@ -80,6 +77,9 @@ class PagedModel {
   // [R, V] for batch.logits_indices; with `prompt_logits` (may be null),
   // also float32 logits [P, V] for batch.prompt_logits_indices.
   virtual at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const = 0;
+  // Whether a decode ForwardPaged may be captured in a CUDA graph: it reads
+  // nothing on the host but the batch's shape (false: the runner stays eager).
+  virtual bool CanCaptureGraphs() const { return false; }
 };
 
 }  // namespace ropeserve

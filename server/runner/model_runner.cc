@@ -1,42 +1,100 @@
 #include "server/runner/model_runner.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "server/engine/scheduler.h"
+#ifdef ROPESERVE_HAVE_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#endif
 #include "server/models/paged_model.h"
 
 namespace ropeserve {
 
 namespace {
 
-// The vectors, concatenated, as one int64 tensor on `device`: built in one
-// host buffer (pinned when the device is a GPU) and copied in one
-// asynchronous transfer on the current stream, so that a step's metadata
-// costs one copy and no synchronization. Callers take narrow() views.
-at::Tensor ToDevice(std::initializer_list<const std::vector<std::int64_t>*> parts, at::Device device) {
-  std::int64_t total = 0;
-  for (const auto* p : parts) total += static_cast<std::int64_t>(p->size());
-  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
-  std::int64_t* out = host.data_ptr<std::int64_t>();
-  for (const auto* p : parts) out = std::copy(p->begin(), p->end(), out);
-  return device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
-}
+// A persistent int64 buffer on `device` and its host staging buffer (pinned
+// on a GPU; on the CPU the two are one tensor and nothing is copied).
+// Writing the staging buffer waits for its previous copy to have been
+// read (an event; usually long done, since most steps end by waiting for
+// their results).
+class UploadBuffer {
+ public:
+  UploadBuffer(std::int64_t capacity, at::Device device) : device_(device) {
+    if (!device.is_cpu()) copied_.emplace(device.type());
+    Allocate(capacity);
+  }
+
+  // Room for n entries; grows (new addresses, contents lost) when short.
+  // True when it grew.
+  bool Reserve(std::int64_t n) {
+    if (n <= capacity_) return false;
+    WaitForCopy();
+    Allocate(std::max(n, 2 * capacity_));
+    return true;
+  }
+  // The staging buffer, to be written.
+  std::int64_t* host() {
+    WaitForCopy();
+    return host_.data_ptr<std::int64_t>();
+  }
+  // Entries [0, n) on the device, in one asynchronous copy on the current
+  // stream (none on the CPU).
+  at::Tensor Upload(std::int64_t n) {
+    if (device_.is_cpu()) return host_.narrow(0, 0, n);
+    at::Tensor on_device = device_buffer_.narrow(0, 0, n);
+    on_device.copy_(host_.narrow(0, 0, n), /*non_blocking=*/true);
+    copied_->record(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
+    return on_device;
+  }
+  const void* host_address() const { return host_.data_ptr(); }
+  const void* device_address() const { return device_buffer_.data_ptr(); }
+
+ private:
+  void WaitForCopy() {
+    if (copied_.has_value())
+      while (!copied_->query()) std::this_thread::yield();
+  }
+  void Allocate(std::int64_t capacity) {
+    capacity_ = capacity;
+    const auto opts = at::TensorOptions().dtype(at::kLong);
+    host_ = at::empty({capacity}, opts.pinned_memory(device_.is_cuda()));
+    device_buffer_ = device_.is_cpu() ? host_ : at::empty({capacity}, opts.device(device_));
+  }
+
+  const at::Device device_;
+  std::int64_t capacity_ = 0;
+  at::Tensor host_, device_buffer_;
+  std::optional<c10::Event> copied_;  // the last copy (devices only)
+};
 
 // Each live request's block table as a row of one persistent tensor; rows
 // are reused when requests end and the tensor grows (doubling rows) when
-// more requests are live than it has rows.
+// more requests are live than it has rows. A step's sequences' rows are
+// gathered into a persistent [max_num_seqs, max_blocks] tensor.
 class BlockTableRows {
  public:
-  BlockTableRows(std::int64_t max_blocks, at::Device device) : max_blocks_(max_blocks), device_(device) {}
+  BlockTableRows(std::int64_t max_blocks, std::int64_t max_seqs, at::Device device)
+      : max_blocks_(max_blocks), device_(device), diffs_(3 * 1024, device) {
+    Grow(std::max<std::int64_t>(64, max_seqs));
+    ReserveGathered(max_seqs);
+  }
 
   // Applies the plan's diffs; a table longer than max_blocks is an error.
   // The new entries of all sequences are written by one scatter from one
-  // host buffer (one transfer on a device, not one per sequence).
+  // upload (one transfer on a device, not one per sequence).
   Status Apply(const StepPlan& plan) {
     for (RequestId id : plan.removed) {
       auto it = rows_.find(id);
@@ -44,7 +102,13 @@ class BlockTableRows {
       free_rows_.push_back(it->second.row);
       rows_.erase(it);
     }
-    std::vector<std::int64_t> at_row, at_col, block;
+    std::int64_t n = 0;
+    for (const auto& s : plan.sequences) n += static_cast<std::int64_t>(s.new_blocks.size());
+    diffs_.Reserve(3 * n);
+    std::int64_t* at_row = diffs_.host();
+    std::int64_t* at_col = at_row + n;
+    std::int64_t* block = at_col + n;
+    std::int64_t k = 0;
     for (const auto& s : plan.sequences) {
       auto it = rows_.find(s.request_id);
       if (it == rows_.end()) it = rows_.emplace(s.request_id, Row{Take(), 0}).first;
@@ -53,43 +117,52 @@ class BlockTableRows {
       if (r.length + static_cast<std::int64_t>(s.new_blocks.size()) > max_blocks_)
         return Internal("a block table outgrew the runner's rows");
       for (const BlockId b : s.new_blocks) {  // only the new entries are written
-        at_row.push_back(r.row);
-        at_col.push_back(r.length++);
-        block.push_back(b);
+        at_row[k] = r.row;
+        at_col[k] = r.length++;
+        block[k++] = b;
       }
     }
-    if (!block.empty()) {
-      const at::Tensor idx = ToDevice({&at_row, &at_col, &block}, device_);
-      const auto n = static_cast<std::int64_t>(block.size());
+    if (n > 0) {
+      const at::Tensor idx = diffs_.Upload(3 * n);
       table_.index_put_({idx.narrow(0, 0, n), idx.narrow(0, n, n)}, idx.narrow(0, 2 * n, n).to(at::kInt));
     }
     return Status::Ok();
   }
 
-  // The table row of each of the plan's sequences, in plan order (Gather's index).
-  std::vector<std::int64_t> RowsOf(const StepPlan& plan) const {
-    std::vector<std::int64_t> rows;
-    for (const auto& s : plan.sequences) rows.push_back(rows_.at(s.request_id).row);
-    return rows;
-  }
+  // The table row of a live request.
+  std::int64_t RowOf(RequestId id) const { return rows_.at(id).row; }
 
-  // [S, max_blocks]: the rows `rows` (RowsOf's, on the device).
-  at::Tensor Gather(const at::Tensor& rows) const { return table_.index_select(0, rows); }
+  // Room for `seqs` gathered rows; true when the gathered tensor grew.
+  bool ReserveGathered(std::int64_t seqs) {
+    if (gathered_.defined() && gathered_.size(0) >= seqs) return false;
+    gathered_ =
+        at::zeros({std::max<std::int64_t>(1, seqs), max_blocks_}, at::TensorOptions().dtype(at::kInt).device(device_));
+    return true;
+  }
+  // [S, max_blocks]: the table rows `rows` [S] (on the device), gathered
+  // into the first S rows of the persistent tensor (ReserveGathered first).
+  at::Tensor Gather(const at::Tensor& rows) {
+    at::Tensor out = gathered_.narrow(0, 0, rows.size(0));
+    at::index_select_out(out, table_, 0, rows);
+    return out;
+  }
+  std::int64_t max_blocks() const { return max_blocks_; }
+  const void* gathered_address() const { return gathered_.data_ptr(); }
 
  private:
   struct Row {
     std::int64_t row = 0;
     std::int64_t length = 0;  // blocks in the table
   };
+  void Grow(std::int64_t rows) {
+    const std::int64_t old = table_.defined() ? table_.size(0) : 0;
+    at::Tensor t = at::zeros({rows, max_blocks_}, at::TensorOptions().dtype(at::kInt).device(device_));
+    if (old > 0) t.narrow(0, 0, old).copy_(table_);
+    table_ = t;
+    for (std::int64_t r = rows - 1; r >= old; --r) free_rows_.push_back(r);
+  }
   std::int64_t Take() {
-    if (free_rows_.empty()) {
-      const std::int64_t old = table_.defined() ? table_.size(0) : 0;
-      const std::int64_t grown = std::max<std::int64_t>(64, 2 * old);
-      at::Tensor t = at::zeros({grown, max_blocks_}, at::TensorOptions().dtype(at::kInt).device(device_));
-      if (old > 0) t.narrow(0, 0, old).copy_(table_);
-      table_ = t;
-      for (std::int64_t r = grown - 1; r >= old; --r) free_rows_.push_back(r);
-    }
+    if (free_rows_.empty()) Grow(2 * table_.size(0));
     const std::int64_t r = free_rows_.back();
     free_rows_.pop_back();
     return r;
@@ -97,9 +170,27 @@ class BlockTableRows {
 
   const std::int64_t max_blocks_;
   const at::Device device_;
-  at::Tensor table_;  // [rows, max_blocks] int32
+  UploadBuffer diffs_;   // rows, columns, blocks of a step's new entries
+  at::Tensor table_;     // [rows, max_blocks] int32
+  at::Tensor gathered_;  // [max_num_seqs, max_blocks] int32
   std::vector<std::int64_t> free_rows_;
   std::unordered_map<RequestId, Row> rows_;
+};
+
+// Where a step's metadata lies in the step buffer: a function of the step's
+// shape only (S sequences, T tokens, R logits rows, P prompt rows), so
+// that steps of one shape read the same addresses.
+struct StepLayout {
+  std::int64_t S = 0, T = 0, R = 0, P = 0;
+  std::int64_t query_start() const { return 0; }  // [S + 1]
+  std::int64_t context() const { return S + 1; }  // [S]
+  std::int64_t table_rows() const { return 2 * S + 1; }
+  std::int64_t ids() const { return 3 * S + 1; }  // [T]
+  std::int64_t positions() const { return ids() + T; }
+  std::int64_t slots() const { return positions() + T; }
+  std::int64_t logits_rows() const { return slots() + T; }        // [R]
+  std::int64_t prompt_rows() const { return logits_rows() + R; }  // [P]
+  std::int64_t size() const { return prompt_rows() + P; }
 };
 
 // A step's logits as the host sampler reads them (kept alive by StepLogits::owner).
@@ -154,90 +245,207 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
 }  // namespace
 
 struct ModelRunner::Impl {
+  Impl(const PagedModel& m, std::int64_t num_blocks, std::int64_t bs, const RunnerOptions& o)
+      : model(m),
+        block_size(bs),
+        options(o),
+        cache(m.AllocatePagedKvCache(num_blocks, bs)),
+        tables((m.config().max_position_embeddings + bs - 1) / bs, std::max<std::int64_t>(1, o.max_num_seqs),
+               m.device()),
+        buckets(o.pad_decode ? DecodeBuckets(o.max_num_seqs) : std::vector<std::int64_t>{}),
+        step(StepLayout{o.max_num_seqs, o.max_num_batched_tokens, o.max_num_seqs, kMaxPromptLogprobRows}.size(),
+             m.device()) {}
+
+  // The smallest bucket holding n sequences; 0 when none does (or padding is off).
+  std::int64_t BucketFor(std::int64_t n) const {
+    for (const std::int64_t b : buckets)
+      if (b >= n) return b;
+    return 0;
+  }
+  // Steps that pad: one token per sequence, each wanting logits, no prompt logprobs.
+  static bool DecodeOnly(const StepPlan& plan) {
+    for (const auto& s : plan.sequences)
+      if (s.token_ids.size() != 1 || !s.needs_logits || !s.prompt_logprob_targets.empty()) return false;
+    return true;
+  }
+
+  // A step's batch as the forward reads it.
+  struct Prepared {
+    PagedBatch batch;
+    StepLayout layout;
+    std::int64_t padding = 0;    // fillers at the end
+    std::int64_t real_rows = 0;  // logits rows of the plan's sequences
+  };
+  StatusOr<Prepared> Prepare(const StepPlan& plan, std::int64_t padding);
+  // The logits of the captured graph of `bucket` after replaying it on the
+  // batch Prepare just uploaded; undefined when there is none.
+  at::Tensor Replay(std::int64_t bucket);
+  void DropGraphs();
+
   const PagedModel& model;
   std::int64_t block_size;
+  RunnerOptions options;
   PagedKvCache cache;
   BlockTableRows tables;  // on the device, for the attention kernel
   BlockTables host;       // the same tables on the host, for slot mappings
+  std::vector<std::int64_t> buckets;
+  UploadBuffer step;  // the step buffers (StepLayout)
+  RunnerStats stats;
+#ifdef ROPESERVE_HAVE_CUDA
+  struct DecodeGraph {
+    at::cuda::CUDAGraph graph;
+    at::Tensor logits;  // [bucket, vocab] float32, in the graph's memory
+  };
+  std::map<std::int64_t, std::unique_ptr<DecodeGraph>> graphs;
+#endif
 };
 
-ModelRunner::ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size)
-    : impl_(new Impl{
-          model, block_size, model.AllocatePagedKvCache(num_blocks, block_size),
-          BlockTableRows((model.config().max_position_embeddings + block_size - 1) / block_size, model.device()),
-          BlockTables()}) {}
+std::vector<std::int64_t> ModelRunner::DecodeBuckets(std::int64_t max_num_seqs) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b : {1, 2, 4, 8})
+    if (b <= max_num_seqs) out.push_back(b);
+  for (std::int64_t b = 16; b <= max_num_seqs; b += 8) out.push_back(b);
+  if (max_num_seqs > 0 && (out.empty() || out.back() != max_num_seqs)) out.push_back(max_num_seqs);
+  return out;
+}
+
+ModelRunner::ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size,
+                         RunnerOptions options)
+    : impl_(new Impl(model, num_blocks, block_size, options)) {}
 
 ModelRunner::~ModelRunner() = default;
 
 std::int64_t ModelRunner::vocab_size() const { return impl_->model.config().vocab_size; }
 
-StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
-  const std::int64_t bs = impl_->block_size;
-  if (plan.block_size != bs) return Internal("step plan block size differs from the KV cache's");
-  RS_RETURN_IF_ERROR(impl_->tables.Apply(plan));
-  impl_->host.Apply(plan);
-  StepLogits out;
-  out.vocab = vocab_size();
-  if (plan.sequences.empty()) return out;
-  // Per-step data: the packed tokens, their positions and cache slots.
-  std::vector<std::int64_t> ids, positions, slots, logits_rows, prompt_rows, query_start{0};
-  PagedBatch batch;
+const RunnerStats& ModelRunner::stats() const { return impl_->stats; }
+
+std::vector<const void*> ModelRunner::BufferAddresses() const {
+  return {impl_->step.device_address(), impl_->step.host_address(), impl_->tables.gathered_address()};
+}
+
+// Writes the step's metadata into the staging buffer, uploads it in one
+// copy and builds the batch's tensors as views of it. `plan`'s sequences
+// first, then `padding` fillers: one token each at position 0 in no slot,
+// seeing one cached token of table row 0 (whatever it holds: their rows are
+// not read), wanting logits (so a padded step has a fixed shape).
+StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan& plan, std::int64_t padding) {
+  const std::int64_t bs = block_size;
+  const auto n = static_cast<std::int64_t>(plan.sequences.size());
+  Prepared p;
+  std::int64_t real_tokens = 0, prompt_n = 0;
   for (const auto& s : plan.sequences) {
-    const auto n = static_cast<std::int64_t>(s.token_ids.size());
-    const std::vector<BlockId>& table = impl_->host.Of(s.request_id);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t pos = s.start_position + i;
+    real_tokens += static_cast<std::int64_t>(s.token_ids.size());
+    p.real_rows += s.needs_logits ? 1 : 0;
+    prompt_n += static_cast<std::int64_t>(s.prompt_logprob_targets.size());
+  }
+  p.padding = padding;
+  p.layout = StepLayout{n + padding, real_tokens + padding, p.real_rows + padding, prompt_n};
+  const StepLayout& at = p.layout;
+  const bool grew = step.Reserve(at.size());
+  if (tables.ReserveGathered(at.S) || grew) {
+    ++stats.buffer_growths;
+    DropGraphs();  // they read the old addresses
+  }
+
+  std::int64_t* h = step.host();
+  std::int64_t* query_start = h + at.query_start();
+  std::int64_t* context = h + at.context();
+  std::int64_t* table_rows = h + at.table_rows();
+  std::int64_t* ids = h + at.ids();
+  std::int64_t* positions = h + at.positions();
+  std::int64_t* slots = h + at.slots();
+  std::int64_t* logits_rows = h + at.logits_rows();
+  std::int64_t* prompt_rows = h + at.prompt_rows();
+  PagedBatch& batch = p.batch;
+  batch.query_lens.reserve(static_cast<std::size_t>(at.S));
+  batch.context_lens.reserve(static_cast<std::size_t>(at.S));
+  query_start[0] = 0;
+  std::int64_t row = 0, logits_n = 0, prompt_k = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto& s = plan.sequences[static_cast<std::size_t>(i)];
+    const auto len = static_cast<std::int64_t>(s.token_ids.size());
+    const std::vector<BlockId>& table = host.Of(s.request_id);
+    for (std::int64_t j = 0; j < len; ++j) {
+      const std::int64_t pos = s.start_position + j;
       if (pos / bs >= static_cast<std::int64_t>(table.size()))
         return Internal("a block table is too short for its tokens");
-      ids.push_back(s.token_ids[i]);
-      positions.push_back(pos);
-      slots.push_back(static_cast<std::int64_t>(table[pos / bs]) * bs + pos % bs);
+      ids[row + j] = s.token_ids[static_cast<std::size_t>(j)];
+      positions[row + j] = pos;
+      slots[row + j] = static_cast<std::int64_t>(table[static_cast<std::size_t>(pos / bs)]) * bs + pos % bs;
     }
     // Prompt logprobs: the row of position p predicts the token at p + 1.
     for (std::size_t j = 0; j < s.prompt_logprob_targets.size(); ++j) {
       const std::int64_t pos = s.prompt_logprobs_from + static_cast<std::int64_t>(j) - 1;
-      if (pos < s.start_position || pos >= s.start_position + n)
+      if (pos < s.start_position || pos >= s.start_position + len)
         return Internal("a prompt logprob target lies outside its chunk");
-      prompt_rows.push_back(query_start.back() + pos - s.start_position);
+      prompt_rows[prompt_k++] = row + pos - s.start_position;
     }
-    query_start.push_back(query_start.back() + n);
-    if (s.needs_logits) logits_rows.push_back(query_start.back() - 1);
-    batch.query_lens.push_back(n);
+    row += len;
+    query_start[i + 1] = row;
+    context[i] = s.context_length();
+    table_rows[i] = tables.RowOf(s.request_id);
+    if (s.needs_logits) logits_rows[logits_n++] = row - 1;
+    batch.query_lens.push_back(len);
     batch.context_lens.push_back(s.context_length());
   }
-  // Every per-step tensor is a view of one transfer (the attention rows
-  // first: one int32 conversion of both).
-  const std::vector<std::int64_t> table_rows = impl_->tables.RowsOf(plan);
-  const AttentionRows attention = MakeAttentionRows(batch.query_lens, batch.context_lens);
-  const at::Tensor meta = ToDevice({&attention.seq, &attention.context, &table_rows, &query_start, &batch.context_lens,
-                                    &ids, &positions, &slots, &logits_rows, &prompt_rows},
-                                   impl_->model.device());
-  std::int64_t offset = 0;
-  auto take = [&](const std::vector<std::int64_t>& v) {
-    const at::Tensor t = meta.narrow(0, offset, static_cast<std::int64_t>(v.size()));
-    offset += static_cast<std::int64_t>(v.size());
-    return t;
-  };
-  const auto rows_n = static_cast<std::int64_t>(attention.seq.size());
-  offset = 2 * rows_n;
-  const at::Tensor attention_rows = meta.narrow(0, 0, 2 * rows_n).to(at::kInt);
-  batch.row_seq = attention_rows.narrow(0, 0, rows_n);
-  batch.row_context = attention_rows.narrow(0, rows_n, rows_n);
-  batch.max_context = attention.max_context;
-  batch.block_table_tensor = impl_->tables.Gather(take(table_rows));
-  batch.query_start = take(query_start);
-  batch.context_len_tensor = take(batch.context_lens);
-  batch.token_ids = take(ids);
-  batch.positions = take(positions);
-  batch.slot_mapping = take(slots);
-  batch.logits_indices = take(logits_rows);
-  if (!prompt_rows.empty()) batch.prompt_logits_indices = take(prompt_rows);
+  for (std::int64_t i = n; i < at.S; ++i) {
+    ids[row] = 0;
+    positions[row] = 0;
+    slots[row] = kPaddingSlot;
+    logits_rows[logits_n++] = row;
+    ++row;
+    query_start[i + 1] = row;
+    context[i] = 1;
+    table_rows[i] = 0;
+    batch.query_lens.push_back(1);
+    batch.context_lens.push_back(1);
+  }
+
+  // One copy; every per-step tensor is a view of it.
+  const at::Tensor meta = step.Upload(at.size());
+  auto view = [&](std::int64_t offset, std::int64_t size) { return meta.narrow(0, offset, size); };
+  batch.query_start = view(at.query_start(), at.S + 1);
+  batch.context_len_tensor = view(at.context(), at.S);
+  batch.block_table_tensor = tables.Gather(view(at.table_rows(), at.S));
+  batch.token_ids = view(at.ids(), at.T);
+  batch.positions = view(at.positions(), at.T);
+  batch.slot_mapping = view(at.slots(), at.T);
+  batch.logits_indices = view(at.logits_rows(), at.R);
+  if (at.P > 0) batch.prompt_logits_indices = view(at.prompt_rows(), at.P);
+  batch.max_context = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
+  return p;
+}
+
+StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
+  Impl& im = *impl_;
+  if (plan.block_size != im.block_size) return Internal("step plan block size differs from the KV cache's");
+  RS_RETURN_IF_ERROR(im.tables.Apply(plan));
+  im.host.Apply(plan);
+  StepLogits out;
+  out.vocab = vocab_size();
+  if (plan.sequences.empty()) return out;
+  ++im.stats.steps;
+
+  // Padded to a bucket when it is a decode step that fits one.
+  const auto n = static_cast<std::int64_t>(plan.sequences.size());
+  const std::int64_t bucket = im.buckets.empty() || !Impl::DecodeOnly(plan) ? 0 : im.BucketFor(n);
+  if (bucket > 0) {
+    ++im.stats.padded_steps;
+    im.stats.padding_rows += static_cast<std::uint64_t>(bucket - n);
+  }
+  RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(plan, bucket > 0 ? bucket - n : 0));
 
   auto rows = std::make_shared<StepRows>();
-  out.rows = static_cast<std::int64_t>(logits_rows.size());
-  // A step of prefill chunks only writes K/V (and prompt logits when asked).
-  at::Tensor logits = impl_->model.ForwardPaged(batch, impl_->cache, prompt_rows.empty() ? nullptr : &rows->prompt);
-  if (!prompt_rows.empty()) {
+  out.rows = step.real_rows;
+  at::Tensor logits = im.Replay(bucket);
+  if (logits.defined()) {
+    ++im.stats.graph_replays;
+  } else {
+    // A step of prefill chunks only writes K/V (and prompt logits when asked).
+    logits = im.model.ForwardPaged(step.batch, im.cache, step.layout.P == 0 ? nullptr : &rows->prompt);
+  }
+  if (step.padding > 0) logits = logits.narrow(0, 0, step.real_rows);  // the fillers' rows come last
+  if (step.layout.P > 0) {
     rows->prompt = rows->prompt.to(at::kCPU).contiguous();
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
@@ -246,5 +454,63 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   out.owner = rows;
   return out;
 }
+
+#ifdef ROPESERVE_HAVE_CUDA
+
+// Captured largest first on a side stream, sharing one memory pool (the
+// graphs never run at once); each bucket's graph is one eager forward of
+// fillers recorded after a warm-up run, reading the step buffers' views
+// for that bucket's shape and attending up to the cache's capacity per
+// sequence (max_context is fixed in a graph).
+Status ModelRunner::CaptureDecodeGraphs() {
+  Impl& im = *impl_;
+  if (!im.options.cuda_graphs || !im.model.device().is_cuda() || im.buckets.empty()) return Status::Ok();
+  if (!im.model.CanCaptureGraphs())
+    return FailedPrecondition("this model's forward cannot be captured (dynamic RoPE reads lengths on the host)");
+  try {
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, im.model.device().index());
+    c10::cuda::CUDAStreamGuard on_side(side);
+    decltype(std::declval<at::cuda::CUDAGraph&>().pool()) pool{0, 0};  // none yet
+    const StepPlan none;
+    for (auto it = im.buckets.rbegin(); it != im.buckets.rend(); ++it) {
+      const std::int64_t b = *it;
+      RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(none, b));
+      step.batch.max_context = im.tables.max_blocks() * im.block_size;
+      im.model.ForwardPaged(step.batch, im.cache, nullptr);  // warm-up: lazy initialisations happen here
+      side.synchronize();
+      auto g = std::make_unique<Impl::DecodeGraph>();
+      g->graph.capture_begin(pool);
+      g->logits = im.model.ForwardPaged(step.batch, im.cache, nullptr);
+      g->graph.capture_end();
+      if (pool.first == 0 && pool.second == 0) pool = g->graph.pool();
+      im.graphs[b] = std::move(g);
+    }
+    side.synchronize();
+  } catch (const c10::Error& e) {
+    im.DropGraphs();
+    return Internal(std::string("capturing the decode graphs failed: ") + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+at::Tensor ModelRunner::Impl::Replay(std::int64_t bucket) {
+  auto it = graphs.find(bucket);
+  if (bucket <= 0 || it == graphs.end()) return {};
+  it->second->graph.replay();
+  return it->second->logits;
+}
+
+void ModelRunner::Impl::DropGraphs() { graphs.clear(); }
+
+std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); }
+
+#else
+
+Status ModelRunner::CaptureDecodeGraphs() { return Status::Ok(); }
+at::Tensor ModelRunner::Impl::Replay(std::int64_t) { return {}; }
+void ModelRunner::Impl::DropGraphs() {}
+std::size_t ModelRunner::captured_graphs() const { return 0; }
+
+#endif  // ROPESERVE_HAVE_CUDA
 
 }  // namespace ropeserve

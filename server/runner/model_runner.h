@@ -2,24 +2,40 @@
 // one place), runs the decoder's paged forward and samples every sequence
 // that needs a token, returning only ids and logprobs to the engine.
 //
-// State kept across steps and updated from the plans' diffs: each live
-// request's block table as a row of a persistent [rows, max_blocks] int32
-// tensor on the model's device (a step scatters the new entries and
-// gathers its sequences' rows), and its sampler state. A step's metadata
-// (ids, positions, slots, query starts, context lengths, table rows,
-// logits rows, each query row's sequence and visible context) goes to the
-// device as one buffer in one asynchronous copy (pinned host memory on a
-// GPU). Each logits row is reduced where it lies
-// (logsumexp, max, argmax); only the rows the host sampler needs whole
-// (random sampling, penalties, processors, top logprobs) come back, so a
-// greedy batch returns three numbers per sequence, in two device-to-host
-// transfers per step (logsumexp and max together, then argmax). Rows that
-// need the host sampler still come back whole.
+// Persistent state, allocated once on the model's device and updated from
+// the plans' diffs (vLLM v1's persistent input batch):
+//  - each live request's block table, a row of a [rows, max_blocks] int32
+//    tensor (a step scatters only the new entries, then gathers its
+//    sequences' rows into a persistent [max_num_seqs, max_blocks] tensor);
+//  - the step buffers: one int64 buffer on the device holding a step's
+//    metadata (query starts, context lengths, table rows, ids, positions,
+//    slots, logits rows, prompt rows), filled from one staging buffer (pinned
+//    host memory on a GPU) by one asynchronous copy per step. Its layout
+//    depends only on the step's shape, so steps of one shape read the same
+//    addresses: what a captured CUDA graph needs. Sized by
+//    max_num_batched_tokens and max_num_seqs; a larger step grows it once
+//    (counted in RunnerStats, and it drops the captured graphs).
+// The staging buffer is rewritten only after the previous step's results
+// came back to the host (ReduceRows waits for the device), so the
+// asynchronous copy never reads a half-written buffer.
+//
+// Padded decode (RunnerOptions::pad_decode): a step of one-token sequences
+// that all want logits is padded to the next bucket (1, 2, 4, 8, then
+// steps of 8 up to max_num_seqs) with filler sequences (token 0 at position
+// 0, slot kPaddingSlot, context 1) whose rows nobody reads: the shapes CUDA
+// graphs are captured at. It runs on the CPU too, where the tests hold it
+// equal to the unpadded step.
+//
+// Each logits row is reduced where it lies (logsumexp, max, argmax); only
+// the rows the host sampler needs whole (random sampling, penalties,
+// processors, top logprobs) come back, so a greedy batch returns three
+// numbers per sequence.
 // Threading: the engine's thread only.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "server/engine/model_executor.h"
 
@@ -27,15 +43,50 @@ namespace ropeserve {
 
 class PagedModel;
 
+struct RunnerOptions {
+  // Size the step buffers (the scheduler's limits).
+  std::int64_t max_num_batched_tokens = 2048;
+  std::int64_t max_num_seqs = 64;
+  // Pad decode-only steps to the buckets (see above).
+  bool pad_decode = false;
+  // Replay padded decode steps from CUDA graphs (CaptureDecodeGraphs; CUDA
+  // devices only, and only with pad_decode); off: every step runs eager
+  // (--enforce-eager).
+  bool cuda_graphs = false;
+};
+
+// What the runner did, for tests and metrics.
+struct RunnerStats {
+  std::uint64_t steps = 0;
+  std::uint64_t padded_steps = 0;    // decode steps padded to a bucket
+  std::uint64_t padding_rows = 0;    // filler sequences added by them
+  std::uint64_t buffer_growths = 0;  // steps larger than the step buffers
+  std::uint64_t graph_replays = 0;   // steps replayed from a CUDA graph
+};
+
 class ModelRunner final : public LogitsExecutor {
  public:
-  // Allocates num_blocks x block_size token slots of K/V for every layer.
-  // `model` (a DecoderModel when serving; the tests' reference model as
-  // their oracle) must outlive the runner.
-  ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size);
+  // Allocates num_blocks x block_size token slots of K/V for every layer and
+  // the step buffers. `model` (a DecoderModel when serving; the tests'
+  // reference model as their oracle) must outlive the runner.
+  ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size, RunnerOptions options = {});
   ~ModelRunner() override;
 
   std::int64_t vocab_size() const override;
+  const RunnerStats& stats() const;
+  // The padded decode buckets, ascending (1, 2, 4, 8, 16, 24, ...,
+  // max_num_seqs).
+  static std::vector<std::int64_t> DecodeBuckets(std::int64_t max_num_seqs);
+  // The persistent buffers' data addresses (step buffers on the device and
+  // on the host, gathered block tables): constant across steps unless a
+  // step outgrew them.
+  std::vector<const void*> BufferAddresses() const;
+
+  // Captures one CUDA graph per decode bucket (RunnerOptions::cuda_graphs,
+  // on a CUDA device; else nothing to do), after the KV cache exists and
+  // before the first step. An error leaves the runner eager and working.
+  Status CaptureDecodeGraphs();
+  std::size_t captured_graphs() const;
 
  protected:
   StatusOr<StepLogits> Forward(const StepPlan& plan) override;

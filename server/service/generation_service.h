@@ -49,6 +49,10 @@ struct EngineOptions {
   // A CUDA worker's share of its device's memory for weights, activations
   // and the KV cache (vLLM's --gpu-memory-utilization); CPU workers ignore it.
   double gpu_memory_utilization = 0.9;
+  // CUDA workers: every step eager, no CUDA graphs (vLLM's
+  // --enforce-eager); otherwise decode steps replay graphs captured at
+  // start-up. CPU workers always run eager.
+  bool enforce_eager = false;
   double qa_token_share = 0.5;  // EngineConfig::encoder_token_share
   // Tokens one request may reserve over all its sequences (serve
   // --max-request-tokens); 0 = the KV cache's capacity.
@@ -77,6 +81,9 @@ struct GenerationServiceConfig {
   std::size_t max_document_bytes = 1 << 20;  // longest text to summarize
   EngineObserver* observer = nullptr;
   bool engine_thread = true;  // false: offline, the caller's thread steps the engine
+  // How the worker runs its steps, for the start-up log: "eager", or the
+  // CUDA graphs captured (or why none could be).
+  std::string execution = "eager";
 };
 
 class GenerationService {
@@ -93,6 +100,7 @@ class GenerationService {
   const std::string& name() const { return config_.name; }
   const ModelConfig& config() const { return config_.model; }
   const KvCacheSize& kv_cache() const { return config_.kv; }
+  const std::string& execution() const { return config_.execution; }
   // The engine's shape (block size, scheduler limits), as /v1/info reports it.
   const EngineConfig& engine_config() const { return config_.engine; }
   int block_size() const { return config_.engine.block_size; }

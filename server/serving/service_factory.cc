@@ -114,7 +114,21 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   sc.priority_scheduling = options.priority_scheduling;
   sc.max_document_bytes = options.max_document_bytes;
   sc.observer = options.observer;
-  std::unique_ptr<ModelExecutor> executor = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size);
+  // CUDA workers pad decode steps to the graphs' buckets and replay them.
+  RunnerOptions ro;
+  ro.max_num_batched_tokens = options.scheduler.max_num_batched_tokens;
+  ro.max_num_seqs = options.scheduler.max_num_seqs;
+  ro.cuda_graphs = !options.enforce_eager && model.CanCaptureGraphs();
+  ro.pad_decode = ro.cuda_graphs;
+  auto runner = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size, ro);
+  if (ro.cuda_graphs) {
+    const Status captured = runner->CaptureDecodeGraphs();
+    sc.execution = captured.ok()
+                       ? std::to_string(runner->captured_graphs()) + " CUDA graphs for decode batches of up to " +
+                             std::to_string(ro.max_num_seqs) + " sequences, other steps eager"
+                       : "eager (" + captured.ToString() + ")";
+  }
+  std::unique_ptr<ModelExecutor> executor = std::move(runner);
   if (options.inject_faults_every > 0)
     executor = std::make_unique<FaultInjector>(std::move(executor), options.inject_faults_every);
   return service::GenerationService::Create(std::move(sc), std::move(executor), std::move(tokenizer));
@@ -138,7 +152,10 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const Decod
   sc.engine.scheduler.max_num_seqs = o.max_num_seqs;
   sc.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   sc.engine_thread = false;
-  auto runner = std::make_unique<ModelRunner>(model, num_blocks, o.block_size);
+  RunnerOptions ro;
+  ro.max_num_batched_tokens = o.max_num_batched_tokens;
+  ro.max_num_seqs = o.max_num_seqs;
+  auto runner = std::make_unique<ModelRunner>(model, num_blocks, o.block_size, ro);
   return service::GenerationService::Create(std::move(sc), std::move(runner), std::move(tokenizer));
 }
 

@@ -118,7 +118,6 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
     at::Tensor perm = at::randperm(total_blocks, at::TensorOptions().dtype(at::kInt));
     std::vector<std::vector<std::int32_t>> tables;
     std::vector<std::int64_t> qlens, clens;
-    std::vector<std::int32_t> row_seq, row_ctx;
     at::Tensor bt =
         at::zeros({static_cast<std::int64_t>(seqs.size()), max_blocks}, at::TensorOptions().dtype(at::kInt));
     std::int64_t next = 0;
@@ -132,22 +131,22 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
       tables.push_back(t);
       qlens.push_back(n);
       clens.push_back(c);
-      for (std::int64_t i = 0; i < n; ++i) {
-        row_seq.push_back(static_cast<std::int32_t>(s));
-        row_ctx.push_back(static_cast<std::int32_t>(c - n + i + 1));
-      }
     }
     at::Tensor q = Randn({rows, hq, d});
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor ref = reference::PagedAttention(q.to(at::kFloat).cpu(), kc.to(at::kFloat).cpu(), vc.to(at::kFloat).cpu(),
                                                tables, qlens, clens, scale);
-    auto i32 = [](const std::vector<std::int32_t>& v) {
-      return at::tensor(v, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
-    };
+    std::vector<std::int64_t> starts{0};
+    for (const std::int64_t n : qlens) starts.push_back(starts.back() + n);
+    auto i64 = [](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(at::kCUDA); };
     for (std::int64_t partition : {512, 64}) {
-      at::Tensor out =
-          cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i32(row_seq), i32(row_ctx), 4096, scale, partition);
-      EXPECT_LT(RelError(out, ref), Bound()) << hq << "/" << hkv << " d" << d << " partition " << partition;
+      // 4096 is the longest context; a larger bound (a captured graph's)
+      // only adds blocks that exit at once.
+      for (std::int64_t bound : {std::int64_t{4096}, std::int64_t{3 * 4096}}) {
+        at::Tensor out =
+            cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens), bound, scale, {}, partition);
+        EXPECT_LT(RelError(out, ref), Bound()) << hq << "/" << hkv << " d" << d << " partition " << partition;
+      }
     }
   }
 }
@@ -219,10 +218,11 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
     const std::int64_t bs = 16, blocks_per = ctx / bs, blocks = seqs * blocks_per;
     at::Tensor kc = Randn({blocks, bs, hkv, d}), vc = Randn({blocks, bs, hkv, d});
     at::Tensor bt = at::arange(blocks, at::TensorOptions().device(at::kCUDA).dtype(at::kInt)).view({seqs, blocks_per});
-    at::Tensor rs = at::arange(seqs, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
-    at::Tensor rc = at::full({seqs}, ctx, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
+    at::Tensor starts = at::arange(seqs + 1, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+    at::Tensor lens = at::full({seqs}, ctx, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
     at::Tensor q = Randn({seqs, hq, d});
-    const double s = seconds([&] { cuda::PagedAttention(q, kc, vc, bt, rs, rc, ctx, 0.125, 512); }, 10);
+    at::Tensor ws = cuda::PagedAttentionWorkspace(seqs, hq, d, ctx, q.options());
+    const double s = seconds([&] { cuda::PagedAttention(q, kc, vc, bt, starts, lens, ctx, 0.125, ws, 512); }, 10);
     const double gbs = 2.0 * static_cast<double>(kc.nbytes()) / s / 1e9;
     std::printf("BANDWIDTH paged attention decode %d seqs x %d ctx, %d/%d heads, d%d: %.0f GB/s (%.0f%% of copy)\n",
                 seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);

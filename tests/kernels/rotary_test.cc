@@ -123,7 +123,29 @@ TEST(WriteKvCache, EqualsTheReferenceAndRefusesSlotsOutsideTheCache) {
     EXPECT_TRUE(at::equal(vc, rv));
     const at::Tensor bad = at::tensor(std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, blocks * block}, at::kLong);
     EXPECT_THROW(cpu::WriteKvCache(k, v, kc, vc, bad), c10::Error);
+    const at::Tensor negative = at::tensor(std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, -2}, at::kLong);
+    EXPECT_THROW(cpu::WriteKvCache(k, v, kc, vc, negative), c10::Error);
   }
+}
+
+// Rows with slot -1 (a padded batch's filler rows) are not written; the
+// others are, by both implementations.
+TEST(WriteKvCache, SkipsPaddingRows) {
+  at::manual_seed(10);
+  const std::int64_t blocks = 3, block = 4, hkv = 2, D = 8, T = 5;
+  const at::Tensor k = at::randn({T, hkv, D}), v = at::randn({T, hkv, D});
+  const at::Tensor slots = at::tensor(std::vector<std::int64_t>{4, -1, 7, -1, 0}, at::kLong);
+  at::Tensor kc = at::zeros({blocks, block, hkv, D}), vc = at::zeros({blocks, block, hkv, D});
+  at::Tensor rk = kc.clone(), rv = vc.clone();
+  cpu::WriteKvCache(k, v, kc, vc, slots);
+  reference::WriteKvCache(k, v, rk, rv, slots);
+  EXPECT_TRUE(at::equal(kc, rk));
+  EXPECT_TRUE(at::equal(vc, rv));
+  const at::Tensor flat = kc.view({-1, hkv, D});
+  EXPECT_TRUE(at::equal(flat[4], k[0]));
+  EXPECT_TRUE(at::equal(flat[7], k[2]));
+  EXPECT_TRUE(at::equal(flat[0], k[4]));
+  EXPECT_EQ(at::count_nonzero(flat).item<std::int64_t>(), 3 * hkv * D);  // nothing else written
 }
 
 }  // namespace

@@ -15,16 +15,6 @@ namespace {
 
 using testing::ScratchDir;
 
-// The per-row attention metadata (what CUDA's kernel reads): a prefill
-// chunk of 3 tokens after 2 cached ones, then a decode token at 9.
-TEST(AttentionRows, EachRowSeesItsPositionPlusOne) {
-  const AttentionRows rows = MakeAttentionRows({3, 1}, {5, 9});
-  EXPECT_EQ(rows.seq, (std::vector<std::int64_t>{0, 0, 0, 1}));
-  EXPECT_EQ(rows.context, (std::vector<std::int64_t>{3, 4, 5, 9}));
-  EXPECT_EQ(rows.max_context, 9);
-  EXPECT_TRUE(MakeAttentionRows({}, {}).seq.empty());
-}
-
 struct Variant {
   const char* name;
   const char* arch;

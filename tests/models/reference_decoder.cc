@@ -80,15 +80,16 @@ at::Tensor ReferenceAttentionModel::ForwardPaged(const PagedBatch& batch, PagedK
   return m_.ForwardPagedWith(
       batch, cache, prompt_logits,
       [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const PagedBatch& b) {
-        // The per-row metadata the runner sends along for
-        // CUDA's attention kernel, checked on every step.
-        if (b.row_seq.defined()) {
-          const AttentionRows want = MakeAttentionRows(b.query_lens, b.context_lens);
-          TORCH_CHECK(at::equal(b.row_seq.to(at::kCPU).to(at::kLong), at::tensor(want.seq)) &&
-                          at::equal(b.row_context.to(at::kCPU).to(at::kLong), at::tensor(want.context)) &&
-                          b.row_seq.scalar_type() == at::kInt && b.max_context == want.max_context,
-                      "the runner's attention rows differ from MakeAttentionRows");
-        }
+        // The attention contract's tensors agree with the host's lengths
+        // (what every device's kernel reads), checked on every step.
+        std::vector<std::int64_t> starts{0};
+        for (const std::int64_t n : b.query_lens) starts.push_back(starts.back() + n);
+        TORCH_CHECK(at::equal(b.query_start.to(at::kCPU), at::tensor(starts, at::kLong)) &&
+                        at::equal(b.context_len_tensor.to(at::kCPU), at::tensor(b.context_lens, at::kLong)) &&
+                        b.token_ids.size(0) == starts.back(),
+                    "the runner's query_start / context_len_tensor differ from its query_lens / context_lens");
+        for (const std::int64_t c : b.context_lens)
+          TORCH_CHECK(c <= b.max_context, "max_context is below a context length");
         // Each sequence's blocks: the first ceil(context / block_size) of its row.
         const std::int64_t bs = k_cache.size(1);
         const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();

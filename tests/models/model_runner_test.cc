@@ -1,0 +1,244 @@
+// The runner's persistent step buffers and padded decode buckets on the
+// CPU: padding a decode step to its bucket changes no request's tokens (and
+// its logprobs only by the rounding of GEMMs of another row count), the
+// buffers keep their addresses from step to step (what captured CUDA graphs
+// read), and a step larger than the buffers grows them without changing
+// any result.
+#include "server/runner/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "server/engine/engine.h"
+#include "server/models/decoder.h"
+#include "server/models/device.h"
+#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/float_bounds.h"
+#include "tests/common/offline.h"
+#include "tests/models/reference_decoder.h"
+
+namespace ropeserve {
+namespace {
+
+using testing::ScratchDir;
+
+constexpr std::int64_t kBatchTokens = 96;
+constexpr int kMaxSeqs = 64;
+
+class ModelRunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir();
+    auto o = testing::TinyOptions("qwen2");
+    o.max_position_embeddings = 256;
+    testing::MakeTinyCheckpoint(dir_->path(), o);
+    auto m = DecoderModel::Load(dir_->path(), DType::kF32);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+
+  static EngineConfig Config() {
+    EngineConfig c;
+    c.num_blocks = 512;
+    c.block_size = 4;
+    c.scheduler.max_model_len = 256;
+    c.scheduler.max_num_seqs = kMaxSeqs;
+    c.scheduler.max_num_batched_tokens = kBatchTokens;
+    return c;
+  }
+
+  // Requests of 1-40 prompt tokens wanting 2-17 tokens each, so that they
+  // finish at different steps and the decode batch shrinks through several
+  // buckets.
+  struct Job {
+    std::vector<TokenId> prompt;
+    std::int64_t max_tokens = 0;
+  };
+  static std::vector<Job> Jobs(int n, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<Job> out;
+    for (int i = 0; i < n; ++i) {
+      Job j;
+      const int len = 1 + static_cast<int>(rng() % 40);
+      for (int k = 0; k < len; ++k) j.prompt.push_back(static_cast<TokenId>(rng() % 297));
+      j.max_tokens = 2 + static_cast<std::int64_t>(rng() % 16);
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  struct Result {
+    std::vector<std::vector<TokenId>> tokens;
+    std::vector<std::vector<double>> logprobs;
+  };
+  // Every job submitted at once, then one engine step at a time; `each_step`
+  // runs after every step.
+  static Result Run(ModelRunner& runner, const std::vector<Job>& jobs, SamplingParams sampling = {},
+                    const std::function<void()>& each_step = {}) {
+    Engine engine(Config(), runner);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& j : jobs) {
+      EngineRequest r;
+      r.prompt = j.prompt;
+      r.max_tokens = j.max_tokens;
+      r.stop.ignore_eos = true;
+      r.sampling = sampling;
+      auto s = engine.Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    while (engine.RunOnce())
+      if (each_step) each_step();
+    Result out;
+    for (auto& s : streams) {
+      StreamChunk c = s->Next(std::chrono::seconds(0));
+      EXPECT_TRUE(c.finished);
+      std::vector<TokenId> ids;
+      std::vector<double> lps;
+      for (auto& t : c.tokens) {
+        ids.push_back(t.id);
+        lps.push_back(t.logprob);
+      }
+      out.tokens.push_back(ids);
+      out.logprobs.push_back(lps);
+    }
+    return out;
+  }
+
+  // Same tokens; logprobs within the rounding of GEMMs over other row counts.
+  static void ExpectSame(const Result& a, const Result& b) {
+    ASSERT_EQ(a.tokens, b.tokens);
+    const ModelConfig& c = model_->config();
+    const double bound = testing::RoundingBound(std::max<std::int64_t>({c.hidden_size, c.intermediate_size, 60}),
+                                                c.num_hidden_layers, 20.0);  // the tiny models' logits are within +-20
+    for (std::size_t i = 0; i < a.logprobs.size(); ++i)
+      for (std::size_t k = 0; k < a.logprobs[i].size(); ++k)
+        EXPECT_NEAR(a.logprobs[i][k], b.logprobs[i][k], bound) << "request " << i << " token " << k;
+  }
+
+  static RunnerOptions Options(bool pad) {
+    RunnerOptions o;
+    o.max_num_batched_tokens = kBatchTokens;
+    o.max_num_seqs = kMaxSeqs;
+    o.pad_decode = pad;
+    return o;
+  }
+
+  static ScratchDir* dir_;
+  static DecoderModel* model_;
+};
+ScratchDir* ModelRunnerTest::dir_ = nullptr;
+DecoderModel* ModelRunnerTest::model_ = nullptr;
+
+TEST(DecodeBuckets, PowersOfTwoToEightThenStepsOfEightToTheLimit) {
+  EXPECT_EQ(ModelRunner::DecodeBuckets(64), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64}));
+  EXPECT_EQ(ModelRunner::DecodeBuckets(20), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 20}));
+  EXPECT_EQ(ModelRunner::DecodeBuckets(3), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(ModelRunner::DecodeBuckets(1), (std::vector<std::int64_t>{1}));
+}
+
+TEST_F(ModelRunnerTest, PaddedDecodeEqualsUnpadded) {
+  const auto jobs = Jobs(27, 11);
+  ModelRunner plain(*model_, 512, 4, Options(false));
+  ModelRunner padded(*model_, 512, 4, Options(true));
+  const Result want = Run(plain, jobs);
+  const Result got = Run(padded, jobs);
+  ExpectSame(got, want);
+  EXPECT_EQ(plain.stats().padded_steps, 0u);
+  // 27 decodes pad to 32, and shrinking batches to their buckets.
+  EXPECT_GT(padded.stats().padded_steps, 5u);
+  EXPECT_GT(padded.stats().padding_rows, 0u);
+  EXPECT_EQ(padded.stats().steps, plain.stats().steps);
+}
+
+// The same through the gather-based reference attention, whose oracle
+// checks every step's attention tensors against the host's lengths and
+// whose cache write skips the fillers' slots as the kernels' does.
+TEST_F(ModelRunnerTest, PaddedDecodeEqualsUnpaddedOnTheReferenceAttention) {
+  const auto jobs = Jobs(11, 12);
+  const testing::ReferenceAttentionModel reference(*model_);
+  ModelRunner plain(reference, 512, 4, Options(false));
+  ModelRunner padded(reference, 512, 4, Options(true));
+  ExpectSame(Run(padded, jobs), Run(plain, jobs));
+  EXPECT_GT(padded.stats().padding_rows, 0u);
+}
+
+TEST_F(ModelRunnerTest, SeededSamplingIsTheSamePadded) {
+  const auto jobs = Jobs(13, 13);
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_p = 0.95;
+  p.seed = 77;
+  ModelRunner plain(*model_, 512, 4, Options(false));
+  ModelRunner padded(*model_, 512, 4, Options(true));
+  ExpectSame(Run(padded, jobs, p), Run(plain, jobs, p));
+  EXPECT_GT(padded.stats().padding_rows, 0u);
+}
+
+TEST_F(ModelRunnerTest, StepBuffersKeepTheirAddressesAcrossSteps) {
+  const auto jobs = Jobs(40, 14);
+  ModelRunner runner(*model_, 512, 4, Options(true));
+  const std::vector<const void*> first = runner.BufferAddresses();
+  ASSERT_EQ(first.size(), 3u);
+  int steps = 0;
+  Run(runner, jobs, {}, [&] {
+    ++steps;
+    ASSERT_EQ(runner.BufferAddresses(), first) << "after step " << steps;
+  });
+  EXPECT_GT(steps, 10);
+  EXPECT_EQ(runner.stats().buffer_growths, 0u);
+}
+
+// A runner told of smaller limits than the scheduler's grows its buffers
+// on the first larger step (new addresses, counted) and computes the same.
+TEST_F(ModelRunnerTest, AStepLargerThanTheBuffersGrowsThem) {
+  const auto jobs = Jobs(9, 15);
+  RunnerOptions small = Options(true);
+  small.max_num_batched_tokens = 4;
+  small.max_num_seqs = 2;
+  ModelRunner grown(*model_, 512, 4, small);
+  const std::vector<const void*> before = grown.BufferAddresses();
+  ModelRunner plain(*model_, 512, 4, Options(false));
+  ExpectSame(Run(grown, jobs), Run(plain, jobs));
+  EXPECT_GT(grown.stats().buffer_growths, 0u);
+  EXPECT_NE(grown.BufferAddresses(), before);
+}
+
+#ifdef ROPESERVE_HAVE_CUDA
+// On a GPU (scripts/gpu-check): decode steps replayed from the captured
+// graphs give what the same padded steps give eagerly.
+TEST_F(ModelRunnerTest, CudaGraphReplayEqualsEager) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE((*m)->CanCaptureGraphs());
+  const auto jobs = Jobs(27, 16);
+  RunnerOptions eager = Options(true), graphs = Options(true);
+  graphs.cuda_graphs = true;
+  ModelRunner a(**m, 512, 4, eager);
+  ModelRunner b(**m, 512, 4, graphs);
+  const Status captured = b.CaptureDecodeGraphs();
+  ASSERT_TRUE(captured.ok()) << captured.ToString();
+  EXPECT_EQ(b.captured_graphs(), ModelRunner::DecodeBuckets(kMaxSeqs).size());
+  const Result want = Run(a, jobs), got = Run(b, jobs);
+  EXPECT_GT(b.stats().graph_replays, 5u);
+  EXPECT_EQ(a.stats().graph_replays, 0u);
+  ASSERT_EQ(got.tokens, want.tokens);
+  const ModelConfig& c = (*m)->config();
+  const double bound = testing::RoundingBound(std::max<std::int64_t>({c.hidden_size, c.intermediate_size, 60}),
+                                              c.num_hidden_layers, 20.0, testing::kBF16Roundoff);
+  for (std::size_t i = 0; i < got.logprobs.size(); ++i)
+    for (std::size_t k = 0; k < got.logprobs[i].size(); ++k)
+      EXPECT_NEAR(got.logprobs[i][k], want.logprobs[i][k], bound) << "request " << i << " token " << k;
+}
+#endif
+
+}  // namespace
+}  // namespace ropeserve
