@@ -45,14 +45,31 @@ bool HostSampler::NeedsRow(RequestId id) const {
   return !spec.params.greedy() || spec.params.has_penalties() || spec.processor != nullptr || spec.top_logprobs > 0;
 }
 
-StatusOr<SampledToken> HostSampler::SampleArgmax(RequestId id, TokenId argmax, double max_logit, double lse) {
-  if (NeedsRow(id)) return Internal("request " + std::to_string(id) + " needs its whole logits row to sample");
+std::optional<HostSampler::DeviceDraw> HostSampler::DeviceDrawOf(RequestId id) const {
+  auto it = states_.find(id);
+  if (it == states_.end()) return std::nullopt;
+  const State& s = it->second;
+  const SamplingParams& p = s.spec.params;
+  if (p.has_penalties() || s.spec.processor != nullptr || s.spec.top_logprobs > 0) return std::nullopt;
+  DeviceDraw d;
+  d.temperature = p.temperature;
+  d.top_k = p.top_k;
+  d.top_p = p.top_p;
+  d.min_p = p.min_p;
+  d.seed = s.spec.seed;
+  d.offset = s.generated.size();
+  return d;
+}
+
+StatusOr<SampledToken> HostSampler::TakeReduced(RequestId id, TokenId token, double logit, double lse) {
+  if (NeedsRow(id) && !DeviceDrawOf(id))
+    return Internal("request " + std::to_string(id) + " needs its whole logits row to sample");
   State& s = states_.find(id)->second;
   SampledToken out;
   out.id = id;
-  out.token = argmax;
-  out.logprob = max_logit - lse;
-  s.generated.push_back(argmax);
+  out.token = token;
+  out.logprob = logit - lse;
+  s.generated.push_back(token);
   return out;
 }
 

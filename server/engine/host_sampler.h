@@ -1,10 +1,21 @@
 // The reference sampler, on the host: every request's sampling state
 // (seeded generator, penalty counts, tokens so far), kept across steps by
 // the runner that owns it and updated from StepPlan diffs. The CPU runner
-// samples with it; a device sampler (kernels/cuda) is tested against it.
+// samples with it. A runner whose device samples (CUDA: kernels/cuda's
+// SampleRows) draws the rows DeviceDraw allows there and hands back only
+// each drawn token, its logit and the row's logsumexp (TakeReduced).
+//
+// Seeded sampling: on the host, a request's draws come from its own
+// mt19937_64 seeded with its seed; on a CUDA device, draw k of a request is
+// a counter-based function of (seed, k), k = the tokens it generated so
+// far. Either way a request's tokens do not depend on what it is batched
+// with or on preemption (its state stays with the runner); the same seed
+// gives different tokens on the CPU and on a GPU (different generators,
+// different floating-point sums), as in vLLM.
 // Torch-free; not thread-safe (the runner's thread).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -35,10 +46,22 @@ class HostSampler {
   // logit's lowest id and the row's logsumexp are all it needs (a device
   // can reduce the row and send back three numbers), see SampleArgmax.
   bool NeedsRow(RequestId id) const;
-  // Request `id`'s token when !NeedsRow(id): `argmax` (the lowest id of the
-  // row's largest logit `max_logit`), logprob max_logit - lse. The same
-  // token and logprob as Sample on the whole row.
-  StatusOr<SampledToken> SampleArgmax(RequestId id, TokenId argmax, double max_logit, double lse);
+  // Parameters of request `id`'s next draw on a device: for random sampling
+  // with temperature, top-k/p and min-p only (no penalties, processor or
+  // top logprobs), and greedy; nullopt when the host must sample it.
+  struct DeviceDraw {
+    double temperature = 0;  // 0: greedy
+    std::int64_t top_k = 0;  // <= 0: off
+    double top_p = 1, min_p = 0;
+    std::uint64_t seed = 0;
+    std::uint64_t offset = 0;  // the draw's index: tokens generated so far
+  };
+  std::optional<DeviceDraw> DeviceDrawOf(RequestId id) const;
+  // Request `id`'s token when its row was reduced where it lies: `token`
+  // (the argmax when !NeedsRow(id), the lowest id of the largest logit;
+  // otherwise a device's draw under DeviceDrawOf(id)), logprob logit - lse.
+  // For the argmax, the same token and logprob as Sample on the whole row.
+  StatusOr<SampledToken> TakeReduced(RequestId id, TokenId token, double logit, double lse);
   std::size_t size() const { return states_.size(); }
 
  private:

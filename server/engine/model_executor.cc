@@ -19,7 +19,7 @@ StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, cons
         return Internal("the forward left out a logits row without its reduction");
       const std::int64_t a = logits.argmax[row];
       if (a < 0 || a >= logits.vocab) return Internal("the forward's argmax is outside the vocabulary");
-      RS_ASSIGN_OR_RETURN(t, sampler.SampleArgmax(s.request_id, static_cast<TokenId>(a), logits.max[row], *lse));
+      RS_ASSIGN_OR_RETURN(t, sampler.TakeReduced(s.request_id, static_cast<TokenId>(a), logits.max[row], *lse));
     } else {
       RS_ASSIGN_OR_RETURN(t, sampler.Sample(s.request_id, r, lse));
     }

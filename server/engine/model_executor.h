@@ -50,10 +50,12 @@ struct StepLogits {
   // float32 like the reference implementations' log_softmax); null: the
   // sampler computes it.
   const float* logsumexp = nullptr;
-  // Per row, when the producer reduces the rows itself: the largest logit
-  // and the lowest id holding it. With them (and logsumexp), rows the
-  // sampler does not need whole (HostSampler::NeedsRow) may be left out of
-  // `data`: row i is data row row_index[i], or absent when that is -1.
+  // Per row, when the producer reduces the rows itself: the chosen token
+  // (`argmax`: the lowest id of the largest logit, or, for rows a device
+  // drew under HostSampler::DeviceDrawOf, the drawn token) and its logit
+  // (`max`). With them (and logsumexp), rows the sampler does not need
+  // whole may be left out of `data`: row i is data row row_index[i], or
+  // absent when that is -1 (HostSampler::TakeReduced then takes the token).
   // row_index null: row i is data row i.
   const float* max = nullptr;
   const std::int64_t* argmax = nullptr;

@@ -17,7 +17,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <climits>
 #include <map>
+
+#include "kernels/cuda/torch_glue.h"
 #endif
 #include "server/models/paged_model.h"
 
@@ -199,22 +202,81 @@ struct StepRows {
   std::vector<std::int64_t> row_index;
 };
 
+#ifdef ROPESERVE_HAVE_CUDA
+// The rows a CUDA device draws itself (HostSampler::DeviceDrawOf), when at
+// least one of them samples at random: every row's parameters go to the
+// device and kernels/cuda's SampleRows draws them (a greedy row's draw is
+// its argmax, lowest id among equal maxima); rows the host must sample get
+// a greedy placeholder whose result is not used. Returns the drawn ids
+// [rows] on the device, or an undefined tensor when no row samples at random.
+at::Tensor DrawOnDevice(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits,
+                        std::vector<char>& drawn) {
+  const auto R = static_cast<std::size_t>(logits.size(0));
+  std::vector<float> temperature(R, 0.0f), top_p(R, 1.0f), min_p(R, 0.0f);
+  std::vector<std::int32_t> top_k(R, 0);
+  std::vector<std::int64_t> seed(R, 0), offset(R, 0);
+  drawn.assign(R, 0);
+  bool random = false;
+  std::size_t row = 0;
+  for (const auto& s : plan.sequences) {
+    if (!s.needs_logits) continue;
+    if (const auto d = sampler.DeviceDrawOf(s.request_id)) {
+      drawn[row] = 1;
+      temperature[row] = static_cast<float>(d->temperature);
+      top_k[row] = static_cast<std::int32_t>(std::clamp<std::int64_t>(d->top_k, -1, INT32_MAX));
+      top_p[row] = static_cast<float>(d->top_p);
+      min_p[row] = static_cast<float>(d->min_p);
+      seed[row] = static_cast<std::int64_t>(d->seed);  // the kernel reads the bits as uint64
+      offset[row] = static_cast<std::int64_t>(d->offset);
+      random = random || d->temperature > 0;
+    }
+    ++row;
+  }
+  if (!random) return {};
+  const at::Device dev = logits.device();
+  auto up = [&](const auto& v, at::ScalarType t) {
+    return at::from_blob(const_cast<void*>(static_cast<const void*>(v.data())), {static_cast<std::int64_t>(R)}, t)
+        .to(dev);
+  };
+  return cuda::SampleRows(logits, up(temperature, at::kFloat), up(top_k, at::kInt), up(top_p, at::kFloat),
+                          up(min_p, at::kFloat), up(seed, at::kLong), up(offset, at::kLong));
+}
+#endif
+
 // Every row is reduced where it lies (logsumexp, max, argmax: three numbers
 // back per row); a row comes back whole only when the host sampler needs it
 // (sampling, penalties, processors, top logprobs) or its max is NaN (the
 // host's argmax decides those). On a GPU a greedy batch so returns a few
 // bytes per sequence instead of its [rows, vocab] logits; on the CPU the
-// rows are not copied, only marked.
+// rows are not copied, only marked. With `device_draws` (CUDA), rows the
+// device may draw (HostSampler::DeviceDrawOf) are drawn there and only the
+// token and its logit come back.
 Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, StepRows& rows,
-                  StepLogits& out) {
+                  StepLogits& out, bool device_draws) {
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
   auto [max, argmax] = logits.max(1);
-  // logsumexp and max in one transfer, argmax in another.
-  rows.reduced = at::stack({at::logsumexp(logits, 1), max}).to(at::kCPU).contiguous();  // [2, rows]
-  rows.argmax = argmax.to(at::kCPU).contiguous();
+  at::Tensor chosen = argmax, chosen_logit = max;
+  std::vector<char> drawn;
+#ifdef ROPESERVE_HAVE_CUDA
+  if (device_draws && logits.is_cuda()) {
+    const at::Tensor ids = DrawOnDevice(sampler, plan, logits, drawn);
+    if (ids.defined()) {
+      chosen = ids;
+      chosen_logit = logits.gather(1, ids.unsqueeze(1)).squeeze(1);
+    } else {
+      drawn.clear();  // greedy only: the argmax is every row's token
+    }
+  }
+#else
+  (void)device_draws;
+#endif
+  // logsumexp, max and the chosen tokens' logits in one transfer, the tokens in another.
+  rows.reduced = at::stack({at::logsumexp(logits, 1), max, chosen_logit}).to(at::kCPU).contiguous();  // [3, rows]
+  rows.argmax = chosen.to(at::kCPU).contiguous();
   out.logsumexp = rows.reduced.data_ptr<float>();
-  out.max = out.logsumexp + out.rows;
+  const float* row_max = out.logsumexp + out.rows;
+  out.max = out.logsumexp + 2 * out.rows;
   out.argmax = rows.argmax.data_ptr<std::int64_t>();
   // On the CPU no row is copied: data is every row, and the index says
   // which are meant; elsewhere data holds the needed rows only, in order.
@@ -224,7 +286,8 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     if (!s.needs_logits) continue;
-    const bool need = sampler.NeedsRow(s.request_id) || std::isnan(out.max[row]);
+    const bool on_device = !drawn.empty() && drawn[static_cast<std::size_t>(row)] != 0;
+    const bool need = (!on_device && sampler.NeedsRow(s.request_id)) || std::isnan(row_max[row]);
     rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
     if (need) whole.push_back(row);
     ++row;
@@ -450,7 +513,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
   }
-  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out));
+  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out, im.options.device_sampling));
   out.owner = rows;
   return out;
 }

@@ -26,10 +26,11 @@
 // graphs are captured at. It runs on the CPU too, where the tests hold it
 // equal to the unpadded step.
 //
-// Each logits row is reduced where it lies (logsumexp, max, argmax); only
-// the rows the host sampler needs whole (random sampling, penalties,
-// processors, top logprobs) come back, so a greedy batch returns three
-// numbers per sequence.
+// Each logits row is reduced where it lies (logsumexp, max, argmax); on a
+// CUDA device the rows of plain random sampling are drawn there too
+// (RunnerOptions::device_sampling); only the rows the host sampler needs
+// whole (penalties, processors, top logprobs; on the CPU random sampling
+// too) come back, so most rows return three numbers.
 // Threading: the engine's thread only.
 #pragma once
 
@@ -53,6 +54,10 @@ struct RunnerOptions {
   // devices only, and only with pad_decode); off: every step runs eager
   // (--enforce-eager).
   bool cuda_graphs = false;
+  // On a CUDA device, draw the rows HostSampler::DeviceDrawOf allows there
+  // (kernels/cuda's SampleRows) instead of copying them to the host sampler.
+  // The CPU always samples on the host.
+  bool device_sampling = true;
 };
 
 // What the runner did, for tests and metrics.

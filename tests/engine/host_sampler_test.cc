@@ -187,13 +187,55 @@ TEST(HostSampler, OnlyPlainGreedyRequestsDoWithoutTheirRow) {
   s.Apply(plan);
   EXPECT_FALSE(s.NeedsRow(1));
   for (RequestId id : {2u, 3u, 4u, 5u}) EXPECT_TRUE(s.NeedsRow(id)) << id;
-  EXPECT_TRUE(s.NeedsRow(99));  // unknown: Sample reports it
-  auto refused = s.SampleArgmax(2, 0, 1.0, 1.0);
+  EXPECT_TRUE(s.NeedsRow(99));                   // unknown: Sample reports it
+  auto refused = s.TakeReduced(3, 0, 1.0, 1.0);  // penalties: the host's alone
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::kInternal);
 }
 
-TEST(HostSampler, SampleArgmaxGivesWhatSampleGivesOnTheWholeRow) {
+// What a device may draw: greedy and plain random sampling; penalties, a
+// processor or top logprobs keep a request on the host. A draw's offset
+// counts the request's tokens, whoever sampled them.
+TEST(HostSampler, DeviceDrawsArePlainSamplingWithTheirSeedAndTokenCount) {
+  HostSampler s;
+  StepPlan plan;
+  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4)};
+  plan.added[1].params.temperature = 0.7;
+  plan.added[1].params.top_k = 40;
+  plan.added[1].params.top_p = 0.9;
+  plan.added[1].params.min_p = 0.05;
+  plan.added[1].seed = 1234;
+  plan.added[2].params.temperature = 0.7;
+  plan.added[2].params.frequency_penalty = 0.5;
+  plan.added[3].params.temperature = 0.7;
+  plan.added[3].top_logprobs = 1;
+  s.Apply(plan);
+  const auto greedy = s.DeviceDrawOf(1);
+  ASSERT_TRUE(greedy.has_value());
+  EXPECT_EQ(greedy->temperature, 0.0);
+  const auto random = s.DeviceDrawOf(2);
+  ASSERT_TRUE(random.has_value());
+  EXPECT_EQ(random->temperature, 0.7);
+  EXPECT_EQ(random->top_k, 40);
+  EXPECT_EQ(random->top_p, 0.9);
+  EXPECT_EQ(random->min_p, 0.05);
+  EXPECT_EQ(random->seed, 1234u);
+  EXPECT_EQ(random->offset, 0u);
+  EXPECT_FALSE(s.DeviceDrawOf(3).has_value());
+  EXPECT_FALSE(s.DeviceDrawOf(4).has_value());
+  EXPECT_FALSE(s.DeviceDrawOf(99).has_value());
+  // A drawn token: logprob = its logit - lse; the next draw's offset is 1,
+  // and 2 after a host sample of the same request.
+  auto t = s.TakeReduced(2, 7, 1.5, 2.0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->token, 7);
+  EXPECT_EQ(t->logprob, -0.5);
+  EXPECT_EQ(s.DeviceDrawOf(2)->offset, 1u);
+  ASSERT_TRUE(s.Sample(2, std::vector<float>{0.0f, 1.0f, 2.0f}, std::nullopt).ok());
+  EXPECT_EQ(s.DeviceDrawOf(2)->offset, 2u);
+}
+
+TEST(HostSampler, TakeReducedArgmaxGivesWhatSampleGivesOnTheWholeRow) {
   // Ties go to the lowest id on both paths (the reduction's argmax is the
   // first maximal index, as at::max's).
   for (const std::vector<float>& row : std::vector<std::vector<float>>{
@@ -207,7 +249,7 @@ TEST(HostSampler, SampleArgmaxGivesWhatSampleGivesOnTheWholeRow) {
     for (float v : row) sum += std::exp(v - m);
     const double lse = m + std::log(sum);
     auto a = whole.Sample(1, row, lse);
-    auto b = reduced.SampleArgmax(1, argmax, *best, lse);
+    auto b = reduced.TakeReduced(1, argmax, *best, lse);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->token, argmax);
     EXPECT_EQ(b->token, a->token);

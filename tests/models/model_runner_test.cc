@@ -43,9 +43,9 @@ class ModelRunnerTest : public ::testing::Test {
     delete dir_;
   }
 
-  static EngineConfig Config() {
+  static EngineConfig Config(int num_blocks = 512) {
     EngineConfig c;
-    c.num_blocks = 512;
+    c.num_blocks = num_blocks;
     c.block_size = 4;
     c.scheduler.max_model_len = 256;
     c.scheduler.max_num_seqs = kMaxSeqs;
@@ -76,12 +76,13 @@ class ModelRunnerTest : public ::testing::Test {
   struct Result {
     std::vector<std::vector<TokenId>> tokens;
     std::vector<std::vector<double>> logprobs;
+    std::uint64_t preemptions = 0;
   };
   // Every job submitted at once, then one engine step at a time; `each_step`
   // runs after every step.
   static Result Run(ModelRunner& runner, const std::vector<Job>& jobs, SamplingParams sampling = {},
-                    const std::function<void()>& each_step = {}) {
-    Engine engine(Config(), runner);
+                    const std::function<void()>& each_step = {}, int num_blocks = 512) {
+    Engine engine(Config(num_blocks), runner);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& j : jobs) {
       EngineRequest r;
@@ -108,6 +109,7 @@ class ModelRunnerTest : public ::testing::Test {
       out.tokens.push_back(ids);
       out.logprobs.push_back(lps);
     }
+    out.preemptions = engine.stats().preemptions;
     return out;
   }
 
@@ -237,6 +239,35 @@ TEST_F(ModelRunnerTest, CudaGraphReplayEqualsEager) {
   for (std::size_t i = 0; i < got.logprobs.size(); ++i)
     for (std::size_t k = 0; k < got.logprobs[i].size(); ++k)
       EXPECT_NEAR(got.logprobs[i][k], want.logprobs[i][k], bound) << "request " << i << " token " << k;
+}
+
+// On a GPU: plain random sampling is drawn on the device, keyed by (seed,
+// tokens so far), so a seeded request's tokens are the same alone, in a
+// batch and when preempted (a KV cache too small for the batch).
+TEST_F(ModelRunnerTest, CudaSeededDrawsAreTheSameAloneBatchedAndPreempted) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto jobs = Jobs(16, 17);
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_p = 0.95;
+  p.seed = 99;
+  ModelRunner batched_runner(**m, 512, 4, Options(false));
+  const Result batched = Run(batched_runner, jobs, p);
+  ModelRunner tight_runner(**m, 40, 4, Options(false));  // 160 slots for 16 requests of up to 57 tokens
+  const Result tight = Run(tight_runner, jobs, p, {}, 40);
+  EXPECT_GT(tight.preemptions, 0u);
+  EXPECT_EQ(tight.tokens, batched.tokens);
+  for (std::size_t i = 0; i < jobs.size(); i += 3) {
+    ModelRunner alone_runner(**m, 512, 4, Options(false));
+    EXPECT_EQ(Run(alone_runner, {jobs[i]}, p).tokens[0], batched.tokens[i]) << "request " << i;
+  }
+  // Not all greedy: the draws differ from the argmax somewhere.
+  p.temperature = 0;
+  ModelRunner greedy_runner(**m, 512, 4, Options(false));
+  EXPECT_NE(Run(greedy_runner, jobs, p).tokens, batched.tokens);
 }
 #endif
 
