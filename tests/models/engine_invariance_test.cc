@@ -12,27 +12,16 @@
 #include "tests/common/float_bounds.h"
 #include "tests/common/offline.h"
 #include "tests/models/reference_decoder.h"
+#include "tests/models/tiny_model_suite.h"
 
 namespace ropeserve {
 namespace {
 
 using testing::ScratchDir;
 
-class EngineInvariance : public ::testing::Test {
+class EngineInvariance : public testing::TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new ScratchDir();
-    auto o = testing::TinyOptions("qwen2");
-    o.max_position_embeddings = 512;
-    testing::MakeTinyCheckpoint(dir_->path(), o);
-    auto m = DecoderModel::Load(dir_->path(), DType::kF32);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
+  static void SetUpTestSuite() { Load(512); }
 
   static std::vector<std::vector<TokenId>> Prompts(int n, std::uint64_t seed, const std::vector<TokenId>& prefix = {}) {
     std::mt19937_64 rng(seed);
@@ -61,32 +50,11 @@ class EngineInvariance : public ::testing::Test {
   static std::vector<std::vector<TokenId>> RunBatch(Engine& engine, const std::vector<std::vector<TokenId>>& prompts,
                                                     std::int64_t max_tokens, SamplingParams sampling = {},
                                                     std::vector<std::vector<double>>* logprobs = nullptr) {
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (const auto& p : prompts) {
-      EngineRequest r;
-      r.prompt = p;
-      r.max_tokens = max_tokens;
-      r.stop.ignore_eos = true;
-      r.sampling = sampling;
-      auto s = engine.Submit(r);
-      EXPECT_TRUE(s.ok()) << s.status().ToString();
-      streams.push_back(*s);
-    }
+    const auto streams = SubmitAll(engine, prompts, std::vector<std::int64_t>(prompts.size(), max_tokens), sampling);
     engine.RunUntilIdle();
-    std::vector<std::vector<TokenId>> out;
-    for (auto& s : streams) {
-      StreamChunk c = s->Next(std::chrono::seconds(0));
-      EXPECT_TRUE(c.finished);
-      std::vector<TokenId> ids;
-      std::vector<double> lps;
-      for (auto& t : c.tokens) {
-        ids.push_back(t.id);
-        lps.push_back(t.logprob);
-      }
-      out.push_back(ids);
-      if (logprobs != nullptr) logprobs->push_back(lps);
-    }
-    return out;
+    Outputs out = Collect(streams);
+    if (logprobs != nullptr) *logprobs = std::move(out.logprobs);
+    return out.tokens;
   }
 
   // One request alone: through its own engine, or (reference) by dense
@@ -97,12 +65,7 @@ class EngineInvariance : public ::testing::Test {
     Engine engine(Config(64), runner);
     return RunBatch(engine, {prompt}, max_tokens)[0];
   }
-
-  static ScratchDir* dir_;
-  static DecoderModel* model_;
 };
-ScratchDir* EngineInvariance::dir_ = nullptr;
-DecoderModel* EngineInvariance::model_ = nullptr;
 
 TEST_F(EngineInvariance, BatchedGreedyEqualsAloneAndReference) {
   const auto prompts = Prompts(64, 1);
@@ -194,10 +157,7 @@ TEST_F(EngineInvariance, CancellingHalfReturnsEveryBlock) {
 // up to the rounding of GEMMs of other shapes.
 TEST_F(EngineInvariance, SeededSamplingIsTheSameAloneInABatchAndPreempted) {
   const auto prompts = Prompts(16, 6);
-  SamplingParams p;
-  p.temperature = 0.9;
-  p.top_p = 0.95;
-  p.seed = 1234;
+  SamplingParams p = Seeded(1234);
   ModelRunner runner(*model_, 512, 4);
   Engine batch_engine(Config(512), runner);
   std::vector<std::vector<double>> batched_lp;

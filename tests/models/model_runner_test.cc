@@ -18,6 +18,7 @@
 #include "tests/common/float_bounds.h"
 #include "tests/common/offline.h"
 #include "tests/models/reference_decoder.h"
+#include "tests/models/tiny_model_suite.h"
 
 namespace ropeserve {
 namespace {
@@ -27,21 +28,9 @@ using testing::ScratchDir;
 constexpr std::int64_t kBatchTokens = 96;
 constexpr int kMaxSeqs = 64;
 
-class ModelRunnerTest : public ::testing::Test {
+class ModelRunnerTest : public testing::TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new ScratchDir();
-    auto o = testing::TinyOptions("qwen2");
-    o.max_position_embeddings = 256;
-    testing::MakeTinyCheckpoint(dir_->path(), o);
-    auto m = DecoderModel::Load(dir_->path(), DType::kF32);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
+  static void SetUpTestSuite() { Load(256); }
 
   static EngineConfig Config(int num_blocks = 512) {
     EngineConfig c;
@@ -73,9 +62,7 @@ class ModelRunnerTest : public ::testing::Test {
     return out;
   }
 
-  struct Result {
-    std::vector<std::vector<TokenId>> tokens;
-    std::vector<std::vector<double>> logprobs;
+  struct Result : Outputs {
     std::uint64_t preemptions = 0;
   };
   // Every job submitted at once, then one engine step at a time; `each_step`
@@ -83,32 +70,17 @@ class ModelRunnerTest : public ::testing::Test {
   static Result Run(ModelRunner& runner, const std::vector<Job>& jobs, SamplingParams sampling = {},
                     const std::function<void()>& each_step = {}, int num_blocks = 512) {
     Engine engine(Config(num_blocks), runner);
-    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<std::vector<TokenId>> prompts;
+    std::vector<std::int64_t> max_tokens;
     for (const auto& j : jobs) {
-      EngineRequest r;
-      r.prompt = j.prompt;
-      r.max_tokens = j.max_tokens;
-      r.stop.ignore_eos = true;
-      r.sampling = sampling;
-      auto s = engine.Submit(r);
-      EXPECT_TRUE(s.ok()) << s.status().ToString();
-      streams.push_back(*s);
+      prompts.push_back(j.prompt);
+      max_tokens.push_back(j.max_tokens);
     }
+    const auto streams = SubmitAll(engine, prompts, max_tokens, sampling);
     while (engine.RunOnce())
       if (each_step) each_step();
     Result out;
-    for (auto& s : streams) {
-      StreamChunk c = s->Next(std::chrono::seconds(0));
-      EXPECT_TRUE(c.finished);
-      std::vector<TokenId> ids;
-      std::vector<double> lps;
-      for (auto& t : c.tokens) {
-        ids.push_back(t.id);
-        lps.push_back(t.logprob);
-      }
-      out.tokens.push_back(ids);
-      out.logprobs.push_back(lps);
-    }
+    static_cast<Outputs&>(out) = Collect(streams);
     out.preemptions = engine.stats().preemptions;
     return out;
   }
@@ -131,12 +103,7 @@ class ModelRunnerTest : public ::testing::Test {
     o.pad_decode = pad;
     return o;
   }
-
-  static ScratchDir* dir_;
-  static DecoderModel* model_;
 };
-ScratchDir* ModelRunnerTest::dir_ = nullptr;
-DecoderModel* ModelRunnerTest::model_ = nullptr;
 
 TEST(DecodeBuckets, PowersOfTwoToEightThenStepsOfEightToTheLimit) {
   EXPECT_EQ(ModelRunner::DecodeBuckets(64), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64}));
@@ -173,10 +140,7 @@ TEST_F(ModelRunnerTest, PaddedDecodeEqualsUnpaddedOnTheReferenceAttention) {
 
 TEST_F(ModelRunnerTest, SeededSamplingIsTheSamePadded) {
   const auto jobs = Jobs(13, 13);
-  SamplingParams p;
-  p.temperature = 0.9;
-  p.top_p = 0.95;
-  p.seed = 77;
+  SamplingParams p = Seeded(77);
   ModelRunner plain(*model_, 512, 4, Options(false));
   ModelRunner padded(*model_, 512, 4, Options(true));
   ExpectSame(Run(padded, jobs, p), Run(plain, jobs, p));
@@ -250,10 +214,7 @@ TEST_F(ModelRunnerTest, CudaSeededDrawsAreTheSameAloneBatchedAndPreempted) {
   auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const auto jobs = Jobs(16, 17);
-  SamplingParams p;
-  p.temperature = 0.9;
-  p.top_p = 0.95;
-  p.seed = 99;
+  SamplingParams p = Seeded(99);
   ModelRunner batched_runner(**m, 512, 4, Options(false));
   const Result batched = Run(batched_runner, jobs, p);
   ModelRunner tight_runner(**m, 40, 4, Options(false));  // 160 slots for 16 requests of up to 57 tokens
