@@ -4,9 +4,11 @@
 // turns ready. SIGTERM/SIGINT drains: not ready, new work refused (503 /
 // UNAVAILABLE), in-flight requests finish within --shutdown-timeout, exit 0.
 // A second signal exits at once.
-#include <pthread.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
@@ -114,6 +116,27 @@ struct StopSignal {
   }
 };
 
+// The stop signals' self-pipe: the handler only write()s (async-signal-safe).
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void WriteStopSignal(int sig) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// Blocks until a stop signal arrives; returns its number.
+int ReadStopSignal() {
+  unsigned char byte = 0;
+  for (;;) {
+    const ssize_t n = read(g_stop_pipe[0], &byte, 1);
+    if (n == 1) return byte;
+    if (n < 0 && errno == EINTR) continue;
+    pause();  // the pipe failed: wait without spinning
+  }
+}
+
 // Loads the summarization model and its tokenizer and starts the engine.
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
@@ -132,7 +155,9 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   }
   if (f.served_model_name.empty())
     f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
-  const DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
+  DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
+  // CUDA workers compute in 16 bits: auto takes bfloat16 for float32 checkpoints there.
+  if (f.dtype == "auto" && dtype == DType::kF32 && f.device.rfind("cuda", 0) == 0) dtype = DType::kBF16;
   Loaded out;
   const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
   RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization, at::Device(f.device)));
@@ -222,26 +247,30 @@ int Run(ServeFlags f) {
   ctx.metrics = &metrics;
   ctx.request_timeout_seconds = f.request_timeout;
 
-  // Block the stop signals in every thread; one thread waits for them.
+  // The stop signals reach a handler that writes them to a pipe, and one
+  // thread reads the pipe. (Blocking them for sigwait is not enough: threads
+  // that libraries started before this point, such as a CUDA LibTorch's,
+  // would keep them unblocked, and a signal delivered to one of those takes
+  // its default action, which PID 1 in a container ignores.)
   std::signal(SIGPIPE, SIG_IGN);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (pipe2(g_stop_pipe, O_CLOEXEC) != 0) return Fail("cannot create the signal pipe");
+  struct sigaction on_stop {};
+  on_stop.sa_handler = WriteStopSignal;
+  sigemptyset(&on_stop.sa_mask);
+  on_stop.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &on_stop, nullptr);
+  sigaction(SIGTERM, &on_stop, nullptr);
   StopSignal stop;
-  std::thread([&stop, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+  std::thread([&stop] {
+    const int sig = ReadStopSignal();
     spdlog::info("received {}, draining (a second signal exits at once)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     stop.Request();
-    sigwait(&stop_signals, &sig);
+    const int second = ReadStopSignal();
     spdlog::warn("second signal: exiting now");
-    std::_Exit(128 + sig);
+    std::_Exit(128 + second);
   }).detach();
 
-  // Tracing: ids always; spans exported only to a collector. (Its thread
-  // starts after the stop signals are blocked, as every thread must.)
+  // Tracing: ids always; spans exported only to a collector.
   std::unique_ptr<api::OtlpExporter> exporter;
   auto otlp_headers = api::ParseOtlpHeaders(f.otlp_traces_headers);
   if (!otlp_headers.ok()) return Fail("--otlp-traces-headers: " + otlp_headers.status().message());
@@ -421,7 +450,10 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_DEVICE")
       ->check(DeviceValidator());
-  sub->add_option("--dtype", f->dtype, "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32)")
+  sub->add_option(
+         "--dtype", f->dtype,
+         "Compute dtype (auto = bfloat16 for bf16 checkpoints, else float32 on CPU workers and bfloat16 on CUDA "
+         "workers)")
       ->capture_default_str()
       ->envname("ROPESERVE_DTYPE")
       ->check(CLI::IsMember(kDTypeChoices));
