@@ -37,6 +37,7 @@ COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
 # named explicitly (Debian's reference BLAS is 13-30x slower).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends $(cat /tmp/runtime-packages.txt) libopenblas0-openmp curl \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
  && useradd --system --uid 10001 --home-dir /home/ropeserve --create-home ropeserve \
  && mkdir -p /models

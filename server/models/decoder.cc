@@ -49,10 +49,10 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
 #ifndef ROPESERVE_HAVE_CUDA
     return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
 #endif
+    RS_RETURN_IF_ERROR(CheckDeviceUsable(device));  // first: no GPU is the reason that matters
     if (dtype != DType::kF16 && dtype != DType::kBF16)
       return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
     if (quantization != Quantization::kNone) return InvalidArgument("int8 weights run on the CPU only");
-    RS_RETURN_IF_ERROR(CheckDeviceUsable(device));
   } else if (!device.is_cpu()) {
     return InvalidArgument("workers run on the CPU or a CUDA device");
   } else {
