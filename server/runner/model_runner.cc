@@ -424,6 +424,14 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
   batch.context_lens.reserve(static_cast<std::size_t>(at.S));
   query_start[0] = 0;
   std::int64_t row = 0, logits_n = 0, prompt_k = 0;
+  // Sequence i's rows end at `row`: its attention entries, here and on the host.
+  auto end_sequence = [&](std::int64_t i, std::int64_t len, std::int64_t context_len, std::int64_t table_row) {
+    query_start[i + 1] = row;
+    context[i] = context_len;
+    table_rows[i] = table_row;
+    batch.query_lens.push_back(len);
+    batch.context_lens.push_back(context_len);
+  };
   for (std::int64_t i = 0; i < n; ++i) {
     const auto& s = plan.sequences[static_cast<std::size_t>(i)];
     const auto len = static_cast<std::int64_t>(s.token_ids.size());
@@ -444,12 +452,8 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
       prompt_rows[prompt_k++] = row + pos - s.start_position;
     }
     row += len;
-    query_start[i + 1] = row;
-    context[i] = s.context_length();
-    table_rows[i] = tables.RowOf(s.request_id);
+    end_sequence(i, len, s.context_length(), tables.RowOf(s.request_id));
     if (s.needs_logits) logits_rows[logits_n++] = row - 1;
-    batch.query_lens.push_back(len);
-    batch.context_lens.push_back(s.context_length());
   }
   for (std::int64_t i = n; i < at.S; ++i) {
     ids[row] = 0;
@@ -457,11 +461,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
     slots[row] = kPaddingSlot;
     logits_rows[logits_n++] = row;
     ++row;
-    query_start[i + 1] = row;
-    context[i] = 1;
-    table_rows[i] = 0;
-    batch.query_lens.push_back(1);
-    batch.context_lens.push_back(1);
+    end_sequence(i, 1, 1, 0);
   }
 
   // One copy; every per-step tensor is a view of it.
