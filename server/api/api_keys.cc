@@ -51,4 +51,16 @@ Status ApiKeys::Check(std::string_view authorization) const {
   return Status::Ok();
 }
 
+std::string ApiKeys::Owner(std::string_view authorization) const {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!enabled() || authorization.size() <= kBearer.size()) return "";
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : Hash(authorization.substr(kBearer.size()))) {
+    out.push_back(hex[b >> 4]);
+    out.push_back(hex[b & 15]);
+  }
+  return out;
+}
+
 }  // namespace ropeserve::api

@@ -23,6 +23,9 @@ class ApiKeys {
   bool enabled() const { return !digests_.empty(); }
   // OK when keys are off or `authorization` is "Bearer <a valid key>".
   Status Check(std::string_view authorization) const;
+  // Who owns what a request stores (the Responses API's stored responses):
+  // the hex SHA-256 digest of the presented key; "" when keys are off.
+  std::string Owner(std::string_view authorization) const;
 
  private:
   using Digest = std::array<unsigned char, 32>;

@@ -54,14 +54,44 @@ constexpr Route kRoutes[] = {
     {"/v1/chat/completions", "POST", false, true},
     {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},
     {"/v1/messages/count_tokens", "POST", false, true, ApiDialect::kAnthropic},
+    {"/v1/responses", "POST", false, true},
+    {"/v1/responses/{response_id}", "GET", false, true},
+    {"/v1/responses/{response_id}", "DELETE", false, true},
+    {"/v1/responses/{response_id}/cancel", "POST", false, true},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
 };
 
-const Route* FindRoute(const std::string& path, bool admin) {
-  for (const auto& r : kRoutes)
-    if (path == r.path && (r.admin || !admin)) return &r;
-  return nullptr;
+// A route's path matches `path` segment by segment; "{response_id}"
+// matches one segment of letters, digits, '_' and '-'. `id` receives it.
+bool PathMatches(std::string_view pattern, std::string_view path, std::string* id) {
+  while (!pattern.empty() && !path.empty()) {
+    const std::size_t ps = pattern.find('/', 1), qs = path.find('/', 1);
+    const std::string_view p = pattern.substr(0, ps), q = path.substr(0, qs);
+    if (p == "/{response_id}") {
+      if (q.size() < 2 || q.size() > 201) return false;
+      for (char c : q.substr(1))
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+      if (id != nullptr) *id = std::string(q.substr(1));
+    } else if (p != q) {
+      return false;
+    }
+    pattern = ps == std::string_view::npos ? std::string_view() : pattern.substr(ps);
+    path = qs == std::string_view::npos ? std::string_view() : path.substr(qs);
+  }
+  return pattern.empty() && path.empty();
+}
+
+// The route of `path` for `method`; when the path has routes but none for
+// the method, the first of them (a 405 names its method).
+const Route* FindRoute(const std::string& path, bool admin, const std::string& method = "", std::string* id = nullptr) {
+  const Route* found = nullptr;
+  for (const auto& r : kRoutes) {
+    if (!(r.admin || !admin) || !PathMatches(r.path, path, id)) continue;
+    if (method == r.method || (method == "HEAD" && std::string(r.method) == "GET")) return &r;
+    if (found == nullptr) found = &r;
+  }
+  return found;
 }
 
 // Per-request data the access log needs; cpp-httplib runs a request's
@@ -70,6 +100,8 @@ struct RequestInfo {
   std::chrono::steady_clock::time_point start;
   std::string id;
   std::string user;                          // the body's `user` (OpenAI), when it has one
+  std::string owner;                         // the API key's digest ("" when keys are off)
+  std::string path_id;                       // the path's {response_id}
   ServerSpan span;                           // the request's trace (from its traceparent, else new)
   ApiDialect dialect = ApiDialect::kOpenAI;  // the route's error shape
 };
@@ -174,6 +206,9 @@ struct HttpServer::Impl {
   // a stream keeps its admission ticket until the last event is written.
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
             const httplib::ContentReader& reader);
+  // The same for a request without a body (GET, DELETE).
+  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Run(Endpoint endpoint, const std::string& body, Lifecycle::Ticket ticket, httplib::Response& res);
 };
 
 void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
@@ -184,10 +219,24 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
   std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
   if (!body) return;
+  Run(endpoint, *body, std::move(*ticket), res);
+}
+
+void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request&, httplib::Response& res) {
+  auto ticket = ctx.lifecycle.Admit();
+  if (!ticket.ok()) return SetError(res, ticket.status());
+  if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  Run(endpoint, "", std::move(*ticket), res);
+}
+
+void HttpServer::Impl::Run(Endpoint endpoint, const std::string& body, Lifecycle::Ticket ticket,
+                           httplib::Response& res) {
+  service::GenerationService* service = ctx.service.load();
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
-  auto reply = endpoint(*service, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone,
-                                              &t_request.user, t_request.span.context});
+  auto reply =
+      endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
+                                     t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, "application/json");
@@ -197,7 +246,7 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   // checks the connection between them, so a client that goes away cancels
   // its requests within a fraction of a second.
   std::shared_ptr<EventSource> events = std::move(reply->events);
-  auto held = std::make_shared<Lifecycle::Ticket>(std::move(*ticket));
+  auto held = std::make_shared<Lifecycle::Ticket>(std::move(ticket));
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -281,11 +330,13 @@ void HttpServer::Impl::Install() {
     t_request.start = std::chrono::steady_clock::now();
     t_request.id = RequestIdOrNew(req.get_header_value("x-request-id"));
     t_request.user.clear();
+    t_request.owner.clear();
+    t_request.path_id.clear();
     t_request.dialect = ApiDialect::kOpenAI;
     res.set_header("x-request-id", t_request.id);
     t_request.span = OpenServerSpan(ctx.tracer, req.get_header_value("traceparent"));
     res.set_header("traceresponse", t_request.span.TraceResponse());
-    const Route* route = FindRoute(req.path, options.admin);
+    const Route* route = FindRoute(req.path, options.admin, req.method, &t_request.path_id);
     if (route == nullptr) {
       SetError(res, NotFound("no such endpoint: " + req.path.substr(0, 200)));
       return Handled::Handled;
@@ -293,8 +344,12 @@ void HttpServer::Impl::Install() {
     t_request.dialect = route->dialect;
     if (Cors(req, res, route)) return Handled::Handled;
     if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
-      res.set_header("Allow", route->method);
-      SetError(res, MalformedRequest(req.method + " is not allowed on " + req.path + " (use " + route->method + ")"),
+      std::string allow;
+      for (const auto& r : kRoutes)
+        if (std::string_view(r.path) == route->path) allow += (allow.empty() ? "" : ", ") + std::string(r.method);
+      res.set_header("Allow", allow);
+      SetError(res,
+               MalformedRequest(req.method + " is not allowed on " + req.path.substr(0, 200) + " (use " + allow + ")"),
                405);
       return Handled::Handled;
     }
@@ -314,6 +369,7 @@ void HttpServer::Impl::Install() {
         SetError(res, a);
         return Handled::Handled;
       }
+      t_request.owner = ctx.api_keys.Owner(authorization);
     }
     return Handled::Unhandled;
   });
@@ -361,7 +417,7 @@ void HttpServer::Impl::Install() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request.start).count();
-    const Route* route = FindRoute(req.path, options.admin);
+    const Route* route = FindRoute(req.path, options.admin, req.method);
     const std::string endpoint = route != nullptr ? route->path : "other";
     if (ctx.metrics != nullptr) ctx.metrics->CountRequest(endpoint, "http", std::to_string(res.status));
     if (route != nullptr && route->admin && res.status < 400) return;  // probes and scrapes: counted, not logged
@@ -472,6 +528,14 @@ void HttpServer::Impl::InstallApi() {
   post("/v1/chat/completions", &ChatCompletions);
   post("/v1/messages", &Messages);
   post("/v1/messages/count_tokens", &CountMessageTokens);
+  post("/v1/responses", &CreateResponse);
+  // Cancel takes no body (the SDK may send none at all).
+  server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)",
+               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelResponse, req, res); });
+  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveResponse, req, res); });
+  server->Delete(R"(/v1/responses/([A-Za-z0-9_-]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteResponse, req, res); });
   post("/v1/summarize", &Summarize);
   post("/tokenize", &Tokenize);
   post("/detokenize", &Detokenize);

@@ -27,6 +27,8 @@ class EventSource {
   virtual void Cancel() = 0;
 };
 
+class ResponseStore;  // server/api/response_store.h
+
 struct RestReply {
   std::string body;                     // JSON, when not streaming
   std::unique_ptr<EventSource> events;  // when streaming
@@ -41,6 +43,12 @@ struct RestRequest {
   std::string* user = nullptr;
   // The request's server span: what it starts in the engine is traced under it.
   TraceContext trace{};
+  // The Responses API's routes: the store (null: responses are not
+  // stored), the caller's identity in it (server/api/response_store.h), and
+  // the {response_id} of the path.
+  ResponseStore* responses = nullptr;
+  std::string owner{};
+  std::string path_id{};
 };
 
 struct ChatBody;
@@ -53,6 +61,13 @@ StatusOr<RestReply> Summarize(service::GenerationService& service, const RestReq
 // are the HTTP layer's (the route's ApiDialect).
 StatusOr<RestReply> Messages(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> CountMessageTokens(service::GenerationService& service, const RestRequest& request);
+// OpenAI's Responses API (rest_responses.cc): POST /v1/responses, and GET,
+// DELETE /v1/responses/{id} and POST /v1/responses/{id}/cancel on stored
+// responses. The body runs the chat path; errors are OpenAI's shape.
+StatusOr<RestReply> CreateResponse(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> RetrieveResponse(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> DeleteResponse(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> CancelResponse(service::GenerationService& service, const RestRequest& request);
 // The chat-shaped endpoints' input (for PrepareGeneration) and output
 // options (for ChatOutputProcessor), from a chat body.
 service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);

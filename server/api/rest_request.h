@@ -119,6 +119,33 @@ StatusOr<ChatBody> ReadCountTokensBody(const std::string& text);
 // An error about a chat field, naming the Anthropic field it came from
 // (stop -> stop_sequences, user -> metadata.user_id).
 Status WithAnthropicParam(Status s);
+// POST /v1/responses (OpenAI's Responses API, rest_responses_request.cc):
+// the body's fields as a chat request, before the conversation of a
+// previous response is put between the instructions and the input.
+struct ResponsesBody {
+  nlohmann::ordered_json chat;  // a chat body without "messages"
+  std::optional<std::string> instructions;
+  // This request's input items as chat messages, and per message the index
+  // of the input item it came from (errors name the item).
+  nlohmann::ordered_json input = nlohmann::ordered_json::array();
+  std::vector<std::size_t> origin;
+  std::string previous_response_id;
+  bool store = true;
+  bool background = false;
+  bool stream = false;
+  bool summary = false;  // reasoning.summary: reasoning items carry a summary
+  // The response object's fields that echo the request, in OpenAI's order.
+  nlohmann::ordered_json echo;
+};
+// Checked with the stored history empty (every field but the history).
+StatusOr<ResponsesBody> ReadResponsesBody(const std::string& text);
+// The chat request of a response: instructions, then `history` (the
+// conversation of previous_response_id, chat messages), then the input.
+// Errors name the Responses field (input[i], max_output_tokens, ...).
+StatusOr<ChatBody> ResponsesChat(const ResponsesBody& body, const nlohmann::ordered_json& history);
+// An error about a chat field, naming the Responses field it came from
+// (max_tokens -> max_output_tokens, response_format -> text.format).
+Status WithResponsesParam(Status s);
 StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text);
 StatusOr<QaBody> ReadQaBody(const std::string& text);
 StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text);

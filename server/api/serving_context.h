@@ -10,6 +10,7 @@
 #include "server/api/api_keys.h"
 #include "server/api/lifecycle.h"
 #include "server/api/metrics.h"
+#include "server/api/response_store.h"
 #include "server/api/tracing.h"
 
 namespace ropeserve::service {
@@ -32,6 +33,9 @@ struct ServingContext {
   // Where the gRPC front end prepares requests and selects QA answers
   // (server/api/work_pool.h); the gRPC server makes one when this is null.
   std::shared_ptr<WorkPool> work_pool;
+  // The Responses API's stored responses and background runs. Shut down
+  // (its runs cancelled and joined) before the service goes away.
+  std::unique_ptr<ResponseStore> responses = std::make_unique<ResponseStore>();
 };
 
 }  // namespace ropeserve::api

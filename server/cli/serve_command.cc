@@ -381,6 +381,7 @@ int Run(ServeFlags f) {
   // Stopping the engine ends every remaining stream (their clients get an
   // error), then the front ends close.
   service.engine().Stop();
+  ctx.responses->Shutdown();  // background responses end with the engine
   grpc_server.Stop(std::chrono::milliseconds(drained ? 0 : 1000));
   ctx.lifecycle.WaitIdle(std::chrono::seconds(2));
   stop_http();

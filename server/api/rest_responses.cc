@@ -1,0 +1,508 @@
+// OpenAI's Responses API: POST /v1/responses, GET / DELETE
+// /v1/responses/{id}, POST /v1/responses/{id}/cancel. The body is
+// translated into a chat request (rest_responses_request.cc) and runs the
+// chat path: PrepareGeneration, the engine, one ChatOutputProcessor
+// (reasoning split, tool calls). Only the shapes differ:
+//   - output items: reasoning (the model's <think> text as reasoning_text
+//     content; with reasoning.summary, the same text as its summary: no
+//     second model call summarizes it), message (output_text), and
+//     function_call (call_id, the generated arguments byte for byte);
+//   - status completed, or incomplete with incomplete_details
+//     {reason: max_output_tokens} when the output was cut;
+//   - usage: input_tokens (prompt tokens; cached_tokens of them read from
+//     the prefix cache), output_tokens (reasoning_tokens: the reasoning
+//     text's tokens, counted by tokenizing it), total_tokens;
+//   - streaming: OpenAI's typed events, each with its sequence_number
+//     (response.created, .in_progress, .output_item.added, .content_part.added,
+//     .reasoning_text.delta/.done, .output_text.delta/.done,
+//     .function_call_arguments.delta/.done, .content_part.done,
+//     .output_item.done, then .completed or .incomplete; .failed on a
+//     failure); no [DONE].
+// One ResponseBuilder makes the events and the response object, so a
+// streamed response and a unary one made from the same tokens are the same.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/api/event_stream.h"
+#include "server/api/json_request.h"
+#include "server/api/response_store.h"
+#include "server/api/rest_handlers.h"
+#include "server/api/rest_request.h"
+
+namespace ropeserve::api {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// What a response is, besides its output: the request's echo and identity.
+struct ResponseHead {
+  std::string id;
+  std::int64_t created_at = 0;
+  std::string model;
+  bool background = false;
+  bool store = true;
+  json echo;  // ResponsesBody::echo
+};
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(ResponseHead head, service::ChatOutputOptions options, const std::string& prompt,
+                  std::int64_t prompt_tokens, bool summary, const service::GenerationService& service)
+      : head_(std::move(head)),
+        output_(std::move(options), prompt),
+        prompt_tokens_(prompt_tokens),
+        summary_(summary),
+        service_(service) {}
+
+  const std::string& status() const { return status_; }
+  bool finished() const { return status_ != "queued" && status_ != "in_progress"; }
+  void SetStatus(std::string s) { status_ = std::move(s); }
+
+  // response.created and response.in_progress.
+  void Start(std::string& out) {
+    Event("response.created", json{{"type", "response.created"}, {"response", Response()}}, out);
+    Event("response.in_progress", json{{"type", "response.in_progress"}, {"response", Response()}}, out);
+  }
+
+  // Output since the last Push; the events for it appended to `out`
+  // (nullptr: none are wanted).
+  void Push(const service::OutputDelta& d, std::string* out) {
+    std::string discard;
+    std::string& o = out != nullptr ? *out : discard;
+    output_tokens_ += static_cast<std::int64_t>(d.ids.size());
+    cached_ += d.cached_tokens;
+    service::ChatOutputProcessor::Delta split = output_.Push(d.text, d.finished, d.finish_reason);
+    if (!split.reasoning.empty()) Text(Item::kReasoning, split.reasoning, o);
+    if (!split.content.empty()) Text(Item::kMessage, split.content, o);
+    if (!d.finished) return;
+    status_ = split.finish_reason == "length" ? "incomplete" : "completed";
+    Close(o);
+    for (const service::ToolCall& c : split.calls) Call(c, o);
+    completed_at_ = UnixNow();
+    const char* type = status_ == "completed" ? "response.completed" : "response.incomplete";
+    Event(type, json{{"type", type}, {"response", Response()}}, o);
+  }
+
+  // A failure: the response fails with it (response.failed).
+  void Fail(const Status& s, std::string& out) {
+    Close(out);
+    status_ = s.code() == ErrorCode::kCancelled ? "cancelled" : "failed";
+    if (status_ == "failed")
+      error_ = json{{"code", s.code() == ErrorCode::kResourceExhausted ? "rate_limit_exceeded" : "server_error"},
+                    {"message", s.message()}};
+    Event("response.failed", json{{"type", "response.failed"}, {"response", Response()}}, out);
+  }
+
+  // The response object as it stands.
+  json Response() const {
+    const json& e = head_.echo;
+    json r = {{"id", head_.id},
+              {"object", "response"},
+              {"created_at", head_.created_at},
+              {"status", status_},
+              {"background", head_.background},
+              {"completed_at", completed_at_ ? json(completed_at_) : json(nullptr)},
+              {"error", error_},
+              {"incomplete_details", status_ == "incomplete" ? json{{"reason", "max_output_tokens"}} : json(nullptr)},
+              {"instructions", e["instructions"]},
+              {"max_output_tokens", e["max_output_tokens"]},
+              {"max_tool_calls", nullptr},
+              {"model", head_.model},
+              {"output", items_},
+              {"parallel_tool_calls", e["parallel_tool_calls"]},
+              {"previous_response_id", e["previous_response_id"]},
+              {"reasoning", e["reasoning"]},
+              {"service_tier", "default"},
+              {"store", head_.store},
+              {"temperature", e["temperature"]},
+              {"text", e["text"]},
+              {"tool_choice", e["tool_choice"]},
+              {"tools", e["tools"]},
+              {"top_logprobs", 0},
+              {"top_p", e["top_p"]},
+              {"truncation", "disabled"},
+              {"usage", nullptr},
+              {"user", e["user"]},
+              {"metadata", e["metadata"]}};
+    if (finished() && status_ != "cancelled" && status_ != "failed") r["usage"] = Usage();
+    return r;
+  }
+
+  // This response's output as one assistant chat message (what
+  // previous_response_id continues); reasoning is left out, as templates
+  // drop the reasoning of earlier turns.
+  json AssistantMessage() const {
+    json m = {{"role", "assistant"}, {"content", text_.empty() ? json(nullptr) : json(text_)}};
+    json calls = json::array();
+    for (const auto& item : items_)
+      if (item["type"] == "function_call")
+        calls.push_back({{"id", item["call_id"]},
+                         {"type", "function"},
+                         {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+    if (!calls.empty()) m["tool_calls"] = std::move(calls);
+    return m;
+  }
+
+ private:
+  enum class Item { kNone, kReasoning, kMessage };
+
+  void Event(const char* type, json data, std::string& out) {
+    data["sequence_number"] = sequence_++;
+    out += NamedEvent(type, data);
+  }
+
+  json Usage() const {
+    std::int64_t reasoning = 0;
+    if (!reasoning_text_.empty()) {
+      auto ids = service_.Tokenize(reasoning_text_, /*add_special_tokens=*/false);
+      if (ids.ok()) reasoning = std::min<std::int64_t>(static_cast<std::int64_t>(ids->size()), output_tokens_);
+    }
+    return {{"input_tokens", prompt_tokens_},
+            {"input_tokens_details", {{"cached_tokens", cached_}}},
+            {"output_tokens", output_tokens_},
+            {"output_tokens_details", {{"reasoning_tokens", reasoning}}},
+            {"total_tokens", prompt_tokens_ + output_tokens_}};
+  }
+
+  json OpenItem() const {
+    if (open_ == Item::kReasoning)
+      return {{"id", open_id_}, {"type", "reasoning"}, {"summary", json::array()}, {"content", json::array()}};
+    return {{"id", open_id_},
+            {"type", "message"},
+            {"status", "in_progress"},
+            {"role", "assistant"},
+            {"content", json::array()}};
+  }
+
+  json Part(const std::string& text) const {
+    if (open_ == Item::kReasoning) return {{"type", "reasoning_text"}, {"text", text}};
+    return {{"type", "output_text"}, {"annotations", json::array()}, {"logprobs", json::array()}, {"text", text}};
+  }
+
+  void Text(Item kind, const std::string& text, std::string& out) {
+    if (open_ != kind) {
+      Close(out);
+      open_ = kind;
+      open_id_ = ResponseStore::NewId(kind == Item::kReasoning ? "rs_" : "msg_");
+      open_text_.clear();
+      const auto index = static_cast<std::int64_t>(items_.size());
+      Event("response.output_item.added",
+            json{{"type", "response.output_item.added"}, {"output_index", index}, {"item", OpenItem()}}, out);
+      Event("response.content_part.added",
+            json{{"type", "response.content_part.added"},
+                 {"item_id", open_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"part", Part("")}},
+            out);
+    }
+    open_text_ += text;
+    const auto index = static_cast<std::int64_t>(items_.size());
+    if (kind == Item::kReasoning) {
+      Event("response.reasoning_text.delta",
+            json{{"type", "response.reasoning_text.delta"},
+                 {"item_id", open_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"delta", text}},
+            out);
+    } else {
+      Event("response.output_text.delta",
+            json{{"type", "response.output_text.delta"},
+                 {"item_id", open_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"delta", text},
+                 {"logprobs", json::array()}},
+            out);
+    }
+  }
+
+  // Ends the open reasoning or message item.
+  void Close(std::string& out) {
+    if (open_ == Item::kNone) return;
+    const auto index = static_cast<std::int64_t>(items_.size());
+    json item = OpenItem();
+    if (open_ == Item::kReasoning) {
+      reasoning_text_ += open_text_;
+      Event("response.reasoning_text.done",
+            json{{"type", "response.reasoning_text.done"},
+                 {"item_id", open_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", open_text_}},
+            out);
+      if (summary_) {
+        const json part = {{"type", "summary_text"}, {"text", open_text_}};
+        Event("response.reasoning_summary_part.added",
+              json{{"type", "response.reasoning_summary_part.added"},
+                   {"item_id", open_id_},
+                   {"output_index", index},
+                   {"summary_index", 0},
+                   {"part", {{"type", "summary_text"}, {"text", ""}}}},
+              out);
+        Event("response.reasoning_summary_text.delta",
+              json{{"type", "response.reasoning_summary_text.delta"},
+                   {"item_id", open_id_},
+                   {"output_index", index},
+                   {"summary_index", 0},
+                   {"delta", open_text_}},
+              out);
+        Event("response.reasoning_summary_text.done",
+              json{{"type", "response.reasoning_summary_text.done"},
+                   {"item_id", open_id_},
+                   {"output_index", index},
+                   {"summary_index", 0},
+                   {"text", open_text_}},
+              out);
+        Event("response.reasoning_summary_part.done",
+              json{{"type", "response.reasoning_summary_part.done"},
+                   {"item_id", open_id_},
+                   {"output_index", index},
+                   {"summary_index", 0},
+                   {"part", part}},
+              out);
+        item["summary"].push_back(part);
+      }
+    } else {
+      text_ += open_text_;
+      Event("response.output_text.done",
+            json{{"type", "response.output_text.done"},
+                 {"item_id", open_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", open_text_},
+                 {"logprobs", json::array()}},
+            out);
+      item["status"] = status_ == "incomplete" ? "incomplete" : "completed";
+    }
+    Event("response.content_part.done",
+          json{{"type", "response.content_part.done"},
+               {"item_id", open_id_},
+               {"output_index", index},
+               {"content_index", 0},
+               {"part", Part(open_text_)}},
+          out);
+    item["content"].push_back(Part(open_text_));
+    Event("response.output_item.done",
+          json{{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}}, out);
+    items_.push_back(std::move(item));
+    open_ = Item::kNone;
+  }
+
+  void Call(const service::ToolCall& c, std::string& out) {
+    const auto index = static_cast<std::int64_t>(items_.size());
+    json item = {{"id", ResponseStore::NewId("fc_")},
+                 {"type", "function_call"},
+                 {"status", "in_progress"},
+                 {"arguments", ""},
+                 {"call_id", c.id},
+                 {"name", c.name}};
+    const std::string id = item["id"];
+    Event("response.output_item.added",
+          json{{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}}, out);
+    Event("response.function_call_arguments.delta",
+          json{{"type", "response.function_call_arguments.delta"},
+               {"item_id", id},
+               {"output_index", index},
+               {"delta", c.arguments}},
+          out);
+    Event("response.function_call_arguments.done",
+          json{{"type", "response.function_call_arguments.done"},
+               {"item_id", id},
+               {"output_index", index},
+               {"name", c.name},
+               {"arguments", c.arguments}},
+          out);
+    item["status"] = "completed";
+    item["arguments"] = c.arguments;
+    Event("response.output_item.done",
+          json{{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}}, out);
+    items_.push_back(std::move(item));
+  }
+
+  ResponseHead head_;
+  service::ChatOutputProcessor output_;
+  std::int64_t prompt_tokens_;
+  bool summary_;
+  const service::GenerationService& service_;
+  std::string status_ = "in_progress";
+  json error_ = nullptr;
+  std::int64_t completed_at_ = 0;
+  std::int64_t output_tokens_ = 0;
+  std::int64_t cached_ = 0;
+  std::int64_t sequence_ = 0;
+  json items_ = json::array();
+  Item open_ = Item::kNone;
+  std::string open_id_;
+  std::string open_text_;
+  std::string text_;            // the messages' text
+  std::string reasoning_text_;  // the reasoning items' text
+};
+
+// The whole output of a unary generation as one final delta.
+service::OutputDelta WholeOutput(const GenerateResult& r) {
+  service::OutputDelta d;
+  d.ids = r.generated_ids;
+  d.text = r.text;
+  d.finished = true;
+  d.finish_reason = r.finish_reason;
+  d.stop_string = r.stop_string;
+  d.cached_tokens = r.cached_tokens;
+  return d;
+}
+
+// Records a response in the store: its object and the conversation it ends.
+void Record(ResponseStore& store, const std::string& owner, const ResponseBuilder& b, json conversation,
+            bool background) {
+  StoredResponse s;
+  s.owner = owner;
+  s.response = DumpOrdered(b.Response());
+  s.status = b.status();
+  s.background = background;
+  if (b.finished()) conversation.push_back(b.AssistantMessage());
+  s.conversation = std::move(conversation);
+  store.Put(b.Response()["id"], std::move(s));
+}
+
+StatusOr<RestReply> ResponseText(const std::string& text) {
+  RestReply reply;
+  reply.body = text;
+  return reply;
+}
+
+StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const RestRequest& request) {
+  RS_ASSIGN_OR_RETURN(ResponsesBody body, ReadResponsesBody(request.body));
+  json history = json::array();
+  if (!body.previous_response_id.empty()) {
+    std::optional<StoredResponse> previous;
+    if (request.responses != nullptr) previous = request.responses->Get(body.previous_response_id, request.owner);
+    if (!previous)
+      return NotFound("previous response with id '" + body.previous_response_id.substr(0, 100) + "' not found")
+          .WithParam("previous_response_id");
+    if (previous->status != "completed" && previous->status != "incomplete")
+      return InvalidArgument("previous response '" + body.previous_response_id.substr(0, 100) + "' is " +
+                             previous->status + ": only a finished response can be continued")
+          .WithParam("previous_response_id");
+    history = std::move(previous->conversation);
+  }
+  RS_ASSIGN_OR_RETURN(ChatBody chat, ResponsesChat(body, history));
+  if (request.user != nullptr) *request.user = chat.user;
+  RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, ChatInput(chat, request)));
+  const std::string& prompt = v.rendered_chat;
+  const std::vector<std::int64_t>& ids = v.prompts[0];
+  ResponseStore* store = body.store ? request.responses : nullptr;
+  ResponseHead head{
+      ResponseStore::NewId("resp_"), UnixNow(), service.name(), body.background, store != nullptr, body.echo};
+  // The conversation this response continues, for the next one.
+  json conversation = std::move(history);
+  for (const auto& m : body.input) conversation.push_back(m);
+  auto builder = std::make_shared<ResponseBuilder>(std::move(head), ChatOutput(service, chat), prompt,
+                                                   static_cast<std::int64_t>(ids.size()), body.summary, service);
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, 1));
+  const std::string owner = request.owner;
+  RestReply reply;
+  if (body.background) {
+    if (store == nullptr)
+      return FailedPrecondition("background responses need the response store").WithParam("background");
+    builder->SetStatus("queued");
+    Record(*store, owner, *builder, conversation, true);
+    reply.body = DumpOrdered(builder->Response());
+    std::shared_ptr<service::Generation> gen = std::move(gens.at(0));
+    Status started = store->RunInBackground(
+        builder->Response()["id"], [store, owner, builder, gen, conversation](const std::atomic<bool>& cancelled) {
+          builder->SetStatus("in_progress");
+          Record(*store, owner, *builder, conversation, true);
+          std::string none;
+          while (!builder->finished()) {
+            if (cancelled.load()) {
+              gen->Cancel();
+              builder->Fail(Status(ErrorCode::kCancelled, "cancelled"), none);
+              break;
+            }
+            auto d = gen->Next(std::chrono::milliseconds(100));
+            if (!d.ok()) {
+              builder->Fail(d.status(), none);
+              break;
+            }
+            builder->Push(*d, nullptr);
+          }
+          Record(*store, owner, *builder, conversation, true);
+        });
+    if (!started.ok()) {
+      gen->Cancel();
+      store->Delete(builder->Response()["id"], owner);
+      return started;
+    }
+    return reply;
+  }
+  if (body.stream) {
+    auto stream = std::make_unique<GenerationStream>(
+        std::move(gens),
+        [builder, store, owner, conversation](std::size_t, const service::OutputDelta& d, std::string& out) {
+          builder->Push(d, &out);
+          if (builder->finished() && store != nullptr) Record(*store, owner, *builder, conversation, false);
+        },
+        [](std::string&) {});
+    GenerationStream::Format format;
+    builder->Start(format.prelude);
+    format.error = [builder](const Status& s) {
+      std::string out;
+      builder->Fail(s, out);
+      return out;
+    };
+    format.done = "";
+    stream->SetFormat(std::move(format));
+    reply.events = std::move(stream);
+    return reply;
+  }
+  RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
+  builder->Push(WholeOutput(results.at(0)), nullptr);
+  if (store != nullptr) Record(*store, owner, *builder, conversation, false);
+  reply.body = DumpOrdered(builder->Response());
+  return reply;
+}
+
+}  // namespace
+
+// Every error of the route, whichever layer found it (the body's reader,
+// the input processor, the constraint compiler), names the field as the
+// Responses API spells it.
+StatusOr<RestReply> CreateResponse(service::GenerationService& service, const RestRequest& request) {
+  StatusOr<RestReply> reply = RunCreateResponse(service, request);
+  if (!reply.ok()) return WithResponsesParam(reply.status());
+  return reply;
+}
+
+StatusOr<RestReply> RetrieveResponse(service::GenerationService&, const RestRequest& request) {
+  std::optional<StoredResponse> r;
+  if (request.responses != nullptr) r = request.responses->Get(request.path_id, request.owner);
+  if (!r) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  return ResponseText(r->response);
+}
+
+StatusOr<RestReply> DeleteResponse(service::GenerationService&, const RestRequest& request) {
+  if (request.responses == nullptr || !request.responses->Delete(request.path_id, request.owner))
+    return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  return ResponseText(DumpOrdered(json{{"id", request.path_id}, {"object", "response"}, {"deleted", true}}));
+}
+
+StatusOr<RestReply> CancelResponse(service::GenerationService&, const RestRequest& request) {
+  if (request.responses == nullptr) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  RS_RETURN_IF_ERROR(request.responses->Cancel(request.path_id, request.owner));
+  std::optional<StoredResponse> r = request.responses->Get(request.path_id, request.owner);
+  if (!r) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  return ResponseText(r->response);
+}
+
+}  // namespace ropeserve::api
