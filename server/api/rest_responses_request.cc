@@ -368,10 +368,20 @@ Status ReadMetadata(const ojson& body, ojson& echo) {
 
 }  // namespace
 
+namespace {
+// `s` about field `to`, its message naming `to` where it quoted `from`.
+Status Renamed(const Status& s, const std::string& from, const std::string& to) {
+  std::string m = s.message();
+  for (std::size_t at = 0; (at = m.find("'" + from + "'", at)) != std::string::npos; at += to.size() + 2)
+    m.replace(at, from.size() + 2, "'" + to + "'");
+  return Status(s.code(), std::move(m)).WithParam(to).WithReason(s.reason());
+}
+}  // namespace
+
 Status WithResponsesParam(Status s) {
   const std::string& p = s.param();
-  if (p == "max_tokens") return s.WithParam("max_output_tokens");
-  if (p == "response_format") return s.WithParam("text.format");
+  if (p == "max_tokens") return Renamed(s, "max_tokens", "max_output_tokens");
+  if (p == "response_format") return Renamed(s, "response_format", "text.format");
   if (p.rfind("tools[", 0) == 0) {
     const std::size_t f = p.find(".function");
     return f == std::string::npos ? s : s.WithParam(p.substr(0, f) + p.substr(f + 9));

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Starts ropeserve on the demo models (one plain server with the QA model,
 one with API keys, one that queues a single request) and runs
-clients.test.mjs, anthropic.test.mjs, structured.test.mjs and playground.test.mjs (headless
+clients.test.mjs, anthropic.test.mjs, responses.test.mjs, structured.test.mjs and playground.test.mjs (headless
 chromium) against them with `node --test` (see run.sh). Screenshots of
 failed browser tests are kept in the server-log folder it prints."""
 import argparse
@@ -30,7 +30,7 @@ def main():
     try:
         main_server = Server(args.binary, model, workdir, ["--qa", qa], name="main")
         servers.append(main_server)
-        auth = Server(args.binary, model, workdir, ["--api-key", "secret-one"], name="auth")
+        auth = Server(args.binary, model, workdir, ["--api-key", "secret-one", "--api-key", "secret-two"], name="auth")
         servers.append(auth)
         busy = Server(args.binary, model, workdir, ["--max-num-seqs", "1", "--max-queue-requests", "1"], name="busy")
         servers.append(busy)
@@ -39,7 +39,8 @@ def main():
                    RS_GRPC=f"127.0.0.1:{main_server.grpc}", RS_ROOT=ROOT,
                    RS_OUT=os.path.join(workdir, "screenshots"))
         r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs"),
-                            os.path.join(HERE, "anthropic.test.mjs"), os.path.join(HERE, "structured.test.mjs"),
+                            os.path.join(HERE, "anthropic.test.mjs"), os.path.join(HERE, "responses.test.mjs"),
+                            os.path.join(HERE, "structured.test.mjs"),
                             os.path.join(HERE, "playground.test.mjs")],
                            env=env, timeout=900)
         ok = r.returncode == 0

@@ -181,6 +181,15 @@ test('Chat streams a reply, and the server panel shows /metrics', async (t) => {
                                { timeout: 60000 });
     assert.equal(await page.$$eval('#chat-log p', (ps) => ps.length), 4);
     assert.equal(await page.$eval('#chat-status', (e) => e.classList.contains('error')), false);
+    // And over OpenAI's Responses API.
+    await page.select('#chat-api', 'responses');
+    await page.$eval('#chat-status', (e) => { e.textContent = ''; });
+    await page.type('#chat-input', 'Once more');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => /^done \((completed|incomplete)\)$/.test(document.getElementById('chat-status').textContent),
+                               { timeout: 60000 });
+    assert.equal(await page.$$eval('#chat-log p', (ps) => ps.length), 6);
+    assert.equal(await page.$eval('#chat-status', (e) => e.classList.contains('error')), false);
     await page.waitForFunction(() => document.getElementById('m-tps').textContent !== '-', { timeout: 10000 });
     assert.match(await text(page, '#m-running'), /^\d+$/);
     assert.match(await text(page, '#m-kv'), /%$/);

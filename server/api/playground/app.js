@@ -200,10 +200,20 @@ async function generatorModel() {
   return m.id;
 }
 
-// One turn over the API the selector names: OpenAI's chat completions or
-// Anthropic's Messages (typed events: text_delta, message_delta). The history
-// is the same list of {role, content} strings for both.
+// One turn over the API the selector names: OpenAI's chat completions,
+// OpenAI's Responses (typed events: output_text.delta, then completed or
+// incomplete; store: false, the history is sent each turn) or Anthropic's
+// Messages (text_delta, message_delta). The history is the same list of
+// {role, content} strings for all three.
 async function streamTurn(onText, onDone) {
+  if ($('chat-api').value === 'responses') {
+    await stream('/v1/responses', { input: history, max_output_tokens: 256, store: false }, (e) => {
+      if (e.type === 'response.output_text.delta') onText(e.delta);
+      if (e.type === 'response.completed' || e.type === 'response.incomplete') onDone(e.response.status);
+      if (e.type === 'response.failed') throw new Error(e.response.error?.message ?? 'the response failed');
+    });
+    return;
+  }
   if ($('chat-api').value === 'messages') {
     const model = await generatorModel();
     await stream('/v1/messages', { model, messages: history, max_tokens: 256 }, (e) => {
