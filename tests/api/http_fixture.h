@@ -17,15 +17,17 @@
 
 namespace ropeserve {
 
-// POSTs `body` and reads the streamed answer with cpp-httplib; "" unless
-// it is a 200.
-inline std::string StreamBody(int port, const std::string& path, const std::string& body) {
+// POSTs `body` (with `headers`) and reads the streamed answer with
+// cpp-httplib; "" unless it is a 200.
+inline std::string StreamBody(int port, const std::string& path, const std::string& body,
+                              const httplib::Headers& headers = {}) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
   httplib::Request req;
   req.method = "POST";
   req.path = path;
   req.body = body;
+  req.headers = headers;
   req.set_header("Content-Type", "application/json");
   std::string raw;
   req.content_receiver = [&](const char* d, size_t n, std::uint64_t, std::uint64_t) {

@@ -23,23 +23,9 @@ using json = nlohmann::json;
 
 // Reads an SSE answer of named events; each event's data, in order.
 std::vector<json> StreamResponse(int port, const json& body, const char* key) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/responses";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  req.set_header("Authorization", std::string("Bearer ") + key);
-  std::string raw;
-  req.content_receiver = [&](const char* d, size_t n, std::uint64_t, std::uint64_t) {
-    raw.append(d, n);
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error err;
+  const std::string raw =
+      StreamBody(port, "/v1/responses", body.dump(), {{"Authorization", std::string("Bearer ") + key}});
   std::vector<json> out;
-  if (!c.send(req, res, err) || res.status != 200) return out;
   for (size_t pos = 0, end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
     const std::string e = raw.substr(pos, end - pos);
     const std::size_t nl = e.find('\n');
