@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -14,7 +15,11 @@
 #include <vector>
 
 #include "server/api/response_store.h"
+#include "server/models/decoder.h"
+#include "server/tokenizer/tokenizer.h"
 #include "tests/api/http_fixture.h"
+#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/offline.h"
 
 namespace ropeserve {
 namespace {
@@ -167,7 +172,7 @@ TEST_F(Responses, AreTheChatPathInTheResponsesShapes) {
     EXPECT_EQ(r["instructions"], "Be brief.");
     EXPECT_EQ(r["metadata"], json({{"job", "a"}}));
     const json& choice = chat["choices"][0];
-    EXPECT_EQ(OutputText(r), choice["message"]["content"].is_string() ? choice["message"]["content"] : json(""));
+    EXPECT_EQ(json(OutputText(r)), choice["message"]["content"].is_string() ? choice["message"]["content"] : json(""));
     const bool cut = choice["finish_reason"] == "length";
     EXPECT_EQ(r["status"], cut ? "incomplete" : "completed");
     EXPECT_EQ(r["incomplete_details"], cut ? json({{"reason", "max_output_tokens"}}) : json(nullptr));
@@ -381,6 +386,65 @@ TEST_F(Responses, BackgroundResponsesArePolledToTheirEnd) {
   auto [cc, cancelled] = Call("POST", path + "/cancel");
   ASSERT_EQ(cc, 200);
   EXPECT_EQ(cancelled, done);
+}
+
+// Templates that write <think> blocks: the reasoning is a reasoning item
+// (its text as reasoning_text, and as its summary when asked), unary and
+// streamed alike, and counted in reasoning_tokens.
+TEST(ResponsesReasoning, ThinkBlocksBecomeReasoningItems) {
+  testing::ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
+  const std::string cfg_path = dir.path() + "/tokenizer_config.json";
+  std::ifstream in(cfg_path);
+  json cfg = json::parse(in);
+  // The generation prompt opens the block; a random model never closes it.
+  cfg["chat_template"] = cfg["chat_template"].get<std::string>() +
+                         "{% if add_generation_prompt %}<think>\n{% endif %}{# closed by </think> #}";
+  testing::WriteFile(cfg_path, cfg.dump());
+  auto m = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(m.ok());
+  auto tok = tok::Tokenizer::FromPath(dir.path());
+  ASSERT_TRUE(tok.ok());
+  service::EngineOptions eo;
+  eo.kv_cache_memory = "8M";
+  auto svc = ServeDecoder(**m, "tiny", eo, *tok);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE((*svc)->reasons());
+  const std::string body = R"({"input":"Hi","max_output_tokens":6,"temperature":0,"reasoning":{"summary":"auto"})";
+  auto unary = api::CreateResponse(**svc, api::RestRequest{.body = body + "}"});
+  ASSERT_TRUE(unary.ok()) << unary.status().ToString();
+  const json r = json::parse(unary->body);
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  const json& item = r["output"][0];
+  EXPECT_EQ(item["type"], "reasoning");
+  EXPECT_EQ(item["id"].get<std::string>().rfind("rs_", 0), 0u);
+  const std::string thought = item["content"][0]["text"];
+  EXPECT_FALSE(thought.empty());
+  EXPECT_EQ(item["content"][0]["type"], "reasoning_text");
+  EXPECT_EQ(item["summary"], json::array({{{"type", "summary_text"}, {"text", thought}}}));
+  const auto tokens = (*svc)->Tokenize(thought, false);
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(r["usage"]["output_tokens_details"]["reasoning_tokens"], std::min<std::size_t>(tokens->size(), 6));
+  EXPECT_EQ(r["status"], "incomplete");
+  // Streamed: the same item, through reasoning_text and summary events.
+  auto reply = api::CreateResponse(**svc, api::RestRequest{.body = body + R"(,"stream":true})"});
+  ASSERT_TRUE(reply.ok() && reply->events);
+  std::string raw;
+  while (!reply->events->Poll(raw, std::chrono::milliseconds(100))) {
+  }
+  std::vector<json> events;
+  std::string types;
+  for (std::size_t at = 0; (at = raw.find("data: {", at)) != std::string::npos; ++at) {
+    events.push_back(json::parse(raw.substr(at + 6, raw.find("\n\n", at) - at - 6)));
+    types += events.back()["type"].get<std::string>() + " ";
+  }
+  EXPECT_NE(types.find("response.reasoning_text.delta"), std::string::npos) << types;
+  EXPECT_NE(types.find("response.reasoning_summary_text.done response.reasoning_summary_part.done "
+                       "response.content_part.done response.output_item.done response.incomplete"),
+            std::string::npos)
+      << types;
+  const json streamed = Accumulate(events);
+  EXPECT_EQ(Comparable(streamed), Comparable(r));
 }
 
 // ---- the store alone (no model) ----
