@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -58,6 +59,22 @@ Status CheckFields(const ojson& body, const Rule (&... sets)[Ns]) {
     if (rule->kind == Kind::kUnsupported && rule->asks(it.value()))
       return Malformed(key, "'" + key + "' is not supported by this server (" + ShowJson(it.value()) + ")")
           .WithReason("unsupported_parameter");
+  }
+  return Status::Ok();
+}
+
+// Every key of the object at `at` is one of `known`; else a 400 naming the
+// first other key ("unrecognized <what> field: 'k'"). For the nested
+// objects of a request, whose keys CheckFields does not see.
+inline Status OnlyKeys(const ojson& object, const std::string& at, std::initializer_list<const char*> known,
+                       const std::string& what = "") {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (ok) continue;
+    const std::string key = it.key().substr(0, 100);
+    return Malformed(at + "." + key, "unrecognized " + (what.empty() ? "" : what + " ") + "field: '" + key + "'")
+        .WithReason("unknown_parameter");
   }
   return Status::Ok();
 }

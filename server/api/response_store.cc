@@ -80,24 +80,31 @@ bool ResponseStore::Put(const std::string& id, StoredResponse r) {
   return true;
 }
 
-std::optional<StoredResponse> ResponseStore::Get(const std::string& id, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::map<std::string, ResponseStore::Entry>::iterator ResponseStore::FindLocked(const std::string& id,
+                                                                                const std::string& owner) {
   auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.value.owner != owner) return std::nullopt;
+  if (it == entries_.end() || it->second.value.owner != owner) return entries_.end();
   if (ExpiredLocked(it->second) && runs_.count(id) == 0) {
     EraseLocked(it);
-    return std::nullopt;
+    return entries_.end();
   }
+  return it;
+}
+
+std::optional<StoredResponse> ResponseStore::Get(const std::string& id, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = FindLocked(id, owner);
+  if (it == entries_.end()) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   return it->second.value;
 }
 
 bool ResponseStore::Delete(const std::string& id, const std::string& owner) {
-  if (!Get(id, owner)) return false;
-  (void)Cancel(id, owner);
+  // A running background response stops first; NotFound: nothing to delete.
+  if (Cancel(id, owner).code() == ErrorCode::kNotFound) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.value.owner != owner) return false;
+  auto it = FindLocked(id, owner);
+  if (it == entries_.end()) return false;
   EraseLocked(it);
   return true;
 }
@@ -142,8 +149,8 @@ Status ResponseStore::RunInBackground(const std::string& id, Work work) {
 
 Status ResponseStore::Cancel(const std::string& id, const std::string& owner, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.value.owner != owner) return NotFound("no response with id '" + id + "'");
+  auto it = FindLocked(id, owner);
+  if (it == entries_.end()) return NotFound("no response with id '" + id.substr(0, 100) + "'");
   if (!it->second.value.background)
     return InvalidArgument("only responses created with background: true can be cancelled");
   auto run = runs_.find(id);

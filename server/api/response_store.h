@@ -108,6 +108,9 @@ class ResponseStore {
     std::shared_ptr<std::atomic<bool>> done;
     std::thread thread;
   };
+  // The entry of `id` when it belongs to `owner` and has not expired (an
+  // expired one is erased), else entries_.end().
+  std::map<std::string, Entry>::iterator FindLocked(const std::string& id, const std::string& owner);
   void EraseLocked(std::map<std::string, Entry>::iterator it);
   void EvictLocked();
   bool ExpiredLocked(const Entry& e) const;

@@ -129,10 +129,7 @@ StatusOr<std::string> ToolResultContent(const ojson& block, const std::string& a
 Status ReadMessage(const ojson& m, std::size_t index, ojson& out, std::vector<std::size_t>& origin) {
   const std::string where = At("messages", index);
   if (!m.is_object()) return Malformed(where, "each message must be an object with 'role' and 'content'");
-  for (auto it = m.begin(); it != m.end(); ++it)
-    if (it.key() != "role" && it.key() != "content")
-      return Malformed(where + "." + it.key().substr(0, 100),
-                       "unrecognized message field: '" + it.key().substr(0, 100) + "'");
+  RS_RETURN_IF_ERROR(OnlyKeys(m, where, {"role", "content"}, "message"));
   auto role_it = m.find("role");
   if (role_it == m.end() || !role_it->is_string() ||
       (*role_it != "user" && *role_it != "assistant" && *role_it != "system"))
@@ -255,10 +252,7 @@ Status ReadToolChoice(const ojson& body, ojson& chat) {
   if (!c->is_object() || !c->contains("type") || !(*c)["type"].is_string())
     return Malformed("tool_choice", "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
   const std::string type = (*c)["type"].get<std::string>();
-  for (auto it = c->begin(); it != c->end(); ++it)
-    if (it.key() != "type" && it.key() != "name" && it.key() != "disable_parallel_tool_use")
-      return Malformed("tool_choice." + it.key().substr(0, 100),
-                       "unrecognized tool_choice field: '" + it.key().substr(0, 100) + "'");
+  RS_RETURN_IF_ERROR(OnlyKeys(*c, "tool_choice", {"type", "name", "disable_parallel_tool_use"}, "tool_choice"));
   if (type == "auto") {
     chat["tool_choice"] = "auto";
   } else if (type == "any") {
@@ -330,10 +324,7 @@ Status ReadOutputConfig(const ojson& body, ojson& chat) {
   auto o = body.find("output_config");
   if (o == body.end() || o->is_null()) return Status::Ok();
   if (!o->is_object()) return Malformed("output_config", "'output_config' must be an object");
-  for (auto it = o->begin(); it != o->end(); ++it)
-    if (it.key() != "format" && it.key() != "effort")
-      return Malformed("output_config." + it.key().substr(0, 100),
-                       "unrecognized output_config field: '" + it.key().substr(0, 100) + "'");
+  RS_RETURN_IF_ERROR(OnlyKeys(*o, "output_config", {"format", "effort"}, "output_config"));
   if (auto e = o->find("effort"); e != o->end() && !e->is_null()) {
     if (!e->is_string() || (*e != "low" && *e != "medium" && *e != "high" && *e != "xhigh" && *e != "max"))
       return Malformed("output_config.effort", "'output_config.effort' must be low, medium, high, xhigh or max");
@@ -344,10 +335,7 @@ Status ReadOutputConfig(const ojson& body, ojson& chat) {
     return Malformed("output_config.format.type",
                      "'output_config.format' must be {\"type\": \"json_schema\", "
                      "\"schema\": {...}}");
-  for (auto it = f->begin(); it != f->end(); ++it)
-    if (it.key() != "type" && it.key() != "schema")
-      return Malformed("output_config.format." + it.key().substr(0, 100),
-                       "unrecognized output_config.format field: '" + it.key().substr(0, 100) + "'");
+  RS_RETURN_IF_ERROR(OnlyKeys(*f, "output_config.format", {"type", "schema"}, "output_config.format"));
   auto schema = f->find("schema");
   if (schema == f->end() || !schema->is_object())
     return Malformed("output_config.format.schema", "'output_config.format.schema' must be a JSON Schema object");

@@ -137,11 +137,12 @@ struct ResponsesBody {
   // The response object's fields that echo the request, in OpenAI's order.
   nlohmann::ordered_json echo;
 };
-// Checked with the stored history empty (every field but the history).
+// The Responses API's own checks; the chat reader's come with ResponsesChat.
 StatusOr<ResponsesBody> ReadResponsesBody(const std::string& text);
-// The chat request of a response: instructions, then `history` (the
-// conversation of previous_response_id, chat messages), then the input.
-// Errors name the Responses field (input[i], max_output_tokens, ...).
+// The chat request of a response, read and checked by the chat reader:
+// instructions, then `history` (the conversation of previous_response_id,
+// chat messages), then the input. Errors name the Responses field
+// (input[i], max_output_tokens, ...).
 StatusOr<ChatBody> ResponsesChat(const ResponsesBody& body, const nlohmann::ordered_json& history);
 // An error about a chat field, naming the Responses field it came from
 // (max_tokens -> max_output_tokens, response_format -> text.format).

@@ -64,43 +64,43 @@ class ResponseBuilder {
         summary_(summary),
         service_(service) {}
 
+  const std::string& id() const { return head_.id; }
+  bool background() const { return head_.background; }
   const std::string& status() const { return status_; }
   bool finished() const { return status_ != "queued" && status_ != "in_progress"; }
   void SetStatus(std::string s) { status_ = std::move(s); }
 
   // response.created and response.in_progress.
   void Start(std::string& out) {
-    Event("response.created", json{{"type", "response.created"}, {"response", Response()}}, out);
-    Event("response.in_progress", json{{"type", "response.in_progress"}, {"response", Response()}}, out);
+    Event("response.created", {{"response", Response()}}, &out);
+    Event("response.in_progress", {{"response", Response()}}, &out);
   }
 
-  // Output since the last Push; the events for it appended to `out`
-  // (nullptr: none are wanted).
+  // Output since the last Push; the events for it are appended to `out`
+  // (nullptr: no events are wanted, none are made).
   void Push(const service::OutputDelta& d, std::string* out) {
-    std::string discard;
-    std::string& o = out != nullptr ? *out : discard;
     output_tokens_ += static_cast<std::int64_t>(d.ids.size());
     cached_ += d.cached_tokens;
     service::ChatOutputProcessor::Delta split = output_.Push(d.text, d.finished, d.finish_reason);
-    if (!split.reasoning.empty()) Text(Item::kReasoning, split.reasoning, o);
-    if (!split.content.empty()) Text(Item::kMessage, split.content, o);
+    if (!split.reasoning.empty()) Text(Item::kReasoning, split.reasoning, out);
+    if (!split.content.empty()) Text(Item::kMessage, split.content, out);
     if (!d.finished) return;
     status_ = split.finish_reason == "length" ? "incomplete" : "completed";
-    Close(o);
-    for (const service::ToolCall& c : split.calls) Call(c, o);
+    Close(out);
+    for (const service::ToolCall& c : split.calls) Call(c, out);
     completed_at_ = UnixNow();
-    const char* type = status_ == "completed" ? "response.completed" : "response.incomplete";
-    Event(type, json{{"type", type}, {"response", Response()}}, o);
+    reasoning_tokens_ = ReasoningTokens();
+    Event(status_ == "completed" ? "response.completed" : "response.incomplete", {{"response", Response()}}, out);
   }
 
   // A failure: the response fails with it (response.failed).
-  void Fail(const Status& s, std::string& out) {
+  void Fail(const Status& s, std::string* out) {
     Close(out);
     status_ = s.code() == ErrorCode::kCancelled ? "cancelled" : "failed";
     if (status_ == "failed")
       error_ = json{{"code", s.code() == ErrorCode::kResourceExhausted ? "rate_limit_exceeded" : "server_error"},
                     {"message", s.message()}};
-    Event("response.failed", json{{"type", "response.failed"}, {"response", Response()}}, out);
+    Event("response.failed", {{"response", Response()}}, out);
   }
 
   // The response object as it stands.
@@ -142,7 +142,8 @@ class ResponseBuilder {
   // previous_response_id continues); reasoning is left out, as templates
   // drop the reasoning of earlier turns.
   json AssistantMessage() const {
-    json m = {{"role", "assistant"}, {"content", text_.empty() ? json(nullptr) : json(text_)}};
+    const std::string text = ItemsText("message");
+    json m = {{"role", "assistant"}, {"content", text.empty() ? json(nullptr) : json(text)}};
     json calls = json::array();
     for (const auto& item : items_)
       if (item["type"] == "function_call")
@@ -156,21 +157,46 @@ class ResponseBuilder {
  private:
   enum class Item { kNone, kReasoning, kMessage };
 
-  void Event(const char* type, json data, std::string& out) {
-    data["sequence_number"] = sequence_++;
-    out += NamedEvent(type, data);
+  using Fields = std::initializer_list<std::pair<const char*, json>>;
+
+  // An event {"type", head..., fields..., "sequence_number"}, made only
+  // when events are wanted (its number is taken either way).
+  void Event(const char* type, Fields fields, std::string* out, Fields head = {}) {
+    const std::int64_t sequence = sequence_++;
+    if (out == nullptr) return;
+    json data = {{"type", type}};
+    for (const auto& [k, v] : head) data[k] = v;
+    for (const auto& [k, v] : fields) data[k] = v;
+    data["sequence_number"] = sequence;
+    *out += NamedEvent(type, data);
+  }
+  // An event about the item being written, at `index`.
+  void ItemEvent(const char* type, std::int64_t index, Fields fields, std::string* out) {
+    Event(type, fields, out, {{"item_id", open_id_}, {"output_index", index}});
+  }
+
+  // The text of the output items of `type` (their content parts).
+  std::string ItemsText(const char* type) const {
+    std::string text;
+    for (const auto& item : items_)
+      if (item["type"] == type)
+        for (const auto& part : item["content"]) text += part["text"].get<std::string>();
+    return text;
+  }
+
+  // The reasoning text's tokens (the engine does not tell them apart).
+  std::int64_t ReasoningTokens() const {
+    const std::string reasoning = ItemsText("reasoning");
+    if (reasoning.empty()) return 0;
+    auto ids = service_.Tokenize(reasoning, /*add_special_tokens=*/false);
+    return ids.ok() ? std::min<std::int64_t>(static_cast<std::int64_t>(ids->size()), output_tokens_) : 0;
   }
 
   json Usage() const {
-    std::int64_t reasoning = 0;
-    if (!reasoning_text_.empty()) {
-      auto ids = service_.Tokenize(reasoning_text_, /*add_special_tokens=*/false);
-      if (ids.ok()) reasoning = std::min<std::int64_t>(static_cast<std::int64_t>(ids->size()), output_tokens_);
-    }
     return {{"input_tokens", prompt_tokens_},
             {"input_tokens_details", {{"cached_tokens", cached_}}},
             {"output_tokens", output_tokens_},
-            {"output_tokens_details", {{"reasoning_tokens", reasoning}}},
+            {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
             {"total_tokens", prompt_tokens_ + output_tokens_}};
   }
 
@@ -189,145 +215,64 @@ class ResponseBuilder {
     return {{"type", "output_text"}, {"annotations", json::array()}, {"logprobs", json::array()}, {"text", text}};
   }
 
-  void Text(Item kind, const std::string& text, std::string& out) {
+  void Text(Item kind, const std::string& text, std::string* out) {
+    const auto index = static_cast<std::int64_t>(items_.size());
     if (open_ != kind) {
       Close(out);
       open_ = kind;
       open_id_ = ResponseStore::NewId(kind == Item::kReasoning ? "rs_" : "msg_");
       open_text_.clear();
-      const auto index = static_cast<std::int64_t>(items_.size());
-      Event("response.output_item.added",
-            json{{"type", "response.output_item.added"}, {"output_index", index}, {"item", OpenItem()}}, out);
-      Event("response.content_part.added",
-            json{{"type", "response.content_part.added"},
-                 {"item_id", open_id_},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"part", Part("")}},
-            out);
+      Event("response.output_item.added", {{"output_index", index}, {"item", OpenItem()}}, out);
+      ItemEvent("response.content_part.added", index, {{"content_index", 0}, {"part", Part("")}}, out);
     }
     open_text_ += text;
-    const auto index = static_cast<std::int64_t>(items_.size());
     if (kind == Item::kReasoning) {
-      Event("response.reasoning_text.delta",
-            json{{"type", "response.reasoning_text.delta"},
-                 {"item_id", open_id_},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"delta", text}},
-            out);
+      ItemEvent("response.reasoning_text.delta", index, {{"content_index", 0}, {"delta", text}}, out);
     } else {
-      Event("response.output_text.delta",
-            json{{"type", "response.output_text.delta"},
-                 {"item_id", open_id_},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"delta", text},
-                 {"logprobs", json::array()}},
-            out);
+      ItemEvent("response.output_text.delta", index,
+                {{"content_index", 0}, {"delta", text}, {"logprobs", json::array()}}, out);
     }
   }
 
   // Ends the open reasoning or message item.
-  void Close(std::string& out) {
+  void Close(std::string* out) {
     if (open_ == Item::kNone) return;
     const auto index = static_cast<std::int64_t>(items_.size());
     json item = OpenItem();
     if (open_ == Item::kReasoning) {
-      reasoning_text_ += open_text_;
-      Event("response.reasoning_text.done",
-            json{{"type", "response.reasoning_text.done"},
-                 {"item_id", open_id_},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"text", open_text_}},
-            out);
+      ItemEvent("response.reasoning_text.done", index, {{"content_index", 0}, {"text", open_text_}}, out);
       if (summary_) {
         const json part = {{"type", "summary_text"}, {"text", open_text_}};
-        Event("response.reasoning_summary_part.added",
-              json{{"type", "response.reasoning_summary_part.added"},
-                   {"item_id", open_id_},
-                   {"output_index", index},
-                   {"summary_index", 0},
-                   {"part", {{"type", "summary_text"}, {"text", ""}}}},
-              out);
-        Event("response.reasoning_summary_text.delta",
-              json{{"type", "response.reasoning_summary_text.delta"},
-                   {"item_id", open_id_},
-                   {"output_index", index},
-                   {"summary_index", 0},
-                   {"delta", open_text_}},
-              out);
-        Event("response.reasoning_summary_text.done",
-              json{{"type", "response.reasoning_summary_text.done"},
-                   {"item_id", open_id_},
-                   {"output_index", index},
-                   {"summary_index", 0},
-                   {"text", open_text_}},
-              out);
-        Event("response.reasoning_summary_part.done",
-              json{{"type", "response.reasoning_summary_part.done"},
-                   {"item_id", open_id_},
-                   {"output_index", index},
-                   {"summary_index", 0},
-                   {"part", part}},
-              out);
+        ItemEvent("response.reasoning_summary_part.added", index,
+                  {{"summary_index", 0}, {"part", {{"type", "summary_text"}, {"text", ""}}}}, out);
+        ItemEvent("response.reasoning_summary_text.delta", index, {{"summary_index", 0}, {"delta", open_text_}}, out);
+        ItemEvent("response.reasoning_summary_text.done", index, {{"summary_index", 0}, {"text", open_text_}}, out);
+        ItemEvent("response.reasoning_summary_part.done", index, {{"summary_index", 0}, {"part", part}}, out);
         item["summary"].push_back(part);
       }
     } else {
-      text_ += open_text_;
-      Event("response.output_text.done",
-            json{{"type", "response.output_text.done"},
-                 {"item_id", open_id_},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"text", open_text_},
-                 {"logprobs", json::array()}},
-            out);
+      ItemEvent("response.output_text.done", index,
+                {{"content_index", 0}, {"text", open_text_}, {"logprobs", json::array()}}, out);
       item["status"] = status_ == "incomplete" ? "incomplete" : "completed";
     }
-    Event("response.content_part.done",
-          json{{"type", "response.content_part.done"},
-               {"item_id", open_id_},
-               {"output_index", index},
-               {"content_index", 0},
-               {"part", Part(open_text_)}},
-          out);
+    ItemEvent("response.content_part.done", index, {{"content_index", 0}, {"part", Part(open_text_)}}, out);
     item["content"].push_back(Part(open_text_));
-    Event("response.output_item.done",
-          json{{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}}, out);
+    Event("response.output_item.done", {{"output_index", index}, {"item", item}}, out);
     items_.push_back(std::move(item));
     open_ = Item::kNone;
   }
 
-  void Call(const service::ToolCall& c, std::string& out) {
+  void Call(const service::ToolCall& c, std::string* out) {
     const auto index = static_cast<std::int64_t>(items_.size());
-    json item = {{"id", ResponseStore::NewId("fc_")},
-                 {"type", "function_call"},
-                 {"status", "in_progress"},
-                 {"arguments", ""},
-                 {"call_id", c.id},
-                 {"name", c.name}};
-    const std::string id = item["id"];
-    Event("response.output_item.added",
-          json{{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}}, out);
-    Event("response.function_call_arguments.delta",
-          json{{"type", "response.function_call_arguments.delta"},
-               {"item_id", id},
-               {"output_index", index},
-               {"delta", c.arguments}},
-          out);
-    Event("response.function_call_arguments.done",
-          json{{"type", "response.function_call_arguments.done"},
-               {"item_id", id},
-               {"output_index", index},
-               {"name", c.name},
-               {"arguments", c.arguments}},
-          out);
+    open_id_ = ResponseStore::NewId("fc_");
+    json item = {{"id", open_id_},  {"type", "function_call"}, {"status", "in_progress"},
+                 {"arguments", ""}, {"call_id", c.id},         {"name", c.name}};
+    Event("response.output_item.added", {{"output_index", index}, {"item", item}}, out);
+    ItemEvent("response.function_call_arguments.delta", index, {{"delta", c.arguments}}, out);
+    ItemEvent("response.function_call_arguments.done", index, {{"name", c.name}, {"arguments", c.arguments}}, out);
     item["status"] = "completed";
     item["arguments"] = c.arguments;
-    Event("response.output_item.done",
-          json{{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}}, out);
+    Event("response.output_item.done", {{"output_index", index}, {"item", item}}, out);
     items_.push_back(std::move(item));
   }
 
@@ -341,13 +286,12 @@ class ResponseBuilder {
   std::int64_t completed_at_ = 0;
   std::int64_t output_tokens_ = 0;
   std::int64_t cached_ = 0;
+  std::int64_t reasoning_tokens_ = 0;  // counted once the output is complete
   std::int64_t sequence_ = 0;
   json items_ = json::array();
   Item open_ = Item::kNone;
-  std::string open_id_;
+  std::string open_id_;  // the id of the item being written
   std::string open_text_;
-  std::string text_;            // the messages' text
-  std::string reasoning_text_;  // the reasoning items' text
 };
 
 // The whole output of a unary generation as one final delta.
@@ -363,17 +307,18 @@ service::OutputDelta WholeOutput(const GenerateResult& r) {
 }
 
 // Records a response in the store: its object and the conversation it ends.
-void Record(ResponseStore& store, const std::string& owner, const ResponseBuilder& b, json conversation,
-            bool background) {
+void Record(ResponseStore& store, const std::string& owner, const ResponseBuilder& b, json conversation) {
   StoredResponse s;
   s.owner = owner;
   s.response = DumpOrdered(b.Response());
   s.status = b.status();
-  s.background = background;
+  s.background = b.background();
   if (b.finished()) conversation.push_back(b.AssistantMessage());
   s.conversation = std::move(conversation);
-  store.Put(b.Response()["id"], std::move(s));
+  store.Put(b.id(), std::move(s));
 }
+
+Status NoSuchResponse(const std::string& id) { return NotFound("no response with id '" + id.substr(0, 100) + "'"); }
 
 StatusOr<RestReply> ResponseText(const std::string& text) {
   RestReply reply;
@@ -381,27 +326,61 @@ StatusOr<RestReply> ResponseText(const std::string& text) {
   return reply;
 }
 
+// The stored conversation `body` continues (empty without
+// previous_response_id): NotFound for an unknown response or another
+// key's, InvalidArgument for one still running.
+StatusOr<json> History(const ResponsesBody& body, const RestRequest& request) {
+  if (body.previous_response_id.empty()) return json::array();
+  const std::string& id = body.previous_response_id;
+  std::optional<StoredResponse> previous;
+  if (request.responses != nullptr) previous = request.responses->Get(id, request.owner);
+  if (!previous)
+    return NotFound("previous response with id '" + id.substr(0, 100) + "' not found")
+        .WithParam("previous_response_id");
+  if (previous->status != "completed" && previous->status != "incomplete")
+    return InvalidArgument("previous response '" + id.substr(0, 100) + "' is " + previous->status +
+                           ": only a finished response can be continued")
+        .WithParam("previous_response_id");
+  return std::move(previous->conversation);
+}
+
+// Runs a background response to its end (or until `cancelled`), recording
+// it in the store as it goes.
+void RunInBackground(ResponseStore& store, const std::string& owner, ResponseBuilder& builder, service::Generation& gen,
+                     const json& conversation, const std::atomic<bool>& cancelled) {
+  builder.SetStatus("in_progress");
+  Record(store, owner, builder, conversation);
+  while (!builder.finished()) {
+    if (cancelled.load()) {
+      gen.Cancel();
+      builder.Fail(Status(ErrorCode::kCancelled, "cancelled"), nullptr);
+      break;
+    }
+    auto d = gen.Next(std::chrono::milliseconds(100));
+    if (!d.ok()) {
+      builder.Fail(d.status(), nullptr);
+      break;
+    }
+    builder.Push(*d, nullptr);
+  }
+  Record(store, owner, builder, conversation);
+}
+
 StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(ResponsesBody body, ReadResponsesBody(request.body));
-  json history = json::array();
-  if (!body.previous_response_id.empty()) {
-    std::optional<StoredResponse> previous;
-    if (request.responses != nullptr) previous = request.responses->Get(body.previous_response_id, request.owner);
-    if (!previous)
-      return NotFound("previous response with id '" + body.previous_response_id.substr(0, 100) + "' not found")
-          .WithParam("previous_response_id");
-    if (previous->status != "completed" && previous->status != "incomplete")
-      return InvalidArgument("previous response '" + body.previous_response_id.substr(0, 100) + "' is " +
-                             previous->status + ": only a finished response can be continued")
-          .WithParam("previous_response_id");
-    history = std::move(previous->conversation);
+  // Every field is checked before a stored conversation is looked up.
+  RS_ASSIGN_OR_RETURN(ChatBody chat, ResponsesChat(body, json::array()));
+  ResponseStore* store = body.store ? request.responses : nullptr;
+  if (body.background && store == nullptr)
+    return FailedPrecondition("background responses need the response store").WithParam("background");
+  RS_ASSIGN_OR_RETURN(json history, History(body, request));
+  if (!history.empty()) {
+    RS_ASSIGN_OR_RETURN(chat, ResponsesChat(body, history));
   }
-  RS_ASSIGN_OR_RETURN(ChatBody chat, ResponsesChat(body, history));
   if (request.user != nullptr) *request.user = chat.user;
   RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, ChatInput(chat, request)));
   const std::string& prompt = v.rendered_chat;
   const std::vector<std::int64_t>& ids = v.prompts[0];
-  ResponseStore* store = body.store ? request.responses : nullptr;
   ResponseHead head{
       ResponseStore::NewId("resp_"), UnixNow(), service.name(), body.background, store != nullptr, body.echo};
   // The conversation this response continues, for the next one.
@@ -413,35 +392,17 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   const std::string owner = request.owner;
   RestReply reply;
   if (body.background) {
-    if (store == nullptr)
-      return FailedPrecondition("background responses need the response store").WithParam("background");
     builder->SetStatus("queued");
-    Record(*store, owner, *builder, conversation, true);
+    Record(*store, owner, *builder, conversation);
     reply.body = DumpOrdered(builder->Response());
     std::shared_ptr<service::Generation> gen = std::move(gens.at(0));
     Status started = store->RunInBackground(
-        builder->Response()["id"], [store, owner, builder, gen, conversation](const std::atomic<bool>& cancelled) {
-          builder->SetStatus("in_progress");
-          Record(*store, owner, *builder, conversation, true);
-          std::string none;
-          while (!builder->finished()) {
-            if (cancelled.load()) {
-              gen->Cancel();
-              builder->Fail(Status(ErrorCode::kCancelled, "cancelled"), none);
-              break;
-            }
-            auto d = gen->Next(std::chrono::milliseconds(100));
-            if (!d.ok()) {
-              builder->Fail(d.status(), none);
-              break;
-            }
-            builder->Push(*d, nullptr);
-          }
-          Record(*store, owner, *builder, conversation, true);
+        builder->id(), [store, owner, builder, gen, conversation](const std::atomic<bool>& cancelled) {
+          RunInBackground(*store, owner, *builder, *gen, conversation, cancelled);
         });
     if (!started.ok()) {
       gen->Cancel();
-      store->Delete(builder->Response()["id"], owner);
+      store->Delete(builder->id(), owner);
       return started;
     }
     return reply;
@@ -451,14 +412,14 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
         std::move(gens),
         [builder, store, owner, conversation](std::size_t, const service::OutputDelta& d, std::string& out) {
           builder->Push(d, &out);
-          if (builder->finished() && store != nullptr) Record(*store, owner, *builder, conversation, false);
+          if (builder->finished() && store != nullptr) Record(*store, owner, *builder, conversation);
         },
         [](std::string&) {});
     GenerationStream::Format format;
     builder->Start(format.prelude);
     format.error = [builder](const Status& s) {
       std::string out;
-      builder->Fail(s, out);
+      builder->Fail(s, &out);
       return out;
     };
     format.done = "";
@@ -468,7 +429,7 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   }
   RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
   builder->Push(WholeOutput(results.at(0)), nullptr);
-  if (store != nullptr) Record(*store, owner, *builder, conversation, false);
+  if (store != nullptr) Record(*store, owner, *builder, conversation);
   reply.body = DumpOrdered(builder->Response());
   return reply;
 }
@@ -487,21 +448,21 @@ StatusOr<RestReply> CreateResponse(service::GenerationService& service, const Re
 StatusOr<RestReply> RetrieveResponse(service::GenerationService&, const RestRequest& request) {
   std::optional<StoredResponse> r;
   if (request.responses != nullptr) r = request.responses->Get(request.path_id, request.owner);
-  if (!r) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  if (!r) return NoSuchResponse(request.path_id);
   return ResponseText(r->response);
 }
 
 StatusOr<RestReply> DeleteResponse(service::GenerationService&, const RestRequest& request) {
   if (request.responses == nullptr || !request.responses->Delete(request.path_id, request.owner))
-    return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+    return NoSuchResponse(request.path_id);
   return ResponseText(DumpOrdered(json{{"id", request.path_id}, {"object", "response"}, {"deleted", true}}));
 }
 
 StatusOr<RestReply> CancelResponse(service::GenerationService&, const RestRequest& request) {
-  if (request.responses == nullptr) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  if (request.responses == nullptr) return NoSuchResponse(request.path_id);
   RS_RETURN_IF_ERROR(request.responses->Cancel(request.path_id, request.owner));
   std::optional<StoredResponse> r = request.responses->Get(request.path_id, request.owner);
-  if (!r) return NotFound("no response with id '" + request.path_id.substr(0, 100) + "'");
+  if (!r) return NoSuchResponse(request.path_id);
   return ResponseText(r->response);
 }
 

@@ -78,21 +78,6 @@ constexpr Rule kResponsesRules[] = {
 
 std::string At(const std::string& where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
 
-Status UnknownField(const std::string& at, const std::string& key) {
-  return Malformed(at + "." + key.substr(0, 100), "unrecognized field: '" + key.substr(0, 100) + "'")
-      .WithReason("unknown_parameter");
-}
-
-// Every key of `object` is one of `known`.
-Status OnlyKeys(const ojson& object, const std::string& at, std::initializer_list<const char*> known) {
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || it.key() == k;
-    if (!ok) return UnknownField(at, it.key());
-  }
-  return Status::Ok();
-}
-
 StatusOr<std::string> StringField(const ojson& object, const char* key, const std::string& at, const char* what) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_string())
@@ -469,11 +454,6 @@ StatusOr<ResponsesBody> ReadResponsesBody(const std::string& text) {
   RS_RETURN_IF_ERROR(ReadText(body, chat, echo));
   RS_RETURN_IF_ERROR(ReadReasoning(body, chat, out));
   RS_RETURN_IF_ERROR(ReadInclude(body));
-  // The chat reader's checks of everything but the conversation (which
-  // needs the stored history): run now, so a bad field is refused before
-  // any stored response is looked up.
-  RS_ASSIGN_OR_RETURN(ChatBody checked, ResponsesChat(out, ojson::array()));
-  (void)checked;
   return out;
 }
 
