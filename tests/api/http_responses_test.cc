@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -15,11 +14,7 @@
 #include <vector>
 
 #include "server/api/response_store.h"
-#include "server/models/decoder.h"
-#include "server/tokenizer/tokenizer.h"
 #include "tests/api/http_fixture.h"
-#include "tests/checkpoint/test_checkpoints.h"
-#include "tests/common/offline.h"
 
 namespace ropeserve {
 namespace {
@@ -392,26 +387,12 @@ TEST_F(Responses, BackgroundResponsesArePolledToTheirEnd) {
 // (its text as reasoning_text, and as its summary when asked), unary and
 // streamed alike, and counted in reasoning_tokens.
 TEST(ResponsesReasoning, ThinkBlocksBecomeReasoningItems) {
-  testing::ScratchDir dir;
-  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
-  const std::string cfg_path = dir.path() + "/tokenizer_config.json";
-  std::ifstream in(cfg_path);
-  json cfg = json::parse(in);
-  // The generation prompt opens the block; a random model never closes it.
-  cfg["chat_template"] = cfg["chat_template"].get<std::string>() +
-                         "{% if add_generation_prompt %}<think>\n{% endif %}{# closed by </think> #}";
-  testing::WriteFile(cfg_path, cfg.dump());
-  auto m = DecoderModel::Load(dir.path(), DType::kF32);
-  ASSERT_TRUE(m.ok());
-  auto tok = tok::Tokenizer::FromPath(dir.path());
-  ASSERT_TRUE(tok.ok());
-  service::EngineOptions eo;
-  eo.kv_cache_memory = "8M";
-  auto svc = ServeDecoder(**m, "tiny", eo, *tok);
-  ASSERT_TRUE(svc.ok());
-  ASSERT_TRUE((*svc)->reasons());
+  ReasoningService model;
+  model.Start();
+  if (::testing::Test::HasFatalFailure()) return;
+  service::GenerationService& svc = *model.service;
   const std::string body = R"({"input":"Hi","max_output_tokens":6,"temperature":0,"reasoning":{"summary":"auto"})";
-  auto unary = api::CreateResponse(**svc, api::RestRequest{.body = body + "}"});
+  auto unary = api::CreateResponse(svc, api::RestRequest{.body = body + "}"});
   ASSERT_TRUE(unary.ok()) << unary.status().ToString();
   const json r = json::parse(unary->body);
   ASSERT_EQ(r["output"].size(), 1u) << r.dump();
@@ -422,12 +403,12 @@ TEST(ResponsesReasoning, ThinkBlocksBecomeReasoningItems) {
   EXPECT_FALSE(thought.empty());
   EXPECT_EQ(item["content"][0]["type"], "reasoning_text");
   EXPECT_EQ(item["summary"], json::array({{{"type", "summary_text"}, {"text", thought}}}));
-  const auto tokens = (*svc)->Tokenize(thought, false);
+  const auto tokens = svc.Tokenize(thought, false);
   ASSERT_TRUE(tokens.ok());
   EXPECT_EQ(r["usage"]["output_tokens_details"]["reasoning_tokens"], std::min<std::size_t>(tokens->size(), 6));
   EXPECT_EQ(r["status"], "incomplete");
   // Streamed: the same item, through reasoning_text and summary events.
-  auto reply = api::CreateResponse(**svc, api::RestRequest{.body = body + R"(,"stream":true})"});
+  auto reply = api::CreateResponse(svc, api::RestRequest{.body = body + R"(,"stream":true})"});
   ASSERT_TRUE(reply.ok() && reply->events);
   std::string raw;
   while (!reply->events->Poll(raw, std::chrono::milliseconds(100))) {

@@ -343,35 +343,20 @@ TEST_F(HttpApi, TokenizeDetokenizeVersionModels) {
 // Templates that write <think> blocks: the reasoning comes apart from the
 // content, unary and streamed alike.
 TEST(HttpApiReasoning, ThinkBlocksBecomeReasoningContent) {
-  testing::ScratchDir dir;
-  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
-  const std::string cfg_path = dir.path() + "/tokenizer_config.json";
-  std::ifstream in(cfg_path);
-  json cfg = json::parse(in);
-  // The generation prompt opens the block (as Qwen3 thinking templates do);
-  // a random model never closes it, so all of its output is reasoning.
-  cfg["chat_template"] = cfg["chat_template"].get<std::string>() +
-                         "{% if add_generation_prompt %}<think>\n{% endif %}{# closed by </think> #}";
-  testing::WriteFile(cfg_path, cfg.dump());
-  auto m = DecoderModel::Load(dir.path(), DType::kF32);
-  ASSERT_TRUE(m.ok());
-  auto tok = tok::Tokenizer::FromPath(dir.path());
-  ASSERT_TRUE(tok.ok());
-  service::EngineOptions eo;
-  eo.kv_cache_memory = "8M";
-  auto svc = ServeDecoder(**m, "tiny", eo, *tok);
-  ASSERT_TRUE(svc.ok());
-  ASSERT_TRUE((*svc)->reasons());
+  ReasoningService model;
+  model.Start();
+  if (::testing::Test::HasFatalFailure()) return;
+  service::GenerationService& svc = *model.service;
   const std::string body =
       R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"ignore_eos":true)";
-  auto [code, unary] = api::HandleChatCompletion(**svc, body + "}");
+  auto [code, unary] = api::HandleChatCompletion(svc, body + "}");
   ASSERT_EQ(code, 200) << unary;
   const json msg = json::parse(unary)["choices"][0]["message"];
   ASSERT_TRUE(msg["reasoning_content"].is_string()) << msg.dump();
   EXPECT_FALSE(msg["reasoning_content"].get<std::string>().empty());
   EXPECT_TRUE(msg["content"].is_null()) << msg.dump();
   // Streamed: the deltas' reasoning joins to the same text.
-  auto reply = api::ChatCompletions(**svc, api::RestRequest{.body = body + R"(,"stream":true})"});
+  auto reply = api::ChatCompletions(svc, api::RestRequest{.body = body + R"(,"stream":true})"});
   ASSERT_TRUE(reply.ok() && reply->events);
   std::string events;
   while (!reply->events->Poll(events, std::chrono::milliseconds(100))) {
@@ -386,7 +371,7 @@ TEST(HttpApiReasoning, ThinkBlocksBecomeReasoningContent) {
   EXPECT_EQ(reasoning, msg["reasoning_content"].get<std::string>());
   EXPECT_EQ(content, "");
   // include_reasoning: false drops it.
-  auto [c2, dropped] = api::HandleChatCompletion(**svc, body + R"(,"include_reasoning":false})");
+  auto [c2, dropped] = api::HandleChatCompletion(svc, body + R"(,"include_reasoning":false})");
   ASSERT_EQ(c2, 200);
   EXPECT_TRUE(json::parse(dropped)["choices"][0]["message"]["reasoning_content"].is_null());
 }

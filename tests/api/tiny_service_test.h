@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 
 #include "server/api/serving_context.h"
@@ -15,6 +16,38 @@
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve {
+
+// A tiny qwen2 checkpoint whose chat template opens a <think> block in the
+// generation prompt (as Qwen3 thinking templates do): a random model never
+// closes it, so all of its output is reasoning. Served without a
+// ServingContext; a failure fails the calling test (check
+// HasFatalFailure() after).
+struct ReasoningService {
+  testing::ScratchDir dir;
+  std::unique_ptr<DecoderModel> model;
+  std::unique_ptr<service::GenerationService> service;
+
+  void Start() {
+    testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("qwen2"));
+    const std::string cfg_path = dir.path() + "/tokenizer_config.json";
+    std::ifstream in(cfg_path);
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["chat_template"] = cfg["chat_template"].get<std::string>() +
+                           "{% if add_generation_prompt %}<think>\n{% endif %}{# closed by </think> #}";
+    testing::WriteFile(cfg_path, cfg.dump());
+    auto m = DecoderModel::Load(dir.path(), DType::kF32);
+    ASSERT_TRUE(m.ok());
+    model = std::move(m).value();
+    auto tok = tok::Tokenizer::FromPath(dir.path());
+    ASSERT_TRUE(tok.ok());
+    service::EngineOptions eo;
+    eo.kv_cache_memory = "8M";
+    auto svc = ServeDecoder(*model, "tiny", eo, *tok);
+    ASSERT_TRUE(svc.ok());
+    service = std::move(svc).value();
+    ASSERT_TRUE(service->reasons());
+  }
+};
 
 class TinyServiceTest : public ::testing::Test {
  protected:
