@@ -16,6 +16,7 @@
 #include "server/api/logging.h"
 #include "server/api/openapi.h"
 #include "server/api/rest_handlers.h"
+#include "server/api/routes.h"
 #include "server/api/serving_context.h"
 #include "server/common/exception_message.h"
 #include "server/service/generation_service.h"
@@ -25,74 +26,6 @@ namespace ropeserve::api {
 using json = nlohmann::json;
 
 namespace {
-
-// The endpoints and their methods; anything else on these paths is 405,
-// other paths 404. The admin server has only the `admin` ones; `auth` ones
-// need an API key when keys are configured. docs/openapi.json describes
-// every non-admin route (a test checks they agree).
-struct Route {
-  const char* path;
-  const char* method;
-  bool admin;
-  bool auth;
-  ApiDialect dialect = ApiDialect::kOpenAI;  // the shape of its error bodies
-};
-constexpr Route kRoutes[] = {
-    {"/health", "GET", true, false},
-    {"/ready", "GET", true, false},
-    {"/metrics", "GET", true, false},
-    {"/version", "GET", false, false},
-    {"/openapi.json", "GET", false, false},
-    {"/", "GET", false, false},  // the playground: static files (its API calls need the key)
-    {"/playground/app.js", "GET", false, false},
-    {"/playground/style.css", "GET", false, false},
-    {"/v1/models", "GET", false, true},
-    {"/v1/info", "GET", false, true},
-    {"/v1/summarize", "POST", false, true},
-    {"/v1/qa", "POST", false, true},
-    {"/v1/completions", "POST", false, true},
-    {"/v1/chat/completions", "POST", false, true},
-    {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},
-    {"/v1/messages/count_tokens", "POST", false, true, ApiDialect::kAnthropic},
-    {"/v1/responses", "POST", false, true},
-    {"/v1/responses/{response_id}", "GET", false, true},
-    {"/v1/responses/{response_id}", "DELETE", false, true},
-    {"/v1/responses/{response_id}/cancel", "POST", false, true},
-    {"/tokenize", "POST", false, true},
-    {"/detokenize", "POST", false, true},
-};
-
-// A route's path matches `path` segment by segment; "{response_id}"
-// matches one segment of letters, digits, '_' and '-'. `id` receives it.
-bool PathMatches(std::string_view pattern, std::string_view path, std::string* id) {
-  while (!pattern.empty() && !path.empty()) {
-    const std::size_t ps = pattern.find('/', 1), qs = path.find('/', 1);
-    const std::string_view p = pattern.substr(0, ps), q = path.substr(0, qs);
-    if (p == "/{response_id}") {
-      if (q.size() < 2 || q.size() > 201) return false;
-      for (char c : q.substr(1))
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
-      if (id != nullptr) *id = std::string(q.substr(1));
-    } else if (p != q) {
-      return false;
-    }
-    pattern = ps == std::string_view::npos ? std::string_view() : pattern.substr(ps);
-    path = qs == std::string_view::npos ? std::string_view() : path.substr(qs);
-  }
-  return pattern.empty() && path.empty();
-}
-
-// The route of `path` for `method`; when the path has routes but none for
-// the method, the first of them (a 405 names its method).
-const Route* FindRoute(const std::string& path, bool admin, const std::string& method = "", std::string* id = nullptr) {
-  const Route* found = nullptr;
-  for (const auto& r : kRoutes) {
-    if (!(r.admin || !admin) || !PathMatches(r.path, path, id)) continue;
-    if (method == r.method || (method == "HEAD" && std::string(r.method) == "GET")) return &r;
-    if (found == nullptr) found = &r;
-  }
-  return found;
-}
 
 // Per-request data the access log needs; cpp-httplib runs a request's
 // routing, handler, response writing and logger on one worker thread.
@@ -344,9 +277,7 @@ void HttpServer::Impl::Install() {
     t_request.dialect = route->dialect;
     if (Cors(req, res, route)) return Handled::Handled;
     if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
-      std::string allow;
-      for (const auto& r : kRoutes)
-        if (std::string_view(r.path) == route->path) allow += (allow.empty() ? "" : ", ") + std::string(r.method);
+      const std::string allow = AllowedMethods(*route);
       res.set_header("Allow", allow);
       SetError(res,
                MalformedRequest(req.method + " is not allowed on " + req.path.substr(0, 200) + " (use " + allow + ")"),
