@@ -223,7 +223,7 @@ bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res,
     return true;
   }
   res.status = 204;
-  res.set_header("Access-Control-Allow-Methods", std::string(route->method) + ", OPTIONS");
+  res.set_header("Access-Control-Allow-Methods", AllowedMethods(*route) + ", OPTIONS");
   res.set_header("Access-Control-Allow-Headers",
                  "Authorization, Content-Type, X-Request-Id, X-Api-Key, Anthropic-Version, Anthropic-Beta");
   res.set_header("Access-Control-Max-Age", "600");

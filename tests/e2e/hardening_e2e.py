@@ -299,6 +299,11 @@ def test_cors_is_off_by_default_and_exact_when_on(env):
         check(headers.get("access-control-allow-origin") == "https://app.example", f"preflight headers: {headers}")
         check("POST" in headers.get("access-control-allow-methods", ""), headers)
         check("authorization" in headers.get("access-control-allow-headers", "").lower(), headers)
+        # A path with several methods allows each of them.
+        status, headers, _ = curl(c.http, "/v1/responses/resp_x", method="OPTIONS",
+                                  headers=["Origin: https://app.example", "Access-Control-Request-Method: DELETE"])
+        check(status == 204 and headers.get("access-control-allow-methods") == "GET, DELETE, OPTIONS",
+              f"preflight of a GET and DELETE path: {status} {headers}")
         status, headers, _ = curl(c.http, "/v1/chat/completions", method="OPTIONS",
                                   headers=["Origin: https://evil.example", "Access-Control-Request-Method: POST"])
         check(status == 403 and "access-control-allow-origin" not in headers, f"other origin: {status} {headers}")
