@@ -4,18 +4,12 @@
 // turns ready. SIGTERM/SIGINT drains: not ready, new work refused (503 /
 // UNAVAILABLE), in-flight requests finish within --shutdown-timeout, exit 0.
 // A second signal exits at once.
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <condition_variable>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -29,6 +23,7 @@
 #include "server/api/work_pool.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
+#include "server/cli/stop_signal.h"
 #include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
 #include "server/serving/service_factory.h"
@@ -98,43 +93,6 @@ StatusOr<std::string> EnsureDemoModel() {
 
 StatusOr<std::string> EnsureDemoQaModel() {
   return EnsureDemo("demo-qa", [](const std::string& dir) { return MakeEncoderModel(dir, MakeEncoderOptions{}); });
-}
-
-// The first stop signal starts the drain; a second one exits at once.
-struct StopSignal {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool requested = false;
-  void Request() {
-    std::lock_guard<std::mutex> lock(mu);
-    requested = true;
-    cv.notify_all();
-  }
-  bool Wait(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return requested; });
-  }
-};
-
-// The stop signals' self-pipe: the handler only write()s (async-signal-safe).
-int g_stop_pipe[2] = {-1, -1};
-
-extern "C" void WriteStopSignal(int sig) {
-  const int saved = errno;
-  const auto byte = static_cast<unsigned char>(sig);
-  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &byte, 1);
-  errno = saved;
-}
-
-// Blocks until a stop signal arrives; returns its number.
-int ReadStopSignal() {
-  unsigned char byte = 0;
-  for (;;) {
-    const ssize_t n = read(g_stop_pipe[0], &byte, 1);
-    if (n == 1) return byte;
-    if (n < 0 && errno == EINTR) continue;
-    pause();  // the pipe failed: wait without spinning
-  }
 }
 
 // Loads the summarization model and its tokenizer and starts the engine.
@@ -247,28 +205,9 @@ int Run(ServeFlags f) {
   ctx.metrics = &metrics;
   ctx.request_timeout_seconds = f.request_timeout;
 
-  // The stop signals reach a handler that writes them to a pipe, and one
-  // thread reads the pipe. (Blocking them for sigwait is not enough: threads
-  // that libraries started before this point, such as a CUDA LibTorch's,
-  // would keep them unblocked, and a signal delivered to one of those takes
-  // its default action, which PID 1 in a container ignores.)
-  std::signal(SIGPIPE, SIG_IGN);
-  if (pipe2(g_stop_pipe, O_CLOEXEC) != 0) return Fail("cannot create the signal pipe");
-  struct sigaction on_stop {};
-  on_stop.sa_handler = WriteStopSignal;
-  sigemptyset(&on_stop.sa_mask);
-  on_stop.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &on_stop, nullptr);
-  sigaction(SIGTERM, &on_stop, nullptr);
+  // SIGTERM / SIGINT start the drain; a second one exits at once.
   StopSignal stop;
-  std::thread([&stop] {
-    const int sig = ReadStopSignal();
-    spdlog::info("received {}, draining (a second signal exits at once)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    stop.Request();
-    const int second = ReadStopSignal();
-    spdlog::warn("second signal: exiting now");
-    std::_Exit(128 + second);
-  }).detach();
+  if (Status installed = stop.Install(); !installed.ok()) return Fail(installed.message());
 
   // Tracing: ids always; spans exported only to a collector.
   std::unique_ptr<api::OtlpExporter> exporter;
