@@ -141,7 +141,8 @@ struct HttpServer::Impl {
             const httplib::ContentReader& reader);
   // The same for a request without a body (GET, DELETE).
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  void Run(Endpoint endpoint, const std::string& body, Lifecycle::Ticket ticket, httplib::Response& res);
+  void Run(Endpoint endpoint, const httplib::Request& req, const std::string& body, Lifecycle::Ticket ticket,
+           httplib::Response& res);
 };
 
 void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
@@ -152,24 +153,25 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
   std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
   if (!body) return;
-  Run(endpoint, *body, std::move(*ticket), res);
+  Run(endpoint, req, *body, std::move(*ticket), res);
 }
 
-void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request&, httplib::Response& res) {
+void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   auto ticket = ctx.lifecycle.Admit();
   if (!ticket.ok()) return SetError(res, ticket.status());
   if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-  Run(endpoint, "", std::move(*ticket), res);
+  Run(endpoint, req, "", std::move(*ticket), res);
 }
 
-void HttpServer::Impl::Run(Endpoint endpoint, const std::string& body, Lifecycle::Ticket ticket,
-                           httplib::Response& res) {
+void HttpServer::Impl::Run(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                           Lifecycle::Ticket ticket, httplib::Response& res) {
   service::GenerationService* service = ctx.service.load();
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
-  auto reply =
-      endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
-                                     t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id});
+  std::vector<std::pair<std::string, std::string>> query(req.params.begin(), req.params.end());
+  auto reply = endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone,
+                                              &t_request.user, t_request.span.context, ctx.responses.get(),
+                                              t_request.owner, t_request.path_id, std::move(query), &ctx.lifecycle});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, "application/json");
@@ -463,6 +465,8 @@ void HttpServer::Impl::InstallApi() {
   // Cancel takes no body (the SDK may send none at all).
   server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)",
                [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelResponse, req, res); });
+  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListInputItems, req, res); });
   server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",
               [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveResponse, req, res); });
   server->Delete(R"(/v1/responses/([A-Za-z0-9_-]+))",

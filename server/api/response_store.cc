@@ -56,7 +56,8 @@ void ResponseStore::EvictLocked() {
 }
 
 bool ResponseStore::Put(const std::string& id, StoredResponse r) {
-  const std::size_t bytes = id.size() + r.owner.size() + r.response.size() + r.conversation.dump().size() + 64;
+  const std::size_t bytes =
+      id.size() + r.owner.size() + r.response.size() + r.conversation.dump().size() + r.items.dump().size() + 64;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   if (bytes > options_.max_bytes) {

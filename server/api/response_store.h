@@ -51,6 +51,10 @@ struct StoredResponse {
   nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
   std::string status;  // the response's status (queued, in_progress, completed, ...)
   bool background = false;
+  // The items that made this response, oldest first, as GET
+  // /v1/responses/{id}/input_items lists them: those of the response it
+  // continues (its input items, then its output), then its own input.
+  nlohmann::ordered_json items = nlohmann::ordered_json::array();
 };
 
 class ResponseStore {

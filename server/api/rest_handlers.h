@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/common/status.h"
@@ -28,6 +29,7 @@ class EventSource {
 };
 
 class ResponseStore;  // server/api/response_store.h
+class Lifecycle;      // server/api/lifecycle.h
 
 struct RestReply {
   std::string body;                     // JSON, when not streaming
@@ -49,6 +51,11 @@ struct RestRequest {
   ResponseStore* responses = nullptr;
   std::string owner{};
   std::string path_id{};
+  // The URL's query parameters, in order (GET .../input_items pages by them).
+  std::vector<std::pair<std::string, std::string>> query{};
+  // Work that outlives the HTTP request (a background response) takes a
+  // ticket of its own here, so a drain waits for it. Null: none is taken.
+  Lifecycle* lifecycle = nullptr;
 };
 
 struct ChatBody;
@@ -68,6 +75,10 @@ StatusOr<RestReply> CreateResponse(service::GenerationService& service, const Re
 StatusOr<RestReply> RetrieveResponse(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> DeleteResponse(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> CancelResponse(service::GenerationService& service, const RestRequest& request);
+// GET /v1/responses/{id}/input_items: the items a stored response was made
+// from (with previous_response_id, the earlier turns' too), paged by
+// limit, order, after and before.
+StatusOr<RestReply> ListInputItems(service::GenerationService& service, const RestRequest& request);
 // The chat-shaped endpoints' input (for PrepareGeneration) and output
 // options (for ChatOutputProcessor), from a chat body.
 service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);

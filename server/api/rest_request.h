@@ -129,6 +129,9 @@ struct ResponsesBody {
   // of the input item it came from (errors name the item).
   nlohmann::ordered_json input = nlohmann::ordered_json::array();
   std::vector<std::size_t> origin;
+  // The input items as GET /v1/responses/{id}/input_items lists them (each
+  // with an id and a status).
+  nlohmann::ordered_json items = nlohmann::ordered_json::array();
   std::string previous_response_id;
   bool store = true;
   bool background = false;

@@ -22,14 +22,18 @@
 // streamed response and a unary one made from the same tokens are the same.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "server/api/event_stream.h"
 #include "server/api/json_request.h"
+#include "server/api/lifecycle.h"
 #include "server/api/response_store.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
@@ -306,15 +310,25 @@ service::OutputDelta WholeOutput(const GenerateResult& r) {
   return d;
 }
 
-// Records a response in the store: its object and the conversation it ends.
-void Record(ResponseStore& store, const std::string& owner, const ResponseBuilder& b, json conversation) {
+// What a response continues and adds to: the conversation as chat
+// messages (what previous_response_id continues) and its items as
+// GET /v1/responses/{id}/input_items lists them.
+struct Thread {
+  json conversation = json::array();
+  json items = json::array();
+};
+
+// Records a response in the store: its object, the conversation it ends
+// and the items it was made from.
+void Record(ResponseStore& store, const std::string& owner, const ResponseBuilder& b, const Thread& thread) {
   StoredResponse s;
   s.owner = owner;
   s.response = DumpOrdered(b.Response());
   s.status = b.status();
   s.background = b.background();
-  if (b.finished()) conversation.push_back(b.AssistantMessage());
-  s.conversation = std::move(conversation);
+  s.conversation = thread.conversation;
+  if (b.finished()) s.conversation.push_back(b.AssistantMessage());
+  s.items = thread.items;
   store.Put(b.id(), std::move(s));
 }
 
@@ -326,11 +340,12 @@ StatusOr<RestReply> ResponseText(const std::string& text) {
   return reply;
 }
 
-// The stored conversation `body` continues (empty without
-// previous_response_id): NotFound for an unknown response or another
-// key's, InvalidArgument for one still running.
-StatusOr<json> History(const ResponsesBody& body, const RestRequest& request) {
-  if (body.previous_response_id.empty()) return json::array();
+// The stored thread `body` continues (empty without previous_response_id):
+// the previous response's conversation, and its items followed by its
+// output. NotFound for an unknown response or another key's,
+// InvalidArgument for one still running.
+StatusOr<Thread> Continued(const ResponsesBody& body, const RestRequest& request) {
+  if (body.previous_response_id.empty()) return Thread{};
   const std::string& id = body.previous_response_id;
   std::optional<StoredResponse> previous;
   if (request.responses != nullptr) previous = request.responses->Get(id, request.owner);
@@ -341,15 +356,19 @@ StatusOr<json> History(const ResponsesBody& body, const RestRequest& request) {
     return InvalidArgument("previous response '" + id.substr(0, 100) + "' is " + previous->status +
                            ": only a finished response can be continued")
         .WithParam("previous_response_id");
-  return std::move(previous->conversation);
+  Thread thread{std::move(previous->conversation), std::move(previous->items)};
+  const json response = json::parse(previous->response, nullptr, false);
+  if (response.is_object() && response["output"].is_array())
+    for (const auto& item : response["output"]) thread.items.push_back(item);
+  return thread;
 }
 
 // Runs a background response to its end (or until `cancelled`), recording
 // it in the store as it goes.
 void RunInBackground(ResponseStore& store, const std::string& owner, ResponseBuilder& builder, service::Generation& gen,
-                     const json& conversation, const std::atomic<bool>& cancelled) {
+                     const Thread& thread, const std::atomic<bool>& cancelled) {
   builder.SetStatus("in_progress");
-  Record(store, owner, builder, conversation);
+  Record(store, owner, builder, thread);
   while (!builder.finished()) {
     if (cancelled.load()) {
       gen.Cancel();
@@ -363,7 +382,7 @@ void RunInBackground(ResponseStore& store, const std::string& owner, ResponseBui
     }
     builder.Push(*d, nullptr);
   }
-  Record(store, owner, builder, conversation);
+  Record(store, owner, builder, thread);
 }
 
 StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const RestRequest& request) {
@@ -373,9 +392,9 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   ResponseStore* store = body.store ? request.responses : nullptr;
   if (body.background && store == nullptr)
     return FailedPrecondition("background responses need the response store").WithParam("background");
-  RS_ASSIGN_OR_RETURN(json history, History(body, request));
-  if (!history.empty()) {
-    RS_ASSIGN_OR_RETURN(chat, ResponsesChat(body, history));
+  RS_ASSIGN_OR_RETURN(Thread thread, Continued(body, request));
+  if (!thread.conversation.empty()) {
+    RS_ASSIGN_OR_RETURN(chat, ResponsesChat(body, thread.conversation));
   }
   if (request.user != nullptr) *request.user = chat.user;
   RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, ChatInput(chat, request)));
@@ -383,22 +402,29 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   const std::vector<std::int64_t>& ids = v.prompts[0];
   ResponseHead head{
       ResponseStore::NewId("resp_"), UnixNow(), service.name(), body.background, store != nullptr, body.echo};
-  // The conversation this response continues, for the next one.
-  json conversation = std::move(history);
-  for (const auto& m : body.input) conversation.push_back(m);
+  // The thread this response continues, for the next one.
+  for (const auto& m : body.input) thread.conversation.push_back(m);
+  for (const auto& item : body.items) thread.items.push_back(item);
   auto builder = std::make_shared<ResponseBuilder>(std::move(head), ChatOutput(service, chat), prompt,
                                                    static_cast<std::int64_t>(ids.size()), body.summary, service);
+  // A background run counts as an admitted request of its own: a drain
+  // waits for it (up to --shutdown-timeout) before the engine stops.
+  std::shared_ptr<Lifecycle::Ticket> held;
+  if (body.background && request.lifecycle != nullptr) {
+    RS_ASSIGN_OR_RETURN(Lifecycle::Ticket ticket, request.lifecycle->Admit());
+    held = std::make_shared<Lifecycle::Ticket>(std::move(ticket));
+  }
   RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, 1));
   const std::string owner = request.owner;
   RestReply reply;
   if (body.background) {
     builder->SetStatus("queued");
-    Record(*store, owner, *builder, conversation);
+    Record(*store, owner, *builder, thread);
     reply.body = DumpOrdered(builder->Response());
     std::shared_ptr<service::Generation> gen = std::move(gens.at(0));
     Status started = store->RunInBackground(
-        builder->id(), [store, owner, builder, gen, conversation](const std::atomic<bool>& cancelled) {
-          RunInBackground(*store, owner, *builder, *gen, conversation, cancelled);
+        builder->id(), [store, owner, builder, gen, thread, held](const std::atomic<bool>& cancelled) {
+          RunInBackground(*store, owner, *builder, *gen, thread, cancelled);
         });
     if (!started.ok()) {
       gen->Cancel();
@@ -410,9 +436,9 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   if (body.stream) {
     auto stream = std::make_unique<GenerationStream>(
         std::move(gens),
-        [builder, store, owner, conversation](std::size_t, const service::OutputDelta& d, std::string& out) {
+        [builder, store, owner, thread](std::size_t, const service::OutputDelta& d, std::string& out) {
           builder->Push(d, &out);
-          if (builder->finished() && store != nullptr) Record(*store, owner, *builder, conversation);
+          if (builder->finished() && store != nullptr) Record(*store, owner, *builder, thread);
         },
         [](std::string&) {});
     GenerationStream::Format format;
@@ -429,7 +455,7 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   }
   RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
   builder->Push(WholeOutput(results.at(0)), nullptr);
-  if (store != nullptr) Record(*store, owner, *builder, conversation);
+  if (store != nullptr) Record(*store, owner, *builder, thread);
   reply.body = DumpOrdered(builder->Response());
   return reply;
 }
@@ -464,6 +490,93 @@ StatusOr<RestReply> CancelResponse(service::GenerationService&, const RestReques
   std::optional<StoredResponse> r = request.responses->Get(request.path_id, request.owner);
   if (!r) return NoSuchResponse(request.path_id);
   return ResponseText(r->response);
+}
+
+namespace {
+
+// What GET .../input_items may be asked to include (OpenAI's
+// ResponseIncludable): none changes the items here, which hold only text.
+constexpr const char* kIncludable[] = {"file_search_call.results",
+                                       "web_search_call.results",
+                                       "web_search_call.action.sources",
+                                       "message.input_image.image_url",
+                                       "computer_call_output.output.image_url",
+                                       "code_interpreter_call.outputs",
+                                       "reasoning.encrypted_content",
+                                       "message.output_text.logprobs"};
+
+struct ItemPage {
+  std::int64_t limit = 20;
+  bool ascending = false;  // order: desc (newest first) by default
+  std::optional<std::string> after, before;
+};
+
+StatusOr<ItemPage> ReadItemPage(const std::vector<std::pair<std::string, std::string>>& query) {
+  ItemPage page;
+  for (const auto& [key, value] : query) {
+    if (key == "limit") {
+      std::int64_t n = 0;
+      bool digits = !value.empty() && value.size() <= 3;
+      for (char c : value) digits = digits && c >= '0' && c <= '9';
+      if (digits) n = std::stoll(value);
+      if (!digits || n < 1 || n > 100)
+        return MalformedRequest("'limit' must be an integer from 1 to 100").WithParam("limit");
+      page.limit = n;
+    } else if (key == "order") {
+      if (value != "asc" && value != "desc") return MalformedRequest("'order' must be asc or desc").WithParam("order");
+      page.ascending = value == "asc";
+    } else if (key == "after" || key == "before") {
+      (key == "after" ? page.after : page.before) = value;
+    } else if (key == "include" || key == "include[]") {
+      bool known = false;
+      for (const char* k : kIncludable) known = known || value == k;
+      if (!known) return MalformedRequest("'" + value.substr(0, 100) + "' cannot be included").WithParam("include");
+    } else {
+      return MalformedRequest("unknown query parameter '" + key.substr(0, 100) + "'").WithParam(key.substr(0, 100));
+    }
+  }
+  return page;
+}
+
+}  // namespace
+
+StatusOr<RestReply> ListInputItems(service::GenerationService&, const RestRequest& request) {
+  RS_ASSIGN_OR_RETURN(ItemPage page, ReadItemPage(request.query));
+  std::optional<StoredResponse> r;
+  if (request.responses != nullptr) r = request.responses->Get(request.path_id, request.owner);
+  if (!r) return NoSuchResponse(request.path_id);
+  std::vector<const json*> items;  // in the order asked for
+  for (const auto& item : r->items) items.push_back(&item);
+  if (!page.ascending) std::reverse(items.begin(), items.end());
+  // The cursors: ids of items of this list (after: those following it;
+  // before: those preceding it, in the order asked for).
+  auto position = [&](const std::string& id, const char* param) -> StatusOr<std::size_t> {
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if ((*items[i])["id"] == id) return i;
+    return MalformedRequest("no item '" + id.substr(0, 100) + "' in this response's input").WithParam(param);
+  };
+  std::size_t begin = 0, end = items.size();
+  if (page.after) {
+    RS_ASSIGN_OR_RETURN(std::size_t i, position(*page.after, "after"));
+    begin = i + 1;
+  }
+  const auto limit = static_cast<std::size_t>(page.limit);
+  if (page.before) {
+    RS_ASSIGN_OR_RETURN(std::size_t i, position(*page.before, "before"));
+    end = std::min(end, i);
+  }
+  // Paging backwards (before alone): the `limit` items nearest the cursor.
+  const bool backwards = page.before && !page.after;
+  if (backwards && end > begin + limit) begin = end - limit;
+  json data = json::array();
+  for (std::size_t i = begin; i < end && data.size() < limit; ++i) data.push_back(*items[i]);
+  const bool more = backwards ? begin > 0 : begin + data.size() < end;
+  json list = {{"object", "list"},
+               {"data", data},
+               {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+               {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+               {"has_more", more}};
+  return ResponseText(DumpOrdered(list));
 }
 
 }  // namespace ropeserve::api

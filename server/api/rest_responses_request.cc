@@ -30,6 +30,7 @@
 
 #include "server/api/json_fields.h"
 #include "server/api/json_request.h"
+#include "server/api/response_store.h"
 #include "server/api/rest_request.h"
 
 namespace ropeserve::api {
@@ -135,14 +136,36 @@ StatusOr<std::string> CallOutput(const ojson& item, const std::string& at) {
   return out;
 }
 
+// An input item as GET /v1/responses/{id}/input_items lists it: with an id
+// (the client's, else a new one) and a status; a message's string content
+// becomes one input_text (output_text for the assistant) part.
+ojson ListedItem(const ojson& item, const std::string& type) {
+  ojson out = {{"id", nullptr}, {"type", type}};
+  for (const auto& [k, v] : item.items())
+    if (k != "type") out[k] = v;
+  if (!out["id"].is_string()) {
+    const char* prefix = type == "message"         ? "msg_"
+                         : type == "function_call" ? "fc_"
+                         : type == "reasoning"     ? "rs_"
+                                                   : "fco_";
+    out["id"] = ResponseStore::NewId(prefix);
+  }
+  if (!out.contains("status") || out["status"].is_null()) out["status"] = "completed";
+  if (type == "message" && out["content"].is_string())
+    out["content"] =
+        ojson::array({{{"type", out["role"] == "assistant" ? "output_text" : "input_text"}, {"text", out["content"]}}});
+  return out;
+}
+
 // The input items -> chat messages; `origin` records, per message, the
-// item it came from.
-Status ReadInput(const ojson& body, ojson& messages, std::vector<std::size_t>& origin) {
+// item it came from; `listed`, the items as input_items lists them.
+Status ReadInput(const ojson& body, ojson& messages, std::vector<std::size_t>& origin, ojson& listed) {
   auto in = body.find("input");
   if (in == body.end() || in->is_null()) return Malformed("input", "'input' is required (a string or a list of items)");
   if (in->is_string()) {
     messages.push_back({{"role", "user"}, {"content", *in}});
     origin.push_back(0);
+    listed.push_back(ListedItem({{"role", "user"}, {"content", *in}}, "message"));
     return Status::Ok();
   }
   if (!in->is_array() || in->empty())
@@ -197,6 +220,7 @@ Status ReadInput(const ojson& body, ojson& messages, std::vector<std::size_t>& o
                                          "' are not supported here (message, function_call, "
                                          "function_call_output, reasoning)");
     }
+    listed.push_back(ListedItem(item, type));
   }
   if (messages.empty()) return Malformed("input", "'input' holds no message");
   return Status::Ok();
@@ -431,7 +455,7 @@ StatusOr<ResponsesBody> ReadResponsesBody(const std::string& text) {
     out.instructions = i->get<std::string>();
     echo["instructions"] = *i;
   }
-  RS_RETURN_IF_ERROR(ReadInput(body, out.input, out.origin));
+  RS_RETURN_IF_ERROR(ReadInput(body, out.input, out.origin, out.items));
   if (auto m = body.find("max_output_tokens"); m != body.end() && !m->is_null()) {
     chat["max_tokens"] = *m;
     echo["max_output_tokens"] = *m;

@@ -28,6 +28,7 @@ constexpr Route kRoutes[] = {
     {"/v1/responses/{response_id}", "GET", false, true},
     {"/v1/responses/{response_id}", "DELETE", false, true},
     {"/v1/responses/{response_id}/cancel", "POST", false, true},
+    {"/v1/responses/{response_id}/input_items", "GET", false, true},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
 };

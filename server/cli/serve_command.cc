@@ -66,6 +66,8 @@ struct ServeFlags {
   std::string otlp_traces_endpoint;  // "" = spans are not exported
   std::string otlp_traces_headers;   // "k=v,k2=v2"
   double otlp_traces_sample_ratio = 1.0;
+  api::ResponseStoreOptions responses;
+  double responses_ttl = 24 * 3600;  // seconds
   service::EngineOptions engine;
 };
 
@@ -197,6 +199,8 @@ int Run(ServeFlags f) {
         "for the random-weight demo models");
 
   api::ServingContext ctx;
+  f.responses.ttl = std::chrono::seconds(static_cast<std::int64_t>(f.responses_ttl));
+  ctx.responses = std::make_unique<api::ResponseStore>(f.responses);
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);
@@ -569,6 +573,27 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_OTLP_TRACES_SAMPLE_RATIO")
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--responses-max-stored", f->responses.max_responses,
+                  "Stored responses of the Responses API kept in memory (store: true), least recently used "
+                  "dropped first; lost on restart")
+      ->capture_default_str()
+      ->envname("ROPESERVE_RESPONSES_MAX_STORED")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}));
+  sub->add_option("--responses-max-bytes", f->responses.max_bytes,
+                  "Memory the stored responses may take (their JSON), least recently used dropped first")
+      ->capture_default_str()
+      ->envname("ROPESERVE_RESPONSES_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 40));
+  sub->add_option("--responses-ttl", f->responses_ttl, "Seconds a stored response is kept")
+      ->capture_default_str()
+      ->envname("ROPESERVE_RESPONSES_TTL")
+      ->check(CLI::Range(1.0, 1e8));
+  sub->add_option("--responses-max-background", f->responses.max_background,
+                  "Background responses (background: true) running at once; more are refused with 429")
+      ->capture_default_str()
+      ->envname("ROPESERVE_RESPONSES_MAX_BACKGROUND")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
   return [f] { return Run(*f); };
 }
 

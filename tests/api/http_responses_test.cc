@@ -6,6 +6,7 @@
 // tool calls, and stored responses against the API key that made them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <string>
@@ -349,6 +350,77 @@ TEST_F(Responses, StoredResponsesBelongToTheirKey) {
   EXPECT_EQ(Call("GET", "/v1/responses/" + unstored["id"].get<std::string>()).first, 404);
 }
 
+// GET /v1/responses/{id}/input_items lists the thread a response was made
+// from, as the openai SDK pages it: the earlier turn's input and output
+// items, then its own input (with the client's ids kept), newest first
+// unless order=asc; after / before / limit page it; only its key sees it.
+TEST_F(Responses, InputItemsListTheThread) {
+  auto [c1, first] = Create({{"input", "Hello"}, {"max_output_tokens", 4}});
+  ASSERT_EQ(c1, 200) << first.dump();
+  const json next = {{"id", "msg_client_given"},
+                     {"type", "message"},
+                     {"role", "user"},
+                     {"content", json::array({{{"type", "input_text"}, {"text", "Next"}}})}};
+  auto [c2, second] =
+      Create({{"input", json::array({next})}, {"previous_response_id", first["id"]}, {"max_output_tokens", 4}});
+  ASSERT_EQ(c2, 200) << second.dump();
+  const std::string path = "/v1/responses/" + second["id"].get<std::string>() + "/input_items";
+
+  auto [ca, asc] = Call("GET", path + "?order=asc");
+  ASSERT_EQ(ca, 200) << asc.dump();
+  EXPECT_EQ(asc["object"], "list");
+  EXPECT_EQ(asc["has_more"], false);
+  json expected = json::array();
+  json hello = asc["data"][0];
+  EXPECT_EQ(hello["id"].get<std::string>().rfind("msg_", 0), 0u) << hello.dump();
+  expected.push_back({{"id", hello["id"]},
+                      {"type", "message"},
+                      {"role", "user"},
+                      {"content", json::array({{{"type", "input_text"}, {"text", "Hello"}}})},
+                      {"status", "completed"}});
+  for (const auto& item : first["output"]) expected.push_back(item);
+  json given = next;
+  given["status"] = "completed";
+  expected.push_back(given);
+  EXPECT_EQ(asc["data"], expected);
+  EXPECT_EQ(asc["first_id"], expected.front()["id"]);
+  EXPECT_EQ(asc["last_id"], expected.back()["id"]);
+
+  // The default order is newest first.
+  auto [cd, desc] = Call("GET", path);
+  ASSERT_EQ(cd, 200);
+  json reversed = expected;
+  std::reverse(reversed.begin(), reversed.end());
+  EXPECT_EQ(desc["data"], reversed);
+
+  // Pages of one, by after, as the SDK's auto-pagination asks.
+  json paged = json::array();
+  std::string cursor;
+  for (int i = 0; i < 10; ++i) {
+    auto [cp, page] = Call("GET", path + "?order=asc&limit=1" + (cursor.empty() ? "" : "&after=" + cursor));
+    ASSERT_EQ(cp, 200) << page.dump();
+    ASSERT_EQ(page["data"].size(), 1u);
+    paged.push_back(page["data"][0]);
+    cursor = page["last_id"];
+    if (!page["has_more"].get<bool>()) break;
+  }
+  EXPECT_EQ(paged, expected);
+  // before: the items just ahead of the cursor.
+  auto [cb, before] = Call("GET", path + "?order=asc&limit=1&before=msg_client_given");
+  ASSERT_EQ(cb, 200);
+  EXPECT_EQ(before["data"], json::array({expected[expected.size() - 2]}));
+  EXPECT_EQ(before["has_more"], expected.size() > 2);
+
+  for (const char* bad :
+       {"?limit=0", "?limit=101", "?limit=x", "?order=up", "?after=msg_nope", "?include=nope", "?page=2"}) {
+    auto [code, error] = Call("GET", path + bad);
+    EXPECT_EQ(code, 400) << bad << " " << error.dump();
+    EXPECT_FALSE(error["error"]["param"].is_null()) << bad << " " << error.dump();
+  }
+  EXPECT_EQ(Call("GET", path, nullptr, "key-two").first, 404);
+  EXPECT_EQ(Call("GET", path + "?include=reasoning.encrypted_content").first, 200);
+}
+
 // background: true answers at once (queued) and the response is polled to
 // its end; it is the response the same request makes in the foreground.
 TEST_F(Responses, BackgroundResponsesArePolledToTheirEnd) {
@@ -362,15 +434,21 @@ TEST_F(Responses, BackgroundResponsesArePolledToTheirEnd) {
   const std::string path = "/v1/responses/" + queued["id"].get<std::string>();
   json done;
   for (int i = 0; i < 600; ++i) {
+    // The run holds an admission ticket until its final state is stored
+    // (a drain waits for it): no ticket out means it has finished.
+    const int in_flight = ctx_.lifecycle.in_flight();
     auto [gc, got] = Call("GET", path);
     ASSERT_EQ(gc, 200) << got.dump();
-    if (got["status"] != "queued" && got["status"] != "in_progress") {
+    const bool finished = got["status"] != "queued" && got["status"] != "in_progress";
+    if (in_flight == 0) EXPECT_TRUE(finished) << "a running background response holds no ticket";
+    if (finished) {
       done = got;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_FALSE(done.is_null()) << "the background response did not finish in 30 s";
+  EXPECT_TRUE(ctx_.lifecycle.WaitIdle(std::chrono::seconds(10))) << "the finished run kept its ticket";
   auto [fc, foreground] = Create(body);
   ASSERT_EQ(fc, 200);
   json a = Comparable(done), b = Comparable(foreground);

@@ -4,7 +4,8 @@
 //    a sequence gap throws), text.format json_schema, a function-tool round
 //    trip with function_call_output, previous_response_id, an agent loop of
 //    three tool round trips, retrieve / delete / cancel with background,
-//    errors as the SDK's exception classes, stored responses per API key;
+//    the thread listed by inputItems.list page by page, errors as the SDK's
+//    exception classes, stored responses per API key;
 //  - LangChain's ChatOpenAI with useResponsesApi, invoked and streamed;
 //  - every answer and streamed event validated against docs/openapi.json.
 // The demo model has random weights: the checks are about shapes, the
@@ -114,18 +115,36 @@ test('openai SDK: a function-tool round trip, streamed and unary', async () => {
 test('openai SDK: an agent loop of three tool round trips over previous_response_id, then an answer', async () => {
   let previous = null;
   let input = 'Plan my trip: weather in Oslo, then the time there.';
+  const thread = [];  // the items the final answer is made from, oldest first
   for (let round = 0; round < 3; round++) {
     const r = await client.responses.create({ model: MODEL, input, previous_response_id: previous, tools: TOOLS, tool_choice: 'required', max_output_tokens: 200, temperature: 0.7, seed: 3 + round });
     conforms('Response', r);
     const calls = r.output.filter((i) => i.type === 'function_call');
     assert.ok(calls.length >= 1, `round ${round}: ${JSON.stringify(r.output)}`);
     calls.forEach(checkCall);
+    thread.push(...(round === 0 ? [{ type: 'message', role: 'user' }] : input), ...r.output);
     previous = r.id;
     input = calls.map((c) => ({ type: 'function_call_output', call_id: c.call_id, output: `{"round": ${round}}` }));
   }
+  thread.push(...input);
   const answer = await client.responses.create({ model: MODEL, input, previous_response_id: previous, tools: TOOLS, tool_choice: 'none', max_output_tokens: 8, temperature: 0 });
   assert.ok(answer.output.every((i) => i.type === 'message'), JSON.stringify(answer.output));
   assert.ok(answer.usage.input_tokens > 50, 'the stored conversation was not continued');
+  // The thread, as the SDK lists it page by page (two items a page).
+  const listed = [];
+  for await (const item of client.responses.inputItems.list(answer.id, { order: 'asc', limit: 2 })) listed.push(item);
+  assert.equal(listed.length, thread.length, JSON.stringify(listed));
+  const first = await (await fetch(`${HTTP}/v1/responses/${answer.id}/input_items?limit=2`)).json();
+  conforms('ResponseItemList', first);
+  assert.deepEqual(first.data, listed.slice(-2).reverse());  // newest first by default
+  assert.equal(first.has_more, true);
+  assert.deepEqual(listed[0].content, [{ type: 'input_text', text: 'Plan my trip: weather in Oslo, then the time there.' }]);
+  listed.forEach((item, i) => {
+    assert.equal(item.type, thread[i].type ?? 'message', `item ${i}`);
+    if (thread[i].id) assert.deepEqual(item, thread[i]);  // output items as the responses gave them
+    if (item.type === 'function_call_output') assert.equal(item.call_id, thread[i].call_id);
+    assert.equal(item.status, 'completed');
+  });
 });
 
 test('openai SDK: retrieve, delete, background and cancel; responses belong to their key', async () => {
