@@ -28,7 +28,7 @@ void Generation(const api::GenerationBody& body, const std::vector<std::size_t>&
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 8) {
     case 0: {
       auto r = api::ReadCompletionBody(body);
       if (!r.ok()) return 0;
@@ -56,6 +56,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
     case 5:
       (void)api::ReadDetokenizeBody(body);
       break;
+    case 6: {  // OpenAI's Responses API: its reader, then the chat reader
+      auto r = api::ReadResponsesBody(body);
+      if (!r.ok()) break;
+      auto chat = api::ResponsesChat(*r, r->input);  // the input doubles as a stored conversation
+      if (!chat.ok()) (void)api::WithResponsesParam(chat.status());
+      if (chat.ok()) Generation(*chat, {chat->messages.dump().size()}, service::Endpoint::kChat);
+      break;
+    }
+    case 7: {  // Anthropic's Messages API and its count_tokens
+      auto r = api::ReadMessagesBody(body);
+      if (r.ok()) Generation(*r, {r->messages.dump().size()}, service::Endpoint::kChat);
+      (void)api::ReadCountTokensBody(body);
+      break;
+    }
     default: {
       auto r = api::ReadQaBody(body);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
