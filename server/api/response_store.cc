@@ -1,9 +1,8 @@
 #include "server/api/response_store.h"
 
-#include <openssl/rand.h>
-
-#include <random>
 #include <utility>
+
+#include "server/common/random_id.h"
 
 namespace ropeserve::api {
 
@@ -11,22 +10,7 @@ ResponseStore::ResponseStore(ResponseStoreOptions options) : options_(options) {
 
 ResponseStore::~ResponseStore() { Shutdown(); }
 
-std::string ResponseStore::NewId(const char* prefix) {
-  unsigned char bytes[24];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) {
-    // OpenSSL's generator failed (no entropy source): a random_device
-    // fallback rather than a predictable id.
-    std::random_device rd;
-    for (auto& b : bytes) b = static_cast<unsigned char>(rd());
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string id = prefix;
-  for (unsigned char b : bytes) {
-    id.push_back(hex[b >> 4]);
-    id.push_back(hex[b & 15]);
-  }
-  return id;
-}
+std::string ResponseStore::NewId(const char* prefix) { return RandomId(prefix, 24); }
 
 bool ResponseStore::ExpiredLocked(const Entry& e) const {
   return std::chrono::steady_clock::now() - e.created > options_.ttl;

@@ -30,8 +30,8 @@
 
 #include "server/api/json_fields.h"
 #include "server/api/json_request.h"
-#include "server/api/response_store.h"
 #include "server/api/rest_request.h"
+#include "server/common/random_id.h"
 
 namespace ropeserve::api {
 
@@ -148,7 +148,7 @@ ojson ListedItem(const ojson& item, const std::string& type) {
                          : type == "function_call" ? "fc_"
                          : type == "reasoning"     ? "rs_"
                                                    : "fco_";
-    out["id"] = ResponseStore::NewId(prefix);
+    out["id"] = RandomId(prefix);
   }
   if (!out.contains("status") || out["status"].is_null()) out["status"] = "completed";
   if (type == "message" && out["content"].is_string())

@@ -1,0 +1,215 @@
+#include "server/batch/file_store.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "server/common/random_id.h"
+
+namespace ropeserve::batch {
+
+namespace {
+
+// Migrations, oldest first: never edit one that has shipped, add another.
+constexpr const char* kSchema[] = {
+    // 1: files
+    "CREATE TABLE files ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"  // upload order
+    "  id TEXT NOT NULL UNIQUE,"
+    "  owner TEXT NOT NULL,"
+    "  filename TEXT NOT NULL,"
+    "  purpose TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX files_by_owner ON files(owner, seq);",
+};
+
+std::int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+constexpr const char* kColumns = "id, filename, purpose, bytes, created_at, expires_at, seq";
+
+FileInfo Row(const storage::Statement& st) {
+  return {st.Text(0), st.Text(1), st.Text(2), st.Int(3), st.Int(4), st.Int(5)};
+}
+
+Status NoSuchFile(const std::string& id) { return NotFound("no file with id '" + id.substr(0, 100) + "'"); }
+
+}  // namespace
+
+std::span<const char* const> BatchSchema() { return kSchema; }
+
+StatusOr<std::unique_ptr<FileStore>> FileStore::Open(const storage::DataDir& dir, FileStoreOptions options) {
+  const std::string files_dir = dir.Path("files");
+  RS_RETURN_IF_ERROR(storage::MakeDirectories(files_dir));
+  RS_ASSIGN_OR_RETURN(auto db, storage::Database::Open(dir.Path("batch.db"), BatchSchema()));
+  std::unique_ptr<FileStore> store(new FileStore(std::move(db), files_dir, options));
+  std::lock_guard<std::mutex> lock(store->mu_);
+  RS_RETURN_IF_ERROR(store->RemoveExpiredLocked());
+  RS_RETURN_IF_ERROR(store->RemoveOrphansLocked());
+  return store;
+}
+
+// Content files without a row (a crash between writing and committing, or
+// between deleting the row and the file) and temporary files.
+Status FileStore::RemoveOrphansLocked() {
+  std::set<std::string> known;
+  RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT id FROM files"));
+  for (;;) {
+    RS_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    known.insert(st.Text(0));
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(files_dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (known.count(name) == 0) std::filesystem::remove(entry.path(), ec);
+  }
+  return Status::Ok();
+}
+
+Status FileStore::RemoveExpiredLocked() {
+  std::vector<std::string> expired;
+  {
+    RS_ASSIGN_OR_RETURN(storage::Statement st,
+                        db_->Prepare("SELECT id FROM files WHERE expires_at > 0 AND expires_at <= ?"));
+    st.Bind(1, Now());
+    for (;;) {
+      RS_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      expired.push_back(st.Text(0));
+    }
+  }
+  for (const auto& id : expired) {
+    RS_ASSIGN_OR_RETURN(storage::Statement del, db_->Prepare("DELETE FROM files WHERE id = ?"));
+    RS_RETURN_IF_ERROR(del.Bind(1, id).Run());
+    ::unlink(ContentPath(id).c_str());
+  }
+  return Status::Ok();
+}
+
+std::int64_t FileStore::total_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto st = db_->Prepare("SELECT coalesce(sum(bytes), 0) FROM files");
+  if (!st.ok()) return 0;
+  auto row = st->Step();
+  return row.ok() && *row ? st->Int(0) : 0;
+}
+
+StatusOr<FileInfo> FileStore::Create(const std::string& owner, const std::string& filename, const std::string& purpose,
+                                     std::string_view content, std::int64_t expires_after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RS_RETURN_IF_ERROR(RemoveExpiredLocked());
+  {
+    RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT coalesce(sum(bytes), 0) FROM files"));
+    RS_ASSIGN_OR_RETURN(bool row, st.Step());
+    const std::int64_t used = row ? st.Int(0) : 0;
+    if (used + static_cast<std::int64_t>(content.size()) > options_.max_total_bytes)
+      return Status(ErrorCode::kResourceExhausted, "the server's file storage is full (" + std::to_string(used) +
+                                                       " of " + std::to_string(options_.max_total_bytes) +
+                                                       " bytes used): delete files first");
+  }
+  FileInfo f;
+  f.id = RandomId("file-", 12);
+  f.filename = filename;
+  f.purpose = purpose;
+  f.bytes = static_cast<std::int64_t>(content.size());
+  f.created_at = Now();
+  f.expires_at = expires_after > 0 ? f.created_at + expires_after : 0;
+  // The content first: a row never names a file that is not whole.
+  RS_RETURN_IF_ERROR(storage::WriteFileAtomically(ContentPath(f.id), content));
+  Status s = db_->Transaction([&]() -> Status {
+    RS_ASSIGN_OR_RETURN(storage::Statement st,
+                        db_->Prepare("INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at)"
+                                     " VALUES (?, ?, ?, ?, ?, ?, ?)"));
+    return st.Bind(1, f.id)
+        .Bind(2, owner)
+        .Bind(3, f.filename)
+        .Bind(4, f.purpose)
+        .Bind(5, f.bytes)
+        .Bind(6, f.created_at)
+        .Bind(7, f.expires_at)
+        .Run();
+  });
+  if (!s.ok()) {
+    ::unlink(ContentPath(f.id).c_str());
+    return s;
+  }
+  return f;
+}
+
+StatusOr<std::optional<FileInfo>> FileStore::FindLocked(const std::string& id, const std::string& owner) {
+  RS_ASSIGN_OR_RETURN(storage::Statement st,
+                      db_->Prepare((std::string("SELECT ") + kColumns + " FROM files WHERE id = ? AND owner = ?" +
+                                    " AND (expires_at = 0 OR expires_at > ?)")
+                                       .c_str()));
+  st.Bind(1, id).Bind(2, owner).Bind(3, Now());
+  RS_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<FileInfo>();
+  return std::optional<FileInfo>(Row(st));
+}
+
+StatusOr<FileInfo> FileStore::Get(const std::string& id, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RS_ASSIGN_OR_RETURN(std::optional<FileInfo> f, FindLocked(id, owner));
+  if (!f) return NoSuchFile(id);
+  return *f;
+}
+
+StatusOr<std::string> FileStore::Content(const std::string& id, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RS_ASSIGN_OR_RETURN(std::optional<FileInfo> f, FindLocked(id, owner));
+  if (!f) return NoSuchFile(id);
+  auto content = storage::ReadWholeFile(ContentPath(id));
+  if (!content.ok()) return Internal("the content of file '" + id + "' is missing from the data directory");
+  return content;
+}
+
+Status FileStore::Delete(const std::string& id, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RS_ASSIGN_OR_RETURN(std::optional<FileInfo> f, FindLocked(id, owner));
+  if (!f) return NoSuchFile(id);
+  RS_RETURN_IF_ERROR(db_->Transaction([&]() -> Status {
+    RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("DELETE FROM files WHERE id = ?"));
+    return st.Bind(1, id).Run();
+  }));
+  ::unlink(ContentPath(id).c_str());  // a crash before this: the next Open removes it
+  return Status::Ok();
+}
+
+StatusOr<FileStore::Page> FileStore::List(const std::string& owner, const std::string& purpose,
+                                          const std::string& after, std::size_t limit, bool ascending) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RS_RETURN_IF_ERROR(RemoveExpiredLocked());
+  std::int64_t cursor = ascending ? 0 : std::numeric_limits<std::int64_t>::max();
+  if (!after.empty()) {
+    RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT seq FROM files WHERE id = ? AND owner = ?"));
+    st.Bind(1, after).Bind(2, owner);
+    RS_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return Status(InvalidArgument("no file '" + after.substr(0, 100) + "' to list after")).WithParam("after");
+    cursor = st.Int(0);
+  }
+  const std::string sql = std::string("SELECT ") + kColumns +
+                          " FROM files WHERE owner = ? AND (? = '' OR purpose = ?)" +
+                          (ascending ? " AND seq > ? ORDER BY seq ASC" : " AND seq < ? ORDER BY seq DESC") + " LIMIT ?";
+  RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare(sql.c_str()));
+  st.Bind(1, owner).Bind(2, purpose).Bind(3, purpose).Bind(4, cursor).Bind(5, static_cast<std::int64_t>(limit) + 1);
+  Page page;
+  for (;;) {
+    RS_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    if (page.files.size() == limit) {
+      page.has_more = true;
+      break;
+    }
+    page.files.push_back(Row(st));
+  }
+  return page;
+}
+
+}  // namespace ropeserve::batch

@@ -1,0 +1,85 @@
+// The Files API's files (POST /v1/files and the rest), kept in the data
+// directory so that they survive restarts: metadata in the SQLite database
+// DIR/batch.db, contents in DIR/files/<id>, each written atomically before
+// its row is committed (a crash leaves at most a content file without a
+// row, which the next Open removes).
+//
+// Each file belongs to the API key that uploaded it (its digest, "" with
+// keys off): for another key it does not exist. Files may expire
+// (expires_after); expired ones are removed when next seen.
+//
+// Thread-safe. Torch-free and model-free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/common/status.h"
+#include "server/storage/data_dir.h"
+#include "server/storage/database.h"
+
+namespace ropeserve::batch {
+
+struct FileInfo {
+  std::string id;  // "file-" + 24 hex digits
+  std::string filename;
+  std::string purpose;
+  std::int64_t bytes = 0;
+  std::int64_t created_at = 0;  // Unix seconds
+  std::int64_t expires_at = 0;  // Unix seconds; 0: kept until deleted
+};
+
+struct FileStoreOptions {
+  std::int64_t max_total_bytes = std::int64_t{10} << 30;  // all files' contents together
+};
+
+class FileStore {
+ public:
+  // Opens (creating or migrating) DIR/batch.db and DIR/files/.
+  static StatusOr<std::unique_ptr<FileStore>> Open(const storage::DataDir& dir, FileStoreOptions options = {});
+
+  // Stores `content`. `expires_after` seconds from now (0: never).
+  // ResourceExhausted when max_total_bytes would be passed or the disk is full.
+  StatusOr<FileInfo> Create(const std::string& owner, const std::string& filename, const std::string& purpose,
+                            std::string_view content, std::int64_t expires_after = 0);
+  // NotFound for no such file of `owner`'s.
+  StatusOr<FileInfo> Get(const std::string& id, const std::string& owner);
+  StatusOr<std::string> Content(const std::string& id, const std::string& owner);
+  Status Delete(const std::string& id, const std::string& owner);
+
+  struct Page {
+    std::vector<FileInfo> files;
+    bool has_more = false;
+  };
+  // `owner`'s files in upload order (newest first unless `ascending`),
+  // those of `purpose` only when it is not empty, after the file `after`
+  // (InvalidArgument when it is not one of them), at most `limit`.
+  StatusOr<Page> List(const std::string& owner, const std::string& purpose, const std::string& after, std::size_t limit,
+                      bool ascending);
+
+  std::int64_t total_bytes();
+
+ private:
+  FileStore(std::unique_ptr<storage::Database> db, std::string files_dir, FileStoreOptions options)
+      : db_(std::move(db)), files_dir_(std::move(files_dir)), options_(options) {}
+  std::string ContentPath(const std::string& id) const { return files_dir_ + "/" + id; }
+  StatusOr<std::optional<FileInfo>> FindLocked(const std::string& id, const std::string& owner);
+  Status RemoveExpiredLocked();
+  Status RemoveOrphansLocked();
+
+  std::mutex mu_;
+  std::unique_ptr<storage::Database> db_;
+  std::string files_dir_;
+  FileStoreOptions options_;
+};
+
+// The database's schema, oldest migration first (storage::Database).
+std::span<const char* const> BatchSchema();
+
+}  // namespace ropeserve::batch

@@ -1,0 +1,212 @@
+// The data directory, SQLite databases and the Files API's store: what
+// must survive a restart, and what must refuse to start rather than lose
+// or mix up data (a second server on one directory, a foreign, newer or
+// damaged database).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "server/batch/file_store.h"
+#include "server/storage/data_dir.h"
+#include "server/storage/database.h"
+#include "tests/checkpoint/test_checkpoints.h"
+
+namespace ropeserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+using TempDir = testing::ScratchDir;
+
+void WriteRaw(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+TEST(DataDir, IsCreatedPrivateAndHeldByOneProcess) {
+  TempDir t;
+  const std::string dir = t.path() + "/a/b";
+  auto first = storage::DataDir::Open(dir);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // flock is per open file description: a second Open in this process
+  // conflicts exactly as another process would.
+  auto second = storage::DataDir::Open(dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("in use by another ropeserve process"), std::string::npos);
+  EXPECT_NE(second.status().message().find(dir), std::string::npos);
+  first->reset();
+  EXPECT_TRUE(storage::DataDir::Open(dir).ok()) << "the lock outlived its holder";
+  WriteRaw(t.path() + "/plain", "x");
+  EXPECT_FALSE(storage::DataDir::Open(t.path() + "/plain").ok());
+}
+
+TEST(DataDir, WritesFilesWholeOrNotAtAll) {
+  TempDir t;
+  const std::string path = t.path() + "/f";
+  ASSERT_TRUE(storage::WriteFileAtomically(path, "first").ok());
+  ASSERT_TRUE(storage::WriteFileAtomically(path, std::string(100000, 'x')).ok());
+  auto read = storage::ReadWholeFile(path);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(*read, std::string(100000, 'x'));
+  // No temporary file is left beside it.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(t.path())) entries += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(entries, 1);
+  EXPECT_FALSE(storage::WriteFileAtomically(t.path() + "/missing/f", "x").ok());
+  EXPECT_EQ(storage::ReadWholeFile(t.path() + "/none").status().code(), ErrorCode::kNotFound);
+}
+
+constexpr const char* kV1[] = {"CREATE TABLE a (x INTEGER);"};
+constexpr const char* kV2[] = {"CREATE TABLE a (x INTEGER);", "ALTER TABLE a ADD COLUMN y TEXT;"};
+
+TEST(Database, MigratesForwardAndRefusesWhatItDoesNotKnow) {
+  TempDir t;
+  const std::string path = t.path() + "/d.db";
+  {
+    auto db = storage::Database::Open(path, kV1);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    EXPECT_EQ((*db)->version(), 1);
+    ASSERT_TRUE((*db)->Exec("INSERT INTO a (x) VALUES (7)").ok());
+  }
+  {
+    auto db = storage::Database::Open(path, kV2);  // an upgrade keeps the rows
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    EXPECT_EQ((*db)->version(), 2);
+    auto st = (*db)->Prepare("SELECT x, y FROM a");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(*st->Step());
+    EXPECT_EQ(st->Int(0), 7);
+    EXPECT_TRUE(st->IsNull(1));
+  }
+  // A downgrade would misread the newer schema.
+  auto old = storage::Database::Open(path, kV1);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("schema version 2"), std::string::npos) << old.status().message();
+
+  // Another program's database is never adopted.
+  const std::string foreign = t.path() + "/foreign.db";
+  {
+    auto db = storage::Database::Open(foreign, {});  // no migrations: nothing marks it
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->Exec("CREATE TABLE theirs (x)").ok());
+  }
+  auto adopted = storage::Database::Open(foreign, kV1);
+  ASSERT_FALSE(adopted.ok());
+  EXPECT_NE(adopted.status().message().find("belongs to another program"), std::string::npos);
+  EXPECT_NE(adopted.status().message().find(foreign), std::string::npos);
+
+  // A file that is not a database, or a damaged one.
+  const std::string junk = t.path() + "/junk.db";
+  WriteRaw(junk, std::string(4096, 'j'));
+  auto bad = storage::Database::Open(junk, kV1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(junk), std::string::npos);
+}
+
+TEST(Database, TransactionsRollBackWhenTheirBodyFails) {
+  TempDir t;
+  auto db = storage::Database::Open(t.path() + "/d.db", kV1);
+  ASSERT_TRUE(db.ok());
+  Status s = (*db)->Transaction([&]() -> Status {
+    RS_RETURN_IF_ERROR((*db)->Exec("INSERT INTO a (x) VALUES (1)"));
+    return Internal("stop");
+  });
+  EXPECT_FALSE(s.ok());
+  auto st = (*db)->Prepare("SELECT count(*) FROM a");
+  ASSERT_TRUE(st.ok() && *st->Step());
+  EXPECT_EQ(st->Int(0), 0);
+}
+
+TEST(FileStore, KeepsFilesAcrossRestartsPerOwner) {
+  TempDir t;
+  std::string id;
+  {
+    auto dir = storage::DataDir::Open(t.path());
+    ASSERT_TRUE(dir.ok());
+    auto store = batch::FileStore::Open(**dir);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto f = (*store)->Create("alice", "in.jsonl", "batch", "line\n");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    id = f->id;
+    EXPECT_EQ(id.rfind("file-", 0), 0u);
+    EXPECT_EQ(f->bytes, 5);
+    EXPECT_EQ(f->expires_at, 0);
+  }
+  auto dir = storage::DataDir::Open(t.path());
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  ASSERT_TRUE(store.ok());
+  auto got = (*store)->Get(id, "alice");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->filename, "in.jsonl");
+  EXPECT_EQ(*(*store)->Content(id, "alice"), "line\n");
+  // Another owner: it does not exist.
+  EXPECT_EQ((*store)->Get(id, "bob").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ((*store)->Content(id, "bob").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ((*store)->Delete(id, "bob").code(), ErrorCode::kNotFound);
+  ASSERT_TRUE((*store)->Delete(id, "alice").ok());
+  EXPECT_EQ((*store)->Get(id, "alice").status().code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(fs::exists(t.path() + "/files/" + id));
+}
+
+TEST(FileStore, ListsInUploadOrderWithCursors) {
+  TempDir t;
+  auto dir = storage::DataDir::Open(t.path());
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  ASSERT_TRUE(store.ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back((*store)->Create("o", "f" + std::to_string(i), "batch", "x")->id);
+  ASSERT_TRUE((*store)->Create("other", "g", "batch", "x").ok());
+  auto all = (*store)->List("o", "", "", 100, true);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->files.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(all->files[i].id, ids[i]);
+  EXPECT_FALSE(all->has_more);
+  auto newest = (*store)->List("o", "", "", 2, false);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->files.size(), 2u);
+  EXPECT_EQ(newest->files[0].id, ids[4]);
+  EXPECT_TRUE(newest->has_more);
+  auto next = (*store)->List("o", "", ids[3], 10, false);
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->files.size(), 3u);
+  EXPECT_EQ(next->files[0].id, ids[2]);
+  EXPECT_EQ((*store)->List("o", "batch_output", "", 10, true)->files.size(), 0u);
+  EXPECT_FALSE((*store)->List("o", "", "file-unknown", 10, true).ok());
+}
+
+TEST(FileStore, SweepsOrphansAndKeepsWithinItsQuota) {
+  TempDir t;
+  {
+    auto dir = storage::DataDir::Open(t.path());
+    ASSERT_TRUE(dir.ok());
+    batch::FileStoreOptions o;
+    o.max_total_bytes = 10;
+    auto store = batch::FileStore::Open(**dir, o);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Create("o", "a", "batch", "123456").ok());
+    auto full = (*store)->Create("o", "b", "batch", "123456");
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.status().code(), ErrorCode::kResourceExhausted);
+    EXPECT_EQ((*store)->total_bytes(), 6);
+  }
+  // What a crash between writing a content file and committing its row
+  // leaves (and a temporary file): removed by the next Open.
+  WriteRaw(t.path() + "/files/file-0123", "orphan");
+  WriteRaw(t.path() + "/files/file-0456.tmp-1", "half");
+  auto dir = storage::DataDir::Open(t.path());
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(fs::exists(t.path() + "/files/file-0123"));
+  EXPECT_FALSE(fs::exists(t.path() + "/files/file-0456.tmp-1"));
+  EXPECT_EQ((*store)->List("o", "", "", 10, true)->files.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ropeserve
