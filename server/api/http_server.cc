@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -142,7 +143,13 @@ struct HttpServer::Impl {
   // The same for a request without a body (GET, DELETE).
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void Run(Endpoint endpoint, const httplib::Request& req, const std::string& body, Lifecycle::Ticket ticket,
-           httplib::Response& res);
+           httplib::Response& res, const std::vector<FormPart>* form = nullptr);
+  // POST /v1/files: a multipart/form-data body, read under max_file_bytes.
+  void Upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader);
+  // The body size a request may have: uploads get max_file_bytes.
+  std::size_t BodyLimit(const httplib::Request& req) const {
+    return req.method == "POST" && req.path == "/v1/files" ? options.max_file_bytes : options.max_body_bytes;
+  }
 };
 
 void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
@@ -163,18 +170,65 @@ void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, http
   Run(endpoint, req, "", std::move(*ticket), res);
 }
 
+void HttpServer::Impl::Upload(const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+  auto ticket = ctx.lifecycle.Admit();
+  if (!ticket.ok()) return SetError(res, ticket.status());
+  if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  if (!req.is_multipart_form_data()) {
+    connection::CloseAfterResponse();
+    return SetError(res, MalformedRequest("POST /v1/files takes multipart/form-data with the fields 'file' and "
+                                          "'purpose'"));
+  }
+  std::vector<FormPart> parts;
+  std::size_t total = 0;
+  bool too_large = false, too_many = false;
+  const bool ok = reader(
+      [&](const httplib::MultipartFormData& part) {
+        if (parts.size() >= 16) {
+          too_many = true;
+          return false;
+        }
+        parts.push_back({part.name, part.filename, ""});
+        return true;
+      },
+      [&](const char* data, size_t n) {
+        total += n;
+        if (total > options.max_file_bytes) {
+          too_large = true;
+          return false;
+        }
+        parts.back().content.append(data, n);
+        return true;
+      });
+  if (!ok) {
+    connection::CloseAfterResponse();
+    if (too_large)
+      return SetError(res,
+                      MalformedRequest("the upload is too large (the limit is " +
+                                       std::to_string(options.max_file_bytes) + " bytes: serve --max-file-bytes)"),
+                      413);
+    if (too_many) return SetError(res, MalformedRequest("the form has more than 16 fields"));
+    if (connection::ReadTimedOut()) return SetError(res, MalformedRequest("the upload did not arrive in time"), 408);
+    return SetError(res, MalformedRequest("the multipart/form-data body could not be read"));
+  }
+  connection::BodyRead();
+  Run(&UploadFile, req, "", std::move(*ticket), res, &parts);
+}
+
 void HttpServer::Impl::Run(Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                           Lifecycle::Ticket ticket, httplib::Response& res) {
+                           Lifecycle::Ticket ticket, httplib::Response& res, const std::vector<FormPart>* form) {
   service::GenerationService* service = ctx.service.load();
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
   std::vector<std::pair<std::string, std::string>> query(req.params.begin(), req.params.end());
-  auto reply = endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone,
-                                              &t_request.user, t_request.span.context, ctx.responses.get(),
-                                              t_request.owner, t_request.path_id, std::move(query), &ctx.lifecycle});
+  auto reply =
+      endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
+                                     t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id,
+                                     std::move(query), &ctx.lifecycle, ctx.files, form});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
-    res.set_content(reply->body, "application/json");
+    res.set_content(reply->body, reply->content_type);
     return;
   }
   // Server-Sent Events. The provider waits for output in short slices and
@@ -239,7 +293,7 @@ void HttpServer::Impl::Install() {
   // reads one). Above ours, so that ours is met first: cpp-httplib 0.18
   // (Debian 13) also applies it while a chunked body is read, and a body it
   // stops cannot be told from broken framing (400).
-  s.set_payload_max_length(2 * options.max_body_bytes + (std::size_t{16} << 20));
+  s.set_payload_max_length(std::max(2 * options.max_body_bytes, options.max_file_bytes) + (std::size_t{16} << 20));
   // cpp-httplib's defaults are SO_REUSEPORT (a second server on the same
   // port would silently share it) and a listen backlog of 5 (a burst of
   // connections then waits for SYN retries, ~1 s each). Use SO_REUSEADDR,
@@ -251,7 +305,7 @@ void HttpServer::Impl::Install() {
   });
   // A body announced larger than the cap is refused before it is sent.
   s.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (AnnouncedLength(req) > options.max_body_bytes) {
+    if (AnnouncedLength(req) > BodyLimit(req)) {
       SetError(res, MalformedRequest("request body too large"), 413);
       return 413;
     }
@@ -286,10 +340,9 @@ void HttpServer::Impl::Install() {
                405);
       return Handled::Handled;
     }
-    if (AnnouncedLength(req) > options.max_body_bytes) {
+    if (AnnouncedLength(req) > BodyLimit(req)) {
       SetError(res,
-               MalformedRequest("request body too large (the limit is " + std::to_string(options.max_body_bytes) +
-                                " bytes)"),
+               MalformedRequest("request body too large (the limit is " + std::to_string(BodyLimit(req)) + " bytes)"),
                413);
       return Handled::Handled;
     }
@@ -465,6 +518,15 @@ void HttpServer::Impl::InstallApi() {
   // Cancel takes no body (the SDK may send none at all).
   server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)",
                [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelResponse, req, res); });
+  server->Post("/v1/files", [this](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) { Upload(req, res, reader); });
+  server->Get("/v1/files", [this](const httplib::Request& req, httplib::Response& res) { Work(&ListFiles, req, res); });
+  server->Get(R"(/v1/files/([A-Za-z0-9_-]+)/content)",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&FileContent, req, res); });
+  server->Get(R"(/v1/files/([A-Za-z0-9_-]+))",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveFile, req, res); });
+  server->Delete(R"(/v1/files/([A-Za-z0-9_-]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteFile, req, res); });
   server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)",
               [this](const httplib::Request& req, httplib::Response& res) { Work(&ListInputItems, req, res); });
   server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",

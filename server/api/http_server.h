@@ -35,6 +35,8 @@ struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8080;
   std::size_t max_body_bytes = 1 << 20;
+  // The largest upload to POST /v1/files (multipart/form-data).
+  std::size_t max_file_bytes = std::size_t{100} << 20;
   ConnectionLimits limits;
   // TLS when both are set (PEM files).
   std::string tls_cert;

@@ -15,6 +15,10 @@
 #include "server/service/input_processor.h"
 #include "server/service/qa_service.h"
 
+namespace ropeserve::batch {
+class FileStore;  // server/batch/file_store.h
+}  // namespace ropeserve::batch
+
 namespace ropeserve::api {
 
 // Produces the text of an event stream ("data: ...\n\n" events).
@@ -31,9 +35,17 @@ class EventSource {
 class ResponseStore;  // server/api/response_store.h
 class Lifecycle;      // server/api/lifecycle.h
 
+// One part of a multipart/form-data body.
+struct FormPart {
+  std::string name;
+  std::string filename;
+  std::string content;
+};
+
 struct RestReply {
   std::string body;                     // JSON, when not streaming
   std::unique_ptr<EventSource> events;  // when streaming
+  std::string content_type = "application/json";
 };
 
 struct RestRequest {
@@ -47,7 +59,7 @@ struct RestRequest {
   TraceContext trace{};
   // The Responses API's routes: the store (null: responses are not
   // stored), the caller's identity in it (server/api/response_store.h), and
-  // the {response_id} of the path.
+  // the path's {id} segment ({response_id}, {file_id}).
   ResponseStore* responses = nullptr;
   std::string owner{};
   std::string path_id{};
@@ -56,6 +68,10 @@ struct RestRequest {
   // Work that outlives the HTTP request (a background response) takes a
   // ticket of its own here, so a drain waits for it. Null: none is taken.
   Lifecycle* lifecycle = nullptr;
+  // The Files API's store (null: no data directory) and, for an upload,
+  // the multipart form's parts.
+  batch::FileStore* files = nullptr;
+  const std::vector<FormPart>* form = nullptr;
 };
 
 struct ChatBody;
@@ -79,6 +95,15 @@ StatusOr<RestReply> CancelResponse(service::GenerationService& service, const Re
 // from (with previous_response_id, the earlier turns' too), paged by
 // limit, order, after and before.
 StatusOr<RestReply> ListInputItems(service::GenerationService& service, const RestRequest& request);
+// OpenAI's Files API (rest_files.cc), on the data directory's store:
+// POST /v1/files (multipart: file, purpose; a batch input file is checked
+// line by line on upload), GET /v1/files, GET / DELETE /v1/files/{id},
+// GET /v1/files/{id}/content.
+StatusOr<RestReply> UploadFile(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> ListFiles(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> RetrieveFile(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> DeleteFile(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> FileContent(service::GenerationService& service, const RestRequest& request);
 // The chat-shaped endpoints' input (for PrepareGeneration) and output
 // options (for ChatOutputProcessor), from a chat body.
 service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);

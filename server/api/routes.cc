@@ -29,17 +29,23 @@ constexpr Route kRoutes[] = {
     {"/v1/responses/{response_id}", "DELETE", false, true},
     {"/v1/responses/{response_id}/cancel", "POST", false, true},
     {"/v1/responses/{response_id}/input_items", "GET", false, true},
+    {"/v1/files", "POST", false, true},
+    {"/v1/files", "GET", false, true},
+    {"/v1/files/{file_id}", "GET", false, true},
+    {"/v1/files/{file_id}", "DELETE", false, true},
+    {"/v1/files/{file_id}/content", "GET", false, true},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
 };
 
-// A route's path matches `path` segment by segment; "{response_id}"
-// matches one segment of letters, digits, '_' and '-'. `id` receives it.
+// A route's path matches `path` segment by segment; a "{...}" segment
+// (an id) matches one segment of letters, digits, '_' and '-'. `id`
+// receives it.
 bool PathMatches(std::string_view pattern, std::string_view path, std::string* id) {
   while (!pattern.empty() && !path.empty()) {
     const std::size_t ps = pattern.find('/', 1), qs = path.find('/', 1);
     const std::string_view p = pattern.substr(0, ps), q = path.substr(0, qs);
-    if (p == "/{response_id}") {
+    if (p.size() > 2 && p[1] == '{') {
       if (q.size() < 2 || q.size() > 201) return false;
       for (char c : q.substr(1))
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;

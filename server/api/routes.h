@@ -1,6 +1,6 @@
 // The REST routes: every endpoint with its method, whether it is on the
 // admin port, whether it needs an API key, and its error dialect; a path
-// with a {response_id} segment matches any id. The HTTP server routes,
+// with an {id} segment ({response_id}, {file_id}) matches any id. The HTTP server routes,
 // authenticates, counts (the route's path is the metrics label) and
 // answers 404 / 405 from this table.
 #pragma once
@@ -25,7 +25,7 @@ struct Route {
 
 // The route of `path` for `method` (HEAD: GET's); when the path has routes
 // but none for the method, the first of them (the 405 names the methods).
-// `id` (when given) receives the path's {response_id}. Null: no route.
+// `id` (when given) receives the path's {id} segment. Null: no route.
 const Route* FindRoute(const std::string& path, bool admin, const std::string& method = "", std::string* id = nullptr);
 // Every method the routes of `route`'s path serve: "GET, DELETE".
 std::string AllowedMethods(const Route& route);

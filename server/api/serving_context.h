@@ -18,6 +18,10 @@ class GenerationService;  // server/service/generation_service.h
 class QaService;          // server/service/qa_service.h
 }  // namespace ropeserve::service
 
+namespace ropeserve::batch {
+class FileStore;  // server/batch/file_store.h
+}  // namespace ropeserve::batch
+
 namespace ropeserve::api {
 
 class WorkPool;
@@ -36,6 +40,9 @@ struct ServingContext {
   // The Responses API's stored responses and background runs. Shut down
   // (its runs cancelled and joined) before the service goes away.
   std::unique_ptr<ResponseStore> responses = std::make_unique<ResponseStore>();
+  // The Files API's store in the data directory (null: none; the Files
+  // routes answer 400 naming --data-dir).
+  batch::FileStore* files = nullptr;
 };
 
 }  // namespace ropeserve::api

@@ -40,7 +40,7 @@ def main():
                    RS_OUT=os.path.join(workdir, "screenshots"))
         r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs"),
                             os.path.join(HERE, "anthropic.test.mjs"), os.path.join(HERE, "responses.test.mjs"),
-                            os.path.join(HERE, "structured.test.mjs"),
+                            os.path.join(HERE, "structured.test.mjs"), os.path.join(HERE, "files.test.mjs"),
                             os.path.join(HERE, "playground.test.mjs")],
                            env=env, timeout=900)
         ok = r.returncode == 0

@@ -189,6 +189,10 @@ class Server:
         cmd = [binary, "serve", "--summarizer", model, "--host", "127.0.0.1", "--http-port", str(self.http),
                "--grpc-port", str(self.grpc), "--admin-port", str(self.admin), "--kv-cache-memory", "32M",
                "--dtype", "float32"] + list(args)
+        # Each server its own data directory (one server per directory),
+        # kept in the workdir rather than the user's state directory.
+        if "--data-dir" not in args:
+            cmd += ["--data-dir", os.path.join(workdir, f"data-{name}")]
         env = dict(os.environ, ROPESERVE_THREADS=os.environ.get("ROPESERVE_THREADS", "1"))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120

@@ -557,6 +557,45 @@ def test_int8_weights_are_served(env):
         check(s.stop() == 0, "exit code")
 
 
+def test_uploaded_files_survive_restarts_and_keep_their_directory(env):
+    # The Files API on a data directory: an uploaded file is there after a
+    # SIGTERM and after a kill -9; a second server on the same directory
+    # refuses to start, naming it; a damaged database stops the start-up.
+    data = os.path.join(env.workdir, "files-data")
+    path = os.path.join(env.workdir, "requests.jsonl")
+    lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/summarize", "body": {"text": f"Text {i}."}}
+             for i in range(3)]
+    with open(path, "w") as f:
+        f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+    s = Server(env.binary, env.model, env.workdir, ["--data-dir", data], name="files")
+    try:
+        status, _, text = curl(s.http, "/v1/files", extra=["-F", "purpose=batch", "-F", f"file=@{path}"])
+        check(status == 200, f"upload: {status} {text}")
+        file_id = json.loads(text)["id"]
+        second = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--http-port", "0", "--grpc-port",
+                                 "-1", "--admin-port", "-1", "--data-dir", data], capture_output=True, timeout=120)
+        check(second.returncode != 0 and b"in use by another ropeserve process" in second.stderr,
+              f"a second server shared the directory: {second.returncode} {second.stderr[-500:]!r}")
+    finally:
+        check(s.stop() == 0, "exit code")
+    # The first restart follows a SIGTERM, the second a kill -9.
+    for after, how in (("sigterm", "kill"), ("kill -9", "sigterm")):
+        s = Server(env.binary, env.model, env.workdir, ["--data-dir", data], name=f"files-{how}")
+        try:
+            status, _, text = curl(s.http, f"/v1/files/{file_id}/content")
+            check(status == 200 and text == open(path).read(), f"after a {after}: {status} {text[:200]}")
+        finally:
+            if how == "kill":
+                s.kill()
+            else:
+                check(s.stop() == 0, "exit code")
+    with open(os.path.join(data, "batch.db"), "r+b") as f:
+        f.write(b"not a database at all" * 10)
+    bad = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--http-port", "0", "--grpc-port", "-1",
+                          "--admin-port", "-1", "--data-dir", data], capture_output=True, timeout=120)
+    check(bad.returncode != 0 and b"batch.db" in bad.stderr, f"a damaged database: {bad.stderr[-500:]!r}")
+
+
 if __name__ == "__main__":
     sys.exit(run_tests([v for k, v in list(globals().items()) if k.startswith("test_")], __doc__,
                        ("curl",)))
