@@ -144,6 +144,7 @@ struct HttpServer::Impl {
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void Run(Endpoint endpoint, const httplib::Request& req, const std::string& body, Lifecycle::Ticket ticket,
            httplib::Response& res, const std::vector<FormPart>* form = nullptr);
+  std::atomic<int> uploads{0};  // POST /v1/files being read
   // POST /v1/files: a multipart/form-data body, read under max_file_bytes.
   void Upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader);
   // The body size a request may have: uploads get max_file_bytes.
@@ -175,6 +176,18 @@ void HttpServer::Impl::Upload(const httplib::Request& req, httplib::Response& re
   auto ticket = ctx.lifecycle.Admit();
   if (!ticket.ok()) return SetError(res, ticket.status());
   if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  // Each upload may hold max_file_bytes: a few at a time, whatever the
+  // number of connections.
+  struct Slot {
+    std::atomic<int>& n;
+    ~Slot() { --n; }
+  } slot{uploads};
+  if (++uploads > options.max_concurrent_uploads) {
+    connection::CloseAfterResponse();
+    return SetError(res, Status(ErrorCode::kResourceExhausted, "too many uploads in progress (at most " +
+                                                                   std::to_string(options.max_concurrent_uploads) +
+                                                                   "): retry later"));
+  }
   if (!req.is_multipart_form_data()) {
     connection::CloseAfterResponse();
     return SetError(res, MalformedRequest("POST /v1/files takes multipart/form-data with the fields 'file' and "
@@ -193,6 +206,7 @@ void HttpServer::Impl::Upload(const httplib::Request& req, httplib::Response& re
         return true;
       },
       [&](const char* data, size_t n) {
+        if (parts.empty()) return false;
         total += n;
         if (total > options.max_file_bytes) {
           too_large = true;

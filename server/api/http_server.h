@@ -37,6 +37,9 @@ struct HttpServerOptions {
   std::size_t max_body_bytes = 1 << 20;
   // The largest upload to POST /v1/files (multipart/form-data).
   std::size_t max_file_bytes = std::size_t{100} << 20;
+  // Uploads read at once (each may hold max_file_bytes in memory); more
+  // are refused with 429 before their bodies are read.
+  int max_concurrent_uploads = 4;
   ConnectionLimits limits;
   // TLS when both are set (PEM files).
   std::string tls_cert;

@@ -211,6 +211,37 @@ def test_slow_senders_get_408_and_do_not_block_others(env):
         check(s.stop() == 0, "exit code")
 
 
+def test_uploads_are_few_at_a_time(env):
+    # Each upload may hold --max-file-bytes in memory: four are read at
+    # once, a fifth is refused (429) before its body is read, and once the
+    # slow ones are gone an upload goes through.
+    s = Server(env.binary, env.model, env.workdir, [], name="uploads")
+    try:
+        boundary = "b0undary"
+        head = (f"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
+                f"Content-Length: 1000000\r\n\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"a.jsonl\"\r\n\r\n").encode()
+        slow = []
+        for _ in range(4):
+            sock = connect(s.http)
+            sock.sendall(head + b"{")
+            slow.append(sock)
+        path = os.path.join(env.workdir, "upload.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/summarize",
+                                "body": {"text": "Some text."}}) + "\n")
+        form = ["-F", "purpose=batch", "-F", f"file=@{path}"]
+        # The four are being read (their handlers have started) once a fifth is refused.
+        wait_until(lambda: curl(s.http, "/v1/files", extra=form)[0] == 429, 30, "a fifth upload was not refused")
+        status, _, text = curl(s.http, "/v1/files", extra=form)
+        check(status == 429 and "too many uploads" in text, f"fifth upload: {status} {text}")
+        for sock in slow:
+            sock.close()
+        wait_until(lambda: curl(s.http, "/v1/files", extra=form)[0] == 200, 60, "uploads stayed blocked")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 def test_unary_requests_are_cancelled_when_their_client_leaves(env):
     s = env.main
     wait_until(lambda: s.metrics()[1].get("ropeserve_num_requests_running") == 0, 60, "idle at the start")
