@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 
+#include "server/common/json_file.h"
 #include "server/common/random_id.h"
 
 namespace ropeserve::batch {
@@ -165,7 +166,7 @@ StatusOr<std::string> FileStore::Content(const std::string& id, const std::strin
   std::lock_guard<std::mutex> lock(mu_);
   RS_ASSIGN_OR_RETURN(std::optional<FileInfo> f, FindLocked(id, owner));
   if (!f) return NoSuchFile(id);
-  auto content = storage::ReadWholeFile(ContentPath(id));
+  auto content = ReadTextFile(ContentPath(id));
   if (!content.ok()) return Internal("the content of file '" + id + "' is missing from the data directory");
   return content;
 }

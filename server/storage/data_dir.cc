@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace ropeserve::storage {
 
@@ -96,15 +94,6 @@ Status WriteFileAtomically(const std::string& path, std::string_view data) {
     return Internal("cannot rename " + tmp + " to " + path + ": " + why);
   }
   return SyncDirectory(std::filesystem::path(path).parent_path().string());
-}
-
-StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return Internal("cannot read " + path);
-  return s.str();
 }
 
 }  // namespace ropeserve::storage

@@ -41,8 +41,6 @@ class DataDir {
 // old file (or none) or the whole new one: a temporary file beside it
 // (NAME.tmp-PID), fsync, rename over `path`, fsync of the directory.
 Status WriteFileAtomically(const std::string& path, std::string_view data);
-// The whole file; NotFound when it does not exist.
-StatusOr<std::string> ReadWholeFile(const std::string& path);
 // Creates `path` (0700) when missing; parents too.
 Status MakeDirectories(const std::string& path);
 

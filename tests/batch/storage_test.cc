@@ -12,6 +12,7 @@
 
 #include "server/batch/file_store.h"
 #include "server/storage/data_dir.h"
+#include "server/common/json_file.h"
 #include "server/storage/database.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
@@ -49,7 +50,7 @@ TEST(DataDir, WritesFilesWholeOrNotAtAll) {
   const std::string path = t.path() + "/f";
   ASSERT_TRUE(storage::WriteFileAtomically(path, "first").ok());
   ASSERT_TRUE(storage::WriteFileAtomically(path, std::string(100000, 'x')).ok());
-  auto read = storage::ReadWholeFile(path);
+  auto read = ReadTextFile(path);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(*read, std::string(100000, 'x'));
   // No temporary file is left beside it.
@@ -57,7 +58,7 @@ TEST(DataDir, WritesFilesWholeOrNotAtAll) {
   for (const auto& e : fs::directory_iterator(t.path())) entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 1);
   EXPECT_FALSE(storage::WriteFileAtomically(t.path() + "/missing/f", "x").ok());
-  EXPECT_EQ(storage::ReadWholeFile(t.path() + "/none").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(ReadTextFile(t.path() + "/none").status().code(), ErrorCode::kNotFound);
 }
 
 constexpr const char* kV1[] = {"CREATE TABLE a (x INTEGER);"};
