@@ -41,6 +41,16 @@ FileInfo Row(const storage::Statement& st) {
 
 Status NoSuchFile(const std::string& id) { return NotFound("no file with id '" + id.substr(0, 100) + "'"); }
 
+// The first column of every row `st` gives.
+StatusOr<std::vector<std::string>> Column(storage::Statement& st) {
+  std::vector<std::string> out;
+  for (;;) {
+    RS_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return out;
+    out.push_back(st.Text(0));
+  }
+}
+
 }  // namespace
 
 std::span<const char* const> BatchSchema() { return kSchema; }
@@ -59,13 +69,9 @@ StatusOr<std::unique_ptr<FileStore>> FileStore::Open(const storage::DataDir& dir
 // Content files without a row (a crash between writing and committing, or
 // between deleting the row and the file) and temporary files.
 Status FileStore::RemoveOrphansLocked() {
-  std::set<std::string> known;
   RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT id FROM files"));
-  for (;;) {
-    RS_ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    known.insert(st.Text(0));
-  }
+  RS_ASSIGN_OR_RETURN(std::vector<std::string> ids, Column(st));
+  const std::set<std::string> known(ids.begin(), ids.end());
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(files_dir_, ec)) {
     const std::string name = entry.path().filename().string();
@@ -74,47 +80,42 @@ Status FileStore::RemoveOrphansLocked() {
   return Status::Ok();
 }
 
+// The rows first, then the contents (a crash between: orphans, swept at
+// the next Open).
 Status FileStore::RemoveExpiredLocked() {
-  std::vector<std::string> expired;
-  {
-    RS_ASSIGN_OR_RETURN(storage::Statement st,
-                        db_->Prepare("SELECT id FROM files WHERE expires_at > 0 AND expires_at <= ?"));
-    st.Bind(1, Now());
-    for (;;) {
-      RS_ASSIGN_OR_RETURN(bool row, st.Step());
-      if (!row) break;
-      expired.push_back(st.Text(0));
-    }
-  }
-  for (const auto& id : expired) {
-    RS_ASSIGN_OR_RETURN(storage::Statement del, db_->Prepare("DELETE FROM files WHERE id = ?"));
-    RS_RETURN_IF_ERROR(del.Bind(1, id).Run());
-    ::unlink(ContentPath(id).c_str());
-  }
+  const std::int64_t now = Now();
+  RS_ASSIGN_OR_RETURN(storage::Statement st,
+                      db_->Prepare("SELECT id FROM files WHERE expires_at > 0 AND expires_at <= ?"));
+  RS_ASSIGN_OR_RETURN(std::vector<std::string> expired, Column(st.Bind(1, now)));
+  if (expired.empty()) return Status::Ok();
+  RS_ASSIGN_OR_RETURN(storage::Statement del,
+                      db_->Prepare("DELETE FROM files WHERE expires_at > 0 AND expires_at <= ?"));
+  RS_RETURN_IF_ERROR(del.Bind(1, now).Run());
+  for (const auto& id : expired) ::unlink(ContentPath(id).c_str());
   return Status::Ok();
+}
+
+StatusOr<std::int64_t> FileStore::UsedBytesLocked() {
+  RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT coalesce(sum(bytes), 0) FROM files"));
+  RS_ASSIGN_OR_RETURN(bool row, st.Step());
+  return row ? st.Int(0) : 0;
 }
 
 std::int64_t FileStore::total_bytes() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto st = db_->Prepare("SELECT coalesce(sum(bytes), 0) FROM files");
-  if (!st.ok()) return 0;
-  auto row = st->Step();
-  return row.ok() && *row ? st->Int(0) : 0;
+  auto used = UsedBytesLocked();
+  return used.ok() ? *used : 0;
 }
 
 StatusOr<FileInfo> FileStore::Create(const std::string& owner, const std::string& filename, const std::string& purpose,
                                      std::string_view content, std::int64_t expires_after) {
   std::lock_guard<std::mutex> lock(mu_);
   RS_RETURN_IF_ERROR(RemoveExpiredLocked());
-  {
-    RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT coalesce(sum(bytes), 0) FROM files"));
-    RS_ASSIGN_OR_RETURN(bool row, st.Step());
-    const std::int64_t used = row ? st.Int(0) : 0;
-    if (used + static_cast<std::int64_t>(content.size()) > options_.max_total_bytes)
-      return Status(ErrorCode::kResourceExhausted, "the server's file storage is full (" + std::to_string(used) +
-                                                       " of " + std::to_string(options_.max_total_bytes) +
-                                                       " bytes used): delete files first");
-  }
+  RS_ASSIGN_OR_RETURN(std::int64_t used, UsedBytesLocked());
+  if (used + static_cast<std::int64_t>(content.size()) > options_.max_total_bytes)
+    return Status(ErrorCode::kResourceExhausted, "the server's file storage is full (" + std::to_string(used) + " of " +
+                                                     std::to_string(options_.max_total_bytes) +
+                                                     " bytes used): delete files first");
   FileInfo f;
   f.id = RandomId("file-", 12);
   f.filename = filename;

@@ -71,6 +71,7 @@ class FileStore {
   std::string ContentPath(const std::string& id) const { return files_dir_ + "/" + id; }
   StatusOr<std::optional<FileInfo>> FindLocked(const std::string& id, const std::string& owner);
   Status RemoveExpiredLocked();
+  StatusOr<std::int64_t> UsedBytesLocked();
   Status RemoveOrphansLocked();
 
   std::mutex mu_;

@@ -6,13 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "server/batch/file_store.h"
-#include "server/storage/data_dir.h"
 #include "server/common/json_file.h"
+#include "server/storage/data_dir.h"
 #include "server/storage/database.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
@@ -179,6 +181,27 @@ TEST(FileStore, ListsInUploadOrderWithCursors) {
   EXPECT_EQ(next->files[0].id, ids[2]);
   EXPECT_EQ((*store)->List("o", "batch_output", "", 10, true)->files.size(), 0u);
   EXPECT_FALSE((*store)->List("o", "", "file-unknown", 10, true).ok());
+}
+
+TEST(FileStore, ExpiredFilesAreGoneRowAndContent) {
+  TempDir t;
+  auto dir = storage::DataDir::Open(t.path());
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  ASSERT_TRUE(store.ok());
+  auto brief = (*store)->Create("o", "brief", "batch", "x", /*expires_after=*/1);
+  auto kept = (*store)->Create("o", "kept", "batch", "y");
+  ASSERT_TRUE(brief.ok() && kept.ok());
+  EXPECT_EQ(brief->expires_at, brief->created_at + 1);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // whole seconds: past created_at + 1
+  EXPECT_EQ((*store)->Get(brief->id, "o").status().code(), ErrorCode::kNotFound);
+  auto listed = (*store)->List("o", "", "", 10, true);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->files.size(), 1u);
+  EXPECT_EQ(listed->files[0].id, kept->id);
+  EXPECT_FALSE(fs::exists(t.path() + "/files/" + brief->id));
+  EXPECT_TRUE(fs::exists(t.path() + "/files/" + kept->id));
+  EXPECT_EQ((*store)->total_bytes(), 1);
 }
 
 TEST(FileStore, SweepsOrphansAndKeepsWithinItsQuota) {
