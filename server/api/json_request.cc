@@ -1,11 +1,28 @@
 #include "server/api/json_request.h"
 
+#include <charconv>
+
 namespace ropeserve::api {
 
 using json = nlohmann::json;
 
 Status Malformed(const std::string& param, const std::string& message) {
   return MalformedRequest(message).WithParam(param);
+}
+
+StatusOr<std::int64_t> IntegerParam(const std::string& param, const std::string& value, std::int64_t lo,
+                                    std::int64_t hi) {
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi)
+    return Malformed(param,
+                     "'" + param + "' must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return n;
+}
+
+StatusOr<bool> AscendingParam(const std::string& value) {
+  if (value != "asc" && value != "desc") return Malformed("order", "'order' must be asc or desc");
+  return value == "asc";
 }
 
 // Nesting depth of a JSON text, by scanning brackets outside strings.

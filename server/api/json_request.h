@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "server/common/status.h"
@@ -24,6 +25,13 @@ StatusOr<nlohmann::ordered_json> ParseJsonObject(const std::string& text);
 
 // MalformedRequest naming the field (OpenAI's `param`).
 Status Malformed(const std::string& param, const std::string& message);
+
+// A query or form value that must be a decimal integer from `lo` to `hi`;
+// else Malformed naming `param`.
+StatusOr<std::int64_t> IntegerParam(const std::string& param, const std::string& value, std::int64_t lo,
+                                    std::int64_t hi);
+// A list's `order`: true for "asc", false for "desc"; else Malformed.
+StatusOr<bool> AscendingParam(const std::string& value);
 
 // Compact JSON text; invalid UTF-8 in strings is replaced, never thrown on.
 std::string Dump(const nlohmann::json& j);

@@ -67,13 +67,7 @@ Status CheckBatchBody(const std::string& url, const std::string& body) {
 StatusOr<std::int64_t> ExpiresAfter(const std::string& anchor, const std::string& seconds) {
   if (anchor.empty() && seconds.empty()) return std::int64_t{0};
   if (anchor != "created_at") return Malformed("expires_after[anchor]", "'expires_after[anchor]' must be created_at");
-  std::int64_t n = 0;
-  bool digits = !seconds.empty() && seconds.size() <= 8;
-  for (char c : seconds) digits = digits && c >= '0' && c <= '9';
-  if (digits) n = std::stoll(seconds);
-  if (!digits || n < 3600 || n > 2592000)
-    return Malformed("expires_after[seconds]", "'expires_after[seconds]' must be from 3600 to 2592000");
-  return n;
+  return IntegerParam("expires_after[seconds]", seconds, 3600, 2592000);
 }
 
 }  // namespace
@@ -124,13 +118,10 @@ StatusOr<RestReply> ListFiles(service::GenerationService&, const RestRequest& re
     } else if (key == "after") {
       after = value;
     } else if (key == "order") {
-      if (value != "asc" && value != "desc") return Malformed("order", "'order' must be asc or desc");
-      ascending = value == "asc";
+      RS_ASSIGN_OR_RETURN(ascending, AscendingParam(value));
     } else if (key == "limit") {
-      bool digits = !value.empty() && value.size() <= 5;
-      for (char c : value) digits = digits && c >= '0' && c <= '9';
-      limit = digits ? std::stoul(value) : 0;
-      if (limit < 1 || limit > 10000) return Malformed("limit", "'limit' must be an integer from 1 to 10000");
+      RS_ASSIGN_OR_RETURN(std::int64_t n, IntegerParam("limit", value, 1, 10000));
+      limit = static_cast<std::size_t>(n);
     } else {
       return Malformed(key.substr(0, 100), "unknown query parameter '" + key.substr(0, 100) + "'");
     }

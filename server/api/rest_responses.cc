@@ -515,16 +515,9 @@ StatusOr<ItemPage> ReadItemPage(const std::vector<std::pair<std::string, std::st
   ItemPage page;
   for (const auto& [key, value] : query) {
     if (key == "limit") {
-      std::int64_t n = 0;
-      bool digits = !value.empty() && value.size() <= 3;
-      for (char c : value) digits = digits && c >= '0' && c <= '9';
-      if (digits) n = std::stoll(value);
-      if (!digits || n < 1 || n > 100)
-        return MalformedRequest("'limit' must be an integer from 1 to 100").WithParam("limit");
-      page.limit = n;
+      RS_ASSIGN_OR_RETURN(page.limit, IntegerParam("limit", value, 1, 100));
     } else if (key == "order") {
-      if (value != "asc" && value != "desc") return MalformedRequest("'order' must be asc or desc").WithParam("order");
-      page.ascending = value == "asc";
+      RS_ASSIGN_OR_RETURN(page.ascending, AscendingParam(value));
     } else if (key == "after" || key == "before") {
       (key == "after" ? page.after : page.before) = value;
     } else if (key == "include" || key == "include[]") {
