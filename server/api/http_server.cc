@@ -140,6 +140,9 @@ struct HttpServer::Impl {
   // a stream keeps its admission ticket until the last event is written.
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
             const httplib::ContentReader& reader);
+  // A ticket while ready and the model is loaded; else nullopt after
+  // writing the 503.
+  std::optional<Lifecycle::Ticket> Admitted(httplib::Response& res);
   // The same for a request without a body (GET, DELETE).
   void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void Run(Endpoint endpoint, const httplib::Request& req, const std::string& body, Lifecycle::Ticket ticket,
@@ -155,27 +158,36 @@ struct HttpServer::Impl {
 
 void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                             const httplib::ContentReader& reader) {
-  auto ticket = ctx.lifecycle.Admit();
-  if (!ticket.ok()) return SetError(res, ticket.status());
-  service::GenerationService* service = ctx.service.load();
-  if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  std::optional<Lifecycle::Ticket> ticket = Admitted(res);
+  if (!ticket) return;
   std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
   if (!body) return;
   Run(endpoint, req, *body, std::move(*ticket), res);
 }
 
-void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+std::optional<Lifecycle::Ticket> HttpServer::Impl::Admitted(httplib::Response& res) {
   auto ticket = ctx.lifecycle.Admit();
-  if (!ticket.ok()) return SetError(res, ticket.status());
-  if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  if (!ticket.ok()) {
+    SetError(res, ticket.status());
+    return std::nullopt;
+  }
+  if (ctx.service.load() == nullptr) {
+    SetError(res, Unavailable("the server is still loading its models"));
+    return std::nullopt;
+  }
+  return std::move(*ticket);
+}
+
+void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  std::optional<Lifecycle::Ticket> ticket = Admitted(res);
+  if (!ticket) return;
   Run(endpoint, req, "", std::move(*ticket), res);
 }
 
 void HttpServer::Impl::Upload(const httplib::Request& req, httplib::Response& res,
                               const httplib::ContentReader& reader) {
-  auto ticket = ctx.lifecycle.Admit();
-  if (!ticket.ok()) return SetError(res, ticket.status());
-  if (ctx.service.load() == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
+  std::optional<Lifecycle::Ticket> ticket = Admitted(res);
+  if (!ticket) return;
   // Each upload may hold max_file_bytes: a few at a time, whatever the
   // number of connections.
   struct Slot {
