@@ -211,26 +211,20 @@ int Run(ServeFlags f) {
   // the Files API, said in the log).
   std::unique_ptr<storage::DataDir> data_dir;
   std::unique_ptr<batch::FileStore> files;
-  {
-    const std::string dir = f.data_dir.empty() ? storage::DataDir::Default() : f.data_dir;
-    Status opened = Status::Ok();
-    auto d = storage::DataDir::Open(dir);
-    if (d.ok()) {
-      auto store = batch::FileStore::Open(**d);
-      if (store.ok()) {
-        data_dir = std::move(*d);
-        files = std::move(*store);
-      } else {
-        opened = store.status();
-      }
-    } else {
-      opened = d.status();
-    }
-    if (!opened.ok() && !f.data_dir.empty()) return Fail(opened.message());
-    if (!opened.ok()) spdlog::warn("no data directory, so no Files API: {} (pass --data-dir DIR)", opened.message());
-    if (opened.ok()) spdlog::info("data directory {}", dir);
-    ctx.files = files.get();
+  const std::string dir = f.data_dir.empty() ? storage::DataDir::Default() : f.data_dir;
+  Status opened = [&]() -> Status {
+    RS_ASSIGN_OR_RETURN(data_dir, storage::DataDir::Open(dir));
+    RS_ASSIGN_OR_RETURN(files, batch::FileStore::Open(*data_dir));
+    return Status::Ok();
+  }();
+  if (!opened.ok()) {
+    if (!f.data_dir.empty()) return Fail(opened.message());
+    data_dir.reset();  // a directory without its store is not kept locked
+    spdlog::warn("no data directory, so no Files API: {} (pass --data-dir DIR)", opened.message());
+  } else {
+    spdlog::info("data directory {}", dir);
   }
+  ctx.files = files.get();
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);
