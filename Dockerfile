@@ -40,7 +40,8 @@ RUN apt-get update \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
  && useradd --system --uid 10001 --home-dir /home/ropeserve --create-home ropeserve \
- && mkdir -p /models
+ && mkdir -p /models /data \
+ && chown 10001 /data
 COPY --from=build /out/usr/local/bin/ropeserve /usr/local/bin/ropeserve
 COPY --from=build /out/opt/ropeserve /opt/ropeserve
 USER 10001
@@ -51,11 +52,13 @@ ENV ROPESERVE_HOST=0.0.0.0 \
     ROPESERVE_HTTP_PORT=8080 \
     ROPESERVE_GRPC_PORT=50051 \
     ROPESERVE_ADMIN_PORT=8081 \
-    ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve
+    ROPESERVE_CACHE=/home/ropeserve/.cache/ropeserve \
+    ROPESERVE_DATA_DIR=/data
 RUN mkdir -p /home/ropeserve/.cache/ropeserve/models \
  && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny \
  && ln -s /opt/ropeserve/demo-qa /home/ropeserve/.cache/ropeserve/models/demo-qa
-VOLUME ["/models"]
+# /data: uploaded files and batches (batch.db, files/), kept across restarts.
+VOLUME ["/models", "/data"]
 EXPOSE 8080 8081 50051
 # The admin port (probes and metrics on connections of their own) answers
 # whatever the API port's load.

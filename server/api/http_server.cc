@@ -251,7 +251,7 @@ void HttpServer::Impl::Run(Endpoint endpoint, const httplib::Request& req, const
   auto reply =
       endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
                                      t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id,
-                                     std::move(query), &ctx.lifecycle, ctx.files, form});
+                                     std::move(query), &ctx.lifecycle, ctx.files, form, ctx.batches});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, reply->content_type);
@@ -553,6 +553,14 @@ void HttpServer::Impl::InstallApi() {
               [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveFile, req, res); });
   server->Delete(R"(/v1/files/([A-Za-z0-9_-]+))",
                  [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteFile, req, res); });
+  post("/v1/batches", &CreateBatch);
+  server->Get("/v1/batches",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListBatches, req, res); });
+  // Cancel takes no body (the SDK sends none).
+  server->Post(R"(/v1/batches/([A-Za-z0-9_-]+)/cancel)",
+               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelBatch, req, res); });
+  server->Get(R"(/v1/batches/([A-Za-z0-9_-]+))",
+              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveBatch, req, res); });
   server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)",
               [this](const httplib::Request& req, httplib::Response& res) { Work(&ListInputItems, req, res); });
   server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string_view>
 #include <type_traits>
 
 #include "server/api/tracing.h"
@@ -215,6 +216,18 @@ struct ServerMetrics::Impl {
                                          "Start time of the process since the Unix epoch in seconds", {});
   pm::Counter& cpu =
       One<pm::Counter>(*registry, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds", {});
+  std::function<BatchGauges()> batches_source;  // under mu
+  pm::Family<pm::Gauge>& batches = Build<pm::Gauge>()
+                                       .Name("ropeserve_batches")
+                                       .Help("Batches of the Batch API stored, by status")
+                                       .Register(*registry);
+  pm::Family<pm::Gauge>& batch_lines =
+      Build<pm::Gauge>()
+          .Name("ropeserve_batch_lines")
+          .Help(
+              "Requests (lines) of stored batches, by the batch's status and the line's state: pending, running, "
+              "completed, failed")
+          .Register(*registry);
 };
 
 ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {
@@ -235,6 +248,11 @@ void ServerMetrics::SetModel(const ServedModelInfo& model) {
 void ServerMetrics::Attach(const Engine* engine) { impl_->engine = engine; }
 
 void ServerMetrics::AttachTracer(const Tracer* tracer) { impl_->tracer = tracer; }
+
+void ServerMetrics::AttachBatches(std::function<BatchGauges()> source) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->batches_source = std::move(source);
+}
 
 void ServerMetrics::OnRequestFinished(const RequestMetrics& m) {
   ModelFamilies* f = impl_->model.load();
@@ -290,6 +308,26 @@ std::string ServerMetrics::Render() {
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
       SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));
       SyncCounter(impl_->spans_dropped, static_cast<double>(t->exporter()->dropped()));
+    }
+    if (impl_->batches_source) {
+      const BatchGauges g = impl_->batches_source();
+      // Every status and state is exported (0 when none), so a series
+      // drops to 0 rather than keeping a stale value.
+      for (const char* status :
+           {"validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"}) {
+        BatchGauges::Row row;
+        for (const auto& r : g.rows)
+          if (r.status == status) row = r;
+        const std::int64_t running = std::string_view(status) == "in_progress" ? g.running : 0;
+        impl_->batches.Add({{"status", status}}).Set(static_cast<double>(row.batches));
+        auto line = [&](const char* state, std::int64_t n) {
+          impl_->batch_lines.Add({{"batch_status", status}, {"state", state}}).Set(static_cast<double>(n));
+        };
+        line("pending", std::max<std::int64_t>(0, row.pending - running));
+        line("running", running);
+        line("completed", row.completed);
+        line("failed", row.failed);
+      }
     }
     if (auto p = ReadProcessStats()) {
       impl_->resident.Set(p->resident_bytes);

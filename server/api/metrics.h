@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/engine/engine.h"
 
@@ -33,6 +35,16 @@ struct ServedModelInfo {
   std::int64_t max_model_len = 0;  // bounds the token-count histograms
 };
 
+// The Batch API's progress, read at scrape time (server/batch/).
+struct BatchGauges {
+  struct Row {
+    std::string status;  // the batches' status
+    std::int64_t batches = 0, pending = 0, completed = 0, failed = 0;
+  };
+  std::vector<Row> rows;
+  std::int64_t running = 0;  // lines running now (of in-progress batches)
+};
+
 class ServerMetrics : public EngineObserver {
  public:
   ServerMetrics();
@@ -46,6 +58,9 @@ class ServerMetrics : public EngineObserver {
   void Attach(const Engine* engine);
   // Export counters of the tracer's OTLP exporter, when it has one.
   void AttachTracer(const Tracer* tracer);
+  // ropeserve_batches{status} and ropeserve_batch_lines{batch_status,
+  // state}; null detaches (the gauges then keep their last values).
+  void AttachBatches(std::function<BatchGauges()> source);
 
   // EngineObserver (engine thread).
   void OnRequestFinished(const RequestMetrics& m) override;

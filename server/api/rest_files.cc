@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "server/api/batch_executor.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
@@ -44,6 +45,15 @@ StatusOr<batch::FileStore*> Files(const RestRequest& request) {
   return request.files;
 }
 
+// expires_after[seconds] (with anchor created_at): OpenAI's 1 hour to 30 days.
+StatusOr<std::int64_t> ExpiresAfter(const std::string& anchor, const std::string& seconds) {
+  if (anchor.empty() && seconds.empty()) return std::int64_t{0};
+  if (anchor != "created_at") return Malformed("expires_after[anchor]", "'expires_after[anchor]' must be created_at");
+  return IntegerParam("expires_after[seconds]", seconds, 3600, 2592000);
+}
+
+}  // namespace
+
 // A batch line's body, read by its endpoint's own reader. Streaming has
 // no place in a batch.
 Status CheckBatchBody(const std::string& url, const std::string& body) {
@@ -62,15 +72,6 @@ Status CheckBatchBody(const std::string& url, const std::string& body) {
   }
   return Malformed("url", "unsupported endpoint");
 }
-
-// expires_after[seconds] (with anchor created_at): OpenAI's 1 hour to 30 days.
-StatusOr<std::int64_t> ExpiresAfter(const std::string& anchor, const std::string& seconds) {
-  if (anchor.empty() && seconds.empty()) return std::int64_t{0};
-  if (anchor != "created_at") return Malformed("expires_after[anchor]", "'expires_after[anchor]' must be created_at");
-  return IntegerParam("expires_after[seconds]", seconds, 3600, 2592000);
-}
-
-}  // namespace
 
 StatusOr<RestReply> UploadFile(service::GenerationService&, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(batch::FileStore * files, Files(request));

@@ -187,6 +187,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   input.model = body.model;
   input.prompts = body.prompts;
   input.fields = body.fields;
+  input.fields.server_priority = request.priority;
   input.endpoint = Endpoint::kCompletions;
   input.timeout_seconds = request.timeout_seconds;
   input.trace = request.trace;
@@ -325,6 +326,7 @@ service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& re
   input.model = body.model;
   input.chat = service::ChatPrompt{body.messages, body.extra, body.add_generation_prompt};
   input.fields = body.fields;
+  input.fields.server_priority = request.priority;
   input.endpoint = Endpoint::kChat;
   input.timeout_seconds = request.timeout_seconds;
   input.trace = request.trace;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +17,8 @@
 #include "server/service/qa_service.h"
 
 namespace ropeserve::batch {
-class FileStore;  // server/batch/file_store.h
+class FileStore;   // server/batch/file_store.h
+class BatchStore;  // server/batch/batch_store.h
 }  // namespace ropeserve::batch
 
 namespace ropeserve::api {
@@ -72,6 +74,11 @@ struct RestRequest {
   // the multipart form's parts.
   batch::FileStore* files = nullptr;
   const std::vector<FormPart>* form = nullptr;
+  // The Batch API's store (null: no data directory).
+  batch::BatchStore* batches = nullptr;
+  // The engine priority of what this request starts, over the body's
+  // `priority` (batch lines: service::kBatchPriority). Null: the body's.
+  std::optional<int> priority{};
 };
 
 struct ChatBody;
@@ -104,6 +111,13 @@ StatusOr<RestReply> ListFiles(service::GenerationService& service, const RestReq
 StatusOr<RestReply> RetrieveFile(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> DeleteFile(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> FileContent(service::GenerationService& service, const RestRequest& request);
+// OpenAI's Batch API (rest_batches.cc), on the data directory's store:
+// POST /v1/batches, GET /v1/batches (after, limit), GET
+// /v1/batches/{id}, POST /v1/batches/{id}/cancel.
+StatusOr<RestReply> CreateBatch(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> ListBatches(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> RetrieveBatch(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> CancelBatch(service::GenerationService& service, const RestRequest& request);
 // The chat-shaped endpoints' input (for PrepareGeneration) and output
 // options (for ChatOutputProcessor), from a chat body.
 service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);

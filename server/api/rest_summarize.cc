@@ -28,6 +28,7 @@ json SummaryUsage(const service::OutputDelta& last, std::int64_t chunks) {
 
 StatusOr<RestReply> Summarize(service::GenerationService& service, const RestRequest& request) {
   RS_ASSIGN_OR_RETURN(SummarizeBody body, ReadSummarizeBody(request.body));
+  body.fields.server_priority = request.priority;
   if (request.user != nullptr) *request.user = body.user;
   RS_RETURN_IF_ERROR(service.CheckModelName(body.model));
   service::DocumentSummarizer summarizer(service);

@@ -34,6 +34,10 @@ constexpr Route kRoutes[] = {
     {"/v1/files/{file_id}", "GET", false, true},
     {"/v1/files/{file_id}", "DELETE", false, true},
     {"/v1/files/{file_id}/content", "GET", false, true},
+    {"/v1/batches", "POST", false, true},
+    {"/v1/batches", "GET", false, true},
+    {"/v1/batches/{batch_id}", "GET", false, true},
+    {"/v1/batches/{batch_id}/cancel", "POST", false, true},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
 };

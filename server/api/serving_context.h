@@ -19,7 +19,9 @@ class QaService;          // server/service/qa_service.h
 }  // namespace ropeserve::service
 
 namespace ropeserve::batch {
-class FileStore;  // server/batch/file_store.h
+class FileStore;    // server/batch/file_store.h
+class BatchStore;   // server/batch/batch_store.h
+class BatchRunner;  // server/batch/batch_runner.h
 }  // namespace ropeserve::batch
 
 namespace ropeserve::api {
@@ -43,6 +45,10 @@ struct ServingContext {
   // The Files API's store in the data directory (null: none; the Files
   // routes answer 400 naming --data-dir).
   batch::FileStore* files = nullptr;
+  // The Batch API's batches in the same directory, and their runner (its
+  // running lines for /metrics). Null: none.
+  batch::BatchStore* batches = nullptr;
+  batch::BatchRunner* batch_runner = nullptr;
 };
 
 }  // namespace ropeserve::api

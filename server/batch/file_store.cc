@@ -7,27 +7,13 @@
 #include <limits>
 #include <set>
 
+#include "server/batch/schema.h"
 #include "server/common/json_file.h"
 #include "server/common/random_id.h"
 
 namespace ropeserve::batch {
 
 namespace {
-
-// Migrations, oldest first: never edit one that has shipped, add another.
-constexpr const char* kSchema[] = {
-    // 1: files
-    "CREATE TABLE files ("
-    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"  // upload order
-    "  id TEXT NOT NULL UNIQUE,"
-    "  owner TEXT NOT NULL,"
-    "  filename TEXT NOT NULL,"
-    "  purpose TEXT NOT NULL,"
-    "  bytes INTEGER NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  expires_at INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX files_by_owner ON files(owner, seq);",
-};
 
 std::int64_t Now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -52,8 +38,6 @@ StatusOr<std::vector<std::string>> Column(storage::Statement& st) {
 }
 
 }  // namespace
-
-std::span<const char* const> BatchSchema() { return kSchema; }
 
 StatusOr<std::unique_ptr<FileStore>> FileStore::Open(const storage::DataDir& dir, FileStoreOptions options) {
   const std::string files_dir = dir.Path("files");
@@ -109,40 +93,67 @@ std::int64_t FileStore::total_bytes() {
 
 StatusOr<FileInfo> FileStore::Create(const std::string& owner, const std::string& filename, const std::string& purpose,
                                      std::string_view content, std::int64_t expires_after) {
+  RS_ASSIGN_OR_RETURN(std::vector<FileInfo> made,
+                      CreateAll(owner, {NewFile{filename, purpose, std::string(content), expires_after}}));
+  return made.front();
+}
+
+StatusOr<std::vector<FileInfo>> FileStore::CreateAll(const std::string& owner, const std::vector<NewFile>& files,
+                                                     const AlsoInTransaction& also) {
   std::lock_guard<std::mutex> lock(mu_);
   RS_RETURN_IF_ERROR(RemoveExpiredLocked());
   RS_ASSIGN_OR_RETURN(std::int64_t used, UsedBytesLocked());
-  if (used + static_cast<std::int64_t>(content.size()) > options_.max_total_bytes)
+  std::int64_t adding = 0;
+  for (const NewFile& n : files) adding += static_cast<std::int64_t>(n.content.size());
+  if (used + adding > options_.max_total_bytes)
     return Status(ErrorCode::kResourceExhausted, "the server's file storage is full (" + std::to_string(used) + " of " +
                                                      std::to_string(options_.max_total_bytes) +
                                                      " bytes used): delete files first");
-  FileInfo f;
-  f.id = RandomId("file-", 12);
-  f.filename = filename;
-  f.purpose = purpose;
-  f.bytes = static_cast<std::int64_t>(content.size());
-  f.created_at = Now();
-  f.expires_at = expires_after > 0 ? f.created_at + expires_after : 0;
-  // The content first: a row never names a file that is not whole.
-  RS_RETURN_IF_ERROR(storage::WriteFileAtomically(ContentPath(f.id), content));
+  std::vector<FileInfo> made;
+  auto unlink_all = [&] {
+    for (const FileInfo& f : made) ::unlink(ContentPath(f.id).c_str());
+  };
+  // The contents first: a row never names a file that is not whole.
+  for (const NewFile& n : files) {
+    FileInfo f;
+    f.id = RandomId("file-", 12);
+    f.filename = n.filename;
+    f.purpose = n.purpose;
+    f.bytes = static_cast<std::int64_t>(n.content.size());
+    f.created_at = Now();
+    f.expires_at = n.expires_after > 0 ? f.created_at + n.expires_after : 0;
+    if (Status s = storage::WriteFileAtomically(ContentPath(f.id), n.content); !s.ok()) {
+      unlink_all();
+      return s;
+    }
+    made.push_back(std::move(f));
+  }
   Status s = db_->Transaction([&]() -> Status {
-    RS_ASSIGN_OR_RETURN(storage::Statement st,
-                        db_->Prepare("INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at)"
-                                     " VALUES (?, ?, ?, ?, ?, ?, ?)"));
-    return st.Bind(1, f.id)
-        .Bind(2, owner)
-        .Bind(3, f.filename)
-        .Bind(4, f.purpose)
-        .Bind(5, f.bytes)
-        .Bind(6, f.created_at)
-        .Bind(7, f.expires_at)
-        .Run();
+    for (const FileInfo& f : made) {
+      RS_ASSIGN_OR_RETURN(storage::Statement st,
+                          db_->Prepare("INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at)"
+                                       " VALUES (?, ?, ?, ?, ?, ?, ?)"));
+      RS_RETURN_IF_ERROR(st.Bind(1, f.id)
+                             .Bind(2, owner)
+                             .Bind(3, f.filename)
+                             .Bind(4, f.purpose)
+                             .Bind(5, f.bytes)
+                             .Bind(6, f.created_at)
+                             .Bind(7, f.expires_at)
+                             .Run());
+    }
+    return also ? also(*db_, made) : Status::Ok();
   });
   if (!s.ok()) {
-    ::unlink(ContentPath(f.id).c_str());
+    unlink_all();
     return s;
   }
-  return f;
+  return made;
+}
+
+Status FileStore::WithDatabase(const std::function<Status(storage::Database&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fn(*db_);
 }
 
 StatusOr<std::optional<FileInfo>> FileStore::FindLocked(const std::string& id, const std::string& owner) {

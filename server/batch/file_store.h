@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,14 @@ struct FileInfo {
   std::int64_t expires_at = 0;  // Unix seconds; 0: kept until deleted
 };
 
+// A file to store (FileStore::CreateAll).
+struct NewFile {
+  std::string filename;
+  std::string purpose;
+  std::string content;
+  std::int64_t expires_after = 0;  // seconds from now; 0: kept until deleted
+};
+
 struct FileStoreOptions {
   std::int64_t max_total_bytes = std::int64_t{10} << 30;  // all files' contents together
 };
@@ -48,6 +57,15 @@ class FileStore {
   // ResourceExhausted when max_total_bytes would be passed or the disk is full.
   StatusOr<FileInfo> Create(const std::string& owner, const std::string& filename, const std::string& purpose,
                             std::string_view content, std::int64_t expires_after = 0);
+  // Several files at once, all or none: contents written first, then their
+  // rows committed in one transaction, in which `also` runs too (the batch
+  // store marks a batch finished with its result files).
+  using AlsoInTransaction = std::function<Status(storage::Database&, const std::vector<FileInfo>&)>;
+  StatusOr<std::vector<FileInfo>> CreateAll(const std::string& owner, const std::vector<NewFile>& files,
+                                            const AlsoInTransaction& also = nullptr);
+  // Runs `fn` on the database under the store's lock: the batch store's
+  // tables live in the same database (server/batch/schema.h).
+  Status WithDatabase(const std::function<Status(storage::Database&)>& fn);
   // NotFound for no such file of `owner`'s.
   StatusOr<FileInfo> Get(const std::string& id, const std::string& owner);
   StatusOr<std::string> Content(const std::string& id, const std::string& owner);
@@ -79,8 +97,5 @@ class FileStore {
   std::string files_dir_;
   FileStoreOptions options_;
 };
-
-// The database's schema, oldest migration first (storage::Database).
-std::span<const char* const> BatchSchema();
 
 }  // namespace ropeserve::batch

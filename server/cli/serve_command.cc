@@ -21,15 +21,14 @@
 #include "server/api/metrics.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
-#include "server/batch/file_store.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
+#include "server/cli/serve_storage.h"
 #include "server/cli/stop_signal.h"
 #include "server/cli/yaml_config.h"
 #include "server/models/decoder.h"
 #include "server/serving/service_factory.h"
 #include "server/serving/threads.h"
-#include "server/storage/data_dir.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
@@ -69,8 +68,7 @@ struct ServeFlags {
   std::string otlp_traces_headers;   // "k=v,k2=v2"
   double otlp_traces_sample_ratio = 1.0;
   api::ResponseStoreOptions responses;
-  std::string data_dir;  // "" = storage::DataDir::Default(), best effort
-  std::size_t max_file_bytes = std::size_t{100} << 20;
+  StorageFlags storage;              // --data-dir, --max-file-bytes, --batch-*
   double responses_ttl = 24 * 3600;  // seconds
   service::EngineOptions engine;
 };
@@ -205,26 +203,10 @@ int Run(ServeFlags f) {
   api::ServingContext ctx;
   f.responses.ttl = std::chrono::seconds(static_cast<std::int64_t>(f.responses_ttl));
   ctx.responses = std::make_unique<api::ResponseStore>(f.responses);
-  // The data directory (what survives restarts: the Files API). Named with
-  // --data-dir, it must open; the default is best effort, so that a second
-  // server on the same machine, or a read-only home, still serves (without
-  // the Files API, said in the log).
-  std::unique_ptr<storage::DataDir> data_dir;
-  std::unique_ptr<batch::FileStore> files;
-  const std::string dir = f.data_dir.empty() ? storage::DataDir::Default() : f.data_dir;
-  Status opened = [&]() -> Status {
-    RS_ASSIGN_OR_RETURN(data_dir, storage::DataDir::Open(dir));
-    RS_ASSIGN_OR_RETURN(files, batch::FileStore::Open(*data_dir));
-    return Status::Ok();
-  }();
-  if (!opened.ok()) {
-    if (!f.data_dir.empty()) return Fail(opened.message());
-    data_dir.reset();  // a directory without its store is not kept locked
-    spdlog::warn("no data directory, so no Files API: {} (pass --data-dir DIR)", opened.message());
-  } else {
-    spdlog::info("data directory {}", dir);
-  }
-  ctx.files = files.get();
+  // The data directory (what survives restarts: files and batches).
+  auto storage = Storage::Open(f.storage);
+  if (!storage.ok()) return Fail(storage.status().message());
+  (*storage)->Attach(ctx);
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);
@@ -264,7 +246,7 @@ int Run(ServeFlags f) {
   ho.host = f.host;
   ho.port = f.http_port;
   ho.max_body_bytes = f.max_body_bytes;
-  ho.max_file_bytes = f.max_file_bytes;
+  ho.max_file_bytes = f.storage.max_file_bytes;
   ho.limits.max_connections = f.http_max_connections;
   ho.limits.request_read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_read_timeout * 1000));
   ho.limits.keep_alive_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_keep_alive_timeout * 1000));
@@ -333,6 +315,7 @@ int Run(ServeFlags f) {
   ctx.qa = loaded->qa.get();
   ctx.lifecycle.SetReady();
   grpc_server.SetServing(true);
+  (*storage)->StartBatches(ctx);
   spdlog::info("ready");
 
   while (!stop.Wait(std::chrono::seconds(3600))) {
@@ -341,6 +324,9 @@ int Run(ServeFlags f) {
   // Drain: not ready, refuse new work, let admitted requests finish.
   ctx.lifecycle.StartDraining();
   grpc_server.SetServing(false);
+  // Running batch lines are cancelled, not drained: they stay pending and
+  // run again at the next start.
+  (*storage)->StopBatches();
   const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(f.shutdown_timeout * 1000));
   spdlog::info("draining {} in-flight requests (up to {} s)", ctx.lifecycle.in_flight(), f.shutdown_timeout);
   const bool drained = ctx.lifecycle.WaitIdle(grace);
@@ -598,16 +584,7 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_OTLP_TRACES_SAMPLE_RATIO")
       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--data-dir", f->data_dir,
-                  "Directory for what survives restarts (uploaded files: batch.db and files/); one server per "
-                  "directory. Default: $XDG_STATE_HOME/ropeserve or ~/.local/state/ropeserve, used when it can be "
-                  "(else the server runs without the Files API)")
-      ->envname("ROPESERVE_DATA_DIR");
-  sub->add_option("--max-file-bytes", f->max_file_bytes, "Largest upload to POST /v1/files")
-      ->capture_default_str()
-      ->envname("ROPESERVE_MAX_FILE_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34));
+  AddStorageFlags(*sub, f->storage);
   sub->add_option("--responses-max-stored", f->responses.max_responses,
                   "Stored responses of the Responses API kept in memory (store: true), least recently used "
                   "dropped first; lost on restart")

@@ -348,6 +348,7 @@ class DocumentSummary final : public OutputSource {
       f.presence_penalty = fields_.presence_penalty;
       f.seed = fields_.seed;
       f.priority = fields_.priority;
+      f.server_priority = fields_.server_priority;
       f.max_tokens = plan_.chunk_max_tokens;
     }
     double timeout = 0;

@@ -155,6 +155,7 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   o.priority = static_cast<int>(f.priority.value_or(0));
   if (o.priority != 0 && !limits.priority_scheduling)
     return Bad("priority", "'priority' needs a server started with --scheduling-policy priority");
+  if (f.server_priority) o.priority = *f.server_priority;
   if (f.logit_bias.size() > static_cast<std::size_t>(kMaxLogitBias))
     return Bad("logit_bias", "'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) + " entries");
   for (auto [id, bias] : f.logit_bias) {

@@ -100,7 +100,10 @@ constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxLogitBias = 1024;
 constexpr std::size_t kMaxGuidedRegexBytes = 4096;  // guided_regex / OutputConstraint.regex
 constexpr std::size_t kMaxGuidedChoices = 1024;     // guided_choice / OutputConstraint.choice
-constexpr int kMaxPriority = 1000;        // |priority| (vLLM's scheduling priority)         // entries of logit_bias
+constexpr int kMaxPriority = 1000;                  // |priority| (vLLM's scheduling priority)
+// Batch lines (server/batch/): below every priority a request may ask for,
+// so the scheduler admits them last and preempts them first.
+constexpr int kBatchPriority = kMaxPriority + 1;
 constexpr double kMaxAbsLogitBias = 100;  // bias values lie in [-100, 100] (OpenAI)
 constexpr int kMaxMessages = 1024;        // chat messages
 constexpr int kMaxContentParts = 256;     // content parts of one chat message
@@ -155,7 +158,10 @@ struct GenerationFields {
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
   std::optional<std::int64_t> priority;                     // lower runs first; [-kMaxPriority, kMaxPriority]
   std::optional<std::int64_t> prompt_logprobs;              // alternatives per prompt token (0-20)
-  structured::Constraint constraint;                        // kNone: free text
+  // The server's own priority for the request, which wins over `priority`;
+  // never read from a request (batch lines run at kBatchPriority).
+  std::optional<int> server_priority;
+  structured::Constraint constraint;  // kNone: free text
 };
 
 // What a transport read for /v1/summarize and gRPC Summarize*.

@@ -39,6 +39,12 @@ Status Statement::Run() {
   }
 }
 
+Status Statement::Reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+  return Status::Ok();
+}
+
 std::int64_t Statement::Int(int col) const { return sqlite3_column_int64(stmt_, col); }
 
 std::string Statement::Text(int col) const {
@@ -75,6 +81,8 @@ Status Database::Transaction(const std::function<Status()>& body) {
   if (!s.ok()) (void)Exec("ROLLBACK");
   return s;
 }
+
+std::int64_t Database::Changes() const { return sqlite3_changes(db_); }
 
 StatusOr<std::int64_t> Database::Pragma(const char* sql) {
   RS_ASSIGN_OR_RETURN(Statement st, Prepare(sql));

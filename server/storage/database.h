@@ -40,6 +40,8 @@ class Statement {
   StatusOr<bool> Step();
   // Step() until done; an error when a step fails.
   Status Run();
+  // Ready to run again with new bindings.
+  Status Reset();
 
   std::int64_t Int(int col) const;
   std::string Text(int col) const;
@@ -66,6 +68,8 @@ class Database {
   Status Exec(const char* sql);
   // `body` between BEGIN IMMEDIATE and COMMIT; ROLLBACK when it fails.
   Status Transaction(const std::function<Status()>& body);
+  // Rows the last INSERT, UPDATE or DELETE changed.
+  std::int64_t Changes() const;
   const std::string& path() const { return path_; }
   // The schema's version (migrations applied).
   int version() const { return version_; }

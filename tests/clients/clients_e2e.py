@@ -34,13 +34,19 @@ def main():
         servers.append(auth)
         busy = Server(args.binary, model, workdir, ["--max-num-seqs", "1", "--max-queue-requests", "1"], name="busy")
         servers.append(busy)
+        # The Batch API's SDK test compares batch results with online ones:
+        # a server of its own, one batch line at a time.
+        batch = Server(args.binary, model, workdir, ["--batch-max-in-flight", "1"], name="batch")
+        servers.append(batch)
         env = dict(os.environ, RS_HTTP=f"http://127.0.0.1:{main_server.http}",
                    RS_AUTH_HTTP=f"http://127.0.0.1:{auth.http}", RS_BUSY_HTTP=f"http://127.0.0.1:{busy.http}",
+                   RS_BATCH_HTTP=f"http://127.0.0.1:{batch.http}",
                    RS_GRPC=f"127.0.0.1:{main_server.grpc}", RS_ROOT=ROOT,
                    RS_OUT=os.path.join(workdir, "screenshots"))
         r = subprocess.run(["node", "--test", "--test-reporter=spec", os.path.join(HERE, "clients.test.mjs"),
                             os.path.join(HERE, "anthropic.test.mjs"), os.path.join(HERE, "responses.test.mjs"),
                             os.path.join(HERE, "structured.test.mjs"), os.path.join(HERE, "files.test.mjs"),
+                            os.path.join(HERE, "batches.test.mjs"),
                             os.path.join(HERE, "playground.test.mjs")],
                            env=env, timeout=900)
         ok = r.returncode == 0

@@ -180,7 +180,7 @@ class Grpc:
 # ---- the server under test ----
 
 class Server:
-    def __init__(self, binary, model, workdir, args=(), name="server", tls=False):
+    def __init__(self, binary, model, workdir, args=(), name="server", tls=False, env=None, wait=True):
         self.http = free_port()
         self.grpc = free_port()
         self.admin = free_port()
@@ -193,8 +193,10 @@ class Server:
         # kept in the workdir rather than the user's state directory.
         if "--data-dir" not in args:
             cmd += ["--data-dir", os.path.join(workdir, f"data-{name}")]
-        env = dict(os.environ, ROPESERVE_THREADS=os.environ.get("ROPESERVE_THREADS", "1"))
+        env = dict(os.environ, ROPESERVE_THREADS=os.environ.get("ROPESERVE_THREADS", "1"), **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        if not wait:  # the caller watches the process itself
+            return
         deadline = time.time() + 120
         while time.time() < deadline:
             check(self.proc.poll() is None, f"{name} exited at start-up:\n{self.read_log()}")

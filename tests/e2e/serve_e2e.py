@@ -596,6 +596,85 @@ def test_uploaded_files_survive_restarts_and_keep_their_directory(env):
     check(bad.returncode != 0 and b"batch.db" in bad.stderr, f"a damaged database: {bad.stderr[-500:]!r}")
 
 
+def test_a_batch_survives_kill_9_with_every_result_exactly_once(env):
+    # 500 lines; the server is killed with SIGKILL five times while they
+    # run, then dies (exit 137, a fault hook) in the middle of finalizing:
+    # after the result files' contents are written, before their rows
+    # commit. The next server finishes the batch: every custom_id exactly
+    # once in the output, request_counts never going back, and no stray
+    # result file.
+    data = os.path.join(env.workdir, "batch-kill-data")
+    path = os.path.join(env.workdir, "batch-kill.jsonl")
+    n = 500
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions",
+                                "body": {"prompt": f"Item {i} of the list", "max_tokens": 64, "temperature": 0,
+                                         "ignore_eos": True}}) + "\n")
+    args = ["--data-dir", data, "--batch-max-in-flight", "4"]
+
+    def batch_state(s, batch_id):
+        status, _, text = curl(s.http, f"/v1/batches/{batch_id}")
+        check(status == 200, f"retrieve: {status} {text}")
+        return json.loads(text)
+
+    s = Server(env.binary, env.model, env.workdir, args, name="batch-kill-0")
+    status, _, text = curl(s.http, "/v1/files", extra=["-F", "purpose=batch", "-F", f"file=@{path}"])
+    check(status == 200, f"upload: {status} {text}")
+    status, created, _ = post_json(s.http, "/v1/batches", {"input_file_id": json.loads(text)["id"],
+                                                           "endpoint": "/v1/completions", "completion_window": "24h"})
+    check(status == 200 and created["status"] == "validating", created)
+    batch_id = created["id"]
+    done, kills = 0, 0
+    while kills < 5:
+        # Kill once this server has recorded some lines of its own.
+        def progressed():
+            b = batch_state(s, batch_id)
+            return b["request_counts"]["completed"] >= done + 20 or b["status"] != "in_progress"
+        wait_until(progressed, 120, "the batch made no progress")
+        b = batch_state(s, batch_id)
+        check(b["status"] == "in_progress", f"finished before kill {kills + 1}: {b['request_counts']}")
+        s.kill()
+        kills += 1
+        s = Server(env.binary, env.model, env.workdir, args, name=f"batch-kill-{kills}")
+        b = batch_state(s, batch_id)
+        counted = b["request_counts"]["completed"] + b["request_counts"]["failed"]
+        check(counted >= done + 20 and b["request_counts"]["total"] == n, f"lost lines: {b['request_counts']}")
+        done = counted
+    s.kill()
+    # The sixth server dies while finalizing.
+    crash = Server(env.binary, env.model, env.workdir, args, name="batch-kill-crash",
+                   env={"ROPESERVE_INJECT_BATCH_CRASH": "finalizing"}, wait=False)
+    try:
+        code = crash.proc.wait(timeout=300)
+    finally:
+        crash.kill()
+    check(code == 137 and "exiting while a batch is finalized" in crash.read_log(),
+          f"the crash hook did not fire: exit {code}\n{crash.read_log()}")
+    s = Server(env.binary, env.model, env.workdir, args, name="batch-kill-last")
+    try:
+        wait_until(lambda: batch_state(s, batch_id)["status"] == "completed", 120, "the batch did not complete")
+        b = batch_state(s, batch_id)
+        check(b["request_counts"] == {"total": n, "completed": n, "failed": 0}, b["request_counts"])
+        check(b["error_file_id"] is None, b)
+        status, _, text = curl(s.http, f"/v1/files/{b['output_file_id']}/content")
+        check(status == 200, f"output: {status}")
+        lines = [json.loads(x) for x in text.splitlines()]
+        ids = [x["custom_id"] for x in lines]
+        check(len(ids) == n and set(ids) == {f"line-{i}" for i in range(n)}, f"{len(ids)} lines, {len(set(ids))} ids")
+        for x in lines:
+            r = x["response"]
+            check(r["status_code"] == 200 and r["body"]["usage"]["completion_tokens"] == 64 and x["error"] is None, x)
+        # One output file: the one the crashed finalize wrote was swept.
+        status, _, listed = curl(s.http, "/v1/files?purpose=batch_output")
+        outputs = json.loads(listed)["data"]
+        check([f["id"] for f in outputs] == [b["output_file_id"]], outputs)
+        check(sorted(os.listdir(os.path.join(data, "files"))) ==
+              sorted([b["output_file_id"], b["input_file_id"]]), os.listdir(os.path.join(data, "files")))
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 if __name__ == "__main__":
     sys.exit(run_tests([v for k, v in list(globals().items()) if k.startswith("test_")], __doc__,
                        ("curl",)))

@@ -1,0 +1,99 @@
+#include "server/cli/serve_storage.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+#include "server/api/batch_executor.h"
+
+namespace ropeserve::cli {
+
+void AddStorageFlags(CLI::App& sub, StorageFlags& f) {
+  sub.add_option("--data-dir", f.data_dir,
+                 "Directory for what survives restarts (uploaded files and batches: batch.db and files/); one "
+                 "server per directory. Default: $XDG_STATE_HOME/ropeserve or ~/.local/state/ropeserve, used when "
+                 "it can be (else the server runs without the Files and Batch APIs)")
+      ->envname("ROPESERVE_DATA_DIR");
+  sub.add_option("--max-file-bytes", f.max_file_bytes, "Largest upload to POST /v1/files")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_FILE_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34));
+  sub.add_option("--batch-max-in-flight", f.batch_max_in_flight,
+                 "Batch lines running at once, at the engine's lowest priority (interactive requests are admitted "
+                 "first and preempt them)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_MAX_IN_FLIGHT")
+      ->check(CLI::Range(1, 256));
+  sub.add_option("--batch-max-active", f.batch_max_active,
+                 "Batches not yet finished, all keys together; POST /v1/batches past it answers 429")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_MAX_ACTIVE")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}));
+}
+
+StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageFlags& flags) {
+  auto s = std::make_unique<Storage>();
+  s->flags_ = flags;
+  const std::string dir = flags.data_dir.empty() ? storage::DataDir::Default() : flags.data_dir;
+  Status opened = [&]() -> Status {
+    RS_ASSIGN_OR_RETURN(s->dir_, storage::DataDir::Open(dir));
+    RS_ASSIGN_OR_RETURN(s->files_, batch::FileStore::Open(*s->dir_));
+    return Status::Ok();
+  }();
+  if (!opened.ok()) {
+    if (!flags.data_dir.empty()) return opened;
+    spdlog::warn("no data directory, so no Files and Batch APIs: {} (pass --data-dir DIR)", opened.message());
+    return std::make_unique<Storage>();  // a directory without its store is not kept locked
+  }
+  batch::BatchStoreOptions bo;
+  bo.max_active = flags.batch_max_active;
+  if (const char* crash = std::getenv("ROPESERVE_INJECT_BATCH_CRASH"); crash != nullptr && *crash) {
+    if (std::string(crash) != "finalizing") return InvalidArgument("ROPESERVE_INJECT_BATCH_CRASH must be finalizing");
+    bo.before_finalize_commit = [] {
+      spdlog::warn("ROPESERVE_INJECT_BATCH_CRASH: exiting while a batch is finalized, as a crash would");
+      std::_Exit(137);
+    };
+  }
+  s->batches_ = std::make_unique<batch::BatchStore>(*s->files_, bo);
+  spdlog::info("data directory {}", dir);
+  return s;
+}
+
+Storage::~Storage() { StopBatches(); }
+
+void Storage::Attach(api::ServingContext& ctx) {
+  ctx.files = files_.get();
+  ctx.batches = batches_.get();
+}
+
+void Storage::StartBatches(api::ServingContext& ctx) {
+  if (batches_ == nullptr || runner_ != nullptr) return;
+  batch::BatchRunnerOptions ro;
+  ro.max_in_flight = flags_.batch_max_in_flight;
+  ro.check_body = &api::CheckBatchBody;
+  runner_ = std::make_unique<batch::BatchRunner>(*batches_, api::BatchLineExecutor(ctx), ro);
+  batches_->SetListener([r = runner_.get()] { r->Wake(); });
+  ctx.batch_runner = runner_.get();
+  if (ctx.metrics != nullptr) {
+    metrics_ = ctx.metrics;
+    metrics_->AttachBatches([store = batches_.get(), runner = runner_.get()] {
+      api::BatchGauges g;
+      for (const auto& r : store->Progress().rows)
+        g.rows.push_back({r.status, r.batches, r.pending, r.completed, r.failed});
+      g.running = runner->running();
+      return g;
+    });
+  }
+  runner_->Start();
+}
+
+void Storage::StopBatches() {
+  if (runner_ == nullptr) return;
+  batches_->SetListener(nullptr);
+  if (metrics_ != nullptr) metrics_->AttachBatches(nullptr);
+  metrics_ = nullptr;
+  runner_->Stop();
+}
+
+}  // namespace ropeserve::cli
