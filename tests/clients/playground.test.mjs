@@ -193,6 +193,8 @@ test('Chat streams a reply, and the server panel shows /metrics', async (t) => {
     await page.waitForFunction(() => document.getElementById('m-tps').textContent !== '-', { timeout: 10000 });
     assert.match(await text(page, '#m-running'), /^\d+$/);
     assert.match(await text(page, '#m-kv'), /%$/);
+    // The Batch API's progress (the server has a data directory).
+    assert.match(await text(page, '#m-batch'), /^\d+ running, \d+ pending, \d+ done, \d+ failed$/);
     assert.deepEqual(problems, []);
   });
 });

@@ -265,11 +265,17 @@ async function pollMetrics() {
     const r = await fetch('/metrics');
     if (!r.ok) return;
     const values = {};
+    const batchLines = {};  // state -> lines of unfinished batches (the Batch API)
     for (const line of (await r.text()).split('\n')) {
       if (!line || line.startsWith('#')) continue;
       const name = line.split(/[{ ]/, 1)[0];
-      values[name] = (values[name] ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1));
+      const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+      values[name] = (values[name] ?? 0) + value;
+      const batch = /^ropeserve_batch_lines\{batch_status="(validating|in_progress|finalizing|cancelling)",state="(\w+)"\}/.exec(line);
+      if (batch) batchLines[batch[2]] = (batchLines[batch[2]] ?? 0) + value;
     }
+    $('m-batch').textContent = values.ropeserve_batch_lines === undefined ? '-'
+      : `${batchLines.running ?? 0} running, ${batchLines.pending ?? 0} pending, ${batchLines.completed ?? 0} done, ${batchLines.failed ?? 0} failed`;
     $('m-running').textContent = values.ropeserve_num_requests_running ?? '-';
     $('m-waiting').textContent = values.ropeserve_num_requests_waiting ?? '-';
     const kv = values.ropeserve_kv_cache_usage_perc;
