@@ -44,11 +44,12 @@ Status AnyBody(const std::string&, const std::string&) { return Status::Ok(); }
 
 // One directory's stores, reopened as a restarted server would.
 struct Stores {
-  explicit Stores(const std::string& path, batch::BatchStoreOptions options = {}) {
+  explicit Stores(const std::string& path, batch::BatchStoreOptions options = {},
+                  batch::FileStoreOptions file_options = {}) {
     auto d = storage::DataDir::Open(path);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     dir = std::move(*d);
-    auto f = batch::FileStore::Open(*dir);
+    auto f = batch::FileStore::Open(*dir, file_options);
     EXPECT_TRUE(f.ok()) << f.status().ToString();
     files = std::move(*f);
     batches = std::make_unique<batch::BatchStore>(*files, std::move(options));
@@ -371,6 +372,29 @@ TEST(BatchStore, CapsActiveBatchesAndPagesNewestFirst) {
   EXPECT_EQ(b.status, "cancelled");
   EXPECT_TRUE(b.output_file_id.empty());
   EXPECT_TRUE(b.error_file_id.empty());
+}
+
+// Results that do not fit the file store (its quota here; a full disk
+// alike) fail the batch with a clear error; the store goes on.
+TEST(BatchRunner, ResultsThatDoNotFitFailTheBatchClearly) {
+  testing::ScratchDir t;
+  const std::string input = Input(5);
+  batch::FileStoreOptions tight;
+  tight.max_total_bytes = static_cast<std::int64_t>(input.size()) + 100;
+  Stores s(t.path(), {}, tight);
+  const batch::BatchInfo created = s.Submit("alice", input);
+  batch::BatchRunner runner(*s.batches, &Echo, Fast());
+  runner.Start();
+  const batch::BatchInfo b = s.WaitFinished(created.id, "alice");
+  runner.Stop();
+  EXPECT_EQ(b.status, "failed");
+  const json errors = json::parse(b.errors);
+  EXPECT_EQ(errors["data"][0]["code"], "storage_full");
+  EXPECT_NE(errors["data"][0]["message"].get<std::string>().find("storage is full"), std::string::npos);
+  EXPECT_TRUE(b.output_file_id.empty());
+  // Nothing half-written is left: the input file alone.
+  EXPECT_EQ(s.files->List("alice", "", "", 10, false)->files.size(), 1u);
+  EXPECT_EQ(s.files->total_bytes(), static_cast<std::int64_t>(input.size()));
 }
 
 }  // namespace
