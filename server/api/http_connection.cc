@@ -143,7 +143,13 @@ class Connection {
         const bool blank = i >= 1 && (buf_[i - 1] == '\n' || (buf_[i - 1] == '\r' && i >= 2 && buf_[i - 2] == '\n'));
         if (blank) {
           if (i + 1 - pos_ > limits_.max_header_bytes) return Head::kTooLarge;
-          InspectHead(pos_, i + 1);
+          if (!InspectHead(pos_, i + 1)) {
+            // Neither Content-Length nor Transfer-Encoding: the body is
+            // empty (RFC 9112, 6.3), where cpp-httplib would read a POST's
+            // until the connection closes (a bodyless cancel would wait
+            // for the read timeout). Say so before the blank line.
+            buf_.insert(buf_[i - 1] == '\r' ? i - 1 : i, "Content-Length: 0\r\n");
+          }
           lines_ = 0;
           return Head::kOk;
         }
@@ -219,20 +225,24 @@ class Connection {
   }
 
   // Whether the request announces a body (Content-Length > 0 or chunked).
-  void InspectHead(std::size_t begin, std::size_t end) {
+  // False when it has neither header.
+  bool InspectHead(std::size_t begin, std::size_t end) {
     auto lower = [](std::string s) {
       for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       return s;
     };
     const std::string head = lower(buf_.substr(begin, end - begin));
+    bool framed = false;
     for (const char* h : {"\ncontent-length:", "\ntransfer-encoding:"}) {
       const std::size_t at = head.find(h);
       if (at == std::string::npos) continue;
+      framed = true;
       const std::size_t v = at + std::strlen(h), eol = head.find('\n', v);
       const std::string value = head.substr(v, eol - v);
       if (value.find_first_of("123456789") != std::string::npos || value.find("chunked") != std::string::npos)
         body_expected_ = true;
     }
+    return framed;
   }
 
   int fd_;
