@@ -20,7 +20,7 @@
 #include "server/batch/batch_store.h"
 #include "server/batch/file_store.h"
 #include "server/storage/data_dir.h"
-#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/scratch_dir.h"
 
 namespace ropeserve {
 namespace {

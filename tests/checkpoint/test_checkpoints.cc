@@ -10,19 +10,6 @@
 
 namespace ropeserve::testing {
 
-ScratchDir::ScratchDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ropeserve-test-XXXXXX";
-  char* made = ::mkdtemp(tmpl.data());
-  if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = made;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 MakeModelOptions TinyOptions(const std::string& arch) {
   MakeModelOptions o;
   o.preset = "tiny";

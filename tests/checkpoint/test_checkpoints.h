@@ -8,22 +8,9 @@
 #include <string>
 
 #include "server/checkpoint/model_generator.h"
+#include "tests/common/scratch_dir.h"
 
 namespace ropeserve::testing {
-
-// A fresh directory under $TMPDIR, removed when the object goes away.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // A tiny random checkpoint (hidden 64, 2 layers, vocab 300) of `arch`.
 MakeModelOptions TinyOptions(const std::string& arch = "llama");
