@@ -19,6 +19,13 @@ void AddStorageFlags(CLI::App& sub, StorageFlags& f) {
       ->envname("ROPESERVE_MAX_FILE_BYTES")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34));
+  sub.add_option("--files-max-bytes", f.files_max_bytes,
+                 "Storage all files may take together, uploads and batch results (429 for an upload past it; a "
+                 "batch whose results do not fit fails with storage_full)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_FILES_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 50));
   sub.add_option("--batch-max-in-flight", f.batch_max_in_flight,
                  "Batch lines running at once, at the engine's lowest priority (interactive requests are admitted "
                  "first and preempt them)")
@@ -38,7 +45,9 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageFlags& flags) {
   const std::string dir = flags.data_dir.empty() ? storage::DataDir::Default() : flags.data_dir;
   Status opened = [&]() -> Status {
     RS_ASSIGN_OR_RETURN(s->dir_, storage::DataDir::Open(dir));
-    RS_ASSIGN_OR_RETURN(s->files_, batch::FileStore::Open(*s->dir_));
+    batch::FileStoreOptions fo;
+    fo.max_total_bytes = static_cast<std::int64_t>(flags.files_max_bytes);
+    RS_ASSIGN_OR_RETURN(s->files_, batch::FileStore::Open(*s->dir_, fo));
     return Status::Ok();
   }();
   if (!opened.ok()) {

@@ -23,6 +23,7 @@ namespace ropeserve::cli {
 struct StorageFlags {
   std::string data_dir;  // "" = storage::DataDir::Default(), best effort
   std::size_t max_file_bytes = std::size_t{100} << 20;
+  std::size_t files_max_bytes = std::size_t{10} << 30;  // all files together (uploads and results)
   std::int64_t batch_max_active = 100;
   int batch_max_in_flight = 4;
 };
