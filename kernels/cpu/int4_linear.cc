@@ -1,0 +1,137 @@
+#include "kernels/cpu/int4_linear.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ropeserve::cpu {
+
+namespace avx512 {
+// int8_linear_avx512.cc: x rows to int16 levels, zero-padded to Kp.
+void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
+                       std::int16_t* xq, float* scales);
+// int4_linear_avx512.cc
+void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
+                     const std::uint8_t* packed, const float* scale, const std::uint8_t* zero, std::int64_t K,
+                     std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N,
+                     std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx512
+
+namespace {
+
+std::int64_t Padded(std::int64_t k) { return (k + 63) / 64 * 64; }
+
+void CheckGroups(std::int64_t K, std::int64_t group_size) {
+  TORCH_CHECK(group_size == 32 || group_size == 64 || group_size == 128, "int4: group size ", group_size,
+              " (32, 64 or 128)");
+  TORCH_CHECK(K >= group_size && K % group_size == 0, "int4: K = ", K, " is not a multiple of the group size ",
+              group_size);
+}
+
+}  // namespace
+
+Int4Weight QuantizeInt4(const at::Tensor& w_in, std::int64_t group_size, bool symmetric) {
+  TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt4: a floating [N, K] matrix");
+  const std::int64_t N = w_in.size(0), K = w_in.size(1);
+  CheckGroups(K, group_size);
+  const at::Tensor w = w_in.to(at::kFloat).reshape({N, K / group_size, group_size});
+  at::Tensor scale, zero;
+  if (symmetric) {
+    scale = w.abs().amax(2) / 7.0;
+    zero = at::full_like(scale, 8.0);
+  } else {
+    const at::Tensor lo = at::clamp_max(w.amin(2), 0.0), hi = at::clamp_min(w.amax(2), 0.0);
+    scale = (hi - lo) / 15.0;
+    zero = at::where(scale > 0, at::round(-lo / scale), at::zeros_like(scale)).clamp(0, 15);
+  }
+  const at::Tensor inv = at::where(scale > 0, 1.0 / scale, at::zeros_like(scale));
+  const at::Tensor q = (at::round(w * inv.unsqueeze(2)) + zero.unsqueeze(2)).clamp(0, 15).reshape({N, K});
+  return PackInt4(q.to(at::kByte), scale.contiguous(), zero.to(at::kByte).contiguous(), group_size);
+}
+
+Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size) {
+  TORCH_CHECK(q_in.dim() == 2, "PackInt4: levels [N, K]");
+  const std::int64_t N = q_in.size(0), K = q_in.size(1), Kp = Padded(K);
+  CheckGroups(K, group_size);
+  TORCH_CHECK(scale.sizes() == at::IntArrayRef({N, K / group_size}) && zero.sizes() == scale.sizes(),
+              "PackInt4: scale and zero must be [N, K / group_size]");
+  TORCH_CHECK(q_in.min().item<std::int64_t>() >= 0 && q_in.max().item<std::int64_t>() <= 15 &&
+                  zero.min().item<std::int64_t>() >= 0 && zero.max().item<std::int64_t>() <= 15,
+              "PackInt4: levels and zeros must lie in [0, 15]");
+  // Padding columns: level 0 (x is zero there, so they add nothing).
+  at::Tensor q = at::zeros({N, Kp}, at::kByte);
+  q.narrow(1, 0, K).copy_(q_in.to(at::kByte));
+  const at::Tensor blocks = q.reshape({N, Kp / 64, 2, 32});
+  const at::Tensor lo = blocks.select(2, 0), hi = blocks.select(2, 1);
+  Int4Weight w;
+  w.packed = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).reshape({N, Kp / 2}).contiguous();
+  w.scale = scale.to(at::kFloat).contiguous();
+  w.zero = zero.to(at::kByte).contiguous();
+  w.k = K;
+  w.group_size = group_size;
+  return w;
+}
+
+at::Tensor UnpackInt4(const Int4Weight& w) {
+  const std::int64_t N = w.packed.size(0), Kp = w.packed.size(1) * 2;
+  const at::Tensor p = w.packed.reshape({N, Kp / 64, 1, 32});
+  const at::Tensor both = at::cat({at::bitwise_and(p, 15), at::bitwise_right_shift(p, 4)}, 2);
+  return both.reshape({N, Kp}).narrow(1, 0, w.k).contiguous();
+}
+
+at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
+  const at::Tensor q = UnpackInt4(w).to(at::kFloat);
+  const at::Tensor zero = w.zero.to(at::kFloat).repeat_interleave(w.group_size, 1);
+  const at::Tensor scale = w.scale.repeat_interleave(w.group_size, 1);
+  return ((q - zero) * scale).to(dtype);
+}
+
+bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
+  if (!CpuHasAvx512Vnni() || !x.device().is_cpu() || x.dim() != 2) return false;
+  if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
+  if (x.size(0) < 1 || x.size(0) > kInt4KernelMaxRows || x.size(1) != w.k) return false;
+  const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
+  return w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() && w.packed.size(1) * 2 == Padded(w.k) &&
+         w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() && w.zero.scalar_type() == at::kByte &&
+         w.zero.is_contiguous() && w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes();
+}
+
+at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(Int4KernelSupports(x_in, w), "Int4LinearKernel: unsupported input");
+  const at::Tensor x = x_in.contiguous();
+  const std::int64_t M = x.size(0), K = w.k, N = w.packed.size(0), Kp = Padded(K);
+  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int4LinearKernel: bias shape");
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor xq = at::empty({M, Kp}, at::kShort);
+  at::Tensor xs = at::empty({M}, at::kFloat);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
+                            xs.data_ptr<float>());
+  at::Tensor out = at::empty({M, N}, x.options());
+  const std::int16_t* xqp = xq.data_ptr<std::int16_t>();
+  const float* xsp = xs.data_ptr<float>();
+  const std::uint8_t* pp = w.packed.data_ptr<std::uint8_t>();
+  const float* sp = w.scale.data_ptr<float>();
+  const std::uint8_t* zp = w.zero.data_ptr<std::uint8_t>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  void* op = out.data_ptr();
+  // Work items of whole groups of 4 weight rows, at least ~16 KB of packed weights each.
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(Kp / 2, 1) / 4);
+  ParallelFor(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
+    avx512::Int4LinearRange(xqp, xsp, M, Kp, pp, sp, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
+                            std::min(end * 4, N));
+  });
+  return out;
+}
+
+at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias) {
+  if (Int4KernelSupports(x, w)) return Int4LinearKernel(x, w, bias);
+  const at::Tensor dense = DequantizeInt4(w, x.scalar_type());
+  return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
+}
+
+}  // namespace ropeserve::cpu

@@ -1,0 +1,70 @@
+// Group-wise 4-bit weights (issue 36, first part: the kernel and its
+// format; not yet wired to the loaders or `--quantization`):
+// y = x @ W^T + b with W[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],
+// g = k / group_size, q and zero in [0, 15].
+//
+// Why: batch-1 decode reads every weight once per step and is bound by
+// memory bandwidth (~30 GB/s on one thread here); 4 bits are half the
+// bytes of int8, and 4-bit formats are what CPU users run (llama.cpp's
+// Q4_0 / Q4_K_M). No Debian package has a 4-bit GEMM for LibTorch's CPU
+// tensors, so the kernel is ours.
+//
+// Format in memory (Int4Weight): rows padded to Kp = K rounded up to 64;
+// each 64-column block of a row is 32 bytes, byte j holding column j in its
+// low nibble and column j + 32 in its high nibble (so one 32-byte load
+// unpacks into two runs of 32 consecutive columns, no shuffles). Per group
+// of `group_size` columns (32, 64 or 128; K a multiple of it) a float32
+// scale and a zero point (8 for symmetric weights). Checkpoint formats
+// (GPTQ, AWQ, compressed-tensors) are repacked into this at load.
+//
+// How (AVX-512-VNNI, up to kInt4KernelMaxRows rows of x): x rows quantized
+// to int16 as the int8 kernel does (kernels/cpu/int8_linear.h: half a
+// level of max|x_row| / 16383 per element); nibbles widened to int16 and
+// their group's zero subtracted; vpdpwssd sums exactly in int32 per group
+// (at most 128 products of |x| <= 16383, |q - z| <= 15: < 2^28), then one
+// float32 multiply-add by the group's scale. Otherwise the weights are
+// dequantized to x's dtype for at::linear (the generic path, also the
+// oracle's weights in tests).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace ropeserve::cpu {
+
+struct Int4Weight {
+  at::Tensor packed;   // [N, Kp / 2] uint8, the layout above
+  at::Tensor scale;    // [N, K / group_size] float32
+  at::Tensor zero;     // [N, K / group_size] uint8 in [0, 15]
+  std::int64_t k = 0;  // K (columns before padding)
+  std::int64_t group_size = 128;
+};
+
+// Round-to-nearest per group of w [N, K] (any floating dtype): asymmetric
+// over a range that includes 0 (lo = min(min w, 0), hi = max(max w, 0),
+// scale = (hi - lo) / 15, zero = round(-lo / scale)), or symmetric (zero 8,
+// scale = max|w| / 7, levels -7..7). Either way each weight is off by at
+// most half its group's scale. TORCH_CHECK fails when K is not a multiple
+// of group_size or group_size is not 32, 64 or 128.
+Int4Weight QuantizeInt4(const at::Tensor& w, std::int64_t group_size, bool symmetric = false);
+// From unpacked levels q [N, K] (uint8 or any integer type, values 0-15),
+// scales and zeros [N, K / group_size]: how a checkpoint's 4-bit weights
+// are brought into the kernel's layout.
+Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size);
+// The levels q [N, K] uint8 (tests, and repacking).
+at::Tensor UnpackInt4(const Int4Weight& w);
+// (q - zero) * scale as [N, K] of `dtype`.
+at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
+
+constexpr std::int64_t kInt4KernelMaxRows = 16;
+// Whether the kernel can run on x [M, K]: a CPU with avx512_vnni, float32
+// or bfloat16 x, 1 <= M <= kInt4KernelMaxRows, the weight's K.
+bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w);
+// The kernel alone (tests and benchmarks); requires Int4KernelSupports.
+at::Tensor Int4LinearKernel(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
+// y [M, N] in x's dtype; bias [N] or undefined. The kernel when it
+// supports x, else dequantize + at::linear.
+at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
+
+}  // namespace ropeserve::cpu

@@ -1,0 +1,179 @@
+// The group-wise int4 weights (kernels/cpu/int4_linear.h): the
+// quantization's bound (each weight within half its group's scale), the
+// packing round trip, and the kernel against float64 maths on the
+// dequantized weights, with bounds derived from its arithmetic as the int8
+// kernel's test does: the activations' int16 rounding (half a level per
+// element, weighted by |w|), float32 sums over the groups, and for
+// bfloat16 outputs one final rounding. Odd shapes included: K % 64 == 32
+// (a half block of padding), one output row, 16 rows of x.
+#include "kernels/cpu/int4_linear.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/cpu/int8_linear.h"
+#include "tests/common/float_bounds.h"
+
+namespace ropeserve {
+namespace {
+
+struct Case {
+  std::int64_t M, K, N, group;
+  bool bias, symmetric;
+  at::ScalarType dtype;
+};
+
+class Int4Linear : public ::testing::TestWithParam<Case> {};
+
+// The weights of a test: random, with a zero group and a constant group.
+at::Tensor Weights(std::int64_t N, std::int64_t K, std::int64_t group) {
+  at::Tensor w = at::randn({N, K}) * 0.05;
+  w[0].narrow(0, 0, group).zero_();
+  if (N > 1) w[N - 1].narrow(0, K - group, group).fill_(0.03);
+  return w;
+}
+
+TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
+  const Case c = GetParam();
+  at::manual_seed(c.K * 3 + c.N);
+  const at::Tensor w = Weights(c.N, c.K, c.group);
+  const cpu::Int4Weight q = cpu::QuantizeInt4(w.to(c.dtype), c.group, c.symmetric);
+  ASSERT_EQ(q.k, c.K);
+  ASSERT_EQ(q.packed.size(1), (c.K + 63) / 64 * 32);
+  ASSERT_EQ(q.scale.sizes(), (std::vector<std::int64_t>{c.N, c.K / c.group}));
+  if (c.symmetric) EXPECT_TRUE((q.zero == 8).all().item<bool>());
+  const at::Tensor levels = cpu::UnpackInt4(q);
+  EXPECT_LE(levels.max().item<int>(), 15);
+  // Packing the levels again gives the same bytes.
+  const cpu::Int4Weight again = cpu::PackInt4(levels, q.scale, q.zero, c.group);
+  EXPECT_TRUE(at::equal(again.packed, q.packed));
+  // |dequantized - w| <= scale / 2 (+ the float32 arithmetic of w / scale
+  // and of the product: a few units of 2^-24 of |w|).
+  const at::Tensor w64 = w.to(c.dtype).to(at::kDouble);
+  const at::Tensor deq = cpu::DequantizeInt4(q, at::kDouble);
+  const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(c.group, 1) / 2;
+  const at::Tensor err = (deq - w64).abs();
+  const at::Tensor bound = half * (1 + 1e-5) + 4 * testing::kF32Roundoff * w64.abs() + 1e-30;
+  EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
+  // The zero group stays zero.
+  EXPECT_EQ(deq[0].narrow(0, 0, c.group).abs().max().item<double>(), 0.0);
+}
+
+TEST_P(Int4Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
+  const Case c = GetParam();
+  at::manual_seed(c.M * 131 + c.K * 7 + c.N);
+  const at::Tensor x = at::randn({c.M, c.K}).to(c.dtype);
+  const cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group, c.symmetric);
+  const at::Tensor b = c.bias ? at::randn({c.N}).to(c.dtype) : at::Tensor();
+  if (!cpu::Int4KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+  const at::Tensor got = cpu::Int4LinearKernel(x, w, b);
+  ASSERT_EQ(got.scalar_type(), c.dtype);
+  ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
+  const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt4(w, at::kDouble);
+  at::Tensor exact = at::matmul(x64, w64.t());
+  if (c.bias) exact = exact + b.to(at::kDouble);
+  // The activation rounding: |x - xq * sx| <= sx / 2 per element.
+  const at::Tensor sx = x64.abs().amax(1) / cpu::kInt8ActivationLevels;
+  const at::Tensor quant = 0.5 * 1.001 * sx.unsqueeze(1) * w64.abs().sum(1).unsqueeze(0);
+  // float32: the per-group products by the scale and their sums (K / group
+  // terms per lane, 16 lanes, the row scale and the bias): gamma of K
+  // additions of |x||w| is a generous cover.
+  const at::Tensor magnitude =
+      at::matmul(x64.abs(), w64.abs().t()) + (c.bias ? b.to(at::kDouble).abs().unsqueeze(0) : at::zeros_like(exact));
+  const at::Tensor accum = testing::Gamma(c.K / c.group + 20, testing::kF32Roundoff) * magnitude;
+  const at::Tensor round = c.dtype == at::kBFloat16 ? exact.abs() / 256.0 : at::zeros_like(exact);
+  const at::Tensor bound = quant + accum + round + 1e-30;
+  const at::Tensor err = (got.to(at::kDouble) - exact).abs();
+  EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
+  // The bound is far below the outputs' size: a wrong group, zero, scale,
+  // nibble or row would exceed it.
+  EXPECT_LT(bound.max().item<double>(), 0.02 * exact.abs().max().item<double>() + 1e-6);
+  // Int4Linear takes the kernel for these rows.
+  EXPECT_TRUE(at::equal(cpu::Int4Linear(x, w, b), got));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Int4Linear,
+                         ::testing::Values(Case{1, 896, 896, 128, false, false, at::kBFloat16},
+                                           Case{1, 896, 128, 64, true, false, at::kBFloat16},
+                                           Case{1, 4864, 896, 128, false, true, at::kBFloat16},
+                                           Case{2, 896, 130, 32, false, false, at::kFloat},
+                                           Case{3, 96, 19, 32, true, false, at::kFloat},
+                                           Case{8, 160, 33, 32, true, true, at::kBFloat16},
+                                           Case{9, 256, 1, 64, false, false, at::kFloat},
+                                           Case{16, 896, 257, 128, true, false, at::kBFloat16},
+                                           Case{5, 32, 7, 32, false, false, at::kBFloat16}),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
+                                  "_g" + std::to_string(c.group) + (c.bias ? "_bias" : "") +
+                                  (c.symmetric ? "_sym" : "") + (c.dtype == at::kBFloat16 ? "_bf16" : "_f32");
+                         });
+
+// More rows than the kernel takes: the generic path (dequantize +
+// at::linear), float32 GEMM rounding only.
+TEST(Int4LinearGeneric, ManyRowsDequantizeForAtLinear) {
+  at::manual_seed(11);
+  const std::int64_t M = cpu::kInt4KernelMaxRows + 3, K = 256, N = 40;
+  const at::Tensor x = at::randn({M, K});
+  const cpu::Int4Weight w = cpu::QuantizeInt4(at::randn({N, K}) * 0.05, 64);
+  const at::Tensor b = at::randn({N});
+  EXPECT_FALSE(cpu::Int4KernelSupports(x, w));
+  const at::Tensor got = cpu::Int4Linear(x, w, b);
+  const at::Tensor w64 = cpu::DequantizeInt4(w, at::kDouble);
+  const at::Tensor exact = at::matmul(x.to(at::kDouble), w64.t()) + b.to(at::kDouble);
+  const at::Tensor bound =
+      2 * testing::Gamma(K + 2, testing::kF32Roundoff) *
+          (at::matmul(x.to(at::kDouble).abs(), w64.abs().t()) + b.to(at::kDouble).abs().unsqueeze(0)) +
+      1e-30;
+  EXPECT_TRUE(((got.to(at::kDouble) - exact).abs() <= bound).all().item<bool>());
+}
+
+TEST(Int4Quantize, RefusesGroupsThatDoNotDivideK) {
+  EXPECT_THROW(cpu::QuantizeInt4(at::randn({2, 100}), 64), c10::Error);
+  EXPECT_THROW(cpu::QuantizeInt4(at::randn({2, 128}), 48), c10::Error);
+  EXPECT_THROW(cpu::PackInt4(at::full({2, 64}, 16, at::kByte), at::ones({2, 1}), at::zeros({2, 1}, at::kByte), 64),
+               c10::Error);
+}
+
+// Not a test: prints the int4 kernel's time per token beside the int8
+// kernel's on the same 48 matrices of Qwen2.5-0.5B's MLP shape (4864 x
+// 896: far beyond the caches), as weight bytes read per second and as
+// multiply-adds (run with --gtest_also_run_disabled_tests; the bench that
+// records figures is bench/ and docs/benchmarks.md).
+TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
+  const at::Tensor wf = at::randn({4864, 896}) * 0.05;
+  std::vector<cpu::Int4Weight> q4;
+  std::vector<cpu::Int8Weight> q8;
+  for (int i = 0; i < 48; ++i) {
+    q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
+    q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
+  }
+  for (std::int64_t M : {1, 2, 4, 8, 16}) {
+    const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
+    if (!cpu::Int4KernelSupports(x, q4[0])) GTEST_SKIP() << "this CPU has no avx512_vnni";
+    auto time = [&](auto&& fn) {
+      double best = 1e9;
+      for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 48; ++i) fn(i);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    const double t4 = time([&](int i) { cpu::Int4LinearKernel(x, q4[i], at::Tensor()); });
+    const double t8 = time([&](int i) { cpu::Int8LinearKernel(x, q8[i], at::Tensor()); });
+    const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
+    const double bytes4 = weights / 2 + 48.0 * 4864 * (896 / 128) * 5;  // nibbles + scale and zero per group
+    std::printf("M=%2lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx\n",
+                static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
+                flops / t8 / 1e9, t8 / t4);
+  }
+}
+
+}  // namespace
+}  // namespace ropeserve
