@@ -198,10 +198,16 @@ double MeasureReadBandwidth(at::Device device) {
 
 // Bytes of weights one decode step reads: every layer and the LM head (an
 // untied embedding matrix is only read one row at a time). Int8 weights
-// are one byte each (their per-row scales and the norms are negligible).
+// are one byte each (their per-row scales and the norms are negligible);
+// int4 projections half a byte and a float32 scale and a byte of zero
+// point per 128, with the LM head in int8.
 double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
+  if (q == Quantization::kInt4) {
+    const double head = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
+    return (params - head) * (0.5 + 5.0 / 128) + head;
+  }
   return params * (q == Quantization::kInt8 ? 1.0 : static_cast<double>(DTypeSize(dtype)));
 }
 

@@ -37,10 +37,11 @@ Runner AddLoadgen(CLI::App& app);
 std::optional<DType> ParseDTypeFlag(const std::string& s);
 inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16", "float16", "f16"};
 // --quantization (server/models/quantization.h).
-inline const auto kQuantizationChoices = {"none", "int8"};
+inline const auto kQuantizationChoices = {"none", "int8", "int4"};
 inline constexpr const char* kQuantizationHelp =
-    "Weight quantization at load: none, or int8 (per-channel int8 projections and LM head; half the bytes "
-    "of bf16 for decode; docs/benchmarks.md)";
+    "Weight quantization at load: none, int8 (per-channel int8 projections and LM head; half the bytes "
+    "of bf16 for decode), or int4 (group-wise 4-bit projections, groups of 128 columns, int8 LM head; a "
+    "quarter of bf16's bytes in the layers; CPU only; docs/benchmarks.md)";
 
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.

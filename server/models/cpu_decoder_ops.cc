@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/cpu/fused_ops.h"
+#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "server/models/decoder_ops.h"
@@ -13,6 +14,7 @@ class CpuDecoderOps final : public DecoderOps {
  public:
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
     if (w.int8()) return cpu::Int8Linear(x, cpu::Int8Weight{w.weight, w.scale}, w.bias);
+    if (w.is_int4()) return cpu::Int4Linear(x, w.int4, w.bias);
     if (w.packed.defined()) return cpu::PackedLinear(x, w.packed, w.bias);
     return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);
   }

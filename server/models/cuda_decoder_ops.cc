@@ -19,7 +19,7 @@ namespace {
 class CudaDecoderOps final : public DecoderOps {
  public:
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
-    TORCH_CHECK(!w.int8() && !w.packed.defined(), "CUDA projections take dense 16-bit weights");
+    TORCH_CHECK(!w.int8() && !w.is_int4() && !w.packed.defined(), "CUDA projections take dense 16-bit weights");
     return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);  // cuBLAS
   }
   at::Tensor Embed(const at::Tensor& table, const LinearWeight&, const at::Tensor& ids, at::ScalarType) const override {

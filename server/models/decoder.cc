@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
@@ -52,7 +53,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     RS_RETURN_IF_ERROR(CheckDeviceUsable(device));  // first: no GPU is the reason that matters
     if (dtype != DType::kF16 && dtype != DType::kBF16)
       return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
-    if (quantization != Quantization::kNone) return InvalidArgument("int8 weights run on the CPU only");
+    if (quantization != Quantization::kNone)
+      return InvalidArgument(std::string(QuantizationName(quantization)) + " weights run on the CPU only");
   } else if (!device.is_cpu()) {
     return InvalidArgument("workers run on the CPU or a CUDA device");
   } else {
@@ -80,23 +82,34 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st).to(device); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
   const bool int8 = quantization == Quantization::kInt8;
+  const bool int4 = quantization == Quantization::kInt4;
   const bool pack = PackBf16Weights(device, dtype, quantization);
   // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
   // stacked into one matrix in that order when several read the same input
   // (one kernel call and one pass over x). Int8 weights are quantized from
   // the checkpoint's values in float32 (not from their rounding to the
   // compute dtype), per row, so stacking first changes nothing; their
-  // biases stay in float32, the int8 kernel's accumulation type.
-  auto linear = [&](const std::vector<std::string>& names, bool has_bias) {
+  // biases stay in float32, the int8 kernel's accumulation type. Int4
+  // weights likewise, per group; the LM head (`head`) is int8 then too.
+  auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) {
     std::vector<at::Tensor> ws, bs;
     for (const auto& name : names) {
-      ws.push_back(int8 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
+      ws.push_back(int8 || int4 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
       if (has_bias) bs.push_back(load(name + ".bias"));
     }
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
     if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w)};
-    if (!int8) return LinearWeight{w, at::Tensor(), bias, {}};
+    // int4 needs whole groups of 32 columns; a projection whose input size
+    // has none (no released model's) stays int8, as llama.cpp keeps such
+    // tensors at 8 bits.
+    if (int4 && !head && w.size(1) % 32 == 0) {
+      const std::int64_t k = w.size(1), group = k % 128 == 0 ? 128 : k % 64 == 0 ? 64 : 32;
+      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}};
+      q.int4 = cpu::QuantizeInt4(w, group);
+      return q;
+    }
+    if (!int8 && !int4) return LinearWeight{w, at::Tensor(), bias, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
     return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}};
   };
@@ -104,7 +117,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const std::string& trunk = c.trunk_prefix;
   // A tied int8 or packed LM head holds the embedding (read back by Embed):
   // one copy of the largest matrix.
-  const bool embedding_in_lm_head = (int8 || pack) && !c.span_head && c.tie_word_embeddings;
+  const bool embedding_in_lm_head = (int8 || int4 || pack) && !c.span_head && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
@@ -125,11 +138,11 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
   } else {
     if (embedding_in_lm_head)
-      m->w_.lm_head = linear({trunk + "embed_tokens"}, false);
+      m->w_.lm_head = linear({trunk + "embed_tokens"}, false, true);
     else if (c.tie_word_embeddings)
       m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}};
     else
-      m->w_.lm_head = linear({"lm_head"}, false);
+      m->w_.lm_head = linear({"lm_head"}, false, true);
   }
 
 #ifdef ROPESERVE_HAVE_CUDA

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "server/models/paged_model.h"
 
@@ -33,7 +34,11 @@ struct LinearWeight {
   // bfloat16 weights on a CPU with avx512_bf16: the packed GEMM's panel
   // order (kernels/cpu/packed_linear.h), replacing `weight`.
   cpu::PackedWeight packed;
+  // Quantization::kInt4: the group-wise 4-bit weights, replacing `weight`
+  // (the bias then float32).
+  cpu::Int4Weight int4;
   bool int8() const { return scale.defined(); }
+  bool is_int4() const { return int4.packed.defined(); }
 };
 
 class DecoderOps {

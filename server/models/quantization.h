@@ -14,14 +14,25 @@ enum class Quantization {
   // checkpoint's floating weights; norms, biases and the KV cache stay in
   // the compute dtype.
   kInt8,
+  // Every decoder projection as group-wise 4-bit weights
+  // (kernels/cpu/int4_linear.h: groups of 128 columns, or 64 / 32 where the
+  // input size needs it; round to nearest, asymmetric), quantized at load;
+  // a projection whose input size is not a multiple of 32 stays int8.
+  // The LM head (and a tied embedding, read back from it) stays int8: the
+  // logits are what sampling and greedy choices read, and the head is a
+  // small share of a decoder's bytes past ~1B parameters.
+  kInt4,
 };
 
 inline std::optional<Quantization> ParseQuantization(std::string_view name) {
   if (name == "none") return Quantization::kNone;
   if (name == "int8") return Quantization::kInt8;
+  if (name == "int4") return Quantization::kInt4;
   return std::nullopt;
 }
 
-inline const char* QuantizationName(Quantization q) { return q == Quantization::kInt8 ? "int8" : "none"; }
+inline const char* QuantizationName(Quantization q) {
+  return q == Quantization::kInt8 ? "int8" : q == Quantization::kInt4 ? "int4" : "none";
+}
 
 }  // namespace ropeserve

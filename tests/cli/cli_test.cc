@@ -133,7 +133,7 @@ TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
         RunBinary(std::string("make-model --preset tiny --arch ") + arch + " --out " + d.path() + "/m", d.path());
     ASSERT_EQ(made.exit_code, 0) << made.err;
     for (const char* dtype : {"float32", "bfloat16"}) {
-      for (const char* quantization : {"none", "int8"}) {
+      for (const char* quantization : {"none", "int8", "int4"}) {
         auto r = RunBinary("generate --model " + d.path() +
                                "/m --prompt-ids 3,4,5 --max-tokens 5 --ignore-eos --json --dtype " + dtype +
                                " --quantization " + quantization,
@@ -142,7 +142,7 @@ TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
         EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 5u);
       }
     }
-    EXPECT_NE(RunBinary("generate --model " + d.path() + "/m --prompt-ids 3 --quantization int4", d.path()).exit_code,
+    EXPECT_NE(RunBinary("generate --model " + d.path() + "/m --prompt-ids 3 --quantization int3", d.path()).exit_code,
               0);
   }
 }

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/int4_linear.h"
 #include "server/models/decoder.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
@@ -175,6 +176,83 @@ TEST_P(Int8Model, PagedEqualsReferenceAndTracksTheUnquantizedModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Int8Model,
+                         ::testing::Values(Int8Case{"qwen2_tied_f32", "qwen2", true, DType::kF32},
+                                           Int8Case{"llama_untied_f32", "llama", false, DType::kF32},
+                                           Int8Case{"qwen3_tied_bf16", "qwen3", true, DType::kBF16},
+                                           Int8Case{"llama_untied_bf16", "llama", false, DType::kBF16}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// --quantization int4: group-wise 4-bit projections (kernels/cpu/
+// int4_linear.h) and an int8 LM head. The serving path (the int4 kernel for
+// decode rows, dequantize + at::linear for more) equals the dense reference
+// on the same dequantized weights within the activations' rounding, as
+// int8's does; the weights are rounded to 1/15 of their group's range, so
+// the model moves further from the unquantized one.
+class Int4Model : public ::testing::TestWithParam<Int8Case> {};
+
+TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
+  const Int8Case& v = GetParam();
+  ScratchDir dir;
+  auto o = testing::TinyOptions(v.arch);
+  o.tie_word_embeddings = v.tied;
+  o.intermediate_size = 160;  // groups of 32 in down_proj (the tiny models' 172 has none)
+  testing::MakeTinyCheckpoint(dir.path(), o);
+  auto plain = DecoderModel::Load(dir.path(), v.dtype);
+  auto m = DecoderModel::Load(dir.path(), v.dtype, Quantization::kInt4);
+  ASSERT_TRUE(plain.ok() && m.ok()) << m.status().ToString();
+  const DecoderWeights& w = (*m)->weights();
+  EXPECT_TRUE(w.layers[0].qkv_proj.is_int4() && w.layers[0].down_proj.is_int4() && w.layers[0].o_proj.is_int4());
+  EXPECT_TRUE(w.lm_head.int8() && !w.lm_head.is_int4());  // the head stays int8
+  EXPECT_EQ(w.embed_tokens.defined(), !v.tied);
+  const auto ids = RandomIds(40, (*m)->config().vocab_size, 5);
+  const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
+  const at::Tensor inc = testing::PagedLogits(**m, ids);
+  const at::Tensor unquantized = testing::ReferenceForward(**plain, at::tensor(ids, at::kLong));
+  const double scale = unquantized.abs().max().item<double>();
+  const ModelConfig& c = (*m)->config();
+  const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
+  // As int8's (Int8Model): the activation rounding, then float32's.
+  const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
+                                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                                                     testing::RoundingBound(k, c.num_hidden_layers, scale);
+  EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+  // It really quantized; how far the logits move is no check on random
+  // tiny models (their layers amplify any perturbation: 55-71% of the
+  // largest logit measured here, int8's 5-18%), so the weights are checked
+  // instead: the stacked q/k/v matrix is the checkpoint's, each weight
+  // within half its group's scale (a wrong order, group or zero point is
+  // off by whole weights).
+  const double rel = (inc - unquantized).abs().max().item<double>() / scale;
+  EXPECT_GT(rel, 1e-3);
+  auto exact = DecoderModel::Load(dir.path(), DType::kF32);
+  ASSERT_TRUE(exact.ok());
+  const cpu::Int4Weight& q = w.layers[0].qkv_proj.int4;
+  const at::Tensor want = (*exact)->weights().layers[0].qkv_proj.weight.to(at::kDouble);
+  const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
+  const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
+  EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
+}
+
+// A projection whose input size holds no whole group of 32 stays int8.
+TEST(Int4Model, ProjectionsWithoutWholeGroupsStayInt8) {
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));  // intermediate 172
+  auto m = DecoderModel::Load(dir.path(), DType::kF32, Quantization::kInt4);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const DecoderLayerWeights& l = (*m)->weights().layers[0];
+  EXPECT_TRUE(l.gate_up_proj.is_int4());
+  EXPECT_TRUE(l.down_proj.int8() && !l.down_proj.is_int4());
+  const auto ids = RandomIds(20, (*m)->config().vocab_size, 3);
+  const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
+  const at::Tensor inc = testing::PagedLogits(**m, ids);
+  const ModelConfig& c = (*m)->config();
+  const double scale = ref.abs().max().item<double>();
+  EXPECT_LE((ref - inc).abs().max().item<double>(),
+            testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                testing::RoundingBound(c.intermediate_size, c.num_hidden_layers, scale));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Int4Model,
                          ::testing::Values(Int8Case{"qwen2_tied_f32", "qwen2", true, DType::kF32},
                                            Int8Case{"llama_untied_f32", "llama", false, DType::kF32},
                                            Int8Case{"qwen3_tied_bf16", "qwen3", true, DType::kBF16},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/reference/reference_ops.h"
@@ -15,13 +16,15 @@ namespace {
 
 at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
   if (w.packed.defined()) return cpu::UnpackWeight(w.packed).to(dtype);
+  if (w.is_int4()) return cpu::DequantizeInt4(w.int4, dtype);
   return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
 }
 
-// Int8 weights: float32 maths on exactly the weights they represent
-// (q * scale, not rounded to the compute dtype), the result in x's dtype.
+// Int8 and int4 weights: float32 maths on exactly the weights they
+// represent (q * scale, not rounded to the compute dtype), the result in
+// x's dtype.
 at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) {
-  if (w.int8()) {
+  if (w.int8() || w.is_int4()) {
     const at::Tensor y = at::linear(x.to(at::kFloat), Dense(w, at::kFloat));
     return (w.bias.defined() ? y + w.bias.to(at::kFloat) : y).to(x.scalar_type());
   }
