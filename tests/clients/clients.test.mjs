@@ -64,11 +64,12 @@ test('every route of the document is served with its method, and nothing else is
   for (const [route, ops] of Object.entries(doc.paths)) {
     for (const method of Object.keys(ops)) {
       // A path with an {id}: an unknown id is a 404 of the route, not of the server.
-      const path = route.replace('{response_id}', 'resp_unknown').replace('{file_id}', 'file-unknown');
+      const path = route.replace('{response_id}', 'resp_unknown').replace('{file_id}', 'file-unknown')
+        .replace('{batch_id}', 'batch_unknown');
       const r = await fetch(`${HTTP}${path}`, { method: method.toUpperCase(), headers: { 'Content-Type': 'application/json' }, body: method === 'post' ? '{}' : undefined });
       const body = await r.text();
       assert.ok(r.status !== 405, `${method} ${route}: ${r.status}`);
-      assert.ok(r.status !== 404 || (path !== route && /no (response|file) with id/.test(body)), `${method} ${route}: ${r.status} ${body}`);
+      assert.ok(r.status !== 404 || (path !== route && /no (response|file|batch) with id/.test(body)), `${method} ${route}: ${r.status} ${body}`);
     }
   }
   const r = await fetch(`${HTTP}/v1/embeddings`, { method: 'POST', body: '{}' });
