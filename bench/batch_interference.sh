@@ -49,6 +49,7 @@ counts() {
 interactive=(--port $HTTP --num-requests "$N" --concurrency "$C" --input-len 128 --output-len 32 --json)
 for round in 1 2; do
   echo "== round $round: interactive alone"
+  # Each round its own prompts (seed): none is in the prefix cache.
   "$BIN" loadgen "${interactive[@]}" --seed "$round" | tee "$WORK/alone-$round.json"
   BATCH=$(curl -sf "localhost:$HTTP/v1/batches" -H 'Content-Type: application/json' \
     -d "{\"input_file_id\":\"$FILE\",\"endpoint\":\"/v1/completions\",\"completion_window\":\"24h\"}" |
@@ -57,7 +58,7 @@ for round in 1 2; do
   before=$(counts "$BATCH")
   start=$(date +%s.%N)
   echo "== round $round: interactive while batch $BATCH runs ($IN_FLIGHT lines at once)"
-  "$BIN" loadgen "${interactive[@]}" --seed "$round" | tee "$WORK/batch-$round.json"
+  "$BIN" loadgen "${interactive[@]}" --seed "$((round + 100))" | tee "$WORK/batch-$round.json"
   after=$(counts "$BATCH")
   end=$(date +%s.%N)
   /usr/bin/python3 -c "print(f'batch lines done during the round: {$after - $before} in {$end - $start:.1f} s ({($after - $before) / ($end - $start):.2f} lines/s, {64 * ($after - $before) / ($end - $start):.1f} output tokens/s)')"

@@ -207,6 +207,7 @@ int Run(ServeFlags f) {
   auto storage = Storage::Open(f.storage);
   if (!storage.ok()) return Fail(storage.status().message());
   (*storage)->Attach(ctx);
+  if (f.storage.batch_scheduling == "gaps") f.engine.scheduler.background_priority = service::kBatchPriority;
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);

@@ -32,6 +32,14 @@ void AddStorageFlags(CLI::App& sub, StorageFlags& f) {
       ->capture_default_str()
       ->envname("ROPESERVE_BATCH_MAX_IN_FLIGHT")
       ->check(CLI::Range(1, 256));
+  sub.add_option("--batch-scheduling", f.batch_scheduling,
+                 "gaps: batch lines run only in engine steps with no interactive request running (interactive "
+                 "decode keeps its speed; a server never idle runs no batch); shared: they decode beside "
+                 "interactive requests at the lowest priority (batches progress under load, interactive tokens come "
+                 "slower; docs/benchmarks.md)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_SCHEDULING")
+      ->check(CLI::IsMember({"gaps", "shared"}));
   sub.add_option("--batch-max-active", f.batch_max_active,
                  "Batches not yet finished, all keys together; POST /v1/batches past it answers 429")
       ->capture_default_str()

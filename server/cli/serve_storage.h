@@ -26,6 +26,9 @@ struct StorageFlags {
   std::size_t files_max_bytes = std::size_t{10} << 30;  // all files together (uploads and results)
   std::int64_t batch_max_active = 100;
   int batch_max_in_flight = 4;
+  // gaps: batch lines run only in engine steps without interactive
+  // requests (SchedulerConfig::background_priority); shared: beside them.
+  std::string batch_scheduling = "gaps";
 };
 
 void AddStorageFlags(CLI::App& serve, StorageFlags& f);

@@ -136,6 +136,9 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     prefill_left = std::min(prefill_left, config_.max_prefill_tokens_while_decoding);
   std::map<Request*, std::size_t> scheduled;  // request -> index in plan
   bool preempted = false;
+  // Background requests wait while any other request runs (SchedulerConfig).
+  auto background = [&](const Request& r) { return r.spec.priority >= config_.background_priority; };
+  bool foreground = std::any_of(running_.begin(), running_.end(), [&](const Request* r) { return !background(*r); });
   // Prompt logprobs need a [rows, vocab] float32 logits block: a step
   // computes at most kMaxPromptLogprobRows of them (a long prompt is
   // scored over several steps), so that one request cannot make the
@@ -182,6 +185,10 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   // 1. Running requests, in arrival order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
+    if (foreground && background(r)) {
+      ++i;
+      continue;
+    }
     const bool decode = r.num_tokens() - r.num_computed == 1;
     const std::int64_t n =
         cap_prompt_rows(r, std::min(r.num_tokens() - r.num_computed, decode ? budget : std::min(budget, prefill_left)));
@@ -223,6 +230,9 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   while (!preempted && !waiting_.empty() && prefill_left > 0 && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request& r = *waiting_.front();
+    // The queue is in priority order: only background requests follow.
+    if (foreground && background(r)) break;
+    foreground = foreground || !background(r);
     std::vector<BlockId> hit;
     if (r.num_computed == 0 && r.blocks.ids().empty() && config_.enable_prefix_caching && !r.spec.prompt_logprobs) {
       // Leave at least one token to compute: its logits start generation.

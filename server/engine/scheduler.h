@@ -17,6 +17,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,13 @@ struct SchedulerConfig {
   std::int64_t max_waiting_tokens = 1 << 22;
   std::int64_t max_model_len = 2048;
   bool enable_prefix_caching = true;
+  // Requests whose priority is at least this one (serve sets the Batch
+  // API's lines' here) are background work: they run only in steps where
+  // no other request is running, filling the gaps between interactive
+  // requests without slowing their decode. A background request keeps its
+  // KV blocks while it waits (preemption takes them first when memory runs
+  // short). The default: no background class.
+  int background_priority = std::numeric_limits<int>::max();
   Status Validate() const;
 };
 

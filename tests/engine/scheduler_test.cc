@@ -221,6 +221,40 @@ TEST(Scheduler, HigherPriorityValueIsPreemptedFirst) {
   EXPECT_EQ(Shape(Step(s)), (Shp{{2, 1}}));  // request 1 (priority 5) gave way
 }
 
+// Background requests (batch lines) run only in steps where no other
+// request runs: they fill the gaps, and an interactive request arriving
+// takes the steps back at once.
+TEST(Scheduler, BackgroundRequestsRunOnlyInTheGaps) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.background_priority = 1001;
+  Scheduler s(c, pool);
+  RequestSpec bg = Spec(1, 3, 8);
+  bg.priority = 1001;
+  ASSERT_TRUE(s.Add(bg).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 3}}));  // alone: it runs
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}}));
+  ASSERT_TRUE(s.Add(Spec(2, 2, 2)).ok());
+  // The step that admits request 2 still decodes request 1 (it was alone
+  // when the step began); from then on request 1 waits, keeping its place.
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {2, 2}}));
+  EXPECT_EQ(Shape(Step(s)), (Shp{{2, 1}}));
+  RequestSpec bg2 = Spec(3, 2, 2);
+  bg2.priority = 1001;
+  ASSERT_TRUE(s.Add(bg2).ok());
+  EXPECT_EQ(Shape(Step(s)), (Shp{{2, 1}}));  // a new background request is not admitted either
+  EXPECT_EQ(s.num_waiting(), 1);
+  s.Finish(2, FinishReason::kStop);
+  EXPECT_EQ(Shape(Step(s)), (Shp{{1, 1}, {3, 2}}));  // the gap: both background requests run
+  // Without a background class (the default) the same requests share steps.
+  Scheduler shared(SchedulerConfig{}, pool);
+  ASSERT_TRUE(shared.Add(bg).ok());
+  Step(shared);
+  ASSERT_TRUE(shared.Add(Spec(2, 2, 2)).ok());
+  Step(shared);
+  EXPECT_EQ(Shape(Step(shared)), (Shp{{1, 1}, {2, 1}}));
+}
+
 TEST(Scheduler, CancellationAndDeadlinesFreeEveryBlock) {
   BlockPool pool(16, 4);
   Scheduler s(SchedulerConfig{}, pool);
