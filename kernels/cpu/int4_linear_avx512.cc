@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/row_dispatch.h"
 
 namespace ropeserve::cpu::avx512 {
 
@@ -101,34 +102,9 @@ void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, st
       const std::int16_t* x = xq + m0 * Kp;
       const float* s = xs + m0;
       void* o = static_cast<char*>(out) + m0 * N * esize;
-#define ROPESERVE_INT4_ROWS(R) Rows<R>(x, s, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne)
-      switch (rows) {
-        case 1:
-          ROPESERVE_INT4_ROWS(1);
-          break;
-        case 2:
-          ROPESERVE_INT4_ROWS(2);
-          break;
-        case 3:
-          ROPESERVE_INT4_ROWS(3);
-          break;
-        case 4:
-          ROPESERVE_INT4_ROWS(4);
-          break;
-        case 5:
-          ROPESERVE_INT4_ROWS(5);
-          break;
-        case 6:
-          ROPESERVE_INT4_ROWS(6);
-          break;
-        case 7:
-          ROPESERVE_INT4_ROWS(7);
-          break;
-        default:
-          ROPESERVE_INT4_ROWS(8);
-          break;
-      }
-#undef ROPESERVE_INT4_ROWS
+      DispatchRows(rows, [&](auto r) {
+        Rows<decltype(r)::value>(x, s, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+      });
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/row_dispatch.h"
 
 namespace ropeserve::cpu::avx512 {
 
@@ -131,32 +132,7 @@ void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, st
       const std::int16_t* x = xq + m0 * Kp;
       const float* s = xs + m0;
       void* o = static_cast<char*>(out) + m0 * N * esize;
-      switch (rows) {
-        case 1:
-          Rows<1>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 2:
-          Rows<2>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 3:
-          Rows<3>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 4:
-          Rows<4>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 5:
-          Rows<5>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 6:
-          Rows<6>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        case 7:
-          Rows<7>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-        default:
-          Rows<8>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-          break;
-      }
+      DispatchRows(rows, [&](auto r) { Rows<decltype(r)::value>(x, s, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne); });
     }
   }
 }

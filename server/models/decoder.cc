@@ -99,19 +99,19 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     }
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
-    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w)};
+    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w), {}};
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits.
     if (int4 && !head && w.size(1) % 32 == 0) {
       const std::int64_t k = w.size(1), group = k % 128 == 0 ? 128 : k % 64 == 0 ? 64 : 32;
-      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}};
+      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
       q.int4 = cpu::QuantizeInt4(w, group);
       return q;
     }
-    if (!int8 && !int4) return LinearWeight{w, at::Tensor(), bias, {}};
+    if (!int8 && !int4) return LinearWeight{w, at::Tensor(), bias, {}, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}};
+    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
   };
 
   const std::string& trunk = c.trunk_prefix;
@@ -140,7 +140,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (embedding_in_lm_head)
       m->w_.lm_head = linear({trunk + "embed_tokens"}, false, true);
     else if (c.tie_word_embeddings)
-      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}};
+      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}, {}};
     else
       m->w_.lm_head = linear({"lm_head"}, false, true);
   }

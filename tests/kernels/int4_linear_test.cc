@@ -46,7 +46,9 @@ TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
   ASSERT_EQ(q.k, c.K);
   ASSERT_EQ(q.packed.size(1), (c.K + 63) / 64 * 32);
   ASSERT_EQ(q.scale.sizes(), (std::vector<std::int64_t>{c.N, c.K / c.group}));
-  if (c.symmetric) EXPECT_TRUE((q.zero == 8).all().item<bool>());
+  if (c.symmetric) {
+    EXPECT_TRUE((q.zero == 8).all().item<bool>());
+  }
   const at::Tensor levels = cpu::UnpackInt4(q);
   EXPECT_LE(levels.max().item<int>(), 15);
   // Packing the levels again gives the same bytes.
