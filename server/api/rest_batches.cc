@@ -50,12 +50,6 @@ json BatchObject(const batch::BatchInfo& b, const std::string& model) {
   return o;
 }
 
-StatusOr<RestReply> JsonReply(const json& j) {
-  RestReply reply;
-  reply.body = DumpOrdered(j);
-  return reply;
-}
-
 StatusOr<batch::BatchStore*> Batches(const RestRequest& request) {
   if (request.batches == nullptr)
     return FailedPrecondition("the Batch API needs a data directory: start the server with --data-dir DIR");
@@ -148,11 +142,7 @@ StatusOr<RestReply> ListBatches(service::GenerationService& service, const RestR
   RS_ASSIGN_OR_RETURN(batch::BatchStore::Page page, batches->List(request.owner, after, limit));
   json data = json::array();
   for (const auto& b : page.batches) data.push_back(BatchObject(b, service.name()));
-  return JsonReply({{"object", "list"},
-                    {"data", data},
-                    {"first_id", page.batches.empty() ? json(nullptr) : json(page.batches.front().id)},
-                    {"last_id", page.batches.empty() ? json(nullptr) : json(page.batches.back().id)},
-                    {"has_more", page.has_more}});
+  return ListReply(std::move(data), page.has_more);
 }
 
 StatusOr<RestReply> CancelBatch(service::GenerationService& service, const RestRequest& request) {
@@ -221,9 +211,6 @@ batch::LineExecutor BatchLineExecutor(ServingContext& ctx) {
       out.body = ErrorJson(MalformedRequest("a batch request cannot be streamed"));
     } else {
       out.body = std::move(reply->body);
-      json parsed = json::parse(out.body, nullptr, false);
-      if (parsed.is_object() && parsed.contains("id") && parsed["id"].is_string())
-        out.request_id = parsed["id"].get<std::string>();
     }
     if (ctx.metrics != nullptr && !out.retry)
       ctx.metrics->CountRequest(line.endpoint, "batch", std::to_string(out.status_code));

@@ -33,12 +33,6 @@ json FileObject(const batch::FileInfo& f) {
           {"status_details", nullptr}};
 }
 
-StatusOr<RestReply> JsonReply(const json& j) {
-  RestReply reply;
-  reply.body = DumpOrdered(j);
-  return reply;
-}
-
 StatusOr<batch::FileStore*> Files(const RestRequest& request) {
   if (request.files == nullptr)
     return FailedPrecondition("the Files API needs a data directory: start the server with --data-dir DIR");
@@ -53,6 +47,22 @@ StatusOr<std::int64_t> ExpiresAfter(const std::string& anchor, const std::string
 }
 
 }  // namespace
+
+StatusOr<RestReply> JsonReply(const json& j) {
+  RestReply reply;
+  reply.body = DumpOrdered(j);
+  return reply;
+}
+
+StatusOr<RestReply> ListReply(json data, bool has_more) {
+  json first = data.empty() ? json(nullptr) : data.front()["id"];
+  json last = data.empty() ? json(nullptr) : data.back()["id"];
+  return JsonReply({{"object", "list"},
+                    {"data", std::move(data)},
+                    {"first_id", std::move(first)},
+                    {"last_id", std::move(last)},
+                    {"has_more", has_more}});
+}
 
 // A batch line's body, read by its endpoint's own reader. Streaming has
 // no place in a batch.
@@ -130,11 +140,7 @@ StatusOr<RestReply> ListFiles(service::GenerationService&, const RestRequest& re
   RS_ASSIGN_OR_RETURN(batch::FileStore::Page page, files->List(request.owner, purpose, after, limit, ascending));
   json data = json::array();
   for (const auto& f : page.files) data.push_back(FileObject(f));
-  return JsonReply({{"object", "list"},
-                    {"data", data},
-                    {"first_id", page.files.empty() ? json(nullptr) : json(page.files.front().id)},
-                    {"last_id", page.files.empty() ? json(nullptr) : json(page.files.back().id)},
-                    {"has_more", page.has_more}});
+  return ListReply(std::move(data), page.has_more);
 }
 
 StatusOr<RestReply> RetrieveFile(service::GenerationService&, const RestRequest& request) {

@@ -3,6 +3,8 @@
 // to these; tests call them directly too.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -82,6 +84,13 @@ struct RestRequest {
 };
 
 struct ChatBody;
+
+// A JSON answer with the keys in insertion order (the Files and Batch
+// APIs' objects), and OpenAI's cursor page of such objects: {"object":
+// "list", "data", "first_id", "last_id" (the first and last object's "id",
+// null when empty), "has_more"} (rest_files.cc).
+StatusOr<RestReply> JsonReply(const nlohmann::ordered_json& j);
+StatusOr<RestReply> ListReply(nlohmann::ordered_json data, bool has_more);
 
 StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const RestRequest& request);

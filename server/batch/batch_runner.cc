@@ -211,8 +211,11 @@ void BatchRunner::Run(Work& w) {
 std::string BatchRunner::ResultLine(const Work& w, const LineOutcome& outcome) const {
   ojson body = ojson::parse(outcome.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) body = outcome.body;
+  std::string request_id = outcome.request_id;
+  if (request_id.empty() && body.is_object() && body.contains("id") && body["id"].is_string())
+    request_id = body["id"].get<std::string>();
   ojson response = {{"status_code", outcome.status_code},
-                    {"request_id", outcome.request_id.empty() ? RandomId("req_", 12) : outcome.request_id},
+                    {"request_id", request_id.empty() ? RandomId("req_", 12) : request_id},
                     {"body", std::move(body)}};
   return ojson{{"id", RandomId("batch_req_", 12)},
                {"custom_id", w.request.custom_id},

@@ -45,7 +45,7 @@ struct LineRequest {
 struct LineOutcome {
   int status_code = 200;   // the request's HTTP status
   std::string body;        // its response body (JSON text)
-  std::string request_id;  // "" = a new one
+  std::string request_id;  // "" = the body's "id" when it has one, else a new one
   // Not a result: the request was cancelled (Stop, the batch cancelled or
   // expired) or refused for overload. The line stays pending.
   bool retry = false;

@@ -79,6 +79,12 @@ StatusOr<bool> Move(storage::Database& db, std::int64_t seq, const std::string& 
   return db.Changes() == 1;
 }
 
+// A finished batch's lines (its results are in its files, or it failed).
+Status DeleteLines(storage::Database& db, std::int64_t seq) {
+  RS_ASSIGN_OR_RETURN(storage::Statement st, db.Prepare("DELETE FROM batch_lines WHERE batch_seq = ?"));
+  return st.Bind(1, seq).Run();
+}
+
 const char* const kActive = "('validating', 'in_progress', 'finalizing', 'cancelling')";
 
 }  // namespace
@@ -106,6 +112,11 @@ std::int64_t BatchStore::Now() const {
 void BatchStore::SetListener(std::function<void()> listener) {
   std::lock_guard<std::mutex> lock(listener_mu_);
   listener_ = std::move(listener);
+}
+
+void BatchStore::Notify() {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_) listener_();
 }
 
 StatusOr<std::int64_t> BatchStore::ActiveLocked(storage::Database& db) {
@@ -154,8 +165,7 @@ StatusOr<BatchInfo> BatchStore::Create(const std::string& owner, const std::stri
       return Status::Ok();
     });
   }));
-  std::lock_guard<std::mutex> lock(listener_mu_);
-  if (listener_) listener_();
+  Notify();
   return b;
 }
 
@@ -213,10 +223,7 @@ StatusOr<BatchInfo> BatchStore::Cancel(const std::string& id, const std::string&
   }));
   // The runner moved it on meanwhile (to finalizing, say): report it as it is.
   if (!moved) return Cancel(id, owner);
-  {
-    std::lock_guard<std::mutex> lock(listener_mu_);
-    if (listener_) listener_();
-  }
+  Notify();
   return Get(id, owner);
 }
 
@@ -238,8 +245,7 @@ Status BatchStore::Fail(const BatchInfo& batch, const std::string& errors) {
       RS_ASSIGN_OR_RETURN(storage::Statement st,
                           db.Prepare("UPDATE batches SET status = 'failed', failed_at = ?, errors = ? WHERE seq = ?"));
       RS_RETURN_IF_ERROR(st.Bind(1, now).Bind(2, errors).Bind(3, batch.seq).Run());
-      RS_ASSIGN_OR_RETURN(storage::Statement lines, db.Prepare("DELETE FROM batch_lines WHERE batch_seq = ?"));
-      return lines.Bind(1, batch.seq).Run();
+      return DeleteLines(db, batch.seq);
     });
   });
 }
@@ -355,24 +361,24 @@ Status BatchStore::Finalize(const BatchInfo& batch, const std::string& final_sta
       }
     }
   }));
+  // The output file first, then the error file, each only when it has lines.
+  const bool has_output = !output.empty(), has_errors = !errors.empty();
   std::vector<NewFile> made;
-  if (!output.empty())
+  if (has_output)
     made.push_back({batch.id + "_output.jsonl", "batch_output", std::move(output), batch.output_expires_after});
-  if (!errors.empty())
+  if (has_errors)
     made.push_back({batch.id + "_error.jsonl", "batch_output", std::move(errors), batch.output_expires_after});
-  const bool has_output = made.size() == 2 || (made.size() == 1 && made[0].filename.ends_with("_output.jsonl"));
   const std::int64_t now = Now();
   auto done = files_.CreateAll(batch.owner, made, [&](storage::Database& db, const std::vector<FileInfo>& f) -> Status {
-    const std::string out_id = has_output ? f[0].id : "";
-    const std::string err_id = f.size() == 2 ? f[1].id : (f.size() == 1 && !has_output ? f[0].id : "");
+    const std::string out_id = has_output ? f.front().id : "";
+    const std::string err_id = has_errors ? f.back().id : "";
     const std::string sql = std::string("UPDATE batches SET status = ?, ") + TimeColumn(final_status) +
                             " = ?, output_file_id = ?, error_file_id = ? WHERE seq = ? AND status = ?";
     RS_ASSIGN_OR_RETURN(storage::Statement st, db.Prepare(sql.c_str()));
     st.Bind(1, final_status).Bind(2, now).Bind(3, out_id).Bind(4, err_id).Bind(5, batch.seq).Bind(6, batch.status);
     RS_RETURN_IF_ERROR(st.Run());
     if (db.Changes() != 1) return Status(ErrorCode::kCancelled, "the batch changed status while it was finalized");
-    RS_ASSIGN_OR_RETURN(storage::Statement lines, db.Prepare("DELETE FROM batch_lines WHERE batch_seq = ?"));
-    RS_RETURN_IF_ERROR(lines.Bind(1, batch.seq).Run());
+    RS_RETURN_IF_ERROR(DeleteLines(db, batch.seq));
     if (options_.before_finalize_commit) options_.before_finalize_commit();
     return Status::Ok();
   });

@@ -139,6 +139,7 @@ class BatchStore {
 
  private:
   Status Fail(const BatchInfo& batch, const std::string& errors);
+  void Notify();  // the listener, after Create and Cancel
   StatusOr<std::int64_t> ActiveLocked(storage::Database& db);
 
   FileStore& files_;
