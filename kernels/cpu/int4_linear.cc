@@ -53,15 +53,19 @@ Int4Weight QuantizeInt4(const at::Tensor& w_in, std::int64_t group_size, bool sy
   return PackInt4(q.to(at::kByte), scale.contiguous(), zero.to(at::kByte).contiguous(), group_size);
 }
 
-Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size) {
+Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size,
+                    const at::Tensor& perm) {
   TORCH_CHECK(q_in.dim() == 2, "PackInt4: levels [N, K]");
   const std::int64_t N = q_in.size(0), K = q_in.size(1), Kp = Padded(K);
   CheckGroups(K, group_size);
   TORCH_CHECK(scale.sizes() == at::IntArrayRef({N, K / group_size}) && zero.sizes() == scale.sizes(),
               "PackInt4: scale and zero must be [N, K / group_size]");
   TORCH_CHECK(q_in.min().item<std::int64_t>() >= 0 && q_in.max().item<std::int64_t>() <= 15 &&
-                  zero.min().item<std::int64_t>() >= 0 && zero.max().item<std::int64_t>() <= 15,
-              "PackInt4: levels and zeros must lie in [0, 15]");
+                  zero.min().item<std::int64_t>() >= 0 && zero.max().item<std::int64_t>() <= 16,
+              "PackInt4: levels must lie in [0, 15], zeros in [0, 16]");
+  TORCH_CHECK(!perm.defined() || (perm.dim() == 1 && perm.size(0) == K &&
+                                  at::equal(std::get<0>(perm.sort()), at::arange(K, perm.options()))),
+              "PackInt4: perm must be a permutation of the K columns");
   // Padding columns: level 0 (x is zero there, so they add nothing).
   at::Tensor q = at::zeros({N, Kp}, at::kByte);
   q.narrow(1, 0, K).copy_(q_in.to(at::kByte));
@@ -73,6 +77,7 @@ Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::T
   w.zero = zero.to(at::kByte).contiguous();
   w.k = K;
   w.group_size = group_size;
+  if (perm.defined()) w.perm = perm.to(at::kLong).contiguous();
   return w;
 }
 
@@ -87,7 +92,9 @@ at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
   const at::Tensor q = UnpackInt4(w).to(at::kFloat);
   const at::Tensor zero = w.zero.to(at::kFloat).repeat_interleave(w.group_size, 1);
   const at::Tensor scale = w.scale.repeat_interleave(w.group_size, 1);
-  return ((q - zero) * scale).to(dtype);
+  const at::Tensor dense = ((q - zero) * scale).to(dtype);
+  if (!w.perm.defined()) return dense;
+  return at::empty_like(dense).index_copy_(1, w.perm, dense);
 }
 
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
@@ -129,7 +136,7 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
 }
 
 at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias) {
-  if (Int4KernelSupports(x, w)) return Int4LinearKernel(x, w, bias);
+  if (Int4KernelSupports(x, w)) return Int4LinearKernel(w.perm.defined() ? x.index_select(1, w.perm) : x, w, bias);
   const at::Tensor dense = DequantizeInt4(w, x.scalar_type());
   return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
 }

@@ -1,7 +1,11 @@
-// Group-wise 4-bit weights (issue 36, first part: the kernel and its
-// format; not yet wired to the loaders or `--quantization`):
+// Group-wise 4-bit weights (`--quantization int4`, and GPTQ / AWQ /
+// compressed-tensors checkpoints, server/models/int4_checkpoint_loader.h):
 // y = x @ W^T + b with W[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],
-// g = k / group_size, q and zero in [0, 15].
+// g = k / group_size, q in [0, 15], zero in [0, 16] (GPTQ's v1 layout
+// stores zero points minus one, so reads back 1..16). With a column
+// permutation (act-order checkpoints, whose groups are not runs of
+// columns) the kernel's column k is the checkpoint's column perm[k]: x's
+// columns are gathered by it first.
 //
 // Why: batch-1 decode reads every weight once per step and is bound by
 // memory bandwidth (~30 GB/s on one thread here); 4 bits are half the
@@ -39,6 +43,7 @@ struct Int4Weight {
   at::Tensor zero;     // [N, K / group_size] uint8 in [0, 15]
   std::int64_t k = 0;  // K (columns before padding)
   std::int64_t group_size = 128;
+  at::Tensor perm;  // [K] int64, or undefined for the identity
 };
 
 // Round-to-nearest per group of w [N, K] (any floating dtype): asymmetric
@@ -49,12 +54,15 @@ struct Int4Weight {
 // of group_size or group_size is not 32, 64 or 128.
 Int4Weight QuantizeInt4(const at::Tensor& w, std::int64_t group_size, bool symmetric = false);
 // From unpacked levels q [N, K] (uint8 or any integer type, values 0-15),
-// scales and zeros [N, K / group_size]: how a checkpoint's 4-bit weights
-// are brought into the kernel's layout.
-Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size);
-// The levels q [N, K] uint8 (tests, and repacking).
+// scales and zeros [N, K / group_size] (zeros 0-16), in the kernel's column
+// order, and the permutation `perm` ([K] int64 or undefined) that order is
+// of the checkpoint's columns: how a checkpoint's 4-bit weights are brought
+// into the kernel's layout.
+Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size,
+                    const at::Tensor& perm = {});
+// The levels q [N, K] uint8 in the kernel's column order (tests, and repacking).
 at::Tensor UnpackInt4(const Int4Weight& w);
-// (q - zero) * scale as [N, K] of `dtype`.
+// (q - zero) * scale as [N, K] of `dtype`, in the checkpoint's column order.
 at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
 
 constexpr std::int64_t kInt4KernelMaxRows = 16;
@@ -62,6 +70,7 @@ constexpr std::int64_t kInt4KernelMaxRows = 16;
 // or bfloat16 x, 1 <= M <= kInt4KernelMaxRows, the weight's K.
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w);
 // The kernel alone (tests and benchmarks); requires Int4KernelSupports.
+// x in the kernel's column order (already gathered by w.perm).
 at::Tensor Int4LinearKernel(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
 // y [M, N] in x's dtype; bias [N] or undefined. The kernel when it
 // supports x, else dequantize + at::linear.

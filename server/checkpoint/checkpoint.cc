@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -92,20 +93,31 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
       ckpt->tensors_.count("model.embed_tokens.weight") != 0)
     ckpt->config_.trunk_prefix = "model.";
 
-  // Every expected tensor present, with the right shape and a float dtype.
+  // Every expected tensor present, with the right shape and dtype.
   std::set<std::string> expected_names;
   for (const auto& spec : ExpectedTensors(config)) {
     expected_names.insert(spec.name);
     auto it = ckpt->tensors_.find(spec.name);
-    if (it == ckpt->tensors_.end())
-      return NotFound(dir + ": missing tensor '" + spec.name + "' required by " + config.architecture);
+    if (it == ckpt->tensors_.end()) {
+      if (spec.optional) continue;
+      return NotFound(dir + ": missing tensor '" + spec.name + "' required by " + config.architecture +
+                      (config.int4_weights ? std::string(" (") + Int4FormatName(config.int4_weights->format) + ")"
+                                           : std::string()));
+    }
     const TensorInfo& info = *it->second.info;
     if (info.shape != spec.shape)
       return InvalidArgument(it->second.file->path() + ": tensor '" + spec.name + "' has shape " +
                              ShapeString(info.shape) + ", config.json implies " + ShapeString(spec.shape));
-    if (!IsFloatWeightDType(info.dtype))
+    const bool dtype_ok = spec.dtypes.empty()
+                              ? IsFloatWeightDType(info.dtype)
+                              : std::find(spec.dtypes.begin(), spec.dtypes.end(), info.dtype) != spec.dtypes.end();
+    if (!dtype_ok) {
+      std::string allowed;
+      for (DType d : spec.dtypes) allowed += std::string(allowed.empty() ? "" : ", ") + DTypeSafetensorsName(d);
       return Unimplemented(it->second.file->path() + ": tensor '" + spec.name + "' has dtype " +
-                           DTypeSafetensorsName(info.dtype) + " (supported: F32, F16, BF16)");
+                           DTypeSafetensorsName(info.dtype) +
+                           " (supported: " + (allowed.empty() ? "F32, F16, BF16" : allowed) + ")");
+    }
   }
   for (const auto& [tname, ref] : ckpt->tensors_) {
     if (expected_names.count(tname) == 0 && !IsIgnorableTensor(tname, config))

@@ -130,6 +130,10 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     return InvalidArgument(source + ": 'architectures' must name the model class");
   }
   c.architecture = j["architectures"][0].get<std::string>();
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    return Unimplemented(source +
+                         ": 'quantization_config': 4-bit weights are supported for causal decoders only, "
+                         "not for span (QA) models");
   if (c.architecture == "ModernBertForQuestionAnswering") {
     c.family = EncoderFamily::kModernBert;
     RS_RETURN_IF_ERROR(ParseModernBert(j, source, c));

@@ -256,6 +256,30 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   for (auto id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size)
       return InvalidArgument(source + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+  if (const json* qc = r.Find("quantization_config")) {
+    RS_ASSIGN_OR_RETURN(Int4Checkpoint q, ParseInt4Checkpoint(*qc, source + " quantization_config"));
+    if (c.span_head) return Unimplemented(source + ": a span (QA) model with 4-bit weights is not supported");
+    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> projections[] = {
+        {"self_attn.q_proj", {c.q_size(), H}},
+        {"self_attn.k_proj", {c.kv_size(), H}},
+        {"self_attn.v_proj", {c.kv_size(), H}},
+        {"self_attn.o_proj", {H, c.q_size()}},
+        {"mlp.gate_proj", {I, H}},
+        {"mlp.up_proj", {I, H}},
+        {"mlp.down_proj", {H, I}}};
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      for (const auto& [name, nk] : projections) {
+        const std::string module = c.trunk_prefix + "layers." + std::to_string(l) + "." + name;
+        if (l == 0) RS_RETURN_IF_ERROR(CheckInt4Projection(q, module, nk.first, nk.second));
+        if (Int4ModuleNotConverted(q, module))
+          return Unimplemented(source + ": quantization_config leaves " + module +
+                               " in floating point: a decoder with some projections 4-bit and others not is not "
+                               "supported");
+      }
+    }
+    c.int4_weights = std::move(q);
+  }
   return c;
 }
 
@@ -295,13 +319,21 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   std::vector<TensorSpec> t;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const std::string& trunk = c.trunk_prefix;
+  // A projection's weight [n, k], in floating point or as its 4-bit format stores it.
+  auto weight = [&](const std::string& module, std::int64_t n, std::int64_t k) {
+    if (!c.int4_weights) {
+      t.push_back({module + ".weight", {n, k}});
+      return;
+    }
+    for (auto& spec : Int4TensorSpecs(*c.int4_weights, module, n, k)) t.push_back(std::move(spec));
+  };
   t.push_back({trunk + "embed_tokens.weight", {c.vocab_size, H}});
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     t.push_back({p + "input_layernorm.weight", {H}});
-    t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), H}});
-    t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), H}});
-    t.push_back({p + "self_attn.v_proj.weight", {c.kv_size(), H}});
+    weight(p + "self_attn.q_proj", c.q_size(), H);
+    weight(p + "self_attn.k_proj", c.kv_size(), H);
+    weight(p + "self_attn.v_proj", c.kv_size(), H);
     if (c.qkv_bias) {
       t.push_back({p + "self_attn.q_proj.bias", {c.q_size()}});
       t.push_back({p + "self_attn.k_proj.bias", {c.kv_size()}});
@@ -311,12 +343,12 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
       t.push_back({p + "self_attn.q_norm.weight", {D}});
       t.push_back({p + "self_attn.k_norm.weight", {D}});
     }
-    t.push_back({p + "self_attn.o_proj.weight", {H, c.q_size()}});
+    weight(p + "self_attn.o_proj", H, c.q_size());
     if (c.o_proj_bias) t.push_back({p + "self_attn.o_proj.bias", {H}});
     t.push_back({p + "post_attention_layernorm.weight", {H}});
-    t.push_back({p + "mlp.gate_proj.weight", {I, H}});
-    t.push_back({p + "mlp.up_proj.weight", {I, H}});
-    t.push_back({p + "mlp.down_proj.weight", {H, I}});
+    weight(p + "mlp.gate_proj", I, H);
+    weight(p + "mlp.up_proj", I, H);
+    weight(p + "mlp.down_proj", H, I);
     if (c.mlp_bias) {
       t.push_back({p + "mlp.gate_proj.bias", {I}});
       t.push_back({p + "mlp.up_proj.bias", {I}});
@@ -341,6 +373,7 @@ bool IsIgnorableTensor(const std::string& name, const ModelConfig& c) {
   // Tied checkpoints sometimes still carry lm_head.weight; Hugging Face
   // ignores it in favour of the embeddings, and so do we.
   if (c.tie_word_embeddings && name == "lm_head.weight") return true;
+  if (c.int4_weights && ends_with("_proj.bias")) return true;
   return false;
 }
 

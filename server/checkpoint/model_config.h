@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "server/checkpoint/int4_checkpoint.h"
+#include "server/checkpoint/tensor_spec.h"
 #include "server/common/status.h"
 
 namespace ropeserve {
@@ -66,6 +68,9 @@ struct ModelConfig {
   // "transformer." (older checkpoints "model."; Checkpoint::Open decides).
   bool span_head = false;
   std::string trunk_prefix = "model.";
+  // quantization_config: the decoder projections are stored as 4-bit
+  // integers (GPTQ, AWQ or compressed-tensors); nullopt for float weights.
+  std::optional<Int4Checkpoint> int4_weights;
 
   std::int64_t rotary_dim() const {
     return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
@@ -82,17 +87,15 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
 // (whose eos_token_id, an int or a list, takes precedence).
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
-struct TensorSpec {
-  std::string name;
-  std::vector<std::int64_t> shape;
-};
-
 // The tensors a checkpoint of this config holds, in Hugging Face names
-// (lm_head.weight only when embeddings are not tied).
+// (lm_head.weight only when embeddings are not tied; a 4-bit checkpoint's
+// projections as its format stores them, Int4TensorSpecs).
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 
 // Tensors some exporters write that carry nothing we need (e.g. the rotary
-// inv_freq buffer of old Llama checkpoints); the loader skips them.
+// inv_freq buffer of old Llama checkpoints, or the all-zero biases GPTQ
+// exporters write for projections that have none, which vLLM skips too);
+// the loader skips them.
 bool IsIgnorableTensor(const std::string& name, const ModelConfig& config);
 
 }  // namespace ropeserve

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "server/checkpoint/encoder_config.h"
+#include "server/checkpoint/int4_writer.h"
 #include "server/checkpoint/model_config.h"
 #include "server/checkpoint/safetensors.h"
 
@@ -282,6 +283,7 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& o) {
   config["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kBF16 ? "bfloat16" : "float16";
   config["bos_token_id"] = nullptr;
   config["eos_token_id"] = vocab - 3;
+  if (o.int4) config["quantization_config"] = json::parse(Int4QuantizationConfigJson(*o.int4));
 
   RS_RETURN_IF_ERROR(ParseModelConfig(config.dump(), "generated config.json").status());
   return config.dump(2);
@@ -397,8 +399,31 @@ Status MakeModel(const std::string& out_dir, const MakeModelOptions& o) {
   if (ec) return InvalidArgument(out_dir + ": cannot create directory: " + ec.message());
 
   std::vector<TensorToWrite> tensors;
-  for (const auto& spec : ExpectedTensors(parsed))
-    tensors.push_back(RandomTensor(spec, dtype, o.seed, parsed.hidden_size));
+  ModelConfig float_config = parsed;
+  float_config.int4_weights.reset();
+  for (const auto& spec : ExpectedTensors(float_config)) {
+    const std::string suffix = "_proj.weight";
+    const bool projection = spec.name.size() > suffix.size() &&
+                            spec.name.compare(spec.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (!parsed.int4_weights || !projection) {
+      tensors.push_back(RandomTensor(spec, dtype, o.seed, parsed.hidden_size));
+      continue;
+    }
+    const TensorToWrite f = RandomTensor(spec, DType::kF32, o.seed, parsed.hidden_size);
+    std::vector<float> w(f.bytes.size() / 4);
+    std::memcpy(w.data(), f.bytes.data(), f.bytes.size());
+    const std::string module = spec.name.substr(0, spec.name.size() - 7);  // without ".weight"
+    // Projections that read one input share its act-order, as GPTQ's
+    // (their inputs' Hessians are one), so the loader can stack them.
+    std::string input = module;
+    for (const char* other : {"k_proj", "v_proj", "up_proj"})
+      if (auto at = input.rfind(other); at != std::string::npos)
+        input.replace(at, std::strlen(other), other[0] == 'u' ? "gate_proj" : "q_proj");
+    const std::int64_t n = spec.shape[0], k = spec.shape[1];
+    const auto g_idx = Int4GroupIndex(*parsed.int4_weights, k, o.seed ^ NameHash(input + "#g_idx"));
+    for (auto& t : WriteInt4Projection(*parsed.int4_weights, module, w, n, k, g_idx, dtype))
+      tensors.push_back(std::move(t));
+  }
   RS_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}}));
   tensors.clear();
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/checkpoint/dtype.h"
+#include "server/checkpoint/int4_checkpoint.h"
 #include "server/common/status.h"
 
 namespace ropeserve {
@@ -25,6 +26,12 @@ struct MakeModelOptions {
       max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
   std::string rope_scaling_json;  // e.g. {"rope_type":"linear","factor":2.0}; empty = preset's
+  // Write the decoder projections as a 4-bit checkpoint of this format
+  // (GPTQ, AWQ, compressed-tensors; server/checkpoint/int4_writer.h): each
+  // quantized from the float32 weights this seed gives a float checkpoint
+  // (the same values as `dtype` float32 writes), with its
+  // quantization_config in config.json. Other tensors as without it.
+  std::optional<Int4Checkpoint> int4;
 };
 
 std::vector<std::string> ModelPresetNames();

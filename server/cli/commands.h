@@ -41,7 +41,8 @@ inline const auto kQuantizationChoices = {"none", "int8", "int4"};
 inline constexpr const char* kQuantizationHelp =
     "Weight quantization at load: none, int8 (per-channel int8 projections and LM head; half the bytes "
     "of bf16 for decode), or int4 (group-wise 4-bit projections, groups of 128 columns, int8 LM head; a "
-    "quarter of bf16's bytes in the layers; CPU only; docs/benchmarks.md)";
+    "quarter of bf16's bytes in the layers; CPU only; docs/benchmarks.md). A GPTQ, AWQ or compressed-tensors "
+    "checkpoint is served with its own 4-bit weights (none or int4; int8 is refused)";
 
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.

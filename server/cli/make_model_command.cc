@@ -41,6 +41,23 @@ Runner AddMakeModel(CLI::App& app) {
   sub->add_option("--tie-word-embeddings", f->options.tie_word_embeddings, "true or false");
   sub->add_option("--rope-scaling", f->options.rope_scaling_json,
                   R"(rope_scaling JSON, e.g. {"rope_type":"linear","factor":2.0})");
+  auto int4_format = std::make_shared<std::string>();
+  auto int4 = std::make_shared<Int4Checkpoint>();
+  auto asymmetric = std::make_shared<bool>(false);
+  sub->add_option("--int4-format", *int4_format,
+                  "Write the decoder projections as 4-bit weights in this checkpoint format, quantized from the "
+                  "float weights (gptq: AutoGPTQ's v1 layout; gptq_v2; awq: AutoAWQ's GEMM layout; "
+                  "compressed-tensors: pack-quantized)")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "compressed-tensors"}));
+  sub->add_option("--group-size", int4->group_size,
+                  "With --int4-format: input columns per scale (-1: one scale per row)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
+  sub->add_flag("--asymmetric", *asymmetric,
+                "With --int4-format gptq or compressed-tensors: zero points (awq: always)");
+  sub->add_flag("--act-order", int4->act_order,
+                "With --int4-format gptq or compressed-tensors: columns in a random order of groups (g_idx), as "
+                "GPTQ's desc_act leaves them");
   auto qa = std::make_shared<bool>(false);
   auto qa_arch = std::make_shared<std::string>("modernbert");
   sub->add_flag("--qa", *qa,
@@ -51,7 +68,7 @@ Runner AddMakeModel(CLI::App& app) {
                   "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
-  return [f, qa, qa_arch] {
+  return [f, qa, qa_arch, int4_format, int4, asymmetric] {
     if (*qa) {
       MakeEncoderOptions eo;
       eo.seed = f->options.seed;
@@ -72,6 +89,16 @@ Runner AddMakeModel(CLI::App& app) {
       return 0;
     }
     f->options.dtype = ParseDTypeFlag(f->dtype);
+    if (!int4_format->empty()) {
+      if (int4->group_size == 0) return Fail("--group-size must be -1 or positive");
+      if (*int4_format == "awq" && int4->act_order) return Fail("--act-order: AWQ has no act-order");
+      int4->format = *int4_format == "awq"                  ? Int4Format::kAwq
+                     : *int4_format == "compressed-tensors" ? Int4Format::kCompressedTensors
+                                                            : Int4Format::kGptq;
+      int4->zeros_minus_one = *int4_format == "gptq";
+      int4->symmetric = !*asymmetric && int4->format != Int4Format::kAwq;
+      f->options.int4 = *int4;
+    }
     Status s = MakeModel(f->out, f->options);
     if (!s.ok()) return Fail(s.ToString());
     std::fprintf(stderr, "wrote %s checkpoint to %s\n", f->options.preset.c_str(), f->out.c_str());

@@ -12,6 +12,7 @@
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rotary.h"
 #include "server/models/device.h"
+#include "server/models/int4_checkpoint_loader.h"
 #include "server/models/span_rows.h"
 #include "server/models/weight_loader.h"
 
@@ -66,6 +67,16 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       return InvalidArgument("compute dtype must be float32 or bfloat16");
   }
   RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  if (const auto& int4 = ckpt->config().int4_weights) {
+    // The checkpoint's own 4-bit weights, whatever --quantization says
+    // (vLLM likewise takes the method from quantization_config); only int8
+    // contradicts it.
+    const std::string what = dir + ": a checkpoint of 4-bit " + std::string(Int4FormatName(int4->format)) + " weights";
+    if (quantization == Quantization::kInt8)
+      return InvalidArgument(what + " cannot be served with --quantization int8: use int4 or none");
+    if (device.is_cuda()) return InvalidArgument(what + ": 4-bit weights run on the CPU only");
+    quantization = Quantization::kInt4;
+  }
   if (ckpt->config().span_head != span_head)
     return InvalidArgument(dir + ": " + ckpt->config().architecture +
                            (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --model"
@@ -91,14 +102,26 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   // compute dtype), per row, so stacking first changes nothing; their
   // biases stay in float32, the int8 kernel's accumulation type. Int4
   // weights likewise, per group; the LM head (`head`) is int8 then too.
-  auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) {
+  // A 4-bit checkpoint's projections are read as stored
+  // (server/models/int4_checkpoint_loader.h).
+  auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) -> StatusOr<LinearWeight> {
     std::vector<at::Tensor> ws, bs;
-    for (const auto& name : names) {
-      ws.push_back(int8 || int4 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
+    for (const auto& name : names)
       if (has_bias) bs.push_back(load(name + ".bias"));
-    }
-    const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
+    if (c.int4_weights && !head) {
+      std::vector<Int4Levels> parts;
+      for (const auto& name : names) {
+        RS_ASSIGN_OR_RETURN(Int4Levels part, ReadInt4Levels(*ckpt, *c.int4_weights, name));
+        parts.push_back(std::move(part));
+      }
+      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
+      RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir + ": " + names[0]));
+      return q;
+    }
+    for (const auto& name : names)
+      ws.push_back(int8 || int4 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
+    const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w), {}};
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
@@ -123,13 +146,14 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.input_layernorm = load(p + "input_layernorm.weight");
-    lw.qkv_proj = linear({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias);
+    RS_ASSIGN_OR_RETURN(lw.qkv_proj,
+                        linear({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias));
     lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
     lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
-    lw.o_proj = linear({p + "self_attn.o_proj"}, c.o_proj_bias);
+    RS_ASSIGN_OR_RETURN(lw.o_proj, linear({p + "self_attn.o_proj"}, c.o_proj_bias));
     lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
-    lw.gate_up_proj = linear({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias);
-    lw.down_proj = linear({p + "mlp.down_proj"}, c.mlp_bias);
+    RS_ASSIGN_OR_RETURN(lw.gate_up_proj, linear({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias));
+    RS_ASSIGN_OR_RETURN(lw.down_proj, linear({p + "mlp.down_proj"}, c.mlp_bias));
     m->w_.layers.push_back(std::move(lw));
   }
   m->w_.norm = load(trunk + "norm.weight");
@@ -137,12 +161,13 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     m->w_.qa_outputs = load("qa_outputs.weight");
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
   } else {
-    if (embedding_in_lm_head)
-      m->w_.lm_head = linear({trunk + "embed_tokens"}, false, true);
-    else if (c.tie_word_embeddings)
+    if (embedding_in_lm_head) {
+      RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({trunk + "embed_tokens"}, false, true));
+    } else if (c.tie_word_embeddings) {
       m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}, {}};
-    else
-      m->w_.lm_head = linear({"lm_head"}, false, true);
+    } else {
+      RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({"lm_head"}, false, true));
+    }
   }
 
 #ifdef ROPESERVE_HAVE_CUDA

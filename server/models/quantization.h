@@ -21,6 +21,8 @@ enum class Quantization {
   // The LM head (and a tied embedding, read back from it) stays int8: the
   // logits are what sampling and greedy choices read, and the head is a
   // small share of a decoder's bytes past ~1B parameters.
+  // A GPTQ / AWQ / compressed-tensors checkpoint is served this way
+  // whatever the flag (but int8): its own levels, scales and zeros.
   kInt4,
 };
 

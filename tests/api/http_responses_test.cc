@@ -440,7 +440,9 @@ TEST_F(Responses, BackgroundResponsesArePolledToTheirEnd) {
     auto [gc, got] = Call("GET", path);
     ASSERT_EQ(gc, 200) << got.dump();
     const bool finished = got["status"] != "queued" && got["status"] != "in_progress";
-    if (in_flight == 0) EXPECT_TRUE(finished) << "a running background response holds no ticket";
+    if (in_flight == 0) {
+      EXPECT_TRUE(finished) << "a running background response holds no ticket";
+    }
     if (finished) {
       done = got;
       break;
