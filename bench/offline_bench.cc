@@ -385,8 +385,9 @@ Status RunBench(const BenchOptions& o) {
                {"tok_s", r.ttft[0] > 0 ? o.prefill_tokens / r.ttft[0] : 0.0}};
   }
 
+  // (A 4-bit checkpoint has no unquantized model to compare with.)
   nlohmann::json logit_error = nullptr;
-  if (o.quantization != Quantization::kNone) {
+  if (o.quantization != Quantization::kNone && !model->config().int4_weights) {
     RS_ASSIGN_OR_RETURN(logit_error, RelativeLogitError(*model, o, w.prompts[0]));
   }
 

@@ -21,12 +21,16 @@
 #   tg128      one sequence, decode tok/s: llama-bench -p 0 -n 128 vs
 #              ropeserve bench --batch1-tokens 128 (after a 16-token prompt)
 #   tg128 int8 the same, llama.cpp Q8_0 vs ropeserve --quantization int8
+#   tg128 int4 the same, llama.cpp Q4_0 and Q4_K_M (llama-quantize's
+#              defaults: its output/LM head at 6 bits) vs ropeserve
+#              --quantization int4 (groups of 128, int8 LM head)
 #   pp512      one 512-token prompt, tok/s: llama-bench -p 512 -n 0 vs
 #              ropeserve bench --prefill-tokens 512
 #   b16, b32   16 / 32 sequences of 128 prompt + 128 generated tokens,
 #              output tok/s end to end: llama-batched-bench -npp 128
 #              -ntg 128 -npl N -fa on (B*TG / T) vs ropeserve bench
 #              --num-requests N --concurrency N --input-len 128 --output-len 128
+#   b16/b32 int4  the same, llama.cpp Q4_0 vs ropeserve --quantization int4
 # Prints one line per measurement, then a table of medians and ratios.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -57,12 +61,16 @@ NAME="$(basename "$MODEL")"
 mkdir -p "$CACHE/llamacpp"
 BF16="$CACHE/llamacpp/$NAME-bf16.gguf"
 Q8="$CACHE/llamacpp/$NAME-q8_0.gguf"
+Q4_0="$CACHE/llamacpp/$NAME-q4_0.gguf"
+Q4_K_M="$CACHE/llamacpp/$NAME-q4_k_m.gguf"
 if [[ ! -f "$BF16" || "$MODEL/config.json" -nt "$BF16" ]]; then
   PYTHONPATH="$LLAMA/gguf-py" /usr/bin/python3 "$ROOT/bench/gguf_from_checkpoint.py" "$MODEL" "$BF16.tmp"
   mv "$BF16.tmp" "$BF16"
-  rm -f "$Q8"
+  rm -f "$Q8" "$Q4_0" "$Q4_K_M"
 fi
 [[ -f "$Q8" ]] || "$LB/llama-quantize" "$BF16" "$Q8" Q8_0 "$THREADS" >/dev/null 2>&1
+[[ -f "$Q4_0" ]] || "$LB/llama-quantize" "$BF16" "$Q4_0" Q4_0 "$THREADS" >/dev/null 2>&1
+[[ -f "$Q4_K_M" ]] || "$LB/llama-quantize" "$BF16" "$Q4_K_M" Q4_K_M "$THREADS" >/dev/null 2>&1
 
 RESULTS="$(mktemp)"
 trap 'rm -f "$RESULTS"' EXIT
@@ -92,13 +100,23 @@ for round in $(seq "$ROUNDS"); do
   record tg128-int8 ropeserve-bf16-same-round "$(field 'd["batch1"]["decode_tok_s"]' \
          <<<"$(rs_bench --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 --batch1-tokens 128 \
                --max-model-len 1024)")"
+  record tg128-int4 llama.cpp-q4_0 "$(llama_bench "$Q4_0" 0 128)"
+  record tg128-int4 llama.cpp-q4_k_m "$(llama_bench "$Q4_K_M" 0 128)"
+  record tg128-int4 ropeserve-int4 "$(field 'd["batch1"]["decode_tok_s"]' \
+         <<<"$(rs_bench --quantization int4 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
+               --batch1-tokens 128 --max-model-len 1024)")"
   for n in 16 32; do
-    "$LB/llama-batched-bench" -m "$BF16" -c $((n * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$n" \
-      -t "$THREADS" -fa on --output-format jsonl 2>/dev/null | grep '^{' >"$RESULTS.l"
-    record "b$n" llama.cpp-bf16 "$(field 'd["pl"] * d["tg"] / d["t"]' <"$RESULTS.l")"
-    rm -f "$RESULTS.l"
-    record "b$n" ropeserve-bf16 "$(rs_bench --num-requests "$n" --concurrency "$n" --input-len 128 \
-      --output-len 128 --batch1-tokens 0 --max-model-len 512 | field 'd["throughput_tok_s"]')"
+    for q in bf16 int4; do
+      gguf="$BF16" ours=()
+      [[ $q == int4 ]] && gguf="$Q4_0" ours=(--quantization int4)
+      "$LB/llama-batched-bench" -m "$gguf" -c $((n * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$n" \
+        -t "$THREADS" -fa on --output-format jsonl 2>/dev/null | grep '^{' >"$RESULTS.l"
+      record "b$n-$q" "llama.cpp-$([[ $q == int4 ]] && echo q4_0 || echo bf16)" \
+        "$(field 'd["pl"] * d["tg"] / d["t"]' <"$RESULTS.l")"
+      rm -f "$RESULTS.l"
+      record "b$n-$q" "ropeserve-$q" "$(rs_bench "${ours[@]}" --num-requests "$n" --concurrency "$n" \
+        --input-len 128 --output-len 128 --batch1-tokens 0 --max-model-len 512 | field 'd["throughput_tok_s"]')"
+    done
   done
 done
 
@@ -111,11 +129,15 @@ for line in open(sys.argv[1]):
 med = {k: statistics.median(v) for k, v in vals.items()}
 print("\nworkload     ropeserve     llama.cpp     ratio  (medians; ratio per round)")
 for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512", "ropeserve-bf16", "llama.cpp-bf16"),
-                        ("tg128-int8", "ropeserve-int8", "llama.cpp-q8_0"), ("b16", "ropeserve-bf16", "llama.cpp-bf16"),
-                        ("b32", "ropeserve-bf16", "llama.cpp-bf16")]:
+                        ("tg128-int8", "ropeserve-int8", "llama.cpp-q8_0"),
+                        ("tg128-int4", "ropeserve-int4", "llama.cpp-q4_0"),
+                        ("tg128-int4", "ropeserve-int4", "llama.cpp-q4_k_m"),
+                        ("b16-bf16", "ropeserve-bf16", "llama.cpp-bf16"), ("b32-bf16", "ropeserve-bf16", "llama.cpp-bf16"),
+                        ("b16-int4", "ropeserve-int4", "llama.cpp-q4_0"), ("b32-int4", "ropeserve-int4", "llama.cpp-q4_0")]:
     a, b = vals[(w, ours)], vals[(w, theirs)]
     rounds = " ".join("%.2f" % (x / y) for x, y in zip(a, b))
-    print("%-11s %10.1f %13.1f %9.2fx  (%s)" % (w, med[(w, ours)], med[(w, theirs)], med[(w, ours)] / med[(w, theirs)], rounds))
+    print("%-11s %10.1f %13.1f %9.2fx  (%s; vs %s)" % (w, med[(w, ours)], med[(w, theirs)], med[(w, ours)] / med[(w, theirs)],
+                                                        rounds, theirs))
 i8, bf = vals[("tg128-int8", "ropeserve-int8")], vals[("tg128-int8", "ropeserve-bf16-same-round")]
 print("int8 / bf16 batch-1 (ropeserve, same round): %s" % " ".join("%.2fx" % (x / y) for x, y in zip(i8, bf)))
 print("bf16 batch-1 / read-bandwidth roofline: %s" % " ".join("%.2f" % x for x in vals[("roofline-fraction", "ropeserve-bf16")]))
