@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
@@ -19,6 +21,11 @@ void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, st
                      const std::uint8_t* packed, const float* scale, const std::uint8_t* zero, std::int64_t K,
                      std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N,
                      std::int64_t n_begin, std::int64_t n_end);
+// packed_linear_avx512.cc
+void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
+                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
+                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
+                           std::uint16_t* panel);
 }  // namespace avx512
 
 namespace {
@@ -135,8 +142,46 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
   return out;
 }
 
+bool Int4PanelSupports(const at::Tensor& x, const Int4Weight& w) {
+  if (!PackedLinearAvailable() || !x.device().is_cpu() || x.dim() != 2 || x.scalar_type() != at::kBFloat16)
+    return false;
+  if (x.size(0) < 1 || x.size(1) != w.k || w.k % 32 != 0) return false;
+  const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
+  return N >= 1 && w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() &&
+         w.packed.size(1) * 2 == Padded(w.k) && w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() &&
+         w.zero.scalar_type() == at::kByte && w.zero.is_contiguous() && w.scale.sizes() == at::IntArrayRef({N, G}) &&
+         w.zero.sizes() == w.scale.sizes();
+}
+
+at::Tensor Int4PanelLinear(const at::Tensor& x_in, const Int4Weight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(Int4PanelSupports(x_in, w), "Int4PanelLinear: unsupported input");
+  const at::Tensor x = x_in.contiguous();
+  const std::int64_t M = x.size(0), K = w.k, N = w.packed.size(0);
+  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int4PanelLinear: bias shape");
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor out = at::empty({M, N}, x.options());
+  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
+  const std::uint8_t* pp = w.packed.data_ptr<std::uint8_t>();
+  const float* sp = w.scale.data_ptr<float>();
+  const std::uint8_t* zp = w.zero.data_ptr<std::uint8_t>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
+  const std::int64_t panel_values = K * kPackedPanel;
+  // As Int8PanelLinear's: at least ~256K multiply-adds per thread, one
+  // widened panel per thread reused across calls.
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
+    thread_local std::vector<std::uint16_t> panel;
+    if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
+    avx512::Int4PanelLinearPanels(xp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
+  });
+  return out;
+}
+
 at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias) {
-  if (Int4KernelSupports(x, w)) return Int4LinearKernel(w.perm.defined() ? x.index_select(1, w.perm) : x, w, bias);
+  auto in_kernel_order = [&] { return w.perm.defined() ? x.index_select(1, w.perm) : x; };
+  if (Int4KernelSupports(x, w)) return Int4LinearKernel(in_kernel_order(), w, bias);
+  if (Int4PanelSupports(x, w)) return Int4PanelLinear(in_kernel_order(), w, bias);
   const at::Tensor dense = DequantizeInt4(w, x.scalar_type());
   return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
 }

@@ -25,10 +25,11 @@
 // to int16 as the int8 kernel does (kernels/cpu/int8_linear.h: half a
 // level of max|x_row| / 16383 per element); nibbles widened to int16 and
 // their group's zero subtracted; vpdpwssd sums exactly in int32 per group
-// (at most 128 products of |x| <= 16383, |q - z| <= 15: < 2^28), then one
-// float32 multiply-add by the group's scale. Otherwise the weights are
-// dequantized to x's dtype for at::linear (the generic path, also the
-// oracle's weights in tests).
+// (at most 128 products of |x| <= 16383, |q - z| <= 16: < 2^28), then one
+// float32 multiply-add by the group's scale. More rows of bfloat16 x on a
+// CPU with avx512_bf16: the panel path (Int4PanelLinear below). Otherwise
+// the weights are dequantized to x's dtype for at::linear (the generic
+// path, also the oracle's weights in tests).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -72,8 +73,17 @@ bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w);
 // The kernel alone (tests and benchmarks); requires Int4KernelSupports.
 // x in the kernel's column order (already gathered by w.perm).
 at::Tensor Int4LinearKernel(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
+// More rows (prefill, batched decode past 16 sequences) on a CPU with
+// avx512_bf16 and bfloat16 x: the packed GEMM (kernels/cpu/packed_linear.h)
+// over panels dequantized as it goes, each weight (q - zero) * scale
+// rounded to bfloat16 (as the generic path's dequantized weights are for
+// bfloat16 x); K a multiple of 32.
+bool Int4PanelSupports(const at::Tensor& x, const Int4Weight& w);
+// The panel path alone (tests and benchmarks); x in the kernel's column
+// order. Requires Int4PanelSupports.
+at::Tensor Int4PanelLinear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
 // y [M, N] in x's dtype; bias [N] or undefined. The kernel when it
-// supports x, else dequantize + at::linear.
+// supports x, else the panel path, else dequantize + at::linear.
 at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
 
 }  // namespace ropeserve::cpu

@@ -142,6 +142,46 @@ void Int8Panel(const std::int8_t* q, std::int64_t N, std::int64_t K, std::int64_
   }
 }
 
+// Features [n0, n0 + 64) of group-wise int4 weights (kernels/cpu/
+// int4_linear.h's layout, K a multiple of 32) as one bfloat16 panel in
+// PackWeight's order: each weight dequantized, (q - zero) * scale in
+// float32, rounded to bfloat16 (the group's scale varies along K, so it
+// cannot wait for the sums as int8's does). Per 16 features and 16 column
+// pairs: 16 rows of 32 levels (one half of a 64-column block: its low or
+// high nibbles; inside one group, as groups are multiples of 32), then
+// the same transpose as Int8Panel. Zero past N.
+void Int4Panel(const std::uint8_t* packed, const float* scale, const std::uint8_t* zero, std::int64_t N, std::int64_t K,
+               std::int64_t group, std::int64_t n0, std::uint16_t* panel) {
+  const std::int64_t pairs = K / 2, groups = K / group, row_bytes = (K + 63) / 64 * 32;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  for (std::int64_t g = 0; g < kVecs; ++g) {
+    const std::int64_t f0 = n0 + 16 * g, rows = N - f0 < 0 ? 0 : (N - f0 < 16 ? N - f0 : 16);
+    for (std::int64_t pb = 0; pb < pairs; pb += 16) {
+      const std::int64_t k0 = 2 * pb, gi = k0 / group;
+      __m512i r[16];
+      for (std::int64_t i = 0; i < 16; ++i) {
+        if (i >= rows) {
+          r[i] = _mm512_setzero_si512();
+          continue;
+        }
+        const std::int64_t f = f0 + i;
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + f * row_bytes + k0 / 64 * 32));
+        const __m256i q = _mm256_and_si256(k0 % 64 == 0 ? b : _mm256_srli_epi16(b, 4), low4);
+        const __m512i z = _mm512_set1_epi32(zero[f * groups + gi]);
+        const __m512 sc = _mm512_set1_ps(scale[f * groups + gi]);
+        const __m512 lo =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), z)), sc);
+        const __m512 hi = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)), z)), sc);
+        r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // columns k0..k0+31 in order
+      }
+      Transpose16x16(r);
+      const std::int64_t lines = pairs - pb < 16 ? pairs - pb : 16;
+      for (std::int64_t j = 0; j < lines; ++j) _mm512_storeu_si512(panel + (pb + j) * kPairFloats + 32 * g, r[j]);
+    }
+  }
+}
+
 // Every row tile of x against panel p (scale: int8 panels' float32 [N], or null).
 void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* panel, const float* scale,
             const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p) {
@@ -192,6 +232,17 @@ void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
   for (std::int64_t p = p_begin; p < p_end; ++p) {
     Int8Panel(q, N, K, p * kPanel, panel);
     Panels(x, M, K, panel, scale, bias, out, N, p);
+  }
+}
+
+// The same over int4 weights (Int4Panel; the scales are in the panel).
+void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
+                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
+                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
+                           std::uint16_t* panel) {
+  for (std::int64_t p = p_begin; p < p_end; ++p) {
+    Int4Panel(packed, scale, zero, N, K, group, p * kPanel, panel);
+    Panels(x, M, K, panel, nullptr, bias, out, N, p);
   }
 }
 

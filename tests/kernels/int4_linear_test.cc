@@ -116,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Int4Linear,
                                   (c.symmetric ? "_sym" : "") + (c.dtype == at::kBFloat16 ? "_bf16" : "_f32");
                          });
 
-// More rows than the kernel takes: the generic path (dequantize +
-// at::linear), float32 GEMM rounding only.
+// More rows than the kernel takes, float32 x: the generic path
+// (dequantize + at::linear), float32 GEMM rounding only.
 TEST(Int4LinearGeneric, ManyRowsDequantizeForAtLinear) {
   at::manual_seed(11);
   const std::int64_t M = cpu::kInt4KernelMaxRows + 3, K = 256, N = 40;
@@ -133,6 +133,44 @@ TEST(Int4LinearGeneric, ManyRowsDequantizeForAtLinear) {
           (at::matmul(x.to(at::kDouble).abs(), w64.abs().t()) + b.to(at::kDouble).abs().unsqueeze(0)) +
       1e-30;
   EXPECT_TRUE(((got.to(at::kDouble) - exact).abs() <= bound).all().item<bool>());
+}
+
+// More rows of bfloat16 x on a CPU with avx512_bf16: the panel path. Its
+// weights are the dequantized ones rounded to bfloat16 (half a unit of
+// 2^-8 each, relative), summed in float32 by the packed GEMM, the output
+// rounded to bfloat16 once. Odd shapes: N not a multiple of the 64-feature
+// panel, K % 64 == 32 (the last block's high nibbles are padding), groups
+// of 32 / 64 / 128, a column permutation (act-order checkpoints).
+TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
+  struct P {
+    std::int64_t M, K, N, group;
+    bool perm;
+  };
+  for (const P& c : {P{17, 256, 40, 64, false}, P{40, 896, 130, 128, true}, P{33, 96, 65, 32, false},
+                     P{64, 4864, 64, 128, false}, P{19, 160, 1, 32, true}}) {
+    SCOPED_TRACE("M" + std::to_string(c.M) + " K" + std::to_string(c.K) + " N" + std::to_string(c.N));
+    at::manual_seed(c.M + c.K + c.N);
+    const at::Tensor x = at::randn({c.M, c.K}).to(at::kBFloat16);
+    cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group);
+    if (c.perm) w = cpu::PackInt4(cpu::UnpackInt4(w), w.scale, w.zero, c.group, at::randperm(c.K, at::kLong));
+    const at::Tensor b = at::randn({c.N}).to(at::kBFloat16);
+    if (!cpu::Int4PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
+    const at::Tensor got = cpu::Int4Linear(x, w, b);
+    ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+    const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt4(w, at::kDouble);
+    const at::Tensor exact = at::matmul(x64, w64.t()) + b.to(at::kDouble);
+    const at::Tensor magnitude = at::matmul(x64.abs(), w64.abs().t()) + b.to(at::kDouble).abs().unsqueeze(0);
+    const at::Tensor bound =
+        (0x1p-9 + testing::Gamma(c.K + 2, testing::kF32Roundoff)) * magnitude * 1.001 + exact.abs() / 256.0 + 1e-30;
+    const at::Tensor err = (got.to(at::kDouble) - exact).abs();
+    EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst excess " << (err - bound).max().item<double>();
+    // Far below the outputs (random sums cancel: |y| ~ sqrt(K), the bound ~ K):
+    // a wrong group, zero, nibble or permutation exceeds it.
+    EXPECT_LT(bound.max().item<double>(), 0.05 * exact.abs().max().item<double>());
+    if (!c.perm) {
+      EXPECT_TRUE(at::equal(cpu::Int4PanelLinear(x, w, b), got));
+    }
+  }
 }
 
 TEST(Int4Quantize, RefusesGroupsThatDoNotDivideK) {
