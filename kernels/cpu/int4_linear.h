@@ -66,14 +66,18 @@ at::Tensor UnpackInt4(const Int4Weight& w);
 // (q - zero) * scale as [N, K] of `dtype`, in the checkpoint's column order.
 at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
 
-constexpr std::int64_t kInt4KernelMaxRows = 16;
+// Up to 48 rows the kernel beats the panel path, whose per-call
+// dequantization of every panel costs more than int8's widening (48
+// matrices 4864 x 896, bf16 x, 2 threads: 1.66x at 16 rows, 1.72x at 32,
+// 1.22x at 48; docs/benchmarks.md).
+constexpr std::int64_t kInt4KernelMaxRows = 48;
 // Whether the kernel can run on x [M, K]: a CPU with avx512_vnni, float32
 // or bfloat16 x, 1 <= M <= kInt4KernelMaxRows, the weight's K.
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w);
 // The kernel alone (tests and benchmarks); requires Int4KernelSupports.
 // x in the kernel's column order (already gathered by w.perm).
 at::Tensor Int4LinearKernel(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
-// More rows (prefill, batched decode past 16 sequences) on a CPU with
+// More rows (prefill, batched decode past 48 sequences) on a CPU with
 // avx512_bf16 and bfloat16 x: the packed GEMM (kernels/cpu/packed_linear.h)
 // over panels dequantized as it goes, each weight (q - zero) * scale
 // rounded to bfloat16 (as the generic path's dequantized weights are for

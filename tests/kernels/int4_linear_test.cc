@@ -5,7 +5,7 @@
 // kernel's test does: the activations' int16 rounding (half a level per
 // element, weighted by |w|), float32 sums over the groups, and for
 // bfloat16 outputs one final rounding. Odd shapes included: K % 64 == 32
-// (a half block of padding), one output row, 16 rows of x.
+// (a half block of padding), one output row, 16 and 48 rows of x.
 #include "kernels/cpu/int4_linear.h"
 
 #include <ATen/ATen.h>
@@ -108,6 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Int4Linear,
                                            Case{8, 160, 33, 32, true, true, at::kBFloat16},
                                            Case{9, 256, 1, 64, false, false, at::kFloat},
                                            Case{16, 896, 257, 128, true, false, at::kBFloat16},
+                                           Case{48, 256, 70, 64, false, false, at::kBFloat16},
                                            Case{5, 32, 7, 32, false, false, at::kBFloat16}),
                          [](const auto& info) {
                            const Case& c = info.param;
@@ -135,7 +136,7 @@ TEST(Int4LinearGeneric, ManyRowsDequantizeForAtLinear) {
   EXPECT_TRUE(((got.to(at::kDouble) - exact).abs() <= bound).all().item<bool>());
 }
 
-// More rows of bfloat16 x on a CPU with avx512_bf16: the panel path. Its
+// Past the kernel's rows, bfloat16 x on a CPU with avx512_bf16: the panel path. Its
 // weights are the dequantized ones rounded to bfloat16 (half a unit of
 // 2^-8 each, relative), summed in float32 by the packed GEMM, the output
 // rounded to bfloat16 once. Odd shapes: N not a multiple of the 64-feature
@@ -146,7 +147,7 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     std::int64_t M, K, N, group;
     bool perm;
   };
-  for (const P& c : {P{17, 256, 40, 64, false}, P{40, 896, 130, 128, true}, P{33, 96, 65, 32, false},
+  for (const P& c : {P{49, 256, 40, 64, false}, P{80, 896, 130, 128, true}, P{3, 96, 65, 32, false},
                      P{64, 4864, 64, 128, false}, P{19, 160, 1, 32, true}}) {
     SCOPED_TRACE("M" + std::to_string(c.M) + " K" + std::to_string(c.K) + " N" + std::to_string(c.N));
     at::manual_seed(c.M + c.K + c.N);
@@ -155,7 +156,8 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     if (c.perm) w = cpu::PackInt4(cpu::UnpackInt4(w), w.scale, w.zero, c.group, at::randperm(c.K, at::kLong));
     const at::Tensor b = at::randn({c.N}).to(at::kBFloat16);
     if (!cpu::Int4PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
-    const at::Tensor got = cpu::Int4Linear(x, w, b);
+    // The panel path alone, on x in the kernel's column order.
+    const at::Tensor got = cpu::Int4PanelLinear(c.perm ? x.index_select(1, w.perm) : x, w, b);
     ASSERT_EQ(got.scalar_type(), at::kBFloat16);
     const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt4(w, at::kDouble);
     const at::Tensor exact = at::matmul(x64, w64.t()) + b.to(at::kDouble);
@@ -167,8 +169,9 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     // Far below the outputs (random sums cancel: |y| ~ sqrt(K), the bound ~ K):
     // a wrong group, zero, nibble or permutation exceeds it.
     EXPECT_LT(bound.max().item<double>(), 0.05 * exact.abs().max().item<double>());
-    if (!c.perm) {
-      EXPECT_TRUE(at::equal(cpu::Int4PanelLinear(x, w, b), got));
+    // Int4Linear takes it past the kernel's rows.
+    if (c.M > cpu::kInt4KernelMaxRows) {
+      EXPECT_TRUE(at::equal(cpu::Int4Linear(x, w, b), got));
     }
   }
 }
