@@ -15,29 +15,12 @@ namespace ropeserve {
 namespace {
 
 using testing::MakeTinyCheckpoint;
+using testing::ReadAll;
 using testing::ReadJson;
+using testing::Rewrite;
 using testing::ScratchDir;
 using testing::TinyOptions;
 using testing::WriteJson;
-
-std::vector<TensorToWrite> ReadAll(const std::string& path) {
-  auto f = SafetensorsFile::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  std::vector<TensorToWrite> out;
-  for (const auto& [name, info] : (*f)->tensors()) {
-    TensorToWrite t{name, info.dtype, info.shape, {}};
-    t.bytes.resize(info.end - info.begin);
-    std::memcpy(t.bytes.data(), (*f)->Data(info), t.bytes.size());
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-void Rewrite(const std::string& path, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-  auto ts = ReadAll(path);
-  edit(ts);
-  ASSERT_TRUE(WriteSafetensors(path, ts).ok());
-}
 
 void ExpectError(const std::string& dir, ErrorCode code, const std::vector<std::string>& parts) {
   auto c = Checkpoint::Open(dir);

@@ -155,21 +155,8 @@ TEST(Int4Checkpoint, IgnoreListsNamingOtherModulesAreFine) {
   EXPECT_TRUE(c.ok()) << c.status().ToString();
 }
 
-// The tiny GPTQ checkpoint's tensors, edited by `edit`, written back.
 void EditTensors(const std::string& dir, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-  const std::string path = dir + "/model.safetensors";
-  std::vector<TensorToWrite> ts;
-  {
-    auto file = SafetensorsFile::Open(path);
-    ASSERT_TRUE(file.ok());
-    for (const auto& [name, info] : (*file)->tensors()) {
-      TensorToWrite t{name, info.dtype, info.shape, std::vector<std::uint8_t>(info.end - info.begin)};
-      std::memcpy(t.bytes.data(), (*file)->Data(info), t.bytes.size());
-      ts.push_back(std::move(t));
-    }
-  }
-  edit(ts);
-  ASSERT_TRUE(WriteSafetensors(path, ts).ok());
+  testing::Rewrite(dir + "/model.safetensors", edit);
 }
 
 TEST(Int4Checkpoint, WrongDtypeAndMissingTensorsAreNamed) {

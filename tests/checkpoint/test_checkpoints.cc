@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,6 +46,25 @@ void WriteRawSafetensors(const std::string& path, const std::string& header, con
   const std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   WriteFile(path, out + header + data);
+}
+
+std::vector<TensorToWrite> ReadAll(const std::string& path) {
+  auto f = SafetensorsFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<TensorToWrite> out;
+  if (!f.ok()) return out;
+  for (const auto& [name, info] : (*f)->tensors()) {
+    TensorToWrite t{name, info.dtype, info.shape, std::vector<std::uint8_t>(info.end - info.begin)};
+    std::memcpy(t.bytes.data(), (*f)->Data(info), t.bytes.size());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void Rewrite(const std::string& path, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+  auto ts = ReadAll(path);
+  edit(ts);
+  ASSERT_TRUE(WriteSafetensors(path, ts).ok());
 }
 
 std::string TestData(const std::string& relative) { return std::string(ROPESERVE_TEST_DATA) + "/" + relative; }

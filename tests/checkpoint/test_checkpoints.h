@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "server/checkpoint/model_generator.h"
+#include "server/checkpoint/safetensors.h"
 #include "tests/common/scratch_dir.h"
 
 namespace ropeserve::testing {
@@ -25,5 +27,10 @@ void WriteJson(const std::string& path, const nlohmann::json& j);
 void WriteRawSafetensors(const std::string& path, const std::string& header, const std::string& data);
 
 std::string TestData(const std::string& relative);
+
+// Every tensor of a safetensors file, copied out.
+std::vector<TensorToWrite> ReadAll(const std::string& path);
+// The file's tensors, edited by `edit`, written back.
+void Rewrite(const std::string& path, const std::function<void(std::vector<TensorToWrite>&)>& edit);
 
 }  // namespace ropeserve::testing
