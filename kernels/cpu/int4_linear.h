@@ -47,6 +47,12 @@ struct Int4Weight {
   at::Tensor perm;  // [K] int64, or undefined for the identity
 };
 
+// The largest group size the kernel takes (128, 64, 32) that divides
+// `columns`; 0 when none does.
+inline std::int64_t Int4KernelGroup(std::int64_t columns) {
+  return columns % 128 == 0 ? 128 : columns % 64 == 0 ? 64 : columns % 32 == 0 ? 32 : 0;
+}
+
 // Round-to-nearest per group of w [N, K] (any floating dtype): asymmetric
 // over a range that includes 0 (lo = min(min w, 0), hi = max(max w, 0),
 // scale = (hi - lo) / 15, zero = round(-lo / scale)), or symmetric (zero 8,

@@ -109,13 +109,15 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     for (const auto& name : names)
       if (has_bias) bs.push_back(load(name + ".bias"));
     const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
+    // Int8 and int4 kernels take a float32 bias (their accumulation type).
+    const at::Tensor bias32 = bias.defined() ? bias.to(at::kFloat) : at::Tensor();
     if (c.int4_weights && !head) {
       std::vector<Int4Levels> parts;
       for (const auto& name : names) {
         RS_ASSIGN_OR_RETURN(Int4Levels part, ReadInt4Levels(*ckpt, *c.int4_weights, name));
         parts.push_back(std::move(part));
       }
-      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
+      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
       RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir + ": " + names[0]));
       return q;
     }
@@ -126,15 +128,14 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits.
-    if (int4 && !head && w.size(1) % 32 == 0) {
-      const std::int64_t k = w.size(1), group = k % 128 == 0 ? 128 : k % 64 == 0 ? 64 : 32;
-      LinearWeight q{at::Tensor(), at::Tensor(), bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
+    if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && !head && group > 0) {
+      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
       q.int4 = cpu::QuantizeInt4(w, group);
       return q;
     }
     if (!int8 && !int4) return LinearWeight{w, at::Tensor(), bias, {}, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias.defined() ? bias.to(at::kFloat) : at::Tensor(), {}, {}};
+    return LinearWeight{q.q, q.scale, bias32, {}, {}};
   };
 
   const std::string& trunk = c.trunk_prefix;

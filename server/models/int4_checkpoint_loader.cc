@@ -25,15 +25,11 @@ at::Tensor NibblesAlongRows(const at::Tensor& words) {
 }
 
 // AutoAWQ's GEMM order: value i of a word is column 8c + order[i], order =
-// 0 2 4 6 1 3 5 7; so column 8c + j is value kAwqValueOf[j].
+// 0 2 4 6 1 3 5 7; so column 8c + j is value value_of[j].
 at::Tensor AwqColumns(const at::Tensor& words) {
   const at::Tensor value_of = at::tensor({0, 4, 1, 5, 2, 6, 3, 7}, at::kLong);
   const at::Tensor nib = NibblesAlongColumns(words).reshape({words.size(0), words.size(1), 8});
   return nib.index_select(2, value_of).reshape({words.size(0), words.size(1) * 8});
-}
-
-at::Tensor Load(const Checkpoint& ckpt, const std::string& name, at::ScalarType type) {
-  return LoadTensor(ckpt, name, type);
 }
 
 at::Tensor ContiguousGroups(std::int64_t k, std::int64_t groups) {
@@ -47,33 +43,33 @@ StatusOr<Int4Levels> ReadInt4Levels(const Checkpoint& ckpt, const Int4Checkpoint
   std::string g_idx_name;
   switch (f.format) {
     case Int4Format::kGptq: {
-      l.q = NibblesAlongRows(Load(ckpt, m + ".qweight", at::kInt)).t().contiguous();
-      l.zero = NibblesAlongColumns(Load(ckpt, m + ".qzeros", at::kInt)).t().contiguous();
+      l.q = NibblesAlongRows(LoadTensor(ckpt, m + ".qweight", at::kInt)).t().contiguous();
+      l.zero = NibblesAlongColumns(LoadTensor(ckpt, m + ".qzeros", at::kInt)).t().contiguous();
       if (f.zeros_minus_one) l.zero += 1;
-      l.scale = Load(ckpt, m + ".scales", at::kFloat).t().contiguous();
+      l.scale = LoadTensor(ckpt, m + ".scales", at::kFloat).t().contiguous();
       if (ckpt.Find(m + ".g_idx") != nullptr) g_idx_name = m + ".g_idx";
       break;
     }
     case Int4Format::kAwq: {
-      l.q = AwqColumns(Load(ckpt, m + ".qweight", at::kInt)).t().contiguous();
-      l.zero = AwqColumns(Load(ckpt, m + ".qzeros", at::kInt)).t().contiguous();
-      l.scale = Load(ckpt, m + ".scales", at::kFloat).t().contiguous();
+      l.q = AwqColumns(LoadTensor(ckpt, m + ".qweight", at::kInt)).t().contiguous();
+      l.zero = AwqColumns(LoadTensor(ckpt, m + ".qzeros", at::kInt)).t().contiguous();
+      l.scale = LoadTensor(ckpt, m + ".scales", at::kFloat).t().contiguous();
       break;
     }
     case Int4Format::kCompressedTensors: {
-      const at::Tensor packed = Load(ckpt, m + ".weight_packed", at::kInt);
-      const at::Tensor shape = Load(ckpt, m + ".weight_shape", at::kLong);
+      const at::Tensor packed = LoadTensor(ckpt, m + ".weight_packed", at::kInt);
+      const at::Tensor shape = LoadTensor(ckpt, m + ".weight_shape", at::kLong);
       const std::int64_t n = packed.size(0), k = shape[1].item<std::int64_t>();
       if (shape[0].item<std::int64_t>() != n || k <= 0 || (k + 7) / 8 != packed.size(1))
         return InvalidArgument(ckpt.dir() + ": " + m + ".weight_shape [" +
                                std::to_string(shape[0].item<std::int64_t>()) + ", " + std::to_string(k) +
                                "] disagrees with weight_packed");
       l.q = NibblesAlongColumns(packed).narrow(1, 0, k).contiguous();
-      l.scale = Load(ckpt, m + ".weight_scale", at::kFloat);
+      l.scale = LoadTensor(ckpt, m + ".weight_scale", at::kFloat);
       if (!f.symmetric) {
-        l.zero = NibblesAlongRows(Load(ckpt, m + ".weight_zero_point", at::kInt)).narrow(0, 0, n).contiguous();
+        l.zero = NibblesAlongRows(LoadTensor(ckpt, m + ".weight_zero_point", at::kInt)).narrow(0, 0, n).contiguous();
       } else if (ckpt.Find(m + ".weight_zero_point") != nullptr) {
-        const at::Tensor zp = Load(ckpt, m + ".weight_zero_point", at::kInt) + 8;  // signed -> stored levels
+        const at::Tensor zp = LoadTensor(ckpt, m + ".weight_zero_point", at::kInt) + 8;  // signed -> stored levels
         if (zp.min().item<int>() < 0 || zp.max().item<int>() > 15)
           return InvalidArgument(ckpt.dir() + ": " + m + ".weight_zero_point is outside the 4-bit range [-8, 7]");
         l.zero = zp.to(at::kByte);
@@ -90,7 +86,7 @@ StatusOr<Int4Levels> ReadInt4Levels(const Checkpoint& ckpt, const Int4Checkpoint
   if (g_idx_name.empty()) {
     l.g_idx = ContiguousGroups(k, groups);
   } else {
-    l.g_idx = Load(ckpt, g_idx_name, at::kLong);
+    l.g_idx = LoadTensor(ckpt, g_idx_name, at::kLong);
     if (l.g_idx.min().item<std::int64_t>() < 0 || l.g_idx.max().item<std::int64_t>() >= groups)
       return InvalidArgument(ckpt.dir() + ": " + g_idx_name + " names a group outside [0, " + std::to_string(groups) +
                              ")");
@@ -118,8 +114,8 @@ StatusOr<cpu::Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, c
     perm = at::Tensor();
   else
     q = q.index_select(1, perm);
-  const std::int64_t run = group % 128 == 0 ? 128 : group % 64 == 0 ? 64 : 32;
-  if (group % run != 0) return InvalidArgument(what + ": groups of " + std::to_string(group) + " columns");
+  const std::int64_t run = cpu::Int4KernelGroup(group);
+  if (run == 0) return InvalidArgument(what + ": groups of " + std::to_string(group) + " columns");
   if (group != run) {
     scale = scale.repeat_interleave(group / run, 1);
     zero = zero.repeat_interleave(group / run, 1);
