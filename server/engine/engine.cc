@@ -122,6 +122,7 @@ void Engine::DrainInbox() {
     spec.max_tokens = req.max_tokens;
     spec.priority = req.priority;
     spec.prompt_logprobs = req.prompt_logprobs;
+    spec.speculative = req.speculative;
     if (req.timeout) spec.deadline = item->submitted + *req.timeout;
     auto admitted = scheduler_.Add(std::move(spec));
     if (!admitted.ok()) {
@@ -275,18 +276,24 @@ void Engine::RunPlan(StepPlan& plan) {
     r->stream->PushPrompt(std::move(p.tokens));
   }
 
-  std::map<RequestId, TokenId> sampled;
-  for (const SampledToken& t : out->tokens) sampled[t.id] = t.token;
+  std::map<RequestId, std::vector<TokenId>> sampled;
+  for (const SampledToken& t : out->tokens) sampled[t.id].push_back(t.token);
+  CountSpeculation(plan, sampled);
   scheduler_.Update(plan, sampled);
 
+  RequestId previous = 0;  // ids start at 1
   for (SampledToken& t : out->tokens) {
+    // A request's accepted drafts follow its first token of the step: the
+    // step's latency is one gap, not one per token (as vLLM counts it).
+    const bool same_step = t.id == previous;
+    previous = t.id;
     Request* found = scheduler_.Find(t.id);
     if (found == nullptr) continue;
     Request& r = *found;
     const auto now = Clock::now();
     if (!r.first_token) {
       r.first_token = now;
-    } else if (observer_ != nullptr) {
+    } else if (observer_ != nullptr && !same_step) {
       r.gaps.push_back(std::chrono::duration<double>(now - r.last_token).count());
     }
     r.last_token = now;
@@ -309,6 +316,19 @@ void Engine::RunPlan(StepPlan& plan) {
     } else if (r.generated >= r.spec.max_tokens) {
       FinishRequest(t.id, FinishReason::kLength);
     }
+  }
+}
+
+void Engine::CountSpeculation(const StepPlan& plan, const std::map<RequestId, std::vector<TokenId>>& sampled) {
+  for (const auto& s : plan.sequences) {
+    if (s.num_draft == 0) continue;
+    auto it = sampled.find(s.request_id);
+    if (it == sampled.end()) continue;
+    const auto accepted = std::min<std::int64_t>(static_cast<std::int64_t>(it->second.size()) - 1, s.num_draft);
+    ++stats_.spec_drafts;
+    stats_.spec_draft_tokens += static_cast<std::uint64_t>(s.num_draft);
+    stats_.spec_accepted_tokens += static_cast<std::uint64_t>(accepted);
+    for (std::int64_t i = 0; i < accepted; ++i) ++stats_.spec_accepted_per_position[static_cast<std::size_t>(i)];
   }
 }
 

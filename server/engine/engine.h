@@ -12,10 +12,12 @@
 // FinishReason::kError); the engine thread goes on with the others.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +45,11 @@ struct EngineRequest {
   // the prefix cache's help.
   std::optional<std::size_t> prompt_logprobs;
   std::shared_ptr<LogitsProcessor> processor;  // per-request logits hook; may be null
+  // False: no speculative proposals for this request even when the engine
+  // speculates (SchedulerConfig::speculative). Its output is the same
+  // either way; opting out saves the verification's compute when the
+  // caller knows its text will not repeat its input.
+  bool speculative = true;
   int priority = 0;
   std::optional<Clock::duration> timeout;  // deadline = submission time + timeout
   // The trace the request belongs to (the front end's server span); the
@@ -77,6 +84,13 @@ struct EngineStats {
   std::atomic<std::uint64_t> encoder_tokens{0};
   // Token slots allocated but not holding a token, at peak usage.
   std::atomic<double> kv_waste_at_peak{0};
+  // Speculative decoding (vLLM's spec_decode counters): sequences that
+  // carried proposals, proposals verified, proposals accepted, and
+  // accepted proposals by their place in the draft (0 = the first).
+  std::atomic<std::uint64_t> spec_drafts{0};
+  std::atomic<std::uint64_t> spec_draft_tokens{0};
+  std::atomic<std::uint64_t> spec_accepted_tokens{0};
+  std::array<std::atomic<std::uint64_t>, kMaxSpeculativeTokens> spec_accepted_per_position{};
 };
 
 // Per-request timing and token counts, reported once when a request ends.
@@ -170,6 +184,8 @@ class Engine {
   // Reports and streams the end of a request the scheduler already freed
   // (deadlines found while scheduling): `r` is its last state.
   void ReportEnd(const Request& r, FinishReason reason, const Status& error);
+  // Adds a step's proposals and their verdicts to the stats.
+  void CountSpeculation(const StepPlan& plan, const std::map<RequestId, std::vector<TokenId>>& sampled);
   void UpdateStats();
   // Ends every live request with `status` (after an unexpected exception).
   void FailAll(const Status& status);

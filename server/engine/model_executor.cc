@@ -4,27 +4,41 @@
 
 namespace ropeserve {
 
+namespace {
+
+// The token of logits row `row` for request `id`: sampled from the whole row,
+// or taken from its reduction when the producer left the row out.
+StatusOr<SampledToken> SampleRow(HostSampler& sampler, RequestId id, const StepLogits& logits, std::int64_t row) {
+  std::optional<double> lse;
+  if (logits.logsumexp != nullptr) lse = logits.logsumexp[row];
+  const std::span<const float> r = logits.Row(row);
+  if (!r.empty()) return sampler.Sample(id, r, lse);
+  if (logits.max == nullptr || logits.argmax == nullptr || !lse)
+    return Internal("the forward left out a logits row without its reduction");
+  const std::int64_t a = logits.argmax[row];
+  if (a < 0 || a >= logits.vocab) return Internal("the forward's argmax is outside the vocabulary");
+  return sampler.TakeReduced(id, static_cast<TokenId>(a), logits.max[row], *lse);
+}
+
+}  // namespace
+
 StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits) {
   StepOutput out;
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     if (!s.needs_logits) continue;
-    if (row >= logits.rows) return Internal("the forward returned fewer logits rows than the plan needs");
-    std::optional<double> lse;
-    if (logits.logsumexp != nullptr) lse = logits.logsumexp[row];
-    const std::span<const float> r = logits.Row(row);
-    SampledToken t;
-    if (r.empty()) {
-      if (logits.max == nullptr || logits.argmax == nullptr || !lse)
-        return Internal("the forward left out a logits row without its reduction");
-      const std::int64_t a = logits.argmax[row];
-      if (a < 0 || a >= logits.vocab) return Internal("the forward's argmax is outside the vocabulary");
-      RS_ASSIGN_OR_RETURN(t, sampler.TakeReduced(s.request_id, static_cast<TokenId>(a), logits.max[row], *lse));
-    } else {
-      RS_ASSIGN_OR_RETURN(t, sampler.Sample(s.request_id, r, lse));
+    if (row + s.logits_rows() > logits.rows)
+      return Internal("the forward returned fewer logits rows than the plan needs");
+    // Row i is drawn only when the draft before it was accepted (the first
+    // row always): the draws a non-speculative run makes, in its order.
+    const auto drafts = s.drafts();
+    for (std::int64_t i = 0; i <= s.num_draft; ++i) {
+      RS_ASSIGN_OR_RETURN(SampledToken t, SampleRow(sampler, s.request_id, logits, row + i));
+      const TokenId token = t.token;
+      out.tokens.push_back(std::move(t));
+      if (i == s.num_draft || token != drafts[static_cast<std::size_t>(i)]) break;
     }
-    out.tokens.push_back(std::move(t));
-    ++row;
+    row += s.logits_rows();
   }
   std::int64_t prow = 0;
   for (const auto& s : plan.sequences) {

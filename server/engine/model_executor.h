@@ -25,8 +25,10 @@ struct PromptLogprobs {
   std::vector<GeneratedToken> tokens;  // the prompt token, its logprob, the alternatives
 };
 
-// One sampled token per sequence of the plan with needs_logits, in plan
-// order; prompt logprobs of the sequences with prompt_logprob_targets.
+// The sampled tokens of the plan's sequences with needs_logits, in plan
+// order: one each, or for a sequence with drafts the accepted drafts and
+// the token after them (1 to 1 + num_draft, consecutive in `tokens`);
+// prompt logprobs of the sequences with prompt_logprob_targets.
 struct StepOutput {
   std::vector<SampledToken> tokens;
   std::vector<PromptLogprobs> prompt;
@@ -40,8 +42,8 @@ class ModelExecutor {
   virtual std::int64_t vocab_size() const = 0;
 };
 
-// Row-major [rows, vocab] float32 logits, one row per sequence of the plan
-// with needs_logits, in plan order. `owner` keeps the memory alive.
+// Row-major [rows, vocab] float32 logits: the logits_rows() of each
+// sequence of the plan (one, or 1 + num_draft), in plan order. `owner` keeps the memory alive.
 struct StepLogits {
   const float* data = nullptr;
   std::int64_t rows = 0;
@@ -73,9 +75,11 @@ struct StepLogits {
   }
 };
 
-// Samples every row of `logits` (the plan's sequences with needs_logits,
-// in order) with `sampler`, after applying the plan's added/removed, and
-// turns the prompt rows into prompt logprobs (raw logits, as vLLM).
+// Samples the rows of `logits` (the plan's sequences with needs_logits, in
+// order) with `sampler`: a sequence's drafts are verified in order, each
+// row drawn as a non-speculative step would draw it and the rest skipped
+// at the first draw that differs from its draft (speculative.h). Turns the
+// prompt rows into prompt logprobs (raw logits, as vLLM).
 StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, const StepLogits& logits);
 
 // An executor made of a forward that yields host logits rows and the host

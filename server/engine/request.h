@@ -28,6 +28,9 @@ struct RequestSpec {
   // Prompt logprobs with this many alternatives (nullopt: none). Such a
   // request takes no prefix-cache hit: every prompt position is computed.
   std::optional<std::size_t> prompt_logprobs;
+  // Whether its decode may carry speculative proposals when the server
+  // speculates (SchedulerConfig::speculative); a request may opt out.
+  bool speculative = true;
 };
 
 // When generation stops, besides max_tokens.

@@ -11,7 +11,7 @@ Status SchedulerConfig::Validate() const {
   if (max_waiting_requests < 0) return InvalidArgument("max_waiting_requests must be >= 0");
   if (max_waiting_tokens < 0) return InvalidArgument("max_waiting_tokens must be >= 0");
   if (max_model_len < 1) return InvalidArgument("max_model_len must be at least 1");
-  return Status::Ok();
+  return speculative.Validate();
 }
 
 Scheduler::Scheduler(SchedulerConfig config, BlockPool& pool) : config_(config), pool_(pool) {}
@@ -90,6 +90,17 @@ bool Scheduler::AllocateFor(Request& r, std::int64_t num_new) {
   return true;
 }
 
+std::vector<TokenId> Scheduler::Draft(const Request& r, std::int64_t room) const {
+  if (!config_.speculative.enabled() || !r.spec.speculative) return {};
+  // Tokens the request may still produce: one per step at least, so the
+  // drafts that can count are one fewer; and K/V room within the context.
+  const auto generated = r.num_tokens() - static_cast<std::int64_t>(r.spec.prompt.size());
+  const std::int64_t limit =
+      std::min({room, r.spec.max_tokens - generated - 1, config_.max_model_len - r.num_tokens()});
+  if (limit <= 0) return {};
+  return ProposeNgram(r.tokens, config_.speculative, limit);
+}
+
 void Scheduler::ForgetComputed(Request& r) {
   r.blocks.Release();
   r.num_computed = 0;
@@ -153,11 +164,13 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     return n;
   };
 
-  auto add_to_plan = [&](Request& r, std::int64_t n, bool decode) {
+  auto add_to_plan = [&](Request& r, std::int64_t n, bool decode, const std::vector<TokenId>& drafts = {}) {
     ScheduledSequence s;
     s.request_id = r.spec.id;
     s.start_position = r.num_computed;
     s.token_ids.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
+    s.token_ids.insert(s.token_ids.end(), drafts.begin(), drafts.end());
+    s.num_draft = static_cast<std::int64_t>(drafts.size());
     // The block table as a diff against what the runner has.
     const std::vector<BlockId>& ids = r.blocks.ids();
     s.reset_blocks = r.blocks_sent == 0;
@@ -178,7 +191,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     }
     scheduled[&r] = plan.sequences.size();
     plan.sequences.push_back(std::move(s));
-    budget -= n;
+    budget -= n + static_cast<std::int64_t>(drafts.size());
     if (!decode) prefill_left -= n;
   };
 
@@ -196,6 +209,11 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       ++i;  // its prefill waits for the next step; decodes behind it still run
       continue;
     }
+    // Proposals ride on a decode when blocks for them are free: they never
+    // preempt (a rejected draft's block is used by the next tokens anyway).
+    std::vector<TokenId> drafts;
+    if (decode) drafts = Draft(r, budget - n);
+    if (!drafts.empty() && !AllocateFor(r, n + static_cast<std::int64_t>(drafts.size()))) drafts.clear();
     bool self_preempted = false;
     while (!AllocateFor(r, n)) {
       // Victim: largest priority value, then latest arrival.
@@ -222,7 +240,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       }
     }
     if (self_preempted) continue;  // running_[i] is now the next request
-    add_to_plan(r, n, decode);
+    add_to_plan(r, n, decode, drafts);
     ++i;
   }
 
@@ -262,16 +280,24 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
   return plan;
 }
 
-void Scheduler::Update(const StepPlan& plan, const std::map<RequestId, TokenId>& sampled) {
+void Scheduler::Update(const StepPlan& plan, const std::map<RequestId, std::vector<TokenId>>& sampled) {
   for (const auto& s : plan.sequences) {
     Request* r = Find(s.request_id);
     if (r == nullptr || !r->running) continue;  // finished or preempted meanwhile
-    r->num_computed += static_cast<std::int64_t>(s.token_ids.size());
-    CacheFullBlocks(*r);
+    // The chunk's known tokens, and the drafts the sampler accepted (every
+    // sampled token but the last confirms the draft at its place): their
+    // K/V is now the request's. Rejected drafts' slots lie past
+    // num_computed and are written again by the next step.
+    std::int64_t accepted = 0;
     if (s.needs_logits) {
       auto it = sampled.find(s.request_id);
-      if (it != sampled.end()) r->tokens.push_back(it->second);
+      if (it != sampled.end() && !it->second.empty()) {
+        accepted = std::min(static_cast<std::int64_t>(it->second.size()) - 1, s.num_draft);
+        r->tokens.insert(r->tokens.end(), it->second.begin(), it->second.end());
+      }
     }
+    r->num_computed += static_cast<std::int64_t>(s.token_ids.size()) - s.num_draft + accepted;
+    CacheFullBlocks(*r);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "server/common/status.h"
 #include "server/engine/block_pool.h"
 #include "server/engine/request.h"
+#include "server/engine/speculative.h"
 #include "server/engine/step_plan.h"
 
 namespace ropeserve {
@@ -52,6 +53,11 @@ struct SchedulerConfig {
   // KV blocks while it waits (preemption takes them first when memory runs
   // short). The default: no background class.
   int background_priority = std::numeric_limits<int>::max();
+  // Prompt-lookup speculative decoding (speculative.h): a running request's
+  // decode carries up to speculative.num_tokens proposals when its tokens
+  // give some, its request allows it (RequestSpec::speculative), the step's
+  // budget has room and free KV blocks hold them (proposals never preempt).
+  SpeculativeConfig speculative;
   Status Validate() const;
 };
 
@@ -72,10 +78,11 @@ class Scheduler {
   // budget); the engine keeps the rest for encoder windows.
   StepPlan Schedule(Clock::time_point now = Clock::now(), std::int64_t prefill_budget = -1);
 
-  // Applies a step's results: advances computed tokens, caches newly full
-  // blocks, and appends `sampled` tokens (one per sequence that needed
-  // logits; keyed by request id).
-  void Update(const StepPlan& plan, const std::map<RequestId, TokenId>& sampled);
+  // Applies a step's results: appends the `sampled` tokens of each sequence
+  // that needed logits (keyed by request id: one, or with proposals the
+  // accepted drafts and the token after them), advances computed tokens by
+  // the chunk less its rejected drafts, and caches newly full blocks.
+  void Update(const StepPlan& plan, const std::map<RequestId, std::vector<TokenId>>& sampled);
 
   // Ends a request (stop condition met, cancelled) and frees its blocks.
   // Unknown ids are ignored (it may have finished already).
@@ -106,6 +113,10 @@ class Scheduler {
 
  private:
   bool AllocateFor(Request& r, std::int64_t num_new);
+  // Proposals for running request r's next decode, at most `room` (the
+  // step's budget left after its token), within its limits; empty when
+  // speculation is off for it.
+  std::vector<TokenId> Draft(const Request& r, std::int64_t room) const;
   void Preempt(Request& r);
   // Drops r's blocks and computed tokens (its token list is kept).
   void ForgetComputed(Request& r);

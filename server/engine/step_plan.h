@@ -42,6 +42,12 @@ struct ScheduledSequence {
   bool reset_blocks = false;
   std::vector<BlockId> new_blocks;
   bool needs_logits = false;  // this chunk ends the known tokens: sample next
+  // Speculative decoding: the last `num_draft` of token_ids are proposals
+  // (not yet the request's tokens), verified by this step. Such a sequence
+  // needs_logits and gets 1 + num_draft logits rows, one per position from
+  // its last known token on: row i is sampled only when the draft before it
+  // was accepted (server/engine/speculative.h).
+  std::int64_t num_draft = 0;
   // Prompt logprobs (requests that asked for them): the prompt tokens at
   // positions prompt_logprobs_from, +1, ... whose logprobs this chunk's
   // rows give (the row of position p predicts the token at p + 1), and
@@ -50,6 +56,12 @@ struct ScheduledSequence {
   std::vector<TokenId> prompt_logprob_targets;
   std::size_t prompt_top_logprobs = 0;
   std::int64_t context_length() const { return start_position + static_cast<std::int64_t>(token_ids.size()); }
+  // Logits rows this sequence takes in the step's output.
+  std::int64_t logits_rows() const { return needs_logits ? 1 + num_draft : 0; }
+  // The proposals, in order (empty without speculation).
+  std::span<const TokenId> drafts() const {
+    return std::span<const TokenId>(token_ids).last(static_cast<std::size_t>(num_draft));
+  }
 };
 
 struct StepPlan {

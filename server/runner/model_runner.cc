@@ -219,18 +219,19 @@ at::Tensor DrawOnDevice(const HostSampler& sampler, const StepPlan& plan, const 
   bool random = false;
   std::size_t row = 0;
   for (const auto& s : plan.sequences) {
-    if (!s.needs_logits) continue;
-    if (const auto d = sampler.DeviceDrawOf(s.request_id)) {
+    const auto d = sampler.DeviceDrawOf(s.request_id);
+    // A sequence's rows are its draws in order (drafts: one row each).
+    for (std::int64_t i = 0; i < s.logits_rows(); ++i, ++row) {
+      if (!d) continue;
       drawn[row] = 1;
       temperature[row] = static_cast<float>(d->temperature);
       top_k[row] = static_cast<std::int32_t>(std::clamp<std::int64_t>(d->top_k, -1, INT32_MAX));
       top_p[row] = static_cast<float>(d->top_p);
       min_p[row] = static_cast<float>(d->min_p);
       seed[row] = static_cast<std::int64_t>(d->seed);  // the kernel reads the bits as uint64
-      offset[row] = static_cast<std::int64_t>(d->offset);
+      offset[row] = static_cast<std::int64_t>(d->offset) + i;
       random = random || d->temperature > 0;
     }
-    ++row;
   }
   if (!random) return {};
   const at::Device dev = logits.device();
@@ -285,12 +286,12 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   rows.row_index.reserve(static_cast<std::size_t>(out.rows));
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
-    if (!s.needs_logits) continue;
-    const bool on_device = !drawn.empty() && drawn[static_cast<std::size_t>(row)] != 0;
-    const bool need = (!on_device && sampler.NeedsRow(s.request_id)) || std::isnan(row_max[row]);
-    rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
-    if (need) whole.push_back(row);
-    ++row;
+    for (std::int64_t i = 0; i < s.logits_rows(); ++i, ++row) {
+      const bool on_device = !drawn.empty() && drawn[static_cast<std::size_t>(row)] != 0;
+      const bool need = (!on_device && sampler.NeedsRow(s.request_id)) || std::isnan(row_max[row]);
+      rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
+      if (need) whole.push_back(row);
+    }
   }
   out.row_index = rows.row_index.data();
   if (whole.empty()) return Status::Ok();
@@ -398,7 +399,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
   std::int64_t real_tokens = 0, prompt_n = 0;
   for (const auto& s : plan.sequences) {
     real_tokens += static_cast<std::int64_t>(s.token_ids.size());
-    p.real_rows += s.needs_logits ? 1 : 0;
+    p.real_rows += s.logits_rows();
     prompt_n += static_cast<std::int64_t>(s.prompt_logprob_targets.size());
   }
   p.padding = padding;
@@ -453,7 +454,8 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
     }
     row += len;
     end_sequence(i, len, s.context_length(), tables.RowOf(s.request_id));
-    if (s.needs_logits) logits_rows[logits_n++] = row - 1;
+    // The last token's row, and with drafts each draft's row before it.
+    for (std::int64_t j = s.logits_rows(); j > 0; --j) logits_rows[logits_n++] = row - j;
   }
   for (std::int64_t i = n; i < at.S; ++i) {
     ids[row] = 0;

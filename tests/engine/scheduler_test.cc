@@ -26,9 +26,9 @@ RequestSpec Spec(RequestId id, int prompt_len, int max_tokens = 4, int first_tok
 StepPlan Step(Scheduler& s, std::int64_t prefill_budget = -1, BlockTables* tables = nullptr) {
   StepPlan plan = s.Schedule(Clock::now(), prefill_budget);
   if (tables != nullptr) tables->Apply(plan);
-  std::map<RequestId, TokenId> sampled;
+  std::map<RequestId, std::vector<TokenId>> sampled;
   for (const auto& seq : plan.sequences)
-    if (seq.needs_logits) sampled[seq.request_id] = 7;
+    if (seq.needs_logits) sampled[seq.request_id] = {7};
   s.Update(plan, sampled);
   return plan;
 }
