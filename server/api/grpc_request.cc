@@ -27,6 +27,7 @@ void ReadSampling(const v1::SamplingParams& s, service::GenerationFields& f) {
   if (s.has_repetition_penalty()) f.repetition_penalty = s.repetition_penalty();
   f.frequency_penalty = NonZero(s.frequency_penalty());
   f.presence_penalty = NonZero(s.presence_penalty());
+  if (s.has_speculative()) f.speculative = s.speculative();
   // In id order (a map's order is unspecified); one more entry than the cap
   // is enough for the validator to refuse the request.
   for (const auto& [id, bias] : s.logit_bias()) {

@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <string_view>
@@ -164,6 +165,18 @@ struct ServerMetrics::ModelFamilies {
                            "Prompt tokens (in full KV blocks) looked up in the prefix cache", labels);
     prefix_hits =
         Count(r, "prefix_cache_hits_total", "Prompt tokens (in full KV blocks) found in the prefix cache", labels);
+    // Speculative decoding, vLLM's spec_decode counters (the accepted
+    // tokens per position: one series per proposal slot).
+    spec_drafts = Count(r, "spec_decode_num_drafts_total", "Decode steps of a request that carried proposals", labels);
+    spec_draft_tokens = Count(r, "spec_decode_num_draft_tokens_total", "Proposed tokens verified", labels);
+    spec_accepted = Count(r, "spec_decode_num_accepted_tokens_total", "Proposed tokens accepted", labels);
+    const char* per_pos_help = "Proposed tokens accepted, by their position in the proposal (0 = the first)";
+    for (const char* name : {"ropeserve_spec_decode_num_accepted_tokens_per_pos_total",
+                             "vllm:spec_decode_num_accepted_tokens_per_pos_total"}) {
+      auto& family = CounterFamily(r, name, per_pos_help, labels);
+      for (int i = 0; i < m.num_speculative_tokens; ++i)
+        spec_accepted_per_pos[static_cast<std::size_t>(i)].push_back(&family.Add({{"position", std::to_string(i)}}));
+    }
     running = Gauge(r, "num_requests_running", "Requests in the running batch", labels);
     waiting = Gauge(r, "num_requests_waiting", "Requests waiting to be scheduled", labels);
     kv_usage = Gauge(r, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1; 1 = full)", labels);
@@ -186,7 +199,9 @@ struct ServerMetrics::ModelFamilies {
   double block_size;  // the pool counts prefix-cache blocks; exported as tokens
   Twin<pm::Histogram> queue_time, prefill_time, decode_time, inference_time, ttft, itl, e2e, prompt_hist,
       generation_hist, iteration_tokens;
-  Twin<pm::Counter> prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
+  Twin<pm::Counter> prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits, spec_drafts,
+      spec_draft_tokens, spec_accepted;
+  std::array<std::vector<pm::Counter*>, kMaxSpeculativeTokens> spec_accepted_per_pos;  // ours and vLLM's
   Twin<pm::Gauge> running, waiting, kv_usage;
   Twin<pm::Family<pm::Counter>> success;
   pm::Counter* qa_window_tokens = nullptr;
@@ -304,6 +319,12 @@ std::string ServerMetrics::Render() {
       // The pool counts blocks; like vLLM, export tokens.
       Sync(f->prefix_queries, f->block_size * static_cast<double>(s.prefix_queries.load()));
       Sync(f->prefix_hits, f->block_size * static_cast<double>(s.prefix_hits.load()));
+      Sync(f->spec_drafts, static_cast<double>(s.spec_drafts.load()));
+      Sync(f->spec_draft_tokens, static_cast<double>(s.spec_draft_tokens.load()));
+      Sync(f->spec_accepted, static_cast<double>(s.spec_accepted_tokens.load()));
+      for (std::size_t i = 0; i < f->spec_accepted_per_pos.size(); ++i)
+        for (pm::Counter* c : f->spec_accepted_per_pos[i])
+          SyncCounter(*c, static_cast<double>(s.spec_accepted_per_position[i].load()));
     }
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
       SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));

@@ -33,6 +33,7 @@ struct ServedModelInfo {
   int block_size = 0;
   int num_blocks = 0;
   std::int64_t max_model_len = 0;  // bounds the token-count histograms
+  int num_speculative_tokens = 0;  // serve --num-speculative-tokens when speculating (0: off)
 };
 
 // The Batch API's progress, read at scrape time (server/batch/).

@@ -30,6 +30,7 @@ constexpr Rule kSamplingRules[] = {
     {"stop_token_ids", Kind::kRead},
     {"min_tokens", Kind::kRead},
     {"ignore_eos", Kind::kRead},
+    {"speculative", Kind::kRead},
     {"repetition_penalty", Kind::kRead},
     {"frequency_penalty", Kind::kRead},
     {"presence_penalty", Kind::kRead},
@@ -193,6 +194,7 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(Read(body, "presence_penalty", f.presence_penalty));
   RS_RETURN_IF_ERROR(Read(body, "seed", f.seed));
   RS_RETURN_IF_ERROR(Read(body, "ignore_eos", f.ignore_eos));
+  RS_RETURN_IF_ERROR(Read(body, "speculative", f.speculative));
   RS_RETURN_IF_ERROR(ReadStop(body, f.stop));
   RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
   RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));

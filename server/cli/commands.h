@@ -14,6 +14,7 @@
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
 #include "server/common/token_id.h"
+#include "server/engine/speculative.h"
 #include "server/models/quantization.h"
 
 namespace ropeserve::cli {
@@ -43,6 +44,19 @@ inline constexpr const char* kQuantizationHelp =
     "of bf16 for decode), or int4 (group-wise 4-bit projections, groups of 128 columns, int8 LM head; a "
     "quarter of bf16's bytes in the layers; CPU only; docs/benchmarks.md). A GPTQ, AWQ or compressed-tensors "
     "checkpoint is served with its own 4-bit weights (none or int4; int8 is refused)";
+
+// --speculative, --num-speculative-tokens, --prompt-lookup-min/max (serve,
+// generate, bench): prompt-lookup speculative decoding (server/engine/
+// speculative.h).
+struct SpeculativeFlags {
+  std::string method = "none";  // none | ngram
+  int num_tokens = 4;
+  int min_ngram = 2;
+  int max_ngram = 4;
+};
+void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f);
+// The engine's config for the flags (num_tokens 0 when the method is none).
+StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f);
 
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
 // stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.

@@ -71,6 +71,42 @@ StatusOr<std::vector<std::int64_t>> ParseIdList(const std::string& text, const s
   return ids;
 }
 
+void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f) {
+  sub->add_option("--speculative", f.method,
+                  "Speculative decoding: none, or ngram (prompt lookup: a decode also verifies the tokens that "
+                  "followed the latest n-gram's earlier occurrence in the prompt or output; the output is the "
+                  "same token for token; it pays when the text repeats its input, as summaries and extracts do)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_SPECULATIVE")
+      ->check(CLI::IsMember({"none", "ngram"}));
+  sub->add_option("--num-speculative-tokens", f.num_tokens, "Proposals verified per decode step (--speculative ngram)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_NUM_SPECULATIVE_TOKENS")
+      ->check(CLI::Range(1, kMaxSpeculativeTokens));
+  sub->add_option("--prompt-lookup-min", f.min_ngram, "Shortest n-gram looked up (--speculative ngram)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_PROMPT_LOOKUP_MIN")
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--prompt-lookup-max", f.max_ngram, "Longest n-gram looked up (--speculative ngram)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_PROMPT_LOOKUP_MAX")
+      ->check(CLI::Range(1, 64));
+}
+
+StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f) {
+  SpeculativeConfig c;
+  if (f.method == "none") return c;
+  if (f.method != "ngram") return InvalidArgument("--speculative must be none or ngram");
+  c.num_tokens = f.num_tokens;
+  c.min_ngram = f.min_ngram;
+  c.max_ngram = f.max_ngram;
+  if (c.max_ngram < c.min_ngram)
+    return InvalidArgument("--prompt-lookup-max (" + std::to_string(c.max_ngram) +
+                           ") must be at least --prompt-lookup-min (" + std::to_string(c.min_ngram) + ")");
+  RS_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;

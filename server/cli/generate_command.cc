@@ -21,6 +21,7 @@ namespace ropeserve::cli {
 namespace {
 
 struct GenerateFlags {
+  SpeculativeFlags speculative;
   std::string model;
   std::string prompt;
   std::string prompt_ids;
@@ -71,6 +72,9 @@ int Run(const GenerateFlags& f) {
   // sampler and output processor (detokenization, stop strings).
   OfflineOptions eo;
   eo.max_num_seqs = 1;
+  auto speculative = SpeculativeFrom(f.speculative);
+  if (!speculative.ok()) return Fail(speculative.status().message());
+  eo.speculative = *speculative;
   auto service = OfflineDecoder(**model, eo, tokenizer);
   if (!service.ok()) return Fail(service.status().ToString());
   // The same input processor (tokenizer, ids, defaults, ranges) as gRPC Generate.
@@ -183,6 +187,7 @@ Runner AddGenerate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(kQuantizationChoices));
   sub->add_option("--device", f->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
+  AddSpeculativeFlags(sub, f->speculative);
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompt-ids") == 0)
       throw CLI::ValidationError("--prompt or --prompt-ids", "one of them is required");

@@ -36,6 +36,7 @@ namespace ropeserve::cli {
 namespace {
 
 struct ServeFlags {
+  SpeculativeFlags speculative;
   std::string summarizer;
   std::string qa;
   std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
@@ -208,6 +209,9 @@ int Run(ServeFlags f) {
   if (!storage.ok()) return Fail(storage.status().message());
   (*storage)->Attach(ctx);
   if (f.storage.batch_scheduling == "gaps") f.engine.scheduler.background_priority = service::kBatchPriority;
+  auto speculative = SpeculativeFrom(f.speculative);
+  if (!speculative.ok()) return Fail(speculative.status().message());
+  f.engine.scheduler.speculative = *speculative;
   auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);
@@ -310,6 +314,7 @@ int Run(ServeFlags f) {
   served.block_size = service.block_size();
   served.num_blocks = static_cast<int>(service.kv_cache().num_blocks);
   served.max_model_len = service.max_model_len();
+  served.num_speculative_tokens = f.engine.scheduler.speculative.num_tokens;
   metrics.SetModel(served);
   metrics.Attach(&service.engine());
   ctx.service = &service;
@@ -437,6 +442,7 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_PREFILL_TOKENS_WHILE_DECODING")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  AddSpeculativeFlags(sub, f->speculative);
   sub->add_option("--qa-dtype", f->qa_dtype,
                   "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
       ->capture_default_str()

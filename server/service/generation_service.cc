@@ -108,6 +108,7 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   else if (!processors.empty())
     r.processor = std::make_shared<ProcessorChain>(std::move(processors));
   r.stop.ignore_eos = options.ignore_eos;
+  r.speculative = options.speculative;
   r.priority = options.priority;
   r.top_logprobs = options.top_logprobs;
   r.prompt_logprobs = options.prompt_logprobs;

@@ -134,6 +134,7 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
     return Bad(m.substr(0, m.find(' ')), "'" + m.substr(0, m.find(' ')) + "'" + m.substr(m.find(' ')));
   }
   o.ignore_eos = f.ignore_eos.value_or(false);
+  o.speculative = f.speculative.value_or(true);
 
   // Stops.
   if (f.stop.size() > static_cast<std::size_t>(kMaxStopStrings))

@@ -31,6 +31,9 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::size_t top_logprobs = 0;  // 0 = none
   bool ignore_eos = false;
+  // Speculative proposals allowed when the server speculates (the output
+  // is the same either way).
+  bool speculative = true;
   // Served requests only (need the tokenizer): generation ends when the
   // decoded text contains one of `stop` (the text is cut before it) or a
   // token of `stop_token_ids` is produced.
@@ -151,6 +154,7 @@ struct GenerationFields {
   std::optional<double> presence_penalty;
   std::optional<std::uint64_t> seed;
   std::optional<bool> ignore_eos;
+  std::optional<bool> speculative;  // unset: true
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;
   std::optional<std::int64_t> top_logprobs;  // alternatives per token (0 = the chosen token's logprob only)

@@ -151,6 +151,8 @@ StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const Decod
   sc.engine.scheduler.max_model_len = o.max_model_len;
   sc.engine.scheduler.max_num_seqs = o.max_num_seqs;
   sc.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.engine.scheduler.speculative = o.speculative;
+  RS_RETURN_IF_ERROR(sc.engine.scheduler.Validate());
   sc.engine_thread = false;
   RunnerOptions ro;
   ro.max_num_batched_tokens = o.max_num_batched_tokens;

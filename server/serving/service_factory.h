@@ -10,6 +10,7 @@
 
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
+#include "server/engine/speculative.h"
 #include "server/service/generation_service.h"
 #include "server/service/qa_service.h"
 
@@ -37,6 +38,7 @@ struct OfflineOptions {
   std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;           // the KV cache holds this many sequences of max_model_len
   std::int64_t max_num_batched_tokens = 2048;
+  SpeculativeConfig speculative;
 };
 
 // Offline (`ropeserve generate`, tests): the same scheduler, runner and

@@ -126,6 +126,42 @@ TEST(Cli, GenerateJsonMatchesLlamaCppGreedyTokens) {
   EXPECT_TRUE(j.contains("text"));
 }
 
+// Speculative decoding (prompt lookup) from the command line: llama.cpp's
+// greedy tokens still, the logprobs the same, a constrained sample the same
+// text; bad lookup sizes refused by flag.
+TEST(Cli, SpeculativeGenerateKeepsTheOutput) {
+  ScratchDir d;
+  auto golden = testing::ReadJson(testing::TestData("golden/decoder_llama-tiny.json"));
+  const auto& c = golden["cases"][1];
+  std::string ids;
+  for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  const std::string model = " --model " + testing::TestData("models/llama-tiny");
+  const std::string spec = " --speculative ngram --num-speculative-tokens 4 --prompt-lookup-min 1";
+  auto plain =
+      RunBinary("generate" + model + " --prompt-ids " + ids + " --max-tokens 32 --ignore-eos --json", d.path());
+  auto fast =
+      RunBinary("generate" + model + spec + " --prompt-ids " + ids + " --max-tokens 32 --ignore-eos --json", d.path());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  const auto p = nlohmann::json::parse(plain.out), f = nlohmann::json::parse(fast.out);
+  EXPECT_EQ(f["generated_ids"], c["generated_ids"]);
+  EXPECT_EQ(f["generated_ids"], p["generated_ids"]);
+  EXPECT_EQ(f["logprobs"], p["logprobs"]);
+  const std::string sampled = " --prompt x --temperature 1 --seed 3 --max-tokens 30 --regex '([a-z]{2}-){3}[0-9]{2}'";
+  auto plain_regex =
+      RunBinary("generate --model " + testing::TestData("models/llama-tiny") + sampled + " --json", d.path());
+  auto fast_regex = RunBinary("generate" + model + spec + sampled + " --json", d.path());
+  ASSERT_EQ(plain_regex.exit_code, 0) << plain_regex.err;
+  ASSERT_EQ(fast_regex.exit_code, 0) << fast_regex.err;
+  EXPECT_EQ(nlohmann::json::parse(fast_regex.out)["text"], nlohmann::json::parse(plain_regex.out)["text"]);
+  auto bad = RunBinary("generate" + model +
+                           " --speculative ngram --prompt-lookup-min 3 --prompt-lookup-max 2 "
+                           "--prompt-ids 1,2",
+                       d.path());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--prompt-lookup-max"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, MakeModelThenGenerateForEveryArchitecture) {
   for (const char* arch : {"llama", "qwen2", "qwen3"}) {
     ScratchDir d;

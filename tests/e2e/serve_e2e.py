@@ -557,6 +557,45 @@ def test_int8_weights_are_served(env):
         check(s.stop() == 0, "exit code")
 
 
+def test_speculative_decoding_keeps_the_output_and_counts_acceptance(env):
+    # --speculative ngram: the same greedy tokens as the main (non-speculating)
+    # server over REST and gRPC, vLLM's spec_decode counters in /metrics, the
+    # per-request opt-out, and bad flags refused at start-up by name.
+    bad = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--speculative", "ngram",
+                          "--prompt-lookup-min", "3", "--prompt-lookup-max", "2"], capture_output=True, timeout=60)
+    check(bad.returncode != 0 and b"--prompt-lookup-max" in bad.stderr, bad.stderr)
+    s = Server(env.binary, env.model, env.workdir,
+               ["--speculative", "ngram", "--num-speculative-tokens", "4", "--prompt-lookup-min", "1"], name="spec")
+    try:
+        # A prompt that repeats itself; the tiny random model's greedy text
+        # loops, which the lookup also proposes.
+        prompt = "the cat sat on the mat and the cat sat on the mat and the cat"
+        body = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+        want = post_json(env.main.http, "/v1/completions", body)[1]["choices"][0]
+        status, got, _ = post_json(s.http, "/v1/completions", body)
+        check(status == 200 and got["choices"][0]["token_ids"] == want["token_ids"], (got, want))
+        check(got["choices"][0]["text"] == want["text"], "text differs")
+        status, opted_out, _ = post_json(s.http, "/v1/completions", dict(body, speculative=False))
+        check(status == 200 and opted_out["choices"][0]["token_ids"] == want["token_ids"], opted_out)
+        status, err, _ = post_json(s.http, "/v1/completions", dict(body, speculative="no"))
+        check(status == 400 and err["error"]["param"] == "speculative", err)
+        g = env.g
+        resp = list(g.stub(s.grpc).Generate(g.pb.GenerateRequest(prompt=prompt, max_tokens=40, ignore_eos=True),
+                                            timeout=HANG_GUARD_SECONDS))
+        check([t for m in resp for t in m.token_ids] == want["token_ids"], "gRPC ids differ")
+        _, values = s.metrics()
+        proposed = values.get("vllm:spec_decode_num_draft_tokens_total", 0)
+        accepted = values.get("vllm:spec_decode_num_accepted_tokens_total", 0)
+        check(proposed > 0 and 0 < accepted <= proposed, (proposed, accepted))
+        check(values.get("ropeserve_spec_decode_num_drafts_total", 0) > 0, "drafts not counted")
+        per_pos = sum(v for k, v in values.items()
+                      if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total{"))
+        check(per_pos == accepted, (per_pos, accepted))
+        check('position="3"' in s.metrics()[0], "one per-position series per proposal slot")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 def test_uploaded_files_survive_restarts_and_keep_their_directory(env):
     # The Files API on a data directory: an uploaded file is there after a
     # SIGTERM and after a kill -9; a second server on the same directory
