@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "bench/spec_bench.h"
 #include "bench/workload.h"
 #include "server/common/json_file.h"
 #include "server/common/ready_signal.h"
@@ -35,6 +36,7 @@ struct EngineRun {
   std::vector<std::vector<TokenId>> outputs;
   double peak_kv_usage = 0, kv_waste = 0;
   std::uint64_t preemptions = 0, prefix_hits = 0, prefix_queries = 0;
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
 };
 
 // Keeps `concurrency` requests in flight until all are done.
@@ -57,6 +59,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   ec.scheduler.max_prefill_tokens_while_decoding = o.max_prefill_tokens_while_decoding;
   ec.scheduler.max_waiting_requests = o.num_requests + 1;
+  ec.scheduler.speculative = o.speculative;
   // The client loop sleeps until a stream has something (the streams'
   // notify hook). Polling each stream with a short timeout instead woke the
   // client every 200 us, and on two cores each wake-up preempted one of the
@@ -130,6 +133,9 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   run.preemptions = st.preemptions;
   run.prefix_hits = st.prefix_hits;
   run.prefix_queries = st.prefix_queries;
+  run.spec_drafts = st.spec_drafts;
+  run.spec_draft_tokens = st.spec_draft_tokens;
+  run.spec_accepted = st.spec_accepted_tokens;
   return run;
 }
 
@@ -304,8 +310,15 @@ Status RunBench(const BenchOptions& o) {
                                                    : std::min<std::int64_t>(c.max_position_embeddings, 4096);
   if (o.prefill_tokens + 1 > max_len)
     return InvalidArgument("--prefill-tokens must leave room for one output token within --max-model-len");
-  RS_ASSIGN_OR_RETURN(Workload w,
-                      MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len));
+  std::vector<TokenId> document;
+  if (!o.document.empty()) {
+    RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
+    RS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.document));
+    RS_ASSIGN_OR_RETURN(auto encoding, tokenizer->Encode(text, /*add_special_tokens=*/false));
+    for (const auto id : encoding.ids) document.push_back(static_cast<TokenId>(id));
+  }
+  RS_ASSIGN_OR_RETURN(Workload w, MakeWorkload(o.input_len, o.output_len, o.num_requests, o.seed, c.vocab_size, max_len,
+                                               o.document.empty() ? nullptr : &document));
   if (!o.workload_out.empty()) {
     const nlohmann::json dump = {{"input_len", o.input_len},
                                  {"output_len", o.output_len},
@@ -396,6 +409,27 @@ Status RunBench(const BenchOptions& o) {
     RS_ASSIGN_OR_RETURN(constrained, RunConstrained(*model, o, w, kv.num_blocks, max_len));
   }
 
+  nlohmann::json speculative = nullptr;
+  if (o.speculative.enabled()) {
+    const auto proposed = static_cast<double>(run.spec_draft_tokens);
+    speculative = {
+        {"method", "ngram"},
+        {"num_speculative_tokens", o.speculative.num_tokens},
+        {"prompt_lookup", {o.speculative.min_ngram, o.speculative.max_ngram}},
+        {"steps_with_proposals", run.spec_drafts},
+        {"proposed_tokens", run.spec_draft_tokens},
+        {"accepted_tokens", run.spec_accepted},
+        {"acceptance_rate", proposed > 0 ? static_cast<double>(run.spec_accepted) / proposed : 0.0},
+        {"tokens_from_proposals",
+         run.generated > 0 ? static_cast<double>(run.spec_accepted) / static_cast<double>(run.generated) : 0.0}};
+  }
+  nlohmann::json verify_cost = nullptr;
+  if (o.spec_verify_cost) {
+    VerifyCostOptions v;
+    v.batches = o.spec_verify_batches;
+    RS_ASSIGN_OR_RETURN(verify_cost, MeasureVerifyCost(*model, o, v));
+  }
+
   nlohmann::ordered_json j = {
       {"model", o.model},
       {"device", model->device().str()},
@@ -429,6 +463,8 @@ Status RunBench(const BenchOptions& o) {
       {"batch1", batch1},
       {"prefill", prefill},
       {"constrained", constrained},
+      {"speculative", speculative},
+      {"spec_verify_cost", verify_cost},
       {"threads", ComputeThreads()},
   };
   if (o.json) {

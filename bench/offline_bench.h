@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
@@ -54,6 +55,16 @@ struct BenchOptions {
   // before running, for another implementation to run the same requests
   // (tests/gpu/hf_generate_bench.py).
   std::string workload_out;
+  // A text file: prompts are windows of it (tokenized with the model's
+  // tokenizer.json) instead of random ids: a summarization-shaped input.
+  std::string document;
+  // Prompt-lookup speculative decoding in the engine runs (serve's flags);
+  // the report adds its proposals and acceptance.
+  SpeculativeConfig speculative;
+  // Also measure the cost of verifying 2 / 4 / 8 proposals against one
+  // decode step (bench/spec_bench.h).
+  bool spec_verify_cost = false;
+  std::vector<int> spec_verify_batches = {1, 16};  // the batch sizes it measures
 };
 
 // Runs the benchmark and prints a report (text or one JSON object) to stdout.

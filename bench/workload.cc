@@ -31,16 +31,24 @@ StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::str
 }
 
 StatusOr<Workload> MakeWorkload(const std::string& input_len, const std::string& output_len, int num_requests,
-                                std::uint64_t seed, std::int64_t vocab, std::int64_t max_len) {
+                                std::uint64_t seed, std::int64_t vocab, std::int64_t max_len,
+                                const std::vector<TokenId>* document) {
+  if (document != nullptr && document->empty()) return InvalidArgument("the workload's document has no tokens");
   RS_ASSIGN_OR_RETURN(auto in, ParseDist(input_len, true));
   RS_ASSIGN_OR_RETURN(auto out, ParseDist(output_len, false));
   std::mt19937_64 rng(seed);
   Workload w;
   for (int i = 0; i < num_requests; ++i) {
     std::int64_t p = std::min(in(rng), max_len - 1);
+    if (document != nullptr) p = std::min(p, static_cast<std::int64_t>(document->size()));
     std::int64_t g = std::min(out(rng), max_len - p);
     std::vector<TokenId> prompt(static_cast<std::size_t>(p));
-    for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<std::uint64_t>(vocab));
+    if (document != nullptr) {
+      const auto from = static_cast<std::ptrdiff_t>(rng() % (document->size() - static_cast<std::size_t>(p) + 1));
+      std::copy(document->begin() + from, document->begin() + from + p, prompt.begin());
+    } else {
+      for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<std::uint64_t>(vocab));
+    }
     w.prompts.push_back(std::move(prompt));
     w.output_lens.push_back(g);
   }

@@ -23,9 +23,13 @@ struct Workload {
 // tail; prompts median ~ 150 tokens, outputs median ~ 120).
 StatusOr<std::function<std::int64_t(std::mt19937_64&)>> ParseDist(const std::string& spec, bool is_input);
 
-// `num_requests` seeded requests; prompt + output fit in `max_len`.
+// `num_requests` seeded requests; prompt + output fit in `max_len`. The
+// prompts are random ids, or with `document` (a tokenized text) windows of
+// it at seeded offsets (at most the document's length): natural text, with
+// the repetitions prompt-lookup speculation proposes from.
 StatusOr<Workload> MakeWorkload(const std::string& input_len, const std::string& output_len, int num_requests,
-                                std::uint64_t seed, std::int64_t vocab, std::int64_t max_len);
+                                std::uint64_t seed, std::int64_t vocab, std::int64_t max_len,
+                                const std::vector<TokenId>* document = nullptr);
 
 // Static batching's plan for a workload (Hugging Face `generate` style):
 // batches of `batch_size` requests in order, prompts left-padded to the

@@ -13,6 +13,7 @@ Runner AddBench(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("bfloat16");
   auto baseline = std::make_shared<std::string>();
   auto quantization = std::make_shared<std::string>("none");
+  auto speculative = std::make_shared<SpeculativeFlags>();
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput benchmark of the batching engine (no network)");
   sub->add_option("--model", o->model, "Checkpoint directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--device", o->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
@@ -61,10 +62,24 @@ Runner AddBench(CLI::App& app) {
                   "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
                   "free, twice each, interleaved; report both, the overhead and the schema's compile time")
       ->check(CLI::ExistingFile);
+  AddSpeculativeFlags(sub, *speculative);
+  sub->add_option("--document", o->document,
+                  "A text file: prompts are windows of it (the model's tokenizer.json) instead of random ids")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--spec-verify-cost", o->spec_verify_cost,
+                "Also time decode steps verifying 2 / 4 / 8 proposals against plain ones at each batch size (256 "
+                "cached tokens) and report the speed-up that cost gives at acceptance rates 0.3 / 0.5 / 0.7");
+  sub->add_option("--spec-verify-batches", o->spec_verify_batches, "The batch sizes --spec-verify-cost measures")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub->add_option("--workload-out", o->workload_out,
                   "Also write the requests (prompt ids, output lengths) to this JSON file, for another "
                   "implementation to run the same ones");
-  return [o, dtype, baseline, quantization] {
+  return [o, dtype, baseline, quantization, speculative] {
+    auto spec = SpeculativeFrom(*speculative);
+    if (!spec.ok()) return Fail(spec.status().message());
+    o->speculative = *spec;
     o->dtype = ParseDTypeFlag(*dtype).value_or(DType::kBF16);
     o->quantization = ParseQuantization(*quantization).value_or(Quantization::kNone);
     o->baseline_static = *baseline == "static";

@@ -382,6 +382,33 @@ TEST(Cli, BenchReportsThroughputBaselineAndInvariance) {
     dumped_prompt_tokens += static_cast<std::int64_t>(p.size());
   }
   EXPECT_EQ(nlohmann::json::parse(dumped.out)["prompt_tokens"], dumped_prompt_tokens);
+  // Speculation over a document's windows: the same tokens generated, its
+  // counters reported; the verification cost at two batch sizes.
+  {
+    std::ofstream doc(d.path() + "/doc.txt");
+    for (int i = 0; i < 40; ++i) doc << "The committee met on Monday. The committee met again on Friday. ";
+  }
+  auto spec = RunBinary("bench --model " + d.path() + "/m --num-requests 4 --concurrency 2 --input-len 60 " +
+                            "--output-len 20 --batch1-tokens 0 --dtype f32 --document " + d.path() +
+                            "/doc.txt --speculative ngram --prompt-lookup-min 1 "
+                            "--speculative-disable-by-batch-size 0 --spec-verify-cost --spec-verify-batches 1,2 --json",
+                        d.path());
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  const auto sj = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(sj["generated_tokens"], 4 * 20);
+  EXPECT_EQ(sj["prompt_tokens"], 4 * 60);
+  const auto& sp = sj["speculative"];
+  EXPECT_GE(sp["proposed_tokens"].get<double>(), sp["accepted_tokens"].get<double>());
+  EXPECT_GE(sp["acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(sp["acceptance_rate"].get<double>(), 1.0);
+  ASSERT_EQ(sj["spec_verify_cost"].size(), 2u);
+  for (const auto& row : sj["spec_verify_cost"]) {
+    ASSERT_EQ(row["verify"].size(), 3u);
+    for (const auto& k : row["verify"]) EXPECT_GT(k["relative_cost"].get<double>(), 0.0);
+  }
+  auto missing_doc = RunBinary("bench --model " + d.path() + "/m --document " + d.path() + "/none.txt", d.path());
+  EXPECT_NE(missing_doc.exit_code, 0);
+
   auto unwritable = RunBinary("bench --model " + d.path() + "/m --num-requests 1 --batch1-tokens 0 --workload-out " +
                                   d.path() + "/no/such/dir/w.json",
                               d.path());
