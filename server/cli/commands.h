@@ -53,6 +53,7 @@ struct SpeculativeFlags {
   int num_tokens = 4;
   int min_ngram = 2;
   int max_ngram = 4;
+  int disable_by_batch_size = SpeculativeConfig().disable_by_batch_size;
 };
 void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f);
 // The engine's config for the flags (num_tokens 0 when the method is none).

@@ -91,6 +91,13 @@ void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f) {
       ->capture_default_str()
       ->envname("ROPESERVE_PROMPT_LOOKUP_MAX")
       ->check(CLI::Range(1, 64));
+  sub->add_option("--speculative-disable-by-batch-size", f.disable_by_batch_size,
+                  "No proposals in steps while more requests than this run (0 = always propose): verifying costs "
+                  "compute, which pays only while a step is bound by reading the weights (on CPUs: one or two "
+                  "sequences; docs/benchmarks.md)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_SPECULATIVE_DISABLE_BY_BATCH_SIZE")
+      ->check(CLI::Range(0, 1 << 16));
 }
 
 StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f) {
@@ -100,6 +107,7 @@ StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f) {
   c.num_tokens = f.num_tokens;
   c.min_ngram = f.min_ngram;
   c.max_ngram = f.max_ngram;
+  c.disable_by_batch_size = f.disable_by_batch_size;
   if (c.max_ngram < c.min_ngram)
     return InvalidArgument("--prompt-lookup-max (" + std::to_string(c.max_ngram) +
                            ") must be at least --prompt-lookup-min (" + std::to_string(c.min_ngram) + ")");

@@ -195,6 +195,10 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     if (!decode) prefill_left -= n;
   };
 
+  // Proposals only while the batch is small enough for them to pay.
+  const int spec_limit = config_.speculative.disable_by_batch_size;
+  const bool speculate = spec_limit == 0 || static_cast<int>(running_.size()) <= spec_limit;
+
   // 1. Running requests, in arrival order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
@@ -212,7 +216,7 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     // Proposals ride on a decode when blocks for them are free: they never
     // preempt (a rejected draft's block is used by the next tokens anyway).
     std::vector<TokenId> drafts;
-    if (decode) drafts = Draft(r, budget - n);
+    if (decode && speculate) drafts = Draft(r, budget - n);
     if (!drafts.empty() && !AllocateFor(r, n + static_cast<std::int64_t>(drafts.size()))) drafts.clear();
     bool self_preempted = false;
     while (!AllocateFor(r, n)) {

@@ -56,7 +56,8 @@ struct SchedulerConfig {
   // Prompt-lookup speculative decoding (speculative.h): a running request's
   // decode carries up to speculative.num_tokens proposals when its tokens
   // give some, its request allows it (RequestSpec::speculative), the step's
-  // budget has room and free KV blocks hold them (proposals never preempt).
+  // budget has room, free KV blocks hold them (proposals never preempt) and
+  // at most speculative.disable_by_batch_size requests run.
   SpeculativeConfig speculative;
   Status Validate() const;
 };

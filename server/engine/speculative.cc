@@ -14,6 +14,7 @@ Status SpeculativeConfig::Validate() const {
     return InvalidArgument("the prompt lookup's maximum n-gram must be at least its minimum (" +
                            std::to_string(min_ngram) + ")");
   if (max_ngram > 64) return InvalidArgument("the prompt lookup's maximum n-gram must be at most 64");
+  if (disable_by_batch_size < 0) return InvalidArgument("the batch size that disables speculation must be >= 0");
   return Status::Ok();
 }
 

@@ -40,6 +40,12 @@ struct SpeculativeConfig {
   int num_tokens = 0;  // proposals per step (0: speculation off)
   int min_ngram = 2;   // shortest suffix looked up (vLLM's prompt_lookup_min)
   int max_ngram = 4;   // longest (prompt_lookup_max)
+  // No proposals in a step while more than this many requests run (0:
+  // always propose; vLLM's speculative_disable_by_batch_size). Verifying K
+  // proposals costs about K more rows of compute: nearly free while a step
+  // is bound by reading the weights (one or two sequences on a CPU), a net
+  // loss once the batch makes it compute-bound (docs/benchmarks.md).
+  int disable_by_batch_size = 2;
   bool enabled() const { return num_tokens > 0; }
   Status Validate() const;
 };

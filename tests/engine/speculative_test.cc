@@ -22,6 +22,7 @@ SpeculativeConfig Ngram(int k, int min_n, int max_n) {
   c.num_tokens = k;
   c.min_ngram = min_n;
   c.max_ngram = max_n;
+  c.disable_by_batch_size = 0;  // batches of any size speculate here
   return c;
 }
 
@@ -150,6 +151,20 @@ TEST(SpeculativeScheduler, DraftsNeverPreemptAndTakeNoBlockThatIsNotFree) {
   StepPlan d = s.Schedule();
   EXPECT_EQ(d.sequences[0].num_draft, 2);
   EXPECT_EQ(s.num_preemptions(), 0u);
+}
+
+TEST(SpeculativeScheduler, NoProposalsWhileMoreRequestsRunThanTheLimit) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c = Speculating(4);
+  c.speculative.disable_by_batch_size = 2;
+  Scheduler s(c, pool);
+  for (RequestId id : {1, 2, 3}) ASSERT_TRUE(s.Add(Spec(id, {1, 2, 3, 4, 5, 6, 1, 2}, 10)).ok());
+  s.Update(s.Schedule(), {{1, {3}}, {2, {3}}, {3, {3}}});
+  for (const auto& seq : s.Schedule().sequences) EXPECT_EQ(seq.num_draft, 0);  // three running
+  s.Finish(3, FinishReason::kCancelled);
+  StepPlan two = s.Schedule();
+  ASSERT_EQ(two.sequences.size(), 2u);
+  for (const auto& seq : two.sequences) EXPECT_GT(seq.num_draft, 0);
 }
 
 // A fake model over a small vocabulary whose next token is a function of

@@ -79,6 +79,7 @@ class SpeculativeDecoding : public ::testing::TestWithParam<SpecCase> {
     c.scheduler.speculative.num_tokens = k;
     c.scheduler.speculative.min_ngram = 1;
     c.scheduler.speculative.max_ngram = 3;
+    c.scheduler.speculative.disable_by_batch_size = 0;  // batched steps speculate too
     Engine engine(c, runner);
     auto submit = [&](const Prompts& ps) {
       std::vector<std::shared_ptr<RequestStream>> streams;
