@@ -23,7 +23,7 @@ Status EncoderQueue::Push(std::shared_ptr<EncoderJob> job) {
   return Status::Ok();
 }
 
-std::vector<EncoderItem> EncoderQueue::Take(std::int64_t budget) {
+std::vector<EncoderItem> EncoderQueue::Take(std::int64_t budget, bool at_least_one) {
   std::vector<EncoderItem> items;
   std::vector<std::shared_ptr<EncoderJob>> dropped;
   {
@@ -37,13 +37,13 @@ std::vector<EncoderItem> EncoderQueue::Take(std::int64_t budget) {
         continue;
       }
       const std::int64_t n = e.job->window_tokens(e.next);
-      if (!items.empty() && tokens + n > budget) break;
+      if ((!items.empty() || !at_least_one) && tokens + n > budget) break;
       items.push_back(EncoderItem{e.job, e.next++});
       tokens += n;
     }
   }
   // Outside the lock: a job's failure may run its caller's callback.
-  for (auto& job : dropped) job->Fail(Status(ErrorCode::kCancelled, "the QA request was cancelled"));
+  for (auto& job : dropped) job->Fail(Status(ErrorCode::kCancelled, "the request was cancelled"));
   return items;
 }
 

@@ -1,4 +1,4 @@
-// Encoder-only work (extractive-QA windows) for the engine's steps.
+// Encoder-only work (extractive-QA windows, inputs to embed) for the engine's steps.
 //
 // A job is one request's windows (or several requests packed by the
 // caller); each window is a token count to the scheduler. Drivers take
@@ -58,10 +58,11 @@ class EncoderQueue {
   // ResourceExhausted when max_jobs are waiting; the close status once closed.
   Status Push(std::shared_ptr<EncoderJob> job);
 
-  // Windows in arrival order while their tokens fit in `budget`; at least
-  // one window when any is waiting (a window is never split, so it may
-  // exceed a small budget). Drops cancelled jobs, failing them.
-  std::vector<EncoderItem> Take(std::int64_t budget);
+  // Windows in arrival order while their tokens fit in `budget`; with
+  // `at_least_one`, one window when any is waiting even if it does not fit
+  // (a window is never split, so it may exceed a small budget). Drops
+  // cancelled jobs, failing them.
+  std::vector<EncoderItem> Take(std::int64_t budget, bool at_least_one = true);
 
   // Tokens of the windows not yet taken (cancelled jobs excluded).
   std::int64_t pending_tokens() const;

@@ -184,11 +184,9 @@ void Engine::ReportEnd(const Request& r, FinishReason reason, const Status& erro
 }
 
 void Engine::AttachEncoder(EncoderQueue* queue, EncoderRunner* runner) {
+  if (queue == nullptr || runner == nullptr) return;
   std::lock_guard<std::mutex> lock(encoder_mu_);
-  if (encoder_queue_ != nullptr) encoder_queue_->SetWake(nullptr);
-  encoder_queue_ = queue;
-  encoder_runner_ = runner;
-  if (queue == nullptr) return;
+  encoders_.push_back({queue, runner});
   queue->SetWake([this] {
     {
       std::lock_guard<std::mutex> inbox_lock(inbox_mu_);
@@ -198,14 +196,26 @@ void Engine::AttachEncoder(EncoderQueue* queue, EncoderRunner* runner) {
   });
 }
 
+void Engine::DetachEncoder(EncoderQueue* queue) {
+  std::lock_guard<std::mutex> lock(encoder_mu_);
+  for (auto it = encoders_.begin(); it != encoders_.end(); ++it) {
+    if (it->queue != queue) continue;
+    queue->SetWake(nullptr);
+    encoders_.erase(it);
+    return;
+  }
+}
+
 bool Engine::Step() {
   std::lock_guard<std::mutex> encoder_lock(encoder_mu_);
   const std::int64_t budget = config_.scheduler.max_num_batched_tokens;
   // Prefill chunks leave part of the budget to waiting encoder windows.
   std::int64_t reserve = 0;
-  if (encoder_queue_ != nullptr) {
+  if (!encoders_.empty()) {
     const auto share = static_cast<std::int64_t>(static_cast<double>(budget) * config_.encoder_token_share);
-    reserve = std::min(encoder_queue_->pending_tokens(), share);
+    std::int64_t pending = 0;
+    for (const AttachedEncoder& e : encoders_) pending += e.queue->pending_tokens();
+    reserve = std::min(pending, share);
   }
   StepPlan plan = scheduler_.Schedule(Clock::now(), std::max<std::int64_t>(1, budget - reserve));
   for (auto& [r, reason] : scheduler_.TakeFinished()) ReportEnd(*r, reason, Status::Ok());  // deadlines
@@ -236,15 +246,38 @@ bool Engine::Step() {
 }
 
 std::int64_t Engine::RunEncoder(std::int64_t budget) {
-  if (encoder_queue_ == nullptr || encoder_runner_ == nullptr) return 0;
-  std::vector<EncoderItem> items = encoder_queue_->Take(budget);
-  if (items.empty()) return 0;
+  const std::size_t n = encoders_.size();
+  if (n == 0) return 0;
+  // First an even share of the budget for each queue with work (at least
+  // one window each), then what is left to them in turn; the queue served
+  // first turns with each step.
+  std::size_t waiting = 0;
+  for (const AttachedEncoder& e : encoders_) waiting += e.queue->has_work() ? 1 : 0;
+  if (waiting == 0) return 0;
+  const std::int64_t share = std::max<std::int64_t>(1, budget / static_cast<std::int64_t>(waiting));
+  std::vector<std::vector<EncoderItem>> items(n);
   std::int64_t tokens = 0;
-  for (const auto& it : items) tokens += it.job->window_tokens(it.window);
-  if (Status s = Guarded("the encoder forward failed", [&] { encoder_runner_->Run(items); }); !s.ok()) {
-    for (const auto& it : items) it.job->Fail(s);  // those jobs only
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t q = (encoder_turn_ + k) % n;
+      const std::int64_t left = budget - tokens;
+      if (pass == 1 && left <= 0) break;
+      auto taken = pass == 0 ? encoders_[q].queue->Take(std::min(share, std::max<std::int64_t>(left, 1)))
+                             : encoders_[q].queue->Take(left, /*at_least_one=*/false);
+      for (auto& it : taken) {
+        tokens += it.job->window_tokens(it.window);
+        items[q].push_back(std::move(it));
+      }
+    }
   }
-  stats_.encoder_windows += items.size();
+  for (std::size_t q = 0; q < n; ++q) {
+    if (items[q].empty()) continue;
+    if (Status s = Guarded("the encoder forward failed", [&] { encoders_[q].runner->Run(items[q]); }); !s.ok()) {
+      for (const auto& it : items[q]) it.job->Fail(s);  // those jobs only
+    }
+    stats_.encoder_windows += items[q].size();
+  }
+  encoder_turn_ = (encoder_turn_ + 1) % n;
   return tokens;
 }
 
@@ -397,7 +430,7 @@ void Engine::Loop() {
   }
   {
     std::lock_guard<std::mutex> lock(encoder_mu_);
-    if (encoder_queue_ != nullptr) encoder_queue_->Close(Status(ErrorCode::kUnavailable, "the engine stopped"));
+    for (const AttachedEncoder& e : encoders_) e.queue->Close(Status(ErrorCode::kUnavailable, "the engine stopped"));
   }
   // Finish what is left so no reader waits forever.
   DrainInbox();

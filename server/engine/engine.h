@@ -137,12 +137,16 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Encoder-only work shares the steps: each step runs the decoder's plan,
-  // then windows from `queue` through `runner` in the rest of the token
-  // budget (at least one window per step while any waits; prefill chunks
-  // leave encoder_token_share of the budget to them). Thread-safe, also
-  // while running; (nullptr, nullptr) detaches, waiting for a step in
-  // progress. The queue is closed (its jobs fail) when the engine stops.
+  // then windows from the attached queues through their runners in the
+  // rest of the token budget (at least one window per step while any waits;
+  // prefill chunks leave encoder_token_share of the budget to them). With
+  // several queues (QA, embeddings), each queue with work gets an even share
+  // of that rest (at least one window), then what the others leave, the
+  // queue served first turning with each step. Thread-safe, also while
+  // running; DetachEncoder waits for a step in progress. The queues are closed (their jobs fail) when the engine
+  // stops.
   void AttachEncoder(EncoderQueue* queue, EncoderRunner* runner);
+  void DetachEncoder(EncoderQueue* queue);
 
   // Starts the engine thread. Without Start(), RunUntilIdle() drives the
   // engine from the caller's thread (offline use and tests).
@@ -209,8 +213,12 @@ class Engine {
   bool encoder_kick_ = false;  // guarded by inbox_mu_: encoder work arrived
 
   std::mutex encoder_mu_;  // held by the engine thread during a step
-  EncoderQueue* encoder_queue_ = nullptr;
-  EncoderRunner* encoder_runner_ = nullptr;
+  struct AttachedEncoder {
+    EncoderQueue* queue;
+    EncoderRunner* runner;
+  };
+  std::vector<AttachedEncoder> encoders_;  // guarded by encoder_mu_
+  std::size_t encoder_turn_ = 0;           // the queue served first in the next step
   EngineStats stats_;
 };
 

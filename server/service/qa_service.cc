@@ -1,126 +1,25 @@
 #include "server/service/qa_service.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <optional>
 #include <thread>
 #include <tuple>
 
 #include "server/engine/encoder_queue.h"
 #include "server/engine/engine.h"
 #include "server/service/request_params.h"
+#include "server/service/window_job.h"
 
 namespace ropeserve::service {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = WindowJob::Clock;
 
-// One call's windows (one or several requests), as an encoder job. It
-// completes once: when the last window's logits are in, or when it fails
-// (queue closed, forward failed, cancelled, deadline).
-class QaJob : public EncoderJob, public QaCall {
+// One call's windows (one or several requests), as an encoder job.
+class QaJob : public WindowJob, public QaCall {
  public:
-  std::vector<std::vector<TokenId>> windows;
-  std::vector<std::vector<std::uint32_t>> type_ids;
-  std::optional<Clock::time_point> deadline;
-  // Async calls: runs once on completion (Ok or the failure), without the lock.
-  std::function<void(const Status&)> on_complete;
-
-  std::size_t num_windows() const override { return windows.size(); }
-  std::int64_t window_tokens(std::size_t w) const override { return static_cast<std::int64_t>(windows[w].size()); }
-  bool cancelled() const override { return cancelled_ || (deadline && Clock::now() > *deadline); }
-  void Cancel() override { cancelled_ = true; }
-  void Fail(const Status& status) override {
-    const bool late = deadline && Clock::now() > *deadline;
-    Complete(late ? Status(ErrorCode::kDeadlineExceeded, "the QA request timed out") : status);
-  }
-  void Deliver(std::size_t w, StatusOr<SpanLogits> result) {
-    bool all = false;
-    Status error;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (result.ok()) {
-        logits_[w] = std::move(*result);
-      } else if (error_.ok()) {
-        error_ = result.status();
-      }
-      all = ++done_ == windows.size();
-      error = error_;
-    }
-    if (all) Complete(error);
-  }
-  void Prepare() { logits_.resize(windows.size()); }
-  // Sync calls: waits for completion; DeadlineExceeded after the deadline,
-  // Cancelled when `abandoned` (polled every 200 ms) says so.
-  Status Wait(bool (*abandoned)()) {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      auto until = Clock::now() + std::chrono::milliseconds(200);
-      if (deadline) until = std::min(until, *deadline);
-      if (cv_.wait_until(lock, until, [&] { return complete_; })) return error_;
-      if (deadline && Clock::now() >= *deadline) {
-        cancelled_ = true;  // the queue drops its remaining windows
-        return Status(ErrorCode::kDeadlineExceeded, "the QA request timed out");
-      }
-      if (abandoned != nullptr && abandoned()) {
-        cancelled_ = true;
-        return Status(ErrorCode::kCancelled, "the client disconnected");
-      }
-    }
-  }
-  SpanLogits& logits(std::size_t w) { return logits_[w]; }
-
- private:
-  void Complete(const Status& status) {
-    std::function<void(const Status&)> callback;
-    Status result;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (complete_) return;
-      complete_ = true;
-      if (error_.ok()) error_ = status;
-      result = error_;
-      callback = std::move(on_complete);
-    }
-    cv_.notify_all();
-    if (callback) callback(result);
-  }
-
-  std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<SpanLogits> logits_;
-  std::size_t done_ = 0;
-  bool complete_ = false;
-  Status error_;
-};
-
-// Runs the windows the engine scheduled in one step through the span model
-// in one call; each window is computed on tensors of its own shape (not
-// padded into one batch), so its logits do not depend on the others.
-class QaRunner : public EncoderRunner {
- public:
-  explicit QaRunner(const SpanModel& model) : model_(model) {}
-  void Run(std::span<const EncoderItem> items) override {
-    std::vector<std::vector<TokenId>> inputs;
-    std::vector<std::vector<std::uint32_t>> types;
-    for (const auto& it : items) {
-      auto& job = static_cast<QaJob&>(*it.job);
-      inputs.push_back(job.windows[it.window]);
-      types.push_back(job.type_ids[it.window]);
-    }
-    auto out = model_.ForwardWindows(inputs, types);
-    for (std::size_t b = 0; b < items.size(); ++b) {
-      auto& job = static_cast<QaJob&>(*items[b].job);
-      job.Deliver(items[b].window, out.ok() ? StatusOr<SpanLogits>(std::move((*out)[b])) : out.status());
-    }
-  }
-
- private:
-  const SpanModel& model_;
+  QaJob() : WindowJob("the QA request") {}
+  void Cancel() override { CancelWindows(); }
 };
 
 }  // namespace
@@ -130,14 +29,14 @@ struct QaService::Impl {
   std::shared_ptr<const tok::Tokenizer> tokenizer;
   QaServiceOptions options;
   std::unique_ptr<EncoderQueue> queue;
-  std::unique_ptr<QaRunner> runner;
+  std::unique_ptr<WindowRunner> runner;
   std::atomic<bool> stop{false};
   std::thread worker;  // only without an engine
 };
 
 QaService::~QaService() {
   if (!impl_) return;
-  if (impl_->options.engine != nullptr && impl_->queue) impl_->options.engine->AttachEncoder(nullptr, nullptr);
+  if (impl_->options.engine != nullptr && impl_->queue) impl_->options.engine->DetachEncoder(impl_->queue.get());
   impl_->stop = true;
   if (impl_->queue) impl_->queue->Wake();
   if (impl_->worker.joinable()) impl_->worker.join();
@@ -158,7 +57,7 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel
   s->impl_->tokenizer = std::move(tokenizer);
   Impl* impl = s->impl_.get();
   impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
-  impl->runner = std::make_unique<QaRunner>(*impl->model);
+  impl->runner = std::make_unique<WindowRunner>(*impl->model);
   if (options.engine != nullptr) {
     options.engine->AttachEncoder(impl->queue.get(), impl->runner.get());
   } else {
@@ -235,9 +134,7 @@ StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<Qa
       p->job->type_ids.push_back(std::move(w.type_ids));
     }
   p->job->Prepare();
-  if (timeout_seconds > 0)
-    p->job->deadline = p->start + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(std::min(timeout_seconds, 1e7)));
+  p->job->SetTimeout(p->start, timeout_seconds);
   p->requests = std::move(requests);
   return p;
 }
@@ -253,8 +150,8 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
     QaResult result;
     for (std::size_t i = 0; i < p.windows[r].size(); ++i) {
       qa::QaWindow q = std::move(p.windows[r][i].window);
-      q.start_logits = std::move(p.job->logits(k).start);
-      q.end_logits = std::move(p.job->logits(k).end);
+      q.start_logits = std::move(p.job->output(k).start);
+      q.end_logits = std::move(p.job->output(k).end);
       result.tokens += static_cast<std::int64_t>(q.start_logits.size());
       ++k;
       passages[p.passage_of[r][i]].windows.push_back(std::move(q));

@@ -467,6 +467,60 @@ TEST(Engine, EncoderWindowsAndDecodesShareEveryStep) {
   EXPECT_EQ(e.pool().num_free(), 64);
 }
 
+// Two encoder services (QA and embeddings) attached to one engine: each
+// queue with work gets an even share of a step's budget, then what the
+// others leave; a detached queue is no longer served.
+TEST(Engine, SeveralEncoderQueuesShareTheSteps) {
+  CountingModel m(1000);
+  EngineConfig config = Config();
+  config.scheduler.max_num_batched_tokens = 32;
+  Engine e(config, m);
+  Recorder rec;
+  e.SetObserver(&rec);
+  EncoderQueue qa, embed;
+  FakeRunner qa_runner, embed_runner;
+  e.AttachEncoder(&qa, &qa_runner);
+  e.AttachEncoder(&embed, &embed_runner);
+  std::vector<std::shared_ptr<FakeJob>> jobs;
+  for (int j = 0; j < 5; ++j) {
+    jobs.push_back(std::make_shared<FakeJob>(2, 8));
+    ASSERT_TRUE(qa.Push(jobs.back()).ok());
+    jobs.push_back(std::make_shared<FakeJob>(2, 8));
+    ASSERT_TRUE(embed.Push(jobs.back()).ok());
+  }
+  e.RunUntilIdle();
+  for (auto& j : jobs) EXPECT_TRUE(j->done());
+  // 160 tokens in steps of 32, each half and half.
+  ASSERT_EQ(rec.steps.size(), 5u);
+  for (const auto& s : rec.steps) EXPECT_EQ(s.encoder_tokens, 32);
+  EXPECT_EQ(qa_runner.batches, (std::vector<std::size_t>(5, 2)));
+  EXPECT_EQ(embed_runner.batches, (std::vector<std::size_t>(5, 2)));
+
+  // What one queue leaves of its share goes to the other.
+  rec.steps.clear();
+  qa_runner.batches.clear();
+  embed_runner.batches.clear();
+  jobs = {std::make_shared<FakeJob>(1, 8)};
+  ASSERT_TRUE(qa.Push(jobs.back()).ok());
+  for (int j = 0; j < 10; ++j) {
+    jobs.push_back(std::make_shared<FakeJob>(2, 4));
+    ASSERT_TRUE(embed.Push(jobs.back()).ok());
+  }
+  e.RunUntilIdle();
+  for (auto& j : jobs) EXPECT_TRUE(j->done());
+  ASSERT_EQ(rec.steps.size(), 3u);
+  EXPECT_EQ(rec.steps[0].encoder_tokens, 32);  // 8 of QA, 16 + 8 of embeddings
+  EXPECT_EQ(qa_runner.batches, (std::vector<std::size_t>{1}));
+  EXPECT_EQ(embed_runner.batches, (std::vector<std::size_t>{6, 8, 6}));
+
+  e.DetachEncoder(&qa);
+  auto late = std::make_shared<FakeJob>(1, 8);
+  ASSERT_TRUE(qa.Push(late).ok());
+  e.RunUntilIdle();
+  EXPECT_FALSE(late->done());
+  EXPECT_EQ(qa_runner.batches.size(), 1u);
+}
+
 // Exceptions (what LibTorch throws on an allocation failure or a bug) in
 // the forward, the encoder runner or a reader's callback fail the requests
 // of that step, on the engine's own thread, and the engine goes on.
