@@ -134,10 +134,11 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     return Unimplemented(source +
                          ": 'quantization_config': 4-bit weights are supported for causal decoders only, "
                          "not for span (QA) models");
-  if (c.architecture == "ModernBertForQuestionAnswering") {
+  if (c.architecture == "ModernBertModel" || c.architecture == "RoFormerModel") c.head = EncoderHead::kNone;
+  if (c.architecture == "ModernBertForQuestionAnswering" || c.architecture == "ModernBertModel") {
     c.family = EncoderFamily::kModernBert;
     RS_RETURN_IF_ERROR(ParseModernBert(j, source, c));
-  } else if (c.architecture == "RoFormerForQuestionAnswering") {
+  } else if (c.architecture == "RoFormerForQuestionAnswering" || c.architecture == "RoFormerModel") {
     c.family = EncoderFamily::kRoFormer;
     RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
   } else if (auto trunk = ParseModelConfig(json_text, source); trunk.ok() && trunk->span_head) {
@@ -158,8 +159,9 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     return trunk.status();  // a decoder span head with a bad config
   } else {
     return Unimplemented(source + ": architecture '" + c.architecture +
-                         "' is not a supported span model (ModernBertForQuestionAnswering, "
-                         "RoFormerForQuestionAnswering, Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering)");
+                         "' is not a supported encoder (ModernBertForQuestionAnswering, "
+                         "RoFormerForQuestionAnswering, Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering, "
+                         "ModernBertModel, RoFormerModel)");
   }
   for (auto [key, v] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
@@ -175,6 +177,7 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   c.head_dim = c.hidden_size / c.num_attention_heads;
   if (c.head_dim % 2 != 0) return InvalidArgument(source + ": the head dimension must be even for RoPE");
   if (!(c.norm_eps > 0)) return InvalidArgument(source + ": the norm epsilon must be positive");
+  if (c.head == EncoderHead::kNone) return c;  // no head: labels do not apply
   // A span head has two labels (start, end): num_labels or id2label.
   JsonReader r(j, source);
   if (r.Has("id2label")) {
@@ -216,7 +219,7 @@ std::vector<TensorSpec> RoFormerTensors(const EncoderConfig& c) {
     linear(p + "output.dense", h, c.intermediate_size);
     norm(p + "output.LayerNorm", h);
   }
-  linear("qa_outputs", c.num_labels, h);
+  if (c.head == EncoderHead::kSpan) linear("qa_outputs", c.num_labels, h);
   return t;
 }
 
@@ -247,10 +250,23 @@ std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c) {
     linear(p + "mlp.Wo", h, c.intermediate_size, c.mlp_bias);
   }
   norm("model.final_norm");
+  if (c.head == EncoderHead::kNone) return t;
   linear("head.dense", h, h, c.classifier_bias);
   norm("head.norm");
   linear("classifier", c.num_labels, h, true);
   return t;
+}
+
+std::string BaseModelPrefix(EncoderFamily family) {
+  switch (family) {
+    case EncoderFamily::kModernBert:
+      return "model.";
+    case EncoderFamily::kRoFormer:
+      return "roformer.";
+    case EncoderFamily::kDecoder:
+      break;
+  }
+  return "model.";
 }
 
 }  // namespace ropeserve

@@ -1,9 +1,11 @@
-// config.json of a RoPE encoder with a span head (extractive QA), parsed
-// and validated torch-free with Hugging Face's field names and defaults:
+// config.json of a RoPE encoder, parsed and validated torch-free with
+// Hugging Face's field names and defaults: with a span head (extractive QA)
 // ModernBertForQuestionAnswering (ModernBertConfig),
 // RoFormerForQuestionAnswering (RoFormerConfig), and the span heads on
-// causal trunks (LlamaForQuestionAnswering & co., parsed as ModelConfig).
-// The models are in server/models/span_model_loader.h (docs/qa.md).
+// causal trunks (LlamaForQuestionAnswering & co., parsed as ModelConfig);
+// without a head (the base model, whose last hidden state embedders pool)
+// ModernBertModel and RoFormerModel. The models are in
+// server/models/span_model_loader.h (docs/qa.md, docs/embeddings.md).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,15 @@ namespace ropeserve {
 // (Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering); `trunk` holds its config.
 enum class EncoderFamily { kModernBert, kRoFormer, kDecoder };
 
+// kSpan: a question-answering head (start/end logits per token);
+// kNone: the base model (ModernBertModel, RoFormerModel), its last hidden
+// state only.
+enum class EncoderHead { kSpan, kNone };
+
 struct EncoderConfig {
   std::string architecture;  // config.json "architectures"[0]
   EncoderFamily family = EncoderFamily::kModernBert;
+  EncoderHead head = EncoderHead::kSpan;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t embedding_size = 0;  // RoFormer: may differ from hidden_size (projected)
@@ -68,7 +76,13 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
 // output.{dense,LayerNorm}}, qa_outputs. (The sinusoidal table
 // roformer.encoder.embed_positions.weight is computed, not read.)
 // Decoder span heads: ExpectedTensors of the trunk (transformer.*) and
-// qa_outputs.
+// qa_outputs. Base models (EncoderHead::kNone): the trunk's tensors only,
+// named as above; Hugging Face saves a base model without the family's
+// prefix (BaseModelPrefix), and loaders accept both spellings.
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c);
+
+// "model." (ModernBERT) or "roformer." (RoFormer): the prefix of the trunk's
+// tensors inside a model with a head (Hugging Face's base_model_prefix).
+std::string BaseModelPrefix(EncoderFamily family);
 
 }  // namespace ropeserve

@@ -11,6 +11,7 @@
 #include "server/checkpoint/int4_writer.h"
 #include "server/checkpoint/model_config.h"
 #include "server/checkpoint/safetensors.h"
+#include "server/embedding/pooling.h"
 
 namespace ropeserve {
 
@@ -289,6 +290,40 @@ StatusOr<std::string> MakeModelConfigJson(const MakeModelOptions& o) {
   return config.dump(2);
 }
 
+namespace {
+
+// The files sentence-transformers saves beside a Transformer module.
+Status WriteSentenceTransformersFiles(const std::string& out_dir, const MakeEncoderOptions& o) {
+  RS_ASSIGN_OR_RETURN(embedding::Pooling pooling, embedding::ParsePooling(o.pooling));
+  const json modules = json::array({
+      {{"idx", 0}, {"name", "0"}, {"path", ""}, {"type", "sentence_transformers.models.Transformer"}},
+      {{"idx", 1}, {"name", "1"}, {"path", "1_Pooling"}, {"type", "sentence_transformers.models.Pooling"}},
+      {{"idx", 2}, {"name", "2"}, {"path", "2_Normalize"}, {"type", "sentence_transformers.models.Normalize"}},
+  });
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/modules.json", modules));
+  std::error_code ec;
+  fs::create_directories(out_dir + "/1_Pooling", ec);
+  fs::create_directories(out_dir + "/2_Normalize", ec);
+  if (ec) return InvalidArgument(out_dir + ": cannot create the module folders: " + ec.message());
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/1_Pooling/config.json",
+                               {{"word_embedding_dimension", o.hidden_size},
+                                {"pooling_mode_cls_token", pooling == embedding::Pooling::kCls},
+                                {"pooling_mode_mean_tokens", pooling == embedding::Pooling::kMean},
+                                {"pooling_mode_max_tokens", pooling == embedding::Pooling::kMax},
+                                {"pooling_mode_mean_sqrt_len_tokens", false},
+                                {"pooling_mode_weightedmean_tokens", false},
+                                {"pooling_mode_lasttoken", pooling == embedding::Pooling::kLastToken},
+                                {"include_prompt", true}}));
+  RS_RETURN_IF_ERROR(WriteJson(out_dir + "/config_sentence_transformers.json",
+                               {{"prompts", {{"query", "search_query: "}, {"document", "search_document: "}}},
+                                {"default_prompt_name", nullptr},
+                                {"similarity_fn_name", "cosine"}}));
+  return WriteJson(out_dir + "/sentence_bert_config.json",
+                   {{"max_seq_length", o.max_position_embeddings}, {"do_lower_case", false}});
+}
+
+}  // namespace
+
 Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o) {
   if (o.vocab_size < 259 + 3) return InvalidArgument("vocab_size must be at least 262");
   const std::int64_t vocab = o.vocab_size;
@@ -353,14 +388,26 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                            {"pad_token_id", pad},
                            {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
                            {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
-  const json& config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
+  if (o.head != "qa" && o.head != "embedding") return InvalidArgument("head '" + o.head + "' must be qa or embedding");
+  const bool embedder = o.head == "embedding";
+  if (embedder && o.arch != "modernbert" && o.arch != "roformer")
+    return InvalidArgument("embedding models: modernbert or roformer, not '" + o.arch + "'");
+  json config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
+  if (embedder) {
+    config["architectures"] = {o.arch == "roformer" ? "RoFormerModel" : "ModernBertModel"};
+    config.erase("id2label");
+  }
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return InvalidArgument(out_dir + ": cannot create directory: " + ec.message());
   std::vector<TensorToWrite> tensors;
-  for (const auto& spec : ExpectedEncoderTensors(parsed))
+  const std::string prefix = embedder ? BaseModelPrefix(parsed.family) : "";
+  for (const auto& spec : ExpectedEncoderTensors(parsed)) {
     tensors.push_back(RandomTensor(spec, o.dtype, o.seed, o.hidden_size));
+    tensors.back().name = spec.name.substr(prefix.size());  // the base model's names
+  }
+  if (embedder) RS_RETURN_IF_ERROR(WriteSentenceTransformersFiles(out_dir, o));
   RS_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}}));
   RS_RETURN_IF_ERROR(WriteJson(out_dir + "/config.json", config));
   // The decoder generator's byte-level BPE with BERT-style specials and

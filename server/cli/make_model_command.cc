@@ -65,14 +65,27 @@ Runner AddMakeModel(CLI::App& app) {
                 "float32|bfloat16, --hidden-size, --intermediate-size, --layers, --heads, --vocab-size and "
                 "--max-position-embeddings apply)");
   sub->add_option("--qa-arch", *qa_arch,
-                  "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk)")
+                  "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk); with "
+                  "--embedding: modernbert or roformer")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
-  return [f, qa, qa_arch, int4_format, int4, asymmetric] {
-    if (*qa) {
+  auto embedding = std::make_shared<bool>(false);
+  auto pooling = std::make_shared<std::string>("mean");
+  sub->add_flag("--embedding", *embedding,
+                "Write a sentence-embedding model instead (for `serve --encoder`): ModernBertModel or RoFormerModel "
+                "(--qa-arch) with sentence-transformers metadata (modules.json, 1_Pooling, 2_Normalize, prompts "
+                "\"query\" and \"document\"); the --qa sizes apply")
+      ->excludes("--qa");
+  sub->add_option("--pooling", *pooling, "With --embedding: cls, mean, max or lasttoken")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cls", "mean", "max", "lasttoken"}));
+  return [f, qa, qa_arch, int4_format, int4, asymmetric, embedding, pooling] {
+    if (*qa || *embedding) {
       MakeEncoderOptions eo;
       eo.seed = f->options.seed;
       eo.arch = *qa_arch;
+      eo.head = *embedding ? "embedding" : "qa";
+      eo.pooling = *pooling;
       const MakeModelOptions& m = f->options;
       eo.hidden_size = m.hidden_size.value_or(eo.hidden_size);
       eo.intermediate_size = m.intermediate_size.value_or(eo.intermediate_size);
@@ -85,7 +98,8 @@ Runner AddMakeModel(CLI::App& app) {
         return Fail("--hidden-size must be a multiple of --heads with an even head dimension");
       Status s = MakeEncoderModel(f->out, eo);
       if (!s.ok()) return Fail(s.ToString());
-      std::fprintf(stderr, "wrote a %s question-answering checkpoint to %s\n", qa_arch->c_str(), f->out.c_str());
+      std::fprintf(stderr, "wrote a %s %s checkpoint to %s\n", qa_arch->c_str(),
+                   *embedding ? "sentence-embedding" : "question-answering", f->out.c_str());
       return 0;
     }
     f->options.dtype = ParseDTypeFlag(f->dtype);

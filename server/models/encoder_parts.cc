@@ -14,18 +14,27 @@ StatusOr<TensorSet> TensorSet::Load(const std::string& dir, const EncoderConfig&
   const std::string path = dir + "/model.safetensors";
   RS_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   TensorSet set;
+  // A base model (no head) as Hugging Face saves it names its tensors
+  // without the family's prefix; one with the prefix (cut from a model with
+  // a head) loads too. One spelling per file.
+  std::string strip;
+  if (config.head == EncoderHead::kNone) {
+    const std::string prefix = BaseModelPrefix(config.family);
+    const std::string first = ExpectedEncoderTensors(config).front().name;
+    if (file->Find(first) == nullptr && file->Find(first.substr(prefix.size())) != nullptr) strip = prefix;
+  }
   for (const TensorSpec& spec : ExpectedEncoderTensors(config)) {
-    const TensorInfo* info = file->Find(spec.name);
-    if (info == nullptr) return InvalidArgument(path + ": missing tensor " + spec.name);
+    const std::string name = spec.name.substr(strip.size());
+    const TensorInfo* info = file->Find(name);
+    if (info == nullptr) return InvalidArgument(path + ": missing tensor " + name);
     if (info->shape != spec.shape) {
       std::string want, got;
       for (auto d : spec.shape) want += std::to_string(d) + " ";
       for (auto d : info->shape) got += std::to_string(d) + " ";
-      return InvalidArgument(path + ": tensor " + spec.name + " has shape [ " + got + "], the config says [ " + want +
-                             "]");
+      return InvalidArgument(path + ": tensor " + name + " has shape [ " + got + "], the config says [ " + want + "]");
     }
     if (info->dtype != DType::kF32 && info->dtype != DType::kBF16 && info->dtype != DType::kF16)
-      return InvalidArgument(path + ": tensor " + spec.name + " is not a floating-point tensor");
+      return InvalidArgument(path + ": tensor " + name + " is not a floating-point tensor");
     at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(ToScalarType(info->dtype)));
     std::memcpy(t.data_ptr(), file->Data(*info), info->end - info->begin);
     set.t_[spec.name] = t.to(device, dtype);

@@ -32,9 +32,10 @@ struct ModernBertWeights {
   LayerNorm embeddings_norm;  // [H]
   std::vector<ModernBertLayer> layers;
   LayerNorm final_norm;  // [H]
-  Linear head_dense;     // [H, H]
-  LayerNorm head_norm;   // [H]
-  Linear classifier;     // [num_labels, H]
+  // The span head; undefined for the base model (ModernBertModel).
+  Linear head_dense;    // [H, H]
+  LayerNorm head_norm;  // [H]
+  Linear classifier;    // [num_labels, H]
 };
 
 // cos/sin [len, head_dim] for positions 0..len-1 (rotate-half):
@@ -142,6 +143,7 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
   // final_norm (the base model's last_hidden_state), the prediction head
   // (dense, activation, norm), classifier: [L, 2].
   const at::Tensor hidden = w_.final_norm(x, c.norm_eps);
+  if (c.head == EncoderHead::kNone) return SpanRows(at::Tensor(), 0, L, hidden);  // ModernBertModel
   at::Tensor y = w_.head_norm(encoder::Activation(w_.head_dense(hidden), c.classifier_activation), c.norm_eps);
   const at::Tensor logits = w_.classifier(y).contiguous();
   return SpanRows(logits, 0, L, with_hidden ? hidden : at::Tensor());
@@ -169,6 +171,7 @@ StatusOr<std::unique_ptr<SpanModel>> LoadModernBert(const EncoderConfig& config,
     w.layers.push_back(std::move(l));
   }
   w.final_norm = t.TakeNorm("model.final_norm");
+  if (config.head == EncoderHead::kNone) return std::unique_ptr<SpanModel>(new ModernBertQa(config, std::move(w)));
   w.head_dense = t.TakeLinear("head.dense");
   w.head_norm = t.TakeNorm("head.norm");
   w.classifier = t.TakeLinear("classifier");

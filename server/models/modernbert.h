@@ -1,8 +1,8 @@
-// ModernBertForQuestionAnswering, mirroring Hugging Face's modules:
+// ModernBertForQuestionAnswering and ModernBertModel (no head), mirroring Hugging Face's modules:
 // embeddings + norm; layers with no attn_norm in layer 0, the fused Wqkv,
 // rotate-half RoPE with a theta per layer kind, global or sliding-window
 // attention, the GeGLU MLP with the fused Wi; final_norm; the prediction
-// head (dense -> activation -> norm); classifier. float32 or bfloat16
+// head (dense -> activation -> norm); classifier (not in the base model). float32 or bfloat16
 // compute (attention softmax in float32). Torch stays out of this header.
 //
 // The reference path builds Hugging Face's dense masks; the serving path

@@ -89,6 +89,7 @@ SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector
     at::Tensor inter = encoder::Activation(l.intermediate(h), c.activation);
     x = l.output_norm(l.output(inter) + h, c.norm_eps);
   }
+  if (c.head == EncoderHead::kNone) return SpanRows(at::Tensor(), 0, L, x);  // RoFormerModel
   return SpanRows(w_.qa_outputs(x).contiguous(), 0, L, with_hidden ? x : at::Tensor());
 }
 
@@ -116,7 +117,7 @@ StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, c
     l.output_norm = t.TakeNorm(p + "output.LayerNorm");
     w.layers.push_back(std::move(l));
   }
-  w.qa_outputs = t.TakeLinear("qa_outputs");
+  if (config.head == EncoderHead::kSpan) w.qa_outputs = t.TakeLinear("qa_outputs");
   return std::unique_ptr<SpanModel>(new RoFormerQa(config, std::move(w)));
 }
 

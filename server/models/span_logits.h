@@ -1,4 +1,4 @@
-// A span head's output for one window. Torch-free.
+// A span head's output for one window (or a base model's hidden state). Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -7,10 +7,11 @@
 namespace ropeserve {
 
 struct SpanLogits {
-  std::vector<float> start;
+  std::vector<float> start;  // empty for a model without a head
   std::vector<float> end;
-  // The trunk's last hidden state, [len, hidden] row-major; filled only
-  // when asked for (`ropeserve encode`).
+  // The trunk's last hidden state, [len, hidden] row-major; filled when
+  // asked for (`ropeserve encode`), and always for a model without a head
+  // (EncoderHead::kNone: embedders pool it).
   std::vector<float> hidden;
 };
 

@@ -11,7 +11,8 @@
 namespace ropeserve {
 
 // Rows [begin, begin + len) of logits [T, 2] (only those rows are copied,
-// as float32), and of `hidden` [T, H] when it is defined.
+// as float32; none when undefined: a model without a head), and of
+// `hidden` [T, H] when it is defined.
 SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden = {});
 
 }  // namespace ropeserve

@@ -47,6 +47,9 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel
                                                        std::shared_ptr<const tok::Tokenizer> tokenizer,
                                                        std::string served_name, QaServiceOptions options) {
   if (!model || !tokenizer) return InvalidArgument("the QA service needs a span model and its tokenizer");
+  if (model->config().head != EncoderHead::kSpan)
+    return InvalidArgument(model->config().architecture +
+                           " has no question-answering head (a base model serves embeddings: serve --encoder)");
   std::unique_ptr<QaService> s(new QaService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);

@@ -171,4 +171,18 @@ StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& d
   return service::QaService::Create(std::move(model), std::move(tokenizer), std::move(served_name), std::move(options));
 }
 
+StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const std::string& dir,
+                                                                          std::string served_name,
+                                                                          service::EmbeddingServiceOptions options,
+                                                                          DType dtype, const std::string& device) {
+  // The metadata first: an unsupported pooling fails before the weights load.
+  RS_ASSIGN_OR_RETURN(embedding::EmbeddingConfig pooling, embedding::LoadEmbeddingConfig(dir));
+  RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype, device));
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+    return NotFound(dir + ": an embedding model needs its tokenizer.json");
+  RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));
+  return service::EmbeddingService::Create(std::move(model), std::move(tokenizer), std::move(served_name),
+                                           std::move(pooling), std::move(options));
+}
+
 }  // namespace ropeserve

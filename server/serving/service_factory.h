@@ -11,6 +11,7 @@
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
 #include "server/engine/speculative.h"
+#include "server/service/embedding_service.h"
 #include "server/service/generation_service.h"
 #include "server/service/qa_service.h"
 
@@ -54,5 +55,14 @@ StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& d
                                                             service::QaServiceOptions options = {},
                                                             DType dtype = DType::kF32,
                                                             const std::string& device = "cpu");
+
+// Loads a base encoder (ModernBertModel, RoFormerModel), its tokenizer.json
+// and its sentence-transformers metadata (modules.json, 1_Pooling/, ...;
+// server/embedding/pooling.h) from `dir` and serves embeddings.
+StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const std::string& dir,
+                                                                          std::string served_name,
+                                                                          service::EmbeddingServiceOptions options = {},
+                                                                          DType dtype = DType::kF32,
+                                                                          const std::string& device = "cpu");
 
 }  // namespace ropeserve

@@ -519,6 +519,12 @@ StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tok
   return PostProcess(std::move(a), std::nullopt, add_special_tokens, truncation_);
 }
 
+StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tokens,
+                                     const Truncation& truncation) const {
+  RS_ASSIGN_OR_RETURN(Encoding a, EncodeSequence(text, 0, 0));
+  return PostProcess(std::move(a), std::nullopt, add_special_tokens, truncation);
+}
+
 StatusOr<Encoding> Tokenizer::EncodePair(std::string_view first, std::string_view second, bool add_special_tokens,
                                          const std::optional<Truncation>& truncation) const {
   RS_ASSIGN_OR_RETURN(Encoding a, EncodeSequence(first, 0, 0));

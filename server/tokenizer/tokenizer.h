@@ -63,6 +63,10 @@ class Tokenizer {
 
   // Invalid UTF-8 is rejected (InvalidArgument), never replaced.
   StatusOr<Encoding> Encode(std::string_view text, bool add_special_tokens) const;
+  // With `truncation` instead of tokenizer.json's own (the special tokens
+  // stay; the text's tokens are cut, as the reference's
+  // `truncation=True, max_length=...`).
+  StatusOr<Encoding> Encode(std::string_view text, bool add_special_tokens, const Truncation& truncation) const;
   // Question/context pairs; `truncation` (if set) as with the reference's
   // `truncation=..., max_length=..., stride=...`: overflowing windows are
   // returned in Encoding::overflowing.

@@ -62,6 +62,33 @@ TEST(EncoderConfig, RoFormer) {
   EXPECT_FALSE(c->rotary_value);
 }
 
+// Base models (what sentence-transformers embedders ship): no head, so no
+// labels to check and no head tensors; the trunk's tensors keep the family
+// prefix in ExpectedEncoderTensors (loaders also accept them without).
+TEST(EncoderConfig, BaseModelsHaveNoHead) {
+  std::string base = kModernBertBase;
+  base.replace(base.find("ModernBertForQuestionAnswering"), 30, "ModernBertModel");
+  base.replace(base.find(R"("id2label")"), std::string(R"("id2label": {"0": "LABEL_0", "1": "LABEL_1"})").size(),
+               R"("num_labels": 3)");
+  auto c = ParseEncoderConfig(base);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, EncoderFamily::kModernBert);
+  EXPECT_EQ(c->head, EncoderHead::kNone);
+  auto tensors = ExpectedEncoderTensors(*c);
+  EXPECT_EQ(tensors.back().name, "model.final_norm.weight");
+  for (const auto& t : tensors) EXPECT_EQ(t.name.rfind(BaseModelPrefix(c->family), 0), 0u) << t.name;
+  auto r = ParseEncoderConfig(R"({"architectures": ["RoFormerModel"], "hidden_size": 64,
+    "num_attention_heads": 4, "embedding_size": 32})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->head, EncoderHead::kNone);
+  EXPECT_EQ(ExpectedEncoderTensors(*r).back().name, "roformer.encoder.layer.11.output.LayerNorm.bias");
+  EXPECT_EQ(BaseModelPrefix(r->family), "roformer.");
+  auto qa = ParseEncoderConfig(kModernBertBase);
+  ASSERT_TRUE(qa.ok());
+  EXPECT_EQ(qa->head, EncoderHead::kSpan);
+  EXPECT_EQ(ExpectedEncoderTensors(*qa).back().name, "classifier.bias");
+}
+
 TEST(EncoderConfig, ClearErrors) {
   struct Case {
     const char* json;
@@ -69,7 +96,7 @@ TEST(EncoderConfig, ClearErrors) {
   };
   const Case cases[] = {
       {"[]", "JSON object"},
-      {R"({"architectures": ["BertForQuestionAnswering"]})", "not a supported span model"},
+      {R"({"architectures": ["BertForQuestionAnswering"]})", "not a supported encoder"},
       {R"({"architectures": ["ModernBertForQuestionAnswering"], "hidden_size": 100, "num_attention_heads": 12})",
        "multiple of num_attention_heads"},
       {R"({"architectures": ["ModernBertForQuestionAnswering"], "num_hidden_layers": 2, "layer_types": ["full_attention"]})",

@@ -1,0 +1,286 @@
+// service::EmbeddingService on tiny random base encoders (ModernBertModel,
+// RoFormerModel) written by the generator with sentence-transformers
+// metadata: embeddings equal the reference path's hidden state pooled in
+// float64 within the rounding bound, an input's embedding is bitwise the
+// same alone, batched and inside an engine's steps, prompts, token-id
+// inputs, truncation and `dimensions` behave as sentence-transformers and
+// the OpenAI API say, base models load with or without the family's
+// tensor prefix, and bad input or metadata is a clear error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "server/checkpoint/model_generator.h"
+#include "server/checkpoint/safetensors.h"
+#include "server/engine/engine.h"
+#include "server/models/span_model_loader.h"
+#include "server/serving/service_factory.h"
+#include "tests/checkpoint/test_checkpoints.h"
+#include "tests/common/float_bounds.h"
+
+namespace ropeserve {
+namespace {
+
+// A decoder that always predicts token 1 (the engine's steps need one).
+class OneModel : public LogitsExecutor {
+ public:
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
+    auto buf = std::make_shared<std::vector<float>>();
+    StepLogits out;
+    out.vocab = 8;
+    for (const auto& s : plan.sequences) {
+      if (!s.needs_logits) continue;
+      buf->resize(buf->size() + 8, 0.0f);
+      (*buf)[buf->size() - 7] = 10;
+      ++out.rows;
+    }
+    out.data = buf->data();
+    out.owner = buf;
+    return out;
+  }
+  std::int64_t vocab_size() const override { return 8; }
+};
+
+service::EmbedInput Text(std::string s) { return {std::move(s), std::nullopt}; }
+
+const char* kLong =
+    "the fox jumps over the dog near the river bank, and the owl sleeps in the old oak tree while the rain falls "
+    "on the hills beyond the town where the market opens at dawn";
+
+class Embedding : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    MakeEncoderOptions o;
+    o.seed = 5;
+    o.arch = GetParam();
+    o.head = "embedding";
+    o.max_position_embeddings = 128;
+    ASSERT_TRUE(MakeEncoderModel(dir_.path(), o).ok());
+    auto s = LoadEmbeddingService(dir_.path(), "embed");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(*s);
+  }
+  std::vector<float> One(const service::EmbedInput& in, const service::EmbedOptions& o = {}) {
+    auto r = service_->Embed({in}, o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)[0].embedding : std::vector<float>();
+  }
+  testing::ScratchDir dir_;
+  std::unique_ptr<service::EmbeddingService> service_;
+};
+
+TEST_P(Embedding, MetadataAndConfigAreRead) {
+  EXPECT_EQ(service_->config().head, EncoderHead::kNone);
+  EXPECT_EQ(service_->pooling().pooling, embedding::Pooling::kMean);
+  EXPECT_TRUE(service_->pooling().normalize);
+  EXPECT_EQ(service_->pooling().source, "sentence-transformers");
+  EXPECT_EQ(service_->pooling().prompts.at("query"), "search_query: ");
+  EXPECT_EQ(service_->max_input_tokens(), 128);
+  EXPECT_EQ(service_->dimensions(), 64);
+}
+
+// The serving path's mean-pooled hidden state against the reference path's
+// (Hugging Face's eager computation) pooled in float64.
+TEST_P(Embedding, EqualsTheReferenceHiddenStatePooled) {
+  auto model = LoadSpanModel(dir_.path());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  service::EmbedOptions raw;
+  raw.normalize = false;
+  for (const std::string text : {"a", "the fox jumps", kLong}) {
+    auto enc = service_->tokenizer().Encode(text, true);
+    ASSERT_TRUE(enc.ok());
+    auto ref = (*model)->ForwardReference(enc->ids, {}, true);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    const auto len = static_cast<std::int64_t>(enc->ids.size());
+    const std::int64_t dim = service_->dimensions();
+    ASSERT_EQ(static_cast<std::int64_t>(ref->hidden.size()), len * dim);
+    std::vector<double> mean(static_cast<std::size_t>(dim), 0.0);
+    double max_abs = 0;
+    for (std::int64_t t = 0; t < len; ++t)
+      for (std::int64_t d = 0; d < dim; ++d) {
+        const double v = ref->hidden[static_cast<std::size_t>(t * dim + d)];
+        mean[static_cast<std::size_t>(d)] += v / static_cast<double>(len);
+        max_abs = std::max(max_abs, std::abs(v));
+      }
+    const std::vector<float> got = One(Text(text), raw);
+    ASSERT_EQ(got.size(), mean.size());
+    double max_diff = 0;
+    for (std::size_t d = 0; d < got.size(); ++d) max_diff = std::max(max_diff, std::abs(got[d] - mean[d]));
+    const EncoderConfig& c = service_->config();
+    // Each token's hidden state is within the network's rounding bound of
+    // the reference's; their mean too, plus the final rounding to float32.
+    const double bound =
+        testing::RoundingBound(std::max({c.hidden_size, c.intermediate_size, len}), c.num_hidden_layers, max_abs) +
+        max_abs * testing::kF32Roundoff;
+    EXPECT_LE(max_diff, bound) << text << ": largest |hidden| " << max_abs;
+    EXPECT_GT(max_abs, 0.1);  // not degenerate
+    // Normalized (the default): unit length, the same direction.
+    const std::vector<float> unit = One(Text(text));
+    double norm = 0, raw_norm = 0;
+    for (float x : unit) norm += static_cast<double>(x) * x;
+    for (float x : got) raw_norm += static_cast<double>(x) * x;
+    EXPECT_NEAR(std::sqrt(norm), 1.0, static_cast<double>(dim) * testing::kF32Roundoff);
+    for (std::size_t d = 0; d < got.size(); ++d)
+      EXPECT_NEAR(unit[d], got[d] / std::sqrt(raw_norm), 4 * testing::kF32Roundoff);
+  }
+}
+
+TEST_P(Embedding, AnInputsEmbeddingDoesNotDependOnItsBatch) {
+  const std::vector<float> alone = One(Text("the owl sleeps"));
+  auto batch = service_->Embed({Text(kLong), Text("the owl sleeps"), Text("x"), Text("the owl sleeps")}, {});
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_EQ((*batch)[1].embedding, alone);
+  EXPECT_EQ((*batch)[3].embedding, alone);
+  EXPECT_NE((*batch)[0].embedding, alone);
+  // Inside an engine's steps, beside a decode, with a budget that splits the batch.
+  OneModel decoder;
+  EngineConfig ec;
+  ec.num_blocks = 64;
+  ec.block_size = 4;
+  ec.scheduler.max_model_len = 64;
+  ec.scheduler.max_num_batched_tokens = 16;
+  Engine engine(ec, decoder);
+  engine.Start();
+  service::EmbeddingServiceOptions eo;
+  eo.engine = &engine;
+  auto in_engine = LoadEmbeddingService(dir_.path(), "embed", eo);
+  ASSERT_TRUE(in_engine.ok());
+  EngineRequest r;
+  r.prompt = {2, 3, 4};
+  r.max_tokens = 20;
+  r.stop.ignore_eos = true;
+  auto stream = engine.Submit(r);
+  ASSERT_TRUE(stream.ok());
+  auto stepped = (*in_engine)->Embed({Text(kLong), Text("the owl sleeps")}, {});
+  ASSERT_TRUE(stepped.ok()) << stepped.status().ToString();
+  EXPECT_EQ((*stepped)[1].embedding, alone);
+  EXPECT_EQ((*stepped)[0].embedding, (*batch)[0].embedding);
+  EXPECT_GT(engine.stats().encoder_tokens.load(), 0u);
+  for (StreamChunk c; !c.finished;) c = (*stream)->Next(std::chrono::seconds(30));
+  engine.Stop();
+  EXPECT_EQ((*in_engine)->Embed({Text("x")}, {}).status().code(), ErrorCode::kUnavailable);
+}
+
+TEST_P(Embedding, PromptsTokenIdsAndDimensions) {
+  // A named prompt is prepended to the text (include_prompt: pooled too).
+  service::EmbedOptions query;
+  query.prompt_name = "query";
+  EXPECT_EQ(One(Text("the fox"), query), One(Text("search_query: the fox")));
+  query.prompt_name = "nope";
+  auto bad = service_->Embed({Text("the fox")}, query);
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().param(), "prompt_name");
+  // Token ids are used as they are.
+  auto enc = service_->tokenizer().Encode("the fox", true);
+  ASSERT_TRUE(enc.ok());
+  auto by_ids = service_->Embed({{"", enc->ids}, Text("the fox")}, {});
+  ASSERT_TRUE(by_ids.ok());
+  EXPECT_EQ((*by_ids)[0].embedding, (*by_ids)[1].embedding);
+  EXPECT_EQ((*by_ids)[0].tokens, static_cast<std::int64_t>(enc->ids.size()));
+  // dimensions: the first N values of the raw embedding, normalized.
+  service::EmbedOptions raw, cut;
+  raw.normalize = false;
+  cut.dimensions = 16;
+  const std::vector<float> full = One(Text("the fox"), raw), part = One(Text("the fox"), cut);
+  ASSERT_EQ(part.size(), 16u);
+  double norm = 0;
+  for (int d = 0; d < 16; ++d) norm += static_cast<double>(full[d]) * full[d];
+  for (int d = 0; d < 16; ++d) EXPECT_NEAR(part[d], full[d] / std::sqrt(norm), 4 * testing::kF32Roundoff);
+}
+
+TEST_P(Embedding, LongInputsAreRefusedOrTruncatedAsAsked) {
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "word" + std::to_string(i) + " ";
+  auto refused = service_->Embed({Text("short"), Text(text)}, {});
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().param(), "input[1]");
+  service::EmbedOptions right, left;
+  right.truncate = left.truncate = true;
+  left.truncate_left = true;
+  auto r = service_->Embed({Text(text)}, right), l = service_->Embed({Text(text)}, left);
+  ASSERT_TRUE(r.ok() && l.ok()) << r.status().ToString() << l.status().ToString();
+  EXPECT_EQ((*r)[0].tokens, 128);
+  EXPECT_EQ((*l)[0].tokens, 128);
+  EXPECT_NE((*r)[0].embedding, (*l)[0].embedding);
+  // Cutting keeps the special tokens: the first 126 text tokens between them.
+  auto all = service_->tokenizer().Encode(text, true);
+  ASSERT_TRUE(all.ok());
+  std::vector<TokenId> kept(all->ids.begin(), all->ids.begin() + 127);
+  kept.push_back(all->ids.back());
+  auto same = service_->Embed({{"", kept}}, {});
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ((*same)[0].embedding, (*r)[0].embedding);
+}
+
+TEST_P(Embedding, BadInputIsAClearError) {
+  auto code = [&](std::vector<service::EmbedInput> in, service::EmbedOptions o = {}) {
+    return service_->Embed(in, o).status().code();
+  };
+  EXPECT_EQ(code({}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({Text("")}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"", std::vector<TokenId>{}}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"", std::vector<TokenId>{1, 100000}}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({Text("a\xff")}), ErrorCode::kInvalidArgument);  // invalid UTF-8
+  service::EmbedOptions o;
+  o.dimensions = 65;
+  EXPECT_EQ(code({Text("a")}, o), ErrorCode::kInvalidArgument);
+  o.dimensions = 0;
+  EXPECT_EQ(code({Text("a")}, o), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(std::vector<service::EmbedInput>(2049, Text("a"))), ErrorCode::kInvalidArgument);
+  // The service still answers.
+  EXPECT_EQ(One(Text("a")).size(), 64u);
+}
+
+// Hugging Face saves a base model without the family's prefix (what the
+// generator writes); one cut from a model with a head keeps it. Both load,
+// to the same weights.
+TEST_P(Embedding, LoadsWithOrWithoutTheFamilyPrefix) {
+  const std::string prefix = GetParam() == std::string("roformer") ? "roformer." : "model.";
+  auto file = SafetensorsFile::Open(dir_ / "model.safetensors");
+  ASSERT_TRUE(file.ok());
+  std::vector<TensorToWrite> renamed;
+  for (const auto& [name, info] : (*file)->tensors()) {
+    ASSERT_NE(name.rfind(prefix, 0), 0u) << name;  // the generator's names are the base model's
+    const std::uint8_t* data = (*file)->Data(info);
+    renamed.push_back(
+        {prefix + name, info.dtype, info.shape, std::vector<std::uint8_t>(data, data + (info.end - info.begin))});
+  }
+  file->reset();
+  ASSERT_TRUE(WriteSafetensors(dir_ / "model.safetensors", renamed, {{"format", "pt"}}).ok());
+  auto prefixed = LoadEmbeddingService(dir_.path(), "embed");
+  ASSERT_TRUE(prefixed.ok()) << prefixed.status().ToString();
+  auto a = (*prefixed)->Embed({Text("the fox")}, {});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)[0].embedding, One(Text("the fox")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Embedding, ::testing::Values("modernbert", "roformer"));
+
+TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
+  testing::ScratchDir qa, embed;
+  ASSERT_TRUE(MakeEncoderModel(qa.path(), MakeEncoderOptions{}).ok());
+  auto with_head = LoadEmbeddingService(qa.path(), "e");
+  EXPECT_EQ(with_head.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(with_head.status().message().find("has a head"), std::string::npos) << with_head.status().ToString();
+  MakeEncoderOptions o;
+  o.head = "embedding";
+  o.pooling = "cls";
+  ASSERT_TRUE(MakeEncoderModel(embed.path(), o).ok());
+  EXPECT_EQ(LoadQaService(embed.path(), "qa").status().code(), ErrorCode::kInvalidArgument);
+  auto cls = LoadEmbeddingService(embed.path(), "e");
+  ASSERT_TRUE(cls.ok());
+  EXPECT_EQ((*cls)->pooling().pooling, embedding::Pooling::kCls);
+  // A Dense module after the pooling: not computed, so refused by name.
+  std::ofstream(embed / "modules.json")
+      << R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}])";
+  auto dense = LoadEmbeddingService(embed.path(), "e");
+  EXPECT_EQ(dense.status().code(), ErrorCode::kUnimplemented);
+  EXPECT_NE(dense.status().message().find("Dense"), std::string::npos) << dense.status().ToString();
+}
+
+}  // namespace
+}  // namespace ropeserve
