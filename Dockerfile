@@ -26,6 +26,7 @@ RUN --mount=type=cache,target=/root/.cache/ropeserve/ccache \
  && install -D /build/ropeserve /out/usr/local/bin/ropeserve \
  && /build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny \
  && /build/ropeserve make-model --qa --out /out/opt/ropeserve/demo-qa \
+ && /build/ropeserve make-model --embedding --out /out/opt/ropeserve/demo-embed \
  && ldd /build/ropeserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
       | while read -r lib; do dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true; done \
       | cut -d: -f1 | sort -u > /out/runtime-packages.txt \
@@ -56,7 +57,8 @@ ENV ROPESERVE_HOST=0.0.0.0 \
     ROPESERVE_DATA_DIR=/data
 RUN mkdir -p /home/ropeserve/.cache/ropeserve/models \
  && ln -s /opt/ropeserve/demo-tiny /home/ropeserve/.cache/ropeserve/models/demo-tiny \
- && ln -s /opt/ropeserve/demo-qa /home/ropeserve/.cache/ropeserve/models/demo-qa
+ && ln -s /opt/ropeserve/demo-qa /home/ropeserve/.cache/ropeserve/models/demo-qa \
+ && ln -s /opt/ropeserve/demo-embed /home/ropeserve/.cache/ropeserve/models/demo-embed
 # /data: uploaded files and batches (batch.db, files/), kept across restarts.
 VOLUME ["/models", "/data"]
 EXPOSE 8080 8081 50051

@@ -164,4 +164,28 @@ StatusOr<GrpcAnswer> ReadAnswer(const v1::AnswerRequest& req) {
   return out;
 }
 
+StatusOr<GrpcEmbed> ReadEmbed(const v1::EmbedRequest& req) {
+  GrpcEmbed out;
+  if (req.inputs_size() == 0) return InvalidArgument("'inputs' is required").WithParam("inputs");
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const v1::EmbedInput& in = req.inputs(i);
+    switch (in.input_case()) {
+      case v1::EmbedInput::kText:
+        out.inputs.push_back({in.text(), std::nullopt});
+        break;
+      case v1::EmbedInput::kIds:
+        out.inputs.push_back({"", std::vector<TokenId>(in.ids().ids().begin(), in.ids().ids().end())});
+        break;
+      default:
+        return InvalidArgument("an input is a text or token ids").WithParam("inputs[" + std::to_string(i) + "]");
+    }
+  }
+  if (req.has_normalize()) out.options.normalize = req.normalize();
+  out.options.truncate = req.truncate();
+  out.options.truncate_left = req.truncate_left();
+  if (req.has_dimensions()) out.options.dimensions = req.dimensions();
+  if (req.has_prompt_name()) out.options.prompt_name = req.prompt_name();
+  return out;
+}
+
 }  // namespace ropeserve::api

@@ -11,6 +11,7 @@
 
 #include "proto/ropeserve/v1/ropeserve.pb.h"
 #include "server/common/status.h"
+#include "server/service/embedding_service.h"
 #include "server/service/request_params.h"
 
 namespace ropeserve::api {
@@ -39,5 +40,13 @@ struct GrpcAnswer {
 StatusOr<GrpcGenerate> ReadGenerate(const ::ropeserve::v1::GenerateRequest& req);
 StatusOr<GrpcSummarize> ReadSummarize(const ::ropeserve::v1::SummarizeRequest& req);
 StatusOr<GrpcAnswer> ReadAnswer(const ::ropeserve::v1::AnswerRequest& req);
+
+struct GrpcEmbed {
+  std::vector<service::EmbedInput> inputs;
+  service::EmbedOptions options;
+};
+// Each input is a text or token ids; the service checks the rest (empty
+// inputs, ids outside the vocabulary, lengths).
+StatusOr<GrpcEmbed> ReadEmbed(const ::ropeserve::v1::EmbedRequest& req);
 
 }  // namespace ropeserve::api

@@ -17,6 +17,7 @@
 #include "server/api/grpc_calls.h"
 #include "server/api/grpc_request.h"
 #include "server/api/logging.h"
+#include "server/api/rest_handlers.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
 #include "server/service/document_summary.h"
@@ -350,6 +351,48 @@ class Service final : public v1::Inference::CallbackService {
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* call, const v1::EmbedRequest* req,
+                                  v1::EmbedResponse* resp) override {
+    CallStart c;
+    if (Status b = Begin(ctx_, call, "Embed", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
+    const std::vector<service::EmbeddingService*>* embedders = ctx_.embedders.load();
+    auto found =
+        FindEmbedder(embedders == nullptr ? std::vector<service::EmbeddingService*>() : *embedders, req->model());
+    if (!found.ok()) return Reject(ctx_, c, found.status(), call->DefaultReactor());
+    service::EmbeddingService* embedder = *found;
+    const double timeout = c.timeout_seconds;
+    auto* reactor = new DeferredUnaryCall(ctx_, std::move(c));
+    auto link = reactor->link();
+    // Inputs are tokenized on the pool; the engine's steps run them; the
+    // vectors are pooled on the pool and finish the call.
+    const bool queued = pool_.TrySubmit([embedder, req, resp, link, timeout] {
+      auto fail = [&](const Status& s) { DeferredUnaryCall::Complete(link, s, nullptr); };
+      auto r = ReadEmbed(*req);
+      if (!r.ok()) return fail(r.status());
+      auto call = embedder->EmbedAsync(r->inputs, r->options, timeout,
+                                       [embedder, resp, link](StatusOr<std::vector<service::EmbedResult>> out) {
+                                         DeferredUnaryCall::Complete(link, out.status(), [&] {
+                                           resp->set_id(embedder->NextRequestId());
+                                           resp->set_model(embedder->name());
+                                           std::int64_t tokens = 0;
+                                           for (const auto& e : *out) {
+                                             auto* x = resp->add_embeddings();
+                                             x->mutable_values()->Add(e.embedding.begin(), e.embedding.end());
+                                             x->set_tokens(e.tokens);
+                                             tokens += e.tokens;
+                                           }
+                                           resp->mutable_usage()->set_prompt_tokens(tokens);
+                                         });
+                                       });
+      if (!call.ok()) return fail(call.status());
+      std::lock_guard<std::mutex> lock(link->mu);
+      // The client left while we prepared: drop the work.
+      if (link->target == nullptr || !link->target->SetOnCancelLocked([c = *call] { c->Cancel(); })) (*call)->Cancel();
+    });
+    if (!queued) DeferredUnaryCall::Complete(link, kPoolFull, nullptr);
+    return reactor;
+  }
+
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,
                                          v1::GetModelInfoResponse* resp) override {
     CallStart c;
@@ -376,6 +419,16 @@ class Service final : public v1::Inference::CallbackService {
       q->set_device("cpu");
       q->set_has_tokenizer(true);
     }
+    if (const auto* embedders = ctx_.embedders.load())
+      for (service::EmbeddingService* e : *embedders) {
+        auto* m = resp->add_models();
+        m->set_id(e->name());
+        m->set_architecture(e->config().architecture);
+        m->set_max_model_len(e->max_input_tokens());
+        m->set_vocab_size(e->config().vocab_size);
+        m->set_task("embed");
+        m->set_has_tokenizer(true);
+      }
     const EngineConfig& o = service.engine_config();
     resp->set_block_size(o.block_size);
     resp->set_num_kv_blocks(service.kv_cache().num_blocks);

@@ -478,7 +478,7 @@ void HttpServer::Impl::InstallApi() {
   s.Get("/", page(&PlaygroundHtml, "text/html; charset=utf-8"));
   s.Get("/playground/app.js", page(&PlaygroundJs, "text/javascript; charset=utf-8"));
   s.Get("/playground/style.css", page(&PlaygroundCss, "text/css; charset=utf-8"));
-  // Every served model: the decoder, and the QA model when there is one
+  // Every served model: the decoder, the QA model and the embedders when there are
   // (`task` and `max_model_len` are extensions, as vLLM's max_model_len).
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     service::GenerationService* service = ctx.service.load();
@@ -492,6 +492,13 @@ void HttpServer::Impl::InstallApi() {
     if (service::QaService* qa = ctx.qa.load())
       data.push_back(
           card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
+    if (const auto* embedders = ctx.embedders.load())
+      for (service::EmbeddingService* e : *embedders) {
+        json c = card(e->name(), "embed", e->max_input_tokens(), e->config().architecture);
+        c["dimensions"] = e->dimensions();
+        c["pooling"] = embedding::PoolingName(e->pooling().pooling);
+        data.push_back(std::move(c));
+      }
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
   });
   s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
@@ -530,6 +537,16 @@ void HttpServer::Impl::InstallApi() {
                     {"architecture", qa->config().architecture},
                     {"max_position_embeddings", qa->config().max_position_embeddings}};
     }
+    json embedders = json::array();
+    if (const auto* list = ctx.embedders.load())
+      for (service::EmbeddingService* e : *list)
+        embedders.push_back({{"model", e->name()},
+                             {"architecture", e->config().architecture},
+                             {"dimensions", e->dimensions()},
+                             {"max_input_tokens", e->max_input_tokens()},
+                             {"pooling", embedding::PoolingName(e->pooling().pooling)},
+                             {"pooling_source", e->pooling().source}});
+    info["embedding"] = std::move(embedders);
     res.set_content(info.dump(), "application/json");
   });
   auto post = [this](const char* path, Endpoint endpoint) {
@@ -582,6 +599,25 @@ void HttpServer::Impl::InstallApi() {
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
   });
+  // Embeddings: OpenAI's /v1/embeddings and TEI's /embed.
+  for (const bool tei : {false, true}) {
+    s.Post(tei ? "/embed" : "/v1/embeddings",
+           [this, tei](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
+             auto ticket = ctx.lifecycle.Admit();
+             if (!ticket.ok()) return SetError(res, ticket.status());
+             const std::vector<service::EmbeddingService*>* embedders = ctx.embedders.load();
+             if (embedders == nullptr || embedders->empty())
+               return SetError(res, Unimplemented("no embedding model is loaded (serve --encoder DIR)"));
+             std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
+             if (!body) return;
+             auto reply = CreateEmbeddings(*embedders,
+                                           RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone,
+                                                       nullptr, t_request.span.context},
+                                           tei);
+             if (!reply.ok()) return SetError(res, reply.status());
+             res.set_content(reply->body, "application/json");
+           });
+  }
 }
 
 HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)

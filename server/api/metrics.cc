@@ -187,9 +187,10 @@ struct ServerMetrics::ModelFamilies {
     cache.emplace("block_size", std::to_string(m.block_size));
     cache.emplace("num_gpu_blocks", std::to_string(m.num_blocks));  // vLLM's name, whatever the device
     Set(Both<pm::Gauge>(r, "cache_config_info", "KV cache configuration (value 1; the labels carry it)", cache, ""), 1);
-    qa_window_tokens = &One<pm::Counter>(r, "ropeserve_qa_window_tokens_total",
-                                         "Tokens of question-answering windows run in engine steps",
-                                         ModelLabel(m.qa_name.empty() ? m.name : m.qa_name));
+    qa_window_tokens =
+        &One<pm::Counter>(r, "ropeserve_qa_window_tokens_total",
+                          "Tokens of encoder windows (question answering and embeddings) run in engine steps",
+                          ModelLabel(m.qa_name.empty() ? m.name : m.qa_name));
     if (!m.qa_name.empty())
       qa_latency = &One<pm::Histogram>(r, "ropeserve_qa_request_latency_seconds",
                                        "Time from arrival to the answer of a question-answering request",
@@ -231,6 +232,11 @@ struct ServerMetrics::Impl {
                                          "Start time of the process since the Unix epoch in seconds", {});
   pm::Counter& cpu =
       One<pm::Counter>(*registry, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds", {});
+  pm::Family<pm::Histogram>& embedding_latency =
+      Build<pm::Histogram>()
+          .Name("ropeserve_embedding_request_latency_seconds")
+          .Help("Time from arrival to the embeddings of an embedding request, by model")
+          .Register(*registry);
   std::function<BatchGauges()> batches_source;  // under mu
   pm::Family<pm::Gauge>& batches = Build<pm::Gauge>()
                                        .Name("ropeserve_batches")
@@ -297,6 +303,10 @@ void ServerMetrics::OnStep(const StepMetrics& m) {
 
 void ServerMetrics::CountRequest(const std::string& endpoint, const std::string& protocol, const std::string& code) {
   impl_->requests.Add({{"endpoint", endpoint}, {"protocol", protocol}, {"code", code}}).Increment();
+}
+
+void ServerMetrics::ObserveEmbeddingLatency(const std::string& model, double seconds) {
+  impl_->embedding_latency.Add({{"model_name", model}}, pm::Histogram::BucketBoundaries(kTtftBuckets)).Observe(seconds);
 }
 
 void ServerMetrics::ObserveQaLatency(double seconds) {

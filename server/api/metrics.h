@@ -70,6 +70,8 @@ class ServerMetrics : public EngineObserver {
   // One request answered: `code` is the HTTP status or the gRPC code name.
   void CountRequest(const std::string& endpoint, const std::string& protocol, const std::string& code);
   void ObserveQaLatency(double seconds);
+  // ropeserve_embedding_request_latency_seconds{model_name}.
+  void ObserveEmbeddingLatency(const std::string& model, double seconds);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Render();

@@ -14,6 +14,7 @@
 
 #include "server/common/status.h"
 #include "server/service/chat_output.h"
+#include "server/service/embedding_service.h"
 #include "server/service/generation_service.h"
 #include "server/service/input_processor.h"
 #include "server/service/qa_service.h"
@@ -137,5 +138,13 @@ StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRe
 // POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
 // {"inputs": [...], ...}.
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request);
+// POST /v1/embeddings (OpenAI) or, with `tei`, /embed (TEI) (rest_embeddings.cc):
+// the body's `model` picks one of `embedders` (none named: the first).
+StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EmbeddingService*>& embedders,
+                                     const RestRequest& request, bool tei);
+// The embedder `model` names (empty: the first); 501 without any, 404
+// (model_not_found) for an unknown name.
+StatusOr<service::EmbeddingService*> FindEmbedder(const std::vector<service::EmbeddingService*>& embedders,
+                                                  const std::string& model);
 
 }  // namespace ropeserve::api

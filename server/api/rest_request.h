@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server/common/status.h"
+#include "server/service/embedding_service.h"
 #include "server/service/input_processor.h"
 #include "server/service/request_params.h"
 #include "server/service/tool_calls.h"
@@ -82,6 +83,16 @@ struct QaBody {
   std::vector<QaInput> inputs;
   bool batch = false;  // "inputs": [...] (answers come back as "results")
   service::QaFields fields;
+};
+
+// POST /v1/embeddings (OpenAI, with vLLM's `normalize`) or TEI's /embed:
+// texts or token-id lists, and the embedding options.
+struct EmbeddingsBody {
+  std::string model;
+  std::vector<service::EmbedInput> inputs;
+  service::EmbedOptions options;
+  bool base64 = false;  // encoding_format "base64"
+  bool tei = false;     // TEI's /embed shape
 };
 
 // POST /tokenize (vLLM): a prompt, or chat messages rendered with the
@@ -153,6 +164,11 @@ Status WithResponsesParam(Status s);
 StatusOr<SummarizeBody> ReadSummarizeBody(const std::string& text);
 StatusOr<QaBody> ReadQaBody(const std::string& text);
 StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text);
+// `tei`: TEI's /embed ({"inputs", "normalize", "truncate",
+// "truncation_direction", "prompt_name", "dimensions"}); else OpenAI's
+// /v1/embeddings ({"model", "input", "encoding_format", "dimensions",
+// "user"}, plus "normalize", "truncate", "prompt_name").
+StatusOr<EmbeddingsBody> ReadEmbeddingsBody(const std::string& text, bool tei);
 StatusOr<DetokenizeBody> ReadDetokenizeBody(const std::string& text);
 
 }  // namespace ropeserve::api

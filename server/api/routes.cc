@@ -20,6 +20,8 @@ constexpr Route kRoutes[] = {
     {"/v1/info", "GET", false, true},
     {"/v1/summarize", "POST", false, true},
     {"/v1/qa", "POST", false, true},
+    {"/v1/embeddings", "POST", false, true},
+    {"/embed", "POST", false, true},
     {"/v1/completions", "POST", false, true},
     {"/v1/chat/completions", "POST", false, true},
     {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},

@@ -1,11 +1,12 @@
 // What the REST and gRPC front ends share: the lifecycle (ready/draining),
 // API keys, metrics, the request timeout, the model service, which is null
 // while the model loads (requests then get 503 / UNAVAILABLE), and the QA
-// service when a QA model is served.
+// and embedding services when such models are served.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "server/api/api_keys.h"
 #include "server/api/lifecycle.h"
@@ -16,6 +17,7 @@
 namespace ropeserve::service {
 class GenerationService;  // server/service/generation_service.h
 class QaService;          // server/service/qa_service.h
+class EmbeddingService;   // server/service/embedding_service.h
 }  // namespace ropeserve::service
 
 namespace ropeserve::batch {
@@ -36,6 +38,9 @@ struct ServingContext {
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<service::GenerationService*> service{nullptr};
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
+  // The embedding models (serve --encoder), in the flags' order; null or
+  // empty: none (501 / UNIMPLEMENTED).
+  std::atomic<const std::vector<service::EmbeddingService*>*> embedders{nullptr};
   // Where the gRPC front end prepares requests and selects QA answers
   // (server/api/work_pool.h); the gRPC server makes one when this is null.
   std::shared_ptr<WorkPool> work_pool;

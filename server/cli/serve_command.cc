@@ -42,6 +42,8 @@ struct ServeFlags {
   std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
   std::size_t qa_max_context_bytes = 1 << 20;
   std::string qa_dtype = "float32";
+  std::vector<std::string> encoders;  // --encoder: embedding models
+  std::string encoder_dtype = "float32";
   std::string served_model_name;
   std::string host = "0.0.0.0";
   int http_port = 8080;
@@ -100,18 +102,29 @@ StatusOr<std::string> EnsureDemoQaModel() {
   return EnsureDemo("demo-qa", [](const std::string& dir) { return MakeEncoderModel(dir, MakeEncoderOptions{}); });
 }
 
+StatusOr<std::string> EnsureDemoEmbeddingModel() {
+  return EnsureDemo("demo-embed", [](const std::string& dir) {
+    MakeEncoderOptions o;
+    o.head = "embedding";
+    return MakeEncoderModel(dir, o);
+  });
+}
+
 // Loads the summarization model and its tokenizer and starts the engine.
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
   std::unique_ptr<service::GenerationService> service;
   std::unique_ptr<service::QaService> qa;  // null without a QA model
+  // After the service: they leave its engine before it stops.
+  std::vector<std::unique_ptr<service::EmbeddingService>> embedders;
+  std::vector<service::EmbeddingService*> embedder_list;  // what ServingContext points at
 };
 
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
                       const std::shared_ptr<api::WorkPool>& work_pool) {
   bool demo = false;
-  // With neither model named, both demo models; with only --model, no QA.
-  const bool demo_qa = f.summarizer.empty() && f.qa.empty();
+  // With no model named, every demo model; with only --model, no QA.
+  const bool demo_qa = f.summarizer.empty() && f.qa.empty() && f.encoders.empty();
   if (f.summarizer.empty()) {
     RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
     demo = true;
@@ -184,6 +197,31 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
       spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
     if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
   }
+  if (demo_qa) {
+    RS_ASSIGN_OR_RETURN(std::string dir, EnsureDemoEmbeddingModel());
+    f.encoders.push_back(dir);
+  }
+  const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
+  for (const std::string& dir : f.encoders) {
+    service::EmbeddingServiceOptions eo;
+    eo.engine = &out.service->engine();
+    eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
+    const std::string name = demo_qa ? "demo-embed" : std::filesystem::path(dir).filename().string();
+    eo.on_latency = [&metrics, name](double seconds) { metrics.ObserveEmbeddingLatency(name, seconds); };
+    // gRPC Embed calls pool their vectors on the work pool, not on the engine's thread.
+    if (auto pool = work_pool) eo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
+    for (const auto& e : out.embedders)
+      if (e->name() == name) return InvalidArgument("--encoder: two models named '" + name + "'");
+    RS_ASSIGN_OR_RETURN(auto e, LoadEmbeddingService(dir, name, eo, encoder_dtype, f.device));
+    const EncoderConfig& ec = e->config();
+    spdlog::info("loaded embedding model {} ({}, {} layers, {} dimensions, {} pooling from {}) from {} as {} on {}",
+                 name, ec.architecture, ec.num_hidden_layers, e->dimensions(),
+                 embedding::PoolingName(e->pooling().pooling), e->pooling().source, dir,
+                 DTypeSafetensorsName(encoder_dtype), f.device);
+    out.embedder_list.push_back(e.get());
+    out.embedders.push_back(std::move(e));
+  }
+  if (demo_qa) spdlog::warn("*** DEMO EMBEDDING MODEL: random weights, its embeddings are meaningless. ***");
   return out;
 }
 
@@ -319,6 +357,7 @@ int Run(ServeFlags f) {
   metrics.Attach(&service.engine());
   ctx.service = &service;
   ctx.qa = loaded->qa.get();
+  ctx.embedders = &loaded->embedder_list;
   ctx.lifecycle.SetReady();
   grpc_server.SetServing(true);
   (*storage)->StartBatches(ctx);
@@ -347,6 +386,7 @@ int Run(ServeFlags f) {
   stop_http();
   ctx.service = nullptr;
   ctx.qa = nullptr;
+  ctx.embedders = nullptr;
   metrics.Attach(nullptr);
   if (!http_status.ok()) return Fail(http_status.ToString());
   if (!admin_status.ok()) return Fail("admin port: " + admin_status.ToString());
@@ -393,6 +433,14 @@ Runner AddServe(CLI::App& app) {
                   "tokenizer.json) for /v1/qa and gRPC Answer (default: a generated demo model when --model "
                   "is not given either)")
       ->envname("ROPESERVE_QA")
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--encoder", f->encoders,
+                  "Sentence-embedding model directory (ModernBertModel or RoFormerModel: config.json, "
+                  "model.safetensors, tokenizer.json, and sentence-transformers' modules.json / 1_Pooling when "
+                  "present; without them mean pooling) for /v1/embeddings and TEI's /embed; repeatable, the "
+                  "request's `model` picks one by directory name (default: a generated demo model when no "
+                  "--model, --qa or --encoder is given)")
+      ->envname("ROPESERVE_ENCODER")
       ->check(CLI::ExistingDirectory);
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
@@ -447,6 +495,11 @@ Runner AddServe(CLI::App& app) {
                   "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
       ->capture_default_str()
       ->envname("ROPESERVE_QA_DTYPE")
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
+  sub->add_option("--encoder-dtype", f->encoder_dtype,
+                  "Embedding models' compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_ENCODER_DTYPE")
       ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
   sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
                   "Longest QA context accepted, in bytes (longer: 400 / INVALID_ARGUMENT)")

@@ -253,6 +253,53 @@ TEST(RestRequest, QaBodies) {
   EXPECT_EQ(Refused(ReadQaBody, R"({"question":"q"})"), "context");
 }
 
+// /v1/embeddings (OpenAI's four input shapes) and TEI's /embed.
+TEST(RestRequest, EmbeddingBodies) {
+  auto openai = [](const std::string& body) { return ReadEmbeddingsBody(body, false); };
+  auto tei = [](const std::string& body) { return ReadEmbeddingsBody(body, true); };
+  auto one = openai(R"({"model":"m","input":"hello","encoding_format":"base64","dimensions":8,"user":"u"})");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->inputs.size(), 1u);
+  EXPECT_EQ(one->inputs[0].text, "hello");
+  EXPECT_FALSE(one->inputs[0].ids);
+  EXPECT_TRUE(one->base64);
+  EXPECT_EQ(one->options.dimensions, 8);
+  EXPECT_TRUE(one->options.normalize);
+  auto texts = openai(R"({"input":["a","b"],"normalize":false})");
+  ASSERT_TRUE(texts.ok());
+  EXPECT_EQ(texts->inputs.size(), 2u);
+  EXPECT_FALSE(texts->options.normalize);
+  auto ids = openai(R"({"input":[1,2,3]})");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->inputs.size(), 1u);
+  EXPECT_EQ(*ids->inputs[0].ids, (std::vector<TokenId>{1, 2, 3}));
+  auto lists = openai(R"({"input":[[1],[2,3]]})");
+  ASSERT_TRUE(lists.ok());
+  ASSERT_EQ(lists->inputs.size(), 2u);
+  EXPECT_EQ(*lists->inputs[1].ids, (std::vector<TokenId>{2, 3}));
+  EXPECT_EQ(Refused(openai, R"({"model":"m"})"), "input");
+  EXPECT_EQ(Refused(openai, R"({"input":[]})"), "input");
+  EXPECT_EQ(Refused(openai, R"({"input":[1,"a"]})"), "input[1]");
+  EXPECT_EQ(Refused(openai, R"({"input":["a",{"x":1}]})"), "input[1]");
+  EXPECT_EQ(Refused(openai, R"({"input":[[1,-2]]})"), "input[0][1]");
+  EXPECT_EQ(Refused(openai, R"({"input":[3000000000]})"), "input[0]");
+  EXPECT_EQ(Refused(openai, R"({"input":"a","encoding_format":"int8"})"), "encoding_format");
+  EXPECT_EQ(Refused(openai, R"({"input":"a","dimensions":0})"), "dimensions");
+  EXPECT_EQ(Refused(openai, R"({"input":"a","dimensions":"8"})"), "dimensions");
+  EXPECT_EQ(Refused(openai, R"({"input":"a","truncate_prompt_tokens":8})"), "truncate_prompt_tokens");
+  EXPECT_EQ(Refused(openai, R"({"input":"a","inputs":"b"})"), "inputs");
+  auto t = tei(R"({"inputs":["a"],"normalize":false,"truncate":true,"truncation_direction":"Left",
+                   "prompt_name":"query"})");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->tei);
+  EXPECT_TRUE(t->options.truncate);
+  EXPECT_TRUE(t->options.truncate_left);
+  EXPECT_EQ(t->options.prompt_name, "query");
+  EXPECT_EQ(Refused(tei, R"({"inputs":"a","truncation_direction":"up"})"), "truncation_direction");
+  EXPECT_EQ(Refused(tei, R"({"input":"a"})"), "input");
+  EXPECT_EQ(Refused(tei, R"({"inputs":"a","encoding_format":"float"})"), "encoding_format");
+}
+
 // The Hugging Face pipeline's shape, multi-passage questions, offset units.
 TEST(RestRequest, QaPipelineShapeAndPassages) {
   auto hf = ReadQaBody(

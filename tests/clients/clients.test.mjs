@@ -5,7 +5,7 @@
 //    validated against its schemas (ajv, JSON Schema 2020-12);
 //  - the official openai SDK: models, completions, chat, streaming,
 //    logprobs, logit_bias, and errors as the SDK's exception classes;
-//  - LangChain's ChatOpenAI;
+//  - LangChain's ChatOpenAI and OpenAIEmbeddings;
 //  - @grpc/grpc-js: the service found through server reflection, then
 //    Summarize, Answer and Generate called, and error details decoded.
 // Run with `node --test`; RS_HTTP, RS_AUTH_HTTP, RS_BUSY_HTTP, RS_GRPC,
@@ -72,7 +72,7 @@ test('every route of the document is served with its method, and nothing else is
       assert.ok(r.status !== 404 || (path !== route && /no (response|file|batch) with id/.test(body)), `${method} ${route}: ${r.status} ${body}`);
     }
   }
-  const r = await fetch(`${HTTP}/v1/embeddings`, { method: 'POST', body: '{}' });
+  const r = await fetch(`${HTTP}/v1/audio/speech`, { method: 'POST', body: '{}' });
   assert.equal(r.status, 404);
   conforms('Error', await r.json());
 });
@@ -94,6 +94,9 @@ test('live answers of every route match their schemas', async () => {
     ['/tokenize', 'TokenizeRequest', { prompt: 'Hello world', return_token_strs: true }],
     ['/tokenize', 'TokenizeRequest', { messages: [{ role: 'user', content: 'Hi' }] }],
     ['/detokenize', 'DetokenizeRequest', { tokens: [1, 2, 3] }],
+    ['/v1/embeddings', 'EmbeddingRequest', { input: ['Hello world', 'two'], dimensions: 8 }],
+    ['/v1/embeddings', 'EmbeddingRequest', { input: [[1, 2, 3]], encoding_format: 'base64' }],
+    ['/embed', 'TeiEmbedRequest', { inputs: 'Hello world', truncate: true, truncation_direction: 'Left' }],
   ];
   for (const [route, requestSchema, body] of requests) {
     conforms(requestSchema, body);  // the document accepts what the server accepts
@@ -130,9 +133,9 @@ test('live answers of every route match their schemas', async () => {
 test('openai SDK: models, completions, chat and streaming', async () => {
   const models = await client.models.list();
   const ids = models.data.map((m) => m.id);
-  assert.equal(ids.length, 2, JSON.stringify(models.data));
+  assert.equal(ids.length, 3, JSON.stringify(models.data));
   const tasks = models.data.map((m) => m.task).sort();
-  assert.deepEqual(tasks, ['generate', 'question-answering']);
+  assert.deepEqual(tasks, ['embed', 'generate', 'question-answering']);
 
   const c = await client.completions.create({ model: ids[0], prompt: 'Once upon', max_tokens: 5, temperature: 0, logprobs: 3 });
   assert.equal(c.choices.length, 1);
@@ -274,6 +277,30 @@ test('LangChain ChatOpenAI invokes and streams', async () => {
   let streamed = '';
   for await (const chunk of await llm.stream('Say hi')) streamed += chunk.content;
   assert.equal(streamed, msg.content);
+});
+
+test('openai SDK and LangChain embeddings: float and base64 agree', async () => {
+  // The SDK asks for base64 unless told otherwise, and decodes it.
+  const b64 = await client.embeddings.create({ model: 'embed', input: ['Hello world', 'two words'] });
+  const floats = await client.embeddings.create({ model: 'embed', input: ['Hello world', 'two words'], encoding_format: 'float' });
+  assert.equal(b64.data.length, 2);
+  assert.equal(floats.data[0].embedding.length, 64);
+  for (let i = 0; i < 2; ++i) assert.deepEqual(Array.from(b64.data[i].embedding), floats.data[i].embedding);
+  assert.ok(floats.usage.prompt_tokens > 4);
+  const cut = await client.embeddings.create({ model: 'embed', input: 'Hello world', dimensions: 16, encoding_format: 'float' });
+  assert.equal(cut.data[0].embedding.length, 16);
+  const norm = cut.data[0].embedding.reduce((a, x) => a + x * x, 0);
+  assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+  await assert.rejects(client.embeddings.create({ model: 'embed', input: '' }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'input');
+  const { OpenAIEmbeddings } = await load('@langchain/openai/dist/index.js');
+  const lc = new OpenAIEmbeddings({ model: 'embed', apiKey: 'unused', configuration: { baseURL: `${HTTP}/v1` }, maxRetries: 0 });
+  const docs = await lc.embedDocuments(['Hello world', 'two words']);
+  assert.equal(docs.length, 2);
+  for (let i = 0; i < 2; ++i) {
+    for (let d = 0; d < 64; ++d) assert.ok(Math.abs(docs[i][d] - floats.data[i].embedding[d]) < 1e-6, `doc ${i} dim ${d}`);
+  }
+  const query = await lc.embedQuery('Hello world');
+  assert.equal(query.length, 64);
 });
 
 // ---- gRPC through reflection ----

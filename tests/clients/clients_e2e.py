@@ -25,10 +25,12 @@ def main():
     model, qa = os.path.join(workdir, "model"), os.path.join(workdir, "qa")
     subprocess.run([args.binary, "make-model", "--out", model, "--preset", "tiny"], check=True, capture_output=True)
     subprocess.run([args.binary, "make-model", "--qa", "--out", qa], check=True, capture_output=True)
+    embed = os.path.join(workdir, "embed")
+    subprocess.run([args.binary, "make-model", "--embedding", "--out", embed], check=True, capture_output=True)
     servers = []
     ok = False
     try:
-        main_server = Server(args.binary, model, workdir, ["--qa", qa], name="main")
+        main_server = Server(args.binary, model, workdir, ["--qa", qa, "--encoder", embed], name="main")
         servers.append(main_server)
         auth = Server(args.binary, model, workdir, ["--api-key", "secret-one", "--api-key", "secret-two"], name="auth")
         servers.append(auth)

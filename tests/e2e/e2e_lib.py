@@ -271,7 +271,7 @@ class Env:
 
 def run_tests(tests, description, tools=("curl",)):
     """The shared runner: makes the tiny models and the gRPC stubs, starts the
-    main server (with the QA model), runs every test whose name contains -k
+    main server (with the QA and embedding models), runs every test whose name contains -k
     and prints PASS/FAIL; returns the number of failures."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--binary", required=True)
@@ -289,8 +289,12 @@ def run_tests(tests, description, tools=("curl",)):
                    capture_output=True)
     env.qa_model = os.path.join(env.workdir, "qa")
     subprocess.run([env.binary, "make-model", "--qa", "--out", env.qa_model], check=True, capture_output=True)
+    env.embed_model = os.path.join(env.workdir, "embed")
+    subprocess.run([env.binary, "make-model", "--embedding", "--out", env.embed_model], check=True,
+                   capture_output=True)
     env.g = Grpc(env.workdir)
-    env.main = Server(env.binary, env.model, env.workdir, ["--qa", env.qa_model], name="main")
+    env.main = Server(env.binary, env.model, env.workdir, ["--qa", env.qa_model, "--encoder", env.embed_model],
+                      name="main")
     failures = 0
     try:
         for test in tests:

@@ -8,11 +8,13 @@ Run with Debian's /usr/bin/python3 (python3-grpcio; stubs from protoc and grpc_p
     /usr/bin/python3 tests/e2e/serve_e2e.py --binary build/ropeserve [-k NAME]
 Each test prints PASS/FAIL; the exit code is the number of failures.
 """
+import base64
 import json
 import os
 import random
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -205,6 +207,55 @@ def test_question_answering_rest_and_grpc(env):
           == "INVALID_ARGUMENT", "gRPC empty context")
     _, values = s.metrics()
     check(values.get("ropeserve_qa_request_latency_seconds_count", 0) >= 4, "QA latency not observed")
+
+
+def test_embeddings_openai_and_tei_shapes(env):
+    s = env.main
+    status, _, models = curl(s.http, "/v1/models")
+    cards = {m["id"]: m for m in json.loads(models)["data"]}
+    check(cards.get("embed", {}).get("task") == "embed" and cards["embed"]["dimensions"] == 64, cards)
+    status, out, _ = post_json(s.http, "/v1/embeddings", {"model": "embed", "input": ["hello world", "a second one"]})
+    check(status == 200 and out["object"] == "list" and out["model"] == "embed", f"{status} {out}")
+    check([d["index"] for d in out["data"]] == [0, 1] and all(len(d["embedding"]) == 64 for d in out["data"]), out)
+    for d in out["data"]:
+        check(abs(sum(x * x for x in d["embedding"]) - 1) < 1e-5, "not normalized")
+    check(out["usage"]["prompt_tokens"] == out["usage"]["total_tokens"] > 4, out["usage"])
+    # base64: the same float32 values, little-endian.
+    status, b64, _ = post_json(s.http, "/v1/embeddings", {"input": "hello world", "encoding_format": "base64"})
+    raw = base64.b64decode(b64["data"][0]["embedding"])
+    check(status == 200 and list(struct.unpack(f"<{len(raw) // 4}f", raw)) == out["data"][0]["embedding"],
+          "base64 differs from float")
+    # TEI's /embed: a list of vectors; the same numbers.
+    status, tei, _ = post_json(s.http, "/embed", {"inputs": "hello world"})
+    check(status == 200 and tei == [out["data"][0]["embedding"]], f"{status} {str(tei)[:200]}")
+    status, short, _ = post_json(s.http, "/v1/embeddings", {"input": "hello world", "dimensions": 16})
+    check(status == 200 and len(short["data"][0]["embedding"]) == 16, short)
+    # Errors name the field; the model must exist.
+    for body, param in [({"input": ""}, "input"), ({"input": ["a", ""]}, "input[1]"),
+                        ({"input": "a", "dimensions": 65}, "dimensions"), ({"input": [[1, 10**6]]}, "input"),
+                        ({"input": "a", "prompt_name": "nope"}, "prompt_name"), ({}, "input")]:
+        status, err, _ = post_json(s.http, "/v1/embeddings", body)
+        check(status == 400 and err["error"]["param"] == param, f"{body}: {status} {err}")
+    status, err, _ = post_json(s.http, "/v1/embeddings", {"model": "nope", "input": "a"})
+    check(status == 404 and err["error"]["code"] == "model_not_found", err)
+    # gRPC Embed: the same vectors as REST (float32 both ways).
+    g = env.g
+    r = g.stub(s.grpc).Embed(g.pb.EmbedRequest(inputs=[g.pb.EmbedInput(text="hello world"),
+                                                        g.pb.EmbedInput(text="a second one")]),
+                             timeout=HANG_GUARD_SECONDS)
+    check(r.model == "embed" and [list(e.values) for e in r.embeddings] == [d["embedding"] for d in out["data"]],
+          "gRPC Embed differs from REST")
+    check(r.usage.prompt_tokens == out["usage"]["prompt_tokens"], r.usage)
+    ids = g.pb.EmbedInput(ids=g.pb.TokenIds(ids=[1, 2, 3]))
+    r = g.stub(s.grpc).Embed(g.pb.EmbedRequest(inputs=[ids], dimensions=8, normalize=False), timeout=HANG_GUARD_SECONDS)
+    check(len(r.embeddings[0].values) == 8 and r.embeddings[0].tokens == 3, r)
+    check(g.code(lambda: g.stub(s.grpc).Embed(g.pb.EmbedRequest(inputs=[g.pb.EmbedInput(text="")]), timeout=10))
+          == "INVALID_ARGUMENT", "gRPC empty input")
+    check(g.code(lambda: g.stub(s.grpc).Embed(g.pb.EmbedRequest(model="nope", inputs=[ids]), timeout=10))
+          == "NOT_FOUND", "gRPC unknown model")
+    _, values = s.metrics()
+    check(values.get('ropeserve_embedding_request_latency_seconds_count{model_name="embed"}', 0) >= 6,
+          "embedding latency not observed")
 
 
 def test_qa_and_decodes_both_progress(env):
@@ -403,6 +454,13 @@ def test_auth_overload_json_logs_and_yaml_config(env):
         check(g.code(lambda: g.stub(s.grpc).Answer(g.pb.AnswerRequest(question="q", context="c"), timeout=10,
                                                    metadata=[("authorization", "Bearer secret-one")]))
               == "UNIMPLEMENTED", "gRPC Answer without a QA model")
+        # ... and no embedding model: /v1/embeddings and /embed 501, Embed UNIMPLEMENTED.
+        for path, body in (("/v1/embeddings", {"input": "x"}), ("/embed", {"inputs": "x"})):
+            status, body501, _ = post_json(s.http, path, body, ok)
+            check(status == 501 and body501["error"]["code"] == "not_implemented", f"{path} without a model: {status}")
+        check(g.code(lambda: g.stub(s.grpc).Embed(g.pb.EmbedRequest(inputs=[g.pb.EmbedInput(text="x")]), timeout=10,
+                                                  metadata=[("authorization", "Bearer secret-one")]))
+              == "UNIMPLEMENTED", "gRPC Embed without an embedding model")
         stub = g.stub(s.grpc)
         req = g.pb.SummarizeRequest(text=TEXT, max_tokens=2)
         check(g.code(lambda: stub.Summarize(req, timeout=10)) == "UNAUTHENTICATED", "gRPC without key")

@@ -49,6 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       if (!req.ParseFromArray(msg, len)) return 0;
       auto r = api::ReadAnswer(req);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
+      v1::EmbedRequest embed;  // the same bytes as the other encoder call
+      if (embed.ParseFromArray(msg, len)) (void)api::ReadEmbed(embed);
       break;
     }
   }

@@ -70,9 +70,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       (void)api::ReadCountTokensBody(body);
       break;
     }
-    default: {
+    default: {  // the encoders' endpoints: /v1/qa, /v1/embeddings, /embed
       auto r = api::ReadQaBody(body);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
+      (void)api::ReadEmbeddingsBody(body, false);
+      (void)api::ReadEmbeddingsBody(body, true);
       break;
     }
   }

@@ -1,0 +1,81 @@
+// POST /v1/embeddings (OpenAI's shape, as vLLM serves it) and /embed
+// (Hugging Face TEI's) around service::EmbeddingService; the bodies are read
+// by rest_embeddings_request.cc.
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "server/api/json_request.h"
+#include "server/api/rest_handlers.h"
+#include "server/api/rest_request.h"
+
+namespace ropeserve::api {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The float32 values' bytes (little-endian, as on every host ropeserve
+// builds for) in standard base64: what the openai SDK decodes.
+std::string Base64Floats(const std::vector<float>& v) {
+  const std::size_t n = v.size() * sizeof(float);
+  std::string bytes(n, '\0');
+  std::memcpy(bytes.data(), v.data(), n);
+  std::string out(4 * ((n + 2) / 3) + 1, '\0');
+  const int written = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                      reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(n));
+  out.resize(static_cast<std::size_t>(written));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<service::EmbeddingService*> FindEmbedder(const std::vector<service::EmbeddingService*>& embedders,
+                                                  const std::string& model) {
+  if (embedders.empty()) return Unimplemented("no embedding model is loaded (serve --encoder DIR)");
+  if (model.empty()) return embedders.front();
+  std::string names;
+  for (service::EmbeddingService* e : embedders) {
+    if (e->name() == model) return e;
+    names += (names.empty() ? "'" : ", '") + e->name() + "'";
+  }
+  return NotFound("model '" + model.substr(0, 100) + "' does not exist (embedding models: " + names + ")")
+      .WithParam("model")
+      .WithReason("model_not_found");
+}
+
+StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EmbeddingService*>& embedders,
+                                     const RestRequest& request, bool tei) {
+  RS_ASSIGN_OR_RETURN(EmbeddingsBody body, ReadEmbeddingsBody(request.body, tei));
+  RS_ASSIGN_OR_RETURN(service::EmbeddingService * service, FindEmbedder(embedders, body.model));
+  RS_ASSIGN_OR_RETURN(auto results, service->Embed(body.inputs, body.options, request.timeout_seconds,
+                                                   request.client_gone, tei ? "inputs" : "input"));
+  RestReply reply;
+  if (tei) {  // [[f32, ...], ...]
+    json out = json::array();
+    for (const auto& r : results) out.push_back(r.embedding);
+    reply.body = Dump(out);
+    return reply;
+  }
+  std::int64_t tokens = 0;
+  json data = json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    tokens += results[i].tokens;
+    json item = {{"object", "embedding"}, {"index", i}};
+    item["embedding"] = body.base64 ? json(Base64Floats(results[i].embedding)) : json(results[i].embedding);
+    data.push_back(std::move(item));
+  }
+  const auto created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  json out = {{"id", service->NextRequestId()},
+              {"object", "list"},
+              {"created", created},
+              {"model", service->name()},
+              {"data", std::move(data)},
+              {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
+  reply.body = Dump(out);
+  return reply;
+}
+
+}  // namespace ropeserve::api
