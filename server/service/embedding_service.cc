@@ -2,10 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
-#include "server/engine/encoder_queue.h"
-#include "server/engine/engine.h"
 #include "server/service/window_job.h"
 
 namespace ropeserve::service {
@@ -26,20 +23,10 @@ struct EmbeddingService::Impl {
   std::shared_ptr<const tok::Tokenizer> tokenizer;
   embedding::EmbeddingConfig pooling;
   EmbeddingServiceOptions options;
-  std::unique_ptr<EncoderQueue> queue;
-  std::unique_ptr<WindowRunner> runner;
-  std::atomic<bool> stop{false};
-  std::thread worker;  // only without an engine
+  std::unique_ptr<EncoderLane> lane;  // last: it stops before the model goes
 };
 
-EmbeddingService::~EmbeddingService() {
-  if (!impl_) return;
-  if (impl_->options.engine != nullptr && impl_->queue) impl_->options.engine->DetachEncoder(impl_->queue.get());
-  impl_->stop = true;
-  if (impl_->queue) impl_->queue->Wake();
-  if (impl_->worker.joinable()) impl_->worker.join();
-  if (impl_->queue) impl_->queue->Close(Status(ErrorCode::kUnavailable, "the embedding service stopped"));
-}
+EmbeddingService::~EmbeddingService() = default;
 
 StatusOr<std::unique_ptr<EmbeddingService>> EmbeddingService::Create(std::unique_ptr<SpanModel> model,
                                                                      std::shared_ptr<const tok::Tokenizer> tokenizer,
@@ -50,26 +37,16 @@ StatusOr<std::unique_ptr<EmbeddingService>> EmbeddingService::Create(std::unique
   if (model->config().head != EncoderHead::kNone)
     return InvalidArgument(model->config().architecture +
                            " has a head; embeddings pool a base model (ModernBertModel, RoFormerModel)");
-  if (options.max_batch_tokens < 1) return InvalidArgument("the embedding batch budget must be positive");
-  if (options.max_queue_requests < 1) return InvalidArgument("the embedding queue must hold at least one request");
   std::unique_ptr<EmbeddingService> s(new EmbeddingService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);
-  Impl* impl = s->impl_.get();
-  impl->options = options;
-  impl->model = std::move(model);
-  impl->tokenizer = std::move(tokenizer);
-  impl->pooling = std::move(pooling);
-  impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
-  impl->runner = std::make_unique<WindowRunner>(*impl->model);
-  if (options.engine != nullptr) {
-    options.engine->AttachEncoder(impl->queue.get(), impl->runner.get());
-  } else {
-    impl->worker = std::thread([impl] {
-      RunEncoderWorker(*impl->queue, *impl->runner, impl->options.max_batch_tokens,
-                       [impl] { return impl->stop.load(); });
-    });
-  }
+  Impl& impl = *s->impl_;
+  impl.options = options;
+  impl.model = std::move(model);
+  impl.tokenizer = std::move(tokenizer);
+  impl.pooling = std::move(pooling);
+  RS_ASSIGN_OR_RETURN(impl.lane, EncoderLane::Create(*impl.model, options.engine, options.max_queue_requests,
+                                                     options.max_batch_tokens, "embedding"));
   return s;
 }
 
@@ -199,7 +176,7 @@ StatusOr<std::vector<EmbedResult>> EmbeddingService::Embed(const std::vector<Emb
                                                            const EmbedOptions& options, double timeout_seconds,
                                                            bool (*abandoned)(), const std::string& param) {
   RS_ASSIGN_OR_RETURN(auto p, Prepare(inputs, options, timeout_seconds, param));
-  RS_RETURN_IF_ERROR(impl_->queue->Push(p->job));
+  RS_RETURN_IF_ERROR(impl_->lane->Push(p->job));
   RS_RETURN_IF_ERROR(p->job->Wait(abandoned));
   return Finish(*p);
 }
@@ -217,7 +194,7 @@ StatusOr<std::shared_ptr<EmbedCall>> EmbeddingService::EmbedAsync(const std::vec
     const auto& post = impl_->options.post;
     if (!post || !post(finish)) finish();
   };
-  if (Status s = impl_->queue->Push(job); !s.ok()) {
+  if (Status s = impl_->lane->Push(job); !s.ok()) {
     job->on_complete = nullptr;
     return s;
   }

@@ -1,11 +1,8 @@
 #include "server/service/qa_service.h"
 
 #include <algorithm>
-#include <thread>
 #include <tuple>
 
-#include "server/engine/encoder_queue.h"
-#include "server/engine/engine.h"
 #include "server/service/request_params.h"
 #include "server/service/window_job.h"
 
@@ -28,20 +25,10 @@ struct QaService::Impl {
   std::unique_ptr<SpanModel> model;
   std::shared_ptr<const tok::Tokenizer> tokenizer;
   QaServiceOptions options;
-  std::unique_ptr<EncoderQueue> queue;
-  std::unique_ptr<WindowRunner> runner;
-  std::atomic<bool> stop{false};
-  std::thread worker;  // only without an engine
+  std::unique_ptr<EncoderLane> lane;  // last: it stops before the model goes
 };
 
-QaService::~QaService() {
-  if (!impl_) return;
-  if (impl_->options.engine != nullptr && impl_->queue) impl_->options.engine->DetachEncoder(impl_->queue.get());
-  impl_->stop = true;
-  if (impl_->queue) impl_->queue->Wake();
-  if (impl_->worker.joinable()) impl_->worker.join();
-  if (impl_->queue) impl_->queue->Close(Status(ErrorCode::kUnavailable, "the QA service stopped"));
-}
+QaService::~QaService() = default;
 
 StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel> model,
                                                        std::shared_ptr<const tok::Tokenizer> tokenizer,
@@ -53,22 +40,12 @@ StatusOr<std::unique_ptr<QaService>> QaService::Create(std::unique_ptr<SpanModel
   std::unique_ptr<QaService> s(new QaService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);
-  s->impl_->options = options;
-  if (options.max_batch_tokens < 1) return InvalidArgument("the QA batch budget must be positive");
-  if (options.max_queue_requests < 1) return InvalidArgument("the QA queue must hold at least one request");
-  s->impl_->model = std::move(model);
-  s->impl_->tokenizer = std::move(tokenizer);
-  Impl* impl = s->impl_.get();
-  impl->queue = std::make_unique<EncoderQueue>(static_cast<std::size_t>(options.max_queue_requests));
-  impl->runner = std::make_unique<WindowRunner>(*impl->model);
-  if (options.engine != nullptr) {
-    options.engine->AttachEncoder(impl->queue.get(), impl->runner.get());
-  } else {
-    impl->worker = std::thread([impl] {
-      RunEncoderWorker(*impl->queue, *impl->runner, impl->options.max_batch_tokens,
-                       [impl] { return impl->stop.load(); });
-    });
-  }
+  Impl& impl = *s->impl_;
+  impl.options = options;
+  impl.model = std::move(model);
+  impl.tokenizer = std::move(tokenizer);
+  RS_ASSIGN_OR_RETURN(impl.lane, EncoderLane::Create(*impl.model, options.engine, options.max_queue_requests,
+                                                     options.max_batch_tokens, "QA"));
   return s;
 }
 
@@ -183,7 +160,7 @@ StatusOr<std::vector<QaResult>> QaService::Select(Prepared& p) const {
 StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaRequest>& requests, double timeout_seconds,
                                                        bool (*abandoned)()) {
   RS_ASSIGN_OR_RETURN(auto p, Prepare(requests, timeout_seconds));
-  RS_RETURN_IF_ERROR(impl_->queue->Push(p->job));
+  RS_RETURN_IF_ERROR(impl_->lane->Push(p->job));
   RS_RETURN_IF_ERROR(p->job->Wait(abandoned));
   return Select(*p);
 }
@@ -200,7 +177,7 @@ StatusOr<std::shared_ptr<QaCall>> QaService::AnswerBatchAsync(std::vector<QaRequ
     const auto& post = impl_->options.post;
     if (!post || !post(select)) select();
   };
-  if (Status s = impl_->queue->Push(job); !s.ok()) {
+  if (Status s = impl_->lane->Push(job); !s.ok()) {
     job->on_complete = nullptr;
     return s;
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/engine/engine.h"
+
 namespace ropeserve::service {
 
 void WindowJob::SetTimeout(Clock::time_point start, double timeout_seconds) {
@@ -76,6 +78,35 @@ void WindowRunner::Run(std::span<const EncoderItem> items) {
     auto& job = static_cast<WindowJob&>(*items[b].job);
     job.Deliver(items[b].window, out.ok() ? StatusOr<SpanLogits>(std::move((*out)[b])) : out.status());
   }
+}
+
+StatusOr<std::unique_ptr<EncoderLane>> EncoderLane::Create(const SpanModel& model, Engine* engine,
+                                                           std::int64_t max_jobs, std::int64_t max_batch_tokens,
+                                                           const std::string& what) {
+  if (max_batch_tokens < 1) return InvalidArgument("the " + what + " batch budget must be positive");
+  if (max_jobs < 1) return InvalidArgument("the " + what + " queue must hold at least one request");
+  return std::unique_ptr<EncoderLane>(new EncoderLane(model, engine, static_cast<std::size_t>(max_jobs),
+                                                      max_batch_tokens, "the " + what + " service stopped"));
+}
+
+EncoderLane::EncoderLane(const SpanModel& model, Engine* engine, std::size_t max_jobs, std::int64_t max_batch_tokens,
+                         std::string stopped)
+    : engine_(engine), queue_(max_jobs), runner_(model), stopped_(std::move(stopped)) {
+  if (engine_ != nullptr) {
+    engine_->AttachEncoder(&queue_, &runner_);
+  } else {
+    worker_ = std::thread([this, max_batch_tokens] {
+      RunEncoderWorker(queue_, runner_, max_batch_tokens, [this] { return stop_.load(); });
+    });
+  }
+}
+
+EncoderLane::~EncoderLane() {
+  if (engine_ != nullptr) engine_->DetachEncoder(&queue_);
+  stop_ = true;
+  queue_.Wake();
+  if (worker_.joinable()) worker_.join();
+  queue_.Close(Status(ErrorCode::kUnavailable, stopped_));
 }
 
 }  // namespace ropeserve::service

@@ -1,6 +1,7 @@
 // An encoder call's windows as one job of the engine's encoder queue
-// (server/engine/encoder_queue.h), and the runner that computes them
-// through a SpanModel: shared by the QA service and the embedding service.
+// (server/engine/encoder_queue.h), the runner that computes them through a
+// SpanModel, and the lane that drives a service's queue: shared by the QA
+// service and the embedding service.
 // A job completes once: when the last window's output is in, or when it
 // fails (queue closed, forward failed, cancelled, deadline). Torch-free.
 #pragma once
@@ -9,15 +10,21 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/common/status.h"
 #include "server/engine/encoder_queue.h"
 #include "server/models/span_model.h"
+
+namespace ropeserve {
+class Engine;  // server/engine/engine.h
+}
 
 namespace ropeserve::service {
 
@@ -76,6 +83,36 @@ class WindowRunner : public EncoderRunner {
 
  private:
   const SpanModel& model_;
+};
+
+// A service's encoder queue and what drives it: the engine's steps (the
+// queue is attached while the lane lives) or, without an engine, a worker
+// thread running forwards of at most `max_batch_tokens`. Destroying the
+// lane detaches it, stops the worker and fails the jobs still waiting with
+// Unavailable(`stopped`). Thread-safe.
+class EncoderLane {
+ public:
+  // `model` and `engine` (when not null) must outlive the lane. `what`
+  // names the service in errors ("QA", "embedding"). InvalidArgument when
+  // max_jobs or max_batch_tokens is below 1.
+  static StatusOr<std::unique_ptr<EncoderLane>> Create(const SpanModel& model, Engine* engine, std::int64_t max_jobs,
+                                                       std::int64_t max_batch_tokens, const std::string& what);
+  ~EncoderLane();
+  EncoderLane(const EncoderLane&) = delete;
+  EncoderLane& operator=(const EncoderLane&) = delete;
+
+  // ResourceExhausted when full; Unavailable once stopped.
+  Status Push(std::shared_ptr<WindowJob> job) { return queue_.Push(std::move(job)); }
+
+ private:
+  EncoderLane(const SpanModel& model, Engine* engine, std::size_t max_jobs, std::int64_t max_batch_tokens,
+              std::string stopped);
+  Engine* const engine_;
+  EncoderQueue queue_;
+  WindowRunner runner_;
+  const std::string stopped_;
+  std::atomic<bool> stop_{false};
+  std::thread worker_;  // only without an engine
 };
 
 }  // namespace ropeserve::service

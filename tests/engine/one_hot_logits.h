@@ -38,4 +38,18 @@ StepLogits OneHotLogits(const StepPlan& plan, std::int64_t vocab, float value, P
   return OneHotRows(plan, vocab, value, [&](const ScheduledSequence& s, std::size_t) { return pick(s); });
 }
 
+// A decoder that always predicts `token` (vocabulary of 8): what engine
+// steps need beside the encoder work a service test is about.
+class ConstantTokenModel : public LogitsExecutor {
+ public:
+  explicit ConstantTokenModel(TokenId token = 1) : token_(token) {}
+  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
+    return OneHotLogits(plan, 8, 10.0f, [this](const ScheduledSequence&) { return token_; });
+  }
+  std::int64_t vocab_size() const override { return 8; }
+
+ private:
+  TokenId token_;
+};
+
 }  // namespace ropeserve::testing

@@ -19,29 +19,10 @@
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
+#include "tests/engine/one_hot_logits.h"
 
 namespace ropeserve {
 namespace {
-
-// A decoder that always predicts token 1 (the engine's steps need one).
-class OneModel : public LogitsExecutor {
- public:
-  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
-    auto buf = std::make_shared<std::vector<float>>();
-    StepLogits out;
-    out.vocab = 8;
-    for (const auto& s : plan.sequences) {
-      if (!s.needs_logits) continue;
-      buf->resize(buf->size() + 8, 0.0f);
-      (*buf)[buf->size() - 7] = 10;
-      ++out.rows;
-    }
-    out.data = buf->data();
-    out.owner = buf;
-    return out;
-  }
-  std::int64_t vocab_size() const override { return 8; }
-};
 
 service::EmbedInput Text(std::string s) { return {std::move(s), std::nullopt}; }
 
@@ -135,7 +116,7 @@ TEST_P(Embedding, AnInputsEmbeddingDoesNotDependOnItsBatch) {
   EXPECT_EQ((*batch)[3].embedding, alone);
   EXPECT_NE((*batch)[0].embedding, alone);
   // Inside an engine's steps, beside a decode, with a budget that splits the batch.
-  OneModel decoder;
+  testing::ConstantTokenModel decoder;
   EngineConfig ec;
   ec.num_blocks = 64;
   ec.block_size = 4;

@@ -7,30 +7,10 @@
 #include "server/engine/engine.h"
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
+#include "tests/engine/one_hot_logits.h"
 
 namespace ropeserve {
 namespace {
-
-// A decoder that always predicts token 1 (the engine's steps need one).
-class OneModel : public LogitsExecutor {
- public:
-  StatusOr<StepLogits> Forward(const StepPlan& plan) override {
-    auto buf = std::make_shared<std::vector<float>>();
-    StepLogits out;
-    out.vocab = 8;
-    for (const auto& s : plan.sequences) {
-      if (!s.needs_logits) continue;
-      std::vector<float> row(8, 0.0f);
-      row[1] = 10;
-      buf->insert(buf->end(), row.begin(), row.end());
-      ++out.rows;
-    }
-    out.data = buf->data();
-    out.owner = buf;
-    return out;
-  }
-  std::int64_t vocab_size() const override { return 8; }
-};
 
 service::QaRequest Request(std::string question, std::string context) {
   service::QaRequest r;
@@ -102,7 +82,7 @@ TEST_F(QaServiceTest, BadInputIsAClearError) {
 }
 
 TEST_F(QaServiceTest, RunsInsideTheEngineStepsAndFailsOnceTheEngineStops) {
-  OneModel decoder;
+  testing::ConstantTokenModel decoder;
   EngineConfig ec;
   ec.num_blocks = 64;
   ec.block_size = 4;
