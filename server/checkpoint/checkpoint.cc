@@ -42,13 +42,19 @@ StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) 
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
+StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir, bool as_trunk) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return NotFound(dir + ": not a directory");
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = dir;
   RS_ASSIGN_OR_RETURN(ckpt->config_, LoadModelConfig(dir));
   const ModelConfig& config = ckpt->config_;
+  if (as_trunk) {
+    if (config.span_head)
+      return InvalidArgument(dir + ": " + config.architecture + " has a span head: serve it with --qa");
+    if (config.int4_weights) return Unimplemented(dir + ": a trunk of 4-bit weights is not supported");
+    ckpt->config_.base_model = true;
+  }
 
   const std::string index_path = dir + "/model.safetensors.index.json";
   const std::string single_path = dir + "/model.safetensors";
@@ -92,6 +98,11 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
   if (config.span_head && ckpt->tensors_.count("transformer.embed_tokens.weight") == 0 &&
       ckpt->tensors_.count("model.embed_tokens.weight") != 0)
     ckpt->config_.trunk_prefix = "model.";
+
+  // A base model's trunk is unprefixed as Hugging Face saves it; a causal
+  // LM's is "model."; one file names it one way or the other.
+  if (config.base_model)
+    ckpt->config_.trunk_prefix = ckpt->tensors_.count("model.embed_tokens.weight") != 0 ? "model." : "";
 
   // Every expected tensor present, with the right shape and dtype.
   std::set<std::string> expected_names;

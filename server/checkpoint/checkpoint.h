@@ -17,7 +17,9 @@ namespace ropeserve {
 
 class Checkpoint {
  public:
-  static StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  // `as_trunk`: a decoder's trunk alone (ModelConfig::base_model; a causal
+  // LM's lm_head is then ignored; a span head is refused).
+  static StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir, bool as_trunk = false);
 
   struct TensorRef {
     const SafetensorsFile* file;

@@ -141,9 +141,14 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   } else if (c.architecture == "RoFormerForQuestionAnswering" || c.architecture == "RoFormerModel") {
     c.family = EncoderFamily::kRoFormer;
     RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
-  } else if (auto trunk = ParseModelConfig(json_text, source); trunk.ok() && trunk->span_head) {
-    const ModelConfig& m = *trunk;
+  } else if (auto trunk = ParseModelConfig(json_text, source); trunk.ok()) {
+    // A span head on a causal trunk; or the trunk alone (LlamaModel & co.,
+    // or a causal LM used as a sentence embedder, lm_head ignored).
+    ModelConfig m = *trunk;
+    if (!m.span_head) m.base_model = true;
+    if (m.int4_weights) return Unimplemented(source + ": a 4-bit decoder as an encoder is not supported");
     c.family = EncoderFamily::kDecoder;
+    c.head = m.span_head ? EncoderHead::kSpan : EncoderHead::kNone;
     c.vocab_size = m.vocab_size;
     c.hidden_size = c.embedding_size = m.hidden_size;
     c.intermediate_size = m.intermediate_size;
@@ -161,7 +166,7 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     return Unimplemented(source + ": architecture '" + c.architecture +
                          "' is not a supported encoder (ModernBertForQuestionAnswering, "
                          "RoFormerForQuestionAnswering, Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering, "
-                         "ModernBertModel, RoFormerModel)");
+                         "ModernBertModel, RoFormerModel, Llama/Mistral/Qwen2/Qwen3Model or ForCausalLM)");
   }
   for (auto [key, v] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},

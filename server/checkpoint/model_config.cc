@@ -136,6 +136,10 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
     c.span_head = true;
     c.trunk_prefix = "transformer.";  // Hugging Face's base_model_prefix for these heads
     base = base.substr(0, base.size() - kQa.size()) + "ForCausalLM";
+  } else if (base == "LlamaModel" || base == "MistralModel" || base == "Qwen2Model" || base == "Qwen3Model") {
+    c.base_model = true;
+    c.trunk_prefix = "";  // a base model's own names (Checkpoint::Open also takes "model.")
+    base = base.substr(0, base.size() - 5) + "ForCausalLM";
   }
   if (base == "LlamaForCausalLM" || base == "MistralForCausalLM") {
     c.family = ModelFamily::kLlama;
@@ -359,7 +363,7 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   if (c.span_head) {
     t.push_back({"qa_outputs.weight", {2, H}});
     t.push_back({"qa_outputs.bias", {2}});
-  } else if (!c.tie_word_embeddings) {
+  } else if (!c.tie_word_embeddings && !c.base_model) {
     t.push_back({"lm_head.weight", {c.vocab_size, H}});
   }
   return t;
@@ -372,7 +376,7 @@ bool IsIgnorableTensor(const std::string& name, const ModelConfig& c) {
   if (ends_with("rotary_emb.inv_freq")) return true;
   // Tied checkpoints sometimes still carry lm_head.weight; Hugging Face
   // ignores it in favour of the embeddings, and so do we.
-  if (c.tie_word_embeddings && name == "lm_head.weight") return true;
+  if ((c.tie_word_embeddings || c.base_model) && name == "lm_head.weight") return true;
   if (c.int4_weights && ends_with("_proj.bias")) return true;
   return false;
 }

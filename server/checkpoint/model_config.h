@@ -67,6 +67,12 @@ struct ModelConfig {
   // causal trunk instead of lm_head; Hugging Face names that trunk
   // "transformer." (older checkpoints "model."; Checkpoint::Open decides).
   bool span_head = false;
+  // The trunk alone, no head: *Model (LlamaModel, Qwen3Model, ...) as
+  // Hugging Face saves a base model (tensors without a prefix), or a causal
+  // LM opened as a trunk (Checkpoint::Open's as_trunk: sentence embedders
+  // such as Qwen3-Embedding declare Qwen3ForCausalLM). Its last hidden state
+  // is pooled; it cannot generate.
+  bool base_model = false;
   std::string trunk_prefix = "model.";
   // quantization_config: the decoder projections are stored as 4-bit
   // integers (GPTQ, AWQ or compressed-tensors); nullopt for float weights.

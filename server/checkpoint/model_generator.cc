@@ -294,7 +294,12 @@ namespace {
 
 // The files sentence-transformers saves beside a Transformer module.
 Status WriteSentenceTransformersFiles(const std::string& out_dir, const MakeEncoderOptions& o) {
-  RS_ASSIGN_OR_RETURN(embedding::Pooling pooling, embedding::ParsePooling(o.pooling));
+  // auto: what sentence-transformers models of the kind use (mean for
+  // encoders, the last token for decoder trunks).
+  const bool decoder = o.arch != "modernbert" && o.arch != "roformer";
+  RS_ASSIGN_OR_RETURN(embedding::Pooling pooling, embedding::ParsePooling(o.pooling != "auto" ? o.pooling
+                                                                          : decoder           ? "lasttoken"
+                                                                                              : "mean"));
   const json modules = json::array({
       {{"idx", 0}, {"name", "0"}, {"path", ""}, {"type", "sentence_transformers.models.Transformer"}},
       {{"idx", 1}, {"name", "1"}, {"path", "1_Pooling"}, {"type", "sentence_transformers.models.Pooling"}},
@@ -390,11 +395,10 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                            {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
   if (o.head != "qa" && o.head != "embedding") return InvalidArgument("head '" + o.head + "' must be qa or embedding");
   const bool embedder = o.head == "embedding";
-  if (embedder && o.arch != "modernbert" && o.arch != "roformer")
-    return InvalidArgument("embedding models: modernbert or roformer, not '" + o.arch + "'");
   json config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
-  if (embedder) {
-    config["architectures"] = {o.arch == "roformer" ? "RoFormerModel" : "ModernBertModel"};
+  if (embedder) {  // the base model's class: ModernBertModel, RoFormerModel, LlamaModel, ...
+    const std::string qa = config["architectures"][0].get<std::string>();
+    config["architectures"] = {qa.substr(0, qa.size() - std::string("ForQuestionAnswering").size()) + "Model"};
     config.erase("id2label");
   }
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
@@ -402,7 +406,9 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
   fs::create_directories(out_dir, ec);
   if (ec) return InvalidArgument(out_dir + ": cannot create directory: " + ec.message());
   std::vector<TensorToWrite> tensors;
-  const std::string prefix = embedder ? BaseModelPrefix(parsed.family) : "";
+  // Encoders list their trunk's tensors with the family prefix; a decoder
+  // base model's are already unprefixed.
+  const std::string prefix = embedder && parsed.family != EncoderFamily::kDecoder ? BaseModelPrefix(parsed.family) : "";
   for (const auto& spec : ExpectedEncoderTensors(parsed)) {
     tensors.push_back(RandomTensor(spec, o.dtype, o.seed, o.hidden_size));
     tensors.back().name = spec.name.substr(prefix.size());  // the base model's names

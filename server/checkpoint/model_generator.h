@@ -61,13 +61,14 @@ struct MakeEncoderOptions {
   std::int64_t max_position_embeddings = 1024;
   DType dtype = DType::kF32;
   // "qa": a span head (…ForQuestionAnswering); "embedding": the base model
-  // (ModernBertModel, RoFormerModel; tensors without the family prefix, as
-  // Hugging Face saves a base model) with sentence-transformers metadata:
-  // modules.json, 1_Pooling/config.json (`pooling`: cls, mean, max,
-  // lasttoken), 2_Normalize, config_sentence_transformers.json (prompts
-  // "query" and "document"), sentence_bert_config.json.
+  // (ModernBertModel, RoFormerModel, LlamaModel, Qwen2Model, Qwen3Model;
+  // tensors without the family prefix, as Hugging Face saves a base model)
+  // with sentence-transformers metadata: modules.json, 1_Pooling/config.json
+  // (`pooling`: cls, mean, max, lasttoken, or auto: mean for encoders, the
+  // last token for decoders), 2_Normalize, config_sentence_transformers.json
+  // (prompts "query" and "document"), sentence_bert_config.json.
   std::string head = "qa";
-  std::string pooling = "mean";
+  std::string pooling = "auto";
 };
 Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& options);
 

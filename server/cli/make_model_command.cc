@@ -65,20 +65,21 @@ Runner AddMakeModel(CLI::App& app) {
                 "float32|bfloat16, --hidden-size, --intermediate-size, --layers, --heads, --vocab-size and "
                 "--max-position-embeddings apply)");
   sub->add_option("--qa-arch", *qa_arch,
-                  "With --qa: modernbert, roformer, llama, qwen2 or qwen3 (a span head on a causal trunk); with "
-                  "--embedding: modernbert or roformer")
+                  "With --qa or --embedding: modernbert, roformer, llama, qwen2 or qwen3 (a causal trunk)")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
   auto embedding = std::make_shared<bool>(false);
-  auto pooling = std::make_shared<std::string>("mean");
+  auto pooling = std::make_shared<std::string>("auto");
   sub->add_flag("--embedding", *embedding,
-                "Write a sentence-embedding model instead (for `serve --encoder`): ModernBertModel or RoFormerModel "
-                "(--qa-arch) with sentence-transformers metadata (modules.json, 1_Pooling, 2_Normalize, prompts "
+                "Write a sentence-embedding model instead (for `serve --encoder`): the base model of --qa-arch "
+                "(ModernBertModel, RoFormerModel, LlamaModel, Qwen2Model, Qwen3Model) with sentence-transformers "
+                "metadata (modules.json, 1_Pooling, 2_Normalize, prompts "
                 "\"query\" and \"document\"); the --qa sizes apply")
       ->excludes("--qa");
-  sub->add_option("--pooling", *pooling, "With --embedding: cls, mean, max or lasttoken")
+  sub->add_option("--pooling", *pooling,
+                  "With --embedding: cls, mean, max, lasttoken, or auto (mean for encoders, lasttoken for decoders)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cls", "mean", "max", "lasttoken"}));
+      ->check(CLI::IsMember({"auto", "cls", "mean", "max", "lasttoken"}));
   return [f, qa, qa_arch, int4_format, int4, asymmetric, embedding, pooling] {
     if (*qa || *embedding) {
       MakeEncoderOptions eo;

@@ -435,9 +435,11 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_QA")
       ->check(CLI::ExistingDirectory);
   sub->add_option("--encoder", f->encoders,
-                  "Sentence-embedding model directory (ModernBertModel or RoFormerModel: config.json, "
-                  "model.safetensors, tokenizer.json, and sentence-transformers' modules.json / 1_Pooling when "
-                  "present; without them mean pooling) for /v1/embeddings and TEI's /embed; repeatable, the "
+                  "Sentence-embedding model directory (ModernBertModel, RoFormerModel, or a decoder trunk: "
+                  "Llama/Mistral/Qwen2/Qwen3Model or ForCausalLM such as Qwen3-Embedding; config.json, "
+                  "safetensors, tokenizer.json, and sentence-transformers' modules.json / 1_Pooling when present; "
+                  "without them mean pooling, last token for decoders) for /v1/embeddings, TEI's /embed and gRPC "
+                  "Embed; repeatable, the "
                   "request's `model` picks one by directory name (default: a generated demo model when no "
                   "--model, --qa or --encoder is given)")
       ->envname("ROPESERVE_ENCODER")

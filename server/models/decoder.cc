@@ -37,15 +37,20 @@ at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& dir, DType dtype,
                                                            Quantization quantization, at::Device device) {
-  return LoadAny(dir, dtype, false, quantization, device);
+  return LoadAny(dir, dtype, Head::kLm, quantization, device);
 }
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::string& dir, DType dtype,
                                                                     at::Device device) {
-  return LoadAny(dir, dtype, true, Quantization::kNone, device);
+  return LoadAny(dir, dtype, Head::kSpan, Quantization::kNone, device);
 }
 
-StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, bool span_head,
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadTrunk(const std::string& dir, DType dtype,
+                                                                at::Device device) {
+  return LoadAny(dir, dtype, Head::kNone, Quantization::kNone, device);
+}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, Head head,
                                                               Quantization quantization, at::Device device) {
   if (device.is_cuda()) {
 #ifndef ROPESERVE_HAVE_CUDA
@@ -66,7 +71,10 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (dtype != DType::kF32 && dtype != DType::kBF16)
       return InvalidArgument("compute dtype must be float32 or bfloat16");
   }
-  RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir, head == Head::kNone));
+  if (head == Head::kLm && ckpt->config().base_model)
+    return InvalidArgument(dir + ": " + ckpt->config().architecture +
+                           " is a base model without an LM head: it cannot generate (serve it with --encoder)");
   if (const auto& int4 = ckpt->config().int4_weights) {
     // The checkpoint's own 4-bit weights, whatever --quantization says
     // (vLLM likewise takes the method from quantization_config); only int8
@@ -77,7 +85,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (device.is_cuda()) return InvalidArgument(what + ": 4-bit weights run on the CPU only");
     quantization = Quantization::kInt4;
   }
-  if (ckpt->config().span_head != span_head)
+  const bool span_head = head == Head::kSpan;
+  if (head != Head::kNone && ckpt->config().span_head != span_head)
     return InvalidArgument(dir + ": " + ckpt->config().architecture +
                            (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --model"
                                       : " is a span (extractive QA) model: serve it with --qa"));
@@ -141,7 +150,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const std::string& trunk = c.trunk_prefix;
   // A tied int8 or packed LM head holds the embedding (read back by Embed):
   // one copy of the largest matrix.
-  const bool embedding_in_lm_head = (int8 || int4 || pack) && !c.span_head && c.tie_word_embeddings;
+  const bool embedding_in_lm_head = (int8 || int4 || pack) && !c.span_head && !c.base_model && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
@@ -161,7 +170,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   if (c.span_head) {
     m->w_.qa_outputs = load("qa_outputs.weight");
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
-  } else {
+  } else if (!c.base_model) {
     if (embedding_in_lm_head) {
       RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({trunk + "embed_tokens"}, false, true));
     } else if (c.tie_word_embeddings) {
@@ -311,6 +320,10 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
                                                                 v.contiguous().unsqueeze(0), one, attention_scale_);
                                   });
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+    if (!w_.qa_outputs.defined()) {  // a trunk: its hidden state is the output
+      out.push_back(SpanRows(at::Tensor(), 0, len, hidden));
+      continue;
+    }
     const at::Tensor logits = at::linear(hidden, w_.qa_outputs, w_.qa_outputs_bias).contiguous();
     out.push_back(SpanRows(logits, 0, len, with_hidden ? hidden : at::Tensor()));
   }

@@ -6,7 +6,8 @@
 // CPU's, or CUDA's in builds that have it):
 //  - ForwardPaged (PagedModel): the serving path: a packed batch of prefill
 //    chunks and decode tokens over the paged KV cache;
-//  - ForwardSpans: span heads over whole windows (extractive QA).
+//  - ForwardSpans: span heads over whole windows (extractive QA), or a
+//    trunk's hidden state (embeddings).
 // Their oracle, the dense unfused forward on kernels/reference, lives in the
 // tests (tests/models/reference_decoder.h) over weights() and
 // RotaryCosSin(), so the reference ops are not linked into the server.
@@ -66,6 +67,11 @@ class DecoderModel final : public PagedModel {
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype,
                                                                at::Device device = at::kCPU);
+  // The trunk alone (ModelConfig::base_model): a *Model checkpoint, or a
+  // causal LM whose lm_head is ignored; only ForwardSpans runs on it (the
+  // hidden state, no logits).
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadTrunk(const std::string& dir, DType dtype,
+                                                           at::Device device = at::kCPU);
 
   const ModelConfig& config() const override { return config_; }
   at::Device device() const override { return w_.norm.device(); }
@@ -95,7 +101,8 @@ class DecoderModel final : public PagedModel {
   // attention within the window, as Hugging Face's *ForQuestionAnswering).
   // Each window is computed on tensors of its own shape, so its logits are
   // bitwise independent of the other windows. `with_hidden` also returns
-  // the trunk's last hidden state (after the final norm).
+  // the trunk's last hidden state (after the final norm); a trunk without a
+  // head (LoadTrunk) returns only that.
   std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
                                        bool with_hidden = false) const;
 
@@ -105,7 +112,8 @@ class DecoderModel final : public PagedModel {
 
  private:
   DecoderModel() = default;
-  static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, bool span_head,
+  enum class Head { kLm, kSpan, kNone };
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, Head head,
                                                          Quantization quantization, at::Device device);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden) const;

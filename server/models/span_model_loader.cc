@@ -54,7 +54,8 @@ StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType
       break;
   }
   RS_ASSIGN_OR_RETURN(const at::Device d, encoder::ParseDevice(device));
-  RS_ASSIGN_OR_RETURN(auto decoder, DecoderModel::LoadSpanModel(dir, dtype, d));
+  RS_ASSIGN_OR_RETURN(auto decoder, config.head == EncoderHead::kSpan ? DecoderModel::LoadSpanModel(dir, dtype, d)
+                                                                      : DecoderModel::LoadTrunk(dir, dtype, d));
   return std::unique_ptr<SpanModel>(new DecoderSpanModel(std::move(config), std::move(decoder)));
 }
 

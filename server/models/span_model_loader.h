@@ -4,7 +4,10 @@
 //  - RoFormerForQuestionAnswering (server/models/roformer.h);
 //  - Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering: the causal decoder
 //    (server/models/decoder.h) with qa_outputs on its final hidden states,
-//    positions restarting in every window, causal within it.
+//    positions restarting in every window, causal within it;
+//  - without a head (embedders): ModernBertModel, RoFormerModel, and the
+//    decoder trunks (Llama/Mistral/Qwen2/Qwen3Model, or a causal LM whose
+//    lm_head is ignored).
 // Each has two paths over the same weights (SpanModel::ForwardReference and
 // ForwardWindows; the decoder trunks' reference lives in the tests,
 // tests/models/reference_decoder.h); tests hold them equal within rounding,

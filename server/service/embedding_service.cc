@@ -35,8 +35,9 @@ StatusOr<std::unique_ptr<EmbeddingService>> EmbeddingService::Create(std::unique
                                                                      EmbeddingServiceOptions options) {
   if (!model || !tokenizer) return InvalidArgument("the embedding service needs a model and its tokenizer");
   if (model->config().head != EncoderHead::kNone)
-    return InvalidArgument(model->config().architecture +
-                           " has a head; embeddings pool a base model (ModernBertModel, RoFormerModel)");
+    return InvalidArgument(
+        model->config().architecture +
+        " has a head; embeddings pool a base model (ModernBertModel, RoFormerModel, a decoder trunk)");
   std::unique_ptr<EmbeddingService> s(new EmbeddingService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);

@@ -1,5 +1,5 @@
 // The embedding service behind /v1/embeddings, TEI's /embed and gRPC
-// Embed: a base encoder (ModernBertModel, RoFormerModel; a SpanModel
+// Embed: a base encoder (ModernBertModel, RoFormerModel, a decoder trunk; a SpanModel
 // without a head, server/models/span_model.h), its tokenizer and its
 // sentence-transformers pooling (server/embedding/pooling.h). A call's
 // inputs become windows of one encoder job (server/engine/encoder_queue.h),

@@ -178,6 +178,10 @@ StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const 
   // The metadata first: an unsupported pooling fails before the weights load.
   RS_ASSIGN_OR_RETURN(embedding::EmbeddingConfig pooling, embedding::LoadEmbeddingConfig(dir));
   RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype, device));
+  // Without sentence-transformers' metadata, a decoder trunk pools its last
+  // token (what causal embedders such as Qwen3-Embedding use); encoders the mean.
+  if (pooling.source == "default" && model->config().family == EncoderFamily::kDecoder)
+    pooling.pooling = embedding::Pooling::kLastToken;
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     return NotFound(dir + ": an embedding model needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));

@@ -56,7 +56,7 @@ StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& d
                                                             DType dtype = DType::kF32,
                                                             const std::string& device = "cpu");
 
-// Loads a base encoder (ModernBertModel, RoFormerModel), its tokenizer.json
+// Loads a base encoder (ModernBertModel, RoFormerModel, a decoder trunk), its tokenizer.json
 // and its sentence-transformers metadata (modules.json, 1_Pooling/, ...;
 // server/embedding/pooling.h) from `dir` and serves embeddings.
 StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const std::string& dir,

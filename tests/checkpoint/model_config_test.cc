@@ -24,6 +24,25 @@ void ExpectInvalid(const std::string& text, const std::string& part, ErrorCode c
   EXPECT_NE(c.status().message().find(part), std::string::npos) << c.status().ToString();
 }
 
+// *Model: the trunk alone, named as Hugging Face saves a base model (no
+// prefix), with no lm_head expected; a family's own settings still apply.
+TEST(ModelConfig, BaseModelsAreTrunksWithoutAHead) {
+  auto qwen3 = Parse(Base("Qwen3Model", R"(,"tie_word_embeddings":false)"));
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().ToString();
+  EXPECT_TRUE(qwen3->base_model);
+  EXPECT_FALSE(qwen3->span_head);
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_EQ(qwen3->trunk_prefix, "");
+  const auto tensors = ExpectedTensors(*qwen3);
+  EXPECT_EQ(tensors.front().name, "embed_tokens.weight");
+  EXPECT_EQ(tensors.back().name, "norm.weight");
+  EXPECT_TRUE(IsIgnorableTensor("lm_head.weight", *qwen3));
+  auto lm = Parse(Base("Qwen3ForCausalLM", R"(,"tie_word_embeddings":false)"));
+  ASSERT_TRUE(lm.ok());
+  EXPECT_FALSE(lm->base_model);
+  EXPECT_EQ(ExpectedTensors(*lm).back().name, "lm_head.weight");
+}
+
 TEST(ModelConfig, FamiliesSetTheirBiasesAndNorms) {
   auto llama = Parse(Base("LlamaForCausalLM"));
   ASSERT_TRUE(llama.ok()) << llama.status().ToString();

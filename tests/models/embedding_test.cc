@@ -15,11 +15,13 @@
 #include "server/checkpoint/model_generator.h"
 #include "server/checkpoint/safetensors.h"
 #include "server/engine/engine.h"
+#include "server/models/decoder.h"
 #include "server/models/span_model_loader.h"
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
 #include "tests/engine/one_hot_logits.h"
+#include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
 namespace {
@@ -48,13 +50,25 @@ class Embedding : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? (*r)[0].embedding : std::vector<float>();
   }
+  bool decoder() const { return service_->config().family == EncoderFamily::kDecoder; }
+  // The reference path's last hidden state: the encoders' own (Hugging
+  // Face's eager modules), the tests' dense oracle for the decoder trunks.
+  StatusOr<SpanLogits> Reference(const std::vector<TokenId>& ids) const {
+    if (!decoder()) {
+      RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir_.path()));
+      return model->ForwardReference(ids, {}, true);
+    }
+    RS_ASSIGN_OR_RETURN(auto trunk, DecoderModel::LoadTrunk(dir_.path(), DType::kF32));
+    return testing::ReferenceSpanWindow(*trunk, ids, true);
+  }
   testing::ScratchDir dir_;
   std::unique_ptr<service::EmbeddingService> service_;
 };
 
 TEST_P(Embedding, MetadataAndConfigAreRead) {
   EXPECT_EQ(service_->config().head, EncoderHead::kNone);
-  EXPECT_EQ(service_->pooling().pooling, embedding::Pooling::kMean);
+  // make-model's auto pooling: what sentence-transformers models of the kind use.
+  EXPECT_EQ(service_->pooling().pooling, decoder() ? embedding::Pooling::kLastToken : embedding::Pooling::kMean);
   EXPECT_TRUE(service_->pooling().normalize);
   EXPECT_EQ(service_->pooling().source, "sentence-transformers");
   EXPECT_EQ(service_->pooling().prompts.at("query"), "search_query: ");
@@ -62,33 +76,33 @@ TEST_P(Embedding, MetadataAndConfigAreRead) {
   EXPECT_EQ(service_->dimensions(), 64);
 }
 
-// The serving path's mean-pooled hidden state against the reference path's
-// (Hugging Face's eager computation) pooled in float64.
+// The serving path's pooled hidden state (mean for encoders, last token
+// for decoders) against the reference path's (Hugging Face's eager
+// computation) pooled in float64.
 TEST_P(Embedding, EqualsTheReferenceHiddenStatePooled) {
-  auto model = LoadSpanModel(dir_.path());
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
   service::EmbedOptions raw;
   raw.normalize = false;
   for (const std::string text : {"a", "the fox jumps", kLong}) {
     auto enc = service_->tokenizer().Encode(text, true);
     ASSERT_TRUE(enc.ok());
-    auto ref = (*model)->ForwardReference(enc->ids, {}, true);
+    auto ref = Reference(enc->ids);
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
     const auto len = static_cast<std::int64_t>(enc->ids.size());
     const std::int64_t dim = service_->dimensions();
     ASSERT_EQ(static_cast<std::int64_t>(ref->hidden.size()), len * dim);
-    std::vector<double> mean(static_cast<std::size_t>(dim), 0.0);
+    std::vector<double> expected(static_cast<std::size_t>(dim), 0.0);
     double max_abs = 0;
     for (std::int64_t t = 0; t < len; ++t)
       for (std::int64_t d = 0; d < dim; ++d) {
         const double v = ref->hidden[static_cast<std::size_t>(t * dim + d)];
-        mean[static_cast<std::size_t>(d)] += v / static_cast<double>(len);
+        if (!decoder()) expected[static_cast<std::size_t>(d)] += v / static_cast<double>(len);
+        if (decoder() && t == len - 1) expected[static_cast<std::size_t>(d)] = v;
         max_abs = std::max(max_abs, std::abs(v));
       }
     const std::vector<float> got = One(Text(text), raw);
-    ASSERT_EQ(got.size(), mean.size());
+    ASSERT_EQ(got.size(), expected.size());
     double max_diff = 0;
-    for (std::size_t d = 0; d < got.size(); ++d) max_diff = std::max(max_diff, std::abs(got[d] - mean[d]));
+    for (std::size_t d = 0; d < got.size(); ++d) max_diff = std::max(max_diff, std::abs(got[d] - expected[d]));
     const EncoderConfig& c = service_->config();
     // Each token's hidden state is within the network's rounding bound of
     // the reference's; their mean too, plus the final rounding to float32.
@@ -218,7 +232,7 @@ TEST_P(Embedding, BadInputIsAClearError) {
 // generator writes); one cut from a model with a head keeps it. Both load,
 // to the same weights.
 TEST_P(Embedding, LoadsWithOrWithoutTheFamilyPrefix) {
-  const std::string prefix = GetParam() == std::string("roformer") ? "roformer." : "model.";
+  const std::string prefix = GetParam() == std::string("roformer") ? "roformer." : "model.";  // decoders: "model." too
   auto file = SafetensorsFile::Open(dir_ / "model.safetensors");
   ASSERT_TRUE(file.ok());
   std::vector<TensorToWrite> renamed;
@@ -237,7 +251,7 @@ TEST_P(Embedding, LoadsWithOrWithoutTheFamilyPrefix) {
   EXPECT_EQ((*a)[0].embedding, One(Text("the fox")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Embedding, ::testing::Values("modernbert", "roformer"));
+INSTANTIATE_TEST_SUITE_P(Families, Embedding, ::testing::Values("modernbert", "roformer", "qwen3", "llama"));
 
 TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
   testing::ScratchDir qa, embed;
@@ -261,6 +275,30 @@ TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
   auto dense = LoadEmbeddingService(embed.path(), "e");
   EXPECT_EQ(dense.status().code(), ErrorCode::kUnimplemented);
   EXPECT_NE(dense.status().message().find("Dense"), std::string::npos) << dense.status().ToString();
+}
+
+// A causal LM serves as a sentence embedder (as Qwen3-Embedding, which
+// declares Qwen3ForCausalLM): its trunk, lm_head ignored, the last token
+// pooled without sentence-transformers' files. A base decoder cannot
+// generate, and neither can answer questions.
+TEST(EmbeddingLoad, DecoderTrunksFromCausalLmsAndBaseModels) {
+  testing::ScratchDir lm, base;
+  ASSERT_TRUE(MakeModel(lm.path(), MakeModelOptions{}).ok());
+  auto from_lm = LoadEmbeddingService(lm.path(), "lm");
+  ASSERT_TRUE(from_lm.ok()) << from_lm.status().ToString();
+  EXPECT_EQ((*from_lm)->pooling().pooling, embedding::Pooling::kLastToken);
+  EXPECT_EQ((*from_lm)->pooling().source, "default");
+  auto v = (*from_lm)->Embed({Text("the fox")}, {});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(static_cast<std::int64_t>((*v)[0].embedding.size()), (*from_lm)->dimensions());
+  EXPECT_EQ(LoadQaService(lm.path(), "qa").status().code(), ErrorCode::kInvalidArgument);
+  MakeEncoderOptions o;
+  o.head = "embedding";
+  o.arch = "qwen3";
+  ASSERT_TRUE(MakeEncoderModel(base.path(), o).ok());
+  auto generate = DecoderModel::Load(base.path(), DType::kF32);
+  EXPECT_EQ(generate.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(generate.status().message().find("--encoder"), std::string::npos) << generate.status().ToString();
 }
 
 }  // namespace

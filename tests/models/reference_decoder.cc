@@ -74,6 +74,8 @@ SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>
   c10::InferenceMode guard;
   const at::Tensor hidden =
       DenseHidden(m, at::tensor(std::vector<std::int64_t>(window.begin(), window.end()), at::kLong));
+  if (!m.weights().qa_outputs.defined())
+    return SpanRows(at::Tensor(), 0, static_cast<std::int64_t>(window.size()), hidden);
   const at::Tensor logits = at::linear(hidden, m.weights().qa_outputs, m.weights().qa_outputs_bias).contiguous();
   return SpanRows(logits, 0, static_cast<std::int64_t>(window.size()), with_hidden ? hidden : at::Tensor());
 }
