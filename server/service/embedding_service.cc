@@ -7,16 +7,7 @@
 
 namespace ropeserve::service {
 
-namespace {
-
-// One call's inputs, as an encoder job.
-class EmbedJob : public WindowJob, public EmbedCall {
- public:
-  EmbedJob() : WindowJob("the embedding request") {}
-  void Cancel() override { CancelWindows(); }
-};
-
-}  // namespace
+namespace {}  // namespace
 
 struct EmbeddingService::Impl {
   std::unique_ptr<SpanModel> model;
@@ -62,7 +53,7 @@ std::int64_t EmbeddingService::max_input_tokens() const {
 
 // A call's inputs: tokenized and queued by Prepare, pooled by Finish.
 struct EmbeddingService::Prepared {
-  std::shared_ptr<EmbedJob> job;
+  std::shared_ptr<WindowJob> job;  // one call's inputs
   std::vector<std::int64_t> skip;  // per input: leading tokens the pooling leaves out
   WindowJob::Clock::time_point start = WindowJob::Clock::now();
   EmbedOptions options;
@@ -106,7 +97,7 @@ StatusOr<std::shared_ptr<EmbeddingService::Prepared>> EmbeddingService::Prepare(
     }
   }
   const std::int64_t limit = max_input_tokens();
-  p->job = std::make_shared<EmbedJob>();
+  p->job = std::make_shared<WindowJob>("the embedding request");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::string where = inputs.size() == 1 ? param : param + "[" + std::to_string(i) + "]";
     std::vector<TokenId> ids;
@@ -186,20 +177,10 @@ StatusOr<std::shared_ptr<EmbedCall>> EmbeddingService::EmbedAsync(const std::vec
                                                                   const EmbedOptions& options, double timeout_seconds,
                                                                   Done done, const std::string& param) {
   RS_ASSIGN_OR_RETURN(auto p, Prepare(inputs, options, timeout_seconds, param));
-  std::shared_ptr<EmbedJob> job = p->job;
-  // The job holds the callback, the callback the prepared call; the cycle
-  // ends when the callback runs (Complete moves it out of the job).
-  job->on_complete = [this, p, done = std::move(done)](const Status& status) {
-    if (!status.ok()) return done(status);
-    auto finish = [this, p, done] { done(Finish(*p)); };
-    const auto& post = impl_->options.post;
-    if (!post || !post(finish)) finish();
-  };
-  if (Status s = impl_->lane->Push(job); !s.ok()) {
-    job->on_complete = nullptr;
-    return s;
-  }
-  return std::static_pointer_cast<EmbedCall>(job);
+  RS_RETURN_IF_ERROR(impl_->lane->PushAsync(
+      p->job, &impl_->options.post, [this, p, done] { done(Finish(*p)); },
+      [done](const Status& status) { done(status); }));
+  return std::static_pointer_cast<EmbedCall>(p->job);
 }
 
 }  // namespace ropeserve::service

@@ -22,6 +22,7 @@
 #include "server/common/token_id.h"
 #include "server/embedding/pooling.h"
 #include "server/models/span_model.h"
+#include "server/service/window_job.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve {
@@ -70,11 +71,7 @@ struct EmbeddingServiceOptions {
 
 // A call in flight (EmbedAsync); Cancel() drops its remaining inputs and
 // completes it with Cancelled. Thread-safe.
-class EmbedCall {
- public:
-  virtual ~EmbedCall() = default;
-  virtual void Cancel() = 0;
-};
+using EmbedCall = EncoderCall;
 
 class EmbeddingService {
  public:

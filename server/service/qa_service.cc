@@ -12,13 +12,6 @@ namespace {
 
 using Clock = WindowJob::Clock;
 
-// One call's windows (one or several requests), as an encoder job.
-class QaJob : public WindowJob, public QaCall {
- public:
-  QaJob() : WindowJob("the QA request") {}
-  void Cancel() override { CancelWindows(); }
-};
-
 }  // namespace
 
 struct QaService::Impl {
@@ -63,7 +56,7 @@ struct QaService::Prepared {
   std::vector<QaRequest> requests;
   std::vector<std::vector<qa::WindowInput>> windows;  // per request; ids moved into the job
   std::vector<std::vector<std::size_t>> passage_of;   // per request: each window's passage
-  std::shared_ptr<QaJob> job;
+  std::shared_ptr<WindowJob> job;                     // one call's windows (one or several requests)
   Clock::time_point start = Clock::now();
 };
 
@@ -107,7 +100,7 @@ StatusOr<std::shared_ptr<QaService::Prepared>> QaService::Prepare(std::vector<Qa
     p->windows.push_back(std::move(windows));
     p->passage_of.push_back(std::move(passage_of));
   }
-  p->job = std::make_shared<QaJob>();
+  p->job = std::make_shared<WindowJob>("the QA request");
   for (auto& ws : p->windows)
     for (auto& w : ws) {  // only w.window is needed after this
       p->job->windows.push_back(std::move(w.ids));
@@ -168,20 +161,10 @@ StatusOr<std::vector<QaResult>> QaService::AnswerBatch(const std::vector<QaReque
 StatusOr<std::shared_ptr<QaCall>> QaService::AnswerBatchAsync(std::vector<QaRequest> requests, double timeout_seconds,
                                                               Done done) {
   RS_ASSIGN_OR_RETURN(auto p, Prepare(std::move(requests), timeout_seconds));
-  std::shared_ptr<QaJob> job = p->job;
-  // The job holds the callback, the callback the prepared call; the cycle
-  // ends when the callback runs (Complete moves it out of the job).
-  job->on_complete = [this, p, done = std::move(done)](const Status& status) {
-    if (!status.ok()) return done(status);
-    auto select = [this, p, done] { done(Select(*p)); };
-    const auto& post = impl_->options.post;
-    if (!post || !post(select)) select();
-  };
-  if (Status s = impl_->lane->Push(job); !s.ok()) {
-    job->on_complete = nullptr;
-    return s;
-  }
-  return std::static_pointer_cast<QaCall>(job);
+  RS_RETURN_IF_ERROR(impl_->lane->PushAsync(
+      p->job, &impl_->options.post, [this, p, done] { done(Select(*p)); },
+      [done](const Status& status) { done(status); }));
+  return std::static_pointer_cast<QaCall>(p->job);
 }
 
 }  // namespace ropeserve::service

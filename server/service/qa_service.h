@@ -21,6 +21,7 @@
 #include "server/models/span_model.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
+#include "server/service/window_job.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve {
@@ -66,11 +67,7 @@ struct QaServiceOptions {
 
 // A request in flight (AnswerBatchAsync); Cancel() drops its remaining
 // windows and completes it with Cancelled. Thread-safe.
-class QaCall {
- public:
-  virtual ~QaCall() = default;
-  virtual void Cancel() = 0;
-};
+using QaCall = EncoderCall;
 
 class QaService {
  public:

@@ -101,6 +101,21 @@ EncoderLane::EncoderLane(const SpanModel& model, Engine* engine, std::size_t max
   }
 }
 
+Status EncoderLane::PushAsync(const std::shared_ptr<WindowJob>& job, const Post* post, std::function<void()> finish,
+                              std::function<void(const Status&)> fail) {
+  // The job holds the callback, the callback the caller's state; the cycle
+  // ends when the callback runs (Complete moves it out of the job).
+  job->on_complete = [post, finish = std::move(finish), fail = std::move(fail)](const Status& status) {
+    if (!status.ok()) return fail(status);
+    if (post == nullptr || !*post || !(*post)(finish)) finish();
+  };
+  if (Status s = Push(job); !s.ok()) {
+    job->on_complete = nullptr;
+    return s;
+  }
+  return Status::Ok();
+}
+
 EncoderLane::~EncoderLane() {
   if (engine_ != nullptr) engine_->DetachEncoder(&queue_);
   stop_ = true;

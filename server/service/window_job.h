@@ -28,7 +28,15 @@ class Engine;  // server/engine/engine.h
 
 namespace ropeserve::service {
 
-class WindowJob : public EncoderJob {
+// A call in flight (the services' async calls); Cancel() drops its
+// remaining windows and completes it with Cancelled. Thread-safe.
+class EncoderCall {
+ public:
+  virtual ~EncoderCall() = default;
+  virtual void Cancel() = 0;
+};
+
+class WindowJob : public EncoderJob, public EncoderCall {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -50,7 +58,7 @@ class WindowJob : public EncoderJob {
   std::int64_t window_tokens(std::size_t w) const override { return static_cast<std::int64_t>(windows[w].size()); }
   bool cancelled() const override { return cancelled_ || (deadline && Clock::now() > *deadline); }
   void Fail(const Status& status) override;
-  void CancelWindows() { cancelled_ = true; }
+  void Cancel() override { cancelled_ = true; }
 
   void Deliver(std::size_t w, StatusOr<SpanLogits> result);
   // Sync calls: waits for completion; DeadlineExceeded after the deadline,
@@ -103,6 +111,13 @@ class EncoderLane {
 
   // ResourceExhausted when full; Unavailable once stopped.
   Status Push(std::shared_ptr<WindowJob> job) { return queue_.Push(std::move(job)); }
+  // Queues `job` for an async call: when it completes, `fail` runs with a
+  // failure, else `finish` runs on `post` (inline when `post` is unset or
+  // full; `post` must outlive the job). A refused push drops both and
+  // returns the refusal.
+  using Post = std::function<bool(std::function<void()>)>;
+  Status PushAsync(const std::shared_ptr<WindowJob>& job, const Post* post, std::function<void()> finish,
+                   std::function<void(const Status&)> fail);
 
  private:
   EncoderLane(const SpanModel& model, Engine* engine, std::size_t max_jobs, std::int64_t max_batch_tokens,
