@@ -171,10 +171,11 @@ StatusOr<GrpcEmbed> ReadEmbed(const v1::EmbedRequest& req) {
     const v1::EmbedInput& in = req.inputs(i);
     switch (in.input_case()) {
       case v1::EmbedInput::kText:
-        out.inputs.push_back({in.text(), std::nullopt});
+        out.inputs.push_back(service::EncoderInput::Text(in.text()));
         break;
       case v1::EmbedInput::kIds:
-        out.inputs.push_back({"", std::vector<TokenId>(in.ids().ids().begin(), in.ids().ids().end())});
+        out.inputs.push_back(
+            service::EncoderInput::Ids(std::vector<TokenId>(in.ids().ids().begin(), in.ids().ids().end())));
         break;
       default:
         return InvalidArgument("an input is a text or token ids").WithParam("inputs[" + std::to_string(i) + "]");
@@ -185,6 +186,40 @@ StatusOr<GrpcEmbed> ReadEmbed(const v1::EmbedRequest& req) {
   out.options.truncate_left = req.truncate_left();
   if (req.has_dimensions()) out.options.dimensions = req.dimensions();
   if (req.has_prompt_name()) out.options.prompt_name = req.prompt_name();
+  return out;
+}
+
+StatusOr<GrpcClassify> ReadClassify(const v1::ClassifyRequest& req) {
+  GrpcClassify out;
+  if (req.inputs_size() == 0) return InvalidArgument("'inputs' is required").WithParam("inputs");
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const v1::ClassifyInput& in = req.inputs(i);
+    switch (in.input_case()) {
+      case v1::ClassifyInput::kText:
+        out.inputs.push_back(service::EncoderInput::Text(in.text()));
+        break;
+      case v1::ClassifyInput::kPair:
+        out.inputs.push_back(service::EncoderInput::Pair(in.pair().first(), in.pair().second()));
+        break;
+      default:
+        return InvalidArgument("an input is a text or a pair of texts").WithParam("inputs[" + std::to_string(i) + "]");
+    }
+  }
+  if (req.raw_scores()) out.options.activation = service::ClassifyOptions::Activation::kNone;
+  out.options.truncate = req.truncate();
+  out.options.truncate_left = req.truncate_left();
+  return out;
+}
+
+StatusOr<GrpcRerank> ReadRerank(const v1::RerankRequest& req) {
+  GrpcRerank out;
+  if (req.top_n() < 0) return InvalidArgument("top_n must be 0 (all) or positive").WithParam("top_n");
+  out.query = req.query();
+  out.documents.assign(req.documents().begin(), req.documents().end());
+  out.top_n = req.top_n();
+  out.options.raw = req.raw_scores();
+  out.options.truncate = req.truncate();
+  out.options.truncate_left = req.truncate_left();
   return out;
 }
 

@@ -11,7 +11,7 @@
 
 #include "proto/ropeserve/v1/ropeserve.pb.h"
 #include "server/common/status.h"
-#include "server/service/embedding_service.h"
+#include "server/service/encoder_service.h"
 #include "server/service/request_params.h"
 
 namespace ropeserve::api {
@@ -42,11 +42,27 @@ StatusOr<GrpcSummarize> ReadSummarize(const ::ropeserve::v1::SummarizeRequest& r
 StatusOr<GrpcAnswer> ReadAnswer(const ::ropeserve::v1::AnswerRequest& req);
 
 struct GrpcEmbed {
-  std::vector<service::EmbedInput> inputs;
+  std::vector<service::EncoderInput> inputs;
   service::EmbedOptions options;
 };
 // Each input is a text or token ids; the service checks the rest (empty
 // inputs, ids outside the vocabulary, lengths).
 StatusOr<GrpcEmbed> ReadEmbed(const ::ropeserve::v1::EmbedRequest& req);
+
+struct GrpcClassify {
+  std::vector<service::EncoderInput> inputs;
+  service::ClassifyOptions options;
+};
+// Each input is a text or a pair of texts.
+StatusOr<GrpcClassify> ReadClassify(const ::ropeserve::v1::ClassifyRequest& req);
+
+struct GrpcRerank {
+  std::string query;
+  std::vector<std::string> documents;
+  service::ScoreOptions options;
+  std::int64_t top_n = 0;
+};
+// top_n must not be negative; the service checks the texts.
+StatusOr<GrpcRerank> ReadRerank(const ::ropeserve::v1::RerankRequest& req);
 
 }  // namespace ropeserve::api

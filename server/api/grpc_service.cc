@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -351,46 +352,125 @@ class Service final : public v1::Inference::CallbackService {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* call, const v1::EmbedRequest* req,
-                                  v1::EmbedResponse* resp) override {
+  // An encoder RPC: the encoder `req->model()` names for `task`, then, on
+  // the pool, `start(encoder, req, resp, link, timeout)` reads the request
+  // and starts the async call (the engine's steps run its inputs; its
+  // completion fills `resp` and finishes the call).
+  template <class Req, class Resp, class Start>
+  grpc::ServerUnaryReactor* EncoderRpc(grpc::CallbackServerContext* call, const char* method, const Req* req,
+                                       Resp* resp, EncoderTask task, Start start) {
     CallStart c;
-    if (Status b = Begin(ctx_, call, "Embed", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
-    const std::vector<service::EmbeddingService*>* embedders = ctx_.embedders.load();
+    if (Status b = Begin(ctx_, call, method, c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
+    const std::vector<service::EncoderService*>* encoders = ctx_.encoders.load();
     auto found =
-        FindEmbedder(embedders == nullptr ? std::vector<service::EmbeddingService*>() : *embedders, req->model());
+        FindEncoder(encoders == nullptr ? std::vector<service::EncoderService*>() : *encoders, req->model(), task);
     if (!found.ok()) return Reject(ctx_, c, found.status(), call->DefaultReactor());
-    service::EmbeddingService* embedder = *found;
+    service::EncoderService* encoder = *found;
     const double timeout = c.timeout_seconds;
     auto* reactor = new DeferredUnaryCall(ctx_, std::move(c));
     auto link = reactor->link();
-    // Inputs are tokenized on the pool; the engine's steps run them; the
-    // vectors are pooled on the pool and finish the call.
-    const bool queued = pool_.TrySubmit([embedder, req, resp, link, timeout] {
-      auto fail = [&](const Status& s) { DeferredUnaryCall::Complete(link, s, nullptr); };
-      auto r = ReadEmbed(*req);
-      if (!r.ok()) return fail(r.status());
-      auto call = embedder->EmbedAsync(r->inputs, r->options, timeout,
-                                       [embedder, resp, link](StatusOr<std::vector<service::EmbedResult>> out) {
-                                         DeferredUnaryCall::Complete(link, out.status(), [&] {
-                                           resp->set_id(embedder->NextRequestId());
-                                           resp->set_model(embedder->name());
-                                           std::int64_t tokens = 0;
-                                           for (const auto& e : *out) {
-                                             auto* x = resp->add_embeddings();
-                                             x->mutable_values()->Add(e.embedding.begin(), e.embedding.end());
-                                             x->set_tokens(e.tokens);
-                                             tokens += e.tokens;
-                                           }
-                                           resp->mutable_usage()->set_prompt_tokens(tokens);
-                                         });
-                                       });
-      if (!call.ok()) return fail(call.status());
+    const bool queued = pool_.TrySubmit([encoder, req, resp, link, timeout, start] {
+      StatusOr<std::shared_ptr<service::EncoderCall>> call = start(*encoder, *req, resp, link, timeout);
+      if (!call.ok()) return DeferredUnaryCall::Complete(link, call.status(), nullptr);
       std::lock_guard<std::mutex> lock(link->mu);
       // The client left while we prepared: drop the work.
       if (link->target == nullptr || !link->target->SetOnCancelLocked([c = *call] { c->Cancel(); })) (*call)->Cancel();
     });
     if (!queued) DeferredUnaryCall::Complete(link, kPoolFull, nullptr);
     return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* call, const v1::EmbedRequest* req,
+                                  v1::EmbedResponse* resp) override {
+    return EncoderRpc(call, "Embed", req, resp, EncoderTask::kEmbed,
+                      [](service::EncoderService& e, const v1::EmbedRequest& r, v1::EmbedResponse* out, auto link,
+                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
+                        RS_ASSIGN_OR_RETURN(GrpcEmbed in, ReadEmbed(r));
+                        return e.EmbedAsync(in.inputs, in.options, timeout,
+                                            [&e, out, link](StatusOr<std::vector<service::EmbedResult>> got) {
+                                              DeferredUnaryCall::Complete(link, got.status(), [&] {
+                                                out->set_id(e.NextRequestId());
+                                                out->set_model(e.name());
+                                                std::int64_t tokens = 0;
+                                                for (const auto& x : *got) {
+                                                  auto* v = out->add_embeddings();
+                                                  v->mutable_values()->Add(x.embedding.begin(), x.embedding.end());
+                                                  v->set_tokens(x.tokens);
+                                                  tokens += x.tokens;
+                                                }
+                                                out->mutable_usage()->set_prompt_tokens(tokens);
+                                              });
+                                            });
+                      });
+  }
+
+  grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* call, const v1::ClassifyRequest* req,
+                                     v1::ClassifyResponse* resp) override {
+    return EncoderRpc(call, "Classify", req, resp, EncoderTask::kClassify,
+                      [](service::EncoderService& e, const v1::ClassifyRequest& r, v1::ClassifyResponse* out, auto link,
+                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
+                        RS_ASSIGN_OR_RETURN(GrpcClassify in, ReadClassify(r));
+                        return e.ClassifyAsync(in.inputs, in.options, timeout,
+                                               [&e, out, link](StatusOr<std::vector<service::ClassifyResult>> got) {
+                                                 DeferredUnaryCall::Complete(link, got.status(), [&] {
+                                                   out->set_id(e.NextRequestId("classify"));
+                                                   out->set_model(e.name());
+                                                   const std::vector<std::string>& labels = e.config().labels;
+                                                   std::int64_t tokens = 0;
+                                                   for (const auto& x : *got) {
+                                                     auto* c = out->add_results();
+                                                     std::size_t best = 0;
+                                                     for (std::size_t k = 0; k < x.scores.size(); ++k) {
+                                                       auto* l = c->add_scores();
+                                                       l->set_label(labels[k]);
+                                                       l->set_score(x.scores[k]);
+                                                       if (x.scores[k] > x.scores[best]) best = k;
+                                                     }
+                                                     c->set_label(labels[best]);
+                                                     c->set_tokens(x.tokens);
+                                                     tokens += x.tokens;
+                                                   }
+                                                   out->mutable_usage()->set_prompt_tokens(tokens);
+                                                 });
+                                               });
+                      });
+  }
+
+  grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* call, const v1::RerankRequest* req,
+                                   v1::RerankResponse* resp) override {
+    return EncoderRpc(
+        call, "Rerank", req, resp, EncoderTask::kScore,
+        [](service::EncoderService& e, const v1::RerankRequest& r, v1::RerankResponse* out, auto link,
+           double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
+          RS_ASSIGN_OR_RETURN(GrpcRerank in, ReadRerank(r));
+          service::EncoderService::ScorePairs pairs;
+          pairs.queries = {in.query};
+          pairs.documents = std::move(in.documents);
+          const std::int64_t top_n = in.top_n;
+          return e.ScoreAsync(
+              pairs, in.options, timeout, [&e, out, link, top_n](StatusOr<std::vector<service::ScoreResult>> got) {
+                DeferredUnaryCall::Complete(link, got.status(), [&] {
+                  out->set_id(e.NextRequestId("rerank"));
+                  out->set_model(e.name());
+                  std::int64_t tokens = 0;
+                  std::vector<std::size_t> order(got->size());
+                  for (std::size_t i = 0; i < got->size(); ++i) {
+                    order[i] = i;
+                    tokens += (*got)[i].tokens;
+                  }
+                  std::stable_sort(order.begin(), order.end(),
+                                   [&](std::size_t a, std::size_t b) { return (*got)[a].score > (*got)[b].score; });
+                  if (top_n > 0 && static_cast<std::size_t>(top_n) < order.size())
+                    order.resize(static_cast<std::size_t>(top_n));
+                  for (std::size_t i : order) {
+                    auto* x = out->add_results();
+                    x->set_index(static_cast<std::int32_t>(i));
+                    x->set_relevance_score((*got)[i].score);
+                  }
+                  out->mutable_usage()->set_prompt_tokens(tokens);
+                });
+              });
+        });
   }
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,
@@ -419,14 +499,14 @@ class Service final : public v1::Inference::CallbackService {
       q->set_device("cpu");
       q->set_has_tokenizer(true);
     }
-    if (const auto* embedders = ctx_.embedders.load())
-      for (service::EmbeddingService* e : *embedders) {
+    if (const auto* embedders = ctx_.encoders.load())
+      for (service::EncoderService* e : *embedders) {
         auto* m = resp->add_models();
         m->set_id(e->name());
         m->set_architecture(e->config().architecture);
         m->set_max_model_len(e->max_input_tokens());
         m->set_vocab_size(e->config().vocab_size);
-        m->set_task("embed");
+        m->set_task(e->task());
         m->set_has_tokenizer(true);
       }
     const EngineConfig& o = service.engine_config();

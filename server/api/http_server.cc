@@ -99,6 +99,18 @@ bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& o
   return false;
 }
 
+// What /v1/models and /v1/info say of an encoder beyond its name: an
+// embedder's dimensions and pooling, a classifier's labels and activations.
+nlohmann::json EncoderFields(const service::EncoderService& e) {
+  if (e.embeds())
+    return {{"dimensions", e.dimensions()},
+            {"pooling", embedding::PoolingName(e.pooling().pooling)},
+            {"pooling_source", e.pooling().source}};
+  return {{"labels", e.config().labels},
+          {"activation", ScoreActivationName(e.config().classify_activation)},
+          {"score_activation", ScoreActivationName(e.config().score_activation)}};
+}
+
 }  // namespace
 
 namespace {
@@ -492,11 +504,10 @@ void HttpServer::Impl::InstallApi() {
     if (service::QaService* qa = ctx.qa.load())
       data.push_back(
           card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
-    if (const auto* embedders = ctx.embedders.load())
-      for (service::EmbeddingService* e : *embedders) {
-        json c = card(e->name(), "embed", e->max_input_tokens(), e->config().architecture);
-        c["dimensions"] = e->dimensions();
-        c["pooling"] = embedding::PoolingName(e->pooling().pooling);
+    if (const auto* embedders = ctx.encoders.load())
+      for (service::EncoderService* e : *embedders) {
+        json c = card(e->name(), e->task(), e->max_input_tokens(), e->config().architecture);
+        c.update(EncoderFields(*e));
         data.push_back(std::move(c));
       }
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
@@ -538,15 +549,17 @@ void HttpServer::Impl::InstallApi() {
                     {"max_position_embeddings", qa->config().max_position_embeddings}};
     }
     json embedders = json::array();
-    if (const auto* list = ctx.embedders.load())
-      for (service::EmbeddingService* e : *list)
-        embedders.push_back({{"model", e->name()},
-                             {"architecture", e->config().architecture},
-                             {"dimensions", e->dimensions()},
-                             {"max_input_tokens", e->max_input_tokens()},
-                             {"pooling", embedding::PoolingName(e->pooling().pooling)},
-                             {"pooling_source", e->pooling().source}});
+    json classifiers = json::array();
+    if (const auto* list = ctx.encoders.load())
+      for (service::EncoderService* e : *list) {
+        json one = {{"model", e->name()},
+                    {"architecture", e->config().architecture},
+                    {"max_input_tokens", e->max_input_tokens()}};
+        one.update(EncoderFields(*e));
+        (e->embeds() ? embedders : classifiers).push_back(std::move(one));
+      }
     info["embedding"] = std::move(embedders);
+    info["classification"] = std::move(classifiers);
     res.set_content(info.dump(), "application/json");
   });
   auto post = [this](const char* path, Endpoint endpoint) {
@@ -599,25 +612,34 @@ void HttpServer::Impl::InstallApi() {
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
   });
-  // Embeddings: OpenAI's /v1/embeddings and TEI's /embed.
-  for (const bool tei : {false, true}) {
-    s.Post(tei ? "/embed" : "/v1/embeddings",
-           [this, tei](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
-             auto ticket = ctx.lifecycle.Admit();
-             if (!ticket.ok()) return SetError(res, ticket.status());
-             const std::vector<service::EmbeddingService*>* embedders = ctx.embedders.load();
-             if (embedders == nullptr || embedders->empty())
-               return SetError(res, Unimplemented("no embedding model is loaded (serve --encoder DIR)"));
-             std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
-             if (!body) return;
-             auto reply = CreateEmbeddings(*embedders,
-                                           RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone,
-                                                       nullptr, t_request.span.context},
-                                           tei);
-             if (!reply.ok()) return SetError(res, reply.status());
-             res.set_content(reply->body, "application/json");
-           });
-  }
+  // The encoders' endpoints (serve --encoder): embeddings, classification,
+  // pair scoring; each picks the encoder its body's `model` names.
+  using EncoderHandler =
+      std::function<StatusOr<RestReply>(const std::vector<service::EncoderService*>&, const RestRequest&)>;
+  auto encoder_route = [this, &s](const char* path, EncoderHandler handle) {
+    s.Post(path, [this, handle](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
+      auto ticket = ctx.lifecycle.Admit();
+      if (!ticket.ok()) return SetError(res, ticket.status());
+      const std::vector<service::EncoderService*>* encoders = ctx.encoders.load();
+      if (encoders == nullptr || encoders->empty())
+        return SetError(res, Unimplemented("no encoder is loaded (serve --encoder DIR)"));
+      std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
+      if (!body) return;
+      auto reply = handle(*encoders, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr,
+                                                 t_request.span.context});
+      if (!reply.ok()) return SetError(res, reply.status());
+      res.set_content(reply->body, "application/json");
+    });
+  };
+  using std::placeholders::_1;
+  using std::placeholders::_2;
+  encoder_route("/v1/embeddings", std::bind(CreateEmbeddings, _1, _2, false));
+  encoder_route("/embed", std::bind(CreateEmbeddings, _1, _2, true));
+  for (const char* path : {"/classify", "/v1/classify"}) encoder_route(path, std::bind(Classify, _1, _2, false));
+  encoder_route("/predict", std::bind(Classify, _1, _2, true));
+  for (const char* path : {"/score", "/v1/score"}) encoder_route(path, std::bind(ScoreDocuments, _1, _2, false));
+  for (const char* path : {"/rerank", "/v1/rerank", "/v2/rerank"})
+    encoder_route(path, std::bind(ScoreDocuments, _1, _2, true));
 }
 
 HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)

@@ -1,5 +1,5 @@
 // POST /v1/embeddings (OpenAI's shape, as vLLM serves it) and /embed
-// (Hugging Face TEI's) around service::EmbeddingService; the bodies are read
+// (Hugging Face TEI's) around service::EncoderService; the bodies are read
 // by rest_embeddings_request.cc.
 #include <openssl/evp.h>
 
@@ -31,24 +31,37 @@ std::string Base64Floats(const std::vector<float>& v) {
 
 }  // namespace
 
-StatusOr<service::EmbeddingService*> FindEmbedder(const std::vector<service::EmbeddingService*>& embedders,
-                                                  const std::string& model) {
-  if (embedders.empty()) return Unimplemented("no embedding model is loaded (serve --encoder DIR)");
-  if (model.empty()) return embedders.front();
+StatusOr<service::EncoderService*> FindEncoder(const std::vector<service::EncoderService*>& encoders,
+                                               const std::string& model, EncoderTask task) {
+  auto serves = [task](const service::EncoderService& e) {
+    return task == EncoderTask::kEmbed      ? e.embeds()
+           : task == EncoderTask::kClassify ? e.classifies()
+                                            : e.scores_pairs();
+  };
+  const char* kind = task == EncoderTask::kEmbed      ? "embedding model"
+                     : task == EncoderTask::kClassify ? "sequence classifier"
+                                                      : "cross-encoder or embedding model";
   std::string names;
-  for (service::EmbeddingService* e : embedders) {
-    if (e->name() == model) return e;
+  for (service::EncoderService* e : encoders) {
+    if (model.empty() && serves(*e)) return e;
+    if (e->name() == model) {
+      if (serves(*e)) return e;
+      return InvalidArgument("model '" + e->name() + "' serves the " + e->task() +
+                             " task, not this endpoint (it needs a " + kind + ")")
+          .WithParam("model");
+    }
     names += (names.empty() ? "'" : ", '") + e->name() + "'";
   }
-  return NotFound("model '" + model.substr(0, 100) + "' does not exist (embedding models: " + names + ")")
+  if (model.empty()) return Unimplemented(std::string("no ") + kind + " is loaded (serve --encoder DIR)");
+  return NotFound("model '" + model.substr(0, 100) + "' does not exist (encoders: " + names + ")")
       .WithParam("model")
       .WithReason("model_not_found");
 }
 
-StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EmbeddingService*>& embedders,
-                                     const RestRequest& request, bool tei) {
+StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                                     bool tei) {
   RS_ASSIGN_OR_RETURN(EmbeddingsBody body, ReadEmbeddingsBody(request.body, tei));
-  RS_ASSIGN_OR_RETURN(service::EmbeddingService * service, FindEmbedder(embedders, body.model));
+  RS_ASSIGN_OR_RETURN(service::EncoderService * service, FindEncoder(encoders, body.model, EncoderTask::kEmbed));
   RS_ASSIGN_OR_RETURN(auto results, service->Embed(body.inputs, body.options, request.timeout_seconds,
                                                    request.client_gone, tei ? "inputs" : "input"));
   RestReply reply;

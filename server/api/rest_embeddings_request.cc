@@ -45,27 +45,27 @@ Status ReadIds(const ojson& list, const std::string& where, std::vector<TokenId>
 }
 
 // A string, a list of strings, a list of token ids, or a list of lists of ids.
-Status ReadInputs(const ojson& v, const std::string& key, std::vector<service::EmbedInput>& out) {
+Status ReadInputs(const ojson& v, const std::string& key, std::vector<service::EncoderInput>& out) {
   const char* shape = "a string, a list of strings, a list of token ids or a list of lists of token ids";
   if (v.is_string()) {
-    out.push_back({v.get<std::string>(), std::nullopt});
+    out.push_back(service::EncoderInput::Text(v.get<std::string>()));
     return Status::Ok();
   }
   if (!v.is_array() || v.empty()) return Malformed(key, "'" + key + "' must be " + shape + ", and not empty");
   if (v[0].is_number()) {  // one list of ids
     std::vector<TokenId> ids;
     RS_RETURN_IF_ERROR(ReadIds(v, key, ids));
-    out.push_back({"", std::move(ids)});
+    out.push_back(service::EncoderInput::Ids(std::move(ids)));
     return Status::Ok();
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string at = key + "[" + std::to_string(i) + "]";
     if (v[i].is_string()) {
-      out.push_back({v[i].get<std::string>(), std::nullopt});
+      out.push_back(service::EncoderInput::Text(v[i].get<std::string>()));
     } else if (v[i].is_array()) {
       std::vector<TokenId> ids;
       RS_RETURN_IF_ERROR(ReadIds(v[i], at, ids));
-      out.push_back({"", std::move(ids)});
+      out.push_back(service::EncoderInput::Ids(std::move(ids)));
     } else {
       return Malformed(at, std::string("'") + key + "' must be " + shape);
     }

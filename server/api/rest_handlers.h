@@ -14,7 +14,7 @@
 
 #include "server/common/status.h"
 #include "server/service/chat_output.h"
-#include "server/service/embedding_service.h"
+#include "server/service/encoder_service.h"
 #include "server/service/generation_service.h"
 #include "server/service/input_processor.h"
 #include "server/service/qa_service.h"
@@ -138,13 +138,26 @@ StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRe
 // POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
 // {"inputs": [...], ...}.
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request);
+// What an encoder serves (EncoderService::embeds, classifies, scores_pairs).
+enum class EncoderTask { kEmbed, kClassify, kScore };
+// The encoder `model` names, which must serve `task` (empty: the first that
+// does): 501 when none does, 404 (model_not_found) for an unknown name, 400
+// naming `model` when the named one serves another task.
+StatusOr<service::EncoderService*> FindEncoder(const std::vector<service::EncoderService*>& encoders,
+                                               const std::string& model, EncoderTask task);
 // POST /v1/embeddings (OpenAI) or, with `tei`, /embed (TEI) (rest_embeddings.cc):
-// the body's `model` picks one of `embedders` (none named: the first).
-StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EmbeddingService*>& embedders,
-                                     const RestRequest& request, bool tei);
-// The embedder `model` names (empty: the first); 501 without any, 404
-// (model_not_found) for an unknown name.
-StatusOr<service::EmbeddingService*> FindEmbedder(const std::vector<service::EmbeddingService*>& embedders,
-                                                  const std::string& model);
+// the body's `model` picks one of `encoders` (none named: the first embedder).
+StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                                     bool tei);
+// POST /classify, /v1/classify (vLLM) or, with `tei`, /predict (TEI)
+// (rest_scoring.cc): a sequence classifier's label scores.
+StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                             bool tei);
+// POST /score, /v1/score (vLLM's text_1/text_2) or, with `rerank`, /rerank,
+// /v1/rerank, /v2/rerank (vLLM's Jina/Cohere shape, or TEI's when the body
+// has "texts") (rest_scoring.cc): a cross-encoder's or an embedder's
+// relevance of documents to a query.
+StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                                   bool rerank);
 
 }  // namespace ropeserve::api

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "server/common/status.h"
-#include "server/service/embedding_service.h"
+#include "server/service/encoder_service.h"
 #include "server/service/input_processor.h"
 #include "server/service/request_params.h"
 #include "server/service/tool_calls.h"
@@ -89,10 +89,33 @@ struct QaBody {
 // texts or token-id lists, and the embedding options.
 struct EmbeddingsBody {
   std::string model;
-  std::vector<service::EmbedInput> inputs;
+  std::vector<service::EncoderInput> inputs;
   service::EmbedOptions options;
   bool base64 = false;  // encoding_format "base64"
   bool tei = false;     // TEI's /embed shape
+};
+
+// POST /classify (vLLM's shape) or TEI's /predict: texts (TEI: or pairs)
+// for a sequence classifier.
+struct ClassifyBody {
+  std::string model;
+  std::vector<service::EncoderInput> inputs;
+  service::ClassifyOptions options;
+  bool tei = false;
+  bool tei_batch = false;  // TEI: the input was a batch (a list of lists per input back)
+};
+
+// POST /score (vLLM: text_1, text_2), /rerank, /v1/rerank, /v2/rerank
+// (vLLM's Jina/Cohere shape: query, documents, top_n, return_documents)
+// or TEI's /rerank (query, texts, raw_scores, return_text).
+struct ScoreBody {
+  enum class Shape { kScore, kRerank, kTeiRerank };
+  Shape shape = Shape::kScore;
+  std::string model;
+  std::vector<std::string> queries, documents;
+  service::ScoreOptions options;
+  std::int64_t top_n = 0;  // rerank: the best N (0: all)
+  bool return_documents = true;
 };
 
 // POST /tokenize (vLLM): a prompt, or chat messages rendered with the
@@ -170,5 +193,11 @@ StatusOr<TokenizeBody> ReadTokenizeBody(const std::string& text);
 // "user"}, plus "normalize", "truncate", "prompt_name").
 StatusOr<EmbeddingsBody> ReadEmbeddingsBody(const std::string& text, bool tei);
 StatusOr<DetokenizeBody> ReadDetokenizeBody(const std::string& text);
+// `tei`: TEI's /predict ({"inputs": text | [text, text] (a pair) | a list
+// of those, "raw_scores", "truncate", "truncation_direction"}); else vLLM's
+// /classify ({"model", "input": text | [text], "activation", "truncate"}).
+StatusOr<ClassifyBody> ReadClassifyBody(const std::string& text, bool tei);
+// `rerank`: /rerank's body, TEI's shape when it has "texts"; else /score's.
+StatusOr<ScoreBody> ReadScoreBody(const std::string& text, bool rerank);
 
 }  // namespace ropeserve::api

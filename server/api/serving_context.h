@@ -17,7 +17,7 @@
 namespace ropeserve::service {
 class GenerationService;  // server/service/generation_service.h
 class QaService;          // server/service/qa_service.h
-class EmbeddingService;   // server/service/embedding_service.h
+class EncoderService;     // server/service/encoder_service.h
 }  // namespace ropeserve::service
 
 namespace ropeserve::batch {
@@ -40,7 +40,7 @@ struct ServingContext {
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
   // The embedding models (serve --encoder), in the flags' order; null or
   // empty: none (501 / UNIMPLEMENTED).
-  std::atomic<const std::vector<service::EmbeddingService*>*> embedders{nullptr};
+  std::atomic<const std::vector<service::EncoderService*>*> encoders{nullptr};
   // Where the gRPC front end prepares requests and selects QA answers
   // (server/api/work_pool.h); the gRPC server makes one when this is null.
   std::shared_ptr<WorkPool> work_pool;

@@ -52,6 +52,8 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir, b
   if (as_trunk) {
     if (config.span_head)
       return InvalidArgument(dir + ": " + config.architecture + " has a span head: serve it with --qa");
+    if (config.sequence_head)
+      return InvalidArgument(dir + ": " + config.architecture + " is a classifier, not a trunk to pool");
     if (config.int4_weights) return Unimplemented(dir + ": a trunk of 4-bit weights is not supported");
     ckpt->config_.base_model = true;
   }

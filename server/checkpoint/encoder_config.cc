@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <set>
 
 #include "server/common/json_reader.h"
@@ -119,7 +122,124 @@ Status ParseRoFormer(const json& j, const std::string& where, EncoderConfig& c) 
   return Status::Ok();
 }
 
+// The head an architecture name declares ("ModernBertForTokenClassification"
+// -> kToken), and the family's name before the suffix.
+std::pair<std::string, std::optional<EncoderHead>> SplitArchitecture(const std::string& arch) {
+  const std::pair<const char*, EncoderHead> suffixes[] = {{"ForQuestionAnswering", EncoderHead::kSpan},
+                                                          {"ForSequenceClassification", EncoderHead::kSequence},
+                                                          {"ForTokenClassification", EncoderHead::kToken},
+                                                          {"Model", EncoderHead::kNone}};
+  for (const auto& [suffix, head] : suffixes) {
+    const std::string s = suffix;
+    if (arch.size() > s.size() && arch.compare(arch.size() - s.size(), s.size(), s) == 0)
+      return {arch.substr(0, arch.size() - s.size()), head};
+  }
+  return {arch, std::nullopt};
+}
+
+// torch.nn.modules' activation classes sentence-transformers' CrossEncoder
+// saves by qualified name (vLLM loads only those).
+StatusOr<ScoreActivation> CrossEncoderActivation(const std::string& name, const std::string& where) {
+  const std::string kPrefix = "torch.nn.modules.";
+  const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+  if (name.rfind(kPrefix, 0) == 0) {
+    if (last == "Sigmoid") return ScoreActivation::kSigmoid;
+    if (last == "Identity") return ScoreActivation::kIdentity;
+    if (last == "Softmax") return ScoreActivation::kSoftmax;
+  }
+  return Unimplemented(where + ": activation_fn '" + name.substr(0, 100) +
+                       "' (supported: torch.nn.modules' Sigmoid, Softmax, Identity)");
+}
+
+// A classifier's labels (id2label, num_labels), and its activations.
+Status ParseClassifier(const json& j, const std::string& source, EncoderConfig& c) {
+  JsonReader r(j, source);
+  std::map<std::int64_t, std::string> named;
+  if (r.Has("id2label")) {
+    if (!j["id2label"].is_object()) return InvalidArgument(source + ": 'id2label' must be an object");
+    for (const auto& [key, value] : j["id2label"].items()) {
+      std::size_t used = 0;
+      long long index = -1;
+      try {
+        index = std::stoll(key, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != key.size() || index < 0 || !value.is_string())
+        return InvalidArgument(source + ": 'id2label' maps label indices (\"0\", \"1\", ...) to names, got " +
+                               ShowJson(json{{key, value}}));
+      named[index] = value.get<std::string>();
+    }
+    c.num_labels = static_cast<std::int64_t>(named.size());
+  }
+  RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
+  if (c.num_labels < 1 || c.num_labels > (1 << 16))
+    return InvalidArgument(source + ": a classifier needs 1 to 65536 labels, got " + std::to_string(c.num_labels));
+  if (!named.empty() &&
+      (static_cast<std::int64_t>(named.size()) != c.num_labels || named.rbegin()->first >= c.num_labels))
+    return InvalidArgument(source + ": 'id2label' does not name labels 0.." + std::to_string(c.num_labels - 1));
+  c.labels.clear();
+  for (std::int64_t i = 0; i < c.num_labels; ++i)
+    c.labels.push_back(named.count(i) ? named[i] : "LABEL_" + std::to_string(i));
+  RS_ASSIGN_OR_RETURN(std::string problem, r.String("problem_type", std::string()));
+  const ScoreActivation by_labels = c.num_labels < 2 ? ScoreActivation::kSigmoid : ScoreActivation::kSoftmax;
+  if (problem == "regression") {
+    c.classify_activation = ScoreActivation::kIdentity;
+  } else if (problem == "multi_label_classification") {
+    c.classify_activation = ScoreActivation::kSigmoid;
+  } else if (problem.empty() || problem == "single_label_classification") {
+    c.classify_activation = by_labels;
+  } else {
+    return InvalidArgument(source + ": unknown problem_type '" + problem.substr(0, 100) + "'");
+  }
+  c.score_activation = by_labels;
+  std::optional<std::string> fn;
+  if (const json* st = r.Find("sentence_transformers"); st != nullptr && st->is_object()) {
+    JsonReader sr(*st, source + " sentence_transformers");
+    RS_ASSIGN_OR_RETURN(std::string name, sr.String("activation_fn", std::string()));
+    if (!name.empty()) fn = name;
+  }
+  if (!fn) {
+    RS_ASSIGN_OR_RETURN(std::string name, r.String("sbert_ce_default_activation_function", std::string()));
+    if (!name.empty()) fn = name;
+  }
+  if (fn) {
+    RS_ASSIGN_OR_RETURN(c.score_activation, CrossEncoderActivation(*fn, source));
+    // Sigmoid and Softmax modules act as vLLM's classify activation (by the label count).
+    if (c.score_activation != ScoreActivation::kIdentity) c.score_activation = by_labels;
+  }
+  if (c.family == EncoderFamily::kModernBert) {
+    RS_ASSIGN_OR_RETURN(c.classifier_pooling, r.String("classifier_pooling", std::string("cls")));
+    if (c.classifier_pooling != "cls" && c.classifier_pooling != "mean")
+      return InvalidArgument(source + ": 'classifier_pooling' must be cls or mean, got '" +
+                             c.classifier_pooling.substr(0, 100) + "'");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+const char* ScoreActivationName(ScoreActivation a) {
+  switch (a) {
+    case ScoreActivation::kSoftmax:
+      return "softmax";
+    case ScoreActivation::kSigmoid:
+      return "sigmoid";
+    case ScoreActivation::kIdentity:
+      break;
+  }
+  return "identity";
+}
+
+void ApplyScoreActivation(ScoreActivation a, std::vector<float>& logits) {
+  if (a == ScoreActivation::kSigmoid) {
+    for (float& x : logits) x = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+  } else if (a == ScoreActivation::kSoftmax && !logits.empty()) {
+    const double top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+    for (float& x : logits) x = static_cast<float>(std::exp(static_cast<double>(x) - top) / sum);
+  }
+}
 
 StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const std::string& source) {
   json j = json::parse(json_text, nullptr, false);
@@ -134,21 +254,25 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     return Unimplemented(source +
                          ": 'quantization_config': 4-bit weights are supported for causal decoders only, "
                          "not for span (QA) models");
-  if (c.architecture == "ModernBertModel" || c.architecture == "RoFormerModel") c.head = EncoderHead::kNone;
-  if (c.architecture == "ModernBertForQuestionAnswering" || c.architecture == "ModernBertModel") {
-    c.family = EncoderFamily::kModernBert;
-    RS_RETURN_IF_ERROR(ParseModernBert(j, source, c));
-  } else if (c.architecture == "RoFormerForQuestionAnswering" || c.architecture == "RoFormerModel") {
-    c.family = EncoderFamily::kRoFormer;
-    RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
+  const auto [family, head] = SplitArchitecture(c.architecture);
+  if ((family == "ModernBert" || family == "RoFormer") && head) {
+    c.head = *head;
+    if (family == "ModernBert") {
+      c.family = EncoderFamily::kModernBert;
+      RS_RETURN_IF_ERROR(ParseModernBert(j, source, c));
+    } else {
+      c.family = EncoderFamily::kRoFormer;
+      RS_RETURN_IF_ERROR(ParseRoFormer(j, source, c));
+    }
   } else if (auto trunk = ParseModelConfig(json_text, source); trunk.ok()) {
-    // A span head on a causal trunk; or the trunk alone (LlamaModel & co.,
-    // or a causal LM used as a sentence embedder, lm_head ignored).
+    // A span head or a classifier on a causal trunk; or the trunk alone
+    // (LlamaModel & co., or a causal LM used as a sentence embedder, lm_head
+    // ignored).
     ModelConfig m = *trunk;
-    if (!m.span_head) m.base_model = true;
+    if (!m.span_head && !m.sequence_head) m.base_model = true;
     if (m.int4_weights) return Unimplemented(source + ": a 4-bit decoder as an encoder is not supported");
     c.family = EncoderFamily::kDecoder;
-    c.head = m.span_head ? EncoderHead::kSpan : EncoderHead::kNone;
+    c.head = m.span_head ? EncoderHead::kSpan : m.sequence_head ? EncoderHead::kSequence : EncoderHead::kNone;
     c.vocab_size = m.vocab_size;
     c.hidden_size = c.embedding_size = m.hidden_size;
     c.intermediate_size = m.intermediate_size;
@@ -158,15 +282,16 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     c.max_position_embeddings = m.max_position_embeddings;
     c.norm_eps = m.rms_norm_eps;
     c.activation = "silu";
+    if (m.sequence_head) RS_RETURN_IF_ERROR(ParseClassifier(j, source, c));
     c.trunk = m;
     return c;
   } else if (!trunk.ok() && trunk.status().code() != ErrorCode::kUnimplemented) {
-    return trunk.status();  // a decoder span head with a bad config
+    return trunk.status();  // a decoder head with a bad config
   } else {
     return Unimplemented(source + ": architecture '" + c.architecture +
-                         "' is not a supported encoder (ModernBertForQuestionAnswering, "
-                         "RoFormerForQuestionAnswering, Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering, "
-                         "ModernBertModel, RoFormerModel, Llama/Mistral/Qwen2/Qwen3Model or ForCausalLM)");
+                         "' is not a supported encoder (ModernBert and RoFormer: ForQuestionAnswering, "
+                         "ForSequenceClassification, ForTokenClassification, Model; Llama/Mistral/Qwen2/Qwen3: "
+                         "ForQuestionAnswering, ForSequenceClassification, Model, ForCausalLM)");
   }
   for (auto [key, v] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
@@ -183,6 +308,10 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
   if (c.head_dim % 2 != 0) return InvalidArgument(source + ": the head dimension must be even for RoPE");
   if (!(c.norm_eps > 0)) return InvalidArgument(source + ": the norm epsilon must be positive");
   if (c.head == EncoderHead::kNone) return c;  // no head: labels do not apply
+  if (c.head != EncoderHead::kSpan) {
+    RS_RETURN_IF_ERROR(ParseClassifier(j, source, c));
+    return c;
+  }
   // A span head has two labels (start, end): num_labels or id2label.
   JsonReader r(j, source);
   if (r.Has("id2label")) {
@@ -224,7 +353,20 @@ std::vector<TensorSpec> RoFormerTensors(const EncoderConfig& c) {
     linear(p + "output.dense", h, c.intermediate_size);
     norm(p + "output.LayerNorm", h);
   }
-  if (c.head == EncoderHead::kSpan) linear("qa_outputs", c.num_labels, h);
+  switch (c.head) {
+    case EncoderHead::kSpan:
+      linear("qa_outputs", c.num_labels, h);
+      break;
+    case EncoderHead::kSequence:  // RoFormerClassificationHead
+      linear("classifier.dense", h, h);
+      linear("classifier.out_proj", c.num_labels, h);
+      break;
+    case EncoderHead::kToken:
+      linear("classifier", c.num_labels, h);
+      break;
+    case EncoderHead::kNone:
+      break;
+  }
   return t;
 }
 

@@ -3,9 +3,12 @@
 // ModernBertForQuestionAnswering (ModernBertConfig),
 // RoFormerForQuestionAnswering (RoFormerConfig), and the span heads on
 // causal trunks (LlamaForQuestionAnswering & co., parsed as ModelConfig);
+// with a classifier (ModernBert/RoFormerForSequenceClassification and
+// ForTokenClassification, Llama/Mistral/Qwen2/Qwen3ForSequenceClassification);
 // without a head (the base model, whose last hidden state embedders pool)
-// ModernBertModel and RoFormerModel. The models are in
-// server/models/span_model_loader.h (docs/qa.md, docs/embeddings.md).
+// ModernBertModel, RoFormerModel and the decoder trunks. The models are in
+// server/models/span_model_loader.h (docs/qa.md, docs/embeddings.md,
+// docs/classification.md).
 #pragma once
 
 #include <cstdint>
@@ -18,14 +21,27 @@
 
 namespace ropeserve {
 
-// kDecoder: a causal decoder trunk with a span head
-// (Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering); `trunk` holds its config.
+// kDecoder: a causal decoder trunk, with a span head
+// (Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering), a classifier
+// (…ForSequenceClassification: `score` on the last token) or none; `trunk`
+// holds its config.
 enum class EncoderFamily { kModernBert, kRoFormer, kDecoder };
 
 // kSpan: a question-answering head (start/end logits per token);
-// kNone: the base model (ModernBertModel, RoFormerModel), its last hidden
-// state only.
-enum class EncoderHead { kSpan, kNone };
+// kNone: the base model (ModernBertModel, RoFormerModel, a decoder trunk),
+// its last hidden state only;
+// kSequence: a classifier of the whole input (…ForSequenceClassification:
+// num_labels logits; with one label, a cross-encoder's relevance score);
+// kToken: a classifier of every token (…ForTokenClassification).
+enum class EncoderHead { kSpan, kNone, kSequence, kToken };
+
+// How a classifier's logits become the scores an API returns, as vLLM and
+// transformers decide it: softmax over the labels, sigmoid of each, or the
+// logits themselves (regression).
+enum class ScoreActivation { kSoftmax, kSigmoid, kIdentity };
+const char* ScoreActivationName(ScoreActivation a);
+// Applies `a` to one row of logits in place (softmax in float64).
+void ApplyScoreActivation(ScoreActivation a, std::vector<float>& logits);
 
 struct EncoderConfig {
   std::string architecture;  // config.json "architectures"[0]
@@ -54,8 +70,21 @@ struct EncoderConfig {
   double local_rope_theta = 0;
   // RoFormer
   bool rotary_value = false;
-  // Span head
+  // Heads: a span head has 2 labels (start, end); classifiers num_labels
+  // (id2label's size, else num_labels, else 2 as Hugging Face).
   std::int64_t num_labels = 2;
+  // Classifiers: id2label in index order ("LABEL_<i>" where it names none).
+  std::vector<std::string> labels;
+  // ModernBERT's sequence head pools "cls" (token 0) or "mean" (every token).
+  std::string classifier_pooling = "cls";
+  // Classifiers: /classify's activation (problem_type "regression":
+  // identity, "multi_label_classification": sigmoid, else sigmoid for one
+  // label and softmax for more: vLLM's rule after transformers' losses);
+  // scoring pairs (/score, /rerank): sentence-transformers' CrossEncoder
+  // activation_fn from config.json ("sentence_transformers" or
+  // "sbert_ce_default_activation_function"), else the same default.
+  ScoreActivation classify_activation = ScoreActivation::kSoftmax;
+  ScoreActivation score_activation = ScoreActivation::kSoftmax;
   std::optional<std::int64_t> pad_token_id, cls_token_id, sep_token_id;
   // kDecoder only: the trunk's full config (server/models/decoder loads it).
   std::optional<ModelConfig> trunk;
@@ -75,8 +104,10 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
 // attention.output.{dense,LayerNorm}, intermediate.dense,
 // output.{dense,LayerNorm}}, qa_outputs. (The sinusoidal table
 // roformer.encoder.embed_positions.weight is computed, not read.)
-// Decoder span heads: ExpectedTensors of the trunk (transformer.*) and
-// qa_outputs. Base models (EncoderHead::kNone): the trunk's tensors only,
+// Classifiers: ModernBERT's as its span head (head.*, classifier [num_labels,
+// H]); RoFormer's sequence head classifier.dense and classifier.out_proj, its
+// token head classifier. Decoder heads: ExpectedTensors of the trunk
+// (transformer.* and qa_outputs; model.* and score). Base models (EncoderHead::kNone): the trunk's tensors only,
 // named as above; Hugging Face saves a base model without the family's
 // prefix (BaseModelPrefix), and loaders accept both spellings.
 std::vector<TensorSpec> ExpectedEncoderTensors(const EncoderConfig& c);

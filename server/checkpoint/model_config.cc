@@ -136,6 +136,10 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
     c.span_head = true;
     c.trunk_prefix = "transformer.";  // Hugging Face's base_model_prefix for these heads
     base = base.substr(0, base.size() - kQa.size()) + "ForCausalLM";
+  } else if (const std::string kSeq = "ForSequenceClassification";
+             base.size() > kSeq.size() && base.compare(base.size() - kSeq.size(), kSeq.size(), kSeq) == 0) {
+    c.sequence_head = true;
+    base = base.substr(0, base.size() - kSeq.size()) + "ForCausalLM";
   } else if (base == "LlamaModel" || base == "MistralModel" || base == "Qwen2Model" || base == "Qwen3Model") {
     c.base_model = true;
     c.trunk_prefix = "";  // a base model's own names (Checkpoint::Open also takes "model.")
@@ -150,7 +154,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   } else {
     return Unimplemented(source + ": unknown architecture '" + c.architecture +
                          "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                         "and their ForQuestionAnswering span heads)");
+                         "and their ForQuestionAnswering and ForSequenceClassification heads)");
   }
 
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
@@ -260,9 +264,18 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   for (auto id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size)
       return InvalidArgument(source + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+  if (c.sequence_head) {  // the score matrix's rows (server/checkpoint/encoder_config.cc reads the labels)
+    c.num_labels = 2;
+    if (const json* labels = r.Find("id2label"); labels != nullptr && labels->is_object())
+      c.num_labels = static_cast<std::int64_t>(labels->size());
+    RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
+    if (c.num_labels < 1 || c.num_labels > (1 << 16))
+      return InvalidArgument(source + ": a classifier needs 1 to 65536 labels, got " + std::to_string(c.num_labels));
+  }
   if (const json* qc = r.Find("quantization_config")) {
     RS_ASSIGN_OR_RETURN(Int4Checkpoint q, ParseInt4Checkpoint(*qc, source + " quantization_config"));
-    if (c.span_head) return Unimplemented(source + ": a span (QA) model with 4-bit weights is not supported");
+    if (c.span_head || c.sequence_head)
+      return Unimplemented(source + ": a span (QA) model or classifier with 4-bit weights is not supported");
     const std::int64_t H = c.hidden_size, I = c.intermediate_size;
     const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> projections[] = {
         {"self_attn.q_proj", {c.q_size(), H}},
@@ -363,6 +376,8 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   if (c.span_head) {
     t.push_back({"qa_outputs.weight", {2, H}});
     t.push_back({"qa_outputs.bias", {2}});
+  } else if (c.sequence_head) {
+    t.push_back({"score.weight", {c.num_labels, H}});
   } else if (!c.tie_word_embeddings && !c.base_model) {
     t.push_back({"lm_head.weight", {c.vocab_size, H}});
   }

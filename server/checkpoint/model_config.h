@@ -67,6 +67,10 @@ struct ModelConfig {
   // causal trunk instead of lm_head; Hugging Face names that trunk
   // "transformer." (older checkpoints "model."; Checkpoint::Open decides).
   bool span_head = false;
+  // *ForSequenceClassification: `score` [num_labels, H] (no bias) on the
+  // last token's hidden state instead of lm_head; the trunk is "model.".
+  bool sequence_head = false;
+  std::int64_t num_labels = 0;  // sequence_head: id2label's size, else num_labels, else 2
   // The trunk alone, no head: *Model (LlamaModel, Qwen3Model, ...) as
   // Hugging Face saves a base model (tensors without a prefix), or a causal
   // LM opened as a trunk (Checkpoint::Open's as_trunk: sentence embedders

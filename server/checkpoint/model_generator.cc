@@ -393,13 +393,27 @@ Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& o)
                            {"pad_token_id", pad},
                            {"id2label", {{"0", "LABEL_0"}, {"1", "LABEL_1"}}},
                            {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
-  if (o.head != "qa" && o.head != "embedding") return InvalidArgument("head '" + o.head + "' must be qa or embedding");
+  if (o.head != "qa" && o.head != "embedding" && o.head != "sequence" && o.head != "token")
+    return InvalidArgument("head '" + o.head + "' must be qa, embedding, sequence or token");
+  if (o.head == "token" && !decoder.is_null())
+    return InvalidArgument("token classifiers are encoders (modernbert, roformer)");
   const bool embedder = o.head == "embedding";
   json config = o.arch == "roformer" ? roformer : o.arch == "modernbert" ? modernbert : decoder;
+  const std::string qa = config["architectures"][0].get<std::string>();
+  const std::string family = qa.substr(0, qa.size() - std::string("ForQuestionAnswering").size());
   if (embedder) {  // the base model's class: ModernBertModel, RoFormerModel, LlamaModel, ...
-    const std::string qa = config["architectures"][0].get<std::string>();
-    config["architectures"] = {qa.substr(0, qa.size() - std::string("ForQuestionAnswering").size()) + "Model"};
+    config["architectures"] = {family + "Model"};
     config.erase("id2label");
+  } else if (o.head != "qa") {
+    if (o.labels.empty()) return InvalidArgument("a classifier needs at least one label");
+    config["architectures"] = {family +
+                               (o.head == "sequence" ? "ForSequenceClassification" : "ForTokenClassification")};
+    json id2label = json::object();
+    for (std::size_t i = 0; i < o.labels.size(); ++i) id2label[std::to_string(i)] = o.labels[i];
+    config["id2label"] = id2label;
+    config["num_labels"] = o.labels.size();
+    if (o.head == "sequence" && o.labels.size() == 1)  // what sentence-transformers' CrossEncoder saves
+      config["sentence_transformers"] = {{"activation_fn", "torch.nn.modules.activation.Sigmoid"}};
   }
   RS_ASSIGN_OR_RETURN(EncoderConfig parsed, ParseEncoderConfig(config.dump(), "generated config.json"));
   std::error_code ec;

@@ -67,8 +67,13 @@ struct MakeEncoderOptions {
   // (`pooling`: cls, mean, max, lasttoken, or auto: mean for encoders, the
   // last token for decoders), 2_Normalize, config_sentence_transformers.json
   // (prompts "query" and "document"), sentence_bert_config.json.
+  // "sequence": a classifier (…ForSequenceClassification) with `labels`
+  // as id2label (one label: a cross-encoder reranker, its config naming
+  // sentence-transformers' Sigmoid activation); "token": a token
+  // classifier (ModernBert/RoFormerForTokenClassification).
   std::string head = "qa";
   std::string pooling = "auto";
+  std::vector<std::string> labels = {"negative", "positive"};
 };
 Status MakeEncoderModel(const std::string& out_dir, const MakeEncoderOptions& options);
 

@@ -65,7 +65,8 @@ Runner AddMakeModel(CLI::App& app) {
                 "float32|bfloat16, --hidden-size, --intermediate-size, --layers, --heads, --vocab-size and "
                 "--max-position-embeddings apply)");
   sub->add_option("--qa-arch", *qa_arch,
-                  "With --qa or --embedding: modernbert, roformer, llama, qwen2 or qwen3 (a causal trunk)")
+                  "With --qa, --embedding, --classifier or --token-classifier: modernbert, roformer, llama, qwen2 or "
+                  "qwen3 (a causal trunk)")
       ->capture_default_str()
       ->check(CLI::IsMember({"modernbert", "roformer", "llama", "qwen2", "qwen3"}));
   auto embedding = std::make_shared<bool>(false);
@@ -80,12 +81,33 @@ Runner AddMakeModel(CLI::App& app) {
                   "With --embedding: cls, mean, max, lasttoken, or auto (mean for encoders, lasttoken for decoders)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cls", "mean", "max", "lasttoken"}));
-  return [f, qa, qa_arch, int4_format, int4, asymmetric, embedding, pooling] {
-    if (*qa || *embedding) {
+  auto classifier = std::make_shared<std::vector<std::string>>();
+  auto token_classifier = std::make_shared<std::vector<std::string>>();
+  sub->add_option("--classifier", *classifier,
+                  "Write a sequence classifier instead (for `serve --encoder`: /classify, TEI's /predict; with "
+                  "one label a cross-encoder reranker for /rerank and /score): …ForSequenceClassification of "
+                  "--qa-arch with these labels (comma-separated, id2label's order)")
+      ->delimiter(',')
+      ->excludes("--qa")
+      ->excludes("--embedding");
+  sub->add_option("--token-classifier", *token_classifier,
+                  "Write a token classifier instead (ModernBert/RoFormerForTokenClassification of --qa-arch) with "
+                  "these labels (comma-separated, e.g. O,B-PER,I-PER)")
+      ->delimiter(',')
+      ->excludes("--qa")
+      ->excludes("--embedding")
+      ->excludes("--classifier");
+  return [f, qa, qa_arch, int4_format, int4, asymmetric, embedding, pooling, classifier, token_classifier] {
+    if (*qa || *embedding || !classifier->empty() || !token_classifier->empty()) {
       MakeEncoderOptions eo;
       eo.seed = f->options.seed;
       eo.arch = *qa_arch;
-      eo.head = *embedding ? "embedding" : "qa";
+      eo.head = *embedding                   ? "embedding"
+                : !classifier->empty()       ? "sequence"
+                : !token_classifier->empty() ? "token"
+                                             : "qa";
+      if (!classifier->empty()) eo.labels = *classifier;
+      if (!token_classifier->empty()) eo.labels = *token_classifier;
       eo.pooling = *pooling;
       const MakeModelOptions& m = f->options;
       eo.hidden_size = m.hidden_size.value_or(eo.hidden_size);
@@ -99,8 +121,11 @@ Runner AddMakeModel(CLI::App& app) {
         return Fail("--hidden-size must be a multiple of --heads with an even head dimension");
       Status s = MakeEncoderModel(f->out, eo);
       if (!s.ok()) return Fail(s.ToString());
-      std::fprintf(stderr, "wrote a %s %s checkpoint to %s\n", qa_arch->c_str(),
-                   *embedding ? "sentence-embedding" : "question-answering", f->out.c_str());
+      const char* kind = eo.head == "embedding"  ? "sentence-embedding"
+                         : eo.head == "sequence" ? "sequence-classification"
+                         : eo.head == "token"    ? "token-classification"
+                                                 : "question-answering";
+      std::fprintf(stderr, "wrote a %s %s checkpoint to %s\n", qa_arch->c_str(), kind, f->out.c_str());
       return 0;
     }
     f->options.dtype = ParseDTypeFlag(f->dtype);

@@ -3,6 +3,7 @@
 //   qa --question Q --context C [--json]   -> {"answers": [{"text","score","start","end"}]}
 //   encode --input-ids 1,2,3 [--token-type-ids 0,0,1] [--json]
 //       -> {"last_hidden_state": [[...], ...], "start_logits": [...], "end_logits": [...]}
+//          (a classifier: "logits", [num_labels] or per token row-major)
 // or, without those flags, JSON Lines on stdin with the same fields
 // ({"question","context"} / {"ids","type_ids"?}), one output line per
 // input line; an input that fails gets {"error": ...} and exit status 1.
@@ -82,7 +83,13 @@ StatusOr<json> Encode(const SpanModel& model, const QaFlags& f, const json& in) 
   for (std::size_t t = 0; t < ids.size(); ++t)
     hidden.push_back(std::vector<float>(l.hidden.begin() + static_cast<std::ptrdiff_t>(t * H),
                                         l.hidden.begin() + static_cast<std::ptrdiff_t>((t + 1) * H)));
-  return json{{"last_hidden_state", hidden}, {"start_logits", l.start}, {"end_logits", l.end}};
+  json out = {{"last_hidden_state", hidden}};
+  if (!l.start.empty()) {
+    out["start_logits"] = l.start;
+    out["end_logits"] = l.end;
+  }
+  if (!l.classes.empty()) out["logits"] = l.classes;  // a classifier's: [num_labels] or [len * num_labels]
+  return out;
 }
 
 int Run(const QaFlags& f, bool encode) {
@@ -186,7 +193,7 @@ Runner AddEncode(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "encode",
       "One forward of exactly the given ids: --input-ids 1,2,3 (or JSON Lines {\"ids\":[...]} on stdin) -> "
-      "{\"last_hidden_state\",\"start_logits\",\"end_logits\"}");
+      "{\"last_hidden_state\",\"start_logits\",\"end_logits\"} (a classifier: \"logits\")");
   AddModelFlag(sub, *f);
   sub->add_option("--input-ids", f->input_ids,
                   "Comma-separated token ids, run as given (no added tokens; else JSON "

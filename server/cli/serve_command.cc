@@ -42,7 +42,7 @@ struct ServeFlags {
   std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
   std::size_t qa_max_context_bytes = 1 << 20;
   std::string qa_dtype = "float32";
-  std::vector<std::string> encoders;  // --encoder: embedding models
+  std::vector<std::string> encoders;  // --encoder: embedding models and classifiers
   std::string encoder_dtype = "float32";
   std::string served_model_name;
   std::string host = "0.0.0.0";
@@ -116,8 +116,8 @@ struct Loaded {
   std::unique_ptr<service::GenerationService> service;
   std::unique_ptr<service::QaService> qa;  // null without a QA model
   // After the service: they leave its engine before it stops.
-  std::vector<std::unique_ptr<service::EmbeddingService>> embedders;
-  std::vector<service::EmbeddingService*> embedder_list;  // what ServingContext points at
+  std::vector<std::unique_ptr<service::EncoderService>> encoders;
+  std::vector<service::EncoderService*> encoder_list;  // what ServingContext points at
 };
 
 StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
@@ -203,23 +203,30 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
   }
   const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
   for (const std::string& dir : f.encoders) {
-    service::EmbeddingServiceOptions eo;
+    service::EncoderServiceOptions eo;
     eo.engine = &out.service->engine();
     eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa ? "demo-embed" : std::filesystem::path(dir).filename().string();
     eo.on_latency = [&metrics, name](double seconds) { metrics.ObserveEmbeddingLatency(name, seconds); };
     // gRPC Embed calls pool their vectors on the work pool, not on the engine's thread.
     if (auto pool = work_pool) eo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
-    for (const auto& e : out.embedders)
+    for (const auto& e : out.encoders)
       if (e->name() == name) return InvalidArgument("--encoder: two models named '" + name + "'");
-    RS_ASSIGN_OR_RETURN(auto e, LoadEmbeddingService(dir, name, eo, encoder_dtype, f.device));
+    RS_ASSIGN_OR_RETURN(auto e, LoadEncoderService(dir, name, eo, encoder_dtype, f.device));
     const EncoderConfig& ec = e->config();
-    spdlog::info("loaded embedding model {} ({}, {} layers, {} dimensions, {} pooling from {}) from {} as {} on {}",
-                 name, ec.architecture, ec.num_hidden_layers, e->dimensions(),
-                 embedding::PoolingName(e->pooling().pooling), e->pooling().source, dir,
-                 DTypeSafetensorsName(encoder_dtype), f.device);
-    out.embedder_list.push_back(e.get());
-    out.embedders.push_back(std::move(e));
+    if (e->embeds()) {
+      spdlog::info("loaded embedding model {} ({}, {} layers, {} dimensions, {} pooling from {}) from {} as {} on {}",
+                   name, ec.architecture, ec.num_hidden_layers, e->dimensions(),
+                   embedding::PoolingName(e->pooling().pooling), e->pooling().source, dir,
+                   DTypeSafetensorsName(encoder_dtype), f.device);
+    } else {
+      spdlog::info("loaded {} model {} ({}, {} layers, {} labels, {}) from {} as {} on {}", e->task(), name,
+                   ec.architecture, ec.num_hidden_layers, ec.num_labels,
+                   ScoreActivationName(e->scores_pairs() ? ec.score_activation : ec.classify_activation), dir,
+                   DTypeSafetensorsName(encoder_dtype), f.device);
+    }
+    out.encoder_list.push_back(e.get());
+    out.encoders.push_back(std::move(e));
   }
   if (demo_qa) spdlog::warn("*** DEMO EMBEDDING MODEL: random weights, its embeddings are meaningless. ***");
   return out;
@@ -357,7 +364,7 @@ int Run(ServeFlags f) {
   metrics.Attach(&service.engine());
   ctx.service = &service;
   ctx.qa = loaded->qa.get();
-  ctx.embedders = &loaded->embedder_list;
+  ctx.encoders = &loaded->encoder_list;
   ctx.lifecycle.SetReady();
   grpc_server.SetServing(true);
   (*storage)->StartBatches(ctx);
@@ -386,7 +393,7 @@ int Run(ServeFlags f) {
   stop_http();
   ctx.service = nullptr;
   ctx.qa = nullptr;
-  ctx.embedders = nullptr;
+  ctx.encoders = nullptr;
   metrics.Attach(nullptr);
   if (!http_status.ok()) return Fail(http_status.ToString());
   if (!admin_status.ok()) return Fail("admin port: " + admin_status.ToString());
@@ -435,11 +442,13 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_QA")
       ->check(CLI::ExistingDirectory);
   sub->add_option("--encoder", f->encoders,
-                  "Sentence-embedding model directory (ModernBertModel, RoFormerModel, or a decoder trunk: "
-                  "Llama/Mistral/Qwen2/Qwen3Model or ForCausalLM such as Qwen3-Embedding; config.json, "
-                  "safetensors, tokenizer.json, and sentence-transformers' modules.json / 1_Pooling when present; "
-                  "without them mean pooling, last token for decoders) for /v1/embeddings, TEI's /embed and gRPC "
-                  "Embed; repeatable, the "
+                  "Encoder model directory (config.json, safetensors, tokenizer.json): a sentence-embedding "
+                  "model (ModernBertModel, RoFormerModel, or a decoder trunk: Llama/Mistral/Qwen2/Qwen3Model or "
+                  "ForCausalLM such as Qwen3-Embedding; sentence-transformers' modules.json / 1_Pooling when "
+                  "present, without them mean pooling, last token for decoders) for /v1/embeddings, TEI's /embed "
+                  "and gRPC Embed, /score and /rerank; or a sequence classifier (ModernBert/RoFormer/Llama/Qwen2/"
+                  "Qwen3ForSequenceClassification) for /classify, TEI's /predict and gRPC Classify, and with one "
+                  "label (a cross-encoder) /score, /rerank and gRPC Rerank; repeatable, the "
                   "request's `model` picks one by directory name (default: a generated demo model when no "
                   "--model, --qa or --encoder is given)")
       ->envname("ROPESERVE_ENCODER")

@@ -45,6 +45,11 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadSpanModel(const std::s
   return LoadAny(dir, dtype, Head::kSpan, Quantization::kNone, device);
 }
 
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadClassifier(const std::string& dir, DType dtype,
+                                                                     at::Device device) {
+  return LoadAny(dir, dtype, Head::kScore, Quantization::kNone, device);
+}
+
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadTrunk(const std::string& dir, DType dtype,
                                                                 at::Device device) {
   return LoadAny(dir, dtype, Head::kNone, Quantization::kNone, device);
@@ -85,11 +90,15 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (device.is_cuda()) return InvalidArgument(what + ": 4-bit weights run on the CPU only");
     quantization = Quantization::kInt4;
   }
-  const bool span_head = head == Head::kSpan;
-  if (head != Head::kNone && ckpt->config().span_head != span_head)
-    return InvalidArgument(dir + ": " + ckpt->config().architecture +
-                           (span_head ? " has no span head (qa_outputs): it is a causal LM; serve it with --model"
-                                      : " is a span (extractive QA) model: serve it with --qa"));
+  const ModelConfig& read = ckpt->config();
+  if (head != Head::kNone && read.span_head != (head == Head::kSpan))
+    return InvalidArgument(dir + ": " + read.architecture +
+                           (head == Head::kSpan ? " has no span head (qa_outputs): it is not an extractive QA model"
+                                                : " is a span (extractive QA) model: serve it with --qa"));
+  if (head != Head::kNone && read.sequence_head != (head == Head::kScore))
+    return InvalidArgument(dir + ": " + read.architecture +
+                           (head == Head::kScore ? " has no classifier (score): it is not a sequence classifier"
+                                                 : " is a sequence classifier: serve it with --encoder"));
   c10::InferenceMode guard;
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->config_ = ckpt->config();
@@ -150,7 +159,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const std::string& trunk = c.trunk_prefix;
   // A tied int8 or packed LM head holds the embedding (read back by Embed):
   // one copy of the largest matrix.
-  const bool embedding_in_lm_head = (int8 || int4 || pack) && !c.span_head && !c.base_model && c.tie_word_embeddings;
+  const bool embedding_in_lm_head =
+      (int8 || int4 || pack) && !c.span_head && !c.sequence_head && !c.base_model && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";
@@ -170,6 +180,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   if (c.span_head) {
     m->w_.qa_outputs = load("qa_outputs.weight");
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
+  } else if (c.sequence_head) {
+    m->w_.score = load("score.weight");
   } else if (!c.base_model) {
     if (embedding_in_lm_head) {
       RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({trunk + "embed_tokens"}, false, true));
@@ -320,6 +332,11 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
                                                                 v.contiguous().unsqueeze(0), one, attention_scale_);
                                   });
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
+    if (w_.score.defined()) {  // a sequence classifier: the last token's logits
+      out.push_back(SpanRows(at::Tensor(), 0, len, with_hidden ? hidden : at::Tensor()));
+      SetClasses(out.back(), at::linear(hidden.narrow(0, len - 1, 1), w_.score));
+      continue;
+    }
     if (!w_.qa_outputs.defined()) {  // a trunk: its hidden state is the output
       out.push_back(SpanRows(at::Tensor(), 0, len, hidden));
       continue;

@@ -51,6 +51,7 @@ struct DecoderWeights {
   at::Tensor norm;                         // [H]
   LinearWeight lm_head;                    // [V, H] (its weight aliases embed_tokens when tied); none with a span head
   at::Tensor qa_outputs, qa_outputs_bias;  // [2, H], [2]: span head only
+  at::Tensor score;                        // [num_labels, H]: sequence classifier only
 };
 
 class DecoderModel final : public PagedModel {
@@ -67,6 +68,10 @@ class DecoderModel final : public PagedModel {
   // ForwardSpans runs on it.
   static StatusOr<std::unique_ptr<DecoderModel>> LoadSpanModel(const std::string& dir, DType dtype,
                                                                at::Device device = at::kCPU);
+  // The trunk with a sequence classifier (LlamaForSequenceClassification &
+  // co., `score` on the last token); only ForwardSpans runs on it.
+  static StatusOr<std::unique_ptr<DecoderModel>> LoadClassifier(const std::string& dir, DType dtype,
+                                                                at::Device device = at::kCPU);
   // The trunk alone (ModelConfig::base_model): a *Model checkpoint, or a
   // causal LM whose lm_head is ignored; only ForwardSpans runs on it (the
   // hidden state, no logits).
@@ -102,7 +107,8 @@ class DecoderModel final : public PagedModel {
   // Each window is computed on tensors of its own shape, so its logits are
   // bitwise independent of the other windows. `with_hidden` also returns
   // the trunk's last hidden state (after the final norm); a trunk without a
-  // head (LoadTrunk) returns only that.
+  // head (LoadTrunk) returns only that, a classifier (LoadClassifier) the
+  // last token's logits in SpanLogits::classes.
   std::vector<SpanLogits> ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
                                        bool with_hidden = false) const;
 
@@ -112,7 +118,7 @@ class DecoderModel final : public PagedModel {
 
  private:
   DecoderModel() = default;
-  enum class Head { kLm, kSpan, kNone };
+  enum class Head { kLm, kSpan, kScore, kNone };
   static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, Head head,
                                                          Quantization quantization, at::Device device);
   at::Tensor Embed(const at::Tensor& ids) const;

@@ -32,7 +32,7 @@ struct ModernBertWeights {
   LayerNorm embeddings_norm;  // [H]
   std::vector<ModernBertLayer> layers;
   LayerNorm final_norm;  // [H]
-  // The span head; undefined for the base model (ModernBertModel).
+  // The span or classifier head; undefined for the base model (ModernBertModel).
   Linear head_dense;    // [H, H]
   LayerNorm head_norm;  // [H]
   Linear classifier;    // [num_labels, H]
@@ -141,12 +141,24 @@ SpanLogits ModernBertQa::Window(const std::vector<TokenId>& ids, const std::vect
     x = Mlp(l, x);
   }
   // final_norm (the base model's last_hidden_state), the prediction head
-  // (dense, activation, norm), classifier: [L, 2].
+  // (dense, activation, norm), classifier: [L, 2] for a span head.
   const at::Tensor hidden = w_.final_norm(x, c.norm_eps);
   if (c.head == EncoderHead::kNone) return SpanRows(at::Tensor(), 0, L, hidden);  // ModernBertModel
-  at::Tensor y = w_.head_norm(encoder::Activation(w_.head_dense(hidden), c.classifier_activation), c.norm_eps);
-  const at::Tensor logits = w_.classifier(y).contiguous();
-  return SpanRows(logits, 0, L, with_hidden ? hidden : at::Tensor());
+  // The prediction head and classifier on rows of the hidden state: every
+  // token (span and token heads) or the pooled sequence (token 0 or the
+  // mean of all, as classifier_pooling says).
+  auto head = [&](const at::Tensor& rows) {
+    return w_.classifier(w_.head_norm(encoder::Activation(w_.head_dense(rows), c.classifier_activation), c.norm_eps));
+  };
+  if (c.head == EncoderHead::kSpan)
+    return SpanRows(head(hidden).contiguous(), 0, L, with_hidden ? hidden : at::Tensor());
+  SpanLogits out = SpanRows(at::Tensor(), 0, L, with_hidden ? hidden : at::Tensor());
+  if (c.head == EncoderHead::kToken) {
+    SetClasses(out, head(hidden));
+  } else {
+    SetClasses(out, head(c.classifier_pooling == "mean" ? hidden.mean(0, /*keepdim=*/true) : hidden.narrow(0, 0, 1)));
+  }
+  return out;
 }
 
 }  // namespace

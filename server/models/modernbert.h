@@ -1,4 +1,6 @@
-// ModernBertForQuestionAnswering and ModernBertModel (no head), mirroring Hugging Face's modules:
+// ModernBertForQuestionAnswering, ForSequenceClassification (on token 0
+// or the mean, as classifier_pooling says), ForTokenClassification and
+// ModernBertModel (no head), mirroring Hugging Face's modules:
 // embeddings + norm; layers with no attn_norm in layer 0, the fused Wqkv,
 // rotate-half RoPE with a theta per layer kind, global or sliding-window
 // attention, the GeGLU MLP with the fused Wi; final_norm; the prediction

@@ -30,7 +30,11 @@ struct RoFormerWeights {
   LayerNorm embeddings_norm;         // [E]
   Linear embeddings_project;         // [H, E]; only when E != H
   std::vector<RoFormerLayer> layers;
-  Linear qa_outputs;  // [num_labels, H]
+  // The head: qa_outputs [2, H] (span), classifier [num_labels, H] (token),
+  // classifier.out_proj [num_labels, H] after classifier.dense [H, H]
+  // (sequence); undefined for the base model.
+  Linear head;
+  Linear head_dense;
 };
 
 // RoFormer's sinusoidal table for positions 0..len-1 in the interleaved
@@ -90,7 +94,14 @@ SpanLogits RoFormerQa::Window(const std::vector<TokenId>& ids, const std::vector
     x = l.output_norm(l.output(inter) + h, c.norm_eps);
   }
   if (c.head == EncoderHead::kNone) return SpanRows(at::Tensor(), 0, L, x);  // RoFormerModel
-  return SpanRows(w_.qa_outputs(x).contiguous(), 0, L, with_hidden ? x : at::Tensor());
+  if (c.head == EncoderHead::kSpan) return SpanRows(w_.head(x).contiguous(), 0, L, with_hidden ? x : at::Tensor());
+  SpanLogits out = SpanRows(at::Tensor(), 0, L, with_hidden ? x : at::Tensor());
+  if (c.head == EncoderHead::kToken) {
+    SetClasses(out, w_.head(x));
+  } else {  // RoFormerClassificationHead: token 0, dense, the hidden activation, out_proj
+    SetClasses(out, w_.head(encoder::Activation(w_.head_dense(x.narrow(0, 0, 1)), c.activation)));
+  }
+  return out;
 }
 
 }  // namespace
@@ -117,7 +128,20 @@ StatusOr<std::unique_ptr<SpanModel>> LoadRoFormer(const EncoderConfig& config, c
     l.output_norm = t.TakeNorm(p + "output.LayerNorm");
     w.layers.push_back(std::move(l));
   }
-  if (config.head == EncoderHead::kSpan) w.qa_outputs = t.TakeLinear("qa_outputs");
+  switch (config.head) {
+    case EncoderHead::kSpan:
+      w.head = t.TakeLinear("qa_outputs");
+      break;
+    case EncoderHead::kToken:
+      w.head = t.TakeLinear("classifier");
+      break;
+    case EncoderHead::kSequence:
+      w.head_dense = t.TakeLinear("classifier.dense");
+      w.head = t.TakeLinear("classifier.out_proj");
+      break;
+    case EncoderHead::kNone:
+      break;
+  }
   return std::unique_ptr<SpanModel>(new RoFormerQa(config, std::move(w)));
 }
 

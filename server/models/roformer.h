@@ -1,8 +1,10 @@
-// RoFormerForQuestionAnswering and RoFormerModel (no head), mirroring Hugging Face's modules: word +
+// RoFormerForQuestionAnswering, ForSequenceClassification,
+// ForTokenClassification and RoFormerModel (no head), mirroring Hugging Face's modules: word +
 // token-type embeddings, LayerNorm, optional embeddings_project; BERT
 // post-norm layers with RoFormer's rotary on q and k (and v when
 // rotary_value) in the interleaved-pair layout from a sinusoidal table;
-// qa_outputs (not in the base model). float32 or bfloat16 compute. Torch stays out of this header.
+// the head (qa_outputs, classifier, or the classification head on token 0; none in the base model). float32 or bfloat16
+// compute. Torch stays out of this header.
 //
 // Every layer is dense GEMMs and one attention per window, which is what a
 // fast path would do too: both paths run the same computation.

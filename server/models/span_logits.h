@@ -1,4 +1,4 @@
-// A span head's output for one window (or a base model's hidden state). Torch-free.
+// A head's output for one window: span logits, a classifier's logits, or a base model's hidden state. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,9 @@ struct SpanLogits {
   // asked for (`ropeserve encode`), and always for a model without a head
   // (EncoderHead::kNone: embedders pool it).
   std::vector<float> hidden;
+  // A classifier's logits: [num_labels] for a sequence classifier, [len,
+  // num_labels] row-major for a token classifier; empty otherwise.
+  std::vector<float> classes;
 };
 
 }  // namespace ropeserve

@@ -55,7 +55,9 @@ StatusOr<std::unique_ptr<SpanModel>> LoadSpanModel(const std::string& dir, DType
   }
   RS_ASSIGN_OR_RETURN(const at::Device d, encoder::ParseDevice(device));
   RS_ASSIGN_OR_RETURN(auto decoder, config.head == EncoderHead::kSpan ? DecoderModel::LoadSpanModel(dir, dtype, d)
-                                                                      : DecoderModel::LoadTrunk(dir, dtype, d));
+                                    : config.head == EncoderHead::kSequence
+                                        ? DecoderModel::LoadClassifier(dir, dtype, d)
+                                        : DecoderModel::LoadTrunk(dir, dtype, d));
   return std::unique_ptr<SpanModel>(new DecoderSpanModel(std::move(config), std::move(decoder)));
 }
 

@@ -5,6 +5,9 @@
 //  - Llama/Mistral/Qwen2/Qwen3ForQuestionAnswering: the causal decoder
 //    (server/models/decoder.h) with qa_outputs on its final hidden states,
 //    positions restarting in every window, causal within it;
+//  - classifiers: ModernBert/RoFormerForSequenceClassification and
+//    ForTokenClassification, Llama/Mistral/Qwen2/Qwen3ForSequenceClassification
+//    (`score` on the last token); their logits in SpanLogits::classes;
 //  - without a head (embedders): ModernBertModel, RoFormerModel, and the
 //    decoder trunks (Llama/Mistral/Qwen2/Qwen3Model, or a causal LM whose
 //    lm_head is ignored).

@@ -19,4 +19,9 @@ SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t l
   return out;
 }
 
+void SetClasses(SpanLogits& out, const at::Tensor& logits) {
+  const at::Tensor c = logits.to(at::kCPU, at::kFloat).contiguous();
+  out.classes.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
 }  // namespace ropeserve

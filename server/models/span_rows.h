@@ -14,5 +14,8 @@ namespace ropeserve {
 // as float32; none when undefined: a model without a head), and of
 // `hidden` [T, H] when it is defined.
 SpanLogits SpanRows(const at::Tensor& logits, std::int64_t begin, std::int64_t len, const at::Tensor& hidden = {});
+// A classifier's logits ([num_labels] or [len, num_labels], any device and
+// floating dtype) into out.classes as float32, row-major.
+void SetClasses(SpanLogits& out, const at::Tensor& logits);
 
 }  // namespace ropeserve

@@ -171,10 +171,9 @@ StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& d
   return service::QaService::Create(std::move(model), std::move(tokenizer), std::move(served_name), std::move(options));
 }
 
-StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const std::string& dir,
-                                                                          std::string served_name,
-                                                                          service::EmbeddingServiceOptions options,
-                                                                          DType dtype, const std::string& device) {
+StatusOr<std::unique_ptr<service::EncoderService>> LoadEncoderService(const std::string& dir, std::string served_name,
+                                                                      service::EncoderServiceOptions options,
+                                                                      DType dtype, const std::string& device) {
   // The metadata first: an unsupported pooling fails before the weights load.
   RS_ASSIGN_OR_RETURN(embedding::EmbeddingConfig pooling, embedding::LoadEmbeddingConfig(dir));
   RS_ASSIGN_OR_RETURN(auto model, LoadSpanModel(dir, dtype, device));
@@ -183,10 +182,10 @@ StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const 
   if (pooling.source == "default" && model->config().family == EncoderFamily::kDecoder)
     pooling.pooling = embedding::Pooling::kLastToken;
   if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
-    return NotFound(dir + ": an embedding model needs its tokenizer.json");
+    return NotFound(dir + ": an encoder needs its tokenizer.json");
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));
-  return service::EmbeddingService::Create(std::move(model), std::move(tokenizer), std::move(served_name),
-                                           std::move(pooling), std::move(options));
+  return service::EncoderService::Create(std::move(model), std::move(tokenizer), std::move(served_name),
+                                         std::move(pooling), std::move(options));
 }
 
 }  // namespace ropeserve

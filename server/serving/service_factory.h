@@ -11,7 +11,7 @@
 #include "server/checkpoint/dtype.h"
 #include "server/common/status.h"
 #include "server/engine/speculative.h"
-#include "server/service/embedding_service.h"
+#include "server/service/encoder_service.h"
 #include "server/service/generation_service.h"
 #include "server/service/qa_service.h"
 
@@ -56,13 +56,14 @@ StatusOr<std::unique_ptr<service::QaService>> LoadQaService(const std::string& d
                                                             DType dtype = DType::kF32,
                                                             const std::string& device = "cpu");
 
-// Loads a base encoder (ModernBertModel, RoFormerModel, a decoder trunk), its tokenizer.json
-// and its sentence-transformers metadata (modules.json, 1_Pooling/, ...;
-// server/embedding/pooling.h) from `dir` and serves embeddings.
-StatusOr<std::unique_ptr<service::EmbeddingService>> LoadEmbeddingService(const std::string& dir,
-                                                                          std::string served_name,
-                                                                          service::EmbeddingServiceOptions options = {},
-                                                                          DType dtype = DType::kF32,
-                                                                          const std::string& device = "cpu");
+// Loads an encoder for `serve --encoder` from `dir`: a base model
+// (ModernBertModel, RoFormerModel, a decoder trunk: embeddings, pooled as
+// its sentence-transformers metadata says: modules.json, 1_Pooling/, ...;
+// server/embedding/pooling.h) or a sequence classifier (classification,
+// and pair scoring for a cross-encoder of one label), and its tokenizer.json.
+StatusOr<std::unique_ptr<service::EncoderService>> LoadEncoderService(const std::string& dir, std::string served_name,
+                                                                      service::EncoderServiceOptions options = {},
+                                                                      DType dtype = DType::kF32,
+                                                                      const std::string& device = "cpu");
 
 }  // namespace ropeserve

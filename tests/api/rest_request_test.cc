@@ -300,6 +300,83 @@ TEST(RestRequest, EmbeddingBodies) {
   EXPECT_EQ(Refused(tei, R"({"inputs":"a","encoding_format":"float"})"), "encoding_format");
 }
 
+// vLLM's /classify and TEI's /predict (a text, a pair, or a batch of
+// those, as TEI reads them).
+TEST(RestRequest, ClassifyBodies) {
+  auto vllm = [](const std::string& body) { return ReadClassifyBody(body, false); };
+  auto tei = [](const std::string& body) { return ReadClassifyBody(body, true); };
+  auto one = vllm(R"({"model":"m","input":"hello","activation":false,"user":"u"})");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->inputs.size(), 1u);
+  EXPECT_EQ(one->inputs[0].text, "hello");
+  EXPECT_EQ(one->options.activation, service::ClassifyOptions::Activation::kNone);
+  auto two = vllm(R"({"input":["a","b"],"truncate":true})");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->inputs.size(), 2u);
+  EXPECT_TRUE(two->options.truncate);
+  EXPECT_EQ(two->options.activation, service::ClassifyOptions::Activation::kClassify);
+  EXPECT_EQ(Refused(vllm, R"({"input":[]})"), "input");
+  EXPECT_EQ(Refused(vllm, R"({"input":[1]})"), "input[0]");
+  EXPECT_EQ(Refused(vllm, R"({"model":"m"})"), "input");
+  EXPECT_EQ(Refused(vllm, R"({"input":"a","truncate_prompt_tokens":3})"), "truncate_prompt_tokens");
+  EXPECT_EQ(Refused(vllm, R"({"input":"a","activation":"no"})"), "activation");
+  auto pair = tei(R"({"inputs":["what","a fox"],"raw_scores":true,"truncation_direction":"Left"})");
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  ASSERT_EQ(pair->inputs.size(), 1u);  // a two-text list is one pair
+  EXPECT_EQ(pair->inputs[0].pair, "a fox");
+  EXPECT_FALSE(pair->tei_batch);
+  EXPECT_TRUE(pair->options.truncate_left);
+  EXPECT_EQ(pair->options.activation, service::ClassifyOptions::Activation::kNone);
+  auto batch = tei(R"({"inputs":[["q","d"],"t","u"]})");
+  ASSERT_TRUE(batch.ok());
+  EXPECT_TRUE(batch->tei_batch);
+  ASSERT_EQ(batch->inputs.size(), 3u);
+  EXPECT_EQ(batch->inputs[0].pair, "d");
+  EXPECT_FALSE(batch->inputs[1].pair);
+  auto single = tei(R"({"inputs":["only"]})");
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(single->tei_batch);
+  EXPECT_EQ(Refused(tei, R"({"inputs":[["a","b","c"]]})"), "inputs[0]");
+  EXPECT_EQ(Refused(tei, R"({"inputs":7})"), "inputs");
+  EXPECT_EQ(Refused(tei, R"({"input":"a"})"), "input");
+}
+
+// vLLM's /score (1:1, 1:N, N:N), /rerank in vLLM's Jina/Cohere shape and in TEI's.
+TEST(RestRequest, ScoreAndRerankBodies) {
+  auto score = [](const std::string& body) { return ReadScoreBody(body, false); };
+  auto rerank = [](const std::string& body) { return ReadScoreBody(body, true); };
+  auto one_n = score(R"({"model":"m","text_1":"q","text_2":["a","b"]})");
+  ASSERT_TRUE(one_n.ok()) << one_n.status().ToString();
+  EXPECT_EQ(one_n->shape, ScoreBody::Shape::kScore);
+  EXPECT_EQ(one_n->queries, (std::vector<std::string>{"q"}));
+  EXPECT_EQ(one_n->documents.size(), 2u);
+  EXPECT_TRUE(score(R"({"text_1":["q","r"],"text_2":["a","b"]})").ok());
+  EXPECT_EQ(Refused(score, R"({"text_1":["q","r"],"text_2":["a","b","c"]})"), "text_1");
+  EXPECT_EQ(Refused(score, R"({"text_1":"q"})"), "text_2");
+  EXPECT_EQ(Refused(score, R"({"text_1":"q","text_2":"d","truncate_prompt_tokens":2})"), "truncate_prompt_tokens");
+  auto jina = rerank(R"({"model":"m","query":"q","documents":["a",{"text":"b"}],"top_n":1,"return_documents":false,
+                         "activation":false})");
+  ASSERT_TRUE(jina.ok()) << jina.status().ToString();
+  EXPECT_EQ(jina->shape, ScoreBody::Shape::kRerank);
+  EXPECT_EQ(jina->documents, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(jina->top_n, 1);
+  EXPECT_FALSE(jina->return_documents);
+  EXPECT_TRUE(jina->options.raw);
+  EXPECT_EQ(Refused(rerank, R"({"query":"q","documents":"a"})"), "documents");
+  EXPECT_EQ(Refused(rerank, R"({"query":"q","documents":[{"text":1}]})"), "documents[0]");
+  EXPECT_EQ(Refused(rerank, R"({"query":"q","documents":["a"],"top_n":-1})"), "top_n");
+  EXPECT_EQ(Refused(rerank, R"({"query":"q","documents":["a"],"max_chunks_per_doc":2})"), "max_chunks_per_doc");
+  EXPECT_EQ(Refused(rerank, R"({"documents":["a"]})"), "query");
+  EXPECT_EQ(Refused(rerank, R"({"query":["q"],"documents":["a"]})"), "query");
+  auto t = rerank(R"({"query":"q","texts":["a","b"],"raw_scores":true,"return_text":true,"truncate":true})");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->shape, ScoreBody::Shape::kTeiRerank);
+  EXPECT_TRUE(t->return_documents);
+  EXPECT_TRUE(t->options.raw);
+  EXPECT_TRUE(t->options.truncate);
+  EXPECT_EQ(Refused(rerank, R"({"query":"q","texts":["a"],"top_n":1})"), "top_n");  // not in TEI's shape
+}
+
 // The Hugging Face pipeline's shape, multi-passage questions, offset units.
 TEST(RestRequest, QaPipelineShapeAndPassages) {
   auto hf = ReadQaBody(

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace ropeserve {
 namespace {
 
@@ -89,6 +91,58 @@ TEST(EncoderConfig, BaseModelsHaveNoHead) {
   EXPECT_EQ(ExpectedEncoderTensors(*qa).back().name, "classifier.bias");
 }
 
+// Classifiers: id2label in index order (Hugging Face's LABEL_<i> without
+// it), the activations vLLM applies (problem_type; a cross-encoder's
+// sentence-transformers activation_fn), and each family's head tensors.
+TEST(EncoderConfig, Classifiers) {
+  auto c = ParseEncoderConfig(R"({"architectures": ["ModernBertForSequenceClassification"],
+    "id2label": {"1": "positive", "0": "negative", "2": "neutral"}, "classifier_pooling": "mean"})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->head, EncoderHead::kSequence);
+  EXPECT_EQ(c->labels, (std::vector<std::string>{"negative", "positive", "neutral"}));
+  EXPECT_EQ(c->classifier_pooling, "mean");
+  EXPECT_EQ(c->classify_activation, ScoreActivation::kSoftmax);
+  EXPECT_EQ(ExpectedEncoderTensors(*c).back().name, "classifier.bias");
+  EXPECT_EQ(ExpectedEncoderTensors(*c).back().shape, (std::vector<std::int64_t>{3}));
+  auto multi = ParseEncoderConfig(R"({"architectures": ["RoFormerForSequenceClassification"], "num_labels": 4,
+    "problem_type": "multi_label_classification"})");
+  ASSERT_TRUE(multi.ok()) << multi.status().ToString();
+  EXPECT_EQ(multi->labels, (std::vector<std::string>{"LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3"}));
+  EXPECT_EQ(multi->classify_activation, ScoreActivation::kSigmoid);
+  EXPECT_EQ(multi->score_activation, ScoreActivation::kSoftmax);
+  EXPECT_EQ(ExpectedEncoderTensors(*multi).back().name, "classifier.out_proj.bias");
+  auto ce = ParseEncoderConfig(R"({"architectures": ["ModernBertForSequenceClassification"], "num_labels": 1,
+    "sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity"}})");
+  ASSERT_TRUE(ce.ok()) << ce.status().ToString();
+  EXPECT_EQ(ce->classify_activation, ScoreActivation::kSigmoid);  // one label
+  EXPECT_EQ(ce->score_activation, ScoreActivation::kIdentity);
+  auto reg = ParseEncoderConfig(R"({"architectures": ["RoFormerForTokenClassification"], "num_labels": 1,
+    "problem_type": "regression"})");
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->head, EncoderHead::kToken);
+  EXPECT_EQ(reg->classify_activation, ScoreActivation::kIdentity);
+  EXPECT_EQ(ExpectedEncoderTensors(*reg).back().name, "classifier.bias");
+  auto qwen = ParseEncoderConfig(R"({"architectures": ["Qwen3ForSequenceClassification"], "vocab_size": 512,
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "id2label": {"0": "no", "1": "yes"}})");
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  EXPECT_EQ(qwen->family, EncoderFamily::kDecoder);
+  EXPECT_EQ(qwen->head, EncoderHead::kSequence);
+  EXPECT_EQ(qwen->labels, (std::vector<std::string>{"no", "yes"}));
+  EXPECT_TRUE(qwen->trunk->sequence_head);
+  EXPECT_EQ(ExpectedEncoderTensors(*qwen).back().name, "score.weight");
+  EXPECT_EQ(ExpectedEncoderTensors(*qwen).back().shape, (std::vector<std::int64_t>{2, 64}));
+  EXPECT_EQ(ExpectedEncoderTensors(*qwen).front().name.rfind("model.", 0), 0u);
+  // Activations as vLLM applies them.
+  std::vector<float> logits = {1.0f, 3.0f};
+  ApplyScoreActivation(ScoreActivation::kSoftmax, logits);
+  EXPECT_NEAR(logits[1], 1 / (1 + std::exp(-2.0)), 1e-7);
+  EXPECT_NEAR(logits[0] + logits[1], 1.0, 1e-7);
+  std::vector<float> one = {0.0f};
+  ApplyScoreActivation(ScoreActivation::kSigmoid, one);
+  EXPECT_EQ(one[0], 0.5f);
+}
+
 TEST(EncoderConfig, ClearErrors) {
   struct Case {
     const char* json;
@@ -109,6 +163,17 @@ TEST(EncoderConfig, ClearErrors) {
        "rope type"},
       {R"({"architectures": ["RoFormerForQuestionAnswering"], "num_hidden_layers": 0})", "positive"},
       {R"({"architectures": ["RoFormerForQuestionAnswering"], "vocab_size": "many"})", "integer"},
+      {R"({"architectures": ["ModernBertForSequenceClassification"], "id2label": {"zero": "a"}})", "label indices"},
+      {R"({"architectures": ["ModernBertForSequenceClassification"], "id2label": {"0": "a", "2": "b"}})",
+       "does not name labels 0..1"},
+      {R"({"architectures": ["ModernBertForSequenceClassification"], "num_labels": 0})", "1 to 65536 labels"},
+      {R"({"architectures": ["ModernBertForSequenceClassification"], "classifier_pooling": "max"})", "cls or mean"},
+      {R"({"architectures": ["RoFormerForSequenceClassification"], "problem_type": "ranking"})", "problem_type"},
+      {R"({"architectures": ["RoFormerForSequenceClassification"], "sbert_ce_default_activation_function": "os.system"})",
+       "activation_fn"},
+      {R"({"architectures": ["LlamaForTokenClassification"], "vocab_size": 8, "hidden_size": 8,
+           "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2})",
+       "not a supported encoder"},
   };
   for (const Case& k : cases) {
     auto c = ParseEncoderConfig(k.json, "cfg.json");

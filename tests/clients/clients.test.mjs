@@ -97,6 +97,14 @@ test('live answers of every route match their schemas', async () => {
     ['/v1/embeddings', 'EmbeddingRequest', { input: ['Hello world', 'two'], dimensions: 8 }],
     ['/v1/embeddings', 'EmbeddingRequest', { input: [[1, 2, 3]], encoding_format: 'base64' }],
     ['/embed', 'TeiEmbedRequest', { inputs: 'Hello world', truncate: true, truncation_direction: 'Left' }],
+    ['/classify', 'ClassifyRequest', { model: 'cls', input: ['Hello world', 'two'] }],
+    ['/predict', 'TeiPredictRequest', { model: 'cls', inputs: ['Hello', 'world'] }],
+    ['/predict', 'TeiPredictRequest', { model: 'cls', inputs: [['Hello', 'world'], 'three'] }],
+    ['/score', 'ScoreRequest', { model: 'rerank', text_1: 'Hello', text_2: ['world', 'two'] }],
+    ['/v1/score', 'ScoreRequest', { model: 'embed', text_1: ['a', 'b'], text_2: ['c', 'd'] }],
+    ['/v1/rerank', 'RerankRequest', { model: 'rerank', query: 'Hello', documents: ['world', { text: 'two' }], top_n: 1 }],
+    ['/v2/rerank', 'RerankRequest', { model: 'embed', query: 'Hello', documents: ['world'], return_documents: false }],
+    ['/rerank', 'TeiRerankRequest', { model: 'rerank', query: 'Hello', texts: ['world', 'two'], return_text: true }],
   ];
   for (const [route, requestSchema, body] of requests) {
     conforms(requestSchema, body);  // the document accepts what the server accepts
@@ -133,9 +141,9 @@ test('live answers of every route match their schemas', async () => {
 test('openai SDK: models, completions, chat and streaming', async () => {
   const models = await client.models.list();
   const ids = models.data.map((m) => m.id);
-  assert.equal(ids.length, 3, JSON.stringify(models.data));
+  assert.equal(ids.length, 5, JSON.stringify(models.data));
   const tasks = models.data.map((m) => m.task).sort();
-  assert.deepEqual(tasks, ['embed', 'generate', 'question-answering']);
+  assert.deepEqual(tasks, ['classify', 'embed', 'generate', 'question-answering', 'score']);
 
   const c = await client.completions.create({ model: ids[0], prompt: 'Once upon', max_tokens: 5, temperature: 0, logprobs: 3 });
   assert.equal(c.choices.length, 1);

@@ -27,10 +27,15 @@ def main():
     subprocess.run([args.binary, "make-model", "--qa", "--out", qa], check=True, capture_output=True)
     embed = os.path.join(workdir, "embed")
     subprocess.run([args.binary, "make-model", "--embedding", "--out", embed], check=True, capture_output=True)
+    cls, rerank = os.path.join(workdir, "cls"), os.path.join(workdir, "rerank")
+    subprocess.run([args.binary, "make-model", "--classifier", "neg,pos", "--out", cls], check=True, capture_output=True)
+    subprocess.run([args.binary, "make-model", "--classifier", "relevance", "--out", rerank], check=True,
+                   capture_output=True)
     servers = []
     ok = False
     try:
-        main_server = Server(args.binary, model, workdir, ["--qa", qa, "--encoder", embed], name="main")
+        main_server = Server(args.binary, model, workdir, ["--qa", qa, "--encoder", embed, "--encoder", cls, "--encoder", rerank],
+                             name="main")
         servers.append(main_server)
         auth = Server(args.binary, model, workdir, ["--api-key", "secret-one", "--api-key", "secret-two"], name="auth")
         servers.append(auth)

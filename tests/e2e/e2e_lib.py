@@ -292,9 +292,17 @@ def run_tests(tests, description, tools=("curl",)):
     env.embed_model = os.path.join(env.workdir, "embed")
     subprocess.run([env.binary, "make-model", "--embedding", "--out", env.embed_model], check=True,
                    capture_output=True)
+    # A sequence classifier and a cross-encoder reranker (one label) beside the embedder.
+    env.cls_model = os.path.join(env.workdir, "cls")
+    subprocess.run([env.binary, "make-model", "--classifier", "neg,pos", "--out", env.cls_model], check=True,
+                   capture_output=True)
+    env.rerank_model = os.path.join(env.workdir, "rerank")
+    subprocess.run([env.binary, "make-model", "--classifier", "relevance", "--qa-arch", "roformer", "--out",
+                    env.rerank_model], check=True, capture_output=True)
     env.g = Grpc(env.workdir)
-    env.main = Server(env.binary, env.model, env.workdir, ["--qa", env.qa_model, "--encoder", env.embed_model],
-                      name="main")
+    env.main = Server(env.binary, env.model, env.workdir,
+                      ["--qa", env.qa_model, "--encoder", env.embed_model, "--encoder", env.cls_model,
+                       "--encoder", env.rerank_model], name="main")
     failures = 0
     try:
         for test in tests:

@@ -10,6 +10,7 @@ Each test prints PASS/FAIL; the exit code is the number of failures.
 """
 import base64
 import json
+import math
 import os
 import random
 import re
@@ -258,6 +259,85 @@ def test_embeddings_openai_and_tei_shapes(env):
           "embedding latency not observed")
 
 
+def test_classify_score_and_rerank_shapes(env):
+    """vLLM's /classify, /score and /rerank, TEI's /predict and /rerank, and
+    gRPC Classify and Rerank on a classifier, a cross-encoder and the
+    embedder: the shapes those servers answer, the same numbers over REST
+    and gRPC, and errors naming the field."""
+    s, g = env.main, env.g
+    _, _, models = curl(s.http, "/v1/models")
+    cards = {m["id"]: m for m in json.loads(models)["data"]}
+    check(cards["cls"]["task"] == "classify" and cards["cls"]["labels"] == ["neg", "pos"], cards.get("cls"))
+    check(cards["rerank"]["task"] == "score" and cards["rerank"]["score_activation"] == "sigmoid", cards.get("rerank"))
+    status, out, _ = post_json(s.http, "/classify", {"model": "cls", "input": ["the owl sleeps", "a fox"]})
+    check(status == 200 and out["object"] == "list" and out["model"] == "cls", f"{status} {out}")
+    for d in out["data"]:
+        check(d["num_classes"] == 2 and abs(sum(d["probs"]) - 1) < 1e-6, d)
+        check(d["label"] == ["neg", "pos"][d["probs"].index(max(d["probs"]))], d)
+    check(out["usage"]["prompt_tokens"] > 4, out["usage"])
+    status, raw, _ = post_json(s.http, "/v1/classify", {"input": "the owl sleeps", "activation": False})
+    check(status == 200 and raw["model"] == "cls", raw)  # the first classifier
+    logits = raw["data"][0]["probs"]
+    exp = [math.exp(v) for v in logits]
+    check(all(abs(e / sum(exp) - p) < 1e-6 for e, p in zip(exp, out["data"][0]["probs"])), "softmax of the logits")
+    # TEI's /predict: labels from the best down; a two-text list is a pair.
+    status, tei, _ = post_json(s.http, "/predict", {"model": "cls", "inputs": "the owl sleeps"})
+    check(status == 200 and sorted(tei, key=lambda x: x["label"]) ==
+          [{"label": "neg", "score": out["data"][0]["probs"][0]}, {"label": "pos", "score": out["data"][0]["probs"][1]}]
+          and tei[0]["score"] >= tei[1]["score"], tei)
+    status, batch, _ = post_json(s.http, "/predict", {"model": "cls", "inputs": [["q", "d"], "x"]})
+    check(status == 200 and len(batch) == 2 and all(len(b) == 2 for b in batch), batch)
+    # gRPC Classify: the same scores.
+    r = g.stub(s.grpc).Classify(g.pb.ClassifyRequest(model="cls", inputs=[g.pb.ClassifyInput(text="the owl sleeps"),
+                                                                           g.pb.ClassifyInput(text="a fox")]),
+                                timeout=HANG_GUARD_SECONDS)
+    check([[x.score for x in c.scores] for c in r.results] == [
+        [struct.unpack("f", struct.pack("f", p))[0] for p in d["probs"]] for d in out["data"]], "gRPC Classify != REST")
+    check([c.label for c in r.results] == [d["label"] for d in out["data"]], r)
+    # Reranking with the cross-encoder: vLLM's (Jina/Cohere) shape, TEI's, /score, gRPC Rerank.
+    docs = ["the owl sleeps in the oak", "markets open at dawn", "rain on the hills"]
+    status, rr, _ = post_json(s.http, "/v1/rerank", {"model": "rerank", "query": "where is the owl", "documents": docs})
+    check(status == 200 and rr["model"] == "rerank" and len(rr["results"]) == 3, f"{status} {rr}")
+    scores = {x["index"]: x["relevance_score"] for x in rr["results"]}
+    check([x["relevance_score"] for x in rr["results"]] == sorted(scores.values(), reverse=True), "not ranked")
+    check(all(x["document"]["text"] == docs[x["index"]] and 0 < x["relevance_score"] < 1 for x in rr["results"]), rr)
+    status, top, _ = post_json(s.http, "/rerank", {"model": "rerank", "query": "where is the owl", "documents": docs,
+                                                   "top_n": 1, "return_documents": False})
+    check(status == 200 and top["results"] == [{"index": rr["results"][0]["index"],
+                                                "relevance_score": rr["results"][0]["relevance_score"]}], top)
+    status, ter, _ = post_json(s.http, "/rerank", {"model": "rerank", "query": "where is the owl", "texts": docs})
+    check(status == 200 and {x["index"]: x["score"] for x in ter} == scores and "text" not in ter[0], ter)
+    status, sc, _ = post_json(s.http, "/score", {"model": "rerank", "text_1": "where is the owl", "text_2": docs})
+    check(status == 200 and [d["score"] for d in sc["data"]] == [scores[i] for i in range(3)], sc)
+    r = g.stub(s.grpc).Rerank(g.pb.RerankRequest(model="rerank", query="where is the owl", documents=docs),
+                              timeout=HANG_GUARD_SECONDS)
+    check({x.index: x.relevance_score for x in r.results} == scores, "gRPC Rerank != REST")
+    check(r.usage.prompt_tokens == rr["usage"]["prompt_tokens"], r.usage)
+    # A cross-encoder is a classifier of one label too (sigmoid).
+    status, one, _ = post_json(s.http, "/classify", {"model": "rerank", "input": "a"})
+    check(status == 200 and one["data"][0]["num_classes"] == 1 and 0 < one["data"][0]["probs"][0] < 1, one)
+    # The embedder reranks by cosine similarity: the same as its embeddings' dot products.
+    status, er, _ = post_json(s.http, "/v1/rerank", {"model": "embed", "query": "owl", "documents": docs[:2]})
+    _, emb, _ = post_json(s.http, "/v1/embeddings", {"model": "embed", "input": ["owl"] + docs[:2]})
+    vec = [d["embedding"] for d in emb["data"]]
+    for x in er["results"]:
+        dot = sum(a * b for a, b in zip(vec[0], vec[1 + x["index"]]))
+        check(abs(x["relevance_score"] - dot) < 1e-5, f"cosine {x} vs {dot}")
+    # Errors: the field, and the model's task.
+    for path, body, param in [("/classify", {"model": "cls", "input": ""}, "input"),
+                              ("/rerank", {"model": "rerank", "query": "q", "documents": ["a", ""]}, "documents[1]"),
+                              ("/rerank", {"model": "rerank", "query": "", "documents": ["a"]}, "query"),
+                              ("/score", {"model": "rerank", "text_1": ["a", "b"], "text_2": ["c"]}, "text_1"),
+                              ("/rerank", {"model": "cls", "query": "q", "documents": ["a"]}, "model"),
+                              ("/v1/embeddings", {"model": "cls", "input": "a"}, "model")]:
+        status, err, _ = post_json(s.http, path, body)
+        check(status == 400 and err["error"]["param"] == param, f"{path} {body}: {status} {err}")
+    check(g.code(lambda: g.stub(s.grpc).Rerank(g.pb.RerankRequest(model="cls", query="q", documents=["a"]),
+                                               timeout=10)) == "INVALID_ARGUMENT", "gRPC Rerank on a classifier")
+    check(g.code(lambda: g.stub(s.grpc).Classify(g.pb.ClassifyRequest(model="cls"), timeout=10)) == "INVALID_ARGUMENT",
+          "gRPC Classify without inputs")
+
+
 def test_qa_and_decodes_both_progress(env):
     """A flood of QA requests does not stall running decodes, and many
     running decodes do not stall QA (QA windows share the engine's steps)."""
@@ -455,7 +535,8 @@ def test_auth_overload_json_logs_and_yaml_config(env):
                                                    metadata=[("authorization", "Bearer secret-one")]))
               == "UNIMPLEMENTED", "gRPC Answer without a QA model")
         # ... and no embedding model: /v1/embeddings and /embed 501, Embed UNIMPLEMENTED.
-        for path, body in (("/v1/embeddings", {"input": "x"}), ("/embed", {"inputs": "x"})):
+        for path, body in (("/v1/embeddings", {"input": "x"}), ("/embed", {"inputs": "x"}),
+                           ("/classify", {"input": "x"}), ("/rerank", {"query": "q", "documents": ["x"]})):
             status, body501, _ = post_json(s.http, path, body, ok)
             check(status == 501 and body501["error"]["code"] == "not_implemented", f"{path} without a model: {status}")
         check(g.code(lambda: g.stub(s.grpc).Embed(g.pb.EmbedRequest(inputs=[g.pb.EmbedInput(text="x")]), timeout=10,

@@ -51,6 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
       v1::EmbedRequest embed;  // the same bytes as the other encoder call
       if (embed.ParseFromArray(msg, len)) (void)api::ReadEmbed(embed);
+      v1::ClassifyRequest classify;
+      if (classify.ParseFromArray(msg, len)) (void)api::ReadClassify(classify);
+      v1::RerankRequest rerank;
+      if (rerank.ParseFromArray(msg, len)) (void)api::ReadRerank(rerank);
       break;
     }
   }

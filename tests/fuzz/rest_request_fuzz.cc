@@ -70,11 +70,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       (void)api::ReadCountTokensBody(body);
       break;
     }
-    default: {  // the encoders' endpoints: /v1/qa, /v1/embeddings, /embed
+    default: {  // the encoders' endpoints: /v1/qa, /v1/embeddings, /embed, /classify, /predict, /score, /rerank
       auto r = api::ReadQaBody(body);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
-      (void)api::ReadEmbeddingsBody(body, false);
-      (void)api::ReadEmbeddingsBody(body, true);
+      for (const bool tei : {false, true}) {
+        (void)api::ReadEmbeddingsBody(body, tei);
+        (void)api::ReadClassifyBody(body, tei);
+        (void)api::ReadScoreBody(body, tei);
+      }
       break;
     }
   }

@@ -1,4 +1,4 @@
-// service::EmbeddingService on tiny random base encoders (ModernBertModel,
+// service::EncoderService on tiny random base encoders (ModernBertModel,
 // RoFormerModel) written by the generator with sentence-transformers
 // metadata: embeddings equal the reference path's hidden state pooled in
 // float64 within the rounding bound, an input's embedding is bitwise the
@@ -26,7 +26,7 @@
 namespace ropeserve {
 namespace {
 
-service::EmbedInput Text(std::string s) { return {std::move(s), std::nullopt}; }
+service::EncoderInput Text(std::string s) { return service::EncoderInput::Text(std::move(s)); }
 
 const char* kLong =
     "the fox jumps over the dog near the river bank, and the owl sleeps in the old oak tree while the rain falls "
@@ -41,11 +41,11 @@ class Embedding : public ::testing::TestWithParam<const char*> {
     o.head = "embedding";
     o.max_position_embeddings = 128;
     ASSERT_TRUE(MakeEncoderModel(dir_.path(), o).ok());
-    auto s = LoadEmbeddingService(dir_.path(), "embed");
+    auto s = LoadEncoderService(dir_.path(), "embed");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     service_ = std::move(*s);
   }
-  std::vector<float> One(const service::EmbedInput& in, const service::EmbedOptions& o = {}) {
+  std::vector<float> One(const service::EncoderInput& in, const service::EmbedOptions& o = {}) {
     auto r = service_->Embed({in}, o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? (*r)[0].embedding : std::vector<float>();
@@ -62,7 +62,7 @@ class Embedding : public ::testing::TestWithParam<const char*> {
     return testing::ReferenceSpanWindow(*trunk, ids, true);
   }
   testing::ScratchDir dir_;
-  std::unique_ptr<service::EmbeddingService> service_;
+  std::unique_ptr<service::EncoderService> service_;
 };
 
 TEST_P(Embedding, MetadataAndConfigAreRead) {
@@ -138,9 +138,9 @@ TEST_P(Embedding, AnInputsEmbeddingDoesNotDependOnItsBatch) {
   ec.scheduler.max_num_batched_tokens = 16;
   Engine engine(ec, decoder);
   engine.Start();
-  service::EmbeddingServiceOptions eo;
+  service::EncoderServiceOptions eo;
   eo.engine = &engine;
-  auto in_engine = LoadEmbeddingService(dir_.path(), "embed", eo);
+  auto in_engine = LoadEncoderService(dir_.path(), "embed", eo);
   ASSERT_TRUE(in_engine.ok());
   EngineRequest r;
   r.prompt = {2, 3, 4};
@@ -170,7 +170,7 @@ TEST_P(Embedding, PromptsTokenIdsAndDimensions) {
   // Token ids are used as they are.
   auto enc = service_->tokenizer().Encode("the fox", true);
   ASSERT_TRUE(enc.ok());
-  auto by_ids = service_->Embed({{"", enc->ids}, Text("the fox")}, {});
+  auto by_ids = service_->Embed({service::EncoderInput::Ids(enc->ids), Text("the fox")}, {});
   ASSERT_TRUE(by_ids.ok());
   EXPECT_EQ((*by_ids)[0].embedding, (*by_ids)[1].embedding);
   EXPECT_EQ((*by_ids)[0].tokens, static_cast<std::int64_t>(enc->ids.size()));
@@ -204,26 +204,26 @@ TEST_P(Embedding, LongInputsAreRefusedOrTruncatedAsAsked) {
   ASSERT_TRUE(all.ok());
   std::vector<TokenId> kept(all->ids.begin(), all->ids.begin() + 127);
   kept.push_back(all->ids.back());
-  auto same = service_->Embed({{"", kept}}, {});
+  auto same = service_->Embed({service::EncoderInput::Ids(kept)}, {});
   ASSERT_TRUE(same.ok());
   EXPECT_EQ((*same)[0].embedding, (*r)[0].embedding);
 }
 
 TEST_P(Embedding, BadInputIsAClearError) {
-  auto code = [&](std::vector<service::EmbedInput> in, service::EmbedOptions o = {}) {
+  auto code = [&](std::vector<service::EncoderInput> in, service::EmbedOptions o = {}) {
     return service_->Embed(in, o).status().code();
   };
   EXPECT_EQ(code({}), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code({Text("")}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"", std::vector<TokenId>{}}}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"", std::vector<TokenId>{1, 100000}}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({service::EncoderInput::Ids({})}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({service::EncoderInput::Ids({1, 100000})}), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code({Text("a\xff")}), ErrorCode::kInvalidArgument);  // invalid UTF-8
   service::EmbedOptions o;
   o.dimensions = 65;
   EXPECT_EQ(code({Text("a")}, o), ErrorCode::kInvalidArgument);
   o.dimensions = 0;
   EXPECT_EQ(code({Text("a")}, o), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code(std::vector<service::EmbedInput>(2049, Text("a"))), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(std::vector<service::EncoderInput>(2049, Text("a"))), ErrorCode::kInvalidArgument);
   // The service still answers.
   EXPECT_EQ(One(Text("a")).size(), 64u);
 }
@@ -244,7 +244,7 @@ TEST_P(Embedding, LoadsWithOrWithoutTheFamilyPrefix) {
   }
   file->reset();
   ASSERT_TRUE(WriteSafetensors(dir_ / "model.safetensors", renamed, {{"format", "pt"}}).ok());
-  auto prefixed = LoadEmbeddingService(dir_.path(), "embed");
+  auto prefixed = LoadEncoderService(dir_.path(), "embed");
   ASSERT_TRUE(prefixed.ok()) << prefixed.status().ToString();
   auto a = (*prefixed)->Embed({Text("the fox")}, {});
   ASSERT_TRUE(a.ok());
@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Families, Embedding, ::testing::Values("modernbert", "r
 TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
   testing::ScratchDir qa, embed;
   ASSERT_TRUE(MakeEncoderModel(qa.path(), MakeEncoderOptions{}).ok());
-  auto with_head = LoadEmbeddingService(qa.path(), "e");
+  auto with_head = LoadEncoderService(qa.path(), "e");
   EXPECT_EQ(with_head.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(with_head.status().message().find("has a head"), std::string::npos) << with_head.status().ToString();
   MakeEncoderOptions o;
@@ -264,7 +264,7 @@ TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
   o.pooling = "cls";
   ASSERT_TRUE(MakeEncoderModel(embed.path(), o).ok());
   EXPECT_EQ(LoadQaService(embed.path(), "qa").status().code(), ErrorCode::kInvalidArgument);
-  auto cls = LoadEmbeddingService(embed.path(), "e");
+  auto cls = LoadEncoderService(embed.path(), "e");
   ASSERT_TRUE(cls.ok());
   EXPECT_EQ((*cls)->pooling().pooling, embedding::Pooling::kCls);
   // A Dense module after the pooling: not computed, so refused by name.
@@ -272,7 +272,7 @@ TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
       << R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
             {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
             {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}])";
-  auto dense = LoadEmbeddingService(embed.path(), "e");
+  auto dense = LoadEncoderService(embed.path(), "e");
   EXPECT_EQ(dense.status().code(), ErrorCode::kUnimplemented);
   EXPECT_NE(dense.status().message().find("Dense"), std::string::npos) << dense.status().ToString();
 }
@@ -284,7 +284,7 @@ TEST(EmbeddingLoad, ModelsAndMetadataTheServiceCannotServeAreRefused) {
 TEST(EmbeddingLoad, DecoderTrunksFromCausalLmsAndBaseModels) {
   testing::ScratchDir lm, base;
   ASSERT_TRUE(MakeModel(lm.path(), MakeModelOptions{}).ok());
-  auto from_lm = LoadEmbeddingService(lm.path(), "lm");
+  auto from_lm = LoadEncoderService(lm.path(), "lm");
   ASSERT_TRUE(from_lm.ok()) << from_lm.status().ToString();
   EXPECT_EQ((*from_lm)->pooling().pooling, embedding::Pooling::kLastToken);
   EXPECT_EQ((*from_lm)->pooling().source, "default");

@@ -74,8 +74,13 @@ SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>
   c10::InferenceMode guard;
   const at::Tensor hidden =
       DenseHidden(m, at::tensor(std::vector<std::int64_t>(window.begin(), window.end()), at::kLong));
-  if (!m.weights().qa_outputs.defined())
-    return SpanRows(at::Tensor(), 0, static_cast<std::int64_t>(window.size()), hidden);
+  const auto len = static_cast<std::int64_t>(window.size());
+  if (m.weights().score.defined()) {  // a sequence classifier: the last token
+    SpanLogits out = SpanRows(at::Tensor(), 0, len, with_hidden ? hidden : at::Tensor());
+    SetClasses(out, at::linear(hidden.narrow(0, len - 1, 1), m.weights().score));
+    return out;
+  }
+  if (!m.weights().qa_outputs.defined()) return SpanRows(at::Tensor(), 0, len, hidden);
   const at::Tensor logits = at::linear(hidden, m.weights().qa_outputs, m.weights().qa_outputs_bias).contiguous();
   return SpanRows(logits, 0, static_cast<std::int64_t>(window.size()), with_hidden ? hidden : at::Tensor());
 }

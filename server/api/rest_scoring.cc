@@ -1,0 +1,134 @@
+// POST /classify and /v1/classify (vLLM's shape), /predict (TEI's), /score
+// and /v1/score (vLLM's), /rerank, /v1/rerank and /v2/rerank (vLLM's
+// Jina/Cohere shape, or TEI's) around service::EncoderService; the bodies
+// are read by rest_scoring_request.cc (docs/classification.md).
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "server/api/json_request.h"
+#include "server/api/rest_handlers.h"
+#include "server/api/rest_request.h"
+
+namespace ropeserve::api {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json Usage(std::int64_t tokens) {
+  return {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}};
+}
+
+// Indices of `scores` from the highest down (ties keep their order).
+template <class Score>
+std::vector<std::size_t> Ranked(const std::vector<Score>& scores) {
+  std::vector<std::size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+  return order;
+}
+
+}  // namespace
+
+StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                             bool tei) {
+  RS_ASSIGN_OR_RETURN(ClassifyBody body, ReadClassifyBody(request.body, tei));
+  RS_ASSIGN_OR_RETURN(service::EncoderService * service, FindEncoder(encoders, body.model, EncoderTask::kClassify));
+  RS_ASSIGN_OR_RETURN(auto results, service->Classify(body.inputs, body.options, request.timeout_seconds,
+                                                      request.client_gone, tei ? "inputs" : "input"));
+  const std::vector<std::string>& labels = service->config().labels;
+  RestReply reply;
+  if (tei) {  // per input: [{"score", "label"}, ...] from the best label down
+    json all = json::array();
+    for (const auto& r : results) {
+      json one = json::array();
+      for (std::size_t k : Ranked(r.scores)) one.push_back({{"score", r.scores[k]}, {"label", labels[k]}});
+      all.push_back(std::move(one));
+    }
+    reply.body = Dump(body.tei_batch ? all : all[0]);
+    return reply;
+  }
+  std::int64_t tokens = 0;
+  json data = json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    tokens += results[i].tokens;
+    const std::size_t best = Ranked(results[i].scores)[0];
+    data.push_back({{"index", i},
+                    {"label", labels[best]},
+                    {"probs", results[i].scores},
+                    {"num_classes", results[i].scores.size()}});
+  }
+  json out = {{"id", service->NextRequestId("classify")},
+              {"object", "list"},
+              {"created", Now()},
+              {"model", service->name()},
+              {"data", std::move(data)},
+              {"usage", Usage(tokens)}};
+  reply.body = Dump(out);
+  return reply;
+}
+
+StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
+                                   bool rerank) {
+  RS_ASSIGN_OR_RETURN(ScoreBody body, ReadScoreBody(request.body, rerank));
+  RS_ASSIGN_OR_RETURN(service::EncoderService * service, FindEncoder(encoders, body.model, EncoderTask::kScore));
+  const bool tei = body.shape == ScoreBody::Shape::kTeiRerank;
+  service::EncoderService::ScorePairs pairs;
+  pairs.queries = body.queries;
+  pairs.documents = body.documents;
+  pairs.query_param = rerank ? "query" : "text_1";
+  pairs.param = !rerank ? "text_2" : tei ? "texts" : "documents";
+  RS_ASSIGN_OR_RETURN(auto results, service->Score(pairs, body.options, request.timeout_seconds, request.client_gone));
+  std::int64_t tokens = 0;
+  std::vector<double> scores;
+  for (const auto& r : results) {
+    tokens += r.tokens;
+    scores.push_back(r.score);
+  }
+  RestReply reply;
+  if (body.shape == ScoreBody::Shape::kScore) {
+    json data = json::array();
+    for (std::size_t i = 0; i < results.size(); ++i)
+      data.push_back({{"index", i}, {"object", "score"}, {"score", results[i].score}});
+    json out = {{"id", service->NextRequestId("score")},
+                {"object", "list"},
+                {"created", Now()},
+                {"model", service->name()},
+                {"data", std::move(data)},
+                {"usage", Usage(tokens)}};
+    reply.body = Dump(out);
+    return reply;
+  }
+  std::vector<std::size_t> order = Ranked(scores);
+  if (tei) {  // [{"index", "score", "text"?}, ...] from the best down
+    json out = json::array();
+    for (std::size_t i : order) {
+      json item = {{"index", i}, {"score", scores[i]}};
+      if (body.return_documents) item["text"] = body.documents[i];
+      out.push_back(std::move(item));
+    }
+    reply.body = Dump(out);
+    return reply;
+  }
+  if (body.top_n > 0 && static_cast<std::size_t>(body.top_n) < order.size())
+    order.resize(static_cast<std::size_t>(body.top_n));
+  json list = json::array();
+  for (std::size_t i : order) {
+    json item = {{"index", i}, {"relevance_score", scores[i]}};
+    if (body.return_documents) item["document"] = {{"text", body.documents[i]}};
+    list.push_back(std::move(item));
+  }
+  json out = {{"id", service->NextRequestId("rerank")},
+              {"model", service->name()},
+              {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}},
+              {"results", std::move(list)}};
+  reply.body = Dump(out);
+  return reply;
+}
+
+}  // namespace ropeserve::api
