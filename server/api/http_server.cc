@@ -607,8 +607,10 @@ void HttpServer::Impl::InstallApi() {
     if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
     std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
     if (!body) return;
+    const std::vector<service::EncoderService*>* encoders = ctx.encoders.load();
     auto reply = AnswerQuestions(
-        *qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context});
+        *qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context},
+        encoders == nullptr ? std::vector<service::EncoderService*>() : *encoders);
     if (!reply.ok()) return SetError(res, reply.status());
     res.set_content(reply->body, "application/json");
   });

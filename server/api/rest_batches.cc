@@ -190,7 +190,9 @@ batch::LineExecutor BatchLineExecutor(ServingContext& ctx) {
     StatusOr<RestReply> reply = Unavailable("no handler");
     if (line.endpoint == "/v1/qa") {
       service::QaService* qa = ctx.qa.load();
-      reply = qa != nullptr ? AnswerQuestions(*qa, request)
+      const std::vector<service::EncoderService*>* encoders = ctx.encoders.load();
+      reply = qa != nullptr ? AnswerQuestions(*qa, request,
+                                              encoders == nullptr ? std::vector<service::EncoderService*>() : *encoders)
                             : StatusOr<RestReply>(Unimplemented("no QA model is loaded (serve --qa DIR)"));
     } else if (Handler h = HandlerFor(line.endpoint)) {
       reply = h(*service, request);

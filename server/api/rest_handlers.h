@@ -137,7 +137,10 @@ StatusOr<RestReply> Tokenize(service::GenerationService& service, const RestRequ
 StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRequest& request);
 // POST /v1/qa (rest_qa.cc): one {"question", "context", ...} or
 // {"inputs": [...], ...}.
-StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request);
+// With `retrieve`, an encoder of `encoders` that scores pairs (the body's
+// retrieve.model, or the first) ranks each question's passages first.
+StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request,
+                                    const std::vector<service::EncoderService*>& encoders = {});
 // What an encoder serves (EncoderService::embeds, classifies, scores_pairs).
 enum class EncoderTask { kEmbed, kClassify, kScore };
 // The encoder `model` names, which must serve `task` (empty: the first that

@@ -21,9 +21,32 @@ constexpr Rule kQaOptionRules[] = {
     {"offset_unit", Kind::kRead},
 };
 constexpr Rule kQaRules[] = {
-    {"model", Kind::kRead},    {"question", Kind::kRead}, {"context", Kind::kRead},
-    {"contexts", Kind::kRead}, {"inputs", Kind::kRead},   {"parameters", Kind::kRead},
+    {"model", Kind::kRead},  {"question", Kind::kRead},   {"context", Kind::kRead},  {"contexts", Kind::kRead},
+    {"inputs", Kind::kRead}, {"parameters", Kind::kRead}, {"retrieve", Kind::kRead},
 };
+
+// "retrieve": {"top_k": N, "model": "name"}; every question must have
+// passages ("contexts") to choose from.
+Status ReadRetrieve(const ojson& body, QaBody& out) {
+  if (!body.contains("retrieve") || body["retrieve"].is_null()) return Status::Ok();
+  const ojson& r = body["retrieve"];
+  if (!r.is_object()) return Malformed("retrieve", "'retrieve' must be an object {\"top_k\", \"model\"}");
+  for (const auto& [key, value] : r.items())
+    if (key != "top_k" && key != "model")
+      return Malformed("retrieve." + key.substr(0, 100), "unrecognized field: '" + key.substr(0, 100) + "'");
+  QaRetrieve q;
+  auto reader = BodyReader(r, "retrieve");
+  RS_RETURN_IF_ERROR(reader.ReadInto("model", q.model));
+  RS_RETURN_IF_ERROR(reader.ReadInto("top_k", q.top_k));
+  if (q.top_k < 1 || q.top_k > service::kMaxQaPassages)
+    return Malformed("retrieve.top_k", "'top_k' must be between 1 and " + std::to_string(service::kMaxQaPassages));
+  for (std::size_t i = 0; i < out.inputs.size(); ++i)
+    if (!out.inputs[i].multi)
+      return Malformed(out.batch ? "inputs[" + std::to_string(i) + "].contexts" : "contexts",
+                       "'retrieve' chooses among passages: give 'contexts' (a list of passages)");
+  out.retrieve = q;
+  return Status::Ok();
+}
 
 Status ReadQaOptions(const ojson& o, service::QaFields& f) {
   for (auto [k, v] : {std::pair{"top_k", &f.top_k}, std::pair{"max_answer_len", &f.max_answer_len},
@@ -112,6 +135,7 @@ StatusOr<QaBody> ReadQaBody(const std::string& text) {
   if (!body.contains("inputs")) {
     if (body.contains("parameters")) return Malformed("inputs", "'parameters' goes with 'inputs'");
     RS_RETURN_IF_ERROR(ReadInput(body, "", out));
+    RS_RETURN_IF_ERROR(ReadRetrieve(body, out));
     return out;
   }
   if (body.contains("question") || body.contains("context") || body.contains("contexts"))
@@ -119,6 +143,7 @@ StatusOr<QaBody> ReadQaBody(const std::string& text) {
   const ojson& inputs = body["inputs"];
   if (inputs.is_object()) {  // the pipeline's single input
     RS_RETURN_IF_ERROR(ReadInput(inputs, "inputs", out));
+    RS_RETURN_IF_ERROR(ReadRetrieve(body, out));
     return out;
   }
   out.batch = true;
@@ -128,6 +153,7 @@ StatusOr<QaBody> ReadQaBody(const std::string& text) {
         .WithParam("inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i)
     RS_RETURN_IF_ERROR(ReadInput(inputs[i], "inputs[" + std::to_string(i) + "]", out));
+  RS_RETURN_IF_ERROR(ReadRetrieve(body, out));
   return out;
 }
 

@@ -78,11 +78,19 @@ struct QaInput {
 // /v1/qa: {"question", "context" | "contexts", options...}, a batch
 // {"inputs": [...], options...}, or the Hugging Face pipeline's
 // {"inputs": {...} | [...], "parameters": {options...}}.
+// `retrieve` on /v1/qa: rank each question's passages with an encoder
+// (a cross-encoder or an embedder's cosine) and read only the best.
+struct QaRetrieve {
+  std::string model;       // empty: the first encoder that scores pairs
+  std::int64_t top_k = 3;  // passages kept per question
+};
+
 struct QaBody {
   std::string model;
   std::vector<QaInput> inputs;
   bool batch = false;  // "inputs": [...] (answers come back as "results")
   service::QaFields fields;
+  std::optional<QaRetrieve> retrieve;
 };
 
 // POST /v1/embeddings (OpenAI, with vLLM's `normalize`) or TEI's /embed:

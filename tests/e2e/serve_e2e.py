@@ -332,6 +332,17 @@ def test_classify_score_and_rerank_shapes(env):
                               ("/v1/embeddings", {"model": "cls", "input": "a"}, "model")]:
         status, err, _ = post_json(s.http, path, body)
         check(status == 400 and err["error"]["param"] == param, f"{path} {body}: {status} {err}")
+    # /v1/qa with retrieve: the cross-encoder ranks the passages, the QA model reads the best two.
+    passages = [{"id": f"p{i}", "text": t} for i, t in enumerate(docs + ["the owl hunts at night in the woods"])]
+    status, qa, _ = post_json(s.http, "/v1/qa", {"question": "where is the owl", "contexts": passages, "top_k": 2,
+                                                 "retrieve": {"model": "rerank", "top_k": 2}})
+    check(status == 200 and qa["retrieval_model"] == "rerank" and len(qa["retrieved"]) == 2, f"{status} {qa}")
+    status, ranked, _ = post_json(s.http, "/v1/rerank", {"model": "rerank", "query": "where is the owl",
+                                                         "documents": [p["text"] for p in passages], "top_n": 2})
+    check([r["passage"] for r in qa["retrieved"]] == [r["index"] for r in ranked["results"]], "retrieval != /rerank")
+    check(all(a["passage"] in [r["passage"] for r in qa["retrieved"]] and a["passage_id"] == f"p{a['passage']}"
+              and "retrieval_score" in a for a in qa["answers"]), qa["answers"])
+    check(qa["usage"]["retrieval_tokens"] > 0, qa["usage"])
     check(g.code(lambda: g.stub(s.grpc).Rerank(g.pb.RerankRequest(model="cls", query="q", documents=["a"]),
                                                timeout=10)) == "INVALID_ARGUMENT", "gRPC Rerank on a classifier")
     check(g.code(lambda: g.stub(s.grpc).Classify(g.pb.ClassifyRequest(model="cls"), timeout=10)) == "INVALID_ARGUMENT",
