@@ -116,7 +116,9 @@ TEST_F(QaRetrieve, BadRetrievalRequestsAreClearErrors) {
   auto code = [&](json body, std::vector<service::EncoderService*> encoders, const std::string& param) {
     auto out = Ask(body, encoders);
     EXPECT_FALSE(out.ok()) << body.dump();
-    if (!out.ok()) EXPECT_EQ(out.status().param(), param) << out.status().ToString();
+    if (!out.ok()) {
+      EXPECT_EQ(out.status().param(), param) << out.status().ToString();
+    }
     return out.ok() ? ErrorCode::kOk : out.status().code();
   };
   json b = two;

@@ -158,6 +158,22 @@ test('Ask highlights each answer at its offsets in its passage', async (t) => {
       assert.equal(shown[i].mark, a.answer);
       assert.equal(shown[i].mark, passages[a.passage].slice(a.start, a.end));
     }
+    // Retrieval first: the page shows both scores, as the API returns them.
+    await page.$eval('#qa-retrieve', (e) => { e.value = '2'; });
+    await page.$eval('#qa-status', (e) => { e.textContent = ''; });
+    await page.click('#qa-go');
+    await page.waitForFunction(() => document.getElementById('qa-status').textContent.includes('answers from 2 of 3'));
+    const r2 = await fetch(`${HTTP}/v1/qa`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ question: 'How did the council vote?', contexts: passages, offset_unit: 'utf16', top_k: 3,
+                             scoring: 'pipeline', retrieve: { top_k: 2 } }) });
+    const api2 = await r2.json();
+    const shown2 = await page.$$eval('#qa-results li', (lis) => lis.map((li) => ({
+      passage: li.dataset.passage, retrieval: li.dataset.retrieval })));
+    assert.equal(shown2.length, api2.answers.length);
+    for (let i = 0; i < shown2.length; ++i) {
+      assert.equal(shown2[i].passage, String(api2.answers[i].passage));
+      assert.equal(Number(shown2[i].retrieval), api2.answers[i].retrieval_score);
+    }
     assert.deepEqual(problems, []);
   });
 });

@@ -150,8 +150,12 @@ async function ask() {
   setStatus(status, 'working...');
   try {
     // UTF-16 offsets: what String.prototype.slice counts.
-    const r = await post('/v1/qa', { question: $('qa-question').value, contexts: passages, offset_unit: 'utf16',
-                                     top_k: Number($('qa-top-k').value) || 1, scoring: $('qa-scoring').value });
+    const body = { question: $('qa-question').value, contexts: passages, offset_unit: 'utf16',
+                   top_k: Number($('qa-top-k').value) || 1, scoring: $('qa-scoring').value };
+    // Retrieval first: an encoder ranks the passages, the QA model reads the best N.
+    const best = Number($('qa-retrieve').value) || 0;
+    if (best > 0) body.retrieve = { top_k: best };
+    const r = await post('/v1/qa', body);
     for (const a of r.answers) {
       const li = document.createElement('li');
       li.dataset.passage = a.passage ?? '';
@@ -160,7 +164,9 @@ async function ask() {
       const head = document.createElement('p');
       const strong = document.createElement('strong');
       strong.textContent = a.answer || '(no answer)';
-      head.append(strong, ` score ${a.score.toPrecision(3)}` + (a.passage != null ? `, passage ${a.passage + 1}` : ''));
+      li.dataset.retrieval = a.retrieval_score ?? '';
+      head.append(strong, ` score ${a.score.toPrecision(3)}` + (a.passage != null ? `, passage ${a.passage + 1}` : '') +
+                  (a.retrieval_score != null ? `, retrieval ${a.retrieval_score.toPrecision(3)}` : ''));
       li.append(head);
       if (a.passage != null) {
         const text = passages[a.passage];
@@ -173,7 +179,9 @@ async function ask() {
       }
       list.append(li);
     }
-    setStatus(status, `${r.answers.length} answers from ${passages.length} passages (${r.usage.windows} windows)`);
+    const read = r.retrieved ? `${r.retrieved.length} of ${passages.length} passages, ranked by ${r.retrieval_model}`
+                             : `${passages.length} passages`;
+    setStatus(status, `${r.answers.length} answers from ${read} (${r.usage.windows} windows)`);
   } catch (err) {
     setStatus(status, err.message, true);
   }
