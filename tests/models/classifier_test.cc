@@ -23,7 +23,7 @@
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
-#include "tests/engine/one_hot_logits.h"
+#include "tests/engine/decoding_engine.h"
 #include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
@@ -261,30 +261,17 @@ TEST_P(Classifier, ServiceClassifiesWithTheActivationAndIsBatchInvariant) {
                             raw);
   ASSERT_TRUE(batch.ok()) << batch.status().ToString();
   EXPECT_EQ((*batch)[1].scores, l);
-  testing::ConstantTokenModel dec;
-  EngineConfig ec;
-  ec.num_blocks = 64;
-  ec.block_size = 4;
-  ec.scheduler.max_model_len = 64;
-  ec.scheduler.max_num_batched_tokens = 16;
-  Engine engine(ec, dec);
-  engine.Start();
+  testing::DecodingEngine running(16);
   service::EncoderServiceOptions eo;
-  eo.engine = &engine;
+  eo.engine = &running.engine();
   auto stepped = LoadEncoderService(dir_.path(), "cls", eo);
   ASSERT_TRUE(stepped.ok());
-  EngineRequest r;
-  r.prompt = {2, 3, 4};
-  r.max_tokens = 20;
-  r.stop.ignore_eos = true;
-  auto stream = engine.Submit(r);
-  ASSERT_TRUE(stream.ok());
   auto in_steps = (*stepped)->Classify({Input::Text("the owl sleeps"), Input::Pair("x", "y")}, raw);
   ASSERT_TRUE(in_steps.ok()) << in_steps.status().ToString();
   EXPECT_EQ((*in_steps)[0].scores, l);
   EXPECT_EQ((*in_steps)[1].scores, (*batch)[2].scores);
-  for (StreamChunk c; !c.finished;) c = (*stream)->Next(std::chrono::seconds(30));
-  engine.Stop();
+  EXPECT_GT(running.engine().stats().encoder_tokens.load(), 0u);
+  running.FinishDecode();
   // A classifier neither embeds nor scores pairs.
   EXPECT_EQ(svc.Embed({Input::Text("a")}, {}).status().code(), ErrorCode::kFailedPrecondition);
   service::EncoderService::ScorePairs pairs;

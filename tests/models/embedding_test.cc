@@ -20,7 +20,7 @@
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
-#include "tests/engine/one_hot_logits.h"
+#include "tests/engine/decoding_engine.h"
 #include "tests/models/reference_decoder.h"
 
 namespace ropeserve {
@@ -130,31 +130,18 @@ TEST_P(Embedding, AnInputsEmbeddingDoesNotDependOnItsBatch) {
   EXPECT_EQ((*batch)[3].embedding, alone);
   EXPECT_NE((*batch)[0].embedding, alone);
   // Inside an engine's steps, beside a decode, with a budget that splits the batch.
-  testing::ConstantTokenModel decoder;
-  EngineConfig ec;
-  ec.num_blocks = 64;
-  ec.block_size = 4;
-  ec.scheduler.max_model_len = 64;
-  ec.scheduler.max_num_batched_tokens = 16;
-  Engine engine(ec, decoder);
-  engine.Start();
+  testing::DecodingEngine running(16);
   service::EncoderServiceOptions eo;
-  eo.engine = &engine;
+  eo.engine = &running.engine();
   auto in_engine = LoadEncoderService(dir_.path(), "embed", eo);
   ASSERT_TRUE(in_engine.ok());
-  EngineRequest r;
-  r.prompt = {2, 3, 4};
-  r.max_tokens = 20;
-  r.stop.ignore_eos = true;
-  auto stream = engine.Submit(r);
-  ASSERT_TRUE(stream.ok());
   auto stepped = (*in_engine)->Embed({Text(kLong), Text("the owl sleeps")}, {});
   ASSERT_TRUE(stepped.ok()) << stepped.status().ToString();
   EXPECT_EQ((*stepped)[1].embedding, alone);
   EXPECT_EQ((*stepped)[0].embedding, (*batch)[0].embedding);
-  EXPECT_GT(engine.stats().encoder_tokens.load(), 0u);
-  for (StreamChunk c; !c.finished;) c = (*stream)->Next(std::chrono::seconds(30));
-  engine.Stop();
+  EXPECT_GT(running.engine().stats().encoder_tokens.load(), 0u);
+  running.FinishDecode();
+  running.engine().Stop();
   EXPECT_EQ((*in_engine)->Embed({Text("x")}, {}).status().code(), ErrorCode::kUnavailable);
 }
 

@@ -7,7 +7,7 @@
 #include "server/engine/engine.h"
 #include "server/serving/service_factory.h"
 #include "tests/checkpoint/test_checkpoints.h"
-#include "tests/engine/one_hot_logits.h"
+#include "tests/engine/decoding_engine.h"
 
 namespace ropeserve {
 namespace {
@@ -82,36 +82,17 @@ TEST_F(QaServiceTest, BadInputIsAClearError) {
 }
 
 TEST_F(QaServiceTest, RunsInsideTheEngineStepsAndFailsOnceTheEngineStops) {
-  testing::ConstantTokenModel decoder;
-  EngineConfig ec;
-  ec.num_blocks = 64;
-  ec.block_size = 4;
-  ec.scheduler.max_model_len = 64;
-  ec.scheduler.max_num_batched_tokens = 64;
-  Engine engine(ec, decoder);
-  engine.Start();
+  testing::DecodingEngine running(64, 40);  // a running decode beside the QA request
   service::QaServiceOptions o;
-  o.engine = &engine;
+  o.engine = &running.engine();
   auto service = LoadQaService(dir_.path(), "qa", o);
   ASSERT_TRUE(service.ok());
-  // A running decode beside the QA request.
-  EngineRequest r;
-  r.prompt = {2, 3, 4};
-  r.max_tokens = 40;
-  r.stop.ignore_eos = true;
-  auto stream = engine.Submit(r);
-  ASSERT_TRUE(stream.ok());
   auto answer = (*service)->Answer(Request("where", context_));
   ASSERT_TRUE(answer.ok()) << answer.status().ToString();
   EXPECT_FALSE(answer->answers.empty());
-  EXPECT_GT(engine.stats().encoder_tokens.load(), 0u);
-  std::size_t tokens = 0;
-  for (StreamChunk c; !c.finished;) {
-    c = (*stream)->Next(std::chrono::seconds(30));
-    tokens += c.tokens.size();
-  }
-  EXPECT_EQ(tokens, 40u);
-  engine.Stop();
+  EXPECT_GT(running.engine().stats().encoder_tokens.load(), 0u);
+  EXPECT_EQ(running.FinishDecode(), 40u);
+  running.engine().Stop();
   EXPECT_EQ((*service)->Answer(Request("where", context_)).status().code(), ErrorCode::kUnavailable);
 }
 
