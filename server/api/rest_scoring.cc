@@ -20,8 +20,14 @@ std::int64_t Now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-json Usage(std::int64_t tokens) {
-  return {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}};
+// vLLM's list answer: {"id", "object": "list", "created", "model", "data", "usage"}.
+std::string ListReply(service::EncoderService& service, const char* id_prefix, json data, std::int64_t tokens) {
+  return Dump(json{{"id", service.NextRequestId(id_prefix)},
+                   {"object", "list"},
+                   {"created", Now()},
+                   {"model", service.name()},
+                   {"data", std::move(data)},
+                   {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}}}});
 }
 
 // Indices of `scores` from the highest down (ties keep their order).
@@ -63,13 +69,7 @@ StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encode
                     {"probs", results[i].scores},
                     {"num_classes", results[i].scores.size()}});
   }
-  json out = {{"id", service->NextRequestId("classify")},
-              {"object", "list"},
-              {"created", Now()},
-              {"model", service->name()},
-              {"data", std::move(data)},
-              {"usage", Usage(tokens)}};
-  reply.body = Dump(out);
+  reply.body = ListReply(*service, "classify", std::move(data), tokens);
   return reply;
 }
 
@@ -95,13 +95,7 @@ StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& 
     json data = json::array();
     for (std::size_t i = 0; i < results.size(); ++i)
       data.push_back({{"index", i}, {"object", "score"}, {"score", results[i].score}});
-    json out = {{"id", service->NextRequestId("score")},
-                {"object", "list"},
-                {"created", Now()},
-                {"model", service->name()},
-                {"data", std::move(data)},
-                {"usage", Usage(tokens)}};
-    reply.body = Dump(out);
+    reply.body = ListReply(*service, "score", std::move(data), tokens);
     return reply;
   }
   std::vector<std::size_t> order = Ranked(scores);
