@@ -419,14 +419,12 @@ class Service final : public v1::Inference::CallbackService {
                                                    std::int64_t tokens = 0;
                                                    for (const auto& x : *got) {
                                                      auto* c = out->add_results();
-                                                     std::size_t best = 0;
                                                      for (std::size_t k = 0; k < x.scores.size(); ++k) {
                                                        auto* l = c->add_scores();
                                                        l->set_label(labels[k]);
                                                        l->set_score(x.scores[k]);
-                                                       if (x.scores[k] > x.scores[best]) best = k;
                                                      }
-                                                     c->set_label(labels[best]);
+                                                     c->set_label(labels[service::RankDescending(x.scores, 1)[0]]);
                                                      c->set_tokens(x.tokens);
                                                      tokens += x.tokens;
                                                    }
@@ -438,39 +436,31 @@ class Service final : public v1::Inference::CallbackService {
 
   grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* call, const v1::RerankRequest* req,
                                    v1::RerankResponse* resp) override {
-    return EncoderRpc(
-        call, "Rerank", req, resp, EncoderTask::kScore,
-        [](service::EncoderService& e, const v1::RerankRequest& r, v1::RerankResponse* out, auto link,
-           double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
-          RS_ASSIGN_OR_RETURN(GrpcRerank in, ReadRerank(r));
-          service::EncoderService::ScorePairs pairs;
-          pairs.queries = {in.query};
-          pairs.documents = std::move(in.documents);
-          const std::int64_t top_n = in.top_n;
-          return e.ScoreAsync(
-              pairs, in.options, timeout, [&e, out, link, top_n](StatusOr<std::vector<service::ScoreResult>> got) {
-                DeferredUnaryCall::Complete(link, got.status(), [&] {
-                  out->set_id(e.NextRequestId("rerank"));
-                  out->set_model(e.name());
-                  std::int64_t tokens = 0;
-                  std::vector<std::size_t> order(got->size());
-                  for (std::size_t i = 0; i < got->size(); ++i) {
-                    order[i] = i;
-                    tokens += (*got)[i].tokens;
-                  }
-                  std::stable_sort(order.begin(), order.end(),
-                                   [&](std::size_t a, std::size_t b) { return (*got)[a].score > (*got)[b].score; });
-                  if (top_n > 0 && static_cast<std::size_t>(top_n) < order.size())
-                    order.resize(static_cast<std::size_t>(top_n));
-                  for (std::size_t i : order) {
-                    auto* x = out->add_results();
-                    x->set_index(static_cast<std::int32_t>(i));
-                    x->set_relevance_score((*got)[i].score);
-                  }
-                  out->mutable_usage()->set_prompt_tokens(tokens);
-                });
-              });
-        });
+    return EncoderRpc(call, "Rerank", req, resp, EncoderTask::kScore,
+                      [](service::EncoderService& e, const v1::RerankRequest& r, v1::RerankResponse* out, auto link,
+                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
+                        RS_ASSIGN_OR_RETURN(GrpcRerank in, ReadRerank(r));
+                        service::EncoderService::ScorePairs pairs;
+                        pairs.queries = {in.query};
+                        pairs.documents = std::move(in.documents);
+                        const std::int64_t top_n = in.top_n;
+                        return e.ScoreAsync(
+                            pairs, in.options, timeout,
+                            [&e, out, link, top_n](StatusOr<std::vector<service::ScoreResult>> got) {
+                              DeferredUnaryCall::Complete(link, got.status(), [&] {
+                                out->set_id(e.NextRequestId("rerank"));
+                                out->set_model(e.name());
+                                std::int64_t tokens = 0;
+                                for (const service::ScoreResult& r : *got) tokens += r.tokens;
+                                for (std::size_t i : service::RankByScore(*got, static_cast<std::size_t>(top_n))) {
+                                  auto* x = out->add_results();
+                                  x->set_index(static_cast<std::int32_t>(i));
+                                  x->set_relevance_score((*got)[i].score);
+                                }
+                                out->mutable_usage()->set_prompt_tokens(tokens);
+                              });
+                            });
+                      });
   }
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,

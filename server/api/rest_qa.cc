@@ -75,15 +75,8 @@ StatusOr<std::vector<Retrieved>> Retrieve(service::EncoderService& scorer, const
     options.truncate = true;
     RS_ASSIGN_OR_RETURN(auto scores, scorer.Score(pairs, options, request.timeout_seconds, request.client_gone));
     Retrieved r;
-    std::vector<std::size_t> order(scores.size());
-    for (std::size_t i = 0; i < scores.size(); ++i) {
-      order[i] = i;
-      tokens += scores[i].tokens;
-    }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return scores[a].score > scores[b].score; });
-    order.resize(std::min(order.size(), static_cast<std::size_t>(body.retrieve->top_k)));
-    for (std::size_t i : order) {
+    for (const service::ScoreResult& s : scores) tokens += s.tokens;
+    for (std::size_t i : service::RankByScore(scores, static_cast<std::size_t>(body.retrieve->top_k))) {
       r.kept.push_back(i);
       r.scores.push_back(scores[i].score);
     }

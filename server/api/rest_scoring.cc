@@ -4,7 +4,6 @@
 // are read by rest_scoring_request.cc (docs/classification.md).
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 
 #include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
@@ -30,15 +29,6 @@ std::string ListReply(service::EncoderService& service, const char* id_prefix, j
                    {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}}}});
 }
 
-// Indices of `scores` from the highest down (ties keep their order).
-template <class Score>
-std::vector<std::size_t> Ranked(const std::vector<Score>& scores) {
-  std::vector<std::size_t> order(scores.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
-  return order;
-}
-
 }  // namespace
 
 StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
@@ -53,7 +43,8 @@ StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encode
     json all = json::array();
     for (const auto& r : results) {
       json one = json::array();
-      for (std::size_t k : Ranked(r.scores)) one.push_back({{"score", r.scores[k]}, {"label", labels[k]}});
+      for (std::size_t k : service::RankDescending(r.scores))
+        one.push_back({{"score", r.scores[k]}, {"label", labels[k]}});
       all.push_back(std::move(one));
     }
     reply.body = Dump(body.tei_batch ? all : all[0]);
@@ -63,7 +54,7 @@ StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encode
   json data = json::array();
   for (std::size_t i = 0; i < results.size(); ++i) {
     tokens += results[i].tokens;
-    const std::size_t best = Ranked(results[i].scores)[0];
+    const std::size_t best = service::RankDescending(results[i].scores, 1)[0];
     data.push_back({{"index", i},
                     {"label", labels[best]},
                     {"probs", results[i].scores},
@@ -98,7 +89,8 @@ StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& 
     reply.body = ListReply(*service, "score", std::move(data), tokens);
     return reply;
   }
-  std::vector<std::size_t> order = Ranked(scores);
+  // TEI's shape has no top_n (0: every text).
+  const std::vector<std::size_t> order = service::RankByScore(results, static_cast<std::size_t>(body.top_n));
   if (tei) {  // [{"index", "score", "text"?}, ...] from the best down
     json out = json::array();
     for (std::size_t i : order) {
@@ -109,8 +101,6 @@ StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& 
     reply.body = Dump(out);
     return reply;
   }
-  if (body.top_n > 0 && static_cast<std::size_t>(body.top_n) < order.size())
-    order.resize(static_cast<std::size_t>(body.top_n));
   json list = json::array();
   for (std::size_t i : order) {
     json item = {{"index", i}, {"relevance_score", scores[i]}};

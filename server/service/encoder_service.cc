@@ -22,7 +22,7 @@ StatusOr<std::unique_ptr<EncoderService>> EncoderService::Create(std::unique_ptr
                                                                  std::string served_name,
                                                                  embedding::EmbeddingConfig pooling,
                                                                  EncoderServiceOptions options) {
-  if (!model || !tokenizer) return InvalidArgument("the embedding service needs a model and its tokenizer");
+  if (!model || !tokenizer) return InvalidArgument("the encoder service needs a model and its tokenizer");
   const EncoderHead head = model->config().head;
   if (head == EncoderHead::kSpan)
     return InvalidArgument(model->config().architecture +
@@ -61,6 +61,12 @@ struct EncoderService::Prepared {
   std::vector<std::int64_t> skip;  // per input: leading tokens the pooling leaves out
   WindowJob::Clock::time_point start = WindowJob::Clock::now();
 };
+
+std::vector<std::size_t> RankByScore(const std::vector<ScoreResult>& results, std::size_t top_n) {
+  std::vector<double> scores;
+  for (const ScoreResult& r : results) scores.push_back(r.score);
+  return RankDescending(scores, top_n);
+}
 
 const char* EncoderService::task() const {
   if (embeds()) return "embed";

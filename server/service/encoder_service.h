@@ -16,6 +16,7 @@
 // docs/classification.md). Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -97,6 +98,19 @@ struct ScoreResult {
   double score = 0;
   std::int64_t tokens = 0;  // the pair's (cross-encoder) or the document's (embedder)
 };
+
+// Indices of `values` from the highest down, the best `top_n` (0: all);
+// ties keep their order. How labels (/predict, the best label) and
+// documents (/rerank, gRPC Rerank, /v1/qa's retrieve) are ranked.
+template <class T>
+std::vector<std::size_t> RankDescending(const std::vector<T>& values, std::size_t top_n = 0) {
+  std::vector<std::size_t> order(values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] > values[b]; });
+  if (top_n > 0 && top_n < order.size()) order.resize(top_n);
+  return order;
+}
+std::vector<std::size_t> RankByScore(const std::vector<ScoreResult>& results, std::size_t top_n = 0);
 
 struct EncoderServiceOptions {
   // The engine whose steps run the inputs (it must outlive the service);
