@@ -223,4 +223,26 @@ StatusOr<GrpcRerank> ReadRerank(const v1::RerankRequest& req) {
   return out;
 }
 
+StatusOr<GrpcClassifyTokens> ReadClassifyTokens(const v1::ClassifyTokensRequest& req) {
+  GrpcClassifyTokens out;
+  for (const std::string& t : req.texts()) out.inputs.push_back(service::EncoderInput::Text(t));
+  if (!req.aggregation_strategy().empty()) {
+    const auto a = qa::ParseAggregation(req.aggregation_strategy());
+    if (!a)
+      return InvalidArgument("aggregation_strategy must be none, simple, first, max or average")
+          .WithParam("aggregation_strategy");
+    out.options.aggregation = *a;
+  }
+  if (req.has_ignore_labels())
+    out.options.ignore_labels.assign(req.ignore_labels().labels().begin(), req.ignore_labels().labels().end());
+  if (!req.offset_unit().empty()) {
+    const auto u = qa::ParseOffsetUnit(req.offset_unit());
+    if (!u) return InvalidArgument("offset_unit must be code_point, utf16 or utf8_byte").WithParam("offset_unit");
+    out.offset_unit = *u;
+  }
+  out.options.truncate = req.truncate();
+  out.options.truncate_left = req.truncate_left();
+  return out;
+}
+
 }  // namespace ropeserve::api

@@ -65,4 +65,12 @@ struct GrpcRerank {
 // top_n must not be negative; the service checks the texts.
 StatusOr<GrpcRerank> ReadRerank(const ::ropeserve::v1::RerankRequest& req);
 
+struct GrpcClassifyTokens {
+  std::vector<service::EncoderInput> inputs;
+  service::TokenClassifyOptions options;
+  qa::OffsetUnit offset_unit = qa::OffsetUnit::kCodePoint;
+};
+// aggregation_strategy and offset_unit must be known names (or empty).
+StatusOr<GrpcClassifyTokens> ReadClassifyTokens(const ::ropeserve::v1::ClassifyTokensRequest& req);
+
 }  // namespace ropeserve::api

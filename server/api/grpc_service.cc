@@ -16,6 +16,7 @@
 #include "proto/ropeserve/v1/ropeserve.grpc.pb.h"
 #include "server/api/error_mapping.h"
 #include "server/api/grpc_calls.h"
+#include "server/api/grpc_encoders.h"
 #include "server/api/grpc_request.h"
 #include "server/api/logging.h"
 #include "server/api/rest_handlers.h"
@@ -382,85 +383,22 @@ class Service final : public v1::Inference::CallbackService {
 
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* call, const v1::EmbedRequest* req,
                                   v1::EmbedResponse* resp) override {
-    return EncoderRpc(call, "Embed", req, resp, EncoderTask::kEmbed,
-                      [](service::EncoderService& e, const v1::EmbedRequest& r, v1::EmbedResponse* out, auto link,
-                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
-                        RS_ASSIGN_OR_RETURN(GrpcEmbed in, ReadEmbed(r));
-                        return e.EmbedAsync(in.inputs, in.options, timeout,
-                                            [&e, out, link](StatusOr<std::vector<service::EmbedResult>> got) {
-                                              DeferredUnaryCall::Complete(link, got.status(), [&] {
-                                                out->set_id(e.NextRequestId());
-                                                out->set_model(e.name());
-                                                std::int64_t tokens = 0;
-                                                for (const auto& x : *got) {
-                                                  auto* v = out->add_embeddings();
-                                                  v->mutable_values()->Add(x.embedding.begin(), x.embedding.end());
-                                                  v->set_tokens(x.tokens);
-                                                  tokens += x.tokens;
-                                                }
-                                                out->mutable_usage()->set_prompt_tokens(tokens);
-                                              });
-                                            });
-                      });
+    return EncoderRpc(call, "Embed", req, resp, EncoderTask::kEmbed, grpc_encoders::Embed);
   }
 
   grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* call, const v1::ClassifyRequest* req,
                                      v1::ClassifyResponse* resp) override {
-    return EncoderRpc(call, "Classify", req, resp, EncoderTask::kClassify,
-                      [](service::EncoderService& e, const v1::ClassifyRequest& r, v1::ClassifyResponse* out, auto link,
-                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
-                        RS_ASSIGN_OR_RETURN(GrpcClassify in, ReadClassify(r));
-                        return e.ClassifyAsync(in.inputs, in.options, timeout,
-                                               [&e, out, link](StatusOr<std::vector<service::ClassifyResult>> got) {
-                                                 DeferredUnaryCall::Complete(link, got.status(), [&] {
-                                                   out->set_id(e.NextRequestId("classify"));
-                                                   out->set_model(e.name());
-                                                   const std::vector<std::string>& labels = e.config().labels;
-                                                   std::int64_t tokens = 0;
-                                                   for (const auto& x : *got) {
-                                                     auto* c = out->add_results();
-                                                     for (std::size_t k = 0; k < x.scores.size(); ++k) {
-                                                       auto* l = c->add_scores();
-                                                       l->set_label(labels[k]);
-                                                       l->set_score(x.scores[k]);
-                                                     }
-                                                     c->set_label(labels[service::RankDescending(x.scores, 1)[0]]);
-                                                     c->set_tokens(x.tokens);
-                                                     tokens += x.tokens;
-                                                   }
-                                                   out->mutable_usage()->set_prompt_tokens(tokens);
-                                                 });
-                                               });
-                      });
+    return EncoderRpc(call, "Classify", req, resp, EncoderTask::kClassify, grpc_encoders::Classify);
   }
 
   grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* call, const v1::RerankRequest* req,
                                    v1::RerankResponse* resp) override {
-    return EncoderRpc(call, "Rerank", req, resp, EncoderTask::kScore,
-                      [](service::EncoderService& e, const v1::RerankRequest& r, v1::RerankResponse* out, auto link,
-                         double timeout) -> StatusOr<std::shared_ptr<service::EncoderCall>> {
-                        RS_ASSIGN_OR_RETURN(GrpcRerank in, ReadRerank(r));
-                        service::EncoderService::ScorePairs pairs;
-                        pairs.queries = {in.query};
-                        pairs.documents = std::move(in.documents);
-                        const std::int64_t top_n = in.top_n;
-                        return e.ScoreAsync(
-                            pairs, in.options, timeout,
-                            [&e, out, link, top_n](StatusOr<std::vector<service::ScoreResult>> got) {
-                              DeferredUnaryCall::Complete(link, got.status(), [&] {
-                                out->set_id(e.NextRequestId("rerank"));
-                                out->set_model(e.name());
-                                std::int64_t tokens = 0;
-                                for (const service::ScoreResult& r : *got) tokens += r.tokens;
-                                for (std::size_t i : service::RankByScore(*got, static_cast<std::size_t>(top_n))) {
-                                  auto* x = out->add_results();
-                                  x->set_index(static_cast<std::int32_t>(i));
-                                  x->set_relevance_score((*got)[i].score);
-                                }
-                                out->mutable_usage()->set_prompt_tokens(tokens);
-                              });
-                            });
-                      });
+    return EncoderRpc(call, "Rerank", req, resp, EncoderTask::kScore, grpc_encoders::Rerank);
+  }
+
+  grpc::ServerUnaryReactor* ClassifyTokens(grpc::CallbackServerContext* call, const v1::ClassifyTokensRequest* req,
+                                           v1::ClassifyTokensResponse* resp) override {
+    return EncoderRpc(call, "ClassifyTokens", req, resp, EncoderTask::kTokenClassify, grpc_encoders::ClassifyTokens);
   }
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,

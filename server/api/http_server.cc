@@ -100,12 +100,14 @@ bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& o
 }
 
 // What /v1/models and /v1/info say of an encoder beyond its name: an
-// embedder's dimensions and pooling, a classifier's labels and activations.
+// embedder's dimensions and pooling, a classifier's labels and activations
+// (a token classifier's labels).
 nlohmann::json EncoderFields(const service::EncoderService& e) {
   if (e.embeds())
     return {{"dimensions", e.dimensions()},
             {"pooling", embedding::PoolingName(e.pooling().pooling)},
             {"pooling_source", e.pooling().source}};
+  if (e.classifies_tokens()) return {{"labels", e.config().labels}};
   return {{"labels", e.config().labels},
           {"activation", ScoreActivationName(e.config().classify_activation)},
           {"score_activation", ScoreActivationName(e.config().score_activation)}};
@@ -642,6 +644,7 @@ void HttpServer::Impl::InstallApi() {
   for (const char* path : {"/score", "/v1/score"}) encoder_route(path, std::bind(ScoreDocuments, _1, _2, false));
   for (const char* path : {"/rerank", "/v1/rerank", "/v2/rerank"})
     encoder_route(path, std::bind(ScoreDocuments, _1, _2, true));
+  encoder_route("/v1/token-classify", ClassifyTokens);
 }
 
 HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)

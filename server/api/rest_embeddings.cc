@@ -34,13 +34,22 @@ std::string Base64Floats(const std::vector<float>& v) {
 StatusOr<service::EncoderService*> FindEncoder(const std::vector<service::EncoderService*>& encoders,
                                                const std::string& model, EncoderTask task) {
   auto serves = [task](const service::EncoderService& e) {
-    return task == EncoderTask::kEmbed      ? e.embeds()
-           : task == EncoderTask::kClassify ? e.classifies()
-                                            : e.scores_pairs();
+    switch (task) {
+      case EncoderTask::kEmbed:
+        return e.embeds();
+      case EncoderTask::kClassify:
+        return e.classifies();
+      case EncoderTask::kScore:
+        return e.scores_pairs();
+      case EncoderTask::kTokenClassify:
+        return e.classifies_tokens();
+    }
+    return false;
   };
-  const char* kind = task == EncoderTask::kEmbed      ? "embedding model"
-                     : task == EncoderTask::kClassify ? "sequence classifier"
-                                                      : "cross-encoder or embedding model";
+  const char* kind = task == EncoderTask::kEmbed           ? "embedding model"
+                     : task == EncoderTask::kClassify      ? "sequence classifier"
+                     : task == EncoderTask::kTokenClassify ? "token classifier"
+                                                           : "cross-encoder or embedding model";
   std::string names;
   for (service::EncoderService* e : encoders) {
     if (model.empty() && serves(*e)) return e;

@@ -142,7 +142,7 @@ StatusOr<RestReply> Detokenize(service::GenerationService& service, const RestRe
 StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestRequest& request,
                                     const std::vector<service::EncoderService*>& encoders = {});
 // What an encoder serves (EncoderService::embeds, classifies, scores_pairs).
-enum class EncoderTask { kEmbed, kClassify, kScore };
+enum class EncoderTask { kEmbed, kClassify, kScore, kTokenClassify };
 // The encoder `model` names, which must serve `task` (empty: the first that
 // does): 501 when none does, 404 (model_not_found) for an unknown name, 400
 // naming `model` when the named one serves another task.
@@ -162,5 +162,8 @@ StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encode
 // relevance of documents to a query.
 StatusOr<RestReply> ScoreDocuments(const std::vector<service::EncoderService*>& encoders, const RestRequest& request,
                                    bool rerank);
+// POST /v1/token-classify (rest_scoring.cc): a token classifier's entities
+// in each text.
+StatusOr<RestReply> ClassifyTokens(const std::vector<service::EncoderService*>& encoders, const RestRequest& request);
 
 }  // namespace ropeserve::api

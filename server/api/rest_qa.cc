@@ -14,18 +14,6 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* UnitName(qa::OffsetUnit u) {
-  switch (u) {
-    case qa::OffsetUnit::kUtf16:
-      return "utf16";
-    case qa::OffsetUnit::kUtf8Byte:
-      return "utf8_byte";
-    case qa::OffsetUnit::kCodePoint:
-      break;
-  }
-  return "code_point";
-}
-
 // One answer: `answer` (the pipeline's name) and `text` (its deprecated
 // alias, kept until 2027-06), offsets (already in the asked unit), the
 // passage for multi-passage questions.
@@ -164,7 +152,7 @@ StatusOr<RestReply> AnswerQuestions(service::QaService& service, const RestReque
   } else {
     result_json(0, out);
   }
-  out["offset_unit"] = UnitName(v.offset_unit);
+  out["offset_unit"] = qa::OffsetUnitName(v.offset_unit);
   out["usage"] = {{"prompt_tokens", tokens}, {"windows", windows}};
   if (scorer != nullptr) {
     out["retrieval_model"] = scorer->name();

@@ -126,6 +126,16 @@ struct ScoreBody {
   bool return_documents = true;
 };
 
+// POST /v1/token-classify: texts for a token classifier, grouped into
+// entities as transformers' pipeline does (aggregation_strategy,
+// ignore_labels), their offsets in `offset_unit` (as /v1/qa's).
+struct TokenClassifyBody {
+  std::string model;
+  std::vector<service::EncoderInput> inputs;
+  service::TokenClassifyOptions options;
+  qa::OffsetUnit offset_unit = qa::OffsetUnit::kCodePoint;
+};
+
 // POST /tokenize (vLLM): a prompt, or chat messages rendered with the
 // chat template.
 struct TokenizeBody {
@@ -207,5 +217,6 @@ StatusOr<DetokenizeBody> ReadDetokenizeBody(const std::string& text);
 StatusOr<ClassifyBody> ReadClassifyBody(const std::string& text, bool tei);
 // `rerank`: /rerank's body, TEI's shape when it has "texts"; else /score's.
 StatusOr<ScoreBody> ReadScoreBody(const std::string& text, bool rerank);
+StatusOr<TokenClassifyBody> ReadTokenClassifyBody(const std::string& text);
 
 }  // namespace ropeserve::api

@@ -1,7 +1,8 @@
 // POST /classify and /v1/classify (vLLM's shape), /predict (TEI's), /score
 // and /v1/score (vLLM's), /rerank, /v1/rerank and /v2/rerank (vLLM's
-// Jina/Cohere shape, or TEI's) around service::EncoderService; the bodies
-// are read by rest_scoring_request.cc (docs/classification.md).
+// Jina/Cohere shape, or TEI's), /v1/token-classify around
+// service::EncoderService; the bodies are read by rest_scoring_request.cc
+// (docs/classification.md).
 #include <algorithm>
 #include <chrono>
 
@@ -20,13 +21,15 @@ std::int64_t Now() {
 }
 
 // vLLM's list answer: {"id", "object": "list", "created", "model", "data", "usage"}.
-std::string ListReply(service::EncoderService& service, const char* id_prefix, json data, std::int64_t tokens) {
-  return Dump(json{{"id", service.NextRequestId(id_prefix)},
-                   {"object", "list"},
-                   {"created", Now()},
-                   {"model", service.name()},
-                   {"data", std::move(data)},
-                   {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}}}});
+// `extra` adds fields after "model".
+std::string ListReply(service::EncoderService& service, const char* id_prefix, json data, std::int64_t tokens,
+                      json extra = json::object()) {
+  json out = {
+      {"id", service.NextRequestId(id_prefix)}, {"object", "list"}, {"created", Now()}, {"model", service.name()}};
+  out.update(extra);
+  out["data"] = std::move(data);
+  out["usage"] = {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}};
+  return Dump(out);
 }
 
 }  // namespace
@@ -61,6 +64,35 @@ StatusOr<RestReply> Classify(const std::vector<service::EncoderService*>& encode
                     {"num_classes", results[i].scores.size()}});
   }
   reply.body = ListReply(*service, "classify", std::move(data), tokens);
+  return reply;
+}
+
+StatusOr<RestReply> ClassifyTokens(const std::vector<service::EncoderService*>& encoders, const RestRequest& request) {
+  RS_ASSIGN_OR_RETURN(TokenClassifyBody body, ReadTokenClassifyBody(request.body));
+  RS_ASSIGN_OR_RETURN(service::EncoderService * service,
+                      FindEncoder(encoders, body.model, EncoderTask::kTokenClassify));
+  RS_ASSIGN_OR_RETURN(auto results, service->ClassifyTokens(body.inputs, body.options, request.timeout_seconds,
+                                                            request.client_gone, "input"));
+  const bool grouped = body.options.aggregation != qa::Aggregation::kNone;
+  std::int64_t tokens = 0;
+  json data = json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    tokens += results[i].tokens;
+    json entities = json::array();
+    for (const qa::Entity& e : results[i].entities) {
+      // transformers' keys: "entity" and "index" per token, "entity_group" grouped.
+      json one = {{grouped ? "entity_group" : "entity", e.label}, {"score", e.score}};
+      if (!grouped) one["index"] = e.index;
+      const auto [start, end] = qa::ConvertOffsets(body.inputs[i].text, e.start, e.end, body.offset_unit);
+      one.update({{"word", e.word}, {"start", start}, {"end", end}});
+      entities.push_back(std::move(one));
+    }
+    data.push_back({{"index", i}, {"object", "token_classification"}, {"entities", std::move(entities)}});
+  }
+  RestReply reply;
+  reply.body = ListReply(*service, "tokcls", std::move(data), tokens,
+                         {{"aggregation_strategy", qa::AggregationName(body.options.aggregation)},
+                          {"offset_unit", qa::OffsetUnitName(body.offset_unit)}});
   return reply;
 }
 

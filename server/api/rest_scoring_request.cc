@@ -1,5 +1,6 @@
-// Reading /classify (vLLM), /predict (TEI), /score (vLLM) and /rerank
-// (vLLM's Jina/Cohere shape, or TEI's) bodies (docs/classification.md).
+// Reading /classify (vLLM), /predict (TEI), /score (vLLM), /rerank
+// (vLLM's Jina/Cohere shape, or TEI's) and /v1/token-classify bodies
+// (docs/classification.md).
 // Model-free (the fuzz target links it).
 #include "server/api/json_fields.h"
 #include "server/api/rest_request.h"
@@ -49,6 +50,19 @@ constexpr Rule kTeiRerankRules[] = {
     {"return_text", Kind::kRead},
     {"truncate", Kind::kRead},
     {"truncation_direction", Kind::kRead},
+};
+
+constexpr Rule kTokenClassifyRules[] = {
+    {"model", Kind::kRead},
+    {"input", Kind::kRead},
+    {"aggregation_strategy", Kind::kRead},
+    {"ignore_labels", Kind::kRead},
+    {"offset_unit", Kind::kRead},
+    {"truncate", Kind::kRead},
+    {"truncation_direction", Kind::kRead},
+    {"user", Kind::kIgnored},
+    {"priority", Kind::kIgnored},
+    {"stride", Kind::kUnsupported, &NotNull},  // transformers: overlapping windows of a long text
 };
 
 Status Required(const ojson& body, const char* key) {
@@ -152,6 +166,45 @@ StatusOr<ClassifyBody> ReadClassifyBody(const std::string& text, bool tei) {
   bool raw = false;
   RS_RETURN_IF_ERROR(ReadActivation(body, raw));
   if (raw) out.options.activation = service::ClassifyOptions::Activation::kNone;
+  return out;
+}
+
+StatusOr<TokenClassifyBody> ReadTokenClassifyBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_RETURN_IF_ERROR(CheckFields(body, kTokenClassifyRules));
+  TokenClassifyBody out;
+  RS_RETURN_IF_ERROR(ReadInto(body, "model", out.model));
+  RS_RETURN_IF_ERROR(Required(body, "input"));
+  std::vector<std::string> texts;
+  RS_RETURN_IF_ERROR(ReadTexts(body["input"], "input", texts));
+  for (std::string& t : texts) out.inputs.push_back(service::EncoderInput::Text(std::move(t)));
+  std::optional<std::string> aggregation, unit;
+  RS_RETURN_IF_ERROR(Read(body, "aggregation_strategy", aggregation));
+  if (aggregation) {
+    const auto a = qa::ParseAggregation(*aggregation);
+    if (!a)
+      return Malformed("aggregation_strategy",
+                       "'aggregation_strategy' must be \"none\", \"simple\", \"first\", \"max\" or \"average\"");
+    out.options.aggregation = *a;
+  }
+  if (body.contains("ignore_labels") && !body["ignore_labels"].is_null()) {
+    const ojson& v = body["ignore_labels"];
+    if (!v.is_array()) return Malformed("ignore_labels", "'ignore_labels' must be a list of labels");
+    out.options.ignore_labels.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string())
+        return Malformed("ignore_labels[" + std::to_string(i) + "]", "'ignore_labels' must be a list of labels");
+      out.options.ignore_labels.push_back(v[i].get<std::string>());
+    }
+  }
+  RS_RETURN_IF_ERROR(Read(body, "offset_unit", unit));
+  if (unit) {
+    const auto u = qa::ParseOffsetUnit(*unit);
+    if (!u) return Malformed("offset_unit", "'offset_unit' must be \"code_point\", \"utf16\" or \"utf8_byte\"");
+    out.offset_unit = *u;
+  }
+  RS_RETURN_IF_ERROR(ReadInto(body, "truncate", out.options.truncate));
+  RS_RETURN_IF_ERROR(ReadDirection(body, out.options.truncate_left));
   return out;
 }
 

@@ -30,6 +30,7 @@ constexpr Route kRoutes[] = {
     {"/rerank", "POST", false, true},
     {"/v1/rerank", "POST", false, true},
     {"/v2/rerank", "POST", false, true},
+    {"/v1/token-classify", "POST", false, true},
     {"/v1/completions", "POST", false, true},
     {"/v1/chat/completions", "POST", false, true},
     {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},

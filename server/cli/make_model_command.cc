@@ -91,8 +91,9 @@ Runner AddMakeModel(CLI::App& app) {
       ->excludes("--qa")
       ->excludes("--embedding");
   sub->add_option("--token-classifier", *token_classifier,
-                  "Write a token classifier instead (ModernBert/RoFormerForTokenClassification of --qa-arch) with "
-                  "these labels (comma-separated, e.g. O,B-PER,I-PER)")
+                  "Write a token classifier instead (for `serve --encoder`: /v1/token-classify; ModernBert/"
+                  "RoFormerForTokenClassification of --qa-arch) with these labels (comma-separated, e.g. "
+                  "O,B-PER,I-PER)")
       ->delimiter(',')
       ->excludes("--qa")
       ->excludes("--embedding")

@@ -448,7 +448,8 @@ Runner AddServe(CLI::App& app) {
                   "present, without them mean pooling, last token for decoders) for /v1/embeddings, TEI's /embed "
                   "and gRPC Embed, /score and /rerank; or a sequence classifier (ModernBert/RoFormer/Llama/Qwen2/"
                   "Qwen3ForSequenceClassification) for /classify, TEI's /predict and gRPC Classify, and with one "
-                  "label (a cross-encoder) /score, /rerank and gRPC Rerank; repeatable, the "
+                  "label (a cross-encoder) /score, /rerank and gRPC Rerank; or a token classifier (ModernBert/"
+                  "RoFormerForTokenClassification) for /v1/token-classify and gRPC ClassifyTokens; repeatable, the "
                   "request's `model` picks one by directory name (default: a generated demo model when no "
                   "--model, --qa or --encoder is given)")
       ->envname("ROPESERVE_ENCODER")

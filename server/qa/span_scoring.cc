@@ -302,6 +302,25 @@ StatusOr<std::vector<Answer>> SelectAnswersAcross(const std::vector<Passage>& pa
                                                : Logits(passages, options, true, null_score);
 }
 
+std::optional<OffsetUnit> ParseOffsetUnit(std::string_view name) {
+  if (name == "code_point") return OffsetUnit::kCodePoint;
+  if (name == "utf16") return OffsetUnit::kUtf16;
+  if (name == "utf8_byte") return OffsetUnit::kUtf8Byte;
+  return std::nullopt;
+}
+
+const char* OffsetUnitName(OffsetUnit unit) {
+  switch (unit) {
+    case OffsetUnit::kUtf16:
+      return "utf16";
+    case OffsetUnit::kUtf8Byte:
+      return "utf8_byte";
+    case OffsetUnit::kCodePoint:
+      break;
+  }
+  return "code_point";
+}
+
 std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
                                                      OffsetUnit unit) {
   if (unit == OffsetUnit::kCodePoint) return {start, end};

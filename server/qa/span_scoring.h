@@ -28,7 +28,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -105,6 +107,9 @@ StatusOr<std::vector<Answer>> SelectAnswersAcross(const std::vector<Passage>& pa
 // How answer offsets are counted: code points (Python's str, the default),
 // UTF-16 code units (JavaScript, Java, C#), or UTF-8 bytes (Go, Rust, C).
 enum class OffsetUnit { kCodePoint, kUtf16, kUtf8Byte };
+// "code_point", "utf16", "utf8_byte" (the requests' `offset_unit`).
+std::optional<OffsetUnit> ParseOffsetUnit(std::string_view name);
+const char* OffsetUnitName(OffsetUnit unit);
 // The code-point range [start, end) of `text` in `unit`.
 std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
                                                      OffsetUnit unit);

@@ -27,11 +27,7 @@ StatusOr<std::unique_ptr<EncoderService>> EncoderService::Create(std::unique_ptr
   if (head == EncoderHead::kSpan)
     return InvalidArgument(model->config().architecture +
                            " has a head for extractive QA: serve it with --qa (--encoder takes base models for "
-                           "embeddings and sequence classifiers)");
-  if (head == EncoderHead::kToken)
-    return Unimplemented(model->config().architecture +
-                         " is a token classifier, which the server does not serve yet (--encoder takes base models "
-                         "for embeddings and sequence classifiers)");
+                           "embeddings, sequence and token classifiers)");
   std::unique_ptr<EncoderService> s(new EncoderService());
   s->impl_ = std::make_unique<Impl>();
   s->name_ = std::move(served_name);
@@ -59,6 +55,9 @@ std::int64_t EncoderService::max_input_tokens() const {
 struct EncoderService::Prepared {
   std::shared_ptr<WindowJob> job;  // one call's inputs
   std::vector<std::int64_t> skip;  // per input: leading tokens the pooling leaves out
+  // Token classification: each input's text and encoding (offsets, tokens).
+  std::vector<std::string> texts;
+  std::vector<tok::Encoding> encodings;
   WindowJob::Clock::time_point start = WindowJob::Clock::now();
 };
 
@@ -70,6 +69,7 @@ std::vector<std::size_t> RankByScore(const std::vector<ScoreResult>& results, st
 
 const char* EncoderService::task() const {
   if (embeds()) return "embed";
+  if (classifies_tokens()) return "token_classify";
   return scores_pairs() ? "score" : "classify";
 }
 
@@ -119,7 +119,9 @@ StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::Prepare(cons
     std::vector<TokenId> ids;
     std::vector<std::uint32_t> types;
     std::int64_t first = 0;
-    if (inputs[i].ids) {
+    if ((inputs[i].ids || inputs[i].pair) && how.keep_encodings) {
+      return InvalidArgument("token classification reads single texts, not token ids or pairs").WithParam(where);
+    } else if (inputs[i].ids) {
       ids = *inputs[i].ids;
       if (ids.empty()) return InvalidArgument("an input has no tokens").WithParam(where);
       for (TokenId id : ids)
@@ -146,6 +148,10 @@ StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::Prepare(cons
         t.direction = how.truncate_left ? tok::TruncationDirection::kLeft : tok::TruncationDirection::kRight;
         enc = encode(t);
         if (!enc.ok()) return enc.status().WithParam(where);
+      }
+      if (how.keep_encodings) {
+        p->texts.push_back(inputs[i].text);
+        p->encodings.push_back(*enc);
       }
       ids = std::move(enc->ids);
       if (inputs[i].pair) types = std::move(enc->type_ids);
@@ -207,6 +213,19 @@ StatusOr<std::vector<ClassifyResult>> EncoderService::FinishClassify(Prepared& p
       ApplyScoreActivation(options.activation == ClassifyOptions::Activation::kScore ? config().score_activation
                                                                                      : config().classify_activation,
                            out[i].scores);
+  }
+  return out;
+}
+
+StatusOr<std::vector<TokenClassifyResult>> EncoderService::FinishTokens(Prepared& p,
+                                                                        const TokenClassifyOptions& options) const {
+  const std::size_t n = p.job->windows.size();
+  std::vector<TokenClassifyResult> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].tokens = static_cast<std::int64_t>(p.job->windows[i].size());
+    const qa::TokenLogits logits{p.texts[i], p.encodings[i], p.job->output(i).classes, config().labels};
+    RS_ASSIGN_OR_RETURN(out[i].entities,
+                        qa::GroupEntities(logits, *impl_->tokenizer, options.aggregation, options.ignore_labels));
   }
   return out;
 }
@@ -286,6 +305,38 @@ StatusOr<std::shared_ptr<EncoderCall>> EncoderService::ClassifyAsync(const std::
       [this, p, options] {
         Observe(*p);
         return FinishClassify(*p, options);
+      },
+      std::move(done));
+}
+
+StatusOr<std::vector<TokenClassifyResult>> EncoderService::ClassifyTokens(const std::vector<EncoderInput>& inputs,
+                                                                          const TokenClassifyOptions& options,
+                                                                          double timeout_seconds, bool (*abandoned)(),
+                                                                          const std::string& param) {
+  if (!classifies_tokens()) return NotA(config(), "a token classifier");
+  Tokenize how = Truncating(options.truncate, options.truncate_left);
+  how.keep_encodings = true;
+  RS_ASSIGN_OR_RETURN(auto p, Prepare(inputs, how, timeout_seconds, param));
+  return RunSync<std::vector<TokenClassifyResult>>(*impl_->lane, p->job, abandoned, [&]() {
+    Observe(*p);
+    return FinishTokens(*p, options);
+  });
+}
+
+StatusOr<std::shared_ptr<EncoderCall>> EncoderService::ClassifyTokensAsync(const std::vector<EncoderInput>& inputs,
+                                                                           const TokenClassifyOptions& options,
+                                                                           double timeout_seconds,
+                                                                           ClassifyTokensDone done,
+                                                                           const std::string& param) {
+  if (!classifies_tokens()) return NotA(config(), "a token classifier");
+  Tokenize how = Truncating(options.truncate, options.truncate_left);
+  how.keep_encodings = true;
+  RS_ASSIGN_OR_RETURN(auto p, Prepare(inputs, how, timeout_seconds, param));
+  return RunAsync<std::vector<TokenClassifyResult>>(
+      *impl_->lane, p->job, &impl_->options.post,
+      [this, p, options] {
+        Observe(*p);
+        return FinishTokens(*p, options);
       },
       std::move(done));
 }

@@ -7,7 +7,10 @@
 //    /classify, TEI's /predict, gRPC Classify;
 //  - pair scoring (/score, /rerank, gRPC Rerank): a cross-encoder (a
 //    classifier of one label) scores each (query, document) pair as one
-//    input; an embedder scores the cosine of their embeddings.
+//    input; an embedder scores the cosine of their embeddings;
+//  - token classification (…ForTokenClassification): entities grouped as
+//    transformers' pipeline does (server/qa/token_entities.h):
+//    /v1/token-classify, gRPC ClassifyTokens.
 // A call's inputs become windows of one encoder job
 // (server/engine/encoder_queue.h), run in the engine's steps beside decodes
 // and QA windows, or by a worker thread of the service when no engine
@@ -30,6 +33,7 @@
 #include "server/common/token_id.h"
 #include "server/embedding/pooling.h"
 #include "server/models/span_model.h"
+#include "server/qa/token_entities.h"
 #include "server/service/window_job.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -87,6 +91,19 @@ struct ClassifyResult {
   std::int64_t tokens = 0;
 };
 
+// Token classification: how tokens become entities (qa::GroupEntities).
+struct TokenClassifyOptions {
+  qa::Aggregation aggregation = qa::Aggregation::kSimple;
+  std::vector<std::string> ignore_labels = {"O"};
+  bool truncate = false;  // as EmbedOptions
+  bool truncate_left = false;
+};
+
+struct TokenClassifyResult {
+  std::vector<qa::Entity> entities;  // offsets in code points of the input
+  std::int64_t tokens = 0;
+};
+
 // Pair scoring: the relevance of each document to the query.
 struct ScoreOptions {
   bool truncate = false;
@@ -132,8 +149,9 @@ using EmbedCall = EncoderCall;
 
 class EncoderService {
  public:
-  // `model` is a base model (EncoderHead::kNone) or a sequence classifier
-  // (kSequence); InvalidArgument for other heads.
+  // `model` is a base model (EncoderHead::kNone), a sequence classifier
+  // (kSequence) or a token classifier (kToken); InvalidArgument for a span
+  // head (QaService serves those).
   static StatusOr<std::unique_ptr<EncoderService>> Create(std::unique_ptr<SpanModel> model,
                                                           std::shared_ptr<const tok::Tokenizer> tokenizer,
                                                           std::string served_name, embedding::EmbeddingConfig pooling,
@@ -147,9 +165,11 @@ class EncoderService {
   // What the head serves.
   bool embeds() const { return config().head == EncoderHead::kNone; }
   bool classifies() const { return config().head == EncoderHead::kSequence; }
+  bool classifies_tokens() const { return config().head == EncoderHead::kToken; }
   // Pair scoring: an embedder (cosine) or a classifier of one label.
   bool scores_pairs() const { return embeds() || (classifies() && config().num_labels == 1); }
-  // "embed", "classify" or "score" (a cross-encoder): /v1/models' task.
+  // "embed", "classify", "score" (a cross-encoder) or "token_classify":
+  // /v1/models' task.
   const char* task() const;
   // The longest input in tokens: max_position_embeddings, or the
   // sentence-transformers max_seq_length when smaller.
@@ -185,6 +205,18 @@ class EncoderService {
                                                        const ClassifyOptions& options, double timeout_seconds,
                                                        ClassifyDone done, const std::string& param = "inputs");
 
+  // A token classifier's entities in each text (EncoderInput::Text only),
+  // as Embed: FailedPrecondition when the model is not a token classifier.
+  StatusOr<std::vector<TokenClassifyResult>> ClassifyTokens(const std::vector<EncoderInput>& inputs,
+                                                            const TokenClassifyOptions& options,
+                                                            double timeout_seconds = 0, bool (*abandoned)() = nullptr,
+                                                            const std::string& param = "input");
+  using ClassifyTokensDone = std::function<void(StatusOr<std::vector<TokenClassifyResult>>)>;
+  StatusOr<std::shared_ptr<EncoderCall>> ClassifyTokensAsync(const std::vector<EncoderInput>& inputs,
+                                                             const TokenClassifyOptions& options,
+                                                             double timeout_seconds, ClassifyTokensDone done,
+                                                             const std::string& param = "inputs");
+
   // The relevance of each of `documents` to its query (scores_pairs()
   // models): `queries` holds one query for every document, or one per
   // document. A cross-encoder reads each (query, document) pair as one
@@ -210,6 +242,7 @@ class EncoderService {
     bool truncate_left = false;
     std::optional<std::string> prompt_name;
     bool use_prompt = false;
+    bool keep_encodings = false;  // token classification: texts and their encodings kept
   };
   static Tokenize EmbedTokenize(const EmbedOptions& o) { return {o.truncate, o.truncate_left, o.prompt_name, true}; }
   static Tokenize Truncating(bool truncate, bool left) { return {truncate, left, std::nullopt, false}; }
@@ -218,6 +251,7 @@ class EncoderService {
                                               double timeout_seconds, const std::string& param) const;
   StatusOr<std::vector<EmbedResult>> FinishEmbed(Prepared& p, const EmbedOptions& options) const;
   StatusOr<std::vector<ClassifyResult>> FinishClassify(Prepared& p, const ClassifyOptions& options) const;
+  StatusOr<std::vector<TokenClassifyResult>> FinishTokens(Prepared& p, const TokenClassifyOptions& options) const;
   // Score as a computation on the outputs of one job.
   StatusOr<std::vector<ScoreResult>> FinishScore(Prepared& p, const ScoreOptions& options,
                                                  std::size_t num_queries) const;

@@ -217,13 +217,9 @@ StatusOr<ValidatedQa> ValidateQa(const QaFields& f, std::int64_t max_position_em
   if (scoring != "pipeline" && scoring != "logits")
     return Bad("scoring", "'scoring' must be \"pipeline\" or \"logits\"");
   o.scoring = scoring == "logits" ? qa::Scoring::kLogits : qa::Scoring::kPipeline;
-  const std::string unit = f.offset_unit.value_or("code_point");
-  if (unit == "utf16")
-    out.offset_unit = qa::OffsetUnit::kUtf16;
-  else if (unit == "utf8_byte")
-    out.offset_unit = qa::OffsetUnit::kUtf8Byte;
-  else if (unit != "code_point")
-    return Bad("offset_unit", "'offset_unit' must be \"code_point\", \"utf16\" or \"utf8_byte\"");
+  const std::optional<qa::OffsetUnit> unit = qa::ParseOffsetUnit(f.offset_unit.value_or("code_point"));
+  if (!unit) return Bad("offset_unit", "'offset_unit' must be \"code_point\", \"utf16\" or \"utf8_byte\"");
+  out.offset_unit = *unit;
   return out;
 }
 

@@ -99,6 +99,12 @@ class Model {
   virtual std::optional<TokenId> TokenToId(const std::string& token) const = 0;
   virtual const std::string* IdToToken(TokenId id) const = 0;
   virtual size_t VocabSize() const = 0;
+  // WordPiece's "##" (or a BPE's continuing_subword_prefix): tokens that
+  // continue a word carry it. Empty when the model has none.
+  virtual const std::string& ContinuingSubwordPrefix() const {
+    static const std::string kNone;
+    return kNone;
+  }
 };
 
 class PostProcessor {

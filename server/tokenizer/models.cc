@@ -247,6 +247,10 @@ class BpeModel final : public VocabModel {
     return toks;
   }
 
+ public:
+  const std::string& ContinuingSubwordPrefix() const override { return prefix_; }
+
+ private:
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>> merges_;  // -> (rank, merged id)
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
@@ -305,6 +309,7 @@ class WordPieceModel final : public VocabModel {
     out->insert(out->end(), toks.begin(), toks.end());
     return Status::Ok();
   }
+  const std::string& ContinuingSubwordPrefix() const override { return prefix_; }
 
  private:
   std::optional<TokenId> unk_;

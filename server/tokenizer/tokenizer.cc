@@ -554,6 +554,10 @@ StatusOr<std::string> Tokenizer::Decode(const std::vector<TokenId>& ids, bool sk
     if (skip_special && IsSpecial(id)) continue;
     tokens.push_back(*t);
   }
+  return DecodeTokens(std::move(tokens));
+}
+
+StatusOr<std::string> Tokenizer::DecodeTokens(std::vector<std::string> tokens) const {
   if (!decoder_) {
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -566,6 +570,10 @@ StatusOr<std::string> Tokenizer::Decode(const std::vector<TokenId>& ids, bool sk
   std::string out;
   for (const auto& t : tokens) out += t;
   return out;
+}
+
+std::optional<TokenId> Tokenizer::UnkId() const {
+  return config_.unk_token ? TokenToId(*config_.unk_token) : std::nullopt;
 }
 
 std::optional<std::string> Tokenizer::TokenBytes(TokenId id) const {

@@ -74,6 +74,16 @@ class Tokenizer {
                                 const std::optional<Truncation>& truncation) const;
   // InvalidArgument for an id outside the vocabulary.
   StatusOr<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special_tokens) const;
+  // Token strings through the decoder: transformers'
+  // convert_tokens_to_string (how its token-classification pipeline spells
+  // an entity's word).
+  StatusOr<std::string> DecodeTokens(std::vector<std::string> tokens) const;
+  // The model's continuing_subword_prefix (WordPiece's "##"); empty for
+  // models that do not mark word continuations.
+  const std::string& ContinuingSubwordPrefix() const { return model_->ContinuingSubwordPrefix(); }
+  // tokenizer_config.json's unk_token as an id (transformers'
+  // unk_token_id); nullopt when it names none.
+  std::optional<TokenId> UnkId() const;
 
   std::optional<TokenId> TokenToId(const std::string& token) const;
   const std::string* IdToToken(TokenId id) const;

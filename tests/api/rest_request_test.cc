@@ -377,6 +377,36 @@ TEST(RestRequest, ScoreAndRerankBodies) {
   EXPECT_EQ(Refused(rerank, R"({"query":"q","texts":["a"],"top_n":1})"), "top_n");  // not in TEI's shape
 }
 
+// /v1/token-classify: transformers' aggregation_strategy and ignore_labels
+// (defaults: simple, ["O"]), /v1/qa's offset units, TEI's truncation.
+TEST(RestRequest, TokenClassifyBodies) {
+  auto d = ReadTokenClassifyBody(R"({"model":"ner","input":"Ann lives in Paris"})");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->model, "ner");
+  ASSERT_EQ(d->inputs.size(), 1u);
+  EXPECT_EQ(d->options.aggregation, qa::Aggregation::kSimple);
+  EXPECT_EQ(d->options.ignore_labels, (std::vector<std::string>{"O"}));
+  EXPECT_EQ(d->offset_unit, qa::OffsetUnit::kCodePoint);
+  EXPECT_FALSE(d->options.truncate);
+  auto all = ReadTokenClassifyBody(R"({"input":["a","b"],"aggregation_strategy":"FIRST","ignore_labels":[],
+                                       "offset_unit":"utf16","truncate":true,"truncation_direction":"Left"})");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->inputs.size(), 2u);
+  EXPECT_EQ(all->options.aggregation, qa::Aggregation::kFirst);
+  EXPECT_TRUE(all->options.ignore_labels.empty());
+  EXPECT_EQ(all->offset_unit, qa::OffsetUnit::kUtf16);
+  EXPECT_TRUE(all->options.truncate && all->options.truncate_left);
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"model":"ner"})"), "input");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":[]})"), "input");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","aggregation_strategy":"mean"})"), "aggregation_strategy");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","ignore_labels":"O"})"), "ignore_labels");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","ignore_labels":["O",1]})"), "ignore_labels[1]");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","offset_unit":"bytes"})"), "offset_unit");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","stride":16})"), "stride");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","truncation_direction":"up"})"), "truncation_direction");
+  EXPECT_EQ(Refused(ReadTokenClassifyBody, R"({"input":"a","labels":["x"]})"), "labels");
+}
+
 // The Hugging Face pipeline's shape, multi-passage questions, offset units.
 TEST(RestRequest, QaPipelineShapeAndPassages) {
   auto hf = ReadQaBody(

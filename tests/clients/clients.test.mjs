@@ -105,6 +105,8 @@ test('live answers of every route match their schemas', async () => {
     ['/v1/rerank', 'RerankRequest', { model: 'rerank', query: 'Hello', documents: ['world', { text: 'two' }], top_n: 1 }],
     ['/v2/rerank', 'RerankRequest', { model: 'embed', query: 'Hello', documents: ['world'], return_documents: false }],
     ['/rerank', 'TeiRerankRequest', { model: 'rerank', query: 'Hello', texts: ['world', 'two'], return_text: true }],
+    ['/v1/token-classify', 'TokenClassifyRequest', { model: 'ner', input: ['Ann Lee', 'two'], ignore_labels: [] }],
+    ['/v1/token-classify', 'TokenClassifyRequest', { input: 'Ann Lee', aggregation_strategy: 'none', offset_unit: 'utf16' }],
   ];
   for (const [route, requestSchema, body] of requests) {
     conforms(requestSchema, body);  // the document accepts what the server accepts
@@ -141,9 +143,9 @@ test('live answers of every route match their schemas', async () => {
 test('openai SDK: models, completions, chat and streaming', async () => {
   const models = await client.models.list();
   const ids = models.data.map((m) => m.id);
-  assert.equal(ids.length, 5, JSON.stringify(models.data));
+  assert.equal(ids.length, 6, JSON.stringify(models.data));
   const tasks = models.data.map((m) => m.task).sort();
-  assert.deepEqual(tasks, ['classify', 'embed', 'generate', 'question-answering', 'score']);
+  assert.deepEqual(tasks, ['classify', 'embed', 'generate', 'question-answering', 'score', 'token_classify']);
 
   const c = await client.completions.create({ model: ids[0], prompt: 'Once upon', max_tokens: 5, temperature: 0, logprobs: 3 });
   assert.equal(c.choices.length, 1);

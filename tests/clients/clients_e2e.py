@@ -31,10 +31,14 @@ def main():
     subprocess.run([args.binary, "make-model", "--classifier", "neg,pos", "--out", cls], check=True, capture_output=True)
     subprocess.run([args.binary, "make-model", "--classifier", "relevance", "--out", rerank], check=True,
                    capture_output=True)
+    ner = os.path.join(workdir, "ner")
+    subprocess.run([args.binary, "make-model", "--token-classifier", "O,B-PER,I-PER", "--out", ner], check=True,
+                   capture_output=True)
     servers = []
     ok = False
     try:
-        main_server = Server(args.binary, model, workdir, ["--qa", qa, "--encoder", embed, "--encoder", cls, "--encoder", rerank],
+        main_server = Server(args.binary, model, workdir, ["--qa", qa, "--encoder", embed, "--encoder", cls, "--encoder", rerank,
+                                                        "--encoder", ner],
                              name="main")
         servers.append(main_server)
         auth = Server(args.binary, model, workdir, ["--api-key", "secret-one", "--api-key", "secret-two"], name="auth")

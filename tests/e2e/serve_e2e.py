@@ -349,6 +349,64 @@ def test_classify_score_and_rerank_shapes(env):
           "gRPC Classify without inputs")
 
 
+def test_token_classification(env):
+    """/v1/token-classify and gRPC ClassifyTokens on a token classifier:
+    transformers' entity shapes per aggregation_strategy, offsets in the
+    three units, REST == gRPC, errors naming the field."""
+    s, g = env.main, env.g
+    _, _, models = curl(s.http, "/v1/models")
+    card = {m["id"]: m for m in json.loads(models)["data"]}["ner"]
+    check(card["task"] == "token_classify" and card["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"], card)
+    text = "Ann Lee 🦉 walks to Paris"
+    status, none, _ = post_json(s.http, "/v1/token-classify", {"model": "ner", "input": [text, "a fox"],
+                                                               "aggregation_strategy": "none", "ignore_labels": []})
+    check(status == 200 and none["object"] == "list" and none["aggregation_strategy"] == "none", f"{status} {none}")
+    check(len(none["data"]) == 2 and none["usage"]["prompt_tokens"] > 6, none)
+    tokens = none["data"][0]["entities"]
+    check(len(tokens) >= 6 and all(set(e) == {"entity", "score", "index", "word", "start", "end"} for e in tokens), tokens)
+    check(all(0 < e["score"] <= 1 and 0 <= e["start"] <= e["end"] <= len(text) for e in tokens), tokens)
+    check([e["index"] for e in tokens] == sorted(e["index"] for e in tokens), "tokens out of order")
+    # The default: simple, "O" dropped; groups carry entity_group and no index.
+    status, simple, _ = post_json(s.http, "/v1/token-classify", {"input": text})
+    check(status == 200 and simple["model"] == "ner" and simple["aggregation_strategy"] == "simple", simple)
+    for e in simple["data"][0]["entities"]:
+        check(set(e) == {"entity_group", "score", "word", "start", "end"} and e["entity_group"] in ("PER", "LOC"), e)
+    # Offsets: the owl is one code point, two UTF-16 units, four UTF-8 bytes.
+    after = [e for e in tokens if e["start"] > text.index("🦉")]
+    check(after, "no token after the owl")
+    for unit, extra in (("utf16", 1), ("utf8_byte", 3)):
+        status, u, _ = post_json(s.http, "/v1/token-classify", {"input": text, "aggregation_strategy": "none",
+                                                                "ignore_labels": [], "offset_unit": unit})
+        check(status == 200 and u["offset_unit"] == unit, u)
+        moved = [e for e in u["data"][0]["entities"] if e["index"] in {a["index"] for a in after}]
+        check([e["start"] - extra for e in moved] == [a["start"] for a in after], f"{unit}: {moved} vs {after}")
+    # gRPC ClassifyTokens: the same entities.
+    r = g.stub(s.grpc).ClassifyTokens(g.pb.ClassifyTokensRequest(model="ner", texts=[text, "a fox"],
+                                                                 aggregation_strategy="none",
+                                                                 ignore_labels=g.pb.LabelList()),
+                                      timeout=HANG_GUARD_SECONDS)
+    check(r.aggregation_strategy == "none" and len(r.results) == 2, r)
+    got = [(e.label, e.score, e.word, e.start, e.end, e.index) for e in r.results[0].entities]
+    want = [(e["entity"], e["score"], e["word"], e["start"], e["end"], e["index"]) for e in tokens]
+    check(got == want, f"gRPC ClassifyTokens != REST: {got} vs {want}")
+    r = g.stub(s.grpc).ClassifyTokens(g.pb.ClassifyTokensRequest(texts=[text]), timeout=HANG_GUARD_SECONDS)
+    check([(e.label, e.word, e.start, e.end, e.index) for e in r.results[0].entities] ==
+          [(e["entity_group"], e["word"], e["start"], e["end"], -1) for e in simple["data"][0]["entities"]],
+          "gRPC default != REST default")
+    for body, param in ((({"model": "cls", "input": "a"}), "model"), ({"input": "a", "aggregation_strategy": "mean"},
+                        "aggregation_strategy"), ({"input": ["a", ""]}, "input[1]"), ({"input": "a", "stride": 8},
+                        "stride"), ({"input": "a", "offset_unit": "bytes"}, "offset_unit")):
+        status, err, _ = post_json(s.http, "/v1/token-classify", body)
+        check(status == 400 and err["error"]["param"] == param, f"{body}: {status} {err}")
+    check(g.code(lambda: g.stub(s.grpc).ClassifyTokens(g.pb.ClassifyTokensRequest(model="cls", texts=["a"]),
+                                                       timeout=10)) == "INVALID_ARGUMENT", "gRPC on a classifier")
+    check(g.code(lambda: g.stub(s.grpc).ClassifyTokens(g.pb.ClassifyTokensRequest(texts=["a"], offset_unit="x"),
+                                                       timeout=10)) == "INVALID_ARGUMENT", "gRPC bad offset_unit")
+    # A classifier endpoint refuses the token classifier by name.
+    status, err, _ = post_json(s.http, "/classify", {"model": "ner", "input": "a"})
+    check(status == 400 and err["error"]["param"] == "model", err)
+
+
 def test_qa_and_decodes_both_progress(env):
     """A flood of QA requests does not stall running decodes, and many
     running decodes do not stall QA (QA windows share the engine's steps)."""

@@ -70,9 +70,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
       (void)api::ReadCountTokensBody(body);
       break;
     }
-    default: {  // the encoders' endpoints: /v1/qa, /v1/embeddings, /embed, /classify, /predict, /score, /rerank
+    default: {  // the encoders' endpoints: /v1/qa, /v1/embeddings, /embed, /classify, /predict, /score, /rerank,
+                // /v1/token-classify
       auto r = api::ReadQaBody(body);
       if (r.ok()) (void)service::ValidateQa(r->fields, 512);
+      (void)api::ReadTokenClassifyBody(body);
       for (const bool tei : {false, true}) {
         (void)api::ReadEmbeddingsBody(body, tei);
         (void)api::ReadClassifyBody(body, tei);

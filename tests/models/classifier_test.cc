@@ -280,6 +280,97 @@ TEST_P(Classifier, ServiceClassifiesWithTheActivationAndIsBatchInvariant) {
   EXPECT_EQ(svc.Score(pairs, {}).status().code(), ErrorCode::kFailedPrecondition);
 }
 
+// Token classification through the service: with aggregation "none" and
+// nothing ignored, one entity per token that is not special, its label the
+// argmax and its score the softmax (computed here in float64) of the
+// model's own logits for the tokenized text, its offsets the tokenizer's;
+// grouped entities are qa::GroupEntities of those logits (its rules are
+// token_entities_test's); bitwise the same alone, batched and in an
+// engine's steps.
+TEST_P(Classifier, ServiceClassifiesTokens) {
+  if (decoder()) GTEST_SKIP() << "token classifiers are encoders";
+  const std::vector<std::string> labels = {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"};
+  Make("token", labels);
+  auto s = LoadEncoderService(dir_.path(), "ner");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  service::EncoderService& svc = **s;
+  EXPECT_TRUE(svc.classifies_tokens());
+  EXPECT_FALSE(svc.classifies() || svc.embeds() || svc.scores_pairs());
+  EXPECT_STREQ(svc.task(), "token_classify");
+  const std::string text = "ann lee walks to paris";
+  service::TokenClassifyOptions none;
+  none.aggregation = qa::Aggregation::kNone;
+  none.ignore_labels = {};
+  auto got = svc.ClassifyTokens({Input::Text(text)}, none);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto enc = svc.tokenizer().Encode(text, true);
+  ASSERT_TRUE(enc.ok());
+  auto direct = model_->ForwardWindows({enc->ids});
+  ASSERT_TRUE(direct.ok());
+  const std::vector<float>& logits = (*direct)[0].classes;
+  const std::size_t L = labels.size();
+  std::size_t specials = 0;
+  for (auto m : enc->special_tokens_mask) specials += m;
+  ASSERT_EQ((*got)[0].entities.size(), enc->size() - specials);
+  EXPECT_EQ((*got)[0].tokens, static_cast<std::int64_t>(enc->size()));
+  for (const qa::Entity& e : (*got)[0].entities) {
+    const auto i = static_cast<std::size_t>(e.index);
+    ASSERT_LT(i, enc->size());
+    EXPECT_FALSE(enc->special_tokens_mask[i]);
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < L; ++k)
+      if (logits[i * L + k] > logits[i * L + best]) best = k;
+    double denom = 0;  // the best label's probability is 1 / sum exp(l - l_best)
+    for (std::size_t k = 0; k < L; ++k)
+      denom += std::exp(static_cast<double>(logits[i * L + k]) - logits[i * L + best]);
+    EXPECT_EQ(e.label, labels[best]);
+    EXPECT_NEAR(e.score, 1 / denom, 1e-12);
+    EXPECT_EQ(e.word, enc->tokens[i]);
+    EXPECT_EQ(e.start, static_cast<std::int64_t>(enc->offsets[i].start));
+    EXPECT_EQ(e.end, static_cast<std::int64_t>(enc->offsets[i].end));
+  }
+  service::TokenClassifyOptions simple;  // the default: simple, "O" ignored
+  auto grouped = svc.ClassifyTokens({Input::Text(text)}, simple);
+  ASSERT_TRUE(grouped.ok());
+  auto expected = qa::GroupEntities({text, *enc, logits, labels}, svc.tokenizer(), qa::Aggregation::kSimple, {"O"});
+  ASSERT_TRUE(expected.ok());
+  ASSERT_EQ((*grouped)[0].entities.size(), expected->size());
+  for (std::size_t k = 0; k < expected->size(); ++k) {
+    EXPECT_EQ((*grouped)[0].entities[k].label, (*expected)[k].label);
+    EXPECT_EQ((*grouped)[0].entities[k].score, (*expected)[k].score);
+    EXPECT_EQ((*grouped)[0].entities[k].word, (*expected)[k].word);
+  }
+  // Alone, batched, in an engine's steps: the same entities, bitwise.
+  auto same = [](const qa::Entity& a, const qa::Entity& b) {
+    return a.label == b.label && a.score == b.score && a.word == b.word && a.start == b.start && a.end == b.end;
+  };
+  auto batch = svc.ClassifyTokens(
+      {Input::Text("a much longer text that makes the batch uneven, truly"), Input::Text(text)}, none);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ((*batch)[1].entities.size(), (*got)[0].entities.size());
+  for (std::size_t k = 0; k < (*got)[0].entities.size(); ++k)
+    EXPECT_TRUE(same((*batch)[1].entities[k], (*got)[0].entities[k])) << k;
+  testing::DecodingEngine running(16);
+  service::EncoderServiceOptions eo;
+  eo.engine = &running.engine();
+  auto stepped = LoadEncoderService(dir_.path(), "ner", eo);
+  ASSERT_TRUE(stepped.ok());
+  auto in_steps = (*stepped)->ClassifyTokens({Input::Text(text)}, none);
+  ASSERT_TRUE(in_steps.ok()) << in_steps.status().ToString();
+  ASSERT_EQ((*in_steps)[0].entities.size(), (*got)[0].entities.size());
+  for (std::size_t k = 0; k < (*got)[0].entities.size(); ++k)
+    EXPECT_TRUE(same((*in_steps)[0].entities[k], (*got)[0].entities[k])) << k;
+  running.FinishDecode();
+  // Token ids and pairs are refused (entities need the text); a token
+  // classifier neither classifies sequences nor embeds.
+  auto ids = svc.ClassifyTokens({Input::Text("fine"), Input::Ids({5, 6})}, none);
+  EXPECT_EQ(ids.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ids.status().param(), "input[1]");
+  EXPECT_EQ(svc.ClassifyTokens({Input::Pair("a", "b")}, none).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(svc.Classify({Input::Text("a")}, {}).status().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(svc.Embed({Input::Text("a")}, {}).status().code(), ErrorCode::kFailedPrecondition);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Classifier, ::testing::Values("modernbert", "roformer", "qwen3", "llama"));
 
 // A cross-encoder (one label, sentence-transformers' Sigmoid): a pair's
@@ -353,16 +444,13 @@ TEST(PairScoring, CrossEncodersAndEmbedders) {
 }
 
 TEST(ClassifierLoad, HeadsTheEncoderServiceDoesNotServeAreRefused) {
-  testing::ScratchDir qa, token;
+  testing::ScratchDir qa;
   ASSERT_TRUE(MakeEncoderModel(qa.path(), MakeEncoderOptions{}).ok());
   auto span = LoadEncoderService(qa.path(), "qa");
   EXPECT_EQ(span.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(span.status().message().find("--qa"), std::string::npos) << span.status().ToString();
   MakeEncoderOptions o;
-  o.head = "token";
   o.labels = {"O", "B-PER"};
-  ASSERT_TRUE(MakeEncoderModel(token.path(), o).ok());
-  EXPECT_EQ(LoadEncoderService(token.path(), "tok").status().code(), ErrorCode::kUnimplemented);
   // A decoder classifier neither generates nor pools as a trunk.
   testing::ScratchDir cls;
   o.head = "sequence";
