@@ -35,6 +35,18 @@ namespace ropeserve::cli {
 
 namespace {
 
+// --encoder's value: DIR (named after the directory), or NAME=DIR when it is
+// not a directory itself (a directory's name may hold '=').
+struct EncoderFlag {
+  std::string name;  // empty: the directory's name
+  std::string dir;
+};
+EncoderFlag SplitEncoderFlag(const std::string& value) {
+  const std::size_t eq = value.find('=');
+  if (std::filesystem::is_directory(value) || eq == std::string::npos) return {"", value};
+  return {value.substr(0, eq), value.substr(eq + 1)};
+}
+
 struct ServeFlags {
   SpeculativeFlags speculative;
   std::string summarizer;
@@ -202,11 +214,15 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     f.encoders.push_back(dir);
   }
   const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
-  for (const std::string& dir : f.encoders) {
+  for (const std::string& flag : f.encoders) {
+    // DIR, or NAME=DIR (the model id the API reports, as --served-model-name).
+    const auto [named, dir] = SplitEncoderFlag(flag);
     service::EncoderServiceOptions eo;
     eo.engine = &out.service->engine();
     eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
-    const std::string name = demo_qa ? "demo-embed" : std::filesystem::path(dir).filename().string();
+    const std::string name = demo_qa          ? "demo-embed"
+                             : !named.empty() ? named
+                                              : std::filesystem::path(dir).filename().string();
     eo.on_latency = [&metrics, name](double seconds) { metrics.ObserveEmbeddingLatency(name, seconds); };
     // gRPC Embed calls pool their vectors on the work pool, not on the engine's thread.
     if (auto pool = work_pool) eo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
@@ -441,6 +457,16 @@ Runner AddServe(CLI::App& app) {
                   "is not given either)")
       ->envname("ROPESERVE_QA")
       ->check(CLI::ExistingDirectory);
+  // An existing directory, or NAME=DIR.
+  const CLI::Validator encoder_dir(
+      [](std::string& value) -> std::string {
+        const EncoderFlag e = SplitEncoderFlag(value);
+        if (value.find('=') == 0) return "--encoder NAME=DIR needs a NAME";
+        if (e.name.find_first_of(" \t\r\n") != std::string::npos) return "a model id has no spaces: " + e.name;
+        if (std::filesystem::is_directory(e.dir)) return "";
+        return "Directory does not exist: " + e.dir + " (--encoder takes DIR or NAME=DIR)";
+      },
+      "DIR|NAME=DIR");
   sub->add_option("--encoder", f->encoders,
                   "Encoder model directory (config.json, safetensors, tokenizer.json): a sentence-embedding "
                   "model (ModernBertModel, RoFormerModel, or a decoder trunk: Llama/Mistral/Qwen2/Qwen3Model or "
@@ -450,10 +476,10 @@ Runner AddServe(CLI::App& app) {
                   "Qwen3ForSequenceClassification) for /classify, TEI's /predict and gRPC Classify, and with one "
                   "label (a cross-encoder) /score, /rerank and gRPC Rerank; or a token classifier (ModernBert/"
                   "RoFormerForTokenClassification) for /v1/token-classify and gRPC ClassifyTokens; repeatable, the "
-                  "request's `model` picks one by directory name (default: a generated demo model when no "
-                  "--model, --qa or --encoder is given)")
+                  "request's `model` picks one by its id: the directory's name, or NAME given as NAME=DIR "
+                  "(default: a generated demo model when no --model, --qa or --encoder is given)")
       ->envname("ROPESERVE_ENCODER")
-      ->check(CLI::ExistingDirectory);
+      ->check(encoder_dir);
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
   sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")

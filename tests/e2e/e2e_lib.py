@@ -299,14 +299,14 @@ def run_tests(tests, description, tools=("curl",)):
     env.rerank_model = os.path.join(env.workdir, "rerank")
     subprocess.run([env.binary, "make-model", "--classifier", "relevance", "--qa-arch", "roformer", "--out",
                     env.rerank_model], check=True, capture_output=True)
-    # A token classifier (named-entity tags).
-    env.ner_model = os.path.join(env.workdir, "ner")
+    # A token classifier (named-entity tags), served as "ner" (NAME=DIR).
+    env.ner_model = os.path.join(env.workdir, "token-model")
     subprocess.run([env.binary, "make-model", "--token-classifier", "O,B-PER,I-PER,B-LOC,I-LOC", "--out",
                     env.ner_model], check=True, capture_output=True)
     env.g = Grpc(env.workdir)
     env.main = Server(env.binary, env.model, env.workdir,
                       ["--qa", env.qa_model, "--encoder", env.embed_model, "--encoder", env.cls_model,
-                       "--encoder", env.rerank_model, "--encoder", env.ner_model], name="main")
+                       "--encoder", env.rerank_model, "--encoder", "ner=" + env.ner_model], name="main")
     failures = 0
     try:
         for test in tests:
