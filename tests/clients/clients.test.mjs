@@ -6,6 +6,10 @@
 //  - the official openai SDK: models, completions, chat, streaming,
 //    logprobs, logit_bias, and errors as the SDK's exception classes;
 //  - LangChain's ChatOpenAI and OpenAIEmbeddings;
+//  - the cohere-ai SDK's rerank (v1 and v2 clients) and LangChain's
+//    CohereRerank on it, against /v1/rerank and /v2/rerank (vLLM's
+//    Cohere-compatible shape; package.json pins @aws-crypto/sha256-js
+//    because cohere-ai 7.19 requires it at load without declaring it);
 //  - @grpc/grpc-js: the service found through server reflection, then
 //    Summarize, Answer and Generate called, and error details decoded.
 // Run with `node --test`; RS_HTTP, RS_AUTH_HTTP, RS_BUSY_HTTP, RS_GRPC,
@@ -311,6 +315,34 @@ test('openai SDK and LangChain embeddings: float and base64 agree', async () => 
   }
   const query = await lc.embedQuery('Hello world');
   assert.equal(query.length, 64);
+});
+
+test('cohere-ai SDK and LangChain CohereRerank against /v1/rerank and /v2/rerank', async () => {
+  const { CohereClient, CohereClientV2 } = require('cohere-ai');
+  const { CohereRerank } = await load('@langchain/cohere/dist/index.js');
+  const { Document } = await load('@langchain/core/dist/documents/index.js');
+  const query = 'where is the owl';
+  const docs = ['the owl sleeps in the oak', 'markets open at dawn', 'rain on the hills'];
+  const raw = await postJson('/v1/rerank', { model: 'rerank', query, documents: docs, top_n: 2 });
+  assert.equal(raw.status, 200, raw.text);
+  const expected = raw.body.results.map((r) => [r.index, r.relevance_score]);
+  const v1 = new CohereClient({ token: 'unused', environment: HTTP });
+  const r1 = await v1.rerank({ model: 'rerank', query, documents: docs, topN: 2 });
+  assert.deepEqual(r1.results.map((r) => [r.index, r.relevanceScore]), expected);
+  const v2 = new CohereClientV2({ token: 'unused', environment: HTTP });
+  const r2 = await v2.rerank({ model: 'rerank', query, documents: docs, topN: 2 });
+  assert.deepEqual(r2.results.map((r) => [r.index, r.relevanceScore]), expected);
+  // An embedder reranks too (cosine), through the same SDK.
+  const cos = await v2.rerank({ model: 'embed', query, documents: docs });
+  assert.equal(cos.results.length, 3);
+  // LangChain's retriever compressor on the v1 client.
+  const lc = new CohereRerank({ client: v1, model: 'rerank', topN: 2 });
+  const ranked = await lc.rerank(docs, query);
+  assert.deepEqual(ranked.map((r) => [r.index, r.relevanceScore]), expected);
+  const kept = await lc.compressDocuments(docs.map((d) => new Document({ pageContent: d })), query);
+  assert.deepEqual(kept.map((d) => [d.pageContent, d.metadata.relevanceScore]), expected.map(([i, s]) => [docs[i], s]));
+  // Errors arrive as the SDK's error class with our status.
+  await assert.rejects(v2.rerank({ model: 'cls', query, documents: docs }), (e) => e.statusCode === 400);
 });
 
 // ---- gRPC through reflection ----
