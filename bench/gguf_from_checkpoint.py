@@ -3,7 +3,15 @@
 tokenizer.json) as a BF16 GGUF for llama.cpp, so that bench/vs_llamacpp.sh
 can run llama.cpp on exactly the weights ropeserve benchmarks.
 
-  PYTHONPATH=<llama.cpp>/gguf-py bench/gguf_from_checkpoint.py MODEL_DIR OUT.gguf
+  PYTHONPATH=<llama.cpp>/gguf-py bench/gguf_from_checkpoint.py [--f32] MODEL_DIR OUT.gguf
+
+--f32 keeps every tensor in float32 (parity checks:
+scripts/llamacpp-embedding-golden). A trunk without its LM head
+(Qwen3Model, LlamaModel: tensors without the "model." prefix) is written as
+the causal LM's body; llama.cpp then reuses the embeddings as its output,
+which embedding runs never read. A ModernBertModel is written as llama.cpp's
+converter writes it (modern-bert: non-causal, GeGLU, its global/local
+layer pattern and RoPE bases).
 
 Why not llama.cpp's convert_hf_to_gguf.py: it needs torch and transformers,
 which Debian does not package. This script needs only numpy (python3-numpy)
@@ -25,6 +33,9 @@ ARCHES = {
     "qwen2": (gguf.MODEL_ARCH.QWEN2, "qwen2"),
     "llama": (gguf.MODEL_ARCH.LLAMA, "llama-bpe"),
     "qwen3": (gguf.MODEL_ARCH.QWEN3, "qwen2"),
+    # The encoder (a sentence embedder's trunk): bidirectional, LayerNorm,
+    # local (sliding-window) and global layers with their own RoPE bases.
+    "modernbert": (gguf.MODEL_ARCH.MODERN_BERT, "default"),
 }
 
 
@@ -96,9 +107,12 @@ def add_vocab(writer, model_dir, vocab_size, pre):
 
 
 def main():
-    if len(sys.argv) != 3:
-        fail("usage: gguf_from_checkpoint.py MODEL_DIR OUT.gguf")
-    model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    args = sys.argv[1:]
+    f32 = "--f32" in args
+    args = [a for a in args if a != "--f32"]
+    if len(args) != 2:
+        fail("usage: gguf_from_checkpoint.py [--f32] MODEL_DIR OUT.gguf")
+    model_dir, out = Path(args[0]), Path(args[1])
     config = json.loads((model_dir / "config.json").read_text())
     model_type = config.get("model_type")
     if model_type not in ARCHES:
@@ -119,9 +133,22 @@ def main():
     if "head_dim" in config:
         writer.add_key_length(int(config["head_dim"]))
         writer.add_value_length(int(config["head_dim"]))
-    writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
-    writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    if model_type == "modernbert":
+        every = int(config.get("global_attn_every_n_layers", 1))
+        writer.add_causal_attention(False)
+        writer.add_layer_norm_eps(float(config.get("norm_eps", 1e-5)))
+        writer.add_rope_freq_base(float(config.get("global_rope_theta", 160000.0)))
+        writer.add_rope_freq_base_swa(float(config.get("local_rope_theta", 10000.0)))
+        writer.add_sliding_window(int(config.get("local_attention", 128)))
+        writer.add_sliding_window_pattern([i % every != 0 for i in range(layers)])  # true: local
+        writer.add_hidden_act(str(config.get("hidden_activation", "gelu")))
+        writer.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        if config.get("norm_bias"):
+            fail("modernbert: norm_bias true is not written (llama.cpp's ModernBERT has no norm biases)")
+    else:
+        writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+        writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_BF16)
     add_vocab(writer, model_dir, int(config["vocab_size"]), pre)
     if config.get("eos_token_id") is not None:
         writer.add_eos_token_id(int(config["eos_token_id"]))
@@ -134,10 +161,14 @@ def main():
         for name, dtype, shape, raw in read_safetensors(path):
             if name == "lm_head.weight" and config.get("tie_word_embeddings"):
                 continue
+            if model_type == "modernbert":
+                name = name.removeprefix("model.")  # a classifier's trunk, as the converter strips it
+            elif name != "lm_head.weight" and not name.startswith("model."):
+                name = "model." + name  # a trunk's tensors (Qwen3Model)
             new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
             if new_name is None:
                 fail(f"{path.name}: no GGUF name for tensor {name}")
-            if len(shape) == 1:
+            if len(shape) == 1 or f32:
                 writer.add_tensor(new_name, to_f32(dtype, raw, shape))
             else:
                 writer.add_tensor(new_name, to_bf16(dtype, raw, shape),
