@@ -73,9 +73,9 @@ const char* EncoderService::task() const {
   return scores_pairs() ? "score" : "classify";
 }
 
-StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::Prepare(const std::vector<EncoderInput>& inputs,
-                                                                            const Tokenize& how, double timeout_seconds,
-                                                                            const std::string& param) const {
+StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::Prepare(
+    const std::vector<EncoderInput>& inputs, const Tokenize& how, double timeout_seconds, const std::string& param,
+    const std::function<std::string(std::size_t)>& name_input) const {
   auto p = std::make_shared<Prepared>();
   if (inputs.empty()) return InvalidArgument("no input").WithParam(param);
   if (inputs.size() > impl_->options.max_inputs)
@@ -115,7 +115,9 @@ StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::Prepare(cons
     return Status::Ok();
   };
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const std::string where = inputs.size() == 1 ? param : param + "[" + std::to_string(i) + "]";
+    const std::string where = name_input           ? name_input(i)
+                              : inputs.size() == 1 ? param
+                                                   : param + "[" + std::to_string(i) + "]";
     std::vector<TokenId> ids;
     std::vector<std::uint32_t> types;
     std::int64_t first = 0;
@@ -370,21 +372,14 @@ StatusOr<std::shared_ptr<EncoderService::Prepared>> EncoderService::PrepareScore
     return InvalidArgument("at most " + std::to_string(impl_->options.max_inputs) + " texts per request, got " +
                            std::to_string(inputs.size()))
         .WithParam(pairs.param);
-  auto p = Prepare(inputs, Truncating(options.truncate, options.truncate_left), timeout_seconds, "inputs");
-  if (p.ok() || p.status().param().rfind("inputs", 0) != 0) return p;
-  // Name the query or document the error is about, not inputs[i].
-  const Status failed = p.status();
-  const std::string at = failed.param();
-  std::size_t index = at.size() > 7 ? std::stoul(at.substr(7)) : 0;  // "inputs[i]"
-  std::string param;
-  if (!embeds()) {
-    param = pairs.param + "[" + std::to_string(index) + "]";
-  } else if (index < nq) {
-    param = nq == 1 ? pairs.query_param : pairs.query_param + "[" + std::to_string(index) + "]";
-  } else {
-    param = pairs.param + "[" + std::to_string(index - nq) + "]";
-  }
-  return Status(failed.code(), failed.message()).WithParam(param);
+  // Errors name the query or document behind an input, not inputs[i].
+  const bool cross = !embeds();
+  auto name_input = [&pairs, nq, cross](std::size_t i) {
+    if (cross) return pairs.param + "[" + std::to_string(i) + "]";  // (query, documents[i])
+    if (i < nq) return nq == 1 ? pairs.query_param : pairs.query_param + "[" + std::to_string(i) + "]";
+    return pairs.param + "[" + std::to_string(i - nq) + "]";
+  };
+  return Prepare(inputs, Truncating(options.truncate, options.truncate_left), timeout_seconds, pairs.param, name_input);
 }
 
 StatusOr<std::vector<ScoreResult>> EncoderService::FinishScore(Prepared& p, const ScoreOptions& options,

@@ -247,8 +247,12 @@ class EncoderService {
   static Tokenize EmbedTokenize(const EmbedOptions& o) { return {o.truncate, o.truncate_left, o.prompt_name, true}; }
   static Tokenize Truncating(bool truncate, bool left) { return {truncate, left, std::nullopt, false}; }
   Status CheckDimensions(const EmbedOptions& options) const;
+  // Errors about one input name it `param[i]` (`param` alone for a single
+  // input), or `name_input(i)` when given (pair scoring: the query or
+  // document behind input i); errors about the request name `param`.
   StatusOr<std::shared_ptr<Prepared>> Prepare(const std::vector<EncoderInput>& inputs, const Tokenize& how,
-                                              double timeout_seconds, const std::string& param) const;
+                                              double timeout_seconds, const std::string& param,
+                                              const std::function<std::string(std::size_t)>& name_input = {}) const;
   StatusOr<std::vector<EmbedResult>> FinishEmbed(Prepared& p, const EmbedOptions& options) const;
   StatusOr<std::vector<ClassifyResult>> FinishClassify(Prepared& p, const ClassifyOptions& options) const;
   StatusOr<std::vector<TokenClassifyResult>> FinishTokens(Prepared& p, const TokenClassifyOptions& options) const;
