@@ -282,7 +282,19 @@ StatusOr<EncoderConfig> ParseEncoderConfig(const std::string& json_text, const s
     c.max_position_embeddings = m.max_position_embeddings;
     c.norm_eps = m.rms_norm_eps;
     c.activation = "silu";
-    if (m.sequence_head) RS_RETURN_IF_ERROR(ParseClassifier(j, source, c));
+    if (m.sequence_head && !m.classifier_from_token.empty()) {
+      // Labels named after their tokens (the original Qwen3-Reranker's one
+      // label after "yes"), as many as ModelConfig decided.
+      json named = j;
+      named["num_labels"] = m.num_labels;
+      named["id2label"] = json::object();
+      for (std::int64_t i = 0; i < m.num_labels; ++i)
+        named["id2label"][std::to_string(i)] =
+            m.classifier_from_token[static_cast<std::size_t>(m.original_qwen3_reranker ? 1 : i)];
+      RS_RETURN_IF_ERROR(ParseClassifier(named, source, c));
+    } else if (m.sequence_head) {
+      RS_RETURN_IF_ERROR(ParseClassifier(j, source, c));
+    }
     c.trunk = m;
     return c;
   } else if (!trunk.ok() && trunk.status().code() != ErrorCode::kUnimplemented) {

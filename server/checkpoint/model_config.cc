@@ -271,6 +271,22 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
     RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
     if (c.num_labels < 1 || c.num_labels > (1 << 16))
       return InvalidArgument(source + ": a classifier needs 1 to 65536 labels, got " + std::to_string(c.num_labels));
+    if (const json* tokens = r.Find("classifier_from_token"); tokens != nullptr && !tokens->is_null()) {
+      if (!tokens->is_array() || tokens->empty() || tokens->size() > (1u << 16))
+        return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
+      for (const json& t : *tokens) {
+        if (!t.is_string() || t.get<std::string>().empty())
+          return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
+        c.classifier_from_token.push_back(t.get<std::string>());
+      }
+      RS_ASSIGN_OR_RETURN(c.original_qwen3_reranker, r.Bool("is_original_qwen3_reranker", false));
+      if (c.original_qwen3_reranker && c.classifier_from_token.size() != 2)
+        return InvalidArgument(source +
+                               ": is_original_qwen3_reranker scores two tokens ([\"no\", \"yes\"]), "
+                               "'classifier_from_token' has " +
+                               std::to_string(c.classifier_from_token.size()));
+      c.num_labels = c.original_qwen3_reranker ? 1 : static_cast<std::int64_t>(c.classifier_from_token.size());
+    }
   }
   if (const json* qc = r.Find("quantization_config")) {
     RS_ASSIGN_OR_RETURN(Int4Checkpoint q, ParseInt4Checkpoint(*qc, source + " quantization_config"));
@@ -376,6 +392,8 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   if (c.span_head) {
     t.push_back({"qa_outputs.weight", {2, H}});
     t.push_back({"qa_outputs.bias", {2}});
+  } else if (c.sequence_head && !c.classifier_from_token.empty()) {
+    if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, H}});  // score is built from it
   } else if (c.sequence_head) {
     t.push_back({"score.weight", {c.num_labels, H}});
   } else if (!c.tie_word_embeddings && !c.base_model) {

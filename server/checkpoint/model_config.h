@@ -71,6 +71,13 @@ struct ModelConfig {
   // last token's hidden state instead of lm_head; the trunk is "model.".
   bool sequence_head = false;
   std::int64_t num_labels = 0;  // sequence_head: id2label's size, else num_labels, else 2
+  // vLLM's classifier from a causal LM (its hf_overrides keys): `score` is
+  // built at load from the LM head's rows of these tokens (the checkpoint
+  // holds lm_head, not score); with is_original_qwen3_reranker the tokens
+  // are [no, yes] and the one label's weight is lm_head[yes] - lm_head[no]
+  // (Qwen3-Reranker: sigmoid of it is the probability of "yes").
+  std::vector<std::string> classifier_from_token;
+  bool original_qwen3_reranker = false;
   // The trunk alone, no head: *Model (LlamaModel, Qwen3Model, ...) as
   // Hugging Face saves a base model (tensors without a prefix), or a causal
   // LM opened as a trunk (Checkpoint::Open's as_trunk: sentence embedders

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "server/api/metrics.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
+#include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
 #include "server/cli/serve_storage.h"
@@ -54,7 +56,8 @@ struct ServeFlags {
   std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
   std::size_t qa_max_context_bytes = 1 << 20;
   std::string qa_dtype = "float32";
-  std::vector<std::string> encoders;  // --encoder: embedding models and classifiers
+  std::vector<std::string> encoders;      // --encoder: embedding models and classifiers
+  std::vector<std::string> hf_overrides;  // --hf-overrides NAME=JSON, per encoder
   std::string encoder_dtype = "float32";
   std::string served_model_name;
   std::string host = "0.0.0.0";
@@ -214,6 +217,11 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     f.encoders.push_back(dir);
   }
   const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
+  std::map<std::string, nlohmann::json> overrides;  // by encoder name (validated by the flag)
+  for (const std::string& flag : f.hf_overrides) {
+    RS_ASSIGN_OR_RETURN(auto named, ParseNamedOverrides(flag));
+    overrides[named.first] = std::move(named.second);
+  }
   for (const std::string& flag : f.encoders) {
     // DIR, or NAME=DIR (the model id the API reports, as --served-model-name).
     const auto [named, dir] = SplitEncoderFlag(flag);
@@ -228,7 +236,13 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     if (auto pool = work_pool) eo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
     for (const auto& e : out.encoders)
       if (e->name() == name) return InvalidArgument("--encoder: two models named '" + name + "'");
-    RS_ASSIGN_OR_RETURN(auto e, LoadEncoderService(dir, name, eo, encoder_dtype, f.device));
+    std::optional<ConfigOverlay> overlay;  // --hf-overrides: config.json with the keys replaced
+    if (auto it = overrides.find(name); it != overrides.end()) {
+      RS_ASSIGN_OR_RETURN(ConfigOverlay o, ConfigOverlay::Create(dir, it->second));
+      overlay.emplace(std::move(o));
+      overrides.erase(it);
+    }
+    RS_ASSIGN_OR_RETURN(auto e, LoadEncoderService(overlay ? overlay->path() : dir, name, eo, encoder_dtype, f.device));
     const EncoderConfig& ec = e->config();
     if (e->embeds()) {
       spdlog::info("loaded embedding model {} ({}, {} layers, {} dimensions, {} pooling from {}) from {} as {} on {}",
@@ -244,6 +258,9 @@ StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver
     out.encoder_list.push_back(e.get());
     out.encoders.push_back(std::move(e));
   }
+  if (!overrides.empty())
+    return InvalidArgument("--hf-overrides " + overrides.begin()->first + "=...: no --encoder is named '" +
+                           overrides.begin()->first + "'");
   if (demo_qa) spdlog::warn("*** DEMO EMBEDDING MODEL: random weights, its embeddings are meaningless. ***");
   return out;
 }
@@ -480,6 +497,17 @@ Runner AddServe(CLI::App& app) {
                   "(default: a generated demo model when no --model, --qa or --encoder is given)")
       ->envname("ROPESERVE_ENCODER")
       ->check(encoder_dir);
+  sub->add_option("--hf-overrides", f->hf_overrides,
+                  "NAME=JSON: keys replacing those of the config.json of the --encoder named NAME, as vLLM's "
+                  "--hf-overrides (e.g. a Qwen3-Reranker: rerank='{\"architectures\": "
+                  "[\"Qwen3ForSequenceClassification\"], \"classifier_from_token\": [\"no\", \"yes\"], "
+                  "\"is_original_qwen3_reranker\": true}'); repeatable")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            auto parsed = ParseNamedOverrides(value);
+            return parsed.ok() ? "" : parsed.status().message();
+          },
+          "NAME=JSON"));
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
   sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")

@@ -15,6 +15,7 @@
 #include "server/models/int4_checkpoint_loader.h"
 #include "server/models/span_rows.h"
 #include "server/models/weight_loader.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve {
 
@@ -180,6 +181,21 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   if (c.span_head) {
     m->w_.qa_outputs = load("qa_outputs.weight");
     m->w_.qa_outputs_bias = load("qa_outputs.bias");
+  } else if (c.sequence_head && !c.classifier_from_token.empty()) {
+    // vLLM's classifier from a causal LM: the LM head's rows of the named
+    // tokens (their ids from the checkpoint's tokenizer.json).
+    RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));
+    std::vector<std::int64_t> ids;
+    for (const std::string& t : c.classifier_from_token) {
+      const std::optional<TokenId> id = tokenizer->TokenToId(t);
+      if (!id || *id < 0 || *id >= c.vocab_size)
+        return InvalidArgument(dir + ": classifier_from_token '" + t.substr(0, 100) +
+                               "' is not a token of the model's vocabulary");
+      ids.push_back(*id);
+    }
+    const at::Tensor head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
+    const at::Tensor rows = head.index_select(0, at::tensor(ids, at::kLong).to(device));
+    m->w_.score = c.original_qwen3_reranker ? (rows[1] - rows[0]).unsqueeze(0).contiguous() : rows.contiguous();
   } else if (c.sequence_head) {
     m->w_.score = load("score.weight");
   } else if (!c.base_model) {

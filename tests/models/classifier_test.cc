@@ -15,6 +15,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/checkpoint/safetensors.h"
 #include "server/engine/engine.h"
@@ -441,6 +442,97 @@ TEST(PairScoring, CrossEncodersAndEmbedders) {
     pairs.queries = {""};
     EXPECT_EQ((*e)->Score(pairs, {}).status().param(), "query");
   }
+}
+
+// vLLM's classifier from a causal LM (Qwen3-Reranker with hf_overrides
+// architectures Qwen3ForSequenceClassification, classifier_from_token
+// [no, yes], is_original_qwen3_reranker): the one label's logit is the LM's
+// logit of "yes" minus that of "no" at the pair's last token, and its score
+// the sigmoid of that (the probability of "yes" against "no"). Oracle: the
+// causal LM itself, loaded as a generator, through the dense reference
+// forward. Without is_original, one label per token: their LM logits.
+TEST(PairScoring, CausalLmRerankerFromYesNoTokens) {
+  testing::ScratchDir lm;
+  testing::MakeTinyCheckpoint(lm.path(), testing::TinyOptions("qwen3"));
+  auto gen = DecoderModel::Load(lm.path(), DType::kF32);
+  ASSERT_TRUE(gen.ok()) << gen.status().ToString();
+  auto tokenizer = tok::Tokenizer::FromPath(lm.path());
+  ASSERT_TRUE(tokenizer.ok());
+  // Two ordinary tokens of this vocabulary stand in for "no" and "yes".
+  const TokenId no = 200, yes = 201;
+  const std::string no_text = *(*tokenizer)->IdToToken(no), yes_text = *(*tokenizer)->IdToToken(yes);
+  auto overlay = ConfigOverlay::Create(lm.path(), {{"architectures", {"Qwen3ForSequenceClassification"}},
+                                                   {"classifier_from_token", {no_text, yes_text}},
+                                                   {"is_original_qwen3_reranker", true}});
+  ASSERT_TRUE(overlay.ok()) << overlay.status().ToString();
+  auto s = LoadEncoderService(overlay->path(), "rr");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->scores_pairs());
+  EXPECT_EQ((*s)->config().labels, std::vector<std::string>{yes_text});
+  EXPECT_EQ((*s)->config().score_activation, ScoreActivation::kSigmoid);
+  service::EncoderService::ScorePairs pairs;
+  pairs.queries = {"<Query>: where does the owl sleep\n"};
+  pairs.documents = {"<Document>: the owl sleeps in the oak", "<Document>: markets open at dawn"};
+  service::ScoreOptions raw_options;
+  raw_options.raw = true;
+  auto raw = (*s)->Score(pairs, raw_options);
+  auto scored = (*s)->Score(pairs, {});
+  ASSERT_TRUE(raw.ok() && scored.ok()) << raw.status().ToString();
+  const ModelConfig& c = (*gen)->config();
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto enc = (*s)->tokenizer().EncodePair(pairs.queries[0], pairs.documents[i], true, std::nullopt);
+    ASSERT_TRUE(enc.ok());
+    std::vector<std::int64_t> ids(enc->ids.begin(), enc->ids.end());
+    const at::Tensor logits = testing::ReferenceForward(**gen, at::tensor(ids, at::kLong));
+    const at::Tensor last = logits[static_cast<std::int64_t>(ids.size()) - 1];
+    const double expected = last[yes].item<double>() - last[no].item<double>();
+    double scale = 1;
+    for (TokenId t : {no, yes}) scale = std::max(scale, std::abs(last[t].item<double>()));
+    const double bound =
+        2 * testing::RoundingBound(
+                std::max<std::int64_t>({c.intermediate_size, c.hidden_size, static_cast<std::int64_t>(ids.size())}),
+                c.num_hidden_layers + 2, scale);
+    EXPECT_NEAR((*raw)[i].score, expected, bound) << "pair " << i;
+    EXPECT_NEAR((*scored)[i].score, 1 / (1 + std::exp(-(*raw)[i].score)), 1e-7);
+  }
+  EXPECT_NE((*raw)[0].score, (*raw)[1].score);
+  // Without is_original: a label per token, each its LM logit.
+  auto three = ConfigOverlay::Create(lm.path(), {{"architectures", {"Qwen3ForSequenceClassification"}},
+                                                 {"classifier_from_token", {no_text, yes_text, no_text}}});
+  ASSERT_TRUE(three.ok());
+  auto s3 = LoadEncoderService(three->path(), "three");
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  EXPECT_EQ((*s3)->config().num_labels, 3);
+  service::ClassifyOptions none;
+  none.activation = service::ClassifyOptions::Activation::kNone;
+  auto cls = (*s3)->Classify({Input::Text("the owl sleeps")}, none);
+  ASSERT_TRUE(cls.ok()) << cls.status().ToString();
+  auto enc = (*s3)->tokenizer().Encode("the owl sleeps", true);
+  ASSERT_TRUE(enc.ok());
+  std::vector<std::int64_t> ids(enc->ids.begin(), enc->ids.end());
+  const at::Tensor last =
+      testing::ReferenceForward(**gen, at::tensor(ids, at::kLong))[static_cast<std::int64_t>(ids.size()) - 1];
+  double scale = 1;
+  for (TokenId t : {no, yes}) scale = std::max(scale, std::abs(last[t].item<double>()));
+  const double bound = testing::RoundingBound(
+      std::max<std::int64_t>({c.intermediate_size, c.hidden_size, static_cast<std::int64_t>(ids.size())}),
+      c.num_hidden_layers + 2, scale);
+  ASSERT_EQ((*cls)[0].scores.size(), 3u);
+  EXPECT_NEAR((*cls)[0].scores[0], last[no].item<double>(), bound);
+  EXPECT_NEAR((*cls)[0].scores[1], last[yes].item<double>(), bound);
+  EXPECT_EQ((*cls)[0].scores[2], (*cls)[0].scores[0]);
+  // A token the vocabulary lacks, and is_original with other than two tokens, are refused.
+  auto missing = ConfigOverlay::Create(lm.path(), {{"architectures", {"Qwen3ForSequenceClassification"}},
+                                                   {"classifier_from_token", {"no-such-token-here", yes_text}}});
+  ASSERT_TRUE(missing.ok());
+  auto bad = LoadEncoderService(missing->path(), "bad");
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("no-such-token-here"), std::string::npos) << bad.status().ToString();
+  auto odd = ConfigOverlay::Create(lm.path(), {{"architectures", {"Qwen3ForSequenceClassification"}},
+                                               {"classifier_from_token", {no_text, yes_text, no_text}},
+                                               {"is_original_qwen3_reranker", true}});
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(LoadEncoderService(odd->path(), "odd").status().code(), ErrorCode::kInvalidArgument);
 }
 
 TEST(ClassifierLoad, HeadsTheEncoderServiceDoesNotServeAreRefused) {
