@@ -71,22 +71,15 @@ std::vector<double> Softmax(const float* logits, std::size_t n) {
   return p;
 }
 
-std::string Slice(const std::u32string& s, std::int64_t start, std::int64_t end) {
-  start = std::clamp<std::int64_t>(start, 0, static_cast<std::int64_t>(s.size()));
-  end = std::clamp<std::int64_t>(end, start, static_cast<std::int64_t>(s.size()));
-  std::string out;
-  for (std::int64_t i = start; i < end; ++i) tok::AppendUtf8(&out, s[static_cast<std::size_t>(i)]);
-  return out;
-}
-
-std::u32string CodePoints(const std::string& text) {
-  std::u32string out;
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t n = 1;
-    out.push_back(tok::DecodeUtf8(text, i, &n));
-    i += std::max<std::size_t>(n, 1);
-  }
-  return out;
+// Code points [start, end) of `text` (clamped, as Python's slice), given
+// tok::CodePointStarts(text).
+std::string Slice(const std::string& text, const std::vector<std::size_t>& starts, std::int64_t start,
+                  std::int64_t end) {
+  const auto n = static_cast<std::int64_t>(starts.size()) - 1;
+  start = std::clamp<std::int64_t>(start, 0, n);
+  end = std::clamp<std::int64_t>(end, start, n);
+  const std::size_t from = starts[static_cast<std::size_t>(start)];
+  return text.substr(from, starts[static_cast<std::size_t>(end)] - from);
 }
 
 }  // namespace
@@ -97,7 +90,7 @@ StatusOr<std::vector<TokenScores>> GatherTokens(const TokenLogits& in, const tok
   if (labels == 0 || in.logits.size() != n * labels || enc.tokens.size() != n || enc.offsets.size() != n ||
       enc.special_tokens_mask.size() != n)
     return Internal("token classification: the logits do not match the encoding");
-  const std::u32string text = CodePoints(in.text);
+  const std::vector<std::size_t> starts = tok::CodePointStarts(in.text);
   const std::string& prefix = tokenizer.ContinuingSubwordPrefix();
   const std::optional<TokenId> unk = tokenizer.UnkId();
   std::vector<TokenScores> out;
@@ -109,13 +102,13 @@ StatusOr<std::vector<TokenScores>> GatherTokens(const TokenLogits& in, const tok
     t.start = static_cast<std::int64_t>(enc.offsets[i].start);
     t.end = static_cast<std::int64_t>(enc.offsets[i].end);
     t.index = static_cast<std::int64_t>(i);
-    const std::string ref = Slice(text, t.start, t.end);
+    const std::string ref = Slice(in.text, starts, t.start, t.end);
     if (!prefix.empty()) {
       // A word-aware tokenizer: a continuation's string carries the prefix.
       t.is_subword = tok::CountCodePoints(t.word) != tok::CountCodePoints(ref);
     } else {
       // The fallback: no space just before the token nor at its start.
-      const std::string around = Slice(text, t.start - 1, t.start + 1);
+      const std::string around = Slice(in.text, starts, t.start - 1, t.start + 1);
       t.is_subword = t.start > 0 && around.find(' ') == std::string::npos;
     }
     if (unk && enc.ids[i] == *unk) {
