@@ -94,12 +94,13 @@ Started ClassifyTokens(service::EncoderService& e, const v1::ClassifyTokensReque
           for (std::size_t i = 0; i < got->size(); ++i) {
             const service::TokenClassifyResult& r = (*got)[i];
             auto* c = out->add_results();
+            const qa::OffsetMap offsets((*texts)[static_cast<int>(i)], unit);
             for (const qa::Entity& x : r.entities) {
               auto* ent = c->add_entities();
               ent->set_label(x.label);
               ent->set_score(x.score);
               ent->set_word(x.word);
-              const auto [start, end] = qa::ConvertOffsets((*texts)[static_cast<int>(i)], x.start, x.end, unit);
+              const auto [start, end] = offsets(x.start, x.end);
               ent->set_start(start);
               ent->set_end(end);
               ent->set_index(aggregation == qa::Aggregation::kNone ? x.index : -1);

@@ -79,11 +79,12 @@ StatusOr<RestReply> ClassifyTokens(const std::vector<service::EncoderService*>& 
   for (std::size_t i = 0; i < results.size(); ++i) {
     tokens += results[i].tokens;
     json entities = json::array();
+    const qa::OffsetMap offsets(body.inputs[i].text, body.offset_unit);
     for (const qa::Entity& e : results[i].entities) {
       // transformers' keys: "entity" and "index" per token, "entity_group" grouped.
       json one = {{grouped ? "entity_group" : "entity", e.label}, {"score", e.score}};
       if (!grouped) one["index"] = e.index;
-      const auto [start, end] = qa::ConvertOffsets(body.inputs[i].text, e.start, e.end, body.offset_unit);
+      const auto [start, end] = offsets(e.start, e.end);
       one.update({{"word", e.word}, {"start", start}, {"end", end}});
       entities.push_back(std::move(one));
     }

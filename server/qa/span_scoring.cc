@@ -321,22 +321,31 @@ const char* OffsetUnitName(OffsetUnit unit) {
   return "code_point";
 }
 
-std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
-                                                     OffsetUnit unit) {
-  if (unit == OffsetUnit::kCodePoint) return {start, end};
-  std::int64_t cp = 0, units = 0, out_start = -1;
-  for (std::size_t i = 0; i <= text.size();) {
-    if (cp == start) out_start = units;
-    if (cp == end) return {out_start, units};
-    if (i == text.size()) break;
+OffsetMap::OffsetMap(const std::string& text, OffsetUnit unit) : identity_(unit == OffsetUnit::kCodePoint) {
+  if (identity_) return;
+  units_.push_back(0);
+  for (std::size_t i = 0; i < text.size();) {
     std::size_t len = 0;
     const char32_t c = tok::DecodeUtf8(text, i, &len);
     len = std::max<std::size_t>(len, 1);
-    units += unit == OffsetUnit::kUtf8Byte ? static_cast<std::int64_t>(len) : (c >= 0x10000 ? 2 : 1);
+    units_.push_back(units_.back() +
+                     (unit == OffsetUnit::kUtf8Byte ? static_cast<std::int64_t>(len) : (c >= 0x10000 ? 2 : 1)));
     i += len;
-    ++cp;
   }
-  return {out_start < 0 ? units : out_start, units};  // offsets past the end: clamped
+}
+
+std::pair<std::int64_t, std::int64_t> OffsetMap::operator()(std::int64_t start, std::int64_t end) const {
+  if (identity_) return {start, end};
+  const auto at = [&](std::int64_t cp) {
+    return units_[static_cast<std::size_t>(
+        std::clamp<std::int64_t>(cp, 0, static_cast<std::int64_t>(units_.size()) - 1))];
+  };
+  return {at(start), at(end)};
+}
+
+std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
+                                                     OffsetUnit unit) {
+  return OffsetMap(text, unit)(start, end);
 }
 
 }  // namespace ropeserve::qa

@@ -110,7 +110,19 @@ enum class OffsetUnit { kCodePoint, kUtf16, kUtf8Byte };
 // "code_point", "utf16", "utf8_byte" (the requests' `offset_unit`).
 std::optional<OffsetUnit> ParseOffsetUnit(std::string_view name);
 const char* OffsetUnitName(OffsetUnit unit);
-// The code-point range [start, end) of `text` in `unit`.
+// Code-point offsets of one text in `unit`, the text walked once (token
+// classification converts an offset pair per token). Offsets past the end
+// are clamped to it; code points are returned as they are.
+class OffsetMap {
+ public:
+  OffsetMap(const std::string& text, OffsetUnit unit);
+  std::pair<std::int64_t, std::int64_t> operator()(std::int64_t start, std::int64_t end) const;
+
+ private:
+  bool identity_;
+  std::vector<std::int64_t> units_;  // units before code point i, i = 0..code points
+};
+// The code-point range [start, end) of `text` in `unit` (one OffsetMap).
 std::pair<std::int64_t, std::int64_t> ConvertOffsets(const std::string& text, std::int64_t start, std::int64_t end,
                                                      OffsetUnit unit);
 

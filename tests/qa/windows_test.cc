@@ -327,6 +327,13 @@ TEST(MultiPassage, ConvertOffsets) {
   EXPECT_EQ(ConvertOffsets(s, 4, 5, OffsetUnit::kUtf8Byte), (std::pair<std::int64_t, std::int64_t>{8, 9}));
   EXPECT_EQ(ConvertOffsets(s, 5, 5, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{6, 6}));
   EXPECT_EQ(ConvertOffsets(s, 0, 0, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{0, 0}));
+  // Past the end: clamped to it.
+  EXPECT_EQ(ConvertOffsets(s, 4, 9, OffsetUnit::kUtf16), (std::pair<std::int64_t, std::int64_t>{5, 6}));
+  EXPECT_EQ(ConvertOffsets(s, 7, 9, OffsetUnit::kUtf8Byte), (std::pair<std::int64_t, std::int64_t>{9, 9}));
+  // One map converts every pair the same.
+  const OffsetMap utf16(s, OffsetUnit::kUtf16);
+  for (std::int64_t a = 0; a <= 5; ++a)
+    for (std::int64_t b = a; b <= 5; ++b) EXPECT_EQ(utf16(a, b), ConvertOffsets(s, a, b, OffsetUnit::kUtf16));
 }
 
 }  // namespace
