@@ -1,5 +1,7 @@
 #include "server/engine/host_sampler.h"
 
+#include <algorithm>
+
 namespace ropeserve {
 
 void HostSampler::Apply(const StepPlan& plan) {
@@ -50,7 +52,7 @@ std::optional<HostSampler::DeviceDraw> HostSampler::DeviceDrawOf(RequestId id) c
   if (it == states_.end()) return std::nullopt;
   const State& s = it->second;
   const SamplingParams& p = s.spec.params;
-  if (p.has_penalties() || s.spec.processor != nullptr || s.spec.top_logprobs > 0) return std::nullopt;
+  if (s.spec.processor != nullptr && !s.spec.processor->Describable()) return std::nullopt;
   DeviceDraw d;
   d.temperature = p.temperature;
   d.top_k = p.top_k;
@@ -58,10 +60,17 @@ std::optional<HostSampler::DeviceDraw> HostSampler::DeviceDrawOf(RequestId id) c
   d.min_p = p.min_p;
   d.seed = s.spec.seed;
   d.offset = s.generated.size();
+  d.repetition_penalty = p.repetition_penalty;
+  d.frequency_penalty = p.frequency_penalty;
+  d.presence_penalty = p.presence_penalty;
+  d.processor = s.spec.processor.get();
+  d.generated = s.generated;
+  d.top_logprobs = s.spec.top_logprobs;
   return d;
 }
 
-StatusOr<SampledToken> HostSampler::TakeReduced(RequestId id, TokenId token, double logit, double lse) {
+StatusOr<SampledToken> HostSampler::TakeReduced(RequestId id, TokenId token, double logit, double lse,
+                                                std::span<const std::pair<TokenId, float>> top) {
   if (NeedsRow(id) && !DeviceDrawOf(id))
     return Internal("request " + std::to_string(id) + " needs its whole logits row to sample");
   State& s = states_.find(id)->second;
@@ -69,6 +78,17 @@ StatusOr<SampledToken> HostSampler::TakeReduced(RequestId id, TokenId token, dou
   out.id = id;
   out.token = token;
   out.logprob = logit - lse;
+  if (s.spec.top_logprobs > 0) {
+    if (top.empty())
+      return Internal("request " + std::to_string(id) + " asked for top logprobs its row did not bring back");
+    std::vector<std::pair<TokenId, float>> sorted(top.begin(), top.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    for (std::size_t k = 0; k < std::min(s.spec.top_logprobs, sorted.size()); ++k)
+      out.top.emplace_back(sorted[k].first, static_cast<double>(sorted[k].second) - lse);
+  }
+  if (s.spec.params.has_penalties()) ++s.penalties.output_counts[token];
   s.generated.push_back(token);
   return out;
 }

@@ -1,9 +1,10 @@
 // The reference sampler, on the host: every request's sampling state
 // (seeded generator, penalty counts, tokens so far), kept across steps by
 // the runner that owns it and updated from StepPlan diffs. The CPU runner
-// samples with it. A runner whose device samples (CUDA: kernels/cuda's
-// SampleRows) draws the rows DeviceDraw allows there and hands back only
-// each drawn token, its logit and the row's logsumexp (TakeReduced).
+// samples with it. A runner whose device samples (server/runner/
+// device_sampling.h) processes and draws the rows DeviceDraw describes
+// there and hands back only each drawn token, its logit, the row's
+// logsumexp and the top logprobs asked for (TakeReduced).
 //
 // Seeded sampling: on the host, a request's draws come from its own
 // mt19937_64 seeded with its seed; on a CUDA device, draw k of a request is
@@ -46,22 +47,38 @@ class HostSampler {
   // logit's lowest id and the row's logsumexp are all it needs (a device
   // can reduce the row and send back three numbers), see SampleArgmax.
   bool NeedsRow(RequestId id) const;
-  // Parameters of request `id`'s next draw on a device: for random sampling
-  // with temperature, top-k/p and min-p only (no penalties, processor or
-  // top logprobs), and greedy; nullopt when the host must sample it.
+  // Request `id`'s next draw as a device makes it: the row's processing
+  // (the processor's LogitsEdit, then the penalties, over the request's
+  // tokens so far), the draw (greedy, or random with temperature, top-k/p,
+  // min-p keyed by (seed, offset)) and the top logprobs of the raw row.
+  // nullopt when the host must sample it (a processor that cannot state
+  // its effect as an edit, or an unknown request).
   struct DeviceDraw {
     double temperature = 0;  // 0: greedy
     std::int64_t top_k = 0;  // <= 0: off
     double top_p = 1, min_p = 0;
     std::uint64_t seed = 0;
     std::uint64_t offset = 0;  // the draw's index: tokens generated so far
+    double repetition_penalty = 1, frequency_penalty = 0, presence_penalty = 0;
+    LogitsProcessor* processor = nullptr;  // Describable; null when none
+    std::span<const TokenId> generated;    // the request's tokens so far (until its next token)
+    std::size_t top_logprobs = 0;
+    bool has_penalties() const {
+      return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;
+    }
+    // Greedy or plain random sampling, nothing to process or report.
+    bool plain() const { return processor == nullptr && !has_penalties() && top_logprobs == 0; }
   };
   std::optional<DeviceDraw> DeviceDrawOf(RequestId id) const;
   // Request `id`'s token when its row was reduced where it lies: `token`
   // (the argmax when !NeedsRow(id), the lowest id of the largest logit;
   // otherwise a device's draw under DeviceDrawOf(id)), logprob logit - lse.
-  // For the argmax, the same token and logprob as Sample on the whole row.
-  StatusOr<SampledToken> TakeReduced(RequestId id, TokenId token, double logit, double lse);
+  // `top`: the row's largest raw logits with their ids (min(top_logprobs,
+  // vocab) of them when the request asked; any order), reported as
+  // logprobs, most likely first, ties by lower id. For the argmax, the same
+  // token, logprob and top logprobs as Sample on the whole row.
+  StatusOr<SampledToken> TakeReduced(RequestId id, TokenId token, double logit, double lse,
+                                     std::span<const std::pair<TokenId, float>> top = {});
   std::size_t size() const { return states_.size(); }
 
  private:

@@ -17,7 +17,14 @@ StatusOr<SampledToken> SampleRow(HostSampler& sampler, RequestId id, const StepL
     return Internal("the forward left out a logits row without its reduction");
   const std::int64_t a = logits.argmax[row];
   if (a < 0 || a >= logits.vocab) return Internal("the forward's argmax is outside the vocabulary");
-  return sampler.TakeReduced(id, static_cast<TokenId>(a), logits.max[row], *lse);
+  std::vector<std::pair<TokenId, float>> top;
+  if (logits.top_logits != nullptr && logits.top_ids != nullptr)
+    for (std::int64_t k = 0; k < logits.top_k; ++k) {
+      const std::int64_t tid = logits.top_ids[row * logits.top_k + k];
+      if (tid < 0 || tid >= logits.vocab) return Internal("the forward's top logprob ids are outside the vocabulary");
+      top.emplace_back(static_cast<TokenId>(tid), logits.top_logits[row * logits.top_k + k]);
+    }
+  return sampler.TakeReduced(id, static_cast<TokenId>(a), logits.max[row], *lse, top);
 }
 
 }  // namespace

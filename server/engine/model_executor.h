@@ -62,6 +62,12 @@ struct StepLogits {
   const float* max = nullptr;
   const std::int64_t* argmax = nullptr;
   const std::int64_t* row_index = nullptr;
+  // Per row, when the producer took the top logprobs where the rows lie:
+  // the `top_k` largest raw logits and their ids ([rows, top_k] row-major;
+  // null when no reduced row asked for top logprobs).
+  std::int64_t top_k = 0;
+  const float* top_logits = nullptr;
+  const std::int64_t* top_ids = nullptr;
   // Row-major [prompt_rows, vocab]: one row per prompt logprob target of
   // the plan's sequences, in plan order (null when none was asked).
   const float* prompt_data = nullptr;

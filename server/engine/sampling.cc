@@ -22,6 +22,26 @@ Status SamplingParams::Validate() const {
   return Status::Ok();
 }
 
+void LogitsEdit::ApplyTo(std::span<float> logits) const {
+  for (auto [id, b] : bias)
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
+  if (!masked) return;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  auto in_row = [&](TokenId id) { return id >= 0 && static_cast<std::size_t>(id) < logits.size(); };
+  if (!allow_list) {
+    for (TokenId id : ids)
+      if (in_row(id)) logits[static_cast<std::size_t>(id)] = kNegInf;
+    return;
+  }
+  std::size_t k = 0;  // ids are sorted: one merge walk
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    while (k < ids.size() && (ids[k] < 0 || static_cast<std::size_t>(ids[k]) < i)) ++k;
+    if (k == ids.size() || static_cast<std::size_t>(ids[k]) != i) logits[i] = kNegInf;
+  }
+}
+
+void LogitsProcessor::Describe(std::span<const TokenId>, LogitsEdit& edit) { edit = LogitsEdit{}; }
+
 std::int64_t SampleStep(std::span<const float> logits, const SamplingParams& params, PenaltyState& state,
                         std::vector<float>& scratch, SamplerRng& rng) {
   if (!params.has_penalties()) return SampleToken(logits, params, rng);

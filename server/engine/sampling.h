@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -41,6 +42,22 @@ struct SamplingParams {
   }
 };
 
+// A processor's effect on one row, stated as data that a device applies
+// without the row leaving it: `bias` is added (its ids distinct), then,
+// when `masked`, every token outside the allowed set becomes -inf (the
+// allowed set is `ids`, or everything but `ids` when !allow_list; ids past
+// the row are ignored). As vLLM's logit-bias tensors and xgrammar's token
+// bitmask.
+struct LogitsEdit {
+  std::vector<std::pair<TokenId, float>> bias;
+  bool masked = false;
+  bool allow_list = true;
+  std::span<const TokenId> ids;      // sorted; alive while `keep` is
+  std::shared_ptr<const void> keep;  // owns `ids`' memory
+  // The edit on a host row: the reference for a device's.
+  void ApplyTo(std::span<float> logits) const;
+};
+
 // A per-request hook on the logits before sampling (a grammar's mask, say):
 // called on the runner's thread with the tokens the request generated so
 // far; it may lower logits to -inf. Logprobs are reported from the raw
@@ -49,6 +66,12 @@ class LogitsProcessor {
  public:
   virtual ~LogitsProcessor() = default;
   virtual void Process(std::span<const TokenId> generated, std::span<float> logits) = 0;
+  // Whether Describe can state this processor's effect; false (the
+  // default) keeps its rows on the host sampler.
+  virtual bool Describable() const { return false; }
+  // What Process(generated, row) would do to any row, as an edit (when
+  // Describable): called instead of Process, on the same thread.
+  virtual void Describe(std::span<const TokenId> generated, LogitsEdit& edit);
 };
 
 // What the penalties look at: how often each token was generated, and which

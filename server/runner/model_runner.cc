@@ -1,8 +1,6 @@
 #include "server/runner/model_runner.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,65 +21,12 @@
 #include "kernels/cuda/torch_glue.h"
 #endif
 #include "server/models/paged_model.h"
+#include "server/runner/device_sampling.h"
+#include "server/runner/upload_buffer.h"
 
 namespace ropeserve {
 
 namespace {
-
-// A persistent int64 buffer on `device` and its host staging buffer (pinned
-// on a GPU; on the CPU the two are one tensor and nothing is copied).
-// Writing the staging buffer waits for its previous copy to have been
-// read (an event; usually long done, since most steps end by waiting for
-// their results).
-class UploadBuffer {
- public:
-  UploadBuffer(std::int64_t capacity, at::Device device) : device_(device) {
-    if (!device.is_cpu()) copied_.emplace(device.type());
-    Allocate(capacity);
-  }
-
-  // Room for n entries; grows (new addresses, contents lost) when short.
-  // True when it grew.
-  bool Reserve(std::int64_t n) {
-    if (n <= capacity_) return false;
-    WaitForCopy();
-    Allocate(std::max(n, 2 * capacity_));
-    return true;
-  }
-  // The staging buffer, to be written.
-  std::int64_t* host() {
-    WaitForCopy();
-    return host_.data_ptr<std::int64_t>();
-  }
-  // Entries [0, n) on the device, in one asynchronous copy on the current
-  // stream (none on the CPU).
-  at::Tensor Upload(std::int64_t n) {
-    if (device_.is_cpu()) return host_.narrow(0, 0, n);
-    at::Tensor on_device = device_buffer_.narrow(0, 0, n);
-    on_device.copy_(host_.narrow(0, 0, n), /*non_blocking=*/true);
-    copied_->record(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
-    return on_device;
-  }
-  const void* host_address() const { return host_.data_ptr(); }
-  const void* device_address() const { return device_buffer_.data_ptr(); }
-
- private:
-  void WaitForCopy() {
-    if (copied_.has_value())
-      while (!copied_->query()) std::this_thread::yield();
-  }
-  void Allocate(std::int64_t capacity) {
-    capacity_ = capacity;
-    const auto opts = at::TensorOptions().dtype(at::kLong);
-    host_ = at::empty({capacity}, opts.pinned_memory(device_.is_cuda()));
-    device_buffer_ = device_.is_cpu() ? host_ : at::empty({capacity}, opts.device(device_));
-  }
-
-  const at::Device device_;
-  std::int64_t capacity_ = 0;
-  at::Tensor host_, device_buffer_;
-  std::optional<c10::Event> copied_;  // the last copy (devices only)
-};
 
 // Each live request's block table as a row of one persistent tensor; rows
 // are reused when requests end and the tensor grows (doubling rows) when
@@ -173,9 +118,9 @@ class BlockTableRows {
 
   const std::int64_t max_blocks_;
   const at::Device device_;
-  UploadBuffer diffs_;   // rows, columns, blocks of a step's new entries
-  at::Tensor table_;     // [rows, max_blocks] int32
-  at::Tensor gathered_;  // [max_num_seqs, max_blocks] int32
+  UploadBuffer<std::int64_t> diffs_;  // rows, columns, blocks of a step's new entries
+  at::Tensor table_;                  // [rows, max_blocks] int32
+  at::Tensor gathered_;               // [max_num_seqs, max_blocks] int32
   std::vector<std::int64_t> free_rows_;
   std::unordered_map<RequestId, Row> rows_;
 };
@@ -202,83 +147,52 @@ struct StepRows {
   std::vector<std::int64_t> row_index;
 };
 
-#ifdef ROPESERVE_HAVE_CUDA
-// The rows a CUDA device draws itself (HostSampler::DeviceDrawOf), when at
-// least one of them samples at random: every row's parameters go to the
-// device and kernels/cuda's SampleRows draws them (a greedy row's draw is
-// its argmax, lowest id among equal maxima); rows the host must sample get
-// a greedy placeholder whose result is not used. Returns the drawn ids
-// [rows] on the device, or an undefined tensor when no row samples at random.
-at::Tensor DrawOnDevice(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits,
-                        std::vector<char>& drawn) {
-  const auto R = static_cast<std::size_t>(logits.size(0));
-  std::vector<float> temperature(R, 0.0f), top_p(R, 1.0f), min_p(R, 0.0f);
-  std::vector<std::int32_t> top_k(R, 0);
-  std::vector<std::int64_t> seed(R, 0), offset(R, 0);
-  drawn.assign(R, 0);
-  bool random = false;
-  std::size_t row = 0;
-  for (const auto& s : plan.sequences) {
-    const auto d = sampler.DeviceDrawOf(s.request_id);
-    // A sequence's rows are its draws in order (drafts: one row each).
-    for (std::int64_t i = 0; i < s.logits_rows(); ++i, ++row) {
-      if (!d) continue;
-      drawn[row] = 1;
-      temperature[row] = static_cast<float>(d->temperature);
-      top_k[row] = static_cast<std::int32_t>(std::clamp<std::int64_t>(d->top_k, -1, INT32_MAX));
-      top_p[row] = static_cast<float>(d->top_p);
-      min_p[row] = static_cast<float>(d->min_p);
-      seed[row] = static_cast<std::int64_t>(d->seed);  // the kernel reads the bits as uint64
-      offset[row] = static_cast<std::int64_t>(d->offset) + i;
-      random = random || d->temperature > 0;
-    }
-  }
-  if (!random) return {};
-  const at::Device dev = logits.device();
-  auto up = [&](const auto& v, at::ScalarType t) {
-    return at::from_blob(const_cast<void*>(static_cast<const void*>(v.data())), {static_cast<std::int64_t>(R)}, t)
-        .to(dev);
-  };
-  return cuda::SampleRows(logits, up(temperature, at::kFloat), up(top_k, at::kInt), up(top_p, at::kFloat),
-                          up(min_p, at::kFloat), up(seed, at::kLong), up(offset, at::kLong));
-}
-#endif
-
 // Every row is reduced where it lies (logsumexp, max, argmax: three numbers
 // back per row); a row comes back whole only when the host sampler needs it
 // (sampling, penalties, processors, top logprobs) or its max is NaN (the
 // host's argmax decides those). On a GPU a greedy batch so returns a few
 // bytes per sequence instead of its [rows, vocab] logits; on the CPU the
-// rows are not copied, only marked. With `device_draws` (CUDA), rows the
-// device may draw (HostSampler::DeviceDrawOf) are drawn there and only the
-// token and its logit come back.
+// rows are not copied, only marked. With `device` (DeviceSampling), the
+// rows it may process and draw are drawn where they lie and only the
+// token, its logit and the top logprobs asked for come back.
 Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, StepRows& rows,
-                  StepLogits& out, bool device_draws) {
+                  StepLogits& out, DeviceSampling* device, RunnerStats& stats) {
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
   auto [max, argmax] = logits.max(1);
   at::Tensor chosen = argmax, chosen_logit = max;
-  std::vector<char> drawn;
-#ifdef ROPESERVE_HAVE_CUDA
-  if (device_draws && logits.is_cuda()) {
-    const at::Tensor ids = DrawOnDevice(sampler, plan, logits, drawn);
-    if (ids.defined()) {
-      chosen = ids;
-      chosen_logit = logits.gather(1, ids.unsqueeze(1)).squeeze(1);
+  DeviceSampling::Draws draws;
+  if (device != nullptr) {
+    RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda()));
+    const auto n = std::count(draws.drawn.begin(), draws.drawn.end(), 1);
+    stats.device_draws += static_cast<std::uint64_t>(n);
+    if (n > 0) {
+      chosen = draws.token;
+      chosen_logit = logits.gather(1, chosen.unsqueeze(1)).squeeze(1);
     } else {
-      drawn.clear();  // greedy only: the argmax is every row's token
+      draws.drawn.clear();
     }
   }
-#else
-  (void)device_draws;
-#endif
-  // logsumexp, max and the chosen tokens' logits in one transfer, the tokens in another.
-  rows.reduced = at::stack({at::logsumexp(logits, 1), max, chosen_logit}).to(at::kCPU).contiguous();  // [3, rows]
-  rows.argmax = chosen.to(at::kCPU).contiguous();
+  // logsumexp, max, the chosen tokens' logits (and the top logits) in one
+  // transfer, the tokens (and the top ids) in another.
+  const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
+  at::Tensor reduced = at::stack({at::logsumexp(logits, 1), max, chosen_logit}).flatten();  // [3 * rows]
+  at::Tensor ids = chosen;
+  if (top_k > 0) {
+    reduced = at::cat({reduced, draws.top_logits.flatten()});
+    ids = at::cat({ids, draws.top_ids.flatten()});
+  }
+  rows.reduced = reduced.to(at::kCPU).contiguous();
+  rows.argmax = ids.to(at::kCPU).contiguous();
   out.logsumexp = rows.reduced.data_ptr<float>();
   const float* row_max = out.logsumexp + out.rows;
   out.max = out.logsumexp + 2 * out.rows;
   out.argmax = rows.argmax.data_ptr<std::int64_t>();
+  if (top_k > 0) {
+    out.top_k = top_k;
+    out.top_logits = out.logsumexp + 3 * out.rows;
+    out.top_ids = out.argmax + out.rows;
+  }
   // On the CPU no row is copied: data is every row, and the index says
   // which are meant; elsewhere data holds the needed rows only, in order.
   const bool in_place = logits.is_cpu();
@@ -287,7 +201,7 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     for (std::int64_t i = 0; i < s.logits_rows(); ++i, ++row) {
-      const bool on_device = !drawn.empty() && drawn[static_cast<std::size_t>(row)] != 0;
+      const bool on_device = !draws.drawn.empty() && draws.drawn[static_cast<std::size_t>(row)] != 0;
       const bool need = (!on_device && sampler.NeedsRow(s.request_id)) || std::isnan(row_max[row]);
       rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
       if (need) whole.push_back(row);
@@ -318,7 +232,11 @@ struct ModelRunner::Impl {
                m.device()),
         buckets(o.pad_decode ? DecodeBuckets(o.max_num_seqs) : std::vector<std::int64_t>{}),
         step(StepLayout{o.max_num_seqs, o.max_num_batched_tokens, o.max_num_seqs, kMaxPromptLogprobRows}.size(),
-             m.device()) {}
+             m.device()) {
+    const bool on_device =
+        o.sampling == SamplerPlacement::kDevice || (o.sampling == SamplerPlacement::kAuto && !m.device().is_cpu());
+    if (on_device) sampling = std::make_unique<DeviceSampling>(m.config().vocab_size, m.device());
+  }
 
   // The smallest bucket holding n sequences; 0 when none does (or padding is off).
   std::int64_t BucketFor(std::int64_t n) const {
@@ -353,7 +271,8 @@ struct ModelRunner::Impl {
   BlockTableRows tables;  // on the device, for the attention kernel
   BlockTables host;       // the same tables on the host, for slot mappings
   std::vector<std::int64_t> buckets;
-  UploadBuffer step;  // the step buffers (StepLayout)
+  UploadBuffer<std::int64_t> step;           // the step buffers (StepLayout)
+  std::unique_ptr<DeviceSampling> sampling;  // null: the host sampler draws every row
   RunnerStats stats;
 #ifdef ROPESERVE_HAVE_CUDA
   struct DecodeGraph {
@@ -486,6 +405,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   if (plan.block_size != im.block_size) return Internal("step plan block size differs from the KV cache's");
   RS_RETURN_IF_ERROR(im.tables.Apply(plan));
   im.host.Apply(plan);
+  if (im.sampling) im.sampling->Apply(plan);
   StepLogits out;
   out.vocab = vocab_size();
   if (plan.sequences.empty()) return out;
@@ -515,7 +435,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
   }
-  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out, im.options.device_sampling));
+  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out, im.sampling.get(), im.stats));
   out.owner = rows;
   return out;
 }

@@ -27,10 +27,12 @@
 // equal to the unpadded step.
 //
 // Each logits row is reduced where it lies (logsumexp, max, argmax); on a
-// CUDA device the rows of plain random sampling are drawn there too
-// (RunnerOptions::device_sampling); only the rows the host sampler needs
-// whole (penalties, processors, top logprobs; on the CPU random sampling
-// too) come back, so most rows return three numbers.
+// CUDA device the rows are also processed and drawn there (penalties,
+// logit bias, grammar masks, greedy and random draws, top logprobs:
+// server/runner/device_sampling.h), so a row returns a few numbers; only
+// rows of a processor that cannot describe its effect come back whole. On
+// the CPU the host sampler reads the rows in place (nothing is copied), and
+// is the oracle the device path is tested against.
 // Threading: the engine's thread only.
 #pragma once
 
@@ -44,6 +46,8 @@ namespace ropeserve {
 
 class PagedModel;
 
+enum class SamplerPlacement { kAuto, kHost, kDevice };
+
 struct RunnerOptions {
   // Size the step buffers (the scheduler's limits).
   std::int64_t max_num_batched_tokens = 2048;
@@ -54,10 +58,12 @@ struct RunnerOptions {
   // devices only, and only with pad_decode); off: every step runs eager
   // (--enforce-eager).
   bool cuda_graphs = false;
-  // On a CUDA device, draw the rows HostSampler::DeviceDrawOf allows there
-  // (kernels/cuda's SampleRows) instead of copying them to the host sampler.
-  // The CPU always samples on the host.
-  bool device_sampling = true;
+  // Where rows are processed and drawn: kAuto, by DeviceSampling on a CUDA
+  // device and by the host sampler on the CPU; kHost, always the host
+  // sampler; kDevice, DeviceSampling on any device (on the CPU only greedy
+  // rows: random draws need the CUDA kernel), how the tests hold the device
+  // path equal to the host sampler on the CPU.
+  SamplerPlacement sampling = SamplerPlacement::kAuto;
 };
 
 // What the runner did, for tests and metrics.
@@ -67,6 +73,7 @@ struct RunnerStats {
   std::uint64_t padding_rows = 0;    // filler sequences added by them
   std::uint64_t buffer_growths = 0;  // steps larger than the step buffers
   std::uint64_t graph_replays = 0;   // steps replayed from a CUDA graph
+  std::uint64_t device_draws = 0;    // logits rows drawn by DeviceSampling
 };
 
 class ModelRunner final : public LogitsExecutor {

@@ -5,38 +5,11 @@
 #include <limits>
 
 #include "server/common/ready_signal.h"
+#include "server/engine/logits_processors.h"
 #include "server/service/reasoning.h"
 #include "server/structured/grammar.h"
 
 namespace ropeserve::service {
-
-namespace {
-// OpenAI's logit_bias: fixed amounts added to some tokens' logits. Stateless,
-// so the choices of one request share it.
-class LogitBias : public LogitsProcessor {
- public:
-  explicit LogitBias(std::vector<std::pair<std::int64_t, float>> bias) : bias_(std::move(bias)) {}
-  void Process(std::span<const TokenId>, std::span<float> logits) override {
-    for (auto [id, b] : bias_)
-      if (static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
-  }
-
- private:
-  std::vector<std::pair<std::int64_t, float>> bias_;
-};
-
-// Several processors in order (logit_bias, then a grammar's mask).
-class ProcessorChain : public LogitsProcessor {
- public:
-  explicit ProcessorChain(std::vector<std::shared_ptr<LogitsProcessor>> p) : parts_(std::move(p)) {}
-  void Process(std::span<const TokenId> generated, std::span<float> logits) override {
-    for (auto& p : parts_) p->Process(generated, logits);
-  }
-
- private:
-  std::vector<std::shared_ptr<LogitsProcessor>> parts_;
-};
-}  // namespace
 
 GenerationService::~GenerationService() {
   if (engine_) engine_->Stop();

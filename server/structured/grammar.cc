@@ -269,7 +269,7 @@ GrammarProcessor::GrammarProcessor(std::shared_ptr<const CompiledGrammar> gramma
   enforce_budget_ = static_cast<std::int64_t>(grammar_->Distance(state_)) + 1 <= max_tokens_;
 }
 
-void GrammarProcessor::Process(std::span<const TokenId> generated, std::span<float> logits) {
+std::shared_ptr<const TokenMask> GrammarProcessor::Next(std::span<const TokenId> generated) {
   if (generated.size() < consumed_) {
     consumed_ = 0;
     state_ = grammar_->start();
@@ -278,10 +278,9 @@ void GrammarProcessor::Process(std::span<const TokenId> generated, std::span<flo
   if (state_ == Dfa::kDead) {
     // Only after a token the mask forbade (it cannot be sampled at -inf):
     // end the sequence.
-    TokenMask eos{true, grammar_->vocab().eos(), 0};
-    std::sort(eos.ids.begin(), eos.ids.end());
-    eos.Apply(logits);
-    return;
+    auto eos = std::make_shared<TokenMask>(TokenMask{true, grammar_->vocab().eos(), 0});
+    std::sort(eos->ids.begin(), eos->ids.end());
+    return eos;
   }
   std::int32_t budget = CompiledGrammar::kNoBudget;
   if (enforce_budget_) {
@@ -290,7 +289,20 @@ void GrammarProcessor::Process(std::span<const TokenId> generated, std::span<flo
     const std::int64_t left = max_tokens_ - static_cast<std::int64_t>(generated.size()) - 2;
     budget = static_cast<std::int32_t>(std::clamp<std::int64_t>(left, -1, CompiledGrammar::kNoBudget - 1));
   }
-  grammar_->Mask(state_, budget)->Apply(logits);
+  return grammar_->Mask(state_, budget);
+}
+
+void GrammarProcessor::Process(std::span<const TokenId> generated, std::span<float> logits) {
+  Next(generated)->Apply(logits);
+}
+
+void GrammarProcessor::Describe(std::span<const TokenId> generated, LogitsEdit& edit) {
+  std::shared_ptr<const TokenMask> mask = Next(generated);
+  edit = LogitsEdit{};
+  edit.masked = true;
+  edit.allow_list = mask->allow_list;
+  edit.ids = mask->ids;
+  edit.keep = std::move(mask);
 }
 
 // ------------------------------------------------------------ compiler cache

@@ -153,8 +153,14 @@ class GrammarProcessor final : public LogitsProcessor {
  public:
   GrammarProcessor(std::shared_ptr<const CompiledGrammar> grammar, std::int64_t max_tokens);
   void Process(std::span<const TokenId> generated, std::span<float> logits) override;
+  // Its mask as an edit (a device applies it as a token bitmask).
+  bool Describable() const override { return true; }
+  void Describe(std::span<const TokenId> generated, LogitsEdit& edit) override;
 
  private:
+  // The mask after `generated` (shared with the grammar's cache).
+  std::shared_ptr<const TokenMask> Next(std::span<const TokenId> generated);
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::int64_t max_tokens_;
   bool enforce_budget_;

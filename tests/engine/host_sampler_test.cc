@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "server/engine/model_executor.h"
 
@@ -176,30 +177,41 @@ TEST(SampleStep, OneTokenPerSequenceNeedingLogitsInPlanOrder) {
   EXPECT_EQ(bad.status().code(), ErrorCode::kInternal);
 }
 
+// A processor that cannot state its effect as an edit.
+class Opaque : public LogitsProcessor {
+ public:
+  void Process(std::span<const TokenId>, std::span<float> logits) override { logits[0] = 0; }
+};
+
 TEST(HostSampler, OnlyPlainGreedyRequestsDoWithoutTheirRow) {
   HostSampler s;
   StepPlan plan;
-  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4), Spec(5)};
+  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4), Spec(5), Spec(6)};
   plan.added[1].params.temperature = 0.7;
   plan.added[2].params.presence_penalty = 0.5;
   plan.added[3].top_logprobs = 2;
   plan.added[4].params.repetition_penalty = 1.1;
+  plan.added[5].processor = std::make_shared<Opaque>();
   s.Apply(plan);
   EXPECT_FALSE(s.NeedsRow(1));
-  for (RequestId id : {2u, 3u, 4u, 5u}) EXPECT_TRUE(s.NeedsRow(id)) << id;
+  for (RequestId id : {2u, 3u, 4u, 5u, 6u}) EXPECT_TRUE(s.NeedsRow(id)) << id;
   EXPECT_TRUE(s.NeedsRow(99));                   // unknown: Sample reports it
-  auto refused = s.TakeReduced(3, 0, 1.0, 1.0);  // penalties: the host's alone
+  auto refused = s.TakeReduced(6, 0, 1.0, 1.0);  // an opaque processor: the host's alone
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::kInternal);
+  auto no_top = s.TakeReduced(4, 0, 1.0, 1.0);  // asked for top logprobs, none came back
+  ASSERT_FALSE(no_top.ok());
+  EXPECT_EQ(no_top.status().code(), ErrorCode::kInternal);
 }
 
-// What a device may draw: greedy and plain random sampling; penalties, a
-// processor or top logprobs keep a request on the host. A draw's offset
-// counts the request's tokens, whoever sampled them.
-TEST(HostSampler, DeviceDrawsArePlainSamplingWithTheirSeedAndTokenCount) {
+// What a device may draw: everything but rows of a processor that cannot
+// describe its effect; a draw's offset counts the request's tokens,
+// whoever sampled them, and `generated` is what its processor and
+// penalties read.
+TEST(HostSampler, DeviceDrawsCarryTheirParametersSeedAndTokenCount) {
   HostSampler s;
   StepPlan plan;
-  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4)};
+  plan.added = {Spec(1), Spec(2), Spec(3), Spec(4), Spec(5)};
   plan.added[1].params.temperature = 0.7;
   plan.added[1].params.top_k = 40;
   plan.added[1].params.top_p = 0.9;
@@ -207,12 +219,15 @@ TEST(HostSampler, DeviceDrawsArePlainSamplingWithTheirSeedAndTokenCount) {
   plan.added[1].seed = 1234;
   plan.added[2].params.temperature = 0.7;
   plan.added[2].params.frequency_penalty = 0.5;
+  plan.added[2].params.repetition_penalty = 1.2;
   plan.added[3].params.temperature = 0.7;
   plan.added[3].top_logprobs = 1;
+  plan.added[4].processor = std::make_shared<Opaque>();
   s.Apply(plan);
   const auto greedy = s.DeviceDrawOf(1);
   ASSERT_TRUE(greedy.has_value());
   EXPECT_EQ(greedy->temperature, 0.0);
+  EXPECT_TRUE(greedy->plain());
   const auto random = s.DeviceDrawOf(2);
   ASSERT_TRUE(random.has_value());
   EXPECT_EQ(random->temperature, 0.7);
@@ -221,8 +236,15 @@ TEST(HostSampler, DeviceDrawsArePlainSamplingWithTheirSeedAndTokenCount) {
   EXPECT_EQ(random->min_p, 0.05);
   EXPECT_EQ(random->seed, 1234u);
   EXPECT_EQ(random->offset, 0u);
-  EXPECT_FALSE(s.DeviceDrawOf(3).has_value());
-  EXPECT_FALSE(s.DeviceDrawOf(4).has_value());
+  EXPECT_TRUE(random->plain());
+  const auto penalized = s.DeviceDrawOf(3);
+  ASSERT_TRUE(penalized.has_value());
+  EXPECT_EQ(penalized->frequency_penalty, 0.5);
+  EXPECT_EQ(penalized->repetition_penalty, 1.2);
+  EXPECT_FALSE(penalized->plain());
+  ASSERT_TRUE(s.DeviceDrawOf(4).has_value());
+  EXPECT_EQ(s.DeviceDrawOf(4)->top_logprobs, 1u);
+  EXPECT_FALSE(s.DeviceDrawOf(5).has_value());
   EXPECT_FALSE(s.DeviceDrawOf(99).has_value());
   // A drawn token: logprob = its logit - lse; the next draw's offset is 1,
   // and 2 after a host sample of the same request.
@@ -233,6 +255,35 @@ TEST(HostSampler, DeviceDrawsArePlainSamplingWithTheirSeedAndTokenCount) {
   EXPECT_EQ(s.DeviceDrawOf(2)->offset, 1u);
   ASSERT_TRUE(s.Sample(2, std::vector<float>{0.0f, 1.0f, 2.0f}, std::nullopt).ok());
   EXPECT_EQ(s.DeviceDrawOf(2)->offset, 2u);
+  EXPECT_EQ(std::vector<TokenId>(s.DeviceDrawOf(2)->generated.begin(), s.DeviceDrawOf(2)->generated.end()).front(), 7);
+}
+
+// A token the device drew after penalties counts for the host's next
+// penalized sample of the same request, as one the host drew.
+TEST(HostSampler, TakeReducedCountsPenalizedTokensAndReportsTopLogprobs) {
+  SamplingSpec spec = Spec(1);
+  spec.params.presence_penalty = 2.0;
+  spec.top_logprobs = 2;
+  HostSampler host, device;
+  host.Apply(Adding(spec));
+  device.Apply(Adding(spec));
+  const std::vector<float> row{3.0f, 2.5f, 2.5f, 0.0f};
+  const double lse = LogSumExp(row);
+  auto a = host.Sample(1, row, lse);
+  // The top candidates come back in any order, ties too.
+  const std::vector<std::pair<TokenId, float>> top{{2, 2.5f}, {0, 3.0f}, {1, 2.5f}};
+  auto b = device.TakeReduced(1, 0, 3.0, lse, top);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->token, 0);
+  EXPECT_EQ(b->token, a->token);
+  EXPECT_EQ(b->logprob, a->logprob);
+  EXPECT_EQ(b->top, a->top);  // 0, then 1 (the lower id of the tie)
+  // Now token 0 is penalized by 2 on both: the next greedy pick is 1.
+  auto a2 = host.Sample(1, row, lse);
+  auto b2 = device.Sample(1, row, lse);
+  ASSERT_TRUE(a2.ok() && b2.ok());
+  EXPECT_EQ(a2->token, 1);
+  EXPECT_EQ(b2->token, 1);
 }
 
 TEST(HostSampler, TakeReducedArgmaxGivesWhatSampleGivesOnTheWholeRow) {

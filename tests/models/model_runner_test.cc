@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "server/engine/engine.h"
+#include "server/engine/logits_processors.h"
 #include "server/models/decoder.h"
 #include "server/models/device.h"
 #include "tests/checkpoint/test_checkpoints.h"
@@ -31,6 +33,7 @@ constexpr int kMaxSeqs = 64;
 class ModelRunnerTest : public testing::TinyModelSuite {
  protected:
   static void SetUpTestSuite() { Load(256); }
+  static void ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where);
 
   static EngineConfig Config(int num_blocks = 512) {
     EngineConfig c;
@@ -147,6 +150,123 @@ TEST_F(ModelRunnerTest, SeededSamplingIsTheSamePadded) {
   EXPECT_GT(padded.stats().padding_rows, 0u);
 }
 
+// Allows only even ids: a mask stated as an edit (as a grammar's).
+class EvenTokensOnly : public LogitsProcessor {
+ public:
+  void Process(std::span<const TokenId>, std::span<float> logits) override {
+    for (std::size_t i = 1; i < logits.size(); i += 2) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+  bool Describable() const override { return true; }
+  void Describe(std::span<const TokenId>, LogitsEdit& edit) override {
+    edit = LogitsEdit{};
+    edit.masked = true;
+    edit.allow_list = false;
+    edit.ids = *odd_;
+    edit.keep = odd_;
+  }
+
+ private:
+  std::shared_ptr<std::vector<TokenId>> odd_ = [] {
+    auto v = std::make_shared<std::vector<TokenId>>();
+    for (TokenId i = 1; i < 400; i += 2) v->push_back(i);
+    return v;
+  }();
+};
+
+// Sampling by DeviceSampling (`where`) gives every token, logprob and top
+// logprob the host sampler gives, in a batch and with preemptions: greedy
+// rows with penalties, logit bias, masks and top logprobs (every fifth
+// request samples at random: the host's on the CPU, the kernel's on a GPU,
+// where its tokens differ and are not compared).
+void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where) {
+  const auto jobs = Jobs(20, 21);
+  const bool gpu = model.device().is_cuda();
+  struct Got {
+    std::vector<std::vector<GeneratedToken>> tokens;
+    std::uint64_t preemptions = 0;
+    std::uint64_t device_draws = 0;
+  };
+  auto run = [&](SamplerPlacement placement, int num_blocks) {
+    RunnerOptions o = Options(true);
+    o.sampling = placement;
+    ModelRunner runner(model, num_blocks, 4, o);
+    Engine engine(Config(num_blocks), runner);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      EngineRequest r;
+      r.prompt = jobs[i].prompt;
+      r.max_tokens = jobs[i].max_tokens;
+      r.stop.ignore_eos = true;
+      switch (i % 5) {
+        case 1:
+          r.sampling.repetition_penalty = 1.3;
+          r.sampling.frequency_penalty = 0.5;
+          break;
+        case 2:
+          r.processor = std::make_shared<LogitBias>(std::vector<std::pair<std::int64_t, float>>{{5, 4.f}, {17, -3.f}});
+          r.sampling.presence_penalty = 0.8;
+          r.top_logprobs = 3;
+          break;
+        case 3:
+          r.processor = std::make_shared<EvenTokensOnly>();
+          r.top_logprobs = 1;
+          break;
+        case 4:
+          r.sampling = Seeded(40 + i);
+          break;
+        default:
+          break;
+      }
+      auto s = engine.Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    while (engine.RunOnce()) {
+    }
+    Got out;
+    out.preemptions = engine.stats().preemptions;
+    out.device_draws = runner.stats().device_draws;
+    for (const auto& s : streams) {
+      StreamChunk c = s->Next(std::chrono::seconds(0));
+      EXPECT_TRUE(c.finished);
+      out.tokens.push_back(c.tokens);
+    }
+    return out;
+  };
+  for (int num_blocks : {512, 40}) {  // 40: 160 slots for 20 requests of up to 57 tokens
+    const Got host = run(SamplerPlacement::kHost, num_blocks);
+    const Got device = run(where, num_blocks);
+    if (num_blocks == 40) {
+      EXPECT_GT(device.preemptions, 0u);
+    }
+    EXPECT_EQ(host.device_draws, 0u);
+    // Every token was drawn there, but the random requests' on the CPU.
+    std::uint64_t drawn = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+      if (gpu || i % 5 != 4) drawn += host.tokens[i].size();
+    EXPECT_EQ(device.device_draws, drawn);
+    ASSERT_EQ(device.tokens.size(), host.tokens.size());
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      ASSERT_EQ(device.tokens[i].size(), host.tokens[i].size()) << "request " << i;
+      if (gpu && i % 5 == 4) continue;
+      for (std::size_t k = 0; k < host.tokens[i].size(); ++k) {
+        const GeneratedToken &a = device.tokens[i][k], &b = host.tokens[i][k];
+        EXPECT_EQ(a.id, b.id) << "request " << i << " token " << k;
+        EXPECT_EQ(a.logprob, b.logprob) << "request " << i << " token " << k;
+        EXPECT_EQ(a.top_logprobs, b.top_logprobs) << "request " << i << " token " << k;
+        if (i % 5 == 3) {
+          EXPECT_EQ(a.id % 2, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ModelRunnerTest, DeviceSamplingEqualsTheHostSampler) {
+  // On the CPU, kDevice draws the greedy rows and leaves the random ones.
+  ExpectDeviceSamplingEqualsHost(*model_, SamplerPlacement::kDevice);
+}
+
 TEST_F(ModelRunnerTest, StepBuffersKeepTheirAddressesAcrossSteps) {
   const auto jobs = Jobs(40, 14);
   ModelRunner runner(*model_, 512, 4, Options(true));
@@ -203,6 +323,17 @@ TEST_F(ModelRunnerTest, CudaGraphReplayEqualsEager) {
   for (std::size_t i = 0; i < got.logprobs.size(); ++i)
     for (std::size_t k = 0; k < got.logprobs[i].size(); ++k)
       EXPECT_NEAR(got.logprobs[i][k], want.logprobs[i][k], bound) << "request " << i << " token " << k;
+}
+
+// On a GPU (kAuto samples there): penalties, logit bias, masks, top
+// logprobs and the argmax on the device equal the host sampler's on the
+// same logits.
+TEST_F(ModelRunnerTest, CudaDeviceSamplingEqualsTheHostSampler) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto m = DecoderModel::Load(dir_->path(), DType::kF32, Quantization::kNone, cuda);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectDeviceSamplingEqualsHost(**m, SamplerPlacement::kAuto);
 }
 
 // On a GPU: plain random sampling is drawn on the device, keyed by (seed,

@@ -61,6 +61,7 @@ void RandomWalks(const Constraint& c, std::shared_ptr<const TokenVocabulary> voc
   std::normal_distribution<float> normal(0.f, 3.f);
   for (int w = 0; w < walks; ++w) {
     GrammarProcessor p(grammar, max_tokens);
+    GrammarProcessor described(grammar, max_tokens);  // the same, stated as edits (what a device applies)
     std::vector<TokenId> generated;
     std::string text;
     std::int32_t state = grammar->start();
@@ -70,6 +71,12 @@ void RandomWalks(const Constraint& c, std::shared_ptr<const TokenVocabulary> voc
       for (float& x : logits) x = normal(rng);
       const std::vector<float> raw = logits;
       p.Process(generated, logits);
+      LogitsEdit edit;
+      described.Describe(generated, edit);
+      ASSERT_TRUE(edit.masked && edit.bias.empty());
+      std::vector<float> edited = raw;
+      edit.ApplyTo(edited);
+      ASSERT_EQ(edited, logits) << "step " << generated.size();
       if (check_masks_against_brute_force) {
         const std::int64_t left =
             std::max<std::int64_t>(max_tokens - static_cast<std::int64_t>(generated.size()) - 2, -1);
@@ -133,6 +140,28 @@ TEST(Grammar, ProcessorFollowsARewind) {
   EXPECT_FALSE(std::isinf(logits['a']));
   EXPECT_FALSE(std::isinf(logits['c']));
   EXPECT_TRUE(std::isinf(logits['b']));
+}
+
+// After a token its mask forbade (a host's sampler can pick one only from
+// a row the mask did not reach), the grammar allows EOS alone, as an edit
+// too.
+TEST(Grammar, DescribeAfterAForbiddenTokenAllowsOnlyEos) {
+  TokenId eos;
+  auto vocab = SmallVocab(&eos);
+  auto g = CompiledGrammar::Compile({Constraint::Kind::kChoice, "", {"ab", "cd"}, ""}, vocab);
+  ASSERT_TRUE(g.ok());
+  GrammarProcessor p(*g, 10), q(*g, 10);
+  const std::vector<TokenId> gen = {'z'};
+  std::vector<float> processed(vocab->logits_size(), 1.f), edited = processed;
+  p.Process(gen, processed);
+  LogitsEdit edit;
+  q.Describe(gen, edit);
+  ASSERT_TRUE(edit.masked && edit.allow_list);
+  EXPECT_EQ(std::vector<TokenId>(edit.ids.begin(), edit.ids.end()), std::vector<TokenId>{eos});
+  edit.ApplyTo(edited);
+  EXPECT_EQ(edited, processed);
+  EXPECT_FALSE(std::isinf(processed[static_cast<std::size_t>(eos)]));
+  EXPECT_TRUE(std::isinf(processed['a']));
 }
 
 TEST(Grammar, CompileErrorsNameTheField) {
