@@ -331,8 +331,10 @@ Status RunBench(const BenchOptions& o) {
   }
   std::int64_t available = -1;  // the host's memory
   if (model->device().is_cuda()) {
+    const bool graphs = !o.enforce_eager && model->CanCaptureGraphs();
     RS_ASSIGN_OR_RETURN(available,
-                        DeviceKvBudget(*model, o.max_num_batched_tokens, o.block_size, o.gpu_memory_utilization));
+                        DeviceKvBudget(*model, o.max_num_batched_tokens, o.block_size, o.gpu_memory_utilization,
+                                       graphs ? o.concurrency : 0, GraphContext(*model, o.block_size)));
   }
   RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(), o.block_size,
                                                            max_len, o.concurrency, available));

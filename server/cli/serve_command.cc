@@ -589,9 +589,9 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_KV_CACHE_MEMORY");
   sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
-                  "CUDA workers: the share of the device's memory for weights, activations and the KV cache; the "
-                  "KV cache gets what is left after the weights and a profiling forward of "
-                  "--max-num-batched-tokens tokens (as vLLM). Ignored on CPU workers")
+                  "CUDA workers: the share of the device's memory for weights, activations, CUDA graphs and the "
+                  "KV cache; the KV cache gets what is left after the weights, a profiling forward of "
+                  "--max-num-batched-tokens tokens (as vLLM) and the decode graphs' memory. Ignored on CPU workers")
       ->capture_default_str()
       ->envname("ROPESERVE_GPU_MEMORY_UTILIZATION")
       ->check(CLI::Range(0.01, 1.0));

@@ -7,6 +7,7 @@
 #ifdef ROPESERVE_HAVE_CUDA
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
@@ -76,6 +77,16 @@ DeviceMemory GetDeviceMemory(at::Device device) {
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) return {};
   return {static_cast<std::int64_t>(free), static_cast<std::int64_t>(total)};
 }
+
+AllocatorBytes GetAllocatorBytes(at::Device device) {
+  // Index 0 of the stat arrays is the aggregate over pool types (StatType::
+  // AGGREGATE) in LibTorch 1.13 and 2.x alike.
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return {static_cast<std::int64_t>(stats.allocated_bytes[0].current),
+          static_cast<std::int64_t>(stats.allocated_bytes[0].peak)};
+}
+
+void ResetAllocatorPeak(at::Device device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device.index()); }
 
 }  // namespace ropeserve
 

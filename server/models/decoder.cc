@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/cpu/cpu_features.h"
@@ -307,15 +308,25 @@ at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cac
       });
 }
 
+at::Tensor DecoderModel::AttentionWorkspace(const PagedBatch& batch) const {
+  return ops_->AttentionWorkspace(batch, batch.token_ids.size(0), config_.num_attention_heads, config_.head_dim);
+}
+
 at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
                                           const PagedAttentionFn& attend) const {
   c10::InferenceMode guard;
   auto [cos, sin] = CosSinPacked(batch);
-  // One attention workspace for every layer (none on the CPU).
-  PagedBatch b = batch;
-  if (!b.attention_workspace.defined())
-    b.attention_workspace =
-        ops_->AttentionWorkspace(batch, batch.token_ids.size(0), config_.num_attention_heads, config_.head_dim);
+  // One attention workspace for every layer (none on the CPU): the
+  // caller's, or one allocated here on a copy of the batch.
+  std::optional<PagedBatch> with_workspace;
+  if (!batch.attention_workspace.defined()) {
+    at::Tensor w = AttentionWorkspace(batch);
+    if (w.defined()) {
+      with_workspace.emplace(batch);
+      with_workspace->attention_workspace = std::move(w);
+    }
+  }
+  const PagedBatch& b = with_workspace ? *with_workspace : batch;
   at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                              ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], b);

@@ -93,6 +93,7 @@ class DecoderModel final : public PagedModel {
   at::Tensor ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const override;
   // On CUDA, unless dynamic RoPE computes its frequencies per length on the host.
   bool CanCaptureGraphs() const override;
+  at::Tensor AttentionWorkspace(const PagedBatch& batch) const override;
   // One layer's attention over the paged cache, after this step's K/V have
   // been written: q [T,Hq,D] -> [T,Hq,D].
   using PagedAttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k_cache,

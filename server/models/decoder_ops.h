@@ -92,6 +92,13 @@ struct DeviceMemory {
   std::int64_t free = 0, total = 0;
 };
 DeviceMemory GetDeviceMemory(at::Device device);
+// The bytes LibTorch's caching allocator holds in tensors on a CUDA device:
+// now, and at their peak since ResetAllocatorPeak.
+struct AllocatorBytes {
+  std::int64_t current = 0, peak = 0;
+};
+AllocatorBytes GetAllocatorBytes(at::Device device);
+void ResetAllocatorPeak(at::Device device);
 #endif
 
 }  // namespace ropeserve

@@ -80,6 +80,10 @@ class PagedModel {
   // Whether a decode ForwardPaged may be captured in a CUDA graph: it reads
   // nothing on the host but the batch's shape (false: the runner stays eager).
   virtual bool CanCaptureGraphs() const { return false; }
+  // The attention scratch ForwardPaged needs for `batch`, when the caller
+  // sets it on its own batch (PagedBatch::attention_workspace; undefined:
+  // none needed, as on the CPU). Without it ForwardPaged allocates one.
+  virtual at::Tensor AttentionWorkspace(const PagedBatch& batch) const { return {}; }
 };
 
 }  // namespace ropeserve

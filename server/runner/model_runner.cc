@@ -277,9 +277,13 @@ struct ModelRunner::Impl {
 #ifdef ROPESERVE_HAVE_CUDA
   struct DecodeGraph {
     at::cuda::CUDAGraph graph;
-    at::Tensor logits;  // [bucket, vocab] float32, in the graph's memory
+    at::Tensor logits;  // [bucket, vocab] float32: rows of graph_logits
   };
   std::map<std::int64_t, std::unique_ptr<DecodeGraph>> graphs;
+  // [largest bucket, vocab] float32: every graph writes its logits here, so
+  // the graphs' outputs do not pile up in their pool (each graph's own
+  // logits are freed there after its capture, for the next one to reuse).
+  at::Tensor graph_logits;
 #endif
 };
 
@@ -427,6 +431,8 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     ++im.stats.graph_replays;
   } else {
     // A step of prefill chunks only writes K/V (and prompt logits when asked).
+    // The batch is the runner's own: the attention workspace goes on it.
+    step.batch.attention_workspace = im.model.AttentionWorkspace(step.batch);
     logits = im.model.ForwardPaged(step.batch, im.cache, step.layout.P == 0 ? nullptr : &rows->prompt);
   }
   if (step.padding > 0) logits = logits.narrow(0, 0, step.real_rows);  // the fillers' rows come last
@@ -457,6 +463,8 @@ Status ModelRunner::CaptureDecodeGraphs() {
     c10::cuda::CUDAStreamGuard on_side(side);
     decltype(std::declval<at::cuda::CUDAGraph&>().pool()) pool{0, 0};  // none yet
     const StepPlan none;
+    im.graph_logits = at::empty({im.buckets.back(), im.model.config().vocab_size},
+                                at::TensorOptions().dtype(at::kFloat).device(im.model.device()));
     for (auto it = im.buckets.rbegin(); it != im.buckets.rend(); ++it) {
       const std::int64_t b = *it;
       RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(none, b));
@@ -464,8 +472,9 @@ Status ModelRunner::CaptureDecodeGraphs() {
       im.model.ForwardPaged(step.batch, im.cache, nullptr);  // warm-up: lazy initialisations happen here
       side.synchronize();
       auto g = std::make_unique<Impl::DecodeGraph>();
+      g->logits = im.graph_logits.narrow(0, 0, b);
       g->graph.capture_begin(pool);
-      g->logits = im.model.ForwardPaged(step.batch, im.cache, nullptr);
+      g->logits.copy_(im.model.ForwardPaged(step.batch, im.cache, nullptr));
       g->graph.capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->graph.pool();
       im.graphs[b] = std::move(g);
@@ -485,7 +494,10 @@ at::Tensor ModelRunner::Impl::Replay(std::int64_t bucket) {
   return it->second->logits;
 }
 
-void ModelRunner::Impl::DropGraphs() { graphs.clear(); }
+void ModelRunner::Impl::DropGraphs() {
+  graphs.clear();
+  graph_logits = at::Tensor();
+}
 
 std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); }
 

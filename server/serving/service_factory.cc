@@ -48,8 +48,13 @@ service::GenerationServiceConfig BaseConfig(const DecoderModel& model, std::stri
 
 }  // namespace
 
+std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size) {
+  const std::int64_t bs = std::max<std::int64_t>(1, block_size);
+  return (model.config().max_position_embeddings + bs - 1) / bs * bs;
+}
+
 StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
-                                      double utilization) {
+                                      double utilization, std::int64_t graph_seqs, std::int64_t graph_context) {
   if (!(utilization > 0 && utilization <= 1)) return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
   if (profile_tokens < 1 || block_size < 1) return InvalidArgument("the profiling forward needs tokens and blocks");
 #ifdef ROPESERVE_HAVE_CUDA
@@ -66,16 +71,35 @@ StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t pr
                       cache, nullptr)
         .to(at::kCPU);  // waits for the device
   }
+  // The decode graphs' pool: a forward of their largest bucket, shaped as
+  // captured (one logits row per token, the workspace sized for the
+  // cache's capacity per sequence), measured by the allocator's peak, and
+  // the [bucket, vocab] float32 logits buffer the graphs share.
+  std::int64_t graph_bytes = 0;
+  if (graph_seqs > 0) {
+    const std::int64_t s = std::min(graph_seqs, model.config().max_position_embeddings);
+    const std::int64_t gblocks = (s + block_size - 1) / block_size;
+    PagedKvCache cache = model.AllocatePagedKvCache(gblocks, block_size);
+    const AllocatorBytes before = GetAllocatorBytes(device);
+    ResetAllocatorPeak(device);
+    PagedBatch decode = ContiguousChunk(std::vector<std::int64_t>(static_cast<std::size_t>(s), 0), 0, gblocks, device);
+    decode.max_context = std::max(graph_context, s);
+    (void)model.ForwardPaged(decode, cache, nullptr).to(at::kCPU);
+    graph_bytes = std::max<std::int64_t>(0, GetAllocatorBytes(device).peak - before.current) +
+                  s * model.config().vocab_size * static_cast<std::int64_t>(sizeof(float));
+  }
   const DeviceMemory memory = GetDeviceMemory(device);
   if (memory.total <= 0) return FailedPrecondition("cannot read " + device.str() + "'s memory");
   const std::int64_t total = memory.total, in_use = memory.total - memory.free;
-  const auto budget = static_cast<std::int64_t>(utilization * static_cast<double>(total)) - in_use;
+  const auto budget = static_cast<std::int64_t>(utilization * static_cast<double>(total)) - in_use - graph_bytes;
   auto gib = [](std::int64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 6) + " GiB"; };
   if (budget <= 0)
     return FailedPrecondition("--gpu-memory-utilization " + std::to_string(utilization).substr(0, 5) + " of " +
                               device.str() + "'s " + gib(total) + " leaves nothing for the KV cache: " + gib(in_use) +
-                              " in use after the weights and a profiling forward of " + std::to_string(n) +
-                              " tokens; raise it or lower --max-num-batched-tokens");
+                              " in use after the weights and a profiling forward of " + std::to_string(n) + " tokens" +
+                              (graph_bytes > 0 ? ", " + gib(graph_bytes) + " kept for the CUDA graphs" : "") +
+                              "; raise it or lower --max-num-batched-tokens" +
+                              (graph_bytes > 0 ? " or --max-num-seqs (or --enforce-eager)" : ""));
   return budget;
 #else
   return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
@@ -97,10 +121,14 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   if (options.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
 
   service::GenerationServiceConfig sc = BaseConfig(model, std::move(served_name));
+  // CUDA workers pad decode steps to the graphs' buckets and replay them.
+  const bool graphs = model.device().is_cuda() && !options.enforce_eager && model.CanCaptureGraphs();
   std::int64_t available = -1;  // the host's memory
   if (model.device().is_cuda()) {
-    RS_ASSIGN_OR_RETURN(available, DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
-                                                  options.gpu_memory_utilization));
+    RS_ASSIGN_OR_RETURN(available,
+                        DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
+                                       options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
+                                       GraphContext(model, options.block_size)));
   }
   RS_ASSIGN_OR_RETURN(sc.kv,
                       SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
@@ -114,11 +142,10 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   sc.priority_scheduling = options.priority_scheduling;
   sc.max_document_bytes = options.max_document_bytes;
   sc.observer = options.observer;
-  // CUDA workers pad decode steps to the graphs' buckets and replay them.
   RunnerOptions ro;
   ro.max_num_batched_tokens = options.scheduler.max_num_batched_tokens;
   ro.max_num_seqs = options.scheduler.max_num_seqs;
-  ro.cuda_graphs = !options.enforce_eager && model.CanCaptureGraphs();
+  ro.cuda_graphs = graphs;
   ro.pad_decode = ro.cuda_graphs;
   auto runner = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size, ro);
   if (ro.cuda_graphs) {

@@ -30,9 +30,19 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
 // --gpu-memory-utilization: `utilization` of the device's memory minus what
 // is in use after the weights and one profiling forward of `profile_tokens`
 // tokens (the step's largest prefill; its activation peak stays reserved by
-// the caching allocator). An error with the numbers when nothing is left.
+// the caching allocator), and minus what the decode CUDA graphs will hold
+// when `graph_seqs` > 0 (their largest bucket): a decode forward of that
+// many sequences is profiled as a graph runs it (attention workspace sized
+// for `graph_context` tokens per sequence), and its activation peak plus
+// the graphs' shared logits buffer is set aside (the graphs' memory pool
+// is apart from the eager steps'). An error with the numbers when nothing
+// is left.
+// The context a captured decode graph attends up to per sequence: the
+// block tables' capacity (max_position_embeddings in whole blocks).
+std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size);
+
 StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
-                                      double utilization);
+                                      double utilization, std::int64_t graph_seqs = 0, std::int64_t graph_context = 0);
 
 struct OfflineOptions {
   std::int64_t block_size = 16;
