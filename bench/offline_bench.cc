@@ -49,6 +49,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   ro.max_num_seqs = o.concurrency;
   ro.cuda_graphs = !o.enforce_eager && model.CanCaptureGraphs();
   ro.pad_decode = ro.cuda_graphs;
+  ro.sampling = o.sampler;
   ModelRunner runner(model, num_blocks, o.block_size, ro);
   if (ro.cuda_graphs) RS_RETURN_IF_ERROR(runner.CaptureDecodeGraphs());
   EngineConfig ec;
@@ -87,6 +88,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
       r.prompt = w.prompts[next];
       r.max_tokens = w.output_lens[next];
       r.stop.ignore_eos = grammar == nullptr;
+      r.sampling.presence_penalty = o.presence_penalty;
       if (grammar) r.processor = std::make_shared<structured::GrammarProcessor>(grammar, r.max_tokens);
       RS_ASSIGN_OR_RETURN(auto s, engine.Submit(r));
       s->SetNotify([&waker] { waker.Set(); });

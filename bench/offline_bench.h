@@ -13,6 +13,7 @@
 #include "server/common/status.h"
 #include "server/engine/scheduler.h"
 #include "server/models/quantization.h"
+#include "server/runner/model_runner.h"
 
 namespace ropeserve::bench {
 
@@ -37,6 +38,12 @@ struct BenchOptions {
   std::string kv_cache_memory = "auto";  // as serve's
   double gpu_memory_utilization = 0.9;   // as serve's (CUDA only)
   bool enforce_eager = false;            // no CUDA graphs (CUDA only; as serve's)
+  // Where the rows are processed and drawn (RunnerOptions::sampling): to
+  // measure the host sampler against DeviceSampling on the same device.
+  SamplerPlacement sampler = SamplerPlacement::kAuto;
+  // Every request's presence penalty (0 = none): greedy decoding with a
+  // penalty, so that each row is processed before its argmax.
+  double presence_penalty = 0;
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_prefill_tokens_while_decoding = SchedulerConfig().max_prefill_tokens_while_decoding;
   std::int64_t max_model_len = 0;  // 0 = min(model's, 4096)

@@ -73,10 +73,24 @@ Runner AddBench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  auto sampler = std::make_shared<std::string>("auto");
+  sub->add_option("--sampler", *sampler,
+                  "Where logits rows are processed and drawn: auto (the device's sampler on CUDA, the host "
+                  "sampler on the CPU), host, or device (on the CPU: the device sampler's tensor code, greedy "
+                  "rows only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "host", "device"}));
+  sub->add_option("--presence-penalty", o->presence_penalty,
+                  "Every request's presence penalty (greedy decoding with a processed row)")
+      ->capture_default_str()
+      ->check(CLI::Range(-2.0, 2.0));
   sub->add_option("--workload-out", o->workload_out,
                   "Also write the requests (prompt ids, output lengths) to this JSON file, for another "
                   "implementation to run the same ones");
-  return [o, dtype, baseline, quantization, speculative] {
+  return [o, dtype, baseline, quantization, speculative, sampler] {
+    o->sampler = *sampler == "host"     ? SamplerPlacement::kHost
+                 : *sampler == "device" ? SamplerPlacement::kDevice
+                                        : SamplerPlacement::kAuto;
     auto spec = SpeculativeFrom(*speculative);
     if (!spec.ok()) return Fail(spec.status().message());
     o->speculative = *spec;

@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <limits>
 #include <memory>
 #include <random>
+
+#include "tests/engine/mask_processor.h"
 
 namespace ropeserve {
 namespace {
@@ -21,31 +21,7 @@ std::vector<float> RandomRow(std::size_t n, std::uint64_t seed) {
   return row;
 }
 
-// A mask as a processor: allowed (or forbidden) ids.
-class Mask : public LogitsProcessor {
- public:
-  Mask(bool allow, std::vector<TokenId> ids)
-      : ids_(std::make_shared<std::vector<TokenId>>(std::move(ids))), allow_(allow) {}
-  void Process(std::span<const TokenId>, std::span<float> logits) override {
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      const bool listed = std::binary_search(ids_->begin(), ids_->end(), static_cast<TokenId>(i));
-      if (listed != allow_) logits[i] = kNegInf;
-    }
-  }
-  bool Describable() const override { return true; }
-  void Describe(std::span<const TokenId>, LogitsEdit& edit) override {
-    edit = LogitsEdit{};
-    edit.masked = true;
-    edit.allow_list = allow_;
-    edit.ids = *ids_;
-    edit.keep = ids_;
-  }
-
- private:
-  std::shared_ptr<std::vector<TokenId>> ids_;
-  bool allow_;
-};
+using Mask = testing::MaskProcessor;
 
 void ExpectEditEqualsProcess(LogitsProcessor& p, std::size_t vocab, std::uint64_t seed) {
   ASSERT_TRUE(p.Describable());

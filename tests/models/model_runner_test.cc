@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <limits>
 #include <random>
 
 #include "server/engine/engine.h"
@@ -19,6 +18,7 @@
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
 #include "tests/common/offline.h"
+#include "tests/engine/mask_processor.h"
 #include "tests/models/reference_decoder.h"
 #include "tests/models/tiny_model_suite.h"
 
@@ -150,29 +150,6 @@ TEST_F(ModelRunnerTest, SeededSamplingIsTheSamePadded) {
   EXPECT_GT(padded.stats().padding_rows, 0u);
 }
 
-// Allows only even ids: a mask stated as an edit (as a grammar's).
-class EvenTokensOnly : public LogitsProcessor {
- public:
-  void Process(std::span<const TokenId>, std::span<float> logits) override {
-    for (std::size_t i = 1; i < logits.size(); i += 2) logits[i] = -std::numeric_limits<float>::infinity();
-  }
-  bool Describable() const override { return true; }
-  void Describe(std::span<const TokenId>, LogitsEdit& edit) override {
-    edit = LogitsEdit{};
-    edit.masked = true;
-    edit.allow_list = false;
-    edit.ids = *odd_;
-    edit.keep = odd_;
-  }
-
- private:
-  std::shared_ptr<std::vector<TokenId>> odd_ = [] {
-    auto v = std::make_shared<std::vector<TokenId>>();
-    for (TokenId i = 1; i < 400; i += 2) v->push_back(i);
-    return v;
-  }();
-};
-
 // Sampling by DeviceSampling (`where`) gives every token, logprob and top
 // logprob the host sampler gives, in a batch and with preemptions: greedy
 // rows with penalties, logit bias, masks and top logprobs (every fifth
@@ -208,7 +185,7 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
           r.top_logprobs = 3;
           break;
         case 3:
-          r.processor = std::make_shared<EvenTokensOnly>();
+          r.processor = testing::MaskProcessor::EvenOnly(/*as_allow_list=*/false, 400);
           r.top_logprobs = 1;
           break;
         case 4:

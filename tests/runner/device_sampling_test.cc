@@ -16,6 +16,7 @@
 
 #include "server/engine/logits_processors.h"
 #include "server/models/device.h"
+#include "tests/engine/mask_processor.h"
 
 namespace ropeserve {
 namespace {
@@ -40,27 +41,6 @@ class NoRepeat : public LogitsProcessor {
     edit.ids = *ids;
     edit.keep = ids;
   }
-};
-
-// Allows only even ids (an allow list, as a grammar's usual mask).
-class EvenOnly : public LogitsProcessor {
- public:
-  EvenOnly() {
-    for (TokenId i = 0; i < kVocab + 10; i += 2) ids_->push_back(i);
-  }
-  void Process(std::span<const TokenId>, std::span<float> logits) override {
-    for (std::size_t i = 1; i < logits.size(); i += 2) logits[i] = -std::numeric_limits<float>::infinity();
-  }
-  bool Describable() const override { return true; }
-  void Describe(std::span<const TokenId>, LogitsEdit& edit) override {
-    edit = LogitsEdit{};
-    edit.masked = true;
-    edit.ids = *ids_;
-    edit.keep = ids_;
-  }
-
- private:
-  std::shared_ptr<std::vector<TokenId>> ids_ = std::make_shared<std::vector<TokenId>>();
 };
 
 class Opaque : public LogitsProcessor {
@@ -171,7 +151,7 @@ void ExpectProcessedGreedyRowsEqualTheHostSampler(at::Device on) {
   specs[3].processor = std::make_shared<ProcessorChain>(std::vector<std::shared_ptr<LogitsProcessor>>{
       std::make_shared<LogitBias>(std::vector<std::pair<std::int64_t, float>>{{0, -2.f}, {9, 3.5f}, {49, 1.f}}),
       std::make_shared<NoRepeat>()});
-  specs[4].processor = std::make_shared<EvenOnly>();  // 5
+  specs[4].processor = testing::MaskProcessor::EvenOnly(/*as_allow_list=*/true, kVocab + 10);  // 5
   specs[4].params.presence_penalty = 0.5;
   specs[5].params.temperature = 0.8;                // 6: random, the host's on the CPU
   specs[6].processor = std::make_shared<Opaque>();  // 7: the host's
@@ -219,7 +199,7 @@ TEST(DeviceSampling, CudaRandomDrawsKeepMasksAndDependOnSeedAndOffsetOnly) {
     specs.push_back(Spec(id));
     specs.back().params.temperature = 1.5;
     specs.back().params.presence_penalty = 0.5;
-    specs.back().processor = std::make_shared<EvenOnly>();
+    specs.back().processor = testing::MaskProcessor::EvenOnly(/*as_allow_list=*/true, kVocab + 10);
   }
   specs[1].params.top_k = 3;
   specs[2].params.top_p = 0.5;
