@@ -173,17 +173,19 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
       draws.drawn.clear();
     }
   }
-  // logsumexp, max, the chosen tokens' logits (and the top logits) in one
-  // transfer, the tokens (and the top ids) in another.
+  // logsumexp, max, the chosen tokens' logits, the top logits and the ids
+  // in one transfer: the floats' bits and the ids (every vocabulary fits
+  // int32) as one int32 tensor, so the copy moves bits, never values.
   const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
-  at::Tensor reduced = at::stack({at::logsumexp(logits, 1), max, chosen_logit}).flatten();  // [3 * rows]
-  at::Tensor ids = chosen;
-  if (top_k > 0) {
-    reduced = at::cat({reduced, draws.top_logits.flatten()});
-    ids = at::cat({ids, draws.top_ids.flatten()});
-  }
-  rows.reduced = reduced.to(at::kCPU).contiguous();
-  rows.argmax = ids.to(at::kCPU).contiguous();
+  std::vector<at::Tensor> floats = {at::stack({at::logsumexp(logits, 1), max, chosen_logit}).flatten()};  // [3R]
+  if (top_k > 0) floats.push_back(draws.top_logits.flatten());
+  const at::Tensor float_bits = at::cat(floats).contiguous().view(at::kInt);
+  std::vector<at::Tensor> ids = {chosen};
+  if (top_k > 0) ids.push_back(draws.top_ids.flatten());
+  const at::Tensor back = at::cat({float_bits, at::cat(ids).to(at::kInt)}).to(at::kCPU).contiguous();
+  const std::int64_t nf = float_bits.numel();
+  rows.reduced = back.narrow(0, 0, nf).view(at::kFloat);
+  rows.argmax = back.narrow(0, nf, back.numel() - nf).to(at::kLong);
   out.logsumexp = rows.reduced.data_ptr<float>();
   const float* row_max = out.logsumexp + out.rows;
   out.max = out.logsumexp + 2 * out.rows;
