@@ -22,10 +22,7 @@ Status SamplingParams::Validate() const {
   return Status::Ok();
 }
 
-void LogitsEdit::ApplyTo(std::span<float> logits) const {
-  for (auto [id, b] : bias)
-    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
-  if (!masked) return;
+void ApplyTokenMask(std::span<float> logits, bool allow_list, std::span<const TokenId> ids) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   auto in_row = [&](TokenId id) { return id >= 0 && static_cast<std::size_t>(id) < logits.size(); };
   if (!allow_list) {
@@ -38,6 +35,12 @@ void LogitsEdit::ApplyTo(std::span<float> logits) const {
     while (k < ids.size() && (ids[k] < 0 || static_cast<std::size_t>(ids[k]) < i)) ++k;
     if (k == ids.size() || static_cast<std::size_t>(ids[k]) != i) logits[i] = kNegInf;
   }
+}
+
+void LogitsEdit::ApplyTo(std::span<float> logits) const {
+  for (auto [id, b] : bias)
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
+  if (masked) ApplyTokenMask(logits, allow_list, ids);
 }
 
 void LogitsProcessor::Describe(std::span<const TokenId>, LogitsEdit& edit) { edit = LogitsEdit{}; }

@@ -58,6 +58,11 @@ struct LogitsEdit {
   void ApplyTo(std::span<float> logits) const;
 };
 
+// Sets every logit outside the allowed set to -inf: the allowed set is
+// `ids` (sorted), or everything but `ids` when !allow_list; ids past the
+// row are ignored. A grammar's TokenMask and a LogitsEdit both apply so.
+void ApplyTokenMask(std::span<float> logits, bool allow_list, std::span<const TokenId> ids);
+
 // A per-request hook on the logits before sampling (a grammar's mask, say):
 // called on the runner's thread with the tokens the request generated so
 // far; it may lower logits to -inf. Logprobs are reported from the raw

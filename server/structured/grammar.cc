@@ -82,22 +82,7 @@ const std::optional<std::string>& TokenVocabulary::Bytes(TokenId id) const {
 
 bool TokenMask::Allows(TokenId id) const { return std::binary_search(ids.begin(), ids.end(), id) == allow_list; }
 
-void TokenMask::Apply(std::span<float> logits) const {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (!allow_list) {
-    for (TokenId id : ids)
-      if (static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] = kNegInf;
-    return;
-  }
-  // Keep the allowed values, forbid everything, put them back.
-  thread_local std::vector<float> kept;
-  kept.resize(ids.size());
-  for (std::size_t k = 0; k < ids.size(); ++k)
-    kept[k] = static_cast<std::size_t>(ids[k]) < logits.size() ? logits[static_cast<std::size_t>(ids[k])] : kNegInf;
-  std::fill(logits.begin(), logits.end(), kNegInf);
-  for (std::size_t k = 0; k < ids.size(); ++k)
-    if (static_cast<std::size_t>(ids[k]) < logits.size()) logits[static_cast<std::size_t>(ids[k])] = kept[k];
-}
+void TokenMask::Apply(std::span<float> logits) const { ApplyTokenMask(logits, allow_list, ids); }
 
 // ------------------------------------------------------------ grammar
 
