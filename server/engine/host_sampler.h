@@ -54,20 +54,14 @@ class HostSampler {
   // nullopt when the host must sample it (a processor that cannot state
   // its effect as an edit, or an unknown request).
   struct DeviceDraw {
-    double temperature = 0;  // 0: greedy
-    std::int64_t top_k = 0;  // <= 0: off
-    double top_p = 1, min_p = 0;
-    std::uint64_t seed = 0;
-    std::uint64_t offset = 0;  // the draw's index: tokens generated so far
-    double repetition_penalty = 1, frequency_penalty = 0, presence_penalty = 0;
+    SamplingParams params;                 // the request's (temperature 0: greedy)
+    std::uint64_t seed = 0;                // resolved: params.seed, or the one drawn for it
+    std::uint64_t offset = 0;              // the draw's index: tokens generated so far
     LogitsProcessor* processor = nullptr;  // Describable; null when none
     std::span<const TokenId> generated;    // the request's tokens so far (until its next token)
     std::size_t top_logprobs = 0;
-    bool has_penalties() const {
-      return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;
-    }
     // Greedy or plain random sampling, nothing to process or report.
-    bool plain() const { return processor == nullptr && !has_penalties() && top_logprobs == 0; }
+    bool plain() const { return processor == nullptr && !params.has_penalties() && top_logprobs == 0; }
   };
   std::optional<DeviceDraw> DeviceDrawOf(RequestId id) const;
   // Request `id`'s token when its row was reduced where it lies: `token`

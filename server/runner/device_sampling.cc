@@ -19,8 +19,7 @@ constexpr std::int64_t kFirstRows = 64;
 // double ones as int64 bits (frequency, presence).
 constexpr std::int64_t kAddedWidth = 9;
 
-std::int64_t FloatBits(double v) {
-  const float f = static_cast<float>(v);
+std::int32_t FloatBits(float f) {
   std::int32_t bits = 0;
   std::memcpy(&bits, &f, sizeof bits);
   return bits;
@@ -28,11 +27,6 @@ std::int64_t FloatBits(double v) {
 std::int64_t DoubleBits(double v) {
   std::int64_t bits = 0;
   std::memcpy(&bits, &v, sizeof bits);
-  return bits;
-}
-std::int32_t FloatBits32(float f) {
-  std::int32_t bits = 0;
-  std::memcpy(&bits, &f, sizeof bits);
   return bits;
 }
 
@@ -108,26 +102,23 @@ std::int64_t DeviceSampling::TakePenaltyRow() {
   return r;
 }
 
+void DeviceSampling::Release(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  free_slots_.push_back(it->second.slot);
+  if (it->second.penalty_row >= 0) free_penalty_rows_.push_back(it->second.penalty_row);
+  requests_.erase(it);
+}
+
 void DeviceSampling::Apply(const StepPlan& plan) {
-  for (RequestId id : plan.removed) {
-    auto it = requests_.find(id);
-    if (it == requests_.end()) continue;
-    free_slots_.push_back(it->second.slot);
-    if (it->second.penalty_row >= 0) free_penalty_rows_.push_back(it->second.penalty_row);
-    requests_.erase(it);
-  }
+  for (RequestId id : plan.removed) Release(id);
   if (plan.added.empty()) return;
   // Rows first (growing the tensors), then one upload: the parameters, then
   // (penalty row, token) pairs of the prompts the repetition penalty reads.
   std::vector<Request> rows;
   std::int64_t marks = 0;
   for (const SamplingSpec& spec : plan.added) {
-    auto old = requests_.find(spec.id);  // re-added: its old rows go
-    if (old != requests_.end()) {
-      free_slots_.push_back(old->second.slot);
-      if (old->second.penalty_row >= 0) free_penalty_rows_.push_back(old->second.penalty_row);
-      requests_.erase(old);
-    }
+    Release(spec.id);  // re-added: its old rows go
     Request r;
     r.slot = TakeSlot();
     if (spec.params.has_penalties()) r.penalty_row = TakePenaltyRow();
@@ -148,10 +139,10 @@ void DeviceSampling::Apply(const StepPlan& plan) {
     row[0] = r.slot;
     row[1] = std::clamp<std::int64_t>(p.top_k, -1, INT32_MAX);
     row[2] = static_cast<std::int64_t>(spec.seed);  // the kernel reads the bits as uint64
-    row[3] = FloatBits(p.temperature);
-    row[4] = FloatBits(p.top_p);
-    row[5] = FloatBits(p.min_p);
-    row[6] = FloatBits(p.repetition_penalty);
+    row[3] = FloatBits(static_cast<float>(p.temperature));
+    row[4] = FloatBits(static_cast<float>(p.top_p));
+    row[5] = FloatBits(static_cast<float>(p.min_p));
+    row[6] = FloatBits(static_cast<float>(p.repetition_penalty));
     row[7] = DoubleBits(p.frequency_penalty);
     row[8] = DoubleBits(p.presence_penalty);
     if (p.repetition_penalty != 1.0)
@@ -198,7 +189,7 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
     const std::int64_t n = s.logits_rows();
     if (n == 0) continue;
     const auto d = sampler.DeviceDrawOf(s.request_id);
-    const bool here = d && (d->temperature == 0 || random) && (s.num_draft == 0 || d->plain());
+    const bool here = d && (d->params.greedy() || random) && (s.num_draft == 0 || d->plain());
     if (!here) {
       row += n;
       continue;
@@ -207,7 +198,7 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
     if (it == requests_.end())
       return Internal("device sampling has no row for request " + std::to_string(s.request_id));
     Request& r = it->second;
-    if (d->has_penalties()) {
+    if (d->params.has_penalties()) {
       if (r.penalty_row < 0) return Internal("a request with penalties has no penalty row");
       for (; r.counted < d->generated.size(); ++r.counted)
         if (d->generated[r.counted] >= 0 && d->generated[r.counted] < vocab_)
@@ -220,9 +211,9 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
         if (id >= 0 && id < vocab_) biases.emplace_back(row, id, b);
       if (edit.masked) masks.emplace_back(row, std::move(edit));
     }
-    if (d->has_penalties()) penalized.emplace_back(row, r.penalty_row);
+    if (d->params.has_penalties()) penalized.emplace_back(row, r.penalty_row);
     top_k = std::max(top_k, d->top_logprobs);
-    any_random = any_random || d->temperature > 0;
+    any_random = any_random || !d->params.greedy();
     for (std::int64_t i = 0; i < n; ++i, ++row) {
       drawn.push_back({row, r.slot, static_cast<std::int64_t>(d->offset) + i});
       out.drawn[static_cast<std::size_t>(row)] = 1;
@@ -256,7 +247,7 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
     const auto& [r, id, b] = biases[i];
     h[at.bias_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(r);
     h[at.bias_tokens() + static_cast<std::int64_t>(i)] = id;
-    h[at.bias_values() + static_cast<std::int64_t>(i)] = FloatBits32(b);
+    h[at.bias_values() + static_cast<std::int64_t>(i)] = FloatBits(b);
   }
   for (std::size_t i = 0; i < masks.size(); ++i) {
     const auto& [r, edit] = masks[i];

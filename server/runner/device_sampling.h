@@ -66,6 +66,8 @@ class DeviceSampling {
     std::int64_t penalty_row = -1;  // -1: no penalties
     std::size_t counted = 0;        // tokens of `generated` already in its counts
   };
+  // Frees request `id`'s rows (none when it has none).
+  void Release(RequestId id);
   std::int64_t TakeSlot();
   std::int64_t TakePenaltyRow();
 
