@@ -223,8 +223,13 @@ StatusOr<BatchInfo> BatchStore::Cancel(const std::string& id, const std::string&
   }));
   // The runner moved it on meanwhile (to finalizing, say): report it as it is.
   if (!moved) return Cancel(id, owner);
+  // What this call did (OpenAI's answer to a cancel is the batch in
+  // "cancelling"): read back after Notify, a runner fast enough would
+  // already have finished it, as one under load did in a test.
+  b.status = "cancelling";
+  b.cancelling_at = now;
   Notify();
-  return Get(id, owner);
+  return b;
 }
 
 StatusOr<std::vector<BatchInfo>> BatchStore::InStatus(const std::string& status) {
