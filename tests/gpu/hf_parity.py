@@ -73,22 +73,62 @@ def decoder_checks(binary, arch, dtype_name, worker="cpu"):
         ours = run(binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens",
                    str(steps), "--ignore-eos", "--top-logprobs", "5", "--dtype", dtype_name, "--device", worker,
                    "--json")
-        model = model.to(device()).eval()
-        ids = torch.tensor([prompt], device=device())
-        with torch.no_grad():
-            theirs = model.generate(ids, max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
-                                    pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
-            logits = model(torch.tensor([prompt + ours["generated_ids"]], device=device())).logits[0].float()
         name = f"decoder {arch} {dtype_name} on {worker}"
-        report(name + " greedy", ours["generated_ids"] == theirs, f"ours={ours['generated_ids']} hf={theirs}")
-        logp = torch.log_softmax(logits, -1)
-        worst = 0.0
-        for step, top in enumerate(ours["top_logprobs"]):
-            row = logp[len(prompt) - 1 + step]
-            for item in top:
-                worst = max(worst, abs(float(row[item["id"]]) - item["logprob"]))
-        tol = 5e-2 if dtype_name == "bf16" else 1e-3
-        report(name + " top-5 logprobs", worst <= tol, f"max |diff| {worst:.2e} (tolerance {tol})")
+        if dtype_name == "f32":
+            model = model.to(device()).eval()
+            ids = torch.tensor([prompt], device=device())
+            with torch.no_grad():
+                theirs = model.generate(ids, max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
+                                        pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
+                logits = model(torch.tensor([prompt + ours["generated_ids"]], device=device())).logits[0].float()
+            report(name + " greedy", ours["generated_ids"] == theirs, f"ours={ours['generated_ids']} hf={theirs}")
+            logp = torch.log_softmax(logits, -1)
+            worst = max_deviation(logp, ours, len(prompt))
+            report(name + " top-5 logprobs", worst <= 1e-3, f"max |diff| {worst:.2e} (tolerance 1e-3)")
+            return
+        # bfloat16: the reference is the exact maths on the same (bf16)
+        # weights, i.e. transformers' forward in float32 of the bf16 model;
+        # transformers' own bf16 forward rounds every activation and drifts
+        # from it by an amount these random weights make large. Ours must be
+        # about as close to the exact maths as transformers' bf16 is (within
+        # 2x its deviation, measured here on the same tokens), and each
+        # greedy token must be the exact maths' argmax or within that
+        # deviation of it (teacher-forced on our tokens, so a near-tie taken
+        # the other way does not cascade).
+        ids = torch.tensor([prompt + ours["generated_ids"]], device=device())
+        model = model.to(device()).eval()
+        with torch.no_grad():
+            theirs_bf16 = torch.log_softmax(model(ids).logits[0].float(), -1)
+            model = model.float()
+            ref = torch.log_softmax(model(ids).logits[0].float(), -1)
+        hf_dev = max_deviation(ref, None, len(prompt), steps, top=theirs_bf16)
+        tol = max(2.0 * hf_dev, 1e-3)
+        worst = max_deviation(ref, ours, len(prompt))
+        report(name + " top-5 logprobs vs exact maths", worst <= tol,
+               f"max |diff| {worst:.2e}; transformers bf16 {hf_dev:.2e} (tolerance 2x that)")
+        gaps = []
+        for step, token in enumerate(ours["generated_ids"]):
+            row = ref[len(prompt) - 1 + step]
+            gaps.append(float(row.max() - row[token]))
+        report(name + " greedy (argmax of the exact maths, ties within tolerance)", max(gaps) <= tol,
+               f"largest gap to the argmax {max(gaps):.2e}; {sum(g > 0 for g in gaps)} of {steps} steps not the argmax")
+
+
+def max_deviation(ref, ours, prompt_len, steps=None, top=None):
+    """Largest |ref - ours| over our reported top-5 logprobs of each step, or
+    (top given) over the top-5 ids of `top`'s rows against ref's."""
+    worst = 0.0
+    if top is not None:
+        for step in range(steps):
+            row, other = ref[prompt_len - 1 + step], top[prompt_len - 1 + step]
+            for i in torch.topk(other, 5).indices.tolist():
+                worst = max(worst, abs(float(row[i]) - float(other[i])))
+        return worst
+    for step, items in enumerate(ours["top_logprobs"]):
+        row = ref[prompt_len - 1 + step]
+        for item in items:
+            worst = max(worst, abs(float(row[item["id"]]) - item["logprob"]))
+    return worst
 
 
 def span_model(arch):
@@ -114,8 +154,10 @@ def span_model(arch):
 def span_checks(binary, arch, worker="cpu"):
     model = span_model(arch).float().eval()
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
+        # Not RoFormer's sinusoidal position table: a fixed function of the
+        # config, which ropeserve computes rather than reads.
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed_positions" not in name:
                 p.normal_(0, 0.1)
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d, safe_serialization=True)
