@@ -1,11 +1,24 @@
 // Paged attention for decode rows and prefill-chunk rows, with split-KV
-// partitions for long contexts ("flash-decoding"): one block per (row,
-// query head, partition) scores the partition's keys into shared memory,
-// takes their softmax and the weighted sum of values; rows with several
-// partitions are combined by a second kernel from (max, sum, unnormalised
-// output) triples. A first version: correct for every shape the CPU kernel
-// takes, not yet tiled for tensor cores (prefill rows each re-read their
-// keys; see kernels/cuda/README.md).
+// partitions for long contexts ("flash-decoding"): the keys of a row are cut
+// into partitions; a block scores a partition's keys, takes their softmax and
+// the weighted sum of values; rows with several partitions are combined by a
+// second kernel from (max, sum, unnormalised output) triples.
+//
+// Two partition kernels, one contract:
+//  - VectorPartitionKernel (head_dim 64, 128 or 256, 16-byte aligned
+//    tensors): one block per (row, KV head, up to 8 of its query heads,
+//    partition), so a GQA group reads its shared keys and values once; each
+//    key is read by D/8 lanes with one 16-byte load each and folded into a
+//    running (max, sum, output) per lane group (online softmax), with no
+//    score buffer; the lane groups, then the warps, are merged at the end.
+//  - GenericPartitionKernel, every other shape: one block per (row, query
+//    head, partition), scores into shared memory, then values — the simple
+//    reference beside the fast path.
+// Neither is tiled for tensor cores: prefill rows each re-read their keys
+// (see kernels/cuda/README.md).
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 
 namespace ropeserve::cuda {
@@ -41,15 +54,183 @@ __device__ inline std::int64_t RowContext(std::int64_t r, const std::int64_t* __
   return context_lens[lo] - (query_start[lo + 1] - r) + 1;
 }
 
+// Eight 16-bit values <-> eight floats.
 template <typename T>
-__global__ void AttentionPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
-                                         const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
-                                         const std::int64_t* __restrict__ query_start,
-                                         const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
-                                         std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                                         std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
-                                         std::int64_t partition_size, std::int64_t max_partitions,
-                                         float* __restrict__ workspace) {
+__device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
+  const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = ToFloat(h[i]);
+}
+
+// Merges running softmax state (m, l, acc) with another (m2, l2, acc2):
+// both are sums over disjoint keys, scaled to their own maxima.
+template <int N>
+__device__ __forceinline__ void MergeState(float& m, float& l, float* acc, float m2, float l2, const float* acc2) {
+  const float mn = fmaxf(m, m2);
+  if (mn == -FLT_MAX) return;  // both empty
+  const float a = __expf(m - mn), b = __expf(m2 - mn);
+  l = l * a + l2 * b;
+#pragma unroll
+  for (int d = 0; d < N; ++d) acc[d] = acc[d] * a + acc2[d] * b;
+  m = mn;
+}
+
+constexpr int kVectorWarps = kThreads / 32;
+constexpr int kMaxGroup = 8;  // query heads per block in the vector kernel
+
+// See the file comment. D: head_dim; G: the block's query heads rounded up
+// to a power of two (<= kMaxGroup), so small groups hold fewer registers.
+template <typename T, int D, int G>
+__global__ void __launch_bounds__(kThreads)
+    VectorPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
+                          const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
+                          const std::int64_t* __restrict__ query_start, const std::int64_t* __restrict__ context_lens,
+                          std::int64_t num_seqs, std::int64_t num_heads, std::int64_t num_kv_heads,
+                          std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
+                          std::int64_t partition_size, std::int64_t max_partitions, float* __restrict__ workspace) {
+  constexpr int kLanesPerKey = D / 8;              // one 16-byte load each
+  constexpr int kKeysPerWarp = 32 / kLanesPerKey;  // keys a warp takes at once
+  constexpr int kUnroll = 2;                       // loads in flight per lane
+  __shared__ float sm_m[kVectorWarps][G], sm_l[kVectorWarps][G];
+  __shared__ float sm_acc[kVectorWarps][G][D];
+  const std::int64_t r = blockIdx.x, p = blockIdx.z;
+  const std::int64_t group = num_heads / num_kv_heads;
+  const std::int64_t chunks = (group + kMaxGroup - 1) / kMaxGroup;
+  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * kMaxGroup;
+  const std::int64_t left = kvh * group + group - h0;  // query heads from h0 on in this group
+  const int heads = left < G ? static_cast<int>(left) : G;
+  std::int64_t seq = 0;
+  const std::int64_t context = RowContext(r, query_start, context_lens, num_seqs, &seq);
+  const std::int64_t start = p * partition_size;
+  if (start >= context) return;
+  const std::int64_t end = min(context, start + partition_size);
+  const std::int32_t* table = block_tables + seq * max_blocks_per_seq;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * 8;
+
+  float qv[G][8];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    if (i < heads) {
+      Unpack8<T>(*reinterpret_cast<const uint4*>(q + (r * num_heads + h0 + i) * D + dim0), qv[i]);
+#pragma unroll
+      for (int d = 0; d < 8; ++d) qv[i][d] *= scale;
+    } else {
+#pragma unroll
+      for (int d = 0; d < 8; ++d) qv[i][d] = 0.f;
+    }
+  }
+  float m[G], l[G], acc[G][8];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    m[i] = -FLT_MAX;
+    l[i] = 0.f;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[i][d] = 0.f;
+  }
+
+  // Every lane of a warp runs the same iterations (the shuffles need them);
+  // a lane past the partition's end loads nothing and folds nothing.
+  constexpr int kStride = kVectorWarps * kKeysPerWarp * kUnroll;
+  for (std::int64_t base = start + warp * kKeysPerWarp * kUnroll; base < end; base += kStride) {
+    uint4 kraw[kUnroll], vraw[kUnroll];
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t j = base + u * kKeysPerWarp + sub;
+      valid[u] = j < end;
+      if (valid[u]) {
+        const std::int64_t slot = static_cast<std::int64_t>(table[j / block_size]) * block_size + j % block_size;
+        const std::int64_t at = (slot * num_kv_heads + kvh) * D + dim0;
+        kraw[u] = *reinterpret_cast<const uint4*>(k_cache + at);
+        vraw[u] = *reinterpret_cast<const uint4*>(v_cache + at);
+      } else {
+        kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[8], vf[8];
+      Unpack8<T>(kraw[u], kf);
+      Unpack8<T>(vraw[u], vf);
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        float s = 0.f;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) s += qv[i][d] * kf[d];
+#pragma unroll
+        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (valid[u] && i < heads) {
+          const float mn = fmaxf(m[i], s);
+          const float a = __expf(m[i] - mn), e = __expf(s - mn);
+          l[i] = l[i] * a + e;
+#pragma unroll
+          for (int d = 0; d < 8; ++d) acc[i][d] = acc[i][d] * a + e * vf[d];
+          m[i] = mn;
+        }
+      }
+    }
+  }
+
+  // Merge the warp's lane groups (same dims, other keys), then the warps.
+#pragma unroll
+  for (int o = kLanesPerKey; o < 32; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[i], o), l2 = __shfl_xor_sync(0xffffffffu, l[i], o);
+      float acc2[8];
+#pragma unroll
+      for (int d = 0; d < 8; ++d) acc2[d] = __shfl_xor_sync(0xffffffffu, acc[i][d], o);
+      MergeState<8>(m[i], l[i], acc[i], m2, l2, acc2);
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      if (dim0 == 0) {
+        sm_m[warp][i] = m[i];
+        sm_l[warp][i] = l[i];
+      }
+#pragma unroll
+      for (int d = 0; d < 8; ++d) sm_acc[warp][i][dim0 + d] = acc[i][d];
+    }
+  }
+  __syncthreads();
+  const std::int64_t parts = NumPartitions(context, partition_size);
+  for (int idx = threadIdx.x; idx < heads * D; idx += kThreads) {
+    const int i = idx / D, d = idx % D;
+    float mt = -FLT_MAX;
+    for (int w = 0; w < kVectorWarps; ++w) mt = fmaxf(mt, sm_m[w][i]);
+    float lt = 0.f, at = 0.f;
+    for (int w = 0; w < kVectorWarps; ++w) {
+      if (sm_m[w][i] == -FLT_MAX) continue;  // a warp that saw no key
+      const float f = __expf(sm_m[w][i] - mt);
+      lt += sm_l[w][i] * f;
+      at += sm_acc[w][i][d] * f;
+    }
+    const std::int64_t h = h0 + i;
+    if (parts == 1) {
+      out[(r * num_heads + h) * D + d] = FromFloat<T>(at / lt);
+    } else {
+      float* ws = workspace + ((r * num_heads + h) * max_partitions + p) * (D + 2);
+      ws[2 + d] = at;
+      if (d == 0) {
+        ws[0] = mt;
+        ws[1] = lt;
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
+                                       const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
+                                       const std::int64_t* __restrict__ query_start,
+                                       const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
+                                       std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
+                                       std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
+                                       std::int64_t partition_size, std::int64_t max_partitions,
+                                       float* __restrict__ workspace) {
   extern __shared__ float shared[];
   float* q_s = shared;                // [head_dim]
   float* scores = shared + head_dim;  // [partition_size]
@@ -148,19 +329,53 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || partition_size <= 0)
     return static_cast<int>(cudaErrorInvalidValue);
   const std::int64_t max_partitions = NumPartitions(max_context, partition_size);
-  const std::size_t shared = static_cast<std::size_t>(head_dim + partition_size) * sizeof(float);
   auto s = static_cast<cudaStream_t>(stream);
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  const bool vector = (head_dim == 64 || head_dim == 128 || head_dim == 256) && aligned(out) && aligned(q) &&
+                      aligned(k_cache) && aligned(v_cache);
+  const std::int64_t group = num_heads / num_kv_heads;
   return detail::Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (shared > 48 * 1024)
-      cudaFuncSetAttribute(AttentionPartitionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared));
-    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads),
-                    static_cast<unsigned>(max_partitions));
-    AttentionPartitionKernel<T><<<grid, kThreads, shared, s>>>(
-        static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
-        block_tables, query_start, context_lens, num_seqs, num_heads, num_kv_heads, head_dim, block_size,
-        max_blocks_per_seq, scale, partition_size, max_partitions, static_cast<float*>(workspace));
+    if (vector) {
+      const std::int64_t chunks = (group + kMaxGroup - 1) / kMaxGroup;
+      const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_kv_heads * chunks),
+                      static_cast<unsigned>(max_partitions));
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
+                                         static_cast<const T*>(v_cache), block_tables, query_start, context_lens,
+                                         num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale,
+                                         partition_size, max_partitions, static_cast<float*>(workspace));
+      };
+      auto by_group = [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        if (group == 1)
+          launch(VectorPartitionKernel<T, D, 1>);
+        else if (group == 2)
+          launch(VectorPartitionKernel<T, D, 2>);
+        else if (group <= 4)
+          launch(VectorPartitionKernel<T, D, 4>);
+        else
+          launch(VectorPartitionKernel<T, D, 8>);
+      };
+      if (head_dim == 64)
+        by_group(std::integral_constant<int, 64>{});
+      else if (head_dim == 128)
+        by_group(std::integral_constant<int, 128>{});
+      else
+        by_group(std::integral_constant<int, 256>{});
+    } else {
+      const std::size_t shared = static_cast<std::size_t>(head_dim + partition_size) * sizeof(float);
+      if (shared > 48 * 1024)
+        cudaFuncSetAttribute(GenericPartitionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shared));
+      const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads),
+                      static_cast<unsigned>(max_partitions));
+      GenericPartitionKernel<T><<<grid, kThreads, shared, s>>>(
+          static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
+          static_cast<const T*>(v_cache), block_tables, query_start, context_lens, num_seqs, num_heads, num_kv_heads,
+          head_dim, block_size, max_blocks_per_seq, scale, partition_size, max_partitions,
+          static_cast<float*>(workspace));
+    }
     if (max_partitions > 1)
       CombinePartitionsKernel<T>
           <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads)), kThreads, 0, s>>>(

@@ -103,7 +103,17 @@ TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
 // Decode rows and prefill-chunk rows against the gather-based reference.
 TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   const std::int64_t bs = 16;
-  for (auto [hq, hkv, d] : {std::tuple<int, int, int>{8, 8, 64}, {8, 4, 64}, {16, 4, 128}, {32, 4, 128}, {14, 2, 64}}) {
+  // The vector kernel (head_dim 64 / 128 / 256; GQA groups of 1, 2, 4, 7,
+  // 8 and 16 query heads, the last in two blocks of 8, a group of 3 in a
+  // block shaped for 4) and the generic one (head_dim 96).
+  for (auto [hq, hkv, d] : {std::tuple<int, int, int>{8, 8, 64},
+                            {8, 4, 64},
+                            {16, 4, 128},
+                            {32, 4, 128},
+                            {14, 2, 64},
+                            {16, 1, 64},
+                            {6, 2, 256},
+                            {12, 4, 96}}) {
     // Sequences: (context length, query rows): decodes across block and
     // partition boundaries (512) and prefill chunks with a cached prefix.
     const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{1, 1},    {17, 1},   {511, 1}, {513, 1},
