@@ -69,7 +69,7 @@ StatusOr<std::vector<TokenId>> ReadJsonIdList(const nlohmann::json& in, const st
 
 // --device: cpu, cuda or cuda:N (N up to 3 digits).
 inline constexpr const char* kDeviceHelp =
-    "Worker device: cpu, or cuda / cuda:N in builds whose LibTorch has CUDA (not yet run on a GPU)";
+    "Worker device: cpu, or cuda / cuda:N in builds whose LibTorch has CUDA (see docs/gpu.md)";
 CLI::Validator DeviceValidator();
 
 // "1,15043, 7" -> {1, 15043, 7}; errors name `flag`.
