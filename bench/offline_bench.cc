@@ -37,14 +37,17 @@ struct EngineRun {
   double peak_kv_usage = 0, kv_waste = 0;
   std::uint64_t preemptions = 0, prefix_hits = 0, prefix_queries = 0;
   std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  RunnerStats runner;
 };
 
 // Keeps `concurrency` requests in flight until all are done.
 // With `grammar`, every request is constrained to it and may end at EOS.
 StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
                               std::int64_t num_blocks, std::int64_t max_len,
-                              std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr) {
-  RunnerOptions ro;  // as serve's
+                              std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr,
+                              bool time_phases = false) {
+  RunnerOptions ro;  // as serve's (time_phases: not; see RunnerOptions)
+  ro.time_phases = time_phases;
   ro.max_num_batched_tokens = o.max_num_batched_tokens;
   ro.max_num_seqs = o.concurrency;
   ro.cuda_graphs = !o.enforce_eager && model.CanCaptureGraphs();
@@ -138,6 +141,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   run.spec_drafts = st.spec_drafts;
   run.spec_draft_tokens = st.spec_draft_tokens;
   run.spec_accepted = st.spec_accepted_tokens;
+  run.runner = runner.stats();
   return run;
 }
 
@@ -379,11 +383,29 @@ Status RunBench(const BenchOptions& o) {
     const double bandwidth = MeasureReadBandwidth(model->device());
     const double bytes = WeightBytesPerToken(c, o.dtype, o.quantization);
     const double roofline = bandwidth / bytes;
+    // Where a step's time goes: the same request again (at most 64
+    // tokens), the runner waiting for the device after each phase
+    // (RunnerOptions::time_phases); per step, in milliseconds; "engine" is
+    // the rest of the run's time per step (scheduling, streams, this loop).
+    single.output_lens[0] = std::min<std::int64_t>(o.batch1_tokens, 64);
+    RS_ASSIGN_OR_RETURN(EngineRun timed,
+                        RunEngine(*model, one, single, kv.num_blocks, max_len, /*grammar=*/nullptr, true));
+    const RunnerStats& st = timed.runner;
+    const double steps = static_cast<double>(std::max<std::uint64_t>(st.steps, 1));
+    const double prepare = 1e-6 * static_cast<double>(st.prepare_ns) / steps,
+                 forward = 1e-6 * static_cast<double>(st.forward_ns) / steps,
+                 reduce = 1e-6 * static_cast<double>(st.reduce_ns) / steps;
     batch1 = {{"decode_tok_s", tok_s},
               {"read_bandwidth_gb_s", bandwidth / 1e9},
               {"weight_bytes_per_token", bytes},
               {"roofline_tok_s", roofline},
-              {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0}};
+              {"bandwidth_fraction", roofline > 0 ? tok_s / roofline : 0.0},
+              {"step_ms",
+               {{"steps", st.steps},
+                {"prepare", prepare},
+                {"forward", forward},
+                {"reduce", reduce},
+                {"engine", std::max(0.0, 1e3 * timed.seconds / steps - prepare - forward - reduce)}}}};
   }
 
   nlohmann::json prefill = nullptr;

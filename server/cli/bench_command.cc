@@ -50,7 +50,7 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--max-model-len", o->max_model_len, "Default: min(model's, 4096)");
   sub->add_option("--batch1-tokens", o->batch1_tokens,
                   "Also decode this many tokens for one request and report tokens/s against the memory-bandwidth "
-                  "limit (0 = skip)")
+                  "limit, then up to 64 again with the step's phases timed (batch1.step_ms; 0 = skip)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   sub->add_option("--prefill-tokens", o->prefill_tokens,

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <thread>
@@ -265,6 +266,7 @@ struct ModelRunner::Impl {
   // batch Prepare just uploaded; undefined when there is none.
   at::Tensor Replay(std::int64_t bucket);
   void DropGraphs();
+  void WaitForDevice();  // the current stream of a CUDA device; nothing on the CPU
 
   const PagedModel& model;
   std::int64_t block_size;
@@ -416,6 +418,12 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   out.vocab = vocab_size();
   if (plan.sequences.empty()) return out;
   ++im.stats.steps;
+  using Clock = std::chrono::steady_clock;
+  auto lap = [last = Clock::now()](std::uint64_t& into) mutable {
+    const auto now = Clock::now();
+    into += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+    last = now;
+  };
 
   // Padded to a bucket when it is a decode step that fits one.
   const auto n = static_cast<std::int64_t>(plan.sequences.size());
@@ -425,6 +433,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     im.stats.padding_rows += static_cast<std::uint64_t>(bucket - n);
   }
   RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(plan, bucket > 0 ? bucket - n : 0));
+  lap(im.stats.prepare_ns);
 
   auto rows = std::make_shared<StepRows>();
   out.rows = step.real_rows;
@@ -443,7 +452,10 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     out.prompt_data = rows->prompt.data_ptr<float>();
     out.prompt_rows = rows->prompt.size(0);
   }
+  if (im.options.time_phases) im.WaitForDevice();
+  lap(im.stats.forward_ns);
   if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out, im.sampling.get(), im.stats));
+  lap(im.stats.reduce_ns);
   out.owner = rows;
   return out;
 }
@@ -496,6 +508,10 @@ at::Tensor ModelRunner::Impl::Replay(std::int64_t bucket) {
   return it->second->logits;
 }
 
+void ModelRunner::Impl::WaitForDevice() {
+  if (model.device().is_cuda()) c10::cuda::getCurrentCUDAStream(model.device().index()).synchronize();
+}
+
 void ModelRunner::Impl::DropGraphs() {
   graphs.clear();
   graph_logits = at::Tensor();
@@ -507,6 +523,7 @@ std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); 
 
 Status ModelRunner::CaptureDecodeGraphs() { return Status::Ok(); }
 at::Tensor ModelRunner::Impl::Replay(std::int64_t) { return {}; }
+void ModelRunner::Impl::WaitForDevice() {}
 void ModelRunner::Impl::DropGraphs() {}
 std::size_t ModelRunner::captured_graphs() const { return 0; }
 

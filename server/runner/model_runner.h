@@ -64,6 +64,12 @@ struct RunnerOptions {
   // rows: random draws need the CUDA kernel), how the tests hold the device
   // path equal to the host sampler on the CPU.
   SamplerPlacement sampling = SamplerPlacement::kAuto;
+  // Waits for the device at the end of each timed phase (RunnerStats'
+  // *_ns), so a CUDA step's time splits into the host's planning, the
+  // forward's execution and the reduction; it serialises the host and the
+  // device, so only for diagnosis (`bench`'s batch-1 phases). On the CPU
+  // the phases are the same with it or without.
+  bool time_phases = false;
 };
 
 // What the runner did, for tests and metrics.
@@ -74,6 +80,12 @@ struct RunnerStats {
   std::uint64_t buffer_growths = 0;  // steps larger than the step buffers
   std::uint64_t graph_replays = 0;   // steps replayed from a CUDA graph
   std::uint64_t device_draws = 0;    // logits rows drawn by DeviceSampling
+  // Wall time in Forward, by phase, over every non-empty step: the step's
+  // plan applied and its metadata uploaded (prepare); the forward launched
+  // or replayed, and with RunnerOptions::time_phases run to its end
+  // (forward); the rows processed, drawn and copied back (reduce; without
+  // time_phases, on a GPU, this includes waiting for the forward).
+  std::uint64_t prepare_ns = 0, forward_ns = 0, reduce_ns = 0;
 };
 
 class ModelRunner final : public LogitsExecutor {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <random>
 
@@ -273,6 +274,26 @@ TEST_F(ModelRunnerTest, StepBuffersKeepTheirAddressesAcrossSteps) {
   });
   EXPECT_GT(steps, 10);
   EXPECT_EQ(runner.stats().buffer_growths, 0u);
+}
+
+// The phase times (RunnerStats::*_ns) cover each step once: every phase
+// takes time, and together they fit inside the wall time of the run.
+TEST_F(ModelRunnerTest, PhaseTimesAddUpWithinTheRun) {
+  RunnerOptions o = Options(true);
+  o.time_phases = true;
+  ModelRunner runner(*model_, 512, 4, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  Run(runner, Jobs(12, 15));
+  const auto wall = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  const RunnerStats& st = runner.stats();
+  EXPECT_GT(st.steps, 10u);
+  EXPECT_GT(st.prepare_ns, 0u);
+  EXPECT_GT(st.forward_ns, 0u);
+  EXPECT_GT(st.reduce_ns, 0u);
+  EXPECT_LE(st.prepare_ns + st.forward_ns + st.reduce_ns, wall);
+  // The forward dominates a step of a model on the CPU.
+  EXPECT_GT(st.forward_ns, st.prepare_ns);
 }
 
 // A runner told of smaller limits than the scheduler's grows its buffers
