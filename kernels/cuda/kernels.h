@@ -61,13 +61,22 @@ int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float
 // `max_context` bounds every context (it sizes the grid: a captured CUDA
 // graph passes the cache's capacity per sequence; blocks past a row's own
 // context exit at once), so the launch depends on no value on the device.
+// `kernel` picks the partition kernel (paged_attention.cu): kAuto, the
+// vector kernel where it applies (head_dim 64/128/256, 16-byte aligned)
+// with up to 8 query heads of a GQA group per block, else the generic one;
+// kVector4, the same with up to 4 heads per block (fewer registers, more
+// blocks, the group's keys read once per block); kGeneric, the first
+// kernel always. All compute the same attention; the choice is speed
+// (tests/cuda's Bandwidth test measures each).
+enum class AttentionKernel { kAuto, kVector4, kGeneric };
 std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_heads, std::int64_t head_dim,
                                           std::int64_t max_context, std::int64_t partition_size);
 int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
                    const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
                    std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
                    std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream);
+                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream,
+                   AttentionKernel kernel = AttentionKernel::kAuto);
 
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the

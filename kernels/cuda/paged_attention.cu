@@ -76,10 +76,10 @@ __device__ __forceinline__ void MergeState(float& m, float& l, float* acc, float
 }
 
 constexpr int kVectorWarps = kThreads / 32;
-constexpr int kMaxGroup = 8;  // query heads per block in the vector kernel
 
 // See the file comment. D: head_dim; G: the block's query heads rounded up
-// to a power of two (<= kMaxGroup), so small groups hold fewer registers.
+// to a power of two (<= max_group, 8 or 4: AttentionKernel), so small groups
+// hold fewer registers; a group larger than max_group takes several blocks.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads)
     VectorPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kThreads)
                           const std::int64_t* __restrict__ query_start, const std::int64_t* __restrict__ context_lens,
                           std::int64_t num_seqs, std::int64_t num_heads, std::int64_t num_kv_heads,
                           std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
-                          std::int64_t partition_size, std::int64_t max_partitions, float* __restrict__ workspace) {
+                          std::int64_t partition_size, std::int64_t max_partitions, std::int64_t max_group,
+                          float* __restrict__ workspace) {
   constexpr int kLanesPerKey = D / 8;              // one 16-byte load each
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;  // keys a warp takes at once
   constexpr int kUnroll = 2;                       // loads in flight per lane
@@ -95,8 +96,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float sm_acc[kVectorWarps][G][D];
   const std::int64_t r = blockIdx.x, p = blockIdx.z;
   const std::int64_t group = num_heads / num_kv_heads;
-  const std::int64_t chunks = (group + kMaxGroup - 1) / kMaxGroup;
-  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * kMaxGroup;
+  const std::int64_t chunks = (group + max_group - 1) / max_group;
+  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * max_group;
   const std::int64_t left = kvh * group + group - h0;  // query heads from h0 on in this group
   const int heads = left < G ? static_cast<int>(left) : G;
   std::int64_t seq = 0;
@@ -324,27 +325,28 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
                    const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
                    std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
                    std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream) {
+                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream, AttentionKernel kernel) {
   if (rows == 0 || max_context == 0) return 0;
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || partition_size <= 0)
     return static_cast<int>(cudaErrorInvalidValue);
   const std::int64_t max_partitions = NumPartitions(max_context, partition_size);
   auto s = static_cast<cudaStream_t>(stream);
   const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  const bool vector = (head_dim == 64 || head_dim == 128 || head_dim == 256) && aligned(out) && aligned(q) &&
-                      aligned(k_cache) && aligned(v_cache);
+  const bool vector = kernel != AttentionKernel::kGeneric && (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+                      aligned(out) && aligned(q) && aligned(k_cache) && aligned(v_cache);
   const std::int64_t group = num_heads / num_kv_heads;
+  const std::int64_t max_group = kernel == AttentionKernel::kVector4 ? 4 : 8;
   return detail::Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (vector) {
-      const std::int64_t chunks = (group + kMaxGroup - 1) / kMaxGroup;
+      const std::int64_t chunks = (group + max_group - 1) / max_group;
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_kv_heads * chunks),
                       static_cast<unsigned>(max_partitions));
-      auto launch = [&](auto kernel) {
-        kernel<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
-                                         static_cast<const T*>(v_cache), block_tables, query_start, context_lens,
-                                         num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale,
-                                         partition_size, max_partitions, static_cast<float*>(workspace));
+      auto launch = [&](auto fn) {
+        fn<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
+                                     static_cast<const T*>(v_cache), block_tables, query_start, context_lens, num_seqs,
+                                     num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale, partition_size,
+                                     max_partitions, max_group, static_cast<float*>(workspace));
       };
       auto by_group = [&](auto dim) {
         constexpr int D = decltype(dim)::value;
@@ -352,7 +354,7 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
           launch(VectorPartitionKernel<T, D, 1>);
         else if (group == 2)
           launch(VectorPartitionKernel<T, D, 2>);
-        else if (group <= 4)
+        else if (group <= 4 || max_group == 4)
           launch(VectorPartitionKernel<T, D, 4>);
         else
           launch(VectorPartitionKernel<T, D, 8>);

@@ -97,7 +97,7 @@ at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::i
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                           const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
                           std::int64_t max_context, double scale, const at::Tensor& workspace,
-                          std::int64_t partition_size) {
+                          std::int64_t partition_size, AttentionKernel kernel) {
   CheckCuda(q, "q");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous(),
               "q: [R, Hq, D]; caches: contiguous [blocks, block_size, Hkv, D]");
@@ -119,7 +119,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
             block_tables.contiguous().data_ptr<std::int32_t>(), query_start.contiguous().data_ptr<std::int64_t>(),
             context_lens.contiguous().data_ptr<std::int64_t>(), context_lens.numel(), rows, heads, k_cache.size(2), dim,
             k_cache.size(1), block_tables.size(1), max_context, static_cast<float>(scale), partition_size,
-            ws.data_ptr(), KernelDType(q), CurrentStream()),
+            ws.data_ptr(), KernelDType(q), CurrentStream(), kernel),
         "PagedAttention");
   return out;
 }

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/cuda/kernels.h"  // AttentionKernel
+
 namespace ropeserve::cuda {
 
 // Keys per split-KV partition of the paged attention.
@@ -28,7 +30,8 @@ void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                           const at::Tensor& block_tables, const at::Tensor& query_start, const at::Tensor& context_lens,
                           std::int64_t max_context, double scale, const at::Tensor& workspace = {},
-                          std::int64_t partition_size = kPartitionSize);
+                          std::int64_t partition_size = kPartitionSize,
+                          AttentionKernel kernel = AttentionKernel::kAuto);
 // The float32 workspace PagedAttention needs for `rows` query rows of
 // `heads` x `head_dim` and contexts up to max_context, allocated once per
 // forward and shared by its layers.

@@ -149,13 +149,17 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
     std::vector<std::int64_t> starts{0};
     for (const std::int64_t n : qlens) starts.push_back(starts.back() + n);
     auto i64 = [](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(at::kCUDA); };
-    for (std::int64_t partition : {512, 64}) {
-      // 4096 is the longest context; a larger bound (a captured graph's)
-      // only adds blocks that exit at once.
-      for (std::int64_t bound : {std::int64_t{4096}, std::int64_t{3 * 4096}}) {
-        at::Tensor out =
-            cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens), bound, scale, {}, partition);
-        EXPECT_LT(RelError(out, ref), Bound()) << hq << "/" << hkv << " d" << d << " partition " << partition;
+    for (auto kernel :
+         {cuda::AttentionKernel::kAuto, cuda::AttentionKernel::kVector4, cuda::AttentionKernel::kGeneric}) {
+      for (std::int64_t partition : {512, 64}) {
+        // 4096 is the longest context; a larger bound (a captured graph's)
+        // only adds blocks that exit at once.
+        for (std::int64_t bound : {std::int64_t{4096}, std::int64_t{3 * 4096}}) {
+          at::Tensor out = cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens), bound, scale, {},
+                                                partition, kernel);
+          EXPECT_LT(RelError(out, ref), Bound())
+              << hq << "/" << hkv << " d" << d << " partition " << partition << " kernel " << static_cast<int>(kernel);
+        }
       }
     }
   }
@@ -232,10 +236,15 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
     at::Tensor lens = at::full({seqs}, ctx, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
     at::Tensor q = Randn({seqs, hq, d});
     at::Tensor ws = cuda::PagedAttentionWorkspace(seqs, hq, d, ctx, q.options());
-    const double s = seconds([&] { cuda::PagedAttention(q, kc, vc, bt, starts, lens, ctx, 0.125, ws, 512); }, 10);
-    const double gbs = 2.0 * static_cast<double>(kc.nbytes()) / s / 1e9;
-    std::printf("BANDWIDTH paged attention decode %d seqs x %d ctx, %d/%d heads, d%d: %.0f GB/s (%.0f%% of copy)\n",
-                seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);
+    for (auto [kernel, name] :
+         {std::pair{cuda::AttentionKernel::kAuto, "auto"}, std::pair{cuda::AttentionKernel::kVector4, "vector4"}}) {
+      const double s =
+          seconds([&] { cuda::PagedAttention(q, kc, vc, bt, starts, lens, ctx, 0.125, ws, 512, kernel); }, 10);
+      const double gbs = 2.0 * static_cast<double>(kc.nbytes()) / s / 1e9;
+      std::printf(
+          "BANDWIDTH paged attention (%s) decode %d seqs x %d ctx, %d/%d heads, d%d: %.0f GB/s (%.0f%% of copy)\n",
+          name, seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);
+    }
   }
 }
 
