@@ -14,7 +14,6 @@
 #include <optional>
 #include <thread>
 
-#include "kernels/cpu/kernel_config.h"
 #include "server/api/api_keys.h"
 #include "server/api/grpc_service.h"
 #include "server/api/http_server.h"
@@ -23,8 +22,8 @@
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
 #include "server/checkpoint/config_overrides.h"
-#include "server/checkpoint/model_generator.h"
 #include "server/cli/commands.h"
+#include "server/cli/serve_models.h"
 #include "server/cli/serve_storage.h"
 #include "server/cli/stop_signal.h"
 #include "server/cli/yaml_config.h"
@@ -36,234 +35,6 @@
 namespace ropeserve::cli {
 
 namespace {
-
-// --encoder's value: DIR (named after the directory), or NAME=DIR when it is
-// not a directory itself (a directory's name may hold '=').
-struct EncoderFlag {
-  std::string name;  // empty: the directory's name
-  std::string dir;
-};
-EncoderFlag SplitEncoderFlag(const std::string& value) {
-  const std::size_t eq = value.find('=');
-  if (std::filesystem::is_directory(value) || eq == std::string::npos) return {"", value};
-  return {value.substr(0, eq), value.substr(eq + 1)};
-}
-
-struct ServeFlags {
-  SpeculativeFlags speculative;
-  std::string summarizer;
-  std::string qa;
-  std::string demo = "auto";  // auto | on | off (1 / 0): random-weight demo models when no model is named
-  std::size_t qa_max_context_bytes = 1 << 20;
-  std::string qa_dtype = "float32";
-  std::vector<std::string> encoders;      // --encoder: embedding models and classifiers
-  std::vector<std::string> hf_overrides;  // --hf-overrides NAME=JSON, per encoder
-  std::string encoder_dtype = "float32";
-  std::string served_model_name;
-  std::string host = "0.0.0.0";
-  int http_port = 8080;
-  int grpc_port = 50051;
-  std::string device = "cpu";
-  std::string dtype = "auto";
-  std::string quantization = "none";
-  std::size_t max_body_bytes = 1 << 20;
-  int admin_port = 8081;
-  std::size_t http_max_connections = 512;
-  double http_read_timeout = 30;
-  double http_keep_alive_timeout = 5;
-  std::vector<std::string> allowed_origins;
-  int grpc_max_concurrent_streams = 128;
-  std::size_t qa_max_windows = 2048;
-  std::string scheduling_policy = "fcfs";
-  std::vector<std::string> api_keys;
-  std::string api_key_file;
-  std::string tls_cert;
-  std::string tls_key;
-  double request_timeout = 0;
-  double shutdown_timeout = 30;
-  std::string log_format = "text";
-  std::string otlp_traces_endpoint;  // "" = spans are not exported
-  std::string otlp_traces_headers;   // "k=v,k2=v2"
-  double otlp_traces_sample_ratio = 1.0;
-  api::ResponseStoreOptions responses;
-  StorageFlags storage;              // --data-dir, --max-file-bytes, --batch-*
-  double responses_ttl = 24 * 3600;  // seconds
-  service::EngineOptions engine;
-};
-
-std::string CacheDir() {
-  if (const char* d = std::getenv("ROPESERVE_CACHE"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/ropeserve";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/ropeserve";
-  return "/tmp/ropeserve-cache";
-}
-
-// A demo model in the cache, generated on first use by `make` (fixed seeds:
-// the same bytes everywhere).
-StatusOr<std::string> EnsureDemo(const std::string& name, const std::function<Status(const std::string&)>& make) {
-  const std::string dir = CacheDir() + "/models/" + name;
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    spdlog::info("generating the demo model {} into {}", name, dir);
-    RS_RETURN_IF_ERROR(make(dir));
-  }
-  return dir;
-}
-
-StatusOr<std::string> EnsureDemoModel() {
-  return EnsureDemo("demo-tiny", [](const std::string& dir) { return MakeModel(dir, MakeModelOptions{}); });
-}
-
-StatusOr<std::string> EnsureDemoQaModel() {
-  return EnsureDemo("demo-qa", [](const std::string& dir) { return MakeEncoderModel(dir, MakeEncoderOptions{}); });
-}
-
-StatusOr<std::string> EnsureDemoEmbeddingModel() {
-  return EnsureDemo("demo-embed", [](const std::string& dir) {
-    MakeEncoderOptions o;
-    o.head = "embedding";
-    return MakeEncoderModel(dir, o);
-  });
-}
-
-// Loads the summarization model and its tokenizer and starts the engine.
-struct Loaded {
-  std::unique_ptr<DecoderModel> model;
-  std::unique_ptr<service::GenerationService> service;
-  std::unique_ptr<service::QaService> qa;  // null without a QA model
-  // After the service: they leave its engine before it stops.
-  std::vector<std::unique_ptr<service::EncoderService>> encoders;
-  std::vector<service::EncoderService*> encoder_list;  // what ServingContext points at
-};
-
-StatusOr<Loaded> Load(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
-                      const std::shared_ptr<api::WorkPool>& work_pool) {
-  bool demo = false;
-  // With no model named, every demo model; with only --model, no QA.
-  const bool demo_qa = f.summarizer.empty() && f.qa.empty() && f.encoders.empty();
-  if (f.summarizer.empty()) {
-    RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
-    demo = true;
-  }
-  if (f.served_model_name.empty())
-    f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
-  DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
-  // CUDA workers compute in 16 bits: auto takes bfloat16 for float32 checkpoints there.
-  if (f.dtype == "auto" && dtype == DType::kF32 && f.device.rfind("cuda", 0) == 0) dtype = DType::kBF16;
-  Loaded out;
-  const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
-  RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization, at::Device(f.device)));
-  const ModelConfig& c = out.model->config();
-  std::string kernels;
-  for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig()))
-    kernels += (kernels.empty() ? "" : " ") + name + "=" + value;
-  spdlog::info(
-      "loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads, kernels: {}",
-      f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
-      static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
-      quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) + " weights",
-      ComputeThreads(), kernels);
-  if (demo) {
-    spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
-    spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
-  }
-  // The tokenizer is optional (token-id prompts work without it), but a
-  // tokenizer.json that is present must load: a broken one is an error.
-  std::shared_ptr<const tok::Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(f.summarizer) / "tokenizer.json")) {
-    RS_ASSIGN_OR_RETURN(tokenizer, tok::Tokenizer::FromPath(f.summarizer));
-    spdlog::info("tokenizer: {} tokens{}", tokenizer->VocabSize(),
-                 tokenizer->config().chat_template ? ", chat template loaded" : ", no chat template");
-  } else {
-    spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
-  }
-  f.engine.observer = &observer;
-  f.engine.priority_scheduling = f.scheduling_policy == "priority";
-  if (const char* every = std::getenv("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
-    f.engine.inject_faults_every = std::atoll(every);
-    spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", every,
-                 f.engine.inject_faults_every);
-  }
-  RS_ASSIGN_OR_RETURN(out.service, ServeDecoder(*out.model, f.served_model_name, f.engine, tokenizer));
-  const KvCacheSize& kv = out.service->kv_cache();
-  spdlog::info("KV cache: {} blocks x {} tokens = {} tokens, {} bytes per token, {:.1f} MiB", kv.num_blocks,
-               out.service->block_size(), kv.tokens, out.model->KvBytesPerToken(),
-               static_cast<double>(kv.bytes) / (1 << 20));
-  spdlog::info("steps: {}", out.service->execution());
-  if (demo_qa) {
-    RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
-  }
-  if (!f.qa.empty()) {
-    service::QaServiceOptions qo;
-    qo.on_latency = [&metrics](double seconds) { metrics.ObserveQaLatency(seconds); };
-    qo.engine = &out.service->engine();
-    qo.max_context_bytes = f.qa_max_context_bytes;
-    qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
-    qo.max_windows = f.qa_max_windows;
-    // gRPC Answer calls select their answers on the work pool, not on the
-    // engine's thread.
-    if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
-    const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
-    const DType qa_dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
-    RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype, f.device));  // the decoder's device
-    const EncoderConfig& qc = out.qa->config();
-    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {} on {}", name, qc.architecture,
-                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype), f.device);
-    if (!out.qa->scores_null_answer())
-      spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
-    if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
-  }
-  if (demo_qa) {
-    RS_ASSIGN_OR_RETURN(std::string dir, EnsureDemoEmbeddingModel());
-    f.encoders.push_back(dir);
-  }
-  const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
-  std::map<std::string, nlohmann::json> overrides;  // by encoder name (validated by the flag)
-  for (const std::string& flag : f.hf_overrides) {
-    RS_ASSIGN_OR_RETURN(auto named, ParseNamedOverrides(flag));
-    overrides[named.first] = std::move(named.second);
-  }
-  for (const std::string& flag : f.encoders) {
-    // DIR, or NAME=DIR (the model id the API reports, as --served-model-name).
-    const auto [named, dir] = SplitEncoderFlag(flag);
-    service::EncoderServiceOptions eo;
-    eo.engine = &out.service->engine();
-    eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
-    const std::string name = demo_qa          ? "demo-embed"
-                             : !named.empty() ? named
-                                              : std::filesystem::path(dir).filename().string();
-    eo.on_latency = [&metrics, name](double seconds) { metrics.ObserveEmbeddingLatency(name, seconds); };
-    // gRPC Embed calls pool their vectors on the work pool, not on the engine's thread.
-    if (auto pool = work_pool) eo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
-    for (const auto& e : out.encoders)
-      if (e->name() == name) return InvalidArgument("--encoder: two models named '" + name + "'");
-    std::optional<ConfigOverlay> overlay;  // --hf-overrides: config.json with the keys replaced
-    if (auto it = overrides.find(name); it != overrides.end()) {
-      RS_ASSIGN_OR_RETURN(ConfigOverlay o, ConfigOverlay::Create(dir, it->second));
-      overlay.emplace(std::move(o));
-      overrides.erase(it);
-    }
-    RS_ASSIGN_OR_RETURN(auto e, LoadEncoderService(overlay ? overlay->path() : dir, name, eo, encoder_dtype, f.device));
-    const EncoderConfig& ec = e->config();
-    if (e->embeds()) {
-      spdlog::info("loaded embedding model {} ({}, {} layers, {} dimensions, {} pooling from {}) from {} as {} on {}",
-                   name, ec.architecture, ec.num_hidden_layers, e->dimensions(),
-                   embedding::PoolingName(e->pooling().pooling), e->pooling().source, dir,
-                   DTypeSafetensorsName(encoder_dtype), f.device);
-    } else {
-      spdlog::info("loaded {} model {} ({}, {} layers, {} labels, {}) from {} as {} on {}", e->task(), name,
-                   ec.architecture, ec.num_hidden_layers, ec.num_labels,
-                   ScoreActivationName(e->scores_pairs() ? ec.score_activation : ec.classify_activation), dir,
-                   DTypeSafetensorsName(encoder_dtype), f.device);
-    }
-    out.encoder_list.push_back(e.get());
-    out.encoders.push_back(std::move(e));
-  }
-  if (!overrides.empty())
-    return InvalidArgument("--hf-overrides " + overrides.begin()->first + "=...: no --encoder is named '" +
-                           overrides.begin()->first + "'");
-  if (demo_qa) spdlog::warn("*** DEMO EMBEDDING MODEL: random weights, its embeddings are meaningless. ***");
-  return out;
-}
 
 int Run(ServeFlags f) {
   if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
@@ -379,7 +150,7 @@ int Run(ServeFlags f) {
     admin_thread.join();
   };
 
-  auto loaded = Load(f, metrics, observers, ctx.work_pool);
+  auto loaded = LoadServeModels(f, metrics, observers, ctx.work_pool);
   if (!loaded.ok()) {
     stop_http();
     grpc_server.Stop();
