@@ -11,11 +11,10 @@
 #include <chrono>
 #include <thread>
 
-#include "kernels/cpu/kernel_config.h"
 #include "server/api/error_mapping.h"
 #include "server/api/http_connection.h"
+#include "server/api/http_server_impl.h"
 #include "server/api/logging.h"
-#include "server/api/openapi.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/routes.h"
 #include "server/api/serving_context.h"
@@ -24,31 +23,9 @@
 
 namespace ropeserve::api {
 
-using json = nlohmann::json;
-
 namespace {
 
-// Per-request data the access log needs; cpp-httplib runs a request's
-// routing, handler, response writing and logger on one worker thread.
-struct RequestInfo {
-  std::chrono::steady_clock::time_point start;
-  std::string id;
-  std::string user;                          // the body's `user` (OpenAI), when it has one
-  std::string owner;                         // the API key's digest ("" when keys are off)
-  std::string path_id;                       // the path's {response_id}
-  ServerSpan span;                           // the request's trace (from its traceparent, else new)
-  ApiDialect dialect = ApiDialect::kOpenAI;  // the route's error shape
-};
-thread_local RequestInfo t_request;
-
-void SetError(httplib::Response& res, const Status& s, int http_status = 0) {
-  res.status = http_status ? http_status : HttpStatusFor(s.code());
-  // Server-side failures are logged with their cause (the client gets it too).
-  if (res.status >= 500 && res.status != 503) spdlog::error("request {} failed: {}", t_request.id, s.ToString());
-  if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
-  if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(ErrorBody(t_request.dialect, s, res.status), "application/json");
-}
+thread_local http_detail::RequestInfo t_request;
 
 // The Content-Length a request announces (0 when absent or not a number;
 // httplib then refuses it itself). Read here rather than with httplib's
@@ -60,7 +37,26 @@ std::uint64_t AnnouncedLength(const httplib::Request& req) {
   return ec == std::errc() && end == v.data() + v.size() ? n : 0;
 }
 
-using Endpoint = StatusOr<RestReply> (*)(service::GenerationService&, const RestRequest&);
+bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& origin) {
+  for (const auto& a : allowed)
+    if (a == "*" || a == origin) return true;
+  return false;
+}
+
+}  // namespace
+
+namespace http_detail {
+
+RequestInfo& CurrentRequest() { return t_request; }
+
+void SetError(httplib::Response& res, const Status& s, int http_status) {
+  res.status = http_status ? http_status : HttpStatusFor(s.code());
+  // Server-side failures are logged with their cause (the client gets it too).
+  if (res.status >= 500 && res.status != 503) spdlog::error("request {} failed: {}", t_request.id, s.ToString());
+  if (s.code() == ErrorCode::kResourceExhausted) res.set_header("Retry-After", "1");
+  if (s.code() == ErrorCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(ErrorBody(t_request.dialect, s, res.status), "application/json");
+}
 
 // The body of a POST, read under `max` bytes whatever its framing
 // (Content-Length, chunked, read to close, compressed); nullopt after
@@ -93,12 +89,6 @@ std::optional<std::string> ReadBody(const httplib::ContentReader& reader, std::s
   return std::nullopt;
 }
 
-bool OriginAllowed(const std::vector<std::string>& allowed, const std::string& origin) {
-  for (const auto& a : allowed)
-    if (a == "*" || a == origin) return true;
-  return false;
-}
-
 // What /v1/models and /v1/info say of an encoder beyond its name: an
 // embedder's dimensions and pooling, a classifier's labels and activations
 // (a token classifier's labels).
@@ -113,7 +103,12 @@ nlohmann::json EncoderFields(const service::EncoderService& e) {
           {"score_activation", ScoreActivationName(e.config().score_activation)}};
 }
 
-}  // namespace
+}  // namespace http_detail
+
+using http_detail::Endpoint;
+using http_detail::ReadBody;
+using http_detail::RequestInfo;
+using http_detail::SetError;
 
 namespace {
 // (status, body) of a unary endpoint called without the HTTP server.
@@ -132,43 +127,6 @@ std::pair<int, std::string> HandleCompletion(service::GenerationService& service
 std::pair<int, std::string> HandleChatCompletion(service::GenerationService& service, const std::string& body) {
   return Unary(&ChatCompletions, service, body);
 }
-
-struct HttpServer::Impl {
-  HttpServerOptions options;
-  ServingContext& ctx;
-  std::unique_ptr<httplib::Server> server;
-  std::atomic<int> port{0};
-  int listen_fd = -1;  // the listening socket, seen through set_socket_options
-  // Stop() may come before Serve() has started listening (a model that
-  // fails to load at once): cpp-httplib's stop() is a no-op then, and the
-  // server would listen forever. See Serve / Stop.
-  std::atomic<bool> serve_called{false}, serve_returned{false}, stop_requested{false};
-  Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
-
-  void Install();
-  void InstallApi();
-  // CORS: headers for an allowed Origin; answers preflights. True when
-  // the request was answered (a preflight).
-  bool Cors(const httplib::Request& req, httplib::Response& res, const Route* route);
-  // Admits a work request (auth was checked before routing) and runs it;
-  // a stream keeps its admission ticket until the last event is written.
-  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
-            const httplib::ContentReader& reader);
-  // A ticket while ready and the model is loaded; else nullopt after
-  // writing the 503.
-  std::optional<Lifecycle::Ticket> Admitted(httplib::Response& res);
-  // The same for a request without a body (GET, DELETE).
-  void Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  void Run(Endpoint endpoint, const httplib::Request& req, const std::string& body, Lifecycle::Ticket ticket,
-           httplib::Response& res, const std::vector<FormPart>* form = nullptr);
-  std::atomic<int> uploads{0};  // POST /v1/files being read
-  // POST /v1/files: a multipart/form-data body, read under max_file_bytes.
-  void Upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader);
-  // The body size a request may have: uploads get max_file_bytes.
-  std::size_t BodyLimit(const httplib::Request& req) const {
-    return req.method == "POST" && req.path == "/v1/files" ? options.max_file_bytes : options.max_body_bytes;
-  }
-};
 
 void HttpServer::Impl::Work(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                             const httplib::ContentReader& reader) {
@@ -466,194 +424,6 @@ void HttpServer::Impl::Install() {
                                 res.status >= 500);
   });
 }
-
-void HttpServer::Impl::InstallApi() {
-  auto& s = *server;
-  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(json{{"version", ROPESERVE_VERSION}}.dump(), "application/json");
-  });
-  s.Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(OpenApiDocument(), "application/json");
-  });
-  // The playground: no inline code, so the policy allows only this origin's
-  // files and API; nothing may frame it.
-  auto page = [](const std::string& (*text)(), const char* type) {
-    return [text, type](const httplib::Request&, httplib::Response& res) {
-      res.set_header(
-          "Content-Security-Policy",
-          "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
-      res.set_header("X-Content-Type-Options", "nosniff");
-      res.set_header("Referrer-Policy", "no-referrer");
-      res.set_header("Cache-Control", "no-cache");
-      res.set_content(text(), type);
-    };
-  };
-  s.Get("/", page(&PlaygroundHtml, "text/html; charset=utf-8"));
-  s.Get("/playground/app.js", page(&PlaygroundJs, "text/javascript; charset=utf-8"));
-  s.Get("/playground/style.css", page(&PlaygroundCss, "text/css; charset=utf-8"));
-  // Every served model: the decoder, the QA model and the embedders when there are
-  // (`task` and `max_model_len` are extensions, as vLLM's max_model_len).
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    service::GenerationService* service = ctx.service.load();
-    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
-      return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
-                  {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
-    };
-    json data =
-        json::array({card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
-    if (service::QaService* qa = ctx.qa.load())
-      data.push_back(
-          card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
-    if (const auto* embedders = ctx.encoders.load())
-      for (service::EncoderService* e : *embedders) {
-        json c = card(e->name(), e->task(), e->max_input_tokens(), e->config().architecture);
-        c.update(EncoderFields(*e));
-        data.push_back(std::move(c));
-      }
-    res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
-  });
-  s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
-    service::GenerationService* service = ctx.service.load();
-    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    const EngineConfig& o = service->engine_config();
-    json info = {{"model", service->name()},
-                 {"architecture", service->config().architecture},
-                 {"dtype", service->dtype()},
-                 {"quantization", service->quantization()},
-                 {"device", service->device()},
-                 {"tokenizer", service->tokenizer() != nullptr},
-                 {"vocab_size", service->config().vocab_size},
-                 {"max_model_len", service->max_model_len()},
-                 {"kv_cache",
-                  {{"block_size", o.block_size},
-                   {"num_blocks", service->kv_cache().num_blocks},
-                   {"tokens", service->kv_cache().tokens},
-                   {"bytes", service->kv_cache().bytes}}},
-                 {"limits",
-                  {{"max_num_seqs", o.scheduler.max_num_seqs},
-                   {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
-                   {"max_queue_requests", o.scheduler.max_waiting_requests},
-                   {"max_queue_tokens", o.scheduler.max_waiting_tokens},
-                   {"max_request_tokens", service->limits().max_request_tokens},
-                   {"max_document_bytes", service->limits().max_document_bytes},
-                   {"max_body_bytes", options.max_body_bytes},
-                   {"max_connections", options.limits.max_connections},
-                   {"request_timeout_seconds", ctx.request_timeout_seconds}}},
-                 {"qa", nullptr}};
-    json kernels = json::object();
-    for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
-    info["kernels"] = std::move(kernels);
-    if (service::QaService* qa = ctx.qa.load()) {
-      info["qa"] = {{"model", qa->name()},
-                    {"architecture", qa->config().architecture},
-                    {"max_position_embeddings", qa->config().max_position_embeddings}};
-    }
-    json embedders = json::array();
-    json classifiers = json::array();
-    if (const auto* list = ctx.encoders.load())
-      for (service::EncoderService* e : *list) {
-        json one = {{"model", e->name()},
-                    {"architecture", e->config().architecture},
-                    {"max_input_tokens", e->max_input_tokens()}};
-        one.update(EncoderFields(*e));
-        (e->embeds() ? embedders : classifiers).push_back(std::move(one));
-      }
-    info["embedding"] = std::move(embedders);
-    info["classification"] = std::move(classifiers);
-    res.set_content(info.dump(), "application/json");
-  });
-  auto post = [this](const char* path, Endpoint endpoint) {
-    server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
-  };
-  post("/v1/completions", &Completions);
-  post("/v1/chat/completions", &ChatCompletions);
-  post("/v1/messages", &Messages);
-  post("/v1/messages/count_tokens", &CountMessageTokens);
-  post("/v1/responses", &CreateResponse);
-  // Cancel takes no body (the SDK may send none at all).
-  server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)",
-               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelResponse, req, res); });
-  server->Post("/v1/files", [this](const httplib::Request& req, httplib::Response& res,
-                                   const httplib::ContentReader& reader) { Upload(req, res, reader); });
-  server->Get("/v1/files", [this](const httplib::Request& req, httplib::Response& res) { Work(&ListFiles, req, res); });
-  server->Get(R"(/v1/files/([A-Za-z0-9_-]+)/content)",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&FileContent, req, res); });
-  server->Get(R"(/v1/files/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveFile, req, res); });
-  server->Delete(R"(/v1/files/([A-Za-z0-9_-]+))",
-                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteFile, req, res); });
-  post("/v1/batches", &CreateBatch);
-  server->Get("/v1/batches",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListBatches, req, res); });
-  // Cancel takes no body (the SDK sends none).
-  server->Post(R"(/v1/batches/([A-Za-z0-9_-]+)/cancel)",
-               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelBatch, req, res); });
-  server->Get(R"(/v1/batches/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveBatch, req, res); });
-  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListInputItems, req, res); });
-  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveResponse, req, res); });
-  server->Delete(R"(/v1/responses/([A-Za-z0-9_-]+))",
-                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteResponse, req, res); });
-  post("/v1/summarize", &Summarize);
-  post("/tokenize", &Tokenize);
-  post("/detokenize", &Detokenize);
-  s.Post("/v1/qa", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
-    auto ticket = ctx.lifecycle.Admit();
-    if (!ticket.ok()) return SetError(res, ticket.status());
-    service::QaService* qa = ctx.qa.load();
-    if (qa == nullptr) return SetError(res, Unimplemented("no QA model is loaded (serve --qa DIR)"));
-    std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
-    if (!body) return;
-    const std::vector<service::EncoderService*>* encoders = ctx.encoders.load();
-    auto reply = AnswerQuestions(
-        *qa, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr, t_request.span.context},
-        encoders == nullptr ? std::vector<service::EncoderService*>() : *encoders);
-    if (!reply.ok()) return SetError(res, reply.status());
-    res.set_content(reply->body, "application/json");
-  });
-  // The encoders' endpoints (serve --encoder): embeddings, classification,
-  // pair scoring; each picks the encoder its body's `model` names.
-  using EncoderHandler =
-      std::function<StatusOr<RestReply>(const std::vector<service::EncoderService*>&, const RestRequest&)>;
-  auto encoder_route = [this, &s](const char* path, EncoderHandler handle) {
-    s.Post(path, [this, handle](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
-      auto ticket = ctx.lifecycle.Admit();
-      if (!ticket.ok()) return SetError(res, ticket.status());
-      const std::vector<service::EncoderService*>* encoders = ctx.encoders.load();
-      if (encoders == nullptr || encoders->empty())
-        return SetError(res, Unimplemented("no encoder is loaded (serve --encoder DIR)"));
-      std::optional<std::string> body = ReadBody(reader, options.max_body_bytes, res);
-      if (!body) return;
-      auto reply = handle(*encoders, RestRequest{*body, ctx.request_timeout_seconds, &connection::ClientGone, nullptr,
-                                                 t_request.span.context});
-      if (!reply.ok()) return SetError(res, reply.status());
-      res.set_content(reply->body, "application/json");
-    });
-  };
-  using std::placeholders::_1;
-  using std::placeholders::_2;
-  encoder_route("/v1/embeddings", std::bind(CreateEmbeddings, _1, _2, false));
-  encoder_route("/embed", std::bind(CreateEmbeddings, _1, _2, true));
-  for (const char* path : {"/classify", "/v1/classify"}) encoder_route(path, std::bind(Classify, _1, _2, false));
-  encoder_route("/predict", std::bind(Classify, _1, _2, true));
-  for (const char* path : {"/score", "/v1/score"}) encoder_route(path, std::bind(ScoreDocuments, _1, _2, false));
-  for (const char* path : {"/rerank", "/v1/rerank", "/v2/rerank"})
-    encoder_route(path, std::bind(ScoreDocuments, _1, _2, true));
-  encoder_route("/v1/token-classify", ClassifyTokens);
-}
-
-HttpServer::HttpServer(HttpServerOptions options, ServingContext& context)
-    : impl_(std::make_unique<Impl>(std::move(options), context)) {
-  impl_->server = MakeGuardedServer(impl_->options.limits, impl_->options.tls_cert, impl_->options.tls_key);
-  impl_->Install();
-}
-
-HttpServer::~HttpServer() = default;
 
 Status HttpServer::Bind() {
   auto& s = *impl_->server;
