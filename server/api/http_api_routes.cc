@@ -15,8 +15,8 @@ namespace ropeserve::api {
 
 using json = nlohmann::json;
 using http_detail::CurrentRequest;
-using http_detail::Endpoint;
 using http_detail::EncoderFields;
+using http_detail::Endpoint;
 using http_detail::ReadBody;
 using http_detail::SetError;
 
