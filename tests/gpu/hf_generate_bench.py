@@ -38,7 +38,10 @@ def main():
     if not isinstance(prompts, list) or not isinstance(out_lens, list) or len(prompts) != len(out_lens) or not prompts:
         sys.exit(f"{a.workload}: expected non-empty 'prompts' and 'output_lens' of one length")
 
-    model = tf.AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=getattr(torch, a.dtype))
+    # transformers 4.56 renamed torch_dtype to dtype (5.x warns on the old name).
+    version = tuple(int(x) for x in tf.__version__.split(".")[:2] if x.isdigit())
+    key = "dtype" if version >= (4, 56) else "torch_dtype"
+    model = tf.AutoModelForCausalLM.from_pretrained(a.model, **{key: getattr(torch, a.dtype)})
     model = model.to(a.device).eval()
     pad = 0
 
