@@ -15,10 +15,27 @@ namespace ropeserve::api {
 
 using json = nlohmann::json;
 using http_detail::CurrentRequest;
-using http_detail::EncoderFields;
 using http_detail::Endpoint;
 using http_detail::ReadBody;
 using http_detail::SetError;
+
+namespace {
+
+// What /v1/models and /v1/info say of an encoder beyond its name: an
+// embedder's dimensions and pooling, a classifier's labels and activations
+// (a token classifier's labels).
+nlohmann::json EncoderFields(const service::EncoderService& e) {
+  if (e.embeds())
+    return {{"dimensions", e.dimensions()},
+            {"pooling", embedding::PoolingName(e.pooling().pooling)},
+            {"pooling_source", e.pooling().source}};
+  if (e.classifies_tokens()) return {{"labels", e.config().labels}};
+  return {{"labels", e.config().labels},
+          {"activation", ScoreActivationName(e.config().classify_activation)},
+          {"score_activation", ScoreActivationName(e.config().score_activation)}};
+}
+
+}  // namespace
 
 void HttpServer::Impl::InstallApi() {
   auto& s = *server;
@@ -117,6 +134,11 @@ void HttpServer::Impl::InstallApi() {
     info["classification"] = std::move(classifiers);
     res.set_content(info.dump(), "application/json");
   });
+  // The handler of a request without a body (GET, DELETE, and the POSTs
+  // that take none).
+  auto bodiless = [this](Endpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) { Work(endpoint, req, res); };
+  };
   auto post = [this](const char* path, Endpoint endpoint) {
     server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
@@ -127,31 +149,21 @@ void HttpServer::Impl::InstallApi() {
   post("/v1/messages/count_tokens", &CountMessageTokens);
   post("/v1/responses", &CreateResponse);
   // Cancel takes no body (the SDK may send none at all).
-  server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)",
-               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelResponse, req, res); });
+  server->Post(R"(/v1/responses/([A-Za-z0-9_-]+)/cancel)", bodiless(&CancelResponse));
   server->Post("/v1/files", [this](const httplib::Request& req, httplib::Response& res,
                                    const httplib::ContentReader& reader) { Upload(req, res, reader); });
-  server->Get("/v1/files", [this](const httplib::Request& req, httplib::Response& res) { Work(&ListFiles, req, res); });
-  server->Get(R"(/v1/files/([A-Za-z0-9_-]+)/content)",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&FileContent, req, res); });
-  server->Get(R"(/v1/files/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveFile, req, res); });
-  server->Delete(R"(/v1/files/([A-Za-z0-9_-]+))",
-                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteFile, req, res); });
+  server->Get("/v1/files", bodiless(&ListFiles));
+  server->Get(R"(/v1/files/([A-Za-z0-9_-]+)/content)", bodiless(&FileContent));
+  server->Get(R"(/v1/files/([A-Za-z0-9_-]+))", bodiless(&RetrieveFile));
+  server->Delete(R"(/v1/files/([A-Za-z0-9_-]+))", bodiless(&DeleteFile));
   post("/v1/batches", &CreateBatch);
-  server->Get("/v1/batches",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListBatches, req, res); });
+  server->Get("/v1/batches", bodiless(&ListBatches));
   // Cancel takes no body (the SDK sends none).
-  server->Post(R"(/v1/batches/([A-Za-z0-9_-]+)/cancel)",
-               [this](const httplib::Request& req, httplib::Response& res) { Work(&CancelBatch, req, res); });
-  server->Get(R"(/v1/batches/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveBatch, req, res); });
-  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&ListInputItems, req, res); });
-  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))",
-              [this](const httplib::Request& req, httplib::Response& res) { Work(&RetrieveResponse, req, res); });
-  server->Delete(R"(/v1/responses/([A-Za-z0-9_-]+))",
-                 [this](const httplib::Request& req, httplib::Response& res) { Work(&DeleteResponse, req, res); });
+  server->Post(R"(/v1/batches/([A-Za-z0-9_-]+)/cancel)", bodiless(&CancelBatch));
+  server->Get(R"(/v1/batches/([A-Za-z0-9_-]+))", bodiless(&RetrieveBatch));
+  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)", bodiless(&ListInputItems));
+  server->Get(R"(/v1/responses/([A-Za-z0-9_-]+))", bodiless(&RetrieveResponse));
+  server->Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", bodiless(&DeleteResponse));
   post("/v1/summarize", &Summarize);
   post("/tokenize", &Tokenize);
   post("/detokenize", &Detokenize);

@@ -89,20 +89,6 @@ std::optional<std::string> ReadBody(const httplib::ContentReader& reader, std::s
   return std::nullopt;
 }
 
-// What /v1/models and /v1/info say of an encoder beyond its name: an
-// embedder's dimensions and pooling, a classifier's labels and activations
-// (a token classifier's labels).
-nlohmann::json EncoderFields(const service::EncoderService& e) {
-  if (e.embeds())
-    return {{"dimensions", e.dimensions()},
-            {"pooling", embedding::PoolingName(e.pooling().pooling)},
-            {"pooling_source", e.pooling().source}};
-  if (e.classifies_tokens()) return {{"labels", e.config().labels}};
-  return {{"labels", e.config().labels},
-          {"activation", ScoreActivationName(e.config().classify_activation)},
-          {"score_activation", ScoreActivationName(e.config().score_activation)}};
-}
-
 }  // namespace http_detail
 
 using http_detail::Endpoint;

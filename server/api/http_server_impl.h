@@ -47,10 +47,6 @@ void SetError(httplib::Response& res, const Status& s, int http_status = 0);
 // when its framing is broken). The connection closes after an error: the
 // rest of the body is never read.
 std::optional<std::string> ReadBody(const httplib::ContentReader& reader, std::size_t max, httplib::Response& res);
-// What /v1/models and /v1/info say of an encoder beyond its name: an
-// embedder's dimensions and pooling, a classifier's labels and activations
-// (a token classifier's labels).
-nlohmann::json EncoderFields(const service::EncoderService& e);
 
 using Endpoint = StatusOr<RestReply> (*)(service::GenerationService&, const RestRequest&);
 
