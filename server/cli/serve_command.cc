@@ -8,8 +8,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -27,10 +25,7 @@
 #include "server/cli/serve_storage.h"
 #include "server/cli/stop_signal.h"
 #include "server/cli/yaml_config.h"
-#include "server/models/decoder.h"
 #include "server/serving/service_factory.h"
-#include "server/serving/threads.h"
-#include "server/tokenizer/tokenizer.h"
 
 namespace ropeserve::cli {
 
