@@ -83,7 +83,7 @@ def decoder_checks(binary, arch, dtype_name, worker="cpu"):
                 logits = model(torch.tensor([prompt + ours["generated_ids"]], device=device())).logits[0].float()
             report(name + " greedy", ours["generated_ids"] == theirs, f"ours={ours['generated_ids']} hf={theirs}")
             logp = torch.log_softmax(logits, -1)
-            worst = max_deviation(logp, ours, len(prompt))
+            worst = max_deviation(logp, our_top(ours), len(prompt))
             report(name + " top-5 logprobs", worst <= 1e-3, f"max |diff| {worst:.2e} (tolerance 1e-3)")
             return
         # bfloat16: the reference is the exact maths on the same (bf16)
@@ -101,9 +101,11 @@ def decoder_checks(binary, arch, dtype_name, worker="cpu"):
             theirs_bf16 = torch.log_softmax(model(ids).logits[0].float(), -1)
             model = model.float()
             ref = torch.log_softmax(model(ids).logits[0].float(), -1)
-        hf_dev = max_deviation(ref, None, len(prompt), steps, top=theirs_bf16)
+        hf_top = [[(i, float(row[i])) for i in torch.topk(row, 5).indices.tolist()]
+                  for row in theirs_bf16[len(prompt) - 1:len(prompt) - 1 + steps]]
+        hf_dev = max_deviation(ref, hf_top, len(prompt))
         tol = max(2.0 * hf_dev, 1e-3)
-        worst = max_deviation(ref, ours, len(prompt))
+        worst = max_deviation(ref, our_top(ours), len(prompt))
         report(name + " top-5 logprobs vs exact maths", worst <= tol,
                f"max |diff| {worst:.2e}; transformers bf16 {hf_dev:.2e} (tolerance 2x that)")
         gaps = []
@@ -114,20 +116,19 @@ def decoder_checks(binary, arch, dtype_name, worker="cpu"):
                f"largest gap to the argmax {max(gaps):.2e}; {sum(g > 0 for g in gaps)} of {steps} steps not the argmax")
 
 
-def max_deviation(ref, ours, prompt_len, steps=None, top=None):
-    """Largest |ref - ours| over our reported top-5 logprobs of each step, or
-    (top given) over the top-5 ids of `top`'s rows against ref's."""
+def our_top(ours):
+    """`generate --json`'s top logprobs as (id, logprob) pairs per step."""
+    return [[(item["id"], item["logprob"]) for item in items] for items in ours["top_logprobs"]]
+
+
+def max_deviation(ref, top, prompt_len):
+    """Largest |ref - value| over each step's (id, logprob) pairs in `top`,
+    step k against ref's row prompt_len - 1 + k (the row that predicts it)."""
     worst = 0.0
-    if top is not None:
-        for step in range(steps):
-            row, other = ref[prompt_len - 1 + step], top[prompt_len - 1 + step]
-            for i in torch.topk(other, 5).indices.tolist():
-                worst = max(worst, abs(float(row[i]) - float(other[i])))
-        return worst
-    for step, items in enumerate(ours["top_logprobs"]):
+    for step, pairs in enumerate(top):
         row = ref[prompt_len - 1 + step]
-        for item in items:
-            worst = max(worst, abs(float(row[item["id"]]) - item["logprob"]))
+        for i, value in pairs:
+            worst = max(worst, abs(float(row[i]) - value))
     return worst
 
 
