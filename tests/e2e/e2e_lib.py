@@ -30,10 +30,24 @@ def check(cond, message):
         raise Failure(message)
 
 
+def free_ports(n):
+    """n distinct ports free now. Their sockets stay bound until all n are
+    chosen: a port closed at once can be the kernel's next pick (one server
+    once got the same port for its gRPC and admin listeners)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 # ---- REST through curl ----
@@ -186,9 +200,7 @@ class Grpc:
 
 class Server:
     def __init__(self, binary, model, workdir, args=(), name="server", tls=False, env=None, wait=True):
-        self.http = free_port()
-        self.grpc = free_port()
-        self.admin = free_port()
+        self.http, self.grpc, self.admin = free_ports(3)
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "wb")
         cmd = [binary, "serve", "--summarizer", model, "--host", "127.0.0.1", "--http-port", str(self.http),
