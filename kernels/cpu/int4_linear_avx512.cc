@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_dispatch.h"
 
 namespace ropeserve::cpu::avx512 {
@@ -37,6 +38,7 @@ void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::u
     if (group_size == 32) {
       // Each half of a 64-column block is a group of its own.
       for (std::int64_t k = 0; k < K; k += 64) {
+        if (k % 128 == 0) PrefetchWeights(pr + k / 2);  // one cache line per two blocks
         __m512i lo, hi;
         Unpack64(pr + k / 2, lo, hi);
         const std::int64_t g = k / 32;
@@ -61,6 +63,7 @@ void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::u
         __m512i a[M];
         for (int m = 0; m < M; ++m) a[m] = _mm512_setzero_si512();
         for (std::int64_t k = g * group_size; k < (g + 1) * group_size; k += 64) {
+          if (k % 128 == 0) PrefetchWeights(pr + k / 2);
           __m512i lo, hi;
           Unpack64(pr + k / 2, lo, hi);
           lo = _mm512_sub_epi16(lo, z);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_dispatch.h"
 
 namespace ropeserve::cpu::avx512 {
@@ -40,6 +41,7 @@ void Rows(const std::int16_t* xq, const float* xs, std::int64_t Kp, const std::i
       for (int m = 0; m < M; ++m) a[m] = b[m] = _mm512_setzero_si512();
       std::int64_t k = k0;
       for (; k + 64 <= kend; k += 64) {
+        PrefetchWeights(wr + k);
         const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k)));
         const __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k + 32)));
         for (int m = 0; m < M; ++m) {
