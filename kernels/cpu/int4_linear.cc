@@ -104,6 +104,14 @@ at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
   return at::empty_like(dense).index_copy_(1, w.perm, dense);
 }
 
+at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType dtype) {
+  Int4Weight rows = w;
+  rows.packed = w.packed.index_select(0, ids);
+  rows.scale = w.scale.index_select(0, ids);
+  rows.zero = w.zero.index_select(0, ids);
+  return DequantizeInt4(rows, dtype);
+}
+
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
   if (!CpuHasAvx512Vnni() || !x.device().is_cpu() || x.dim() != 2) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;

@@ -71,6 +71,9 @@ Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tens
 at::Tensor UnpackInt4(const Int4Weight& w);
 // (q - zero) * scale as [N, K] of `dtype`, in the checkpoint's column order.
 at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
+// Rows `ids` [T] int64 of the dequantized matrix, as `dtype` (a tied
+// embedding stored once, in a 4-bit LM head: --quantization int4-all).
+at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType dtype);
 
 // Up to 48 rows the kernel beats the panel path, whose per-call
 // dequantization of every panel costs more than int8's widening (48

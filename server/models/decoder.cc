@@ -90,7 +90,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     if (quantization == Quantization::kInt8)
       return InvalidArgument(what + " cannot be served with --quantization int8: use int4 or none");
     if (device.is_cuda()) return InvalidArgument(what + ": 4-bit weights run on the CPU only");
-    quantization = Quantization::kInt4;
+    if (quantization != Quantization::kInt4All) quantization = Quantization::kInt4;
   }
   const ModelConfig& read = ckpt->config();
   if (head != Head::kNone && read.span_head != (head == Head::kSpan))
@@ -113,7 +113,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st).to(device); };
   auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
   const bool int8 = quantization == Quantization::kInt8;
-  const bool int4 = quantization == Quantization::kInt4;
+  const bool int4 = IsInt4(quantization);
+  const bool int4_head = quantization == Quantization::kInt4All;
   const bool pack = PackBf16Weights(device, dtype, quantization);
   // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
   // stacked into one matrix in that order when several read the same input
@@ -121,7 +122,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   // the checkpoint's values in float32 (not from their rounding to the
   // compute dtype), per row, so stacking first changes nothing; their
   // biases stay in float32, the int8 kernel's accumulation type. Int4
-  // weights likewise, per group; the LM head (`head`) is int8 then too.
+  // weights likewise, per group; the LM head (`head`) is int8 then too,
+  // but with int4-all.
   // A 4-bit checkpoint's projections are read as stored
   // (server/models/int4_checkpoint_loader.h).
   auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) -> StatusOr<LinearWeight> {
@@ -148,7 +150,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits.
-    if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && !head && group > 0) {
+    if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && (!head || int4_head) && group > 0) {
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
       q.int4 = cpu::QuantizeInt4(w, group);
       return q;

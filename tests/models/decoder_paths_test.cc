@@ -233,6 +233,49 @@ TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
   EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
 }
 
+// --quantization int4-all: the LM head (and, tied, the embedding read back
+// from it) at 4 bits too. The serving path equals the dense reference on
+// the same dequantized weights within the same bound as int4's, and the
+// head is the checkpoint's (tied: embedding) matrix within half a group's
+// scale per weight.
+TEST(Int4Model, Int4AllQuantizesTheHeadAndATiedEmbedding) {
+  for (const Int8Case& v : {Int8Case{"qwen2_tied_f32", "qwen2", true, DType::kF32},
+                            Int8Case{"llama_untied_bf16", "llama", false, DType::kBF16}}) {
+    SCOPED_TRACE(v.name);
+    ScratchDir dir;
+    auto o = testing::TinyOptions(v.arch);
+    o.tie_word_embeddings = v.tied;
+    o.intermediate_size = 160;
+    testing::MakeTinyCheckpoint(dir.path(), o);
+    auto m = DecoderModel::Load(dir.path(), v.dtype, Quantization::kInt4All);
+    auto exact = DecoderModel::Load(dir.path(), DType::kF32);
+    ASSERT_TRUE(m.ok() && exact.ok()) << m.status().ToString();
+    EXPECT_EQ((*m)->quantization(), Quantization::kInt4All);
+    const DecoderWeights& w = (*m)->weights();
+    ASSERT_TRUE(w.lm_head.is_int4() && w.layers[0].gate_up_proj.is_int4());
+    EXPECT_EQ(w.embed_tokens.defined(), !v.tied);
+    const cpu::Int4Weight& q = w.lm_head.int4;
+    const DecoderWeights& e = (*exact)->weights();
+    const at::Tensor want = (v.tied ? e.embed_tokens : e.lm_head.weight).to(at::kDouble);
+    const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
+    const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
+    EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
+    const auto ids = RandomIds(40, (*m)->config().vocab_size, 7);
+    const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
+    const at::Tensor inc = testing::PagedLogits(**m, ids);
+    const double scale = ref.abs().max().item<double>();
+    const ModelConfig& c = (*m)->config();
+    const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
+    // As Int4Model's.
+    const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
+                                                 : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                                                       testing::RoundingBound(k, c.num_hidden_layers, scale);
+    EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+  }
+  // The name round-trips (the CLI's choice, the service's info).
+  EXPECT_EQ(ParseQuantization(QuantizationName(Quantization::kInt4All)), Quantization::kInt4All);
+}
+
 // A projection whose input size holds no whole group of 32 stays int8.
 TEST(Int4Model, ProjectionsWithoutWholeGroupsStayInt8) {
   ScratchDir dir;
