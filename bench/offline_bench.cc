@@ -212,13 +212,14 @@ double MeasureReadBandwidth(at::Device device) {
 // untied embedding matrix is only read one row at a time). Int8 weights
 // are one byte each (their per-row scales and the norms are negligible);
 // int4 projections half a byte and a float32 scale and a byte of zero
-// point per 128, with the LM head in int8.
+// point per 128, with the LM head in int8 (int4 as the projections with
+// int4-all).
 double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
-  if (q == Quantization::kInt4) {
+  if (IsInt4(q)) {
     const double head = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
-    return (params - head) * (0.5 + 5.0 / 128) + head;
+    return (params - head) * (0.5 + 5.0 / 128) + head * (q == Quantization::kInt4All ? 0.5 + 5.0 / 128 : 1.0);
   }
   return params * (q == Quantization::kInt8 ? 1.0 : static_cast<double>(DTypeSize(dtype)));
 }
@@ -239,7 +240,8 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want) {
 }
 
 // max |logits(quantized) - logits(unquantized)| / max |logits(unquantized)|
-// over every position of `ids`, the unquantized model loaded beside; for
+// over every position of `ids` (reported, so that another implementation
+// can be measured on the same ids), the unquantized model loaded beside; for
 // scale, the same measure between the unquantized model in --dtype and in
 // float32 (random checkpoints amplify any rounding through their layers).
 StatusOr<nlohmann::json> RelativeLogitError(const DecoderModel& quantized, const BenchOptions& o,
@@ -247,7 +249,8 @@ StatusOr<nlohmann::json> RelativeLogitError(const DecoderModel& quantized, const
   RS_ASSIGN_OR_RETURN(auto plain, DecoderModel::Load(o.model, o.dtype));
   const at::Tensor want = PrefillLogits(*plain, ids);
   nlohmann::json out = {{"vs_unquantized", RelativeError(PrefillLogits(quantized, ids), want)},
-                        {"unquantized_vs_float32", nullptr}};
+                        {"unquantized_vs_float32", nullptr},
+                        {"prompt_ids", ids}};
   if (o.dtype != DType::kF32) {
     RS_ASSIGN_OR_RETURN(auto f32, DecoderModel::Load(o.model, DType::kF32));
     out["unquantized_vs_float32"] = RelativeError(want, PrefillLogits(*f32, ids));

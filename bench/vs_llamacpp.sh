@@ -12,6 +12,16 @@
 # snapshot as a git bundle:
 #   npm pack node-llama-cpp@3.22.1 && tar xzf node-llama-cpp-3.22.1.tgz \
 #     package/llama/gitRelease.bundle && git clone package/llama/gitRelease.bundle llama.cpp
+# LLAMA_BUILD (default LLAMA_CPP_DIR/build) is where they are built
+# (GGML_NATIVE=ON, plus LLAMA_CMAKE_ARGS). LLAMA_BATCHED_BUILD (default
+# LLAMA_BUILD) is a second build for the b16 / b32 rows only: on a CPU that
+# reports AMX a native build takes llama.cpp's AMX path for Q4_0 (1.8x its
+# AVX-512 path at one sequence on this machine), whose batched runs died
+# here (SIGSEGV at ldtilecfg in ggml_backend_amx_mul_mat), so the batched
+# rows need a build without it, e.g. LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF
+# -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
+# -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" into another LLAMA_BUILD.
 # MODEL_DIR: a Hugging Face checkpoint (default: the qwen2.5-0.5b bench
 # preset, random weights, generated once into ~/.cache/ropeserve/bench/).
 # Its BF16 GGUF (bench/gguf_from_checkpoint.py with that tree's gguf-py)
@@ -31,6 +41,12 @@
 #              -ntg 128 -npl N -fa on (B*TG / T) vs ropeserve bench
 #              --num-requests N --concurrency N --input-len 128 --output-len 128
 #   b16/b32 int4  the same, llama.cpp Q4_0 vs ropeserve --quantization int4
+#   logit error  (once) max |logits - unquantized logits| / max |unquantized
+#              logits| over the int4 run's prompt (its ids, every position):
+#              ropeserve int8 / int4 against its bf16 model, and llama.cpp
+#              Q8_0 / Q4_0 / Q4_K_M against its BF16 GGUF on the same ids
+#              (bench/llamacpp_logits.cc, compiled against LLAMA_CPP_DIR and
+#              the batched build's libllama)
 # Prints one line per measurement, then a table of medians and ratios.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,11 +66,22 @@ if [[ ! -f "$MODEL/config.json" ]]; then
 fi
 /usr/bin/python3 -c 'import numpy' 2>/dev/null ||
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-numpy >/dev/null
-LB="$LLAMA/build/bin"
+LLAMA_BUILD="${LLAMA_BUILD:-$LLAMA/build}"
+LB="$LLAMA_BUILD/bin"
 if [[ ! -x "$LB/llama-bench" || ! -x "$LB/llama-batched-bench" || ! -x "$LB/llama-quantize" ]]; then
-  cmake -S "$LLAMA" -B "$LLAMA/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  ninja -C "$LLAMA/build" llama-bench llama-batched-bench llama-quantize >/dev/null
+  # shellcheck disable=SC2086  # LLAMA_CMAKE_ARGS: words on purpose
+  cmake -S "$LLAMA" -B "$LLAMA_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    ${LLAMA_CMAKE_ARGS:-} >/dev/null
+  ninja -C "$LLAMA_BUILD" llama-bench llama-batched-bench llama-quantize >/dev/null
+fi
+LBB="${LLAMA_BATCHED_BUILD:-$LLAMA_BUILD}/bin"
+[[ -x "$LBB/llama-batched-bench" ]] || { echo "no llama-batched-bench in $LBB" >&2; exit 2; }
+# Against the batched build's libllama: it runs many tokens per batch too.
+LOGITS="$LBB/ropeserve-llamacpp-logits"
+if [[ ! -x "$LOGITS" || "$ROOT/bench/llamacpp_logits.cc" -nt "$LOGITS" ]]; then
+  g++ -O2 -std=c++17 -I"$LLAMA/include" -I"$LLAMA/ggml/include" "$ROOT/bench/llamacpp_logits.cc" -L"$LBB" -lllama \
+    -Wl,-rpath,"$LBB" -o "$LOGITS"
 fi
 
 NAME="$(basename "$MODEL")"
@@ -97,19 +124,21 @@ for round in $(seq "$ROUNDS"); do
   out="$(rs_bench --quantization int8 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
          --batch1-tokens 128 --max-model-len 1024)"
   record tg128-int8 ropeserve-int8 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
+  [[ $round == 1 ]] && out8="$out"
   record tg128-int8 ropeserve-bf16-same-round "$(field 'd["batch1"]["decode_tok_s"]' \
          <<<"$(rs_bench --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 --batch1-tokens 128 \
                --max-model-len 1024)")"
   record tg128-int4 llama.cpp-q4_0 "$(llama_bench "$Q4_0" 0 128)"
   record tg128-int4 llama.cpp-q4_k_m "$(llama_bench "$Q4_K_M" 0 128)"
-  record tg128-int4 ropeserve-int4 "$(field 'd["batch1"]["decode_tok_s"]' \
-         <<<"$(rs_bench --quantization int4 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
-               --batch1-tokens 128 --max-model-len 1024)")"
+  out="$(rs_bench --quantization int4 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
+         --batch1-tokens 128 --max-model-len 1024)"
+  record tg128-int4 ropeserve-int4 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
+  [[ $round == 1 ]] && out4="$out"
   for n in 16 32; do
     for q in bf16 int4; do
       gguf="$BF16" ours=()
       [[ $q == int4 ]] && gguf="$Q4_0" ours=(--quantization int4)
-      "$LB/llama-batched-bench" -m "$gguf" -c $((n * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$n" \
+      "$LBB/llama-batched-bench" -m "$gguf" -c $((n * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$n" \
         -t "$THREADS" -fa on --output-format jsonl 2>/dev/null | grep '^{' >"$RESULTS.l"
       record "b$n-$q" "llama.cpp-$([[ $q == int4 ]] && echo q4_0 || echo bf16)" \
         "$(field 'd["pl"] * d["tg"] / d["t"]' <"$RESULTS.l")"
@@ -119,6 +148,21 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
+
+# Quantization error on the int4 run's prompt, both implementations.
+record logit-error ropeserve-int8 "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out8")"
+record logit-error ropeserve-int4 "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out4")"
+ids="$(field '",".join(map(str, d["relative_logit_error"]["prompt_ids"]))' <<<"$out4")"
+"$LOGITS" "$BF16" "$THREADS" "$ids" >"$RESULTS.bf16"
+for q in q8_0 q4_0 q4_k_m; do
+  gguf="$Q8" && [[ $q == q4_0 ]] && gguf="$Q4_0"
+  [[ $q == q4_k_m ]] && gguf="$Q4_K_M"
+  "$LOGITS" "$gguf" "$THREADS" "$ids" >"$RESULTS.q"
+  record logit-error "llama.cpp-$q" "$(/usr/bin/python3 -c 'import numpy as np, sys
+a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
+print(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))' "$RESULTS.q" "$RESULTS.bf16")"
+done
+rm -f "$RESULTS.bf16" "$RESULTS.q"
 
 /usr/bin/python3 - "$RESULTS" <<'PY'
 import statistics, sys
@@ -141,4 +185,8 @@ for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512",
 i8, bf = vals[("tg128-int8", "ropeserve-int8")], vals[("tg128-int8", "ropeserve-bf16-same-round")]
 print("int8 / bf16 batch-1 (ropeserve, same round): %s" % " ".join("%.2fx" % (x / y) for x, y in zip(i8, bf)))
 print("bf16 batch-1 / read-bandwidth roofline: %s" % " ".join("%.2f" % x for x in vals[("roofline-fraction", "ropeserve-bf16")]))
+print("relative logit error vs the unquantized model, int4 run's prompt: ropeserve int8 %.3g, int4 %.3g; "
+      "llama.cpp Q8_0 %.3g, Q4_0 %.3g, Q4_K_M %.3g" % tuple(
+          vals[("logit-error", s)][0] for s in ("ropeserve-int8", "ropeserve-int4", "llama.cpp-q8_0", "llama.cpp-q4_0",
+                                                 "llama.cpp-q4_k_m")))
 PY
