@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
                  "GEMM over widened panels (env ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
       ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
       ->capture_default_str();
+  app.add_option("--kernel-amx-min-rows", kernels.amx_min_rows,
+                 "CPU kernels: bf16 linears (and int8 / int4 ones past their matrix-vector kernels) of at least "
+                 "this many rows run on AMX tiles where the CPU has AMX-BF16; 0: never (env "
+                 "ROPESERVE_KERNEL_AMX_MIN_ROWS)")
+      ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxAmxMinRows))
+      ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, ropeserve::cli::Runner>> commands;
   auto add = [&](ropeserve::cli::Runner (*adder)(CLI::App&)) {

@@ -27,6 +27,13 @@ void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
                            std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
                            std::uint16_t* panel);
 }  // namespace avx512
+namespace amx {
+// packed_linear_amx.cc
+void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
+                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
+                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
+                           std::uint16_t* panel);
+}  // namespace amx
 
 namespace {
 
@@ -178,10 +185,16 @@ at::Tensor Int4PanelLinear(const at::Tensor& x_in, const Int4Weight& w, const at
   // As Int8PanelLinear's: at least ~256K multiply-adds per thread, one
   // widened panel per thread reused across calls.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  const bool amx = PackedLinearUsesAmx(M, K);
+  const at::Tensor xpad = amx ? AmxPaddedRows(x) : x;
+  const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
   ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
     thread_local std::vector<std::uint16_t> panel;
     if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
-    avx512::Int4PanelLinearPanels(xp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
+    if (amx)
+      amx::Int4PanelLinearPanels(xpp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
+    else
+      avx512::Int4PanelLinearPanels(xp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
   });
   return out;
 }

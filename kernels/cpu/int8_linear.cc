@@ -24,6 +24,12 @@ void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
                            const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
                            std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel);
 }  // namespace avx512
+namespace amx {
+// packed_linear_amx.cc
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                           std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel);
+}  // namespace amx
 
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
   TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt8: a floating [N, K] matrix");
@@ -121,12 +127,18 @@ at::Tensor Int8PanelLinear(const at::Tensor& x_in, const Int8Weight& w, const at
   const std::int64_t panel_values = (K + 1) / 2 * 2 * kPackedPanel;
   // As PackedLinear's: at least ~256K multiply-adds per thread.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  const bool amx = PackedLinearUsesAmx(M, K);
+  const at::Tensor xpad = amx ? AmxPaddedRows(x) : x;
+  const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
   ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
     // One widened panel per thread, reused across calls (K x 64 x 2 bytes:
     // 112 KB at K = 896, inside L2).
     thread_local std::vector<std::uint16_t> panel;
     if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
-    avx512::Int8PanelLinearPanels(xp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
+    if (amx)
+      amx::Int8PanelLinearPanels(xpp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
+    else
+      avx512::Int8PanelLinearPanels(xp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
   });
   return out;
 }

@@ -62,7 +62,8 @@ std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
   KernelConfig c;
   if (!ReadSwitch("ROPESERVE_KERNEL_AVX512", c.avx512, error) ||
       !ReadCount("ROPESERVE_KERNEL_POOL_SPIN_US", kMaxPoolSpinUs, c.pool_spin_us, error) ||
-      !ReadCount("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", kMaxInt8VnniRows, c.int8_vnni_max_rows, error))
+      !ReadCount("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", kMaxInt8VnniRows, c.int8_vnni_max_rows, error) ||
+      !ReadCount("ROPESERVE_KERNEL_AMX_MIN_ROWS", kMaxAmxMinRows, c.amx_min_rows, error))
     return std::nullopt;
   return c;
 }
@@ -74,7 +75,8 @@ void SetKernelConfig(const KernelConfig& config) { TheConfig().config = config; 
 std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
   return {{"avx512", c.avx512 ? "on" : "off"},
           {"pool_spin_us", std::to_string(c.pool_spin_us)},
-          {"int8_vnni_max_rows", std::to_string(c.int8_vnni_max_rows)}};
+          {"int8_vnni_max_rows", std::to_string(c.int8_vnni_max_rows)},
+          {"amx_min_rows", std::to_string(c.amx_min_rows)}};
 }
 
 }  // namespace ropeserve::cpu

@@ -15,6 +15,10 @@
 //                                    run the VNNI kernel rather than the
 //                                    packed GEMM over widened panels
 //                                    (0-65536, default 16)
+//   ROPESERVE_KERNEL_AMX_MIN_ROWS=N   bf16 linears (and int8 / int4 ones on
+//                                    the packed GEMM's path) of at least N
+//                                    rows run on AMX tiles where the CPU has
+//                                    AMX-BF16 (0-65536, default 32; 0: never)
 //
 // Torch-free. Thread-safety: SetKernelConfig before any kernel runs (the
 // kernels read the configuration without a lock).
@@ -33,10 +37,12 @@ struct KernelConfig {
   bool avx512 = true;
   std::int64_t pool_spin_us = 200;
   std::int64_t int8_vnni_max_rows = 16;
+  std::int64_t amx_min_rows = 32;
 };
 
 inline constexpr std::int64_t kMaxPoolSpinUs = 1000000;
 inline constexpr std::int64_t kMaxInt8VnniRows = 1 << 16;
+inline constexpr std::int64_t kMaxAmxMinRows = 1 << 16;
 
 // A switch's value: 1 / on / true, 0 / off / false; nullopt for anything
 // else (flags and the environment share it).

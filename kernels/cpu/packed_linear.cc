@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_config.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
@@ -13,6 +14,12 @@ void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, 
                         const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
                         std::int64_t p_end);
 }
+namespace amx {
+// packed_linear_amx.cc
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                        std::int64_t p_end);
+}  // namespace amx
 
 namespace {
 std::int64_t Panels(std::int64_t n) { return (n + kPackedPanel - 1) / kPackedPanel; }
@@ -20,6 +27,18 @@ std::int64_t Pairs(std::int64_t k) { return (k + 1) / 2; }
 }  // namespace
 
 bool PackedLinearAvailable() { return CpuHasAvx512Bf16(); }
+
+bool PackedLinearUsesAmx(std::int64_t M, std::int64_t K) {
+  return K % 32 == 0 && M >= GetKernelConfig().amx_min_rows && CpuHasAmxBf16();
+}
+
+at::Tensor AmxPaddedRows(const at::Tensor& x) {
+  const std::int64_t M = x.size(0), Mp = (M + 31) / 32 * 32;
+  if (Mp == M) return x.contiguous();
+  at::Tensor padded = at::zeros({Mp, x.size(1)}, x.options());
+  padded.narrow(0, 0, M).copy_(x);
+  return padded;
+}
 
 PackedWeight PackWeight(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "PackWeight: w must be [N, K]");
@@ -63,6 +82,14 @@ at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at:
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
   // At least ~256K multiply-adds per thread, so small layers stay on one.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  if (PackedLinearUsesAmx(M, K)) {
+    const at::Tensor xpad = AmxPaddedRows(x);
+    const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
+    ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
+      amx::PackedLinearPanels(xpp, M, K, wp, bp, op, N, begin, end);
+    });
+    return out;
+  }
   ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
     avx512::PackedLinearPanels(xp, M, K, wp, bp, op, N, begin, end);
   });

@@ -40,6 +40,16 @@ struct PackedWeight {
 
 // True when the CPU has avx512_bf16 (PackedLinear can run).
 bool PackedLinearAvailable();
+// Whether M rows of K columns run on AMX tiles (packed_linear_amx.cc: the
+// same panels, 32 x 32 float32 sums in tile registers): a CPU with
+// AMX-BF16 granted to the process (cpu_features.h), M at least the kernel
+// configuration's amx_min_rows, K a multiple of 32. Else the AVX-512
+// kernel. (This machine, 2 threads, [9728 x 896] and [896 x 4864]: docs/
+// benchmarks.md.)
+bool PackedLinearUsesAmx(std::int64_t M, std::int64_t K);
+// x [M, K] bfloat16 as the AMX kernel reads it: M rounded up to 32 rows,
+// the new rows zero (the panel paths of int8_linear.h / int4_linear.h too).
+at::Tensor AmxPaddedRows(const at::Tensor& x);
 
 // Packs w [N, K] (any floating dtype; rounded to bfloat16).
 PackedWeight PackWeight(const at::Tensor& w);

@@ -235,6 +235,16 @@ void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
   }
 }
 
+// One int8 / int4 panel widened to bf16 pair lines (the AMX kernel's
+// inputs, packed_linear_amx.cc).
+void WidenInt8Panel(const std::int8_t* q, std::int64_t N, std::int64_t K, std::int64_t p, std::uint16_t* panel) {
+  Int8Panel(q, N, K, p * kPanel, panel);
+}
+void WidenInt4Panel(const std::uint8_t* packed, const float* scale, const std::uint8_t* zero, std::int64_t N,
+                    std::int64_t K, std::int64_t group, std::int64_t p, std::uint16_t* panel) {
+  Int4Panel(packed, scale, zero, N, K, group, p * kPanel, panel);
+}
+
 // The same over int4 weights (Int4Panel; the scales are in the panel).
 void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
                            const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,

@@ -16,7 +16,7 @@ class KernelEnvironment : public ::testing::Test {
     for (const char* v : kVars) unsetenv(v);
   }
   static constexpr const char* kVars[] = {"ROPESERVE_KERNEL_AVX512", "ROPESERVE_KERNEL_POOL_SPIN_US",
-                                          "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS"};
+                                          "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "ROPESERVE_KERNEL_AMX_MIN_ROWS"};
 };
 
 TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
@@ -27,6 +27,7 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
   EXPECT_TRUE(c->avx512);
   EXPECT_EQ(c->pool_spin_us, 200);
   EXPECT_EQ(c->int8_vnni_max_rows, 16);
+  EXPECT_EQ(c->amx_min_rows, 32);
   for (const char* off : {"0", "off", "false"}) {
     setenv("ROPESERVE_KERNEL_AVX512", off, 1);
     c = KernelConfigFromEnvironment(error);
@@ -39,12 +40,15 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
   }
   setenv("ROPESERVE_KERNEL_POOL_SPIN_US", "0", 1);
   setenv("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "65536", 1);
+  setenv("ROPESERVE_KERNEL_AMX_MIN_ROWS", "0", 1);
   c = KernelConfigFromEnvironment(error);
   ASSERT_TRUE(c) << error;
   EXPECT_EQ(c->pool_spin_us, 0);
   EXPECT_EQ(c->int8_vnni_max_rows, 65536);
+  EXPECT_EQ(c->amx_min_rows, 0);
   const auto described = DescribeKernelConfig(*c);
-  ASSERT_EQ(described.size(), 3u);
+  ASSERT_EQ(described.size(), 4u);
+  EXPECT_EQ(described[3], (std::pair<std::string, std::string>("amx_min_rows", "0")));
   EXPECT_EQ(described[0], (std::pair<std::string, std::string>("avx512", "on")));
   EXPECT_EQ(described[1], (std::pair<std::string, std::string>("pool_spin_us", "0")));
 }
@@ -54,7 +58,8 @@ TEST_F(KernelEnvironment, BadValuesAreErrorsNamingTheVariable) {
       {"ROPESERVE_KERNEL_AVX512", "yes"},          {"ROPESERVE_KERNEL_AVX512", ""},
       {"ROPESERVE_KERNEL_POOL_SPIN_US", "-1"},     {"ROPESERVE_KERNEL_POOL_SPIN_US", "1000001"},
       {"ROPESERVE_KERNEL_POOL_SPIN_US", "20us"},   {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "65537"},
-      {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", ""},
+      {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", ""}, {"ROPESERVE_KERNEL_AMX_MIN_ROWS", "65537"},
+      {"ROPESERVE_KERNEL_AMX_MIN_ROWS", "x"},
   };
   for (const auto& [name, value] : bad) {
     for (const char* v : kVars) unsetenv(v);

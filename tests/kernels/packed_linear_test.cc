@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_config.h"
 #include "tests/kernels/linear_bound.h"
 
 namespace ropeserve {
@@ -52,12 +54,64 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PackedLinear,
                                            Case{1, 31, 3, false}, Case{1, 1, 7, true}, Case{3, 2, 65, false},
                                            Case{16, 896, 4864, false}, Case{17, 4867, 63, true},
                                            Case{32, 70, 128, false}, Case{64, 896, 129, true},
-                                           Case{100, 257, 200, false}, Case{300, 896, 1003, true}),
+                                           Case{100, 257, 200, false}, Case{300, 896, 1003, true},
+                                           // AMX tiles where the CPU has them (M >= 32, K % 32 == 0):
+                                           // one row past a 32-row block, N past a panel, one feature.
+                                           Case{32, 896, 64, false}, Case{33, 64, 130, true},
+                                           Case{96, 4864, 200, false}, Case{40, 32, 1, true}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
                                   (c.bias ? "_bias" : "");
                          });
+
+// The kernel configuration's amx_min_rows for one scope (0: AVX-512 only).
+class AmxMinRows {
+ public:
+  explicit AmxMinRows(std::int64_t rows) : saved_(cpu::GetKernelConfig()) {
+    cpu::KernelConfig c = saved_;
+    c.amx_min_rows = rows;
+    cpu::SetKernelConfig(c);
+  }
+  ~AmxMinRows() { cpu::SetKernelConfig(saved_); }
+
+ private:
+  cpu::KernelConfig saved_;
+};
+
+// Where the CPU has AMX-BF16 the tile kernel takes the rows the
+// configuration gives it, and agrees with the AVX-512 kernel within twice
+// the bound of each (the same exact products, float32 sums in two orders);
+// bf16, int8 and int4 weights (the latter two widened panel by panel).
+TEST(PackedLinearAmx, TilesAgreeWithTheAvx512Kernel) {
+  if (!cpu::CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or OS) gives no AMX-BF16";
+  EXPECT_TRUE(cpu::PackedLinearUsesAmx(32, 896));
+  EXPECT_FALSE(cpu::PackedLinearUsesAmx(32, 70));  // K not a multiple of 32
+  {
+    AmxMinRows off(0);
+    EXPECT_FALSE(cpu::PackedLinearUsesAmx(512, 896));
+  }
+  at::manual_seed(5);
+  const std::int64_t M = 70, K = 256, N = 150;
+  const at::Tensor x = at::randn({M, K}).to(at::kBFloat16);
+  const at::Tensor w = (at::randn({N, K}) * 0.05).to(at::kBFloat16);
+  const at::Tensor b = at::randn({N}).to(at::kBFloat16);
+  const cpu::PackedWeight packed = cpu::PackWeight(w);
+  const auto [exact, bound] = testing::ExactBf16Linear(x.to(at::kDouble), w.to(at::kDouble), b, K + 1);
+  at::Tensor tiles, vectors;
+  {
+    AmxMinRows on(1);
+    tiles = cpu::PackedLinear(x, packed, b);
+  }
+  {
+    AmxMinRows off(0);
+    vectors = cpu::PackedLinear(x, packed, b);
+  }
+  EXPECT_TRUE(((tiles.to(at::kDouble) - exact).abs() <= bound).all().item<bool>());
+  EXPECT_TRUE(((tiles.to(at::kDouble) - vectors.to(at::kDouble)).abs() <= 2 * bound + 1e-6).all().item<bool>());
+  // A wrong pair line, feature or row would be O(|y|) off.
+  EXPECT_LT(bound.max().item<double>(), 0.01 * exact.abs().max().item<double>() + 1e-6);
+}
 
 TEST(PackedWeight, RoundTripsAndLooksUpRowsExactly) {
   for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {5, 3}, {64, 896}, {130, 17}}) {
@@ -108,10 +162,18 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
         }
         return flop / best / 1e9;
       };
-      const double packed = time([&](int i) { cpu::PackedLinear(x, ps[i], at::Tensor()); });
+      double packed = 0, tiles = 0;
+      {
+        AmxMinRows off(0);
+        packed = time([&](int i) { cpu::PackedLinear(x, ps[i], at::Tensor()); });
+      }
+      if (cpu::CpuHasAmxBf16()) {
+        AmxMinRows on(1);
+        tiles = time([&](int i) { cpu::PackedLinear(x, ps[i], at::Tensor()); });
+      }
       const double onednn = time([&](int i) { at::linear(x, ws[i]); });
-      std::printf("N=%ld K=%ld M=%ld  packed %.0f  at::linear %.0f GFLOP/s\n", static_cast<long>(N),
-                  static_cast<long>(K), static_cast<long>(M), packed, onednn);
+      std::printf("N=%ld K=%ld M=%ld  packed %.0f  amx %.0f  at::linear %.0f GFLOP/s\n", static_cast<long>(N),
+                  static_cast<long>(K), static_cast<long>(M), packed, tiles, onednn);
     }
   }
 }
