@@ -33,7 +33,8 @@
 #   tg128 int8 the same, llama.cpp Q8_0 vs ropeserve --quantization int8
 #   tg128 int4 the same, llama.cpp Q4_0 and Q4_K_M (llama-quantize's
 #              defaults: its output/LM head at 6 bits) vs ropeserve
-#              --quantization int4 (groups of 128, int8 LM head)
+#              --quantization int4 (groups of 128, int8 LM head) and
+#              int4-all (the LM head at 4 bits too)
 #   pp512      one 512-token prompt, tok/s: llama-bench -p 512 -n 0 vs
 #              ropeserve bench --prefill-tokens 512
 #   b16, b32   16 / 32 sequences of 128 prompt + 128 generated tokens,
@@ -134,6 +135,10 @@ for round in $(seq "$ROUNDS"); do
          --batch1-tokens 128 --max-model-len 1024)"
   record tg128-int4 ropeserve-int4 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
   [[ $round == 1 ]] && out4="$out"
+  out="$(rs_bench --quantization int4-all --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
+         --batch1-tokens 128 --max-model-len 1024)"
+  record tg128-int4 ropeserve-int4-all "$(field 'd["batch1"]["decode_tok_s"]' <<<"$out")"
+  [[ $round == 1 ]] && out4all="$out"
   for n in 16 32; do
     for q in bf16 int4; do
       gguf="$BF16" ours=()
@@ -152,6 +157,7 @@ done
 # Quantization error on the int4 run's prompt, both implementations.
 record logit-error ropeserve-int8 "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out8")"
 record logit-error ropeserve-int4 "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out4")"
+record logit-error ropeserve-int4-all "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out4all")"
 ids="$(field '",".join(map(str, d["relative_logit_error"]["prompt_ids"]))' <<<"$out4")"
 "$LOGITS" "$BF16" "$THREADS" "$ids" >"$RESULTS.bf16"
 for q in q8_0 q4_0 q4_k_m; do
@@ -176,6 +182,8 @@ for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512",
                         ("tg128-int8", "ropeserve-int8", "llama.cpp-q8_0"),
                         ("tg128-int4", "ropeserve-int4", "llama.cpp-q4_0"),
                         ("tg128-int4", "ropeserve-int4", "llama.cpp-q4_k_m"),
+                        ("tg128-int4", "ropeserve-int4-all", "llama.cpp-q4_0"),
+                        ("tg128-int4", "ropeserve-int4-all", "llama.cpp-q4_k_m"),
                         ("b16-bf16", "ropeserve-bf16", "llama.cpp-bf16"), ("b32-bf16", "ropeserve-bf16", "llama.cpp-bf16"),
                         ("b16-int4", "ropeserve-int4", "llama.cpp-q4_0"), ("b32-int4", "ropeserve-int4", "llama.cpp-q4_0")]:
     a, b = vals[(w, ours)], vals[(w, theirs)]
@@ -185,8 +193,8 @@ for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512",
 i8, bf = vals[("tg128-int8", "ropeserve-int8")], vals[("tg128-int8", "ropeserve-bf16-same-round")]
 print("int8 / bf16 batch-1 (ropeserve, same round): %s" % " ".join("%.2fx" % (x / y) for x, y in zip(i8, bf)))
 print("bf16 batch-1 / read-bandwidth roofline: %s" % " ".join("%.2f" % x for x in vals[("roofline-fraction", "ropeserve-bf16")]))
-print("relative logit error vs the unquantized model, int4 run's prompt: ropeserve int8 %.3g, int4 %.3g; "
-      "llama.cpp Q8_0 %.3g, Q4_0 %.3g, Q4_K_M %.3g" % tuple(
-          vals[("logit-error", s)][0] for s in ("ropeserve-int8", "ropeserve-int4", "llama.cpp-q8_0", "llama.cpp-q4_0",
-                                                 "llama.cpp-q4_k_m")))
+print("relative logit error vs the unquantized model, int4 run's prompt: ropeserve int8 %.3g, int4 %.3g, "
+      "int4-all %.3g; llama.cpp Q8_0 %.3g, Q4_0 %.3g, Q4_K_M %.3g" % tuple(
+          vals[("logit-error", s)][0] for s in ("ropeserve-int8", "ropeserve-int4", "ropeserve-int4-all",
+                                                 "llama.cpp-q8_0", "llama.cpp-q4_0", "llama.cpp-q4_k_m")))
 PY
