@@ -120,6 +120,24 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
   EXPECT_LE((ref16 - ref32).abs().max().item<double>() / scale, 1e-1);
 }
 
+// How far the int8 / int4 serving path's logits may be from the dense
+// reference on the same (dequantized) weights, over `n_ids` positions
+// whose largest logit is `scale`. An activation element is off by at most
+// 2^-15 of its row's largest (kernels/cpu/int8_linear.h); a dot product
+// then by at most that times sum|w| max|x| / sum|w x|, a factor < 8 on
+// these random models: a rounding with unit 8 * 2^-15 per layer, on top of
+// float32's. bf16: both paths round after every op, in different places
+// (the reference's linears in float32 on the exact weights, the kernel's
+// output once): as far apart as bf16 and float32 runs (Bf16PathsAgree's
+// ref16 vs ref32 bound); measured 4%.
+double QuantizedPathBound(const DecoderModel& m, std::size_t n_ids, DType dtype, double scale) {
+  const ModelConfig& c = m.config();
+  const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(n_ids)});
+  return dtype == DType::kBF16 ? 1e-1 * scale
+                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                                     testing::RoundingBound(k, c.num_hidden_layers, scale);
+}
+
 // --quantization int8: the serving path (the int8 kernel, activations
 // rounded to 15-bit levels per row) equals the dense reference on the same
 // dequantized weights within that rounding, and stays close to the
@@ -151,20 +169,7 @@ TEST_P(Int8Model, PagedEqualsReferenceAndTracksTheUnquantizedModel) {
   const at::Tensor inc = testing::PagedLogits(**m, ids);
   const at::Tensor unquantized = testing::ReferenceForward(**plain, at::tensor(ids, at::kLong));
   const double scale = unquantized.abs().max().item<double>();
-  const ModelConfig& c = (*m)->config();
-  const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
-  // An activation element is off by at most 2^-15 of its row's largest
-  // (kernels/cpu/int8_linear.h); a dot product then by at most that times
-  // sum|w| max|x| / sum|w x|, a factor < 8 on these random models: a
-  // rounding with unit 8 * 2^-15 per layer, on top of float32's.
-  // bf16: both paths round after every op, in different places (the
-  // reference's linears in float32 on the exact weights, the kernel's
-  // output once): as far apart as bf16 and float32 runs (Bf16PathsAgree's
-  // ref16 vs ref32 bound); measured 4%.
-  const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
-                                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
-                                                     testing::RoundingBound(k, c.num_hidden_layers, scale);
-  EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+  EXPECT_LE((ref - inc).abs().max().item<double>(), QuantizedPathBound(**m, ids.size(), v.dtype, scale));
   // Weights rounded to 1/254 of their row's largest (~0.5% of a typical
   // weight, 2-3x bf16's rounding), amplified by these random models' gain
   // (bf16 alone moves them 1-6%): measured 5-18% of the largest logit,
@@ -209,13 +214,8 @@ TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
   const at::Tensor inc = testing::PagedLogits(**m, ids);
   const at::Tensor unquantized = testing::ReferenceForward(**plain, at::tensor(ids, at::kLong));
   const double scale = unquantized.abs().max().item<double>();
-  const ModelConfig& c = (*m)->config();
-  const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
   // As int8's (Int8Model): the activation rounding, then float32's.
-  const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
-                                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
-                                                     testing::RoundingBound(k, c.num_hidden_layers, scale);
-  EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+  EXPECT_LE((ref - inc).abs().max().item<double>(), QuantizedPathBound(**m, ids.size(), v.dtype, scale));
   // It really quantized; how far the logits move is no check on random
   // tiny models (their layers amplify any perturbation: 55-71% of the
   // largest logit measured here, int8's 5-18%), so the weights are checked
@@ -263,14 +263,8 @@ TEST(Int4Model, Int4AllQuantizesTheHeadAndATiedEmbedding) {
     const auto ids = RandomIds(40, (*m)->config().vocab_size, 7);
     const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
     const at::Tensor inc = testing::PagedLogits(**m, ids);
-    const double scale = ref.abs().max().item<double>();
-    const ModelConfig& c = (*m)->config();
-    const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(ids.size())});
-    // As Int4Model's.
-    const double bound = v.dtype == DType::kBF16 ? 1e-1 * scale
-                                                 : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
-                                                       testing::RoundingBound(k, c.num_hidden_layers, scale);
-    EXPECT_LE((ref - inc).abs().max().item<double>(), bound);
+    EXPECT_LE((ref - inc).abs().max().item<double>(),
+              QuantizedPathBound(**m, ids.size(), v.dtype, ref.abs().max().item<double>()));
   }
   // The name round-trips (the CLI's choice, the service's info).
   EXPECT_EQ(ParseQuantization(QuantizationName(Quantization::kInt4All)), Quantization::kInt4All);
