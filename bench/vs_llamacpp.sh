@@ -160,9 +160,8 @@ record logit-error ropeserve-int4 "$(field 'd["relative_logit_error"]["vs_unquan
 record logit-error ropeserve-int4-all "$(field 'd["relative_logit_error"]["vs_unquantized"]' <<<"$out4all")"
 ids="$(field '",".join(map(str, d["relative_logit_error"]["prompt_ids"]))' <<<"$out4")"
 "$LOGITS" "$BF16" "$THREADS" "$ids" >"$RESULTS.bf16"
-for q in q8_0 q4_0 q4_k_m; do
-  gguf="$Q8" && [[ $q == q4_0 ]] && gguf="$Q4_0"
-  [[ $q == q4_k_m ]] && gguf="$Q4_K_M"
+for gguf in "$Q8" "$Q4_0" "$Q4_K_M"; do
+  q="${gguf##*-}" && q="${q%.gguf}"  # q8_0, q4_0, q4_k_m
   "$LOGITS" "$gguf" "$THREADS" "$ids" >"$RESULTS.q"
   record logit-error "llama.cpp-$q" "$(/usr/bin/python3 -c 'import numpy as np, sys
 a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)

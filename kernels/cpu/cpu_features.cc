@@ -48,7 +48,7 @@ bool AmxUsable() {
 
 bool CpuHasAmxBf16() {
   static const bool has = AmxUsable();
-  return has && GetKernelConfig().avx512 && GetKernelConfig().amx_min_rows > 0;
+  return has && GetKernelConfig().avx512;
 }
 
 }  // namespace ropeserve::cpu

@@ -12,8 +12,8 @@ bool CpuHasAvx512Bf16();
 bool CpuHasAvx512Vnni();
 // AMX-TILE + AMX-BF16 (and avx512_bf16), enabled by the OS (XCR0) and
 // granted to this process (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM), asked
-// once); false when the kernel configuration turns AVX-512 off or sets
-// amx_min_rows to 0.
+// once); false when the kernel configuration turns AVX-512 off. (Whether a
+// linear uses the tiles: PackedLinearUsesAmx, packed_linear.h.)
 bool CpuHasAmxBf16();
 
 }  // namespace ropeserve::cpu

@@ -29,7 +29,8 @@ std::int64_t Pairs(std::int64_t k) { return (k + 1) / 2; }
 bool PackedLinearAvailable() { return CpuHasAvx512Bf16(); }
 
 bool PackedLinearUsesAmx(std::int64_t M, std::int64_t K) {
-  return K % 32 == 0 && M >= GetKernelConfig().amx_min_rows && CpuHasAmxBf16();
+  const std::int64_t min_rows = GetKernelConfig().amx_min_rows;  // 0: never
+  return min_rows > 0 && M >= min_rows && K % 32 == 0 && CpuHasAmxBf16();
 }
 
 at::Tensor AmxPaddedRows(const at::Tensor& x) {

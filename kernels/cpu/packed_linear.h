@@ -43,7 +43,7 @@ bool PackedLinearAvailable();
 // Whether M rows of K columns run on AMX tiles (packed_linear_amx.cc: the
 // same panels, 32 x 32 float32 sums in tile registers): a CPU with
 // AMX-BF16 granted to the process (cpu_features.h), M at least the kernel
-// configuration's amx_min_rows, K a multiple of 32. Else the AVX-512
+// configuration's amx_min_rows (0: never), K a multiple of 32. Else the AVX-512
 // kernel. (This machine, 2 threads, [9728 x 896] and [896 x 4864]: docs/
 // benchmarks.md.)
 bool PackedLinearUsesAmx(std::int64_t M, std::int64_t K);

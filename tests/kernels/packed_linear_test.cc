@@ -85,8 +85,12 @@ class AmxMinRows {
 // bf16, int8 and int4 weights (the latter two widened panel by panel).
 TEST(PackedLinearAmx, TilesAgreeWithTheAvx512Kernel) {
   if (!cpu::CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or OS) gives no AMX-BF16";
-  EXPECT_TRUE(cpu::PackedLinearUsesAmx(32, 896));
-  EXPECT_FALSE(cpu::PackedLinearUsesAmx(32, 70));  // K not a multiple of 32
+  {
+    AmxMinRows from(32);  // the default, whatever the environment says
+    EXPECT_TRUE(cpu::PackedLinearUsesAmx(32, 896));
+    EXPECT_FALSE(cpu::PackedLinearUsesAmx(31, 896));
+    EXPECT_FALSE(cpu::PackedLinearUsesAmx(32, 70));  // K not a multiple of 32
+  }
   {
     AmxMinRows off(0);
     EXPECT_FALSE(cpu::PackedLinearUsesAmx(512, 896));
