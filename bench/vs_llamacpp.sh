@@ -176,7 +176,7 @@ for line in open(sys.argv[1]):
     w, s, v = line.split()
     vals.setdefault((w, s), []).append(float(v))
 med = {k: statistics.median(v) for k, v in vals.items()}
-print("\nworkload     ropeserve     llama.cpp     ratio  (medians; ratio per round)")
+print("\nworkload       ropeserve     llama.cpp     ratio  (medians; ratio per round)")
 for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512", "ropeserve-bf16", "llama.cpp-bf16"),
                         ("tg128-int8", "ropeserve-int8", "llama.cpp-q8_0"),
                         ("tg128-int4", "ropeserve-int4", "llama.cpp-q4_0"),
@@ -187,7 +187,8 @@ for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512",
                         ("b16-int4", "ropeserve-int4", "llama.cpp-q4_0"), ("b32-int4", "ropeserve-int4", "llama.cpp-q4_0")]:
     a, b = vals[(w, ours)], vals[(w, theirs)]
     rounds = " ".join("%.2f" % (x / y) for x, y in zip(a, b))
-    print("%-11s %10.1f %13.1f %9.2fx  (%s; vs %s)" % (w, med[(w, ours)], med[(w, theirs)], med[(w, ours)] / med[(w, theirs)],
+    label = w + ("-all" if ours.endswith("-all") else "")
+    print("%-14s %7.1f %13.1f %9.2fx  (%s; vs %s)" % (label, med[(w, ours)], med[(w, theirs)], med[(w, ours)] / med[(w, theirs)],
                                                         rounds, theirs))
 i8, bf = vals[("tg128-int8", "ropeserve-int8")], vals[("tg128-int8", "ropeserve-bf16-same-round")]
 print("int8 / bf16 batch-1 (ropeserve, same round): %s" % " ".join("%.2fx" % (x / y) for x, y in zip(i8, bf)))
