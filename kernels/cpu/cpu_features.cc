@@ -22,6 +22,11 @@ bool CpuHasAvx512Bf16() {
   return has && GetKernelConfig().avx512;
 }
 
+bool CpuHasAvx512() {
+  static const bool has = Avx512Base() && __builtin_cpu_supports("avx512dq");
+  return has && GetKernelConfig().avx512;
+}
+
 bool CpuHasAvx512Vnni() {
   static const bool has = Avx512Base() && __builtin_cpu_supports("avx512vnni");
   return has && GetKernelConfig().avx512;

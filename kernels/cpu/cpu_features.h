@@ -9,6 +9,8 @@ namespace ropeserve::cpu {
 // avx512f + avx512bw + avx512vl and avx512_bf16 / avx512_vnni (the CPU is
 // asked once per process; the kernels ask on every call).
 bool CpuHasAvx512Bf16();
+// avx512f + avx512bw + avx512vl + avx512dq alone.
+bool CpuHasAvx512();
 bool CpuHasAvx512Vnni();
 // AMX-TILE + AMX-BF16 (and avx512_bf16), enabled by the OS (XCR0) and
 // granted to this process (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM), asked

@@ -26,6 +26,12 @@ at::Tensor AddRmsNorm(const at::Tensor& x, at::Tensor& residual, const at::Tenso
 // the two LibTorch ops.
 at::Tensor SiluAndMul(const at::Tensor& gate_up);
 
+// x as float32 (the LM head's logits): bfloat16 widened on the kernels'
+// pool (exact), float32 returned as is, other dtypes by x.to(kFloat). Why
+// not x.to(kFloat) alone: on a 152k-entry row that is an OpenMP region on
+// every decode step (kernels/cpu/logits_summary.h says what that costs).
+at::Tensor ToFloat32(const at::Tensor& x);
+
 // Rotate-half RoPE on the first rotary_dim channels of every head of q and
 // k, in place. q: [T, Hq, D], k: [T, Hkv, D] contiguous; cos, sin:
 // [T, rotary_dim] (already scaled by the attention factor), same dtype.

@@ -104,8 +104,15 @@ at::Tensor UnpackInt4(const Int4Weight& w) {
 
 at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
   const at::Tensor q = UnpackInt4(w).to(at::kFloat);
-  const at::Tensor zero = w.zero.to(at::kFloat).repeat_interleave(w.group_size, 1);
-  const at::Tensor scale = w.scale.repeat_interleave(w.group_size, 1);
+  // Each group's value for each of its columns. (Not repeat_interleave: it
+  // starts an OpenMP region however few the rows, and Int4Rows runs here
+  // on every decode step of a tied 4-bit embedding.)
+  const std::int64_t N = q.size(0), G = w.scale.size(1);
+  auto per_column = [&](const at::Tensor& g) {
+    return g.unsqueeze(2).expand({N, G, w.group_size}).reshape({N, G * w.group_size});
+  };
+  const at::Tensor zero = per_column(w.zero.to(at::kFloat));
+  const at::Tensor scale = per_column(w.scale);
   const at::Tensor dense = ((q - zero) * scale).to(dtype);
   if (!w.perm.defined()) return dense;
   return at::empty_like(dense).index_copy_(1, w.perm, dense);

@@ -32,6 +32,7 @@ class CpuDecoderOps final : public DecoderOps {
     return cpu::AddRmsNorm(x, residual, weight, eps);
   }
   at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cpu::SiluAndMul(gate_up); }
+  at::Tensor ToFloat(const at::Tensor& x) const override { return cpu::ToFloat32(x); }
   void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const override {
     cpu::ApplyRopeInplace(q, k, rope.cos, rope.sin);
   }

@@ -229,7 +229,7 @@ at::Tensor DecoderModel::Embed(const at::Tensor& ids) const {
 
 // The final RMSNorm and the LM head.
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return ops_->Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head).to(at::kFloat);
+  return ops_->ToFloat(ops_->Linear(ops_->RmsNorm(hidden.contiguous(), w_.norm, config_.rms_norm_eps), w_.lm_head));
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& positions, std::int64_t length) const {

@@ -60,6 +60,8 @@ class DecoderOps {
   virtual at::Tensor AddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps) const = 0;
   // silu(gate_up[:, :I]) * gate_up[:, I:] for gate_up [T, 2 I] -> [T, I].
   virtual at::Tensor SiluAndMul(const at::Tensor& gate_up) const = 0;
+  // x as float32 (the logits the sampler reads).
+  virtual at::Tensor ToFloat(const at::Tensor& x) const { return x.to(at::kFloat); }
   // The table ApplyRope takes, from cos/sin [T, rotary_dim] (RotaryTable's
   // layout); the CPU kernels read cos/sin as they are.
   virtual RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const { return {cos, sin, {}, {}}; }

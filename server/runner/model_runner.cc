@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/logits_summary.h"
 #include "server/engine/scheduler.h"
 #ifdef ROPESERVE_HAVE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -160,8 +161,11 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
                   StepLogits& out, DeviceSampling* device, RunnerStats& stats) {
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
-  auto [max, argmax] = logits.max(1);
-  at::Tensor chosen = argmax, chosen_logit = max;
+  // max, argmax and logsumexp: one kernel on the CPU (kernels/cpu/logits_summary.h
+  // says why), LibTorch's ops on other devices.
+  const cpu::LogitsSummary summary = cpu::SummarizeLogits(logits);
+  const at::Tensor& max = summary.max;
+  at::Tensor chosen = summary.argmax, chosen_logit = max;
   DeviceSampling::Draws draws;
   if (device != nullptr) {
     RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda()));
@@ -178,7 +182,7 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   // in one transfer: the floats' bits and the ids (every vocabulary fits
   // int32) as one int32 tensor, so the copy moves bits, never values.
   const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
-  std::vector<at::Tensor> floats = {at::stack({at::logsumexp(logits, 1), max, chosen_logit}).flatten()};  // [3R]
+  std::vector<at::Tensor> floats = {at::stack({summary.logsumexp, max, chosen_logit}).flatten()};  // [3R]
   if (top_k > 0) floats.push_back(draws.top_logits.flatten());
   const at::Tensor float_bits = at::cat(floats).contiguous().view(at::kInt);
   std::vector<at::Tensor> ids = {chosen};
