@@ -211,15 +211,16 @@ double MeasureReadBandwidth(at::Device device) {
 // Bytes of weights one decode step reads: every layer and the LM head (an
 // untied embedding matrix is only read one row at a time). Int8 weights
 // are one byte each (their per-row scales and the norms are negligible);
-// int4 projections half a byte and a float32 scale and a byte of zero
-// point per 128, with the LM head in int8 (int4 as the projections with
-// int4-all).
+// int4 projections half a byte and, per 128, the float16 scale the kernel
+// reads (kernels/cpu/int4_linear.h) and a byte of zero point, with the LM
+// head in int8 (int4 as the projections with int4-all).
 double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
   if (IsInt4(q)) {
     const double head = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
-    return (params - head) * (0.5 + 5.0 / 128) + head * (q == Quantization::kInt4All ? 0.5 + 5.0 / 128 : 1.0);
+    constexpr double kInt4 = 0.5 + 3.0 / 128;
+    return (params - head) * kInt4 + head * (q == Quantization::kInt4All ? kInt4 : 1.0);
   }
   return params * (q == Quantization::kInt8 ? 1.0 : static_cast<double>(DTypeSize(dtype)));
 }

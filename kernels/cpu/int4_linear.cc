@@ -18,9 +18,9 @@ void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K,
                        std::int16_t* xq, float* scales);
 // int4_linear_avx512.cc
 void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
-                     const std::uint8_t* packed, const float* scale, const std::uint8_t* zero, std::int64_t K,
-                     std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N,
-                     std::int64_t n_begin, std::int64_t n_end);
+                     const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
+                     const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias, void* out,
+                     bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end);
 // packed_linear_avx512.cc
 void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
                            const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
@@ -48,6 +48,20 @@ void CheckGroups(std::int64_t K, std::int64_t group_size) {
 
 }  // namespace
 
+// Scales s >= 0 rounded up to float16 values, when every one is 0 or lies
+// in float16's normal range (below it float16 keeps fewer significant
+// bits than float32 would give those groups); else s unchanged.
+at::Tensor ScalesUpToHalf(const at::Tensor& s) {
+  constexpr double kMinNormal = 0x1p-14, kMaxBelowTop = 65504.0 / (1 + 0x1p-10);
+  if (s.numel() == 0 || s.max().item<double>() > kMaxBelowTop ||
+      at::logical_and(s > 0, s < kMinNormal).any().item<bool>())
+    return s;
+  const at::Tensor h = s.to(at::kHalf);
+  // The next float16 up from a positive finite one: its bits plus one.
+  const at::Tensor up = (h.view(at::kShort) + 1).view(at::kHalf);
+  return at::where(h.to(at::kFloat) < s, up, h).to(at::kFloat);
+}
+
 Int4Weight QuantizeInt4(const at::Tensor& w_in, std::int64_t group_size, bool symmetric) {
   TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt4: a floating [N, K] matrix");
   const std::int64_t N = w_in.size(0), K = w_in.size(1);
@@ -55,11 +69,11 @@ Int4Weight QuantizeInt4(const at::Tensor& w_in, std::int64_t group_size, bool sy
   const at::Tensor w = w_in.to(at::kFloat).reshape({N, K / group_size, group_size});
   at::Tensor scale, zero;
   if (symmetric) {
-    scale = w.abs().amax(2) / 7.0;
+    scale = ScalesUpToHalf(w.abs().amax(2) / 7.0);
     zero = at::full_like(scale, 8.0);
   } else {
     const at::Tensor lo = at::clamp_max(w.amin(2), 0.0), hi = at::clamp_min(w.amax(2), 0.0);
-    scale = (hi - lo) / 15.0;
+    scale = ScalesUpToHalf((hi - lo) / 15.0);
     zero = at::where(scale > 0, at::round(-lo / scale), at::zeros_like(scale)).clamp(0, 15);
   }
   const at::Tensor inv = at::where(scale > 0, 1.0 / scale, at::zeros_like(scale));
@@ -88,6 +102,8 @@ Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::T
   Int4Weight w;
   w.packed = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).reshape({N, Kp / 2}).contiguous();
   w.scale = scale.to(at::kFloat).contiguous();
+  const at::Tensor half = w.scale.to(at::kHalf);
+  if (at::equal(half.to(at::kFloat), w.scale)) w.scale16 = half.contiguous();
   w.zero = zero.to(at::kByte).contiguous();
   w.k = K;
   w.group_size = group_size;
@@ -122,6 +138,7 @@ at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType d
   Int4Weight rows = w;
   rows.packed = w.packed.index_select(0, ids);
   rows.scale = w.scale.index_select(0, ids);
+  rows.scale16 = at::Tensor();  // DequantizeInt4 reads the float32 scales
   rows.zero = w.zero.index_select(0, ids);
   return DequantizeInt4(rows, dtype);
 }
@@ -133,7 +150,9 @@ bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
   const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
   return w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() && w.packed.size(1) * 2 == Padded(w.k) &&
          w.scale.scalar_type() == at::kFloat && w.scale.is_contiguous() && w.zero.scalar_type() == at::kByte &&
-         w.zero.is_contiguous() && w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes();
+         w.zero.is_contiguous() && w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes() &&
+         (!w.scale16.defined() ||
+          (w.scale16.scalar_type() == at::kHalf && w.scale16.is_contiguous() && w.scale16.sizes() == w.scale.sizes()));
 }
 
 at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const at::Tensor& bias_in) {
@@ -152,13 +171,15 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
   const float* xsp = xs.data_ptr<float>();
   const std::uint8_t* pp = w.packed.data_ptr<std::uint8_t>();
   const float* sp = w.scale.data_ptr<float>();
+  const auto* sp16 =
+      w.scale16.defined() ? reinterpret_cast<const std::uint16_t*>(w.scale16.data_ptr<at::Half>()) : nullptr;
   const std::uint8_t* zp = w.zero.data_ptr<std::uint8_t>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   void* op = out.data_ptr();
   // Work items of whole groups of 4 weight rows, at least ~16 KB of packed weights each.
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(Kp / 2, 1) / 4);
   ParallelFor(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
-    avx512::Int4LinearRange(xqp, xsp, M, Kp, pp, sp, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
+    avx512::Int4LinearRange(xqp, xsp, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
                             std::min(end * 4, N));
   });
   return out;

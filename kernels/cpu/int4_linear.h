@@ -18,8 +18,13 @@
 // low nibble and column j + 32 in its high nibble (so one 32-byte load
 // unpacks into two runs of 32 consecutive columns, no shuffles). Per group
 // of `group_size` columns (32, 64 or 128; K a multiple of it) a float32
-// scale and a zero point (8 for symmetric weights). Checkpoint formats
-// (GPTQ, AWQ, compressed-tensors) are repacked into this at load.
+// scale and a zero point (8 for symmetric weights); the same scales as
+// float16 too when each one is exactly a float16, which the matrix-vector
+// kernel reads instead (3 bytes a group instead of 5: at batch 1 the bytes
+// read are the time; the float32 copy serves the panel path and the
+// dequantization). GPTQ and AWQ store float16 scales; QuantizeInt4 rounds
+// its scales up to float16 values. Checkpoint formats (GPTQ, AWQ,
+// compressed-tensors) are repacked into this at load.
 //
 // How (AVX-512-VNNI, up to kInt4KernelMaxRows rows of x): x rows quantized
 // to int16 as the int8 kernel does (kernels/cpu/int8_linear.h: half a
@@ -41,6 +46,7 @@ namespace ropeserve::cpu {
 struct Int4Weight {
   at::Tensor packed;   // [N, Kp / 2] uint8, the layout above
   at::Tensor scale;    // [N, K / group_size] float32
+  at::Tensor scale16;  // the same values as float16 when each is one exactly, else undefined
   at::Tensor zero;     // [N, K / group_size] uint8 in [0, 15]
   std::int64_t k = 0;  // K (columns before padding)
   std::int64_t group_size = 128;
@@ -56,15 +62,18 @@ inline std::int64_t Int4KernelGroup(std::int64_t columns) {
 // Round-to-nearest per group of w [N, K] (any floating dtype): asymmetric
 // over a range that includes 0 (lo = min(min w, 0), hi = max(max w, 0),
 // scale = (hi - lo) / 15, zero = round(-lo / scale)), or symmetric (zero 8,
-// scale = max|w| / 7, levels -7..7). Either way each weight is off by at
-// most half its group's scale. TORCH_CHECK fails when K is not a multiple
+// scale = max|w| / 7, levels -7..7). The scales are first rounded up to
+// float16 values when all of them are 0 or normal float16 numbers (up, so
+// that the 16 levels still span the group's range). Either way each weight
+// is off by at most half its group's scale. TORCH_CHECK fails when K is not a multiple
 // of group_size or group_size is not 32, 64 or 128.
 Int4Weight QuantizeInt4(const at::Tensor& w, std::int64_t group_size, bool symmetric = false);
 // From unpacked levels q [N, K] (uint8 or any integer type, values 0-15),
 // scales and zeros [N, K / group_size] (zeros 0-16), in the kernel's column
 // order, and the permutation `perm` ([K] int64 or undefined) that order is
 // of the checkpoint's columns: how a checkpoint's 4-bit weights are brought
-// into the kernel's layout.
+// into the kernel's layout. scale16 is set when every scale is exactly a
+// float16.
 Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size,
                     const at::Tensor& perm = {});
 // The levels q [N, K] uint8 in the kernel's column order (tests, and repacking).

@@ -49,6 +49,15 @@ TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
   if (c.symmetric) {
     EXPECT_TRUE((q.zero == 8).all().item<bool>());
   }
+  // The scales are float16 values, rounded up: never below what spans the group.
+  ASSERT_TRUE(q.scale16.defined());
+  EXPECT_TRUE(at::equal(q.scale16.to(at::kFloat), q.scale));
+  const at::Tensor groups = w.to(c.dtype).to(at::kFloat).reshape({c.N, c.K / c.group, c.group});
+  const at::Tensor span = c.symmetric
+                              ? groups.abs().amax(2) / 7.0
+                              : (at::clamp_min(groups.amax(2), 0.0) - at::clamp_max(groups.amin(2), 0.0)) / 15.0;
+  EXPECT_TRUE((q.scale >= span).all().item<bool>());
+  EXPECT_TRUE((q.scale <= span * (1 + 0x1p-10)).all().item<bool>());
   const at::Tensor levels = cpu::UnpackInt4(q);
   EXPECT_LE(levels.max().item<int>(), 15);
   // Packing the levels again gives the same bytes.
@@ -116,6 +125,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Int4Linear,
                                   "_g" + std::to_string(c.group) + (c.bias ? "_bias" : "") +
                                   (c.symmetric ? "_sym" : "") + (c.dtype == at::kBFloat16 ? "_bf16" : "_f32");
                          });
+
+// The kernel reads float16 scales when every scale is one (3 bytes a group
+// instead of 5), float32 ones otherwise: the same values, so the same bits
+// out. Scales below float16's normal range stay float32 (QuantizeInt4), as
+// do checkpoint scales that float16 cannot hold exactly (PackInt4).
+TEST(Int4Scales, Float16WhenExactAndTheKernelGivesTheSameBits) {
+  at::manual_seed(5);
+  const std::int64_t K = 256, N = 70;
+  const cpu::Int4Weight w = cpu::QuantizeInt4(at::randn({N, K}) * 0.05, 128);
+  ASSERT_TRUE(w.scale16.defined());
+  cpu::Int4Weight f32 = w;
+  f32.scale16 = at::Tensor();
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor x = at::randn({3, K}).to(dtype);
+    if (!cpu::Int4KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+    EXPECT_TRUE(at::equal(cpu::Int4LinearKernel(x, w, at::Tensor()), cpu::Int4LinearKernel(x, f32, at::Tensor())));
+  }
+  // Weights so small that a scale falls below 2^-14: float32 scales only.
+  const cpu::Int4Weight tiny = cpu::QuantizeInt4(at::randn({N, K}) * 1e-5, 128);
+  EXPECT_FALSE(tiny.scale16.defined());
+  // Checkpoint scales: float16 only when exact.
+  const at::Tensor levels = cpu::UnpackInt4(w);
+  EXPECT_TRUE(cpu::PackInt4(levels, w.scale, w.zero, 128).scale16.defined());
+  EXPECT_FALSE(cpu::PackInt4(levels, w.scale * (1 + 0x1p-20), w.zero, 128).scale16.defined());
+}
 
 // More rows than the kernel takes, float32 x: the generic path
 // (dequantize + at::linear), float32 GEMM rounding only.
@@ -211,7 +245,8 @@ TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
     const double t4 = time([&](int i) { cpu::Int4LinearKernel(x, q4[i], at::Tensor()); });
     const double t8 = time([&](int i) { cpu::Int8LinearKernel(x, q8[i], at::Tensor()); });
     const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
-    const double bytes4 = weights / 2 + 48.0 * 4864 * (896 / 128) * 5;  // nibbles + scale and zero per group
+    // Nibbles + (float16 or float32) scale and zero per group.
+    const double bytes4 = weights / 2 + 48.0 * 4864 * (896 / 128) * (q4[0].scale16.defined() ? 3 : 5);
     std::printf("M=%2lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx\n",
                 static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
                 flops / t8 / 1e9, t8 / t4);
