@@ -46,8 +46,6 @@ void CheckGroups(std::int64_t K, std::int64_t group_size) {
               group_size);
 }
 
-}  // namespace
-
 // Scales s >= 0 rounded up to float16 values, when every one is 0 or lies
 // in float16's normal range (below it float16 keeps fewer significant
 // bits than float32 would give those groups); else s unchanged.
@@ -61,6 +59,8 @@ at::Tensor ScalesUpToHalf(const at::Tensor& s) {
   const at::Tensor up = (h.view(at::kShort) + 1).view(at::kHalf);
   return at::where(h.to(at::kFloat) < s, up, h).to(at::kFloat);
 }
+
+}  // namespace
 
 Int4Weight QuantizeInt4(const at::Tensor& w_in, std::int64_t group_size, bool symmetric) {
   TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt4: a floating [N, K] matrix");
