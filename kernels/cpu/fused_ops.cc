@@ -195,11 +195,10 @@ at::Tensor ToFloat32(const at::Tensor& x) {
   if (x.scalar_type() != at::kBFloat16 || !x.is_cpu()) return x.to(at::kFloat);
   const at::Tensor in = x.contiguous();
   at::Tensor out = at::empty(in.sizes(), in.options().dtype(at::kFloat));
-  const auto* src = reinterpret_cast<const std::uint16_t*>(in.data_ptr<at::BFloat16>());
-  auto* dst = reinterpret_cast<std::uint32_t*>(out.data_ptr<float>());
-  // A bfloat16 is a float32's upper half.
+  const at::BFloat16* src = in.data_ptr<at::BFloat16>();
+  float* dst = out.data_ptr<float>();
   ParallelFor(0, in.numel(), 1 << 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) dst[i] = static_cast<std::uint32_t>(src[i]) << 16;
+    for (std::int64_t i = begin; i < end; ++i) dst[i] = ToFloat(src[i]);
   });
   return out;
 }
