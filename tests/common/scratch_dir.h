@@ -3,10 +3,11 @@
 // other test helper.
 #pragma once
 
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -21,9 +22,18 @@ class ScratchDir {
     if (made == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = made;
   }
+  // (nftw, not std::filesystem::remove_all: on the GPU machine's
+  // toolchain that one calls through a null pointer inside libstdc++ —
+  // scripts/gpu-check's stack of the "teardown crash" — and it is only a
+  // directory walk.)
   ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    ::nftw(
+        path_.c_str(),
+        [](const char* p, const struct stat*, int, struct FTW*) {
+          ::remove(p);
+          return 0;
+        },
+        16, FTW_DEPTH | FTW_PHYS);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
