@@ -211,16 +211,21 @@ double MeasureReadBandwidth(at::Device device) {
 // Bytes of weights one decode step reads: every layer and the LM head (an
 // untied embedding matrix is only read one row at a time). Int8 weights
 // are one byte each (their per-row scales and the norms are negligible);
-// int4 projections half a byte and, per 128, the float16 scale the kernel
-// reads (kernels/cpu/int4_linear.h) and a byte of zero point, with the LM
-// head in int8 (int4 as the projections with int4-all).
-double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q) {
+// int4 projections half a byte and, per 128, the scale the kernel reads
+// (kernels/cpu/int4_linear.h) and a byte of zero point.
+double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q, const at::Device& device) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
   if (IsInt4(q)) {
+    // Per group of 128: a float16 scale and a zero point on the CPU (the
+    // matrix-vector kernel's), a float32 scale and a zero point on CUDA.
+    // int4's LM head: int8 on the CPU, the compute dtype on CUDA.
     const double head = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
-    constexpr double kInt4 = 0.5 + 3.0 / 128;
-    return (params - head) * kInt4 + head * (q == Quantization::kInt4All ? kInt4 : 1.0);
+    const double int4 = 0.5 + (device.is_cuda() ? 5.0 : 3.0) / 128;
+    const double head_bytes = q == Quantization::kInt4All ? int4
+                              : device.is_cuda()          ? static_cast<double>(DTypeSize(dtype))
+                                                          : 1.0;
+    return (params - head) * int4 + head * head_bytes;
   }
   return params * (q == Quantization::kInt8 ? 1.0 : static_cast<double>(DTypeSize(dtype)));
 }
@@ -385,7 +390,7 @@ Status RunBench(const BenchOptions& o) {
     for (double t : r.tpot) decode_seconds += t;
     const double tok_s = decode_seconds > 0 ? static_cast<double>(r.tpot.size()) / decode_seconds : 0;
     const double bandwidth = MeasureReadBandwidth(model->device());
-    const double bytes = WeightBytesPerToken(c, o.dtype, o.quantization);
+    const double bytes = WeightBytesPerToken(c, o.dtype, o.quantization, model->device());
     const double roofline = bandwidth / bytes;
     // Where a step's time goes: the same request again (at most 64
     // tokens), the runner waiting for the device after each phase

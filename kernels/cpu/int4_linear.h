@@ -34,7 +34,10 @@
 // float32 multiply-add by the group's scale. More rows of bfloat16 x on a
 // CPU with avx512_bf16: the panel path (Int4PanelLinear below). Otherwise
 // the weights are dequantized to x's dtype for at::linear (the generic
-// path, also the oracle's weights in tests).
+// path, also the oracle's weights in tests). DequantizeInt4, Int4Rows and
+// that generic path are LibTorch ops on any device: a CUDA worker keeps
+// these tensors on the GPU and runs them past its own kernel's 16 rows
+// (kernels/cuda/int4_linear.cu).
 #pragma once
 
 #include <ATen/core/Tensor.h>

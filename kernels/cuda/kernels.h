@@ -78,6 +78,22 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
                    std::int64_t partition_size, void* workspace, DType dtype, Stream stream,
                    AttentionKernel kernel = AttentionKernel::kAuto);
 
+// y [rows, N] = x [rows, K] W^T + bias for group-wise 4-bit W in
+// kernels/cpu/int4_linear.h's layout: packed [N, Kp / 2] bytes (Kp = K
+// rounded up to 64; each 64-column block 32 bytes, byte j holding column j
+// in its low nibble and j + 32 in its high one), W[n, k] = (q - zero[n, g])
+// * scale[n, g] with g = k / group_size, scale float32 and zero uint8
+// [N, K / group_size]; x and y contiguous 16-bit rows, x in the weight's
+// column order; bias float32 [N] or null. K a multiple of 32 and of
+// group_size (32, 64 or 128); 1 <= rows <= kInt4GemvMaxRows (more rows:
+// dequantize and use a GEMM). Float32 accumulation; each row's result is
+// the same whatever the other rows (decode alone or batched, speculative
+// verification rows).
+constexpr std::int64_t kInt4GemvMaxRows = 16;
+int Int4Linear(void* y, const void* x, std::int64_t rows, const std::uint8_t* packed, const float* scale,
+               const std::uint8_t* zero, const float* bias, std::int64_t N, std::int64_t K, std::int64_t group_size,
+               DType dtype, Stream stream);
+
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the
 // softmax of logits / temperature restricted to the top_k most likely

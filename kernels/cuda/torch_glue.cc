@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/kernels.h"
 
 namespace ropeserve::cuda {
@@ -122,6 +124,36 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
             ws.data_ptr(), KernelDType(q), CurrentStream(), kernel),
         "PagedAttention");
   return out;
+}
+
+at::Tensor Int4Linear(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
+                      std::int64_t k, std::int64_t group_size, const at::Tensor& bias) {
+  CheckCuda(x_in, "x");
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == k && x_in.size(0) >= 1 && x_in.size(0) <= kInt4GemvMaxRows,
+              "Int4Linear: x must be [1..", kInt4GemvMaxRows, ", K]");
+  TORCH_CHECK(k % 32 == 0 && (group_size == 32 || group_size == 64 || group_size == 128) && k % group_size == 0,
+              "Int4Linear: K a multiple of 32 and of the group size (32, 64 or 128)");
+  const std::int64_t N = packed.size(0), G = k / group_size;
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 2 &&
+                  packed.size(1) == (k + 63) / 64 * 32 && packed.device() == x_in.device(),
+              "Int4Linear: packed must be uint8 [N, Kp / 2] on x's device");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.sizes() == at::IntArrayRef({N, G}) &&
+                  zero.scalar_type() == at::kByte && zero.is_contiguous() && zero.sizes() == scale.sizes() &&
+                  scale.device() == x_in.device() && zero.device() == x_in.device(),
+              "Int4Linear: scale float32 and zero uint8 [N, K / group_size] on x's device");
+  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == N &&
+                                  bias.device() == x_in.device()),
+              "Int4Linear: bias float32 [N] on x's device");
+  // (16-byte loads: a view starting mid-vector is copied first)
+  at::Tensor x = x_in.contiguous();
+  if (reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0) x = x.clone();
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  Check(ropeserve::cuda::Int4Linear(y.data_ptr(), x.data_ptr(), x.size(0), packed.data_ptr<std::uint8_t>(),
+                                    scale.data_ptr<float>(), zero.data_ptr<std::uint8_t>(),
+                                    bias.defined() ? bias.data_ptr<float>() : nullptr, N, k, group_size, KernelDType(x),
+                                    CurrentStream()),
+        "Int4Linear");
+  return y;
 }
 
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,

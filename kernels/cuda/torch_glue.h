@@ -38,6 +38,12 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
 at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
                                    std::int64_t max_context, const at::TensorOptions& options,
                                    std::int64_t partition_size = kPartitionSize);
+// x [rows, K] 16-bit (already in the weight's column order) times the
+// 4-bit weight packed / scale / zero (kernels.h's Int4Linear; the tensors
+// of a cpu::Int4Weight moved to the device) plus bias (float32 [N] or
+// undefined) -> [rows, N] in x's dtype. 1 <= rows <= kInt4GemvMaxRows.
+at::Tensor Int4Linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
+                      std::int64_t k, std::int64_t group_size, const at::Tensor& bias);
 // logits float32 [R, V]; per-row parameters [R]; returns int64 [R].
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,

@@ -42,9 +42,10 @@ inline const auto kQuantizationChoices = {"none", "int8", "int4", "int4-all"};
 inline constexpr const char* kQuantizationHelp =
     "Weight quantization at load: none, int8 (per-channel int8 projections and LM head; half the bytes "
     "of bf16 for decode), or int4 (group-wise 4-bit projections, groups of 128 columns, int8 LM head; a "
-    "quarter of bf16's bytes in the layers; CPU only; docs/benchmarks.md), or int4-all (int4 with a 4-bit LM head "
+    "quarter of bf16's bytes in the layers; docs/benchmarks.md), or int4-all (int4 with a 4-bit LM head "
     "too: fewer bytes per token for small models, 4-bit rounding in the logits). A GPTQ, AWQ or compressed-tensors "
-    "checkpoint is served with its own 4-bit weights (none, int4 or int4-all; int8 is refused)";
+    "checkpoint is served with its own 4-bit weights (none, int4 or int4-all; int8 is refused). int8 runs on the "
+    "CPU only; with --device cuda, int4's LM head stays 16-bit";
 
 // --speculative, --num-speculative-tokens, --prompt-lookup-min/max (serve,
 // generate, bench): prompt-lookup speculative decoding (server/engine/

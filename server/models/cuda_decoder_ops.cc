@@ -3,7 +3,7 @@
 // stream. Built only when the LibTorch found by CMake has CUDA; on CPU
 // machines tests/cuda/compile_check.sh syntax-checks it against the
 // LibTorch and CUDA headers; scripts/test-debian13 links it against CUDA
-// LibTorch 2.6. Not yet run on a GPU.
+// LibTorch 2.6; run on an H200 by scripts/gpu-check (docs/gpu.md).
 #ifdef ROPESERVE_HAVE_CUDA
 
 #include <ATen/ATen.h>
@@ -20,11 +20,25 @@ namespace {
 class CudaDecoderOps final : public DecoderOps {
  public:
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
-    TORCH_CHECK(!w.int8() && !w.is_int4() && !w.packed.defined(), "CUDA projections take dense 16-bit weights");
+    TORCH_CHECK(!w.int8() && !w.packed.defined(), "CUDA projections take 16-bit or 4-bit weights");
+    if (w.is_int4()) {
+      // Few rows (decode, verification): the 4-bit kernel reads each weight
+      // once. More (prefill): the generic path, the weights dequantized to
+      // x's dtype for cuBLAS (compute-bound there; the copy is transient).
+      if (x.size(0) <= cuda::kInt4GemvMaxRows) {
+        const cpu::Int4Weight& q = w.int4;
+        return cuda::Int4Linear(q.perm.defined() ? x.index_select(1, q.perm) : x, q.packed, q.scale, q.zero, q.k,
+                                q.group_size, w.bias);
+      }
+      return cpu::Int4Linear(x, w.int4, w.bias);
+    }
     return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);  // cuBLAS
   }
-  at::Tensor Embed(const at::Tensor& table, const LinearWeight&, const at::Tensor& ids, at::ScalarType) const override {
-    TORCH_CHECK(table.defined(), "CUDA embeddings keep their table");
+  at::Tensor Embed(const at::Tensor& table, const LinearWeight& lm_head, const at::Tensor& ids,
+                   at::ScalarType dtype) const override {
+    // A tied 4-bit head (int4-all) holds the embedding: its rows dequantized.
+    if (!table.defined() && lm_head.is_int4()) return cpu::Int4Rows(lm_head.int4, ids, dtype);
+    TORCH_CHECK(table.defined(), "CUDA embeddings keep their table unless a tied 4-bit head holds it");
     return at::embedding(table, ids);
   }
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {

@@ -30,6 +30,20 @@ bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) 
          cpu::PackedLinearAvailable();
 }
 
+// 4-bit weights (quantized or repacked on the host) where the model runs.
+cpu::Int4Weight Int4OnDevice(cpu::Int4Weight w, at::Device device) {
+  if (device.is_cpu()) return w;
+  auto to = [&](at::Tensor& t) {
+    if (t.defined()) t = t.to(device);
+  };
+  to(w.packed);
+  to(w.scale);
+  to(w.scale16);
+  to(w.zero);
+  to(w.perm);
+  return w;
+}
+
 // Hugging Face keeps inv_freq as a float32 buffer.
 at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
   return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
@@ -66,8 +80,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     RS_RETURN_IF_ERROR(CheckDeviceUsable(device));  // first: no GPU is the reason that matters
     if (dtype != DType::kF16 && dtype != DType::kBF16)
       return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
-    if (quantization != Quantization::kNone)
-      return InvalidArgument(std::string(QuantizationName(quantization)) + " weights run on the CPU only");
+    if (quantization == Quantization::kInt8)
+      return InvalidArgument("int8 weights run on the CPU only (CUDA workers take int4, int4-all or none)");
   } else if (!device.is_cpu()) {
     return InvalidArgument("workers run on the CPU or a CUDA device");
   } else {
@@ -89,7 +103,6 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     const std::string what = dir + ": a checkpoint of 4-bit " + std::string(Int4FormatName(int4->format)) + " weights";
     if (quantization == Quantization::kInt8)
       return InvalidArgument(what + " cannot be served with --quantization int8: use int4 or none");
-    if (device.is_cuda()) return InvalidArgument(what + ": 4-bit weights run on the CPU only");
     if (quantization != Quantization::kInt4All) quantization = Quantization::kInt4;
   }
   const ModelConfig& read = ckpt->config();
@@ -116,14 +129,19 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const bool int4 = IsInt4(quantization);
   const bool int4_head = quantization == Quantization::kInt4All;
   const bool pack = PackBf16Weights(device, dtype, quantization);
-  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
+  // The LM head: int8 with int4 on the CPU; in the compute dtype on CUDA,
+  // which has no int8 kernel (the head is then 16-bit, cuBLAS); 4-bit with
+  // int4-all on both.
+  const bool int8_head = int8 || (int4 && !int4_head && device.is_cpu());
+  const bool quantized_head =
+      int8_head || int4_head;  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
   // stacked into one matrix in that order when several read the same input
   // (one kernel call and one pass over x). Int8 weights are quantized from
   // the checkpoint's values in float32 (not from their rounding to the
   // compute dtype), per row, so stacking first changes nothing; their
   // biases stay in float32, the int8 kernel's accumulation type. Int4
-  // weights likewise, per group; the LM head (`head`) is int8 then too,
-  // but with int4-all.
+  // weights likewise, per group; the LM head (`head`) as `int8_head` and
+  // `int4_head` say. 4-bit weights are made on the host and then moved.
   // A 4-bit checkpoint's projections are read as stored
   // (server/models/int4_checkpoint_loader.h).
   auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) -> StatusOr<LinearWeight> {
@@ -141,30 +159,33 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       }
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
       RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir + ": " + names[0]));
+      q.int4 = Int4OnDevice(std::move(q.int4), device);
       return q;
     }
+    const bool quantize = head ? quantized_head : int8 || int4;
     for (const auto& name : names)
-      ws.push_back(int8 || int4 ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
+      ws.push_back(quantize ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
     if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w), {}};
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
-    // tensors at 8 bits.
+    // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).
     if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && (!head || int4_head) && group > 0) {
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
-      q.int4 = cpu::QuantizeInt4(w, group);
+      q.int4 = Int4OnDevice(cpu::QuantizeInt4(w, group), device);
       return q;
     }
-    if (!int8 && !int4) return LinearWeight{w, at::Tensor(), bias, {}, {}};
+    if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}};
+    if (!device.is_cpu()) return LinearWeight{w.to(st).to(device), at::Tensor(), bias, {}, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
     return LinearWeight{q.q, q.scale, bias32, {}, {}};
   };
 
   const std::string& trunk = c.trunk_prefix;
-  // A tied int8 or packed LM head holds the embedding (read back by Embed):
-  // one copy of the largest matrix.
+  // A tied int8, 4-bit or packed LM head holds the embedding (read back by
+  // Embed): one copy of the largest matrix.
   const bool embedding_in_lm_head =
-      (int8 || int4 || pack) && !c.span_head && !c.sequence_head && !c.base_model && c.tie_word_embeddings;
+      (quantized_head || pack) && !c.span_head && !c.sequence_head && !c.base_model && c.tie_word_embeddings;
   if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = trunk + "layers." + std::to_string(l) + ".";

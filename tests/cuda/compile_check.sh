@@ -49,7 +49,8 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
            server/models/encoder_parts.cc server/models/modernbert.cc server/models/roformer.cc \
            server/models/span_model_loader.cc server/runner/model_runner.cc \
            server/runner/device_sampling.cc tests/models/model_runner_test.cc \
-           tests/runner/device_sampling_test.cc; do
+           tests/runner/device_sampling_test.cc tests/models/decoder_paths_test.cc \
+           tests/models/speculative_decoding_test.cc; do
     echo "g++ -fsyntax-only: $f"
     ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DROPESERVE_HAVE_CUDA=1 -I"$root" $extra \
       -isystem "$torch_inc/torch/csrc/api/include" $cuda_isystem "$root/$f"

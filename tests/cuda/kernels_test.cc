@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "kernels/cpu/int4_linear.h"
 #include "kernels/cuda/torch_glue.h"
 #include "kernels/reference/reference_ops.h"
+#include "tests/common/float_bounds.h"
 #include "tests/common/test_seed.h"
 
 namespace ropeserve {
@@ -209,6 +211,71 @@ TEST_P(CudaKernels, SamplingIsGreedyFilteredAndSeeded) {
   EXPECT_TRUE((minp == 2).all().item<bool>());
 }
 
+// A 4-bit weight made on the host (kernels/cpu/int4_linear.h): round to
+// nearest per group, asymmetric or symmetric, optionally with its columns
+// permuted (act-order checkpoints).
+cpu::Int4Weight HostInt4(std::int64_t N, std::int64_t K, std::int64_t group, bool symmetric, bool permuted) {
+  const cpu::Int4Weight q = cpu::QuantizeInt4(at::randn({N, K}), group, symmetric);
+  if (!permuted) return q;
+  return cpu::PackInt4(cpu::UnpackInt4(q), q.scale, q.zero, group, at::randperm(K, at::kLong));
+}
+
+cpu::Int4Weight OnGpu(cpu::Int4Weight w) {
+  for (at::Tensor* t : {&w.packed, &w.scale, &w.scale16, &w.zero, &w.perm})
+    if (t->defined()) *t = t->to(at::kCUDA);
+  return w;
+}
+
+// The 4-bit matrix-vector kernel against float64 maths on the dequantized
+// weights, for 1-16 rows, odd shapes (K % 64 == 32: a padded last block; group 64 and 128 too),
+// every group size, zero points, permuted columns and biases. Bound: the
+// float32 sums (each term passes through at most K + 40 roundings:
+// 16-term dot, scale, the lane's running sum, the 5-level butterfly,
+// bias), then one rounding to the dtype.
+TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
+  const double u = dtype() == at::kBFloat16 ? testing::kBF16Roundoff : 0x1p-11;
+  for (auto [N, K, group, symmetric, permuted, with_bias] :
+       {std::tuple<int, int, int, bool, bool, bool>{45, 64, 32, false, false, true},
+        {130, 160, 32, true, true, true},
+        {896, 896, 128, false, false, false},
+        {257, 1056, 32, false, true, false},
+        {64, 4864, 128, true, false, true}}) {
+    const cpu::Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
+    const cpu::Int4Weight w = OnGpu(host);
+    const at::Tensor dense = cpu::DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
+    const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
+    for (int M : {1, 2, 3, 5, 8, 11, 16}) {
+      SCOPED_TRACE(::testing::Message() << N << "x" << K << " g" << group << " rows " << M);
+      const at::Tensor x = Randn({M, K});
+      const at::Tensor xk = w.perm.defined() ? x.index_select(1, w.perm) : x;
+      const at::Tensor y =
+          cuda::Int4Linear(xk, w.packed, w.scale, w.zero, K, group, with_bias ? bias.to(at::kCUDA) : at::Tensor());
+      ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{M, N}));
+      ASSERT_EQ(y.scalar_type(), dtype());
+      const at::Tensor xd = x.to(at::kCPU, at::kDouble);
+      at::Tensor ref = at::matmul(xd, dense.t());
+      if (with_bias) ref = ref + bias.to(at::kDouble);
+      at::Tensor mass = at::matmul(xd.abs(), dense.abs().t());
+      if (with_bias) mass = mass + bias.to(at::kDouble).abs();
+      const at::Tensor bound = (1 + u) * testing::Gamma(K + 40, testing::kF32Roundoff) * mass + u * ref.abs();
+      const at::Tensor err = (y.to(at::kCPU, at::kDouble) - ref).abs();
+      EXPECT_FALSE(err.isnan().any().item<bool>());
+      EXPECT_TRUE((err <= bound).all().item<bool>()) << (err / bound).max().item<double>();
+      // Each row as it comes out alone.
+      if (M > 1) {
+        const at::Tensor alone = cuda::Int4Linear(xk.narrow(0, M - 1, 1).contiguous(), w.packed, w.scale, w.zero, K,
+                                                  group, with_bias ? bias.to(at::kCUDA) : at::Tensor());
+        EXPECT_TRUE(at::equal(alone, y.narrow(0, M - 1, 1)));
+      }
+    }
+  }
+  // Past the kernel's rows, and a K it cannot take: refused.
+  const cpu::Int4Weight w = OnGpu(HostInt4(64, 128, 32, false, false));
+  EXPECT_THROW(cuda::Int4Linear(Randn({cuda::kInt4GemvMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
+               c10::Error);
+  EXPECT_THROW(cuda::Int4Linear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
+}
+
 // Figures for scripts/gpu-check (c): bytes of K/V a decode step must read,
 // per second, against the device-to-device copy bandwidth of this run.
 TEST_P(CudaKernels, DISABLED_Bandwidth) {
@@ -244,6 +311,21 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
       std::printf(
           "BANDWIDTH paged attention (%s) decode %d seqs x %d ctx, %d/%d heads, d%d: %.0f GB/s (%.0f%% of copy)\n",
           name, seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);
+    }
+  }
+  // The 4-bit matrix-vector kernel: bytes of packed weights, scales and
+  // zeros read per second, at 1 and 8 rows, against a bf16 cuBLAS GEMM of
+  // the same shape (its 2 bytes a weight).
+  for (auto [N, K] : {std::pair<int, int>{4864 * 2, 896}, {896, 4864}, {28672, 4096}, {4096, 14336}}) {
+    const cpu::Int4Weight w = OnGpu(HostInt4(N, K, 128, false, false));
+    const at::Tensor dense = Randn({N, K});
+    const double bytes = static_cast<double>(w.packed.nbytes() + w.scale.nbytes() + w.zero.nbytes());
+    for (int M : {1, 8}) {
+      const at::Tensor x = Randn({M, K});
+      const double s = seconds([&] { cuda::Int4Linear(x, w.packed, w.scale, w.zero, K, 128, {}); }, 50);
+      const double sd = seconds([&] { at::linear(x, dense); }, 50);
+      std::printf("BANDWIDTH int4 gemv %d x %d, %d rows: %.1f us, %.0f GB/s (%.0f%% of copy); bf16 cuBLAS %.1f us\n", N,
+                  K, M, s * 1e6, bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy, sd * 1e6);
     }
   }
 }

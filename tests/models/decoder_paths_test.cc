@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/int4_linear.h"
 #include "server/models/decoder.h"
+#include "server/models/device.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
 #include "tests/common/offline.h"
@@ -348,6 +349,73 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   EXPECT_EQ(stopped->generated_ids.size(), first_eos + 1);
   EXPECT_EQ(stopped->finish_reason, "stop");
 }
+
+#ifdef ROPESERVE_HAVE_CUDA
+// 4-bit weights on a CUDA worker (scripts/gpu-check): quantized at load
+// (int4: the LM head stays 16-bit, CUDA having no int8 kernel; int4-all: a
+// 4-bit head, which holds a tied embedding) and a GPTQ act-order
+// checkpoint's own. The serving path (the 4-bit matrix-vector kernel for
+// chunks of up to 16 rows, dequantize + cuBLAS for a 40-row prefill)
+// equals the dense reference on the same dequantized weights within
+// QuantizedPathBound, as on the CPU. int8 is refused there by name.
+TEST(Int4Model, CudaWorkersServe4BitWeights) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  struct Case {
+    const char* name;
+    const char* arch;
+    bool tied;
+    Quantization quantization;
+    bool gptq;
+  };
+  for (const Case& v : {Case{"llama_tied_int4", "llama", true, Quantization::kInt4, false},
+                        Case{"qwen2_tied_int4_all", "qwen2", true, Quantization::kInt4All, false},
+                        Case{"qwen3_untied_int4_all", "qwen3", false, Quantization::kInt4All, false},
+                        Case{"qwen2_gptq_act_order_g64", "qwen2", false, Quantization::kNone, true}}) {
+    SCOPED_TRACE(v.name);
+    ScratchDir dir;
+    auto o = testing::TinyOptions(v.arch);
+    o.tie_word_embeddings = v.tied;
+    o.intermediate_size = v.gptq ? 192 : 160;
+    if (v.gptq) {
+      Int4Checkpoint f;
+      f.group_size = 64;
+      f.symmetric = false;
+      f.act_order = true;
+      f.zeros_minus_one = true;
+      o.int4 = f;
+    }
+    testing::MakeTinyCheckpoint(dir.path(), o);
+    auto m = DecoderModel::Load(dir.path(), DType::kBF16, v.quantization, cuda);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const DecoderWeights& w = (*m)->weights();
+    ASSERT_TRUE(w.layers[0].qkv_proj.is_int4() && w.layers[0].down_proj.is_int4());
+    EXPECT_TRUE(w.layers[0].gate_up_proj.int4.packed.is_cuda() && w.layers[0].o_proj.int4.scale.is_cuda());
+    // act-order: down_proj's 192 columns are 3 groups of 64, so permuted (q/k/v's 64 are one: none needed)
+    EXPECT_EQ(w.layers[0].down_proj.int4.perm.defined(), v.gptq);
+    const bool head4 = v.quantization == Quantization::kInt4All;
+    EXPECT_EQ(w.lm_head.is_int4(), head4);
+    EXPECT_FALSE(w.lm_head.int8());
+    if (!head4) {
+      EXPECT_EQ(w.lm_head.weight.scalar_type(), at::kBFloat16);
+    }
+    EXPECT_EQ(w.embed_tokens.defined(), !(v.tied && head4));
+    const auto ids = RandomIds(40, (*m)->config().vocab_size, 9);
+    const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
+    const double bound = QuantizedPathBound(**m, ids.size(), DType::kBF16, ref.abs().max().item<double>());
+    const at::Tensor chunked = testing::PagedLogits(**m, ids);  // chunks of 1-12 rows
+    EXPECT_LE((ref - chunked).abs().max().item<double>(), bound);
+    PagedKvCache cache = (*m)->AllocatePagedKvCache(11, 4);
+    const at::Tensor prefill = (*m)->ForwardPaged(ContiguousChunk(ids, 0, 11, cuda), cache, nullptr);
+    EXPECT_LE((ref - prefill).abs().max().item<double>(), bound);
+  }
+  ScratchDir dir;
+  testing::MakeTinyCheckpoint(dir.path(), testing::TinyOptions("llama"));
+  auto int8 = DecoderModel::Load(dir.path(), DType::kBF16, Quantization::kInt8, cuda);
+  ASSERT_FALSE(int8.ok());
+  EXPECT_NE(int8.status().message().find("int8"), std::string::npos) << int8.status().ToString();
+}
+#endif
 
 TEST(Generate, RejectsBadRequests) {
   ScratchDir dir;

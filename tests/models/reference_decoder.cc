@@ -38,7 +38,7 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
   const DecoderWeights& w = m.weights();
   const double eps = c.rms_norm_eps;
   const std::int64_t T = ids.size(0), D = c.head_dim;
-  auto [cos, sin] = m.RotaryCosSin(at::arange(T, at::kLong));
+  auto [cos, sin] = m.RotaryCosSin(at::arange(T, at::TensorOptions().dtype(at::kLong).device(m.device())));
   const at::ScalarType dtype = w.norm.scalar_type();
   at::Tensor h = at::embedding(w.embed_tokens.defined() ? w.embed_tokens : Dense(w.lm_head, dtype), ids);
   for (const DecoderLayerWeights& lw : w.layers) {
@@ -67,7 +67,7 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
 
 at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids) {
   c10::InferenceMode guard;
-  return Linear(DenseHidden(m, ids), m.weights().lm_head).to(at::kFloat);
+  return Linear(DenseHidden(m, ids.to(m.device())), m.weights().lm_head).to(at::kFloat);
 }
 
 SpanLogits ReferenceSpanWindow(const DecoderModel& m, const std::vector<TokenId>& window, bool with_hidden) {
@@ -138,7 +138,7 @@ at::Tensor PagedLogits(const PagedModel& m, const std::vector<std::int64_t>& ids
   for (std::size_t c = 0; pos < n; ++c) {
     const std::int64_t len = std::min<std::int64_t>(c < chunks.size() ? chunks[c] : 3, n - pos);
     const std::vector<std::int64_t> tokens(ids.begin() + pos, ids.begin() + pos + len);
-    parts.push_back(m.ForwardPaged(ContiguousChunk(tokens, pos, blocks), cache, nullptr));
+    parts.push_back(m.ForwardPaged(ContiguousChunk(tokens, pos, blocks, m.device()), cache, nullptr));
     pos += len;
   }
   return at::cat(parts, 0);

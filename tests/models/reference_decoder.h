@@ -1,7 +1,8 @@
 // The decoder's oracles, in tests only (they run on kernels/reference,
 // which the server does not link):
 //  - ReferenceForward: the dense forward of one sequence, no cache, no
-//    batching, the unfused reference ops, as Hugging Face's eager modules;
+//    batching, the unfused reference ops, as Hugging Face's eager modules
+//    (on the model's device, as PagedLogits);
 //  - ReferenceSpanWindow: a decoder span model's window the same way;
 //  - ReferenceAttentionModel: the serving forward with the gather-based
 //    reference paged attention instead of the CPU kernel, behind the same

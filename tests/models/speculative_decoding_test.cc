@@ -1,5 +1,6 @@
 // Prompt-lookup speculative decoding on real (tiny, random) decoders of every
-// family, float32, bfloat16 and int4: greedy output equals non-speculative
+// family, float32, bfloat16 and int4, on the CPU and (scripts/gpu-check)
+// on a CUDA device: greedy output equals non-speculative
 // decoding token for token, alone, batched, preempted and with prefix-cache
 // hits, and the verification rows reach the K/V cache exactly as decode
 // steps do (a rejected draft's K/V is overwritten, never kept or cached).
@@ -8,8 +9,10 @@
 #include <random>
 
 #include "kernels/cpu/int4_linear.h"
+#include "kernels/cuda/kernels.h"
 #include "server/engine/engine.h"
 #include "server/models/decoder.h"
+#include "server/models/device.h"
 #include "server/runner/model_runner.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/offline.h"
@@ -31,6 +34,10 @@ struct SpecCase {
   // without speculation; within the kernel's rows each row's arithmetic is
   // its own, which is what the int4 case holds.
   std::int64_t max_step_tokens = 96;
+  // On the GPU (scripts/gpu-check; skipped where none is visible): its
+  // kernels, cuBLAS and the sampler on the device. CUDA int4 steps of up to
+  // cuda::kInt4GemvMaxRows rows run the matrix-vector kernel throughout.
+  bool cuda = false;
 };
 
 class SpeculativeDecoding : public ::testing::TestWithParam<SpecCase> {
@@ -40,8 +47,10 @@ class SpeculativeDecoding : public ::testing::TestWithParam<SpecCase> {
     auto o = testing::TinyOptions(v.arch);
     o.max_position_embeddings = 512;
     o.intermediate_size = 160;  // whole groups of 32 for int4's down_proj
+    const at::Device device = v.cuda ? at::Device("cuda:0") : at::Device(at::kCPU);
+    if (v.cuda && !CheckDeviceUsable(device).ok()) GTEST_SKIP() << "no CUDA GPU visible";
     testing::MakeTinyCheckpoint(dir_.path(), o);
-    auto m = DecoderModel::Load(dir_.path(), v.dtype, v.quantization);
+    auto m = DecoderModel::Load(dir_.path(), v.dtype, v.quantization, device);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value();
   }
@@ -146,13 +155,20 @@ TEST_P(SpeculativeDecoding, PreemptedAndPrefixHitOutputsEqualNonSpeculative) {
   EXPECT_EQ(hit.tokens, cold.tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SpeculativeDecoding,
-                         ::testing::Values(SpecCase{"qwen2_f32", "qwen2", DType::kF32, Quantization::kNone},
-                                           SpecCase{"llama_f32", "llama", DType::kF32, Quantization::kNone},
-                                           SpecCase{"qwen3_bf16", "qwen3", DType::kBF16, Quantization::kNone},
-                                           SpecCase{"llama_int4_bf16", "llama", DType::kBF16, Quantization::kInt4,
-                                                    cpu::kInt4KernelMaxRows}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Families, SpeculativeDecoding,
+    ::testing::Values(SpecCase{"qwen2_f32", "qwen2", DType::kF32, Quantization::kNone},
+                      SpecCase{"llama_f32", "llama", DType::kF32, Quantization::kNone},
+                      SpecCase{"qwen3_bf16", "qwen3", DType::kBF16, Quantization::kNone},
+                      SpecCase{"llama_int4_bf16", "llama", DType::kBF16, Quantization::kInt4, cpu::kInt4KernelMaxRows}
+#ifdef ROPESERVE_HAVE_CUDA
+                      ,
+                      SpecCase{"qwen3_bf16_cuda", "qwen3", DType::kBF16, Quantization::kNone, 96, true},
+                      SpecCase{"llama_int4_bf16_cuda", "llama", DType::kBF16, Quantization::kInt4,
+                               cuda::kInt4GemvMaxRows, true}
+#endif
+                      ),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace ropeserve
