@@ -133,13 +133,13 @@ at::Tensor Int4Linear(const at::Tensor& x_in, const at::Tensor& packed, const at
               "Int4Linear: x must be [1..", kInt4GemvMaxRows, ", K]");
   TORCH_CHECK(k % 32 == 0 && (group_size == 32 || group_size == 64 || group_size == 128) && k % group_size == 0,
               "Int4Linear: K a multiple of 32 and of the group size (32, 64 or 128)");
-  const std::int64_t N = packed.size(0), G = k / group_size;
-  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 2 &&
+  TORCH_CHECK(packed.defined() && packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
                   packed.size(1) == (k + 63) / 64 * 32 && packed.device() == x_in.device(),
               "Int4Linear: packed must be uint8 [N, Kp / 2] on x's device");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.sizes() == at::IntArrayRef({N, G}) &&
-                  zero.scalar_type() == at::kByte && zero.is_contiguous() && zero.sizes() == scale.sizes() &&
-                  scale.device() == x_in.device() && zero.device() == x_in.device(),
+  const std::int64_t N = packed.size(0), G = k / group_size;
+  TORCH_CHECK(scale.defined() && zero.defined() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                  scale.sizes() == at::IntArrayRef({N, G}) && zero.scalar_type() == at::kByte && zero.is_contiguous() &&
+                  zero.sizes() == scale.sizes() && scale.device() == x_in.device() && zero.device() == x_in.device(),
               "Int4Linear: scale float32 and zero uint8 [N, K / group_size] on x's device");
   TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == N &&
                                   bias.device() == x_in.device()),
