@@ -133,8 +133,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   // which has no int8 kernel (the head is then 16-bit, cuBLAS); 4-bit with
   // int4-all on both.
   const bool int8_head = int8 || (int4 && !int4_head && device.is_cpu());
-  const bool quantized_head =
-      int8_head || int4_head;  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
+  const bool quantized_head = int8_head || int4_head;
+  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
   // stacked into one matrix in that order when several read the same input
   // (one kernel call and one pass over x). Int8 weights are quantized from
   // the checkpoint's values in float32 (not from their rounding to the
