@@ -111,6 +111,14 @@ Int4Weight PackInt4(const at::Tensor& q_in, const at::Tensor& scale, const at::T
   return w;
 }
 
+Int4Weight Int4WeightOn(Int4Weight w, const at::Device& device) {
+  if (device.is_cpu()) return w;
+  for (at::Tensor* t : {&w.packed, &w.scale, &w.zero, &w.perm})
+    if (t->defined()) *t = t->to(device);
+  w.scale16 = at::Tensor();
+  return w;
+}
+
 at::Tensor UnpackInt4(const Int4Weight& w) {
   const std::int64_t N = w.packed.size(0), Kp = w.packed.size(1) * 2;
   const at::Tensor p = w.packed.reshape({N, Kp / 64, 1, 32});

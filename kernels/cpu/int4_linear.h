@@ -79,6 +79,10 @@ Int4Weight QuantizeInt4(const at::Tensor& w, std::int64_t group_size, bool symme
 // float16.
 Int4Weight PackInt4(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, std::int64_t group_size,
                     const at::Tensor& perm = {});
+// w's tensors on `device` (made on the host, served there: a CUDA worker's
+// weights). scale16 stays behind off the CPU: only the CPU's matrix-vector
+// kernel reads it.
+Int4Weight Int4WeightOn(Int4Weight w, const at::Device& device);
 // The levels q [N, K] uint8 in the kernel's column order (tests, and repacking).
 at::Tensor UnpackInt4(const Int4Weight& w);
 // (q - zero) * scale as [N, K] of `dtype`, in the checkpoint's column order.

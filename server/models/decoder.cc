@@ -30,20 +30,6 @@ bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) 
          cpu::PackedLinearAvailable();
 }
 
-// 4-bit weights (quantized or repacked on the host) where the model runs.
-cpu::Int4Weight Int4OnDevice(cpu::Int4Weight w, at::Device device) {
-  if (device.is_cpu()) return w;
-  auto to = [&](at::Tensor& t) {
-    if (t.defined()) t = t.to(device);
-  };
-  to(w.packed);
-  to(w.scale);
-  to(w.scale16);
-  to(w.zero);
-  to(w.perm);
-  return w;
-}
-
 // Hugging Face keeps inv_freq as a float32 buffer.
 at::Tensor InvFreqTensor(const RopeFrequencies& rope) {
   return at::tensor(std::vector<double>(rope.inv_freq), at::kDouble).to(at::kFloat);
@@ -159,7 +145,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       }
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
       RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir + ": " + names[0]));
-      q.int4 = Int4OnDevice(std::move(q.int4), device);
+      q.int4 = cpu::Int4WeightOn(std::move(q.int4), device);
       return q;
     }
     const bool quantize = head ? quantized_head : int8 || int4;
@@ -172,7 +158,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).
     if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && (!head || int4_head) && group > 0) {
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
-      q.int4 = Int4OnDevice(cpu::QuantizeInt4(w, group), device);
+      q.int4 = cpu::Int4WeightOn(cpu::QuantizeInt4(w, group), device);
       return q;
     }
     if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}};

@@ -220,12 +220,6 @@ cpu::Int4Weight HostInt4(std::int64_t N, std::int64_t K, std::int64_t group, boo
   return cpu::PackInt4(cpu::UnpackInt4(q), q.scale, q.zero, group, at::randperm(K, at::kLong));
 }
 
-cpu::Int4Weight OnGpu(cpu::Int4Weight w) {
-  for (at::Tensor* t : {&w.packed, &w.scale, &w.scale16, &w.zero, &w.perm})
-    if (t->defined()) *t = t->to(at::kCUDA);
-  return w;
-}
-
 // The 4-bit matrix-vector kernel against float64 maths on the dequantized
 // weights, for 1-16 rows, odd shapes (K % 64 == 32: a padded last block; group 64 and 128 too),
 // every group size, zero points, permuted columns and biases. Bound: the
@@ -241,7 +235,7 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
         {257, 1056, 32, false, true, false},
         {64, 4864, 128, true, false, true}}) {
     const cpu::Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
-    const cpu::Int4Weight w = OnGpu(host);
+    const cpu::Int4Weight w = cpu::Int4WeightOn(host, at::kCUDA);
     const at::Tensor dense = cpu::DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
     const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
     for (int M : {1, 2, 3, 5, 8, 11, 16}) {
@@ -270,7 +264,7 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
     }
   }
   // Past the kernel's rows, and a K it cannot take: refused.
-  const cpu::Int4Weight w = OnGpu(HostInt4(64, 128, 32, false, false));
+  const cpu::Int4Weight w = cpu::Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA);
   EXPECT_THROW(cuda::Int4Linear(Randn({cuda::kInt4GemvMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
                c10::Error);
   EXPECT_THROW(cuda::Int4Linear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
@@ -317,7 +311,7 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
   // zeros read per second, at 1 and 8 rows, against a bf16 cuBLAS GEMM of
   // the same shape (its 2 bytes a weight).
   for (auto [N, K] : {std::pair<int, int>{4864 * 2, 896}, {896, 4864}, {28672, 4096}, {4096, 14336}}) {
-    const cpu::Int4Weight w = OnGpu(HostInt4(N, K, 128, false, false));
+    const cpu::Int4Weight w = cpu::Int4WeightOn(HostInt4(N, K, 128, false, false), at::kCUDA);
     const at::Tensor dense = Randn({N, K});
     const double bytes = static_cast<double>(w.packed.nbytes() + w.scale.nbytes() + w.zero.nbytes());
     for (int M : {1, 8}) {
