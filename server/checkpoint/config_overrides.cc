@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "server/common/json_file.h"
+#include "server/common/remove_tree.h"
 
 namespace ropeserve {
 
@@ -35,8 +36,7 @@ StatusOr<ConfigOverlay> ConfigOverlay::Create(const std::string& dir, const nloh
 
 ConfigOverlay::~ConfigOverlay() {
   if (path_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(path_, ec);  // the links, not what they point to
+  RemoveTree(path_);  // the links, not what they point to
 }
 
 StatusOr<std::pair<std::string, nlohmann::json>> ParseNamedOverrides(const std::string& flag) {

@@ -48,6 +48,8 @@ TEST(ConfigOverrides, OverlayReplacesKeysAndLinksTheRest) {
   }
   EXPECT_FALSE(fs::exists(path));                      // the overlay is removed
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));  // not what it linked to
+  // A linked directory: the link goes, the walk does not enter it.
+  EXPECT_TRUE(fs::exists(dir / "1_Pooling/config.json"));
   EXPECT_FALSE(ConfigOverlay::Create(dir.path(), nlohmann::json::array()).ok());
   testing::ScratchDir empty;
   EXPECT_FALSE(ConfigOverlay::Create(empty.path(), nlohmann::json::object()).ok());

@@ -3,13 +3,13 @@
 // other test helper.
 #pragma once
 
-#include <ftw.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "server/common/remove_tree.h"
 
 namespace ropeserve::testing {
 
@@ -22,19 +22,7 @@ class ScratchDir {
     if (made == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = made;
   }
-  // (nftw, not std::filesystem::remove_all: on the GPU machine's
-  // toolchain that one calls through a null pointer inside libstdc++ —
-  // scripts/gpu-check's stack of the "teardown crash" — and it is only a
-  // directory walk.)
-  ~ScratchDir() {
-    ::nftw(
-        path_.c_str(),
-        [](const char* p, const struct stat*, int, struct FTW*) {
-          ::remove(p);
-          return 0;
-        },
-        16, FTW_DEPTH | FTW_PHYS);
-  }
+  ~ScratchDir() { RemoveTree(path_); }  // not remove_all: server/common/remove_tree.h says why
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   const std::string& path() const { return path_; }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 
+#include "server/common/remove_tree.h"
 #include "server/qa/span_scoring.h"
 #include "server/tokenizer/unicode.h"
 
@@ -110,7 +111,7 @@ std::shared_ptr<const tok::Tokenizer> BertWithCls() {
                              dir / "tokenizer.json", std::filesystem::copy_options::overwrite_existing);
   std::ofstream(dir / "tokenizer_config.json") << R"({"cls_token": "[CLS]", "sep_token": "[SEP]"})";
   auto tok = tok::Tokenizer::FromPath(dir.string());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir.string());
   EXPECT_TRUE(tok.ok()) << tok.status().ToString();
   return tok.ok() ? *tok : nullptr;
 }
