@@ -6,16 +6,15 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
-#include "server/common/remove_tree.h"
 #include "server/qa/span_scoring.h"
 #include "server/tokenizer/unicode.h"
+#include "tests/common/scratch_dir.h"
 
 namespace ropeserve::qa {
 namespace {
@@ -105,13 +104,11 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, Windows, ::testing::Values("synthetic/bert"
 // The synthetic BERT tokenizer with a tokenizer_config.json naming [CLS]:
 // [CLS] question [SEP] context [SEP].
 std::shared_ptr<const tok::Tokenizer> BertWithCls() {
-  const auto dir = std::filesystem::temp_directory_path() / ("ropeserve-qa-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir;
   std::filesystem::copy_file(std::string(ROPESERVE_TEST_DATA) + "/tokenizers/synthetic/bert/tokenizer.json",
-                             dir / "tokenizer.json", std::filesystem::copy_options::overwrite_existing);
+                             dir / "tokenizer.json");
   std::ofstream(dir / "tokenizer_config.json") << R"({"cls_token": "[CLS]", "sep_token": "[SEP]"})";
-  auto tok = tok::Tokenizer::FromPath(dir.string());
-  RemoveTree(dir.string());
+  auto tok = tok::Tokenizer::FromPath(dir.path());
   EXPECT_TRUE(tok.ok()) << tok.status().ToString();
   return tok.ok() ? *tok : nullptr;
 }
