@@ -249,6 +249,11 @@ struct ServerMetrics::Impl {
               "Requests (lines) of stored batches, by the batch's status and the line's state: pending, running, "
               "completed, failed")
           .Register(*registry);
+  pm::Gauge& quarantined_files =
+      One<pm::Gauge>(*registry, "ropeserve_storage_quarantined_files",
+                     "Files found at start-up under the data directory's files/ that its database does not list, "
+                     "moved to quarantine/ (never deleted)",
+                     {});
 };
 
 ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {
@@ -359,6 +364,7 @@ std::string ServerMetrics::Render() {
         line("completed", row.completed);
         line("failed", row.failed);
       }
+      impl_->quarantined_files.Set(static_cast<double>(g.quarantined_files));
     }
     if (auto p = ReadProcessStats()) {
       impl_->resident.Set(p->resident_bytes);

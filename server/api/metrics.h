@@ -44,6 +44,9 @@ struct BatchGauges {
   };
   std::vector<Row> rows;
   std::int64_t running = 0;  // lines running now (of in-progress batches)
+  // Files the start-up moved from the data directory's files/ to
+  // quarantine/ (batch::FileStore::quarantined).
+  std::int64_t quarantined_files = 0;
 };
 
 class ServerMetrics : public EngineObserver {
@@ -59,8 +62,9 @@ class ServerMetrics : public EngineObserver {
   void Attach(const Engine* engine);
   // Export counters of the tracer's OTLP exporter, when it has one.
   void AttachTracer(const Tracer* tracer);
-  // ropeserve_batches{status} and ropeserve_batch_lines{batch_status,
-  // state}; null detaches (the gauges then keep their last values).
+  // ropeserve_batches{status}, ropeserve_batch_lines{batch_status,
+  // state} and ropeserve_storage_quarantined_files; null detaches (the
+  // gauges then keep their last values).
   void AttachBatches(std::function<BatchGauges()> source);
 
   // EngineObserver (engine thread).

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -40,32 +42,61 @@ StatusOr<std::vector<std::string>> Column(storage::Statement& st) {
 }  // namespace
 
 StatusOr<std::unique_ptr<FileStore>> FileStore::Open(const storage::DataDir& dir, FileStoreOptions options) {
-  const std::string files_dir = dir.Path("files");
+  const std::string files_dir = dir.Path("files"), db_path = dir.Path("batch.db");
   RS_RETURN_IF_ERROR(storage::MakeDirectories(files_dir));
-  RS_ASSIGN_OR_RETURN(auto db, storage::Database::Open(dir.Path("batch.db"), BatchSchema()));
-  std::unique_ptr<FileStore> store(new FileStore(std::move(db), files_dir, options));
+  std::error_code ec;
+  if (!std::filesystem::exists(db_path, ec)) {
+    // A new database would list none of them, and the sweep below would
+    // take every one for an orphan.
+    std::int64_t held = 0;
+    for (auto it = std::filesystem::directory_iterator(files_dir, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      ++held;
+    if (held > 0)
+      return FailedPrecondition("database " + db_path + " is missing but " + files_dir + " holds " +
+                                std::to_string(held) +
+                                " files it listed: restore the database from a backup, or move files/ away to start "
+                                "empty");
+  }
+  RS_ASSIGN_OR_RETURN(auto db, storage::Database::Open(db_path, BatchSchema()));
+  std::unique_ptr<FileStore> store(new FileStore(std::move(db), files_dir, dir.Path("quarantine"), options));
   std::lock_guard<std::mutex> lock(store->mu_);
   RS_RETURN_IF_ERROR(store->RemoveExpiredLocked());
-  RS_RETURN_IF_ERROR(store->RemoveOrphansLocked());
+  RS_RETURN_IF_ERROR(store->QuarantineOrphansLocked());
   return store;
 }
 
-// Content files without a row (a crash between writing and committing, or
-// between deleting the row and the file) and temporary files.
-Status FileStore::RemoveOrphansLocked() {
+// Content files without a row: a crash between writing and committing (an
+// upload cut short), or between deleting a row and its file; temporary
+// files of a write cut by a crash; anything else put there. Moved, never
+// deleted: the database cannot say what they are, so neither can we.
+Status FileStore::QuarantineOrphansLocked() {
   RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("SELECT id FROM files"));
   RS_ASSIGN_OR_RETURN(std::vector<std::string> ids, Column(st));
   const std::set<std::string> known(ids.begin(), ids.end());
+  std::vector<std::filesystem::path> orphans;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(files_dir_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (known.count(name) == 0) std::filesystem::remove(entry.path(), ec);
+  for (auto it = std::filesystem::directory_iterator(files_dir_, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    if (known.count(it->path().filename().string()) == 0) orphans.push_back(it->path());
+  if (ec) return FailedPrecondition("cannot list " + files_dir_ + ": " + ec.message());
+  if (orphans.empty()) return Status::Ok();
+  RS_RETURN_IF_ERROR(storage::MakeDirectories(quarantine_dir_));
+  for (const auto& from : orphans) {
+    std::string to = quarantine_dir_ + "/" + from.filename().string();
+    for (int n = 1; std::filesystem::exists(to, ec); ++n)
+      to = quarantine_dir_ + "/" + from.filename().string() + "." + std::to_string(n);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return FailedPrecondition("cannot move " + from.string() + ", which " + db_->path() + " does not list, to " + to +
+                                ": " + std::strerror(errno));
+    quarantined_.push_back(to);
   }
-  return Status::Ok();
+  RS_RETURN_IF_ERROR(storage::SyncParentDirectory(quarantined_.back()));
+  return storage::SyncParentDirectory(orphans.back().string());
 }
 
-// The rows first, then the contents (a crash between: orphans, swept at
-// the next Open).
+// The rows first, then the contents (a crash between: orphans,
+// quarantined at the next Open).
 Status FileStore::RemoveExpiredLocked() {
   const std::int64_t now = Now();
   RS_ASSIGN_OR_RETURN(storage::Statement st,
@@ -191,7 +222,7 @@ Status FileStore::Delete(const std::string& id, const std::string& owner) {
     RS_ASSIGN_OR_RETURN(storage::Statement st, db_->Prepare("DELETE FROM files WHERE id = ?"));
     return st.Bind(1, id).Run();
   }));
-  ::unlink(ContentPath(id).c_str());  // a crash before this: the next Open removes it
+  ::unlink(ContentPath(id).c_str());  // a crash before this: the next Open quarantines it
   return Status::Ok();
 }
 

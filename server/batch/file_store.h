@@ -2,7 +2,11 @@
 // directory so that they survive restarts: metadata in the SQLite database
 // DIR/batch.db, contents in DIR/files/<id>, each written atomically before
 // its row is committed (a crash leaves at most a content file without a
-// row, which the next Open removes).
+// row, which the next Open moves to DIR/quarantine/: nothing under files/
+// is ever deleted but what a row said and the row's deletion allows).
+// Open refuses a data directory whose database is missing while files/
+// holds files (and, through storage::Database, an empty, truncated or
+// foreign database), naming the file.
 //
 // Each file belongs to the API key that uploaded it (its digest, "" with
 // keys off): for another key it does not exist. Files may expire
@@ -82,20 +86,29 @@ class FileStore {
                       bool ascending);
 
   std::int64_t total_bytes();
+  // Where Open moved the files under files/ that the database did not list
+  // (in DIR/quarantine/; the server logs them and counts them in a gauge).
+  const std::vector<std::string>& quarantined() const { return quarantined_; }
 
  private:
-  FileStore(std::unique_ptr<storage::Database> db, std::string files_dir, FileStoreOptions options)
-      : db_(std::move(db)), files_dir_(std::move(files_dir)), options_(options) {}
+  FileStore(std::unique_ptr<storage::Database> db, std::string files_dir, std::string quarantine_dir,
+            FileStoreOptions options)
+      : db_(std::move(db)),
+        files_dir_(std::move(files_dir)),
+        quarantine_dir_(std::move(quarantine_dir)),
+        options_(options) {}
   std::string ContentPath(const std::string& id) const { return files_dir_ + "/" + id; }
   StatusOr<std::optional<FileInfo>> FindLocked(const std::string& id, const std::string& owner);
   Status RemoveExpiredLocked();
   StatusOr<std::int64_t> UsedBytesLocked();
-  Status RemoveOrphansLocked();
+  Status QuarantineOrphansLocked();
 
   std::mutex mu_;
   std::unique_ptr<storage::Database> db_;
   std::string files_dir_;
+  std::string quarantine_dir_;
   FileStoreOptions options_;
+  std::vector<std::string> quarantined_;  // written by Open only
 };
 
 }  // namespace ropeserve::batch

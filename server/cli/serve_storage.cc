@@ -51,18 +51,24 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageFlags& flags) {
   auto s = std::make_unique<Storage>();
   s->flags_ = flags;
   const std::string dir = flags.data_dir.empty() ? storage::DataDir::Default() : flags.data_dir;
-  Status opened = [&]() -> Status {
-    RS_ASSIGN_OR_RETURN(s->dir_, storage::DataDir::Open(dir));
-    batch::FileStoreOptions fo;
-    fo.max_total_bytes = static_cast<std::int64_t>(flags.files_max_bytes);
-    RS_ASSIGN_OR_RETURN(s->files_, batch::FileStore::Open(*s->dir_, fo));
-    return Status::Ok();
-  }();
+  auto opened = storage::DataDir::Open(dir);
   if (!opened.ok()) {
-    if (!flags.data_dir.empty()) return opened;
-    spdlog::warn("no data directory, so no Files and Batch APIs: {} (pass --data-dir DIR)", opened.message());
+    if (!flags.data_dir.empty()) return opened.status();
+    spdlog::warn("no data directory, so no Files and Batch APIs: {} (pass --data-dir DIR)", opened.status().message());
     return std::make_unique<Storage>();  // a directory without its store is not kept locked
   }
+  s->dir_ = std::move(*opened);
+  batch::FileStoreOptions fo;
+  fo.max_total_bytes = static_cast<std::int64_t>(flags.files_max_bytes);
+  // A directory that opens but whose store does not (a damaged database,
+  // files without their database) stops the start-up even when it is the
+  // default one: serving without it would hide what it holds.
+  RS_ASSIGN_OR_RETURN(s->files_, batch::FileStore::Open(*s->dir_, fo));
+  for (const std::string& path : s->files_->quarantined())
+    spdlog::warn(
+        "moved {} to the quarantine: the database does not list it (an upload or a deletion cut short by a "
+        "crash?); nothing was deleted",
+        path);
   batch::BatchStoreOptions bo;
   bo.max_active = flags.batch_max_active;
   if (const char* crash = std::getenv("ROPESERVE_INJECT_BATCH_CRASH"); crash != nullptr && *crash) {
@@ -94,11 +100,12 @@ void Storage::StartBatches(api::ServingContext& ctx) {
   ctx.batch_runner = runner_.get();
   if (ctx.metrics != nullptr) {
     metrics_ = ctx.metrics;
-    metrics_->AttachBatches([store = batches_.get(), runner = runner_.get()] {
+    metrics_->AttachBatches([store = batches_.get(), runner = runner_.get(), files = files_.get()] {
       api::BatchGauges g;
       for (const auto& r : store->Progress().rows)
         g.rows.push_back({r.status, r.batches, r.pending, r.completed, r.failed});
       g.running = runner->running();
+      g.quarantined_files = static_cast<std::int64_t>(files->quarantined().size());
       return g;
     });
   }

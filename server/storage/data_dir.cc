@@ -93,6 +93,10 @@ Status WriteFileAtomically(const std::string& path, std::string_view data) {
     ::unlink(tmp.c_str());
     return Internal("cannot rename " + tmp + " to " + path + ": " + why);
   }
+  return SyncParentDirectory(path);
+}
+
+Status SyncParentDirectory(const std::string& path) {
   return SyncDirectory(std::filesystem::path(path).parent_path().string());
 }
 

@@ -41,6 +41,9 @@ class DataDir {
 // old file (or none) or the whole new one: a temporary file beside it
 // (NAME.tmp-PID), fsync, rename over `path`, fsync of the directory.
 Status WriteFileAtomically(const std::string& path, std::string_view data);
+// fsync of the directory holding `path`, so that a rename or a new file
+// there survives a power cut.
+Status SyncParentDirectory(const std::string& path);
 // Creates `path` (0700) when missing; parents too.
 Status MakeDirectories(const std::string& path);
 

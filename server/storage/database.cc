@@ -1,6 +1,13 @@
 #include "server/storage/database.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "server/storage/data_dir.h"
 
 namespace ropeserve::storage {
 
@@ -78,7 +85,15 @@ Status Database::Transaction(const std::function<Status()>& body) {
   RS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Status s = body();
   if (s.ok()) s = Exec("COMMIT");
-  if (!s.ok()) (void)Exec("ROLLBACK");
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  // Committed, and durable in the log already: the copy into the database
+  // file is what lets the commit survive the log's loss (a database file
+  // copied or restored without its -wal), so its failure changes nothing
+  // for the caller.
+  (void)Checkpoint();
   return s;
 }
 
@@ -92,10 +107,44 @@ StatusOr<std::int64_t> Database::Pragma(const char* sql) {
   return st.Int(0);
 }
 
-StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path, std::span<const char* const> migrations) {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// What can be told of a database from outside before SQLite reads it: an
+// empty file (a crash during a copy, a full disk, a mistaken `> batch.db`)
+// would be taken by SQLite as a new, empty database, and a write-ahead log
+// without its database as none at all; either way everything the database
+// listed would look unknown to its owner.
+Status CheckBeforeOpen(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return FailedPrecondition("database " + path + " is not a regular file");
+    if (st.st_size == 0)
+      return FailedPrecondition("database " + path +
+                                " is empty (0 bytes): it was cut short (a crash while it was copied, a full disk?); "
+                                "restore it from a backup, or move it away to start with an empty one");
+    return Status::Ok();
+  }
+  if (errno != ENOENT) return FailedPrecondition("cannot read database " + path + ": " + std::strerror(errno));
+  for (const char* suffix : {"-wal", "-journal"})
+    if (Exists(path + suffix))
+      return FailedPrecondition("database " + path + " is missing but its journal " + path + suffix +
+                                " is there: the database was moved or deleted; restore it, or move " + path + suffix +
+                                " away to start with an empty one");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Database>> Database::OpenFile(const std::string& path, std::span<const char* const> migrations,
+                                                       bool create) {
   sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   std::unique_ptr<Database> db(new Database(raw, path));
   if (rc != SQLITE_OK) return db->Error("cannot open it");
   sqlite3_busy_timeout(raw, 5000);
@@ -135,6 +184,35 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path, std:
   }
   db->version_ = static_cast<int>(migrations.size());
   return db;
+}
+
+StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path, std::span<const char* const> migrations) {
+  RS_RETURN_IF_ERROR(CheckBeforeOpen(path));
+  bool created = false;
+  if (!Exists(path)) {
+    // Made whole under another name, then renamed into place: SQLite
+    // creates its file empty and writes the first page later, so a crash
+    // in between would leave the empty file CheckBeforeOpen refuses.
+    const std::string fresh = path + ".new";
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((fresh + suffix).c_str());
+    {
+      RS_ASSIGN_OR_RETURN(auto made, OpenFile(fresh, migrations, /*create=*/true));
+    }  // closed: the last connection checkpoints the log into the file and removes it
+    if (::rename(fresh.c_str(), path.c_str()) != 0)
+      return FailedPrecondition("cannot rename " + fresh + " to " + path + ": " + std::strerror(errno));
+    RS_RETURN_IF_ERROR(SyncParentDirectory(path));
+    created = true;
+  }
+  RS_ASSIGN_OR_RETURN(auto db, OpenFile(path, migrations, /*create=*/false));
+  db->created_ = created;
+  return db;
+}
+
+Status Database::Checkpoint() {
+  int logged = 0, moved = 0;
+  if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_FULL, &logged, &moved) != SQLITE_OK)
+    return Error("cannot copy its log into the database");
+  return Status::Ok();
 }
 
 Database::~Database() {

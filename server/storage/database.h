@@ -67,20 +67,30 @@ class Database {
   StatusOr<Statement> Prepare(const char* sql);
   Status Exec(const char* sql);
   // `body` between BEGIN IMMEDIATE and COMMIT; ROLLBACK when it fails.
+  // After the commit, the log is copied into the database file
+  // (Checkpoint): a committed transaction never lives only in the -wal.
   Status Transaction(const std::function<Status()>& body);
   // Rows the last INSERT, UPDATE or DELETE changed.
   std::int64_t Changes() const;
   const std::string& path() const { return path_; }
   // The schema's version (migrations applied).
   int version() const { return version_; }
+  // Whether Open made this database (there was no file at `path`).
+  bool created() const { return created_; }
+  // Copies the write-ahead log into the database file (and syncs it), so
+  // that what is committed so far survives the loss of the log.
+  Status Checkpoint();
 
  private:
   Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  static StatusOr<std::unique_ptr<Database>> OpenFile(const std::string& path, std::span<const char* const> migrations,
+                                                      bool create);
   Status Error(const std::string& what) const;
   StatusOr<std::int64_t> Pragma(const char* sql);
   sqlite3* db_;
   std::string path_;
   int version_ = 0;
+  bool created_ = false;
 };
 
 }  // namespace ropeserve::storage

@@ -1,14 +1,20 @@
 // The data directory, SQLite databases and the Files API's store: what
 // must survive a restart, and what must refuse to start rather than lose
 // or mix up data (a second server on one directory, a foreign, newer or
-// damaged database).
+// damaged database, files without their database); files the database
+// does not list are quarantined, never deleted.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -204,7 +210,7 @@ TEST(FileStore, ExpiredFilesAreGoneRowAndContent) {
   EXPECT_EQ((*store)->total_bytes(), 1);
 }
 
-TEST(FileStore, SweepsOrphansAndKeepsWithinItsQuota) {
+TEST(FileStore, QuarantinesOrphansAndKeepsWithinItsQuota) {
   TempDir t;
   {
     auto dir = storage::DataDir::Open(t.path());
@@ -218,18 +224,196 @@ TEST(FileStore, SweepsOrphansAndKeepsWithinItsQuota) {
     ASSERT_FALSE(full.ok());
     EXPECT_EQ(full.status().code(), ErrorCode::kResourceExhausted);
     EXPECT_EQ((*store)->total_bytes(), 6);
+    EXPECT_TRUE((*store)->quarantined().empty());
   }
   // What a crash between writing a content file and committing its row
-  // leaves (and a temporary file): removed by the next Open.
+  // leaves (and a temporary file): moved aside by the next Open, whole.
   WriteRaw(t.path() + "/files/file-0123", "orphan");
   WriteRaw(t.path() + "/files/file-0456.tmp-1", "half");
+  fs::create_directories(t.path() + "/quarantine");
+  WriteRaw(t.path() + "/quarantine/file-0123", "an earlier one of the same name");
   auto dir = storage::DataDir::Open(t.path());
   ASSERT_TRUE(dir.ok());
   auto store = batch::FileStore::Open(**dir);
   ASSERT_TRUE(store.ok());
   EXPECT_FALSE(fs::exists(t.path() + "/files/file-0123"));
   EXPECT_FALSE(fs::exists(t.path() + "/files/file-0456.tmp-1"));
+  EXPECT_EQ(*ReadTextFile(t.path() + "/quarantine/file-0123.1"), "orphan");
+  EXPECT_EQ(*ReadTextFile(t.path() + "/quarantine/file-0123"), "an earlier one of the same name");
+  EXPECT_EQ(*ReadTextFile(t.path() + "/quarantine/file-0456.tmp-1"), "half");
+  EXPECT_EQ((*store)->quarantined().size(), 2u);
   EXPECT_EQ((*store)->List("o", "", "", 10, true)->files.size(), 1u);
+}
+
+// A data directory holding three files; `contents` by id.
+std::map<std::string, std::string> ThreeFiles(const std::string& path) {
+  auto dir = storage::DataDir::Open(path);
+  EXPECT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  EXPECT_TRUE(store.ok());
+  std::map<std::string, std::string> contents;
+  for (int i = 0; i < 3; ++i) {
+    const std::string content = "line " + std::to_string(i) + "\n" + std::string(3000 * i, 'x');
+    auto f = (*store)->Create("o", "f" + std::to_string(i), "batch", content);
+    EXPECT_TRUE(f.ok());
+    contents[f->id] = content;
+  }
+  return contents;
+}
+
+// Opening `path` either fails naming `named`, having touched nothing
+// under files/, or lists every file of `contents` with its content.
+void RefusedOrIntact(const std::string& path, const std::map<std::string, std::string>& contents,
+                     const std::string& named, const std::string& what) {
+  auto dir = storage::DataDir::Open(path);
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  if (!store.ok()) {
+    EXPECT_NE(store.status().message().find(named), std::string::npos) << what << ": " << store.status().message();
+  } else {
+    for (const auto& [id, content] : contents) {
+      auto got = (*store)->Content(id, "o");
+      EXPECT_TRUE(got.ok()) << what << ": " << id << " is gone: " << got.status().message();
+      if (got.ok()) EXPECT_EQ(*got, content) << what;
+    }
+    EXPECT_TRUE((*store)->quarantined().empty()) << what;
+  }
+  for (const auto& [id, content] : contents) {
+    auto on_disk = ReadTextFile(path + "/files/" + id);
+    ASSERT_TRUE(on_disk.ok()) << what << ": files/" << id << " was removed";
+    EXPECT_EQ(*on_disk, content) << what;
+  }
+}
+
+TEST(FileStore, ADamagedDatabaseIsRefusedNamingItAndNoFileIsLost) {
+  TempDir t;
+  const std::string intact = t.path() + "/intact";
+  const auto contents = ThreeFiles(intact);
+  const std::string db = intact + "/batch.db";
+  const auto size = static_cast<std::int64_t>(fs::file_size(db));
+  ASSERT_GE(size, 4 * 4096) << "the database should span several pages";
+  auto copy = [&](const std::string& name) {
+    const std::string to = t.path() + "/" + name;
+    fs::copy(intact, to, fs::copy_options::recursive);
+    fs::remove(to + "/lock");
+    return to;
+  };
+  struct Damage {
+    const char* name;
+    std::int64_t keep;  // bytes of batch.db kept (-1: replaced by random bytes of the same size)
+  };
+  for (const Damage& d :
+       {Damage{"empty", 0}, Damage{"header-only", 100}, Damage{"one-page", 4096}, Damage{"half", size / 2},
+        Damage{"all-but-the-last-page", size - 4096}, Damage{"random-bytes", -1}}) {
+    const std::string dir = copy(d.name);
+    if (d.keep >= 0) {
+      fs::resize_file(dir + "/batch.db", static_cast<std::uintmax_t>(d.keep));
+    } else {
+      std::mt19937 rng(7);
+      std::string junk(static_cast<std::size_t>(size), '\0');
+      for (char& c : junk) c = static_cast<char>(rng());
+      WriteRaw(dir + "/batch.db", junk);
+    }
+    RefusedOrIntact(dir, contents, dir + "/batch.db", d.name);
+    EXPECT_FALSE(fs::exists(dir + "/quarantine")) << d.name;
+  }
+  {
+    // The 0-byte case must be a refusal: SQLite would take the file for a
+    // new database, and every file for an orphan.
+    const std::string dir = copy("empty-again");
+    fs::resize_file(dir + "/batch.db", 0);
+    auto data_dir = storage::DataDir::Open(dir);
+    ASSERT_TRUE(data_dir.ok());
+    auto store = batch::FileStore::Open(**data_dir);
+    ASSERT_FALSE(store.ok());
+    EXPECT_NE(store.status().message().find("is empty (0 bytes)"), std::string::npos) << store.status().message();
+  }
+  {
+    // The database gone, its files there: refused, never a new database.
+    const std::string dir = copy("no-database");
+    fs::remove(dir + "/batch.db");
+    auto data_dir = storage::DataDir::Open(dir);
+    ASSERT_TRUE(data_dir.ok());
+    auto store = batch::FileStore::Open(**data_dir);
+    ASSERT_FALSE(store.ok());
+    EXPECT_NE(store.status().message().find(dir + "/batch.db is missing"), std::string::npos)
+        << store.status().message();
+    EXPECT_FALSE(fs::exists(dir + "/batch.db"));
+  }
+  {
+    // A write-ahead log without its database (files/ empty too): refused.
+    const std::string dir = copy("wal-only");
+    fs::remove(dir + "/batch.db");
+    fs::remove_all(dir + "/files");
+    WriteRaw(dir + "/batch.db-wal", std::string(4096, 'w'));
+    auto data_dir = storage::DataDir::Open(dir);
+    ASSERT_TRUE(data_dir.ok());
+    auto store = batch::FileStore::Open(**data_dir);
+    ASSERT_FALSE(store.ok());
+    EXPECT_NE(store.status().message().find(dir + "/batch.db-wal"), std::string::npos) << store.status().message();
+    EXPECT_FALSE(fs::exists(dir + "/batch.db"));
+  }
+}
+
+TEST(FileStore, CommitsSurviveTheLossOfTheLog) {
+  TempDir t;
+  const std::string live = t.path() + "/live", restored = t.path() + "/restored";
+  auto dir = storage::DataDir::Open(live);
+  ASSERT_TRUE(dir.ok());
+  auto store = batch::FileStore::Open(**dir);
+  ASSERT_TRUE(store.ok());
+  std::map<std::string, std::string> contents;
+  for (int i = 0; i < 3; ++i) {
+    auto f = (*store)->Create("o", "f", "batch", "content " + std::to_string(i));
+    ASSERT_TRUE(f.ok());
+    contents[f->id] = "content " + std::to_string(i);
+  }
+  // While the server runs (as a crash would leave it), batch.db and files/
+  // copied without batch.db-wal: every committed row is in the file.
+  fs::create_directories(restored);
+  fs::copy(live + "/files", restored + "/files", fs::copy_options::recursive);
+  fs::copy_file(live + "/batch.db", restored + "/batch.db");
+  ASSERT_TRUE(fs::exists(live + "/batch.db-wal")) << "the live database should be in WAL mode";
+  RefusedOrIntact(restored, contents, "", "restored without its log");
+  auto reopened = storage::DataDir::Open(restored);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_TRUE(batch::FileStore::Open(**reopened).ok());
+}
+
+// A write the file system refuses (EFBIG under RLIMIT_FSIZE, as ENOSPC
+// would be on a full disk) fails the call and leaves the store as it was:
+// in a child process, which the limit and a failed write cannot harm.
+TEST(FileStore, AFailedWriteLeavesTheStoreAsItWas) {
+  TempDir t;
+  const auto contents = ThreeFiles(t.path());
+  for (const std::int64_t limit : {std::int64_t{1000}, std::int64_t{8}}) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto dir = storage::DataDir::Open(t.path());
+      auto store = dir.ok() ? batch::FileStore::Open(**dir) : StatusOr<std::unique_ptr<batch::FileStore>>(dir.status());
+      if (!store.ok()) ::_exit(3);
+      ::signal(SIGXFSZ, SIG_IGN);
+      const rlimit small{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+      ::setrlimit(RLIMIT_FSIZE, &small);
+      // 1000 bytes: the content cannot be written; 8 bytes: the content
+      // (4 bytes) can, the database's log cannot.
+      auto f = (*store)->Create("o", "big", "batch", limit > 8 ? std::string(5000, 'b') : "tiny");
+      ::_exit(f.ok() ? 4 : 0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "limit " << limit << ": exit " << status;
+    RefusedOrIntact(t.path(), contents, "", "after a refused write, limit " + std::to_string(limit));
+    auto dir = storage::DataDir::Open(t.path());
+    ASSERT_TRUE(dir.ok());
+    auto store = batch::FileStore::Open(**dir);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    EXPECT_EQ((*store)->List("o", "", "", 10, true)->files.size(), 3u);
+    int on_disk = 0;
+    for (const auto& e : fs::directory_iterator(t.path() + "/files")) on_disk += e.is_regular_file() ? 1 : 0;
+    EXPECT_EQ(on_disk, 3) << "a content file of the failed upload was left behind";
+  }
 }
 
 }  // namespace
