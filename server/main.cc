@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "ropeserve 0.1.0");
   int threads = 0;
-  app.add_option("--threads", threads, "CPU compute threads for LibTorch (0 = all cores)")
+  app.add_option("--threads", threads,
+                 "CPU compute threads (the kernels' pool and LibTorch's); 0 = the CPUs this process may use: its "
+                 "affinity mask and cgroup CPU quota, not the machine's core count")
       ->envname("ROPESERVE_THREADS")
       ->check(CLI::Range(0, 4096));
   // The CPU kernels' configuration (kernels/cpu/kernel_config.h): flags,

@@ -1,5 +1,7 @@
-// The kernels' thread pool: at::parallel_for's contract on threads that
-// wait for the next kernel by spinning briefly instead of sleeping.
+// The kernels' thread pool: at::parallel_for's contract (disjoint chunks
+// that cover the range, exceptions back to the caller, nested calls
+// inline) on threads that share a job's chunks dynamically and wait for
+// the next kernel by spinning briefly instead of sleeping.
 //
 // Why not OpenMP (what at::parallel_for runs on): libgomp keeps one team of
 // threads per thread that starts parallel regions. The server loads weights
@@ -12,6 +14,18 @@
 // 200 us, yielding the core while they spin) before they sleep, which
 // covers the gaps between the kernels of one step; between steps they
 // sleep. (The pool against OpenMP, measured: docs/benchmarks.md.)
+//
+// On a shared node (other processes busy on our cores, a CPU quota) a
+// thread loses its core for a scheduler time slice (milliseconds) at any
+// moment. A static split (one chunk per thread, as OpenMP's and the first
+// version of this pool's) then makes every kernel wait for the slowest
+// thread. Here a job is cut into up to kChunksPerThread chunks per thread,
+// claimed one at a time by whichever thread is running, so a thread
+// without its core simply claims fewer; a late worker claims nothing once
+// its job has ended, and the caller waits only for chunks that were
+// claimed, spinning briefly, then sleeping (so that a worker sharing its
+// core gets it). Chunk boundaries do not depend on which thread runs them,
+// and every kernel's result is a function of its chunk's indices alone.
 // Torch-free on purpose: the engine's headers include it.
 #pragma once
 
@@ -30,16 +44,22 @@ void ParallelForImpl(std::int64_t begin, std::int64_t end, std::int64_t grain, R
 // calls it directly, so that only instrumented code runs there.
 void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t threads, RangeFn fn,
                      const void* ctx);
+// How many chunks n indices are cut into for `threads` threads: 1 when
+// n <= grain, n <= 1 or threads <= 1; else min(ceil(n / grain),
+// threads * kChunksPerThread).
+inline constexpr std::int64_t kChunksPerThread = 4;
+std::int64_t PoolChunks(std::int64_t n, std::int64_t grain, std::int64_t threads);
 }  // namespace detail
 
-// Calls f(b, e) on disjoint chunks that cover [begin, end), as
-// at::parallel_for does: with T = the calling thread's compute-thread count
-// (at::get_num_threads()), n = end - begin and t = min(T, ceil(n / grain)),
-// chunk i is [begin + i * c, min(end, begin + (i + 1) * c)) with
-// c = ceil(n / t); everything runs on the calling thread when n <= grain,
-// T == 1, or the call is nested in another ParallelFor or OpenMP region.
-// Concurrent callers take turns. An exception thrown by f is rethrown here
-// (the first one) after every chunk has finished.
+// Calls f(b, e) on disjoint chunks that cover [begin, end): with T = the
+// calling thread's compute-thread count (at::get_num_threads()),
+// n = end - begin and t = PoolChunks(n, grain, T), chunk i is
+// [begin + i * c, min(end, begin + (i + 1) * c)) with c = ceil(n / t), each
+// run by whichever of the caller and T - 1 workers claims it first;
+// everything runs on the calling thread when t is 1 or the call is nested
+// in another ParallelFor or OpenMP region. Concurrent callers take turns.
+// An exception thrown by f is rethrown here (the first one) after every
+// chunk has finished.
 template <typename F>
 void ParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
   detail::ParallelForImpl(

@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include "server/common/cpu_budget.h"
+
 namespace ropeserve {
 
 void SetComputeThreads(int n) {
-  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n <= 0) n = ReadCpuBudget().cpus;
   at::set_num_threads(n);
 }
 
@@ -27,8 +29,7 @@ void TuneAllocator() {
   // new peaks meet new arenas. One arena per core (at least 2) keeps it
   // flat (soak figures: docs/benchmarks.md). Per-thread caches still serve
   // small allocations without taking an arena's lock.
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr)
-    mallopt(M_ARENA_MAX, static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, std::max(2, ReadCpuBudget().cpus));
 }
 
 }  // namespace ropeserve

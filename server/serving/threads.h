@@ -3,8 +3,10 @@
 
 namespace ropeserve {
 
-// Sets LibTorch's intra-op thread count (LibTorch otherwise uses one thread
-// in an embedding program). n <= 0 means "all cores".
+// Sets LibTorch's intra-op thread count, which the kernels' pool follows
+// (LibTorch otherwise uses one thread in an embedding program). n <= 0
+// means the CPUs this process may use (server/common/cpu_budget.h: its
+// affinity mask and cgroup CPU quota), not the machine's cores.
 void SetComputeThreads(int n);
 int ComputeThreads();
 
@@ -14,7 +16,7 @@ int ComputeThreads();
 // the next op (measured: 20% of a QA forward in page faults, and a forward
 // up to 1.6x slower depending on the allocation pattern). Raises the mmap
 // threshold to 256 MiB and the trim threshold to 512 MiB, and caps malloc
-// arenas at one per core (at least 2) so that resident memory does not
+// arenas at one per usable CPU (at least 2) so that resident memory does not
 // creep with the number of connection threads (mallopt). Call once at
 // start-up, before threads start. Environment variables
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES, and

@@ -1,6 +1,7 @@
-// The kernels' thread pool keeps at::parallel_for's contract: the same
-// chunks, every index once, exceptions back to the caller, nested calls
-// inline, concurrent callers served one after another.
+// The kernels' thread pool keeps at::parallel_for's contract (every index
+// once, in the chunks thread_pool.h promises; exceptions back to the
+// caller, nested calls inline, concurrent callers served one after
+// another), and a thread that loses its core does not stall the others.
 #include "kernels/cpu/thread_pool.h"
 
 #include <ATen/Parallel.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -40,7 +42,7 @@ class ThreadCount {
   int saved_;
 };
 
-TEST(ThreadPool, SameChunksAsAtParallelFor) {
+TEST(ThreadPool, ChunksAreThoseThePoolPromises) {
   for (int threads : {1, 2, 3, 4}) {
     ThreadCount tc(threads);
     for (const auto& [begin, end, grain] :
@@ -55,13 +57,51 @@ TEST(ThreadPool, SameChunksAsAtParallelFor) {
                                                                            {0, 1000, 16},
                                                                            {7, 7, 1},
                                                                            {0, 4, 0}}) {
-      const Chunks want = Record([](auto... a) { at::parallel_for(a...); }, begin, end, grain);
+      // thread_pool.h: t chunks of c = ceil(n / t) indices, the last shorter.
+      Chunks want;
+      const std::int64_t n = end - begin;
+      if (n > 0) {
+        const std::int64_t t = cpu::detail::PoolChunks(n, grain, threads), c = (n + t - 1) / t;
+        for (std::int64_t b = begin; b < end; b += c) want.emplace_back(b, std::min(end, b + c));
+      }
       const Chunks got = Record([](auto... a) { cpu::ParallelFor(a...); }, begin, end, grain);
       EXPECT_EQ(got, want) << "threads " << threads << " range [" << begin << ", " << end << ") grain " << grain;
       std::int64_t covered = 0;
       for (const auto& [b, e] : got) covered += e - b;
       EXPECT_EQ(covered, std::max<std::int64_t>(0, end - begin));
+      // As at::parallel_for: one chunk (on the caller) when n <= grain or one thread.
+      if (n > 0 && (n <= grain || threads == 1)) EXPECT_EQ(got.size(), 1u);
     }
+  }
+  EXPECT_EQ(cpu::detail::PoolChunks(1000, 1, 2), 2 * cpu::detail::kChunksPerThread);
+  EXPECT_EQ(cpu::detail::PoolChunks(1000, 300, 8), 4);
+}
+
+// A worker that is not running (here: blocked inside its chunk) holds up
+// only its own chunk: the caller claims every other one.
+TEST(ThreadPool, ARunningThreadTakesTheChunksOfOneThatIsNot) {
+  ThreadCount tc(2);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> by_caller{0}, by_worker{0};
+    std::atomic<bool> release{false};
+    const auto caller = std::this_thread::get_id();
+    cpu::ParallelFor(0, 8, 1, [&](std::int64_t, std::int64_t) {
+      if (std::this_thread::get_id() == caller) {
+        ++by_caller;
+        // Once every chunk but the worker's first has been claimed here, let
+        // the worker finish.
+        if (by_caller.load() + by_worker.load() >= 8) release = true;
+        return;
+      }
+      ++by_worker;
+      // A worker that lost its core (bounded: should it claim the last
+      // chunk after the caller's last check, nobody would release it).
+      for (int i = 0; i < 2000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    EXPECT_EQ(by_caller.load() + by_worker.load(), 8);
+    // The worker stalls in its first chunk, so it claims at most one.
+    EXPECT_GE(by_caller.load(), 7) << "the caller waited for a stalled worker instead of working";
+    release = true;
   }
 }
 
@@ -106,7 +146,10 @@ TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolGoesOn) {
                                     done += e - b;
                                   }),
                  std::runtime_error);
-    EXPECT_EQ(done.load(), 50);  // the other chunk ran to its end
+    // Every other chunk ran to its end.
+    const std::int64_t c = (100 + cpu::detail::PoolChunks(100, 1, 2) - 1) / cpu::detail::PoolChunks(100, 1, 2);
+    const std::int64_t b = thrower / c * c;
+    EXPECT_EQ(done.load(), 100 - (std::min<std::int64_t>(100, b + c) - b));
   }
   std::atomic<std::int64_t> sum{0};
   cpu::ParallelFor(0, 100, 1, [&](std::int64_t b, std::int64_t e) {
