@@ -55,14 +55,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   ropeserve::cpu::KernelConfig kernels = *env_kernels;
-  std::string avx512 = kernels.avx512 ? "on" : "off";
-  app.add_option("--kernel-avx512", avx512,
-                 "CPU kernels: use AVX-512 where the CPU has it (off: the generic paths, as CPUs without AVX-512 "
-                 "run them; env ROPESERVE_KERNEL_AVX512)")
+  std::string isa = kernels.isa ? ropeserve::cpu::IsaName(*kernels.isa) : "auto";
+  app.add_option("--kernel-isa", isa,
+                 "CPU kernels: the instruction set whose kernel variants run: auto (the best this CPU runs), amx, "
+                 "avx512, avx2, neon or generic (the scalar reference variants); one this CPU cannot run is an error "
+                 "(env ROPESERVE_KERNEL_ISA)")
       ->check([](const std::string& v) {
-        return ropeserve::cpu::ParseSwitch(v) ? std::string() : std::string("expected 1/on/true or 0/off/false");
+        ropeserve::cpu::KernelConfig probe;
+        return ropeserve::cpu::SetKernelIsa(probe, v);
       })
       ->capture_default_str();
+  std::string avx512 = "on";
+  app.add_option("--kernel-avx512", avx512,
+                 "CPU kernels: off caps --kernel-isa at avx2 (the older switch; on changes nothing; env "
+                 "ROPESERVE_KERNEL_AVX512)")
+      ->check([](const std::string& v) {
+        return ropeserve::cpu::ParseSwitch(v) ? std::string() : std::string("expected 1/on/true or 0/off/false");
+      });
   app.add_option("--kernel-pool-spin-us", kernels.pool_spin_us,
                  "CPU kernels: microseconds an idle thread-pool worker spins before it sleeps (env "
                  "ROPESERVE_KERNEL_POOL_SPIN_US)")
@@ -108,7 +117,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", bad.c_str());
     return 2;
   }
-  kernels.avx512 = *ropeserve::cpu::ParseSwitch(avx512);
+  // Flags over the environment's values: the ISA given (or the
+  // environment's), then the older switch.
+  std::string kernel_error = ropeserve::cpu::SetKernelIsa(kernels, isa);
+  if (kernel_error.empty())
+    kernel_error = ropeserve::cpu::ApplyAvx512Switch(kernels, *ropeserve::cpu::ParseSwitch(avx512));
+  if (!kernel_error.empty()) {
+    std::fprintf(stderr, "error: --kernel-isa %s / --kernel-avx512 %s: %s\n", isa.c_str(), avx512.c_str(),
+                 kernel_error.c_str());
+    return 2;
+  }
   ropeserve::cpu::SetKernelConfig(kernels);
   ropeserve::SetComputeThreads(threads);
   for (auto& [sub, run] : commands)

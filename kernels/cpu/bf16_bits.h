@@ -1,11 +1,11 @@
-// float32 <-> bfloat16 bit conversions for the AVX-512 kernel files, which
+// float32 <-> bfloat16 bit conversions for the kernel files of every ISA, which
 // include no LibTorch header. `static`: each file keeps its own copy, so
 // the linker cannot pick one compiled for another file's instruction set.
 #pragma once
 
 #include <cstdint>
 
-namespace ropeserve::cpu::avx512 {
+namespace ropeserve::cpu {
 
 // Round to nearest even, as c10::BFloat16 does (NaN stays NaN).
 [[maybe_unused]] static inline std::uint16_t FloatToBf16(float f) {
@@ -23,4 +23,4 @@ namespace ropeserve::cpu::avx512 {
   return f;
 }
 
-}  // namespace ropeserve::cpu::avx512
+}  // namespace ropeserve::cpu

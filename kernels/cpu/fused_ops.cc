@@ -7,8 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/fused_ops_avx512.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_utils.h"
 
@@ -54,14 +53,13 @@ template <typename Scalar>
 void RmsNormKernel(const Scalar* x, Scalar* residual, const Scalar* w, Scalar* out, std::int64_t rows, std::int64_t n,
                    double eps) {
   if constexpr (std::is_same_v<Scalar, at::BFloat16>) {
-    if (CpuHasAvx512Bf16()) {
-      auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const std::uint16_t*>(p); };
-      ParallelFor(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
-        avx512::RmsNormRowsBf16(bits(x), reinterpret_cast<std::uint16_t*>(residual), bits(w),
-                                reinterpret_cast<std::uint16_t*>(out), begin, end, n, eps);
-      });
-      return;
-    }
+    auto bits = [](const at::BFloat16* p) { return reinterpret_cast<const std::uint16_t*>(p); };
+    const auto rows_kernel = ActiveKernels().rms_norm_rows_bf16;
+    ParallelFor(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
+      rows_kernel(bits(x), reinterpret_cast<std::uint16_t*>(residual), bits(w), reinterpret_cast<std::uint16_t*>(out),
+                  begin, end, n, eps);
+    });
+    return;
   }
   ParallelFor(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> row(static_cast<size_t>(n)), wf;
@@ -179,14 +177,15 @@ void ApplyRopeInplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const
 at::Tensor SiluAndMul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "SiluAndMul: gate_up must be [T, 2 I]");
   const std::int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
-  if (gate_up.scalar_type() != at::kBFloat16 || !CpuHasAvx512Bf16())
-    return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
+  if (gate_up.scalar_type() != at::kBFloat16) return at::silu(gate_up.narrow(1, 0, I)) * gate_up.narrow(1, I, I);
   const at::Tensor x = gate_up.contiguous();
   at::Tensor out = at::empty({T, I}, x.options());
   const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
   ParallelFor(0, T, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(I, 1)),
-              [&](std::int64_t begin, std::int64_t end) { avx512::SiluAndMulRowsBf16(xp, op, begin, end, I); });
+              [&, rows_kernel = ActiveKernels().silu_and_mul_rows_bf16](std::int64_t begin, std::int64_t end) {
+                rows_kernel(xp, op, begin, end, I);
+              });
   return out;
 }
 

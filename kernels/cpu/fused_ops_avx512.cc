@@ -2,11 +2,10 @@
 // CMakeLists.txt) and only called after a run-time CPU check: the bfloat16
 // paths of kernels/cpu/fused_ops.cc, rounding exactly where the generic
 // code (and the LibTorch ops of the reference) round.
-#include "kernels/cpu/fused_ops_avx512.h"
-
 #include <cmath>
 
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/fused_ops_core.h"
 
 namespace ropeserve::cpu::avx512 {
 

@@ -3,37 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <vector>
 
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
-
-namespace avx512 {
-// int8_linear_avx512.cc: x rows to int16 levels, zero-padded to Kp.
-void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
-                       std::int16_t* xq, float* scales);
-// int4_linear_avx512.cc
-void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
-                     const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
-                     const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias, void* out,
-                     bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end);
-// packed_linear_avx512.cc
-void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
-                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
-                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
-                           std::uint16_t* panel);
-}  // namespace avx512
-namespace amx {
-// packed_linear_amx.cc
-void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
-                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
-                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end,
-                           std::uint16_t* panel);
-}  // namespace amx
 
 namespace {
 
@@ -152,7 +128,7 @@ at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType d
 }
 
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
-  if (!CpuHasAvx512Vnni() || !x.device().is_cpu() || x.dim() != 2) return false;
+  if (!x.device().is_cpu() || x.dim() != 2) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.size(0) < 1 || x.size(0) > kInt4KernelMaxRows || x.size(1) != w.k) return false;
   const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
@@ -172,8 +148,9 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
   at::Tensor xq = at::empty({M, Kp}, at::kShort);
   at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
-                            xs.data_ptr<float>());
+  const CpuKernels& kernels = ActiveKernels();
+  kernels.quantize_rows_int16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
+                              xs.data_ptr<float>());
   at::Tensor out = at::empty({M, N}, x.options());
   const std::int16_t* xqp = xq.data_ptr<std::int16_t>();
   const float* xsp = xs.data_ptr<float>();
@@ -187,15 +164,14 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
   // Work items of whole groups of 4 weight rows, at least ~16 KB of packed weights each.
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(Kp / 2, 1) / 4);
   ParallelFor(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
-    avx512::Int4LinearRange(xqp, xsp, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
-                            std::min(end * 4, N));
+    kernels.int4_linear_range(xqp, xsp, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
+                              std::min(end * 4, N));
   });
   return out;
 }
 
 bool Int4PanelSupports(const at::Tensor& x, const Int4Weight& w) {
-  if (!PackedLinearAvailable() || !x.device().is_cpu() || x.dim() != 2 || x.scalar_type() != at::kBFloat16)
-    return false;
+  if (!x.device().is_cpu() || x.dim() != 2 || x.scalar_type() != at::kBFloat16) return false;
   if (x.size(0) < 1 || x.size(1) != w.k || w.k % 32 != 0) return false;
   const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
   return N >= 1 && w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() &&
@@ -211,26 +187,20 @@ at::Tensor Int4PanelLinear(const at::Tensor& x_in, const Int4Weight& w, const at
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int4PanelLinear: bias shape");
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({M, N}, x.options());
-  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   const std::uint8_t* pp = w.packed.data_ptr<std::uint8_t>();
   const float* sp = w.scale.data_ptr<float>();
   const std::uint8_t* zp = w.zero.data_ptr<std::uint8_t>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
-  const std::int64_t panel_values = K * kPackedPanel;
-  // As Int8PanelLinear's: at least ~256K multiply-adds per thread, one
-  // widened panel per thread reused across calls.
+  // As Int8PanelLinear's: at least ~256K multiply-adds per thread.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
   const bool amx = PackedLinearUsesAmx(M, K);
   const at::Tensor xpad = amx ? AmxPaddedRows(x) : x;
   const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
+  const CpuKernels& kernels = ActiveKernels();
+  const auto panels = amx ? kernels.amx_int4_panel_linear_panels : kernels.int4_panel_linear_panels;
   ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
-    thread_local std::vector<std::uint16_t> panel;
-    if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
-    if (amx)
-      amx::Int4PanelLinearPanels(xpp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
-    else
-      avx512::Int4PanelLinearPanels(xp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end, panel.data());
+    panels(xpp, M, K, pp, sp, zp, w.group_size, bp, op, N, begin, end);
   });
   return out;
 }

@@ -3,33 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <vector>
-
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_config.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
-
-namespace avx512 {
-void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
-                       std::int16_t* xq, float* scales);
-void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w,
-                     const float* ws, std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N,
-                     std::int64_t n_begin, std::int64_t n_end);
-void DequantizeRows(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16,
-                    std::int64_t n_begin, std::int64_t n_end);
-void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
-                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
-                           std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel);
-}  // namespace avx512
-namespace amx {
-// packed_linear_amx.cc
-void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
-                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
-                           std::int64_t p_begin, std::int64_t p_end, std::uint16_t* panel);
-}  // namespace amx
 
 Int8Weight QuantizeInt8(const at::Tensor& w_in) {
   TORCH_CHECK(w_in.dim() == 2 && w_in.is_floating_point(), "QuantizeInt8: a floating [N, K] matrix");
@@ -43,7 +22,7 @@ Int8Weight QuantizeInt8(const at::Tensor& w_in) {
 }
 
 at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
-  if (!CpuHasAvx512Vnni() || (dtype != at::kFloat && dtype != at::kBFloat16) || !w.q.is_contiguous() ||
+  if (!w.q.is_cpu() || (dtype != at::kFloat && dtype != at::kBFloat16) || !w.q.is_contiguous() ||
       !w.scale.is_contiguous() || w.q.scalar_type() != at::kChar || w.scale.scalar_type() != at::kFloat)
     return (w.q.to(at::kFloat) * w.scale.unsqueeze(1)).to(dtype);
   // One pass (int8 -> float32 * scale -> dtype) instead of three ATen ops:
@@ -54,8 +33,10 @@ at::Tensor DequantizeInt8(const Int8Weight& w, at::ScalarType dtype) {
   const float* sp = w.scale.data_ptr<float>();
   void* op = out.data_ptr();
   const bool bf16 = dtype == at::kBFloat16;
-  ParallelFor(0, N, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(K, 1)),
-              [&](std::int64_t begin, std::int64_t end) { avx512::DequantizeRows(qp, sp, K, op, bf16, begin, end); });
+  const CpuKernels& kernels = ActiveKernels();
+  ParallelFor(
+      0, N, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(K, 1)),
+      [&](std::int64_t begin, std::int64_t end) { kernels.dequantize_int8_rows(qp, sp, K, op, bf16, begin, end); });
   return out;
 }
 
@@ -76,7 +57,7 @@ bool KernelInputs(const at::Tensor& x, const Int8Weight& w) {
 }  // namespace
 
 bool Int8KernelSupports(const at::Tensor& x, const Int8Weight& w) {
-  if (!CpuHasAvx512Vnni() || !KernelInputs(x, w)) return false;
+  if (!KernelInputs(x, w)) return false;
   return (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(0) <= kInt8KernelMaxRows;
 }
 
@@ -90,8 +71,9 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   at::Tensor xq = at::empty({M, Kp}, at::kShort);
   at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  avx512::QuantizeRowsInt16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
-                            xs.data_ptr<float>());
+  const CpuKernels& kernels = ActiveKernels();
+  kernels.quantize_rows_int16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
+                              xs.data_ptr<float>());
   at::Tensor out = at::empty({M, N}, x.options());
   const std::int16_t* xqp = xq.data_ptr<std::int16_t>();
   const float* xsp = xs.data_ptr<float>();
@@ -102,13 +84,13 @@ at::Tensor Int8LinearKernel(const at::Tensor& x_in, const Int8Weight& w, const a
   // Work items of whole groups of 4 weight rows, at least ~32 KB of weights each.
   const std::int64_t grain = std::max<std::int64_t>(4, (32768 / std::max<std::int64_t>(K, 1)) / 4 * 4);
   ParallelFor(0, (N + 3) / 4, std::max<std::int64_t>(1, grain / 4), [&](std::int64_t begin, std::int64_t end) {
-    avx512::Int8LinearRange(xqp, xsp, M, Kp, wp, wsp, K, bp, op, bf16, N, begin * 4, std::min(end * 4, N));
+    kernels.int8_linear_range(xqp, xsp, M, Kp, wp, wsp, K, bp, op, bf16, N, begin * 4, std::min(end * 4, N));
   });
   return out;
 }
 
 bool Int8PanelSupports(const at::Tensor& x, const Int8Weight& w) {
-  if (!PackedLinearAvailable() || !KernelInputs(x, w)) return false;
+  if (!KernelInputs(x, w)) return false;
   return x.scalar_type() == at::kBFloat16 && w.q.size(0) >= 1;
 }
 
@@ -119,27 +101,19 @@ at::Tensor Int8PanelLinear(const at::Tensor& x_in, const Int8Weight& w, const at
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int8PanelLinear: bias shape");
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({M, N}, x.options());
-  const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   const std::int8_t* qp = w.q.data_ptr<std::int8_t>();
   const float* sp = w.scale.data_ptr<float>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
-  const std::int64_t panel_values = (K + 1) / 2 * 2 * kPackedPanel;
   // As PackedLinear's: at least ~256K multiply-adds per thread.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
   const bool amx = PackedLinearUsesAmx(M, K);
   const at::Tensor xpad = amx ? AmxPaddedRows(x) : x;
   const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
-  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain, [&](std::int64_t begin, std::int64_t end) {
-    // One widened panel per thread, reused across calls (K x 64 x 2 bytes:
-    // 112 KB at K = 896, inside L2).
-    thread_local std::vector<std::uint16_t> panel;
-    if (static_cast<std::int64_t>(panel.size()) < panel_values) panel.resize(static_cast<std::size_t>(panel_values));
-    if (amx)
-      amx::Int8PanelLinearPanels(xpp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
-    else
-      avx512::Int8PanelLinearPanels(xp, M, K, qp, sp, bp, op, N, begin, end, panel.data());
-  });
+  const CpuKernels& kernels = ActiveKernels();
+  const auto panels = amx ? kernels.amx_int8_panel_linear_panels : kernels.int8_panel_linear_panels;
+  ParallelFor(0, (N + kPackedPanel - 1) / kPackedPanel, grain,
+              [&](std::int64_t begin, std::int64_t end) { panels(xpp, M, K, qp, sp, bp, op, N, begin, end); });
   return out;
 }
 

@@ -7,15 +7,14 @@ namespace ropeserve::cpu {
 namespace {
 
 // The configuration readers: the only getenv calls of kernels/.
-bool ReadSwitch(const char* name, bool& out, std::string& error) {
+bool ReadSwitch(const char* name, std::optional<bool>& out, std::string& error) {
   const char* v = std::getenv(name);
   if (v == nullptr) return true;
-  const std::optional<bool> on = ParseSwitch(v);
-  if (!on) {
+  out = ParseSwitch(v);
+  if (!out) {
     error = std::string(name) + "=" + v + ": expected 1/on/true or 0/off/false";
     return false;
   }
-  out = *on;
   return true;
 }
 
@@ -50,6 +49,12 @@ Holder& TheConfig() {
   return holder;
 }
 
+std::string Runnable() {
+  std::string out;
+  for (Isa isa : RunnableIsas()) out += std::string(out.empty() ? "" : ", ") + IsaName(isa);
+  return out;
+}
+
 }  // namespace
 
 std::optional<bool> ParseSwitch(std::string_view v) {
@@ -58,13 +63,48 @@ std::optional<bool> ParseSwitch(std::string_view v) {
   return std::nullopt;
 }
 
+std::string SetKernelIsa(KernelConfig& config, std::string_view value) {
+  if (value == "auto") {
+    config.isa.reset();
+    return "";
+  }
+  const std::optional<Isa> isa = ParseIsa(value);
+  if (!isa) return "expected auto, amx, avx512, avx2, neon or generic";
+  if (!CpuCanRun(*isa))
+    return std::string("this CPU (") + CpuModelName() + ") cannot run " + IsaName(*isa) + " kernels; it runs " +
+           Runnable();
+  config.isa = isa;
+  return "";
+}
+
+std::string ApplyAvx512Switch(KernelConfig& config, bool on) {
+  if (on) return "";
+  if (config.isa && *config.isa >= Isa::kAvx512)
+    return std::string("AVX-512 off contradicts the ISA ") + IsaName(*config.isa);
+  if (!config.isa) config.isa = CpuCanRun(Isa::kAvx2) ? std::min(BestIsa(), Isa::kAvx2) : BestIsa();
+  return "";
+}
+
 std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
   KernelConfig c;
-  if (!ReadSwitch("ROPESERVE_KERNEL_AVX512", c.avx512, error) ||
+  std::optional<bool> avx512;
+  if (!ReadSwitch("ROPESERVE_KERNEL_AVX512", avx512, error) ||
       !ReadCount("ROPESERVE_KERNEL_POOL_SPIN_US", kMaxPoolSpinUs, c.pool_spin_us, error) ||
       !ReadCount("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", kMaxInt8VnniRows, c.int8_vnni_max_rows, error) ||
       !ReadCount("ROPESERVE_KERNEL_AMX_MIN_ROWS", kMaxAmxMinRows, c.amx_min_rows, error))
     return std::nullopt;
+  if (const char* isa = std::getenv("ROPESERVE_KERNEL_ISA"); isa != nullptr) {
+    if (std::string why = SetKernelIsa(c, isa); !why.empty()) {
+      error = std::string("ROPESERVE_KERNEL_ISA=") + isa + ": " + why;
+      return std::nullopt;
+    }
+  }
+  if (avx512) {
+    if (std::string why = ApplyAvx512Switch(c, *avx512); !why.empty()) {
+      error = "ROPESERVE_KERNEL_AVX512=0: " + why;
+      return std::nullopt;
+    }
+  }
   return c;
 }
 
@@ -73,7 +113,10 @@ const KernelConfig& GetKernelConfig() { return TheConfig().config; }
 void SetKernelConfig(const KernelConfig& config) { TheConfig().config = config; }
 
 std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
-  return {{"avx512", c.avx512 ? "on" : "off"},
+  return {{"isa", IsaName(c.isa.value_or(BestIsa()))},
+          {"isa_requested", c.isa ? IsaName(*c.isa) : "auto"},
+          {"cpu", CpuModelName()},
+          {"cpu_extensions", CpuExtensions()},
           {"pool_spin_us", std::to_string(c.pool_spin_us)},
           {"int8_vnni_max_rows", std::to_string(c.int8_vnni_max_rows)},
           {"amx_min_rows", std::to_string(c.amx_min_rows)}};

@@ -6,19 +6,22 @@
 // on the first kernel call. One convention for switches: 1 / on / true,
 // 0 / off / false.
 //
-//   ROPESERVE_KERNEL_AVX512=0        the generic paths, as CPUs without
-//                                    AVX-512 run them (for comparisons; the
-//                                    test suite runs the model tests so too)
+//   ROPESERVE_KERNEL_ISA=auto|amx|avx512|avx2|neon|generic
+//                                    the instruction set whose kernel
+//                                    variants run (kernels/cpu/cpu_features.h;
+//                                    auto: the best this CPU runs; one it
+//                                    cannot run is an error)
+//   ROPESERVE_KERNEL_AVX512=0        the older switch: at most avx2 (1: auto)
 //   ROPESERVE_KERNEL_POOL_SPIN_US=N  how long idle pool workers spin before
 //                                    they sleep (0-1000000, default 200)
 //   ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=N  up to how many rows int8 linears
-//                                    run the VNNI kernel rather than the
-//                                    packed GEMM over widened panels
-//                                    (0-65536, default 16)
+//                                    run the matrix-vector kernel rather
+//                                    than the packed GEMM over widened
+//                                    panels (0-65536, default 16)
 //   ROPESERVE_KERNEL_AMX_MIN_ROWS=N   bf16 linears (and int8 / int4 ones on
 //                                    the packed GEMM's path) of at least N
-//                                    rows run on AMX tiles where the CPU has
-//                                    AMX-BF16 (0-65536, default 32; 0: never)
+//                                    rows run on AMX tiles when the ISA is
+//                                    amx (0-65536, default 32; 0: never)
 //
 // Torch-free. Thread-safety: SetKernelConfig before any kernel runs (the
 // kernels read the configuration without a lock).
@@ -31,10 +34,12 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace ropeserve::cpu {
 
 struct KernelConfig {
-  bool avx512 = true;
+  std::optional<Isa> isa;  // nullopt: auto (BestIsa())
   std::int64_t pool_spin_us = 200;
   std::int64_t int8_vnni_max_rows = 16;
   std::int64_t amx_min_rows = 32;
@@ -48,6 +53,15 @@ inline constexpr std::int64_t kMaxAmxMinRows = 1 << 16;
 // else (flags and the environment share it).
 std::optional<bool> ParseSwitch(std::string_view value);
 
+// `value` of --kernel-isa / ROPESERVE_KERNEL_ISA ("auto" or an ISA name)
+// applied to `config`; "" when it is valid and this CPU runs it, else why
+// not (naming the ISAs this CPU runs).
+std::string SetKernelIsa(KernelConfig& config, std::string_view value);
+// The older --kernel-avx512 / ROPESERVE_KERNEL_AVX512 switch: off caps the
+// ISA at avx2 (the best below AVX-512 this CPU runs); on changes nothing.
+// "" when valid, else why not (off with an explicit avx512 or amx).
+std::string ApplyAvx512Switch(KernelConfig& config, bool on);
+
 // The defaults overridden by the environment; nullopt with `error` naming
 // the variable when one is set to something invalid.
 std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error);
@@ -57,7 +71,8 @@ std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error);
 const KernelConfig& GetKernelConfig();
 void SetKernelConfig(const KernelConfig& config);
 
-// name -> value, for the log and /v1/info ("avx512": "on", ...).
+// name -> value, for the log and /v1/info ("isa": "avx2", "isa_requested":
+// "auto", "cpu": the model name, "cpu_extensions", ...).
 std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& config);
 
 }  // namespace ropeserve::cpu

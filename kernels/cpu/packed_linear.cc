@@ -3,34 +3,43 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_config.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ropeserve::cpu {
 
-namespace avx512 {
-void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
-                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
-                        std::int64_t p_end);
-}
-namespace amx {
-// packed_linear_amx.cc
-void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
-                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
-                        std::int64_t p_end);
-}  // namespace amx
-
 namespace {
 std::int64_t Panels(std::int64_t n) { return (n + kPackedPanel - 1) / kPackedPanel; }
 std::int64_t Pairs(std::int64_t k) { return (k + 1) / 2; }
-}  // namespace
+// At least ~256K multiply-adds per thread, so small layers stay on one.
+std::int64_t Grain(std::int64_t M, std::int64_t K) {
+  return std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+}
 
-bool PackedLinearAvailable() { return CpuHasAvx512Bf16(); }
+at::Tensor PackedLinearF32(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.scalar_type() == at::kFloat,
+              "PackedLinear: x must be [M, K] float32 for float32 weights");
+  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == w.n), "PackedLinear: bias must be [N]");
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
+  const std::int64_t M = x.size(0), K = w.k, N = w.n;
+  at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0) return out;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  const auto panels = ActiveKernels().packed_linear_f32_panels;
+  ParallelFor(0, Panels(N), Grain(M, K),
+              [&](std::int64_t begin, std::int64_t end) { panels(xp, M, K, wp, bp, op, N, begin, end); });
+  return out;
+}
+}  // namespace
 
 bool PackedLinearUsesAmx(std::int64_t M, std::int64_t K) {
   const std::int64_t min_rows = GetKernelConfig().amx_min_rows;  // 0: never
-  return min_rows > 0 && M >= min_rows && K % 32 == 0 && CpuHasAmxBf16();
+  return min_rows > 0 && M >= min_rows && K % 32 == 0 && ActiveKernels().amx_packed_linear_panels != nullptr;
 }
 
 at::Tensor AmxPaddedRows(const at::Tensor& x) {
@@ -41,9 +50,17 @@ at::Tensor AmxPaddedRows(const at::Tensor& x) {
   return padded;
 }
 
-PackedWeight PackWeight(const at::Tensor& w) {
+PackedWeight PackWeight(const at::Tensor& w, at::ScalarType dtype) {
   TORCH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "PackWeight: w must be [N, K]");
-  const std::int64_t N = w.size(0), K = w.size(1), P = Panels(N), KP = Pairs(K);
+  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kFloat, "PackWeight: bfloat16 or float32 panels");
+  const std::int64_t N = w.size(0), K = w.size(1), P = Panels(N);
+  if (dtype == at::kFloat) {
+    at::Tensor padded = at::zeros({P * kPackedPanel, K}, w.options().dtype(at::kFloat));
+    padded.narrow(0, 0, N).copy_(w);
+    // [P, 64, K] -> [P, K, 64]: each line holds the panel's 64 features of one column.
+    return PackedWeight{padded.view({P, kPackedPanel, K}).permute({0, 2, 1}).contiguous(), N, K};
+  }
+  const std::int64_t KP = Pairs(K);
   at::Tensor padded = at::zeros({P * kPackedPanel, KP * 2}, w.options().dtype(at::kBFloat16));
   padded.narrow(0, 0, N).narrow(1, 0, K).copy_(w);
   // [P, 64, KP, 2] -> [P, KP, 64, 2]: each pair line holds the panel's 64 features.
@@ -51,48 +68,51 @@ PackedWeight PackWeight(const at::Tensor& w) {
   return PackedWeight{data, N, K};
 }
 
+namespace {
+// The packed matrix as [P * 64, K'] rows of features (K' >= K: padding).
+at::Tensor FeatureRows(const PackedWeight& w) {
+  const std::int64_t P = w.data.size(0);
+  if (w.is_float32()) return w.data.permute({0, 2, 1}).reshape({P * kPackedPanel, w.data.size(1)});
+  return w.data.permute({0, 2, 1, 3}).reshape({P * kPackedPanel, w.data.size(1) * 2});
+}
+}  // namespace
+
 at::Tensor UnpackWeight(const PackedWeight& w) {
-  const std::int64_t P = w.data.size(0), KP = w.data.size(1);
-  return w.data.permute({0, 2, 1, 3})
-      .reshape({P * kPackedPanel, KP * 2})
-      .narrow(0, 0, w.n)
-      .narrow(1, 0, w.k)
-      .contiguous();
+  return FeatureRows(w).narrow(0, 0, w.n).narrow(1, 0, w.k).contiguous();
 }
 
 at::Tensor PackedRows(const PackedWeight& w, const at::Tensor& ids_in) {
   const at::Tensor ids = ids_in.to(at::kLong);
   TORCH_CHECK(ids.dim() == 1, "PackedRows: ids must be [T]");
-  const at::Tensor by_feature = w.data.permute({0, 2, 1, 3});  // [P, 64, KP, 2]
-  const at::Tensor rows = by_feature.index({at::div(ids, kPackedPanel, "floor"), at::remainder(ids, kPackedPanel)});
-  return rows.reshape({ids.size(0), rows.size(1) * 2}).narrow(1, 0, w.k).contiguous();
+  return FeatureRows(w).index_select(0, ids).narrow(1, 0, w.k).contiguous();
 }
 
 at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
-  TORCH_CHECK(PackedLinearAvailable(), "PackedLinear: this CPU has no avx512_bf16");
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.size(0) >= 1 && x_in.scalar_type() == at::kBFloat16,
+  if (w.is_float32()) return PackedLinearF32(x_in, w, bias_in);
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.scalar_type() == at::kBFloat16,
               "PackedLinear: x must be [M, K] bfloat16");
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == w.n), "PackedLinear: bias must be [N]");
   const at::Tensor x = x_in.contiguous();
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
   const std::int64_t M = x.size(0), K = w.k, N = w.n;
   at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0) return out;
   const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const std::uint16_t*>(w.data.data_ptr<at::BFloat16>());
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
-  // At least ~256K multiply-adds per thread, so small layers stay on one.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
+  const std::int64_t grain = Grain(M, K);
+  const CpuKernels& kernels = ActiveKernels();
   if (PackedLinearUsesAmx(M, K)) {
     const at::Tensor xpad = AmxPaddedRows(x);
     const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
     ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
-      amx::PackedLinearPanels(xpp, M, K, wp, bp, op, N, begin, end);
+      kernels.amx_packed_linear_panels(xpp, M, K, wp, bp, op, N, begin, end);
     });
     return out;
   }
   ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
-    avx512::PackedLinearPanels(xp, M, K, wp, bp, op, N, begin, end);
+    kernels.packed_linear_panels(xp, M, K, wp, bp, op, N, begin, end);
   });
   return out;
 }

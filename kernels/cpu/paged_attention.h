@@ -1,10 +1,11 @@
 // CPU paged attention for a packed batch of prefill chunks and decode
 // tokens: each query attends to its sequence's cached prefix and causally
-// within its chunk. Decodes and short chunks: per-row dot products
-// vectorised with at::vec, parallel over (sequence, kv head) with
-// at::parallel_for; chunks of 16+ queries: float32 GEMMs over the gathered
-// keys, in tiles of 256 query rows. float32 accumulation for float32 and
-// bfloat16 inputs. Oracle: reference::PagedAttention (kernels/reference).
+// within its chunk. Work items of (sequence, kv head, up to 16 query rows)
+// run the active ISA's per-row kernel (paged_attention_core.h) on the
+// kernels' thread pool, for decode rows and prefill chunks alike: a row's
+// result is the same bits whatever chunk, batch or step computes it.
+// float32 accumulation for float32 and bfloat16 inputs. Oracle:
+// reference::PagedAttention (kernels/reference).
 #pragma once
 
 #include <ATen/core/Tensor.h>

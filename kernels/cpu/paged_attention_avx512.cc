@@ -2,13 +2,12 @@
 // CMakeLists.txt) and only called after a run-time CPU check: the per-row
 // (decode) path of kernels/cpu/paged_attention.cc for head sizes that are
 // multiples of 16 up to 256.
-#include "kernels/cpu/paged_attention_avx512.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/paged_attention_core.h"
 
 namespace ropeserve::cpu::avx512 {
 
@@ -122,10 +121,6 @@ bool AttendAs(const AttentionItem& it) {
 }
 
 }  // namespace
-
-std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len) {
-  return group * head_dim + (group + 16) * context_len;
-}
 
 bool AttendItem(const AttentionItem& it) {
   if (it.group > 256) return false;

@@ -62,8 +62,9 @@ void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f);
 StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f);
 
 // The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
-// stored in bfloat16 (fast on CPUs with bf16 units) and float32 otherwise.
-DType ResolveComputeDType(const std::string& flag, const std::string& model_dir);
+// stored in bfloat16 and float32 otherwise; on the CPU (`cpu`) bfloat16
+// only where the active ISA has a vector bf16 GEMM (logged when not).
+DType ResolveComputeDType(const std::string& flag, const std::string& model_dir, bool cpu);
 
 // in[key] of a JSON Lines input (`encode`, `tokenize --decode`): a list of
 // integers from 0 to 2^31 - 1; errors name `key`.

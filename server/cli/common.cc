@@ -1,10 +1,12 @@
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <cctype>
 #include <cstdio>
 #include <exception>
 #include <string>
 
+#include "kernels/cpu/kernel_table.h"
 #include "server/checkpoint/model_config.h"
 #include "server/cli/commands.h"
 
@@ -17,10 +19,21 @@ std::optional<DType> ParseDTypeFlag(const std::string& s) {
   return std::nullopt;  // "auto"; other values are rejected by CLI11's IsMember check
 }
 
-DType ResolveComputeDType(const std::string& flag, const std::string& model_dir) {
+DType ResolveComputeDType(const std::string& flag, const std::string& model_dir, bool cpu) {
   if (auto d = ParseDTypeFlag(flag)) return *d;
   auto config = LoadModelConfig(model_dir);
-  return config.ok() && config->torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+  if (!config.ok() || config->torch_dtype != "bfloat16") return DType::kF32;
+  // bfloat16 only where it is fast: on the CPU, an ISA with a vector bf16
+  // GEMM (the generic variant is the scalar reference, many times slower
+  // than LibTorch's float32 GEMM).
+  if (cpu && !cpu::ActiveKernels().vector_bf16_gemm) {
+    spdlog::info(
+        "--dtype auto: float32 compute for a bfloat16 checkpoint: the {} CPU kernels have no vector "
+        "bfloat16 GEMM",
+        cpu::IsaName(cpu::ActiveIsa()));
+    return DType::kF32;
+  }
+  return DType::kBF16;
 }
 
 CLI::Validator DeviceValidator() {

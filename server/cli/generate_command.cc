@@ -64,7 +64,7 @@ int Run(const GenerateFlags& f) {
   }
 
   auto model =
-      DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model),
+      DecoderModel::Load(f.model, ResolveComputeDType(f.dtype, f.model, f.device == "cpu"),
                          ParseQuantization(f.quantization).value_or(Quantization::kNone), at::Device(f.device));
   if (!model.ok()) return Fail(model.status().ToString());
 

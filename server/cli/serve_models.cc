@@ -71,7 +71,7 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
   }
   if (f.served_model_name.empty())
     f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
-  DType dtype = ResolveComputeDType(f.dtype, f.summarizer);
+  DType dtype = ResolveComputeDType(f.dtype, f.summarizer, f.device == "cpu");
   // CUDA workers compute in 16 bits: auto takes bfloat16 for float32 checkpoints there.
   if (f.dtype == "auto" && dtype == DType::kF32 && f.device.rfind("cuda", 0) == 0) dtype = DType::kBF16;
   Loaded out;

@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
@@ -22,12 +21,14 @@ namespace ropeserve {
 
 namespace {
 
-// bfloat16 projections on a CPU with avx512_bf16 are packed for the packed
-// GEMM, for every row count (it beats oneDNN and the former small-batch
-// kernel at 1-512 rows; docs/benchmarks.md).
-bool PackBf16Weights(at::Device device, DType dtype, Quantization quantization) {
-  return device.is_cpu() && dtype == DType::kBF16 && quantization == Quantization::kNone &&
-         cpu::PackedLinearAvailable();
+// Unquantized projections on the CPU are packed for the packed GEMM
+// (kernels/cpu/packed_linear.h), for every row count and ISA: bfloat16 (on
+// AVX-512-BF16 it beats oneDNN and the former small-batch kernel at 1-512
+// rows; elsewhere LibTorch 1.13's bf16 GEMM is a slow reference path) and
+// float32 (the same bits for a row whatever its batch, on every ISA, and no
+// OpenMP region in a step; docs/benchmarks.md).
+bool PackWeights(at::Device device, DType dtype, Quantization quantization) {
+  return device.is_cpu() && (dtype == DType::kBF16 || dtype == DType::kF32) && quantization == Quantization::kNone;
 }
 
 // Hugging Face keeps inv_freq as a float32 buffer.
@@ -114,7 +115,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   const bool int8 = quantization == Quantization::kInt8;
   const bool int4 = IsInt4(quantization);
   const bool int4_head = quantization == Quantization::kInt4All;
-  const bool pack = PackBf16Weights(device, dtype, quantization);
+  const bool pack = PackWeights(device, dtype, quantization);
   // The LM head: int8 with int4 on the CPU; in the compute dtype on CUDA,
   // which has no int8 kernel (the head is then 16-bit, cuBLAS); 4-bit with
   // int4-all on both.
@@ -152,7 +153,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
     for (const auto& name : names)
       ws.push_back(quantize ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
-    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w), {}};
+    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w, st), {}};
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).

@@ -31,8 +31,8 @@ struct LinearWeight {
   at::Tensor weight;  // [N, K]: the compute dtype, or int8 (Quantization::kInt8); undefined when packed
   at::Tensor scale;   // [N] float32 per output channel for int8 weights; else undefined
   at::Tensor bias;    // [N] (compute dtype; float32 with int8 weights) or undefined
-  // bfloat16 weights on a CPU with avx512_bf16: the packed GEMM's panel
-  // order (kernels/cpu/packed_linear.h), replacing `weight`.
+  // bfloat16 or float32 weights on the CPU: the packed GEMM's panel order
+  // (kernels/cpu/packed_linear.h), replacing `weight`.
   cpu::PackedWeight packed;
   // Quantization::kInt4: the group-wise 4-bit weights, replacing `weight`
   // (the bias then float32).

@@ -81,7 +81,7 @@ TEST_P(Int4Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
   const at::Tensor x = at::randn({c.M, c.K}).to(c.dtype);
   const cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group, c.symmetric);
   const at::Tensor b = c.bias ? at::randn({c.N}).to(c.dtype) : at::Tensor();
-  if (!cpu::Int4KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+  ASSERT_TRUE(cpu::Int4KernelSupports(x, w)) << "every ISA has a variant";
   const at::Tensor got = cpu::Int4LinearKernel(x, w, b);
   ASSERT_EQ(got.scalar_type(), c.dtype);
   ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
@@ -147,7 +147,7 @@ TEST(Int4Scales, Float16WhenExactAndTheKernelGivesTheSameBits) {
   f32.scale16 = at::Tensor();
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     const at::Tensor x = at::randn({3, K}).to(dtype);
-    if (!cpu::Int4KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+    ASSERT_TRUE(cpu::Int4KernelSupports(x, w)) << "every ISA has a variant";
     EXPECT_TRUE(at::equal(cpu::Int4LinearKernel(x, w, at::Tensor()), cpu::Int4LinearKernel(x, f32, at::Tensor())));
   }
 }
@@ -190,7 +190,7 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group);
     if (c.perm) w = cpu::PackInt4(cpu::UnpackInt4(w), w.scale, w.zero, c.group, at::randperm(c.K, at::kLong));
     const at::Tensor b = at::randn({c.N}).to(at::kBFloat16);
-    if (!cpu::Int4PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
+    ASSERT_TRUE(cpu::Int4PanelSupports(x, w)) << "every ISA has a variant";
     // The panel path alone, on x in the kernel's column order.
     const at::Tensor got = cpu::Int4PanelLinear(c.perm ? x.index_select(1, w.perm) : x, w, b);
     ASSERT_EQ(got.scalar_type(), at::kBFloat16);
@@ -233,7 +233,7 @@ TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
   }
   for (std::int64_t M : {1, 2, 4, 8, 16}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
-    if (!cpu::Int4KernelSupports(x, q4[0])) GTEST_SKIP() << "this CPU has no avx512_vnni";
+    ASSERT_TRUE(cpu::Int4KernelSupports(x, q4[0])) << "every ISA has a variant";
     auto time = [&](auto&& fn) {
       double best = 1e9;
       for (int rep = 0; rep < 5; ++rep) {

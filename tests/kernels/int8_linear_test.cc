@@ -45,7 +45,7 @@ TEST_P(Int8Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
   const at::Tensor x = at::randn({c.M, c.K}).to(c.dtype);
   const cpu::Int8Weight w = cpu::QuantizeInt8(at::randn({c.N, c.K}) * 0.05);
   const at::Tensor b = c.bias ? at::randn({c.N}).to(c.dtype) : at::Tensor();
-  if (!cpu::Int8KernelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+  ASSERT_TRUE(cpu::Int8KernelSupports(x, w)) << "every ISA has a variant";
   const at::Tensor got = cpu::Int8LinearKernel(x, w, b);
   ASSERT_EQ(got.scalar_type(), c.dtype);
   ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
@@ -98,7 +98,7 @@ TEST_P(Int8Panel, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   if (c.N > 3) wf[2].zero_();  // a zero row: scale 0
   const cpu::Int8Weight w = cpu::QuantizeInt8(wf);
   const at::Tensor b = c.bias ? at::randn({c.N}).to(at::kBFloat16) : at::Tensor();
-  if (!cpu::Int8PanelSupports(x, w)) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  ASSERT_TRUE(cpu::Int8PanelSupports(x, w)) << "every ISA has a variant";
   const at::Tensor got = cpu::Int8PanelLinear(x, w, b);
   ASSERT_EQ(got.scalar_type(), at::kBFloat16);
   ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
@@ -180,9 +180,8 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
     q.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
     bf.push_back((wf + i * 1e-3).to(at::kBFloat16));
   }
-  std::vector<cpu::PackedWeight> packed;  // the bf16 model's layout where the CPU has avx512_bf16
-  if (cpu::PackedLinearAvailable())
-    for (const auto& w : bf) packed.push_back(cpu::PackWeight(w));
+  std::vector<cpu::PackedWeight> packed;  // the bf16 model's layout
+  for (const auto& w : bf) packed.push_back(cpu::PackWeight(w));
   for (std::int64_t M : {1, 4, 8, 16, 32, 64, 128, 512}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
     auto time = [&](auto&& fn) {
@@ -198,8 +197,7 @@ TEST(Int8LinearSpeed, DISABLED_PrintBandwidth) {
     const double t_deq = time([&](int i) { at::linear(x, cpu::DequantizeInt8(q[i], at::kBFloat16)); });
     const double t_panel =
         cpu::Int8PanelSupports(x, q[0]) ? time([&](int i) { cpu::Int8PanelLinear(x, q[i], at::Tensor()); }) : 1e9;
-    const double t_bf16 = !packed.empty() ? time([&](int i) { cpu::PackedLinear(x, packed[i], at::Tensor()); })
-                                          : time([&](int i) { at::linear(x, bf[i]); });
+    const double t_bf16 = time([&](int i) { cpu::PackedLinear(x, packed[i], at::Tensor()); });
     const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
     std::printf(
         "M=%3lld int8 kernel %6.1f GB/s %6.1f GFLOP/s | int8 panels %6.1f GFLOP/s | dequant+at::linear %6.1f GFLOP/s "

@@ -26,7 +26,6 @@ class PackedLinear : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PackedLinear, MatchesExactMathsWithinFloat32SumsAndOneRounding) {
   const Case c = GetParam();
-  if (!cpu::PackedLinearAvailable()) GTEST_SKIP() << "this CPU has no avx512_bf16";
   at::manual_seed(c.M * 131 + c.K * 7 + c.N);
   const at::Tensor x = at::randn({c.M, c.K}).to(at::kBFloat16);
   const at::Tensor w = (at::randn({c.N, c.K}) * 0.05).to(at::kBFloat16);
@@ -133,7 +132,6 @@ TEST(PackedWeight, RoundTripsAndLooksUpRowsExactly) {
 }
 
 TEST(PackedLinearLimits, BadShapesAreRefused) {
-  if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
   const cpu::PackedWeight p = cpu::PackWeight(at::randn({8, 16}));
   EXPECT_THROW(cpu::PackedLinear(at::randn({2, 16}), p, at::Tensor()), c10::Error);  // float32 x
   EXPECT_THROW(cpu::PackedLinear(at::randn({2, 15}).to(at::kBFloat16), p, at::Tensor()), c10::Error);
@@ -144,7 +142,6 @@ TEST(PackedLinearLimits, BadShapesAreRefused) {
 // side by side, per rows of x, on the Qwen2.5-0.5B
 // gate/up and down shapes (run with --gtest_also_run_disabled_tests).
 TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
-  if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
   for (const auto& [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{9728, 896}, {896, 4864}}) {
     const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
     const int copies = 12;  // 12 x 17 MB: beyond the caches
@@ -187,7 +184,6 @@ TEST(PackedLinearSpeed, DISABLED_PrintThroughput) {
 // weights read once each as in a decode step: prints ms per step and the
 // GB/s it reads (run with --gtest_also_run_disabled_tests).
 TEST(PackedLinearSpeed, DISABLED_PrintDecodeStep) {
-  if (!cpu::PackedLinearAvailable()) GTEST_SKIP();
   const std::vector<std::pair<std::int64_t, std::int64_t>> layer{{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
   std::vector<cpu::PackedWeight> ps;
   double bytes = 0;

@@ -228,7 +228,7 @@ TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
   auto exact = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_TRUE(exact.ok());
   const cpu::Int4Weight& q = w.layers[0].qkv_proj.int4;
-  const at::Tensor want = (*exact)->weights().layers[0].qkv_proj.weight.to(at::kDouble);
+  const at::Tensor want = testing::Dense((*exact)->weights().layers[0].qkv_proj, at::kDouble);
   const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
   const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
   EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
@@ -257,7 +257,8 @@ TEST(Int4Model, Int4AllQuantizesTheHeadAndATiedEmbedding) {
     EXPECT_EQ(w.embed_tokens.defined(), !v.tied);
     const cpu::Int4Weight& q = w.lm_head.int4;
     const DecoderWeights& e = (*exact)->weights();
-    const at::Tensor want = (v.tied ? e.embed_tokens : e.lm_head.weight).to(at::kDouble);
+    const at::Tensor want =
+        v.tied ? testing::EmbeddingTable(**exact, at::kDouble) : testing::Dense(e.lm_head, at::kDouble);
     const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
     const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
     EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());

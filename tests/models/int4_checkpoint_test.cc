@@ -152,7 +152,7 @@ TEST_P(Int4Checkpoints, LoadTheFilesWeightsAndServeThem) {
                                             at::zeros_like(st.got.int4.zero), st.got.int4.group_size, st.got.int4.perm),
                               at::kDouble);
       const double tol = c.v1 && !c.symmetric ? 1.0 : 0.51;
-      const at::Tensor err = (loaded - st.exact.weight.to(at::kDouble)).abs();
+      const at::Tensor err = (loaded - testing::Dense(st.exact, at::kDouble)).abs();
       EXPECT_TRUE((err <= step * tol).all().item<bool>()) << (err / step).max().item<double>();
     }
   }

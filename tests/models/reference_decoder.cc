@@ -12,13 +12,19 @@
 #include "server/models/span_rows.h"
 
 namespace ropeserve::testing {
-namespace {
 
 at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
   if (w.packed.defined()) return cpu::UnpackWeight(w.packed).to(dtype);
   if (w.is_int4()) return cpu::DequantizeInt4(w.int4, dtype);
   return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
 }
+
+at::Tensor EmbeddingTable(const DecoderModel& m, at::ScalarType dtype) {
+  const DecoderWeights& w = m.weights();
+  return w.embed_tokens.defined() ? w.embed_tokens.to(dtype) : Dense(w.lm_head, dtype);
+}
+
+namespace {
 
 // Int8 and int4 weights: float32 maths on exactly the weights they
 // represent (q * scale, not rounded to the compute dtype), the result in
@@ -40,7 +46,7 @@ at::Tensor DenseHidden(const DecoderModel& m, const at::Tensor& ids) {
   const std::int64_t T = ids.size(0), D = c.head_dim;
   auto [cos, sin] = m.RotaryCosSin(at::arange(T, at::TensorOptions().dtype(at::kLong).device(m.device())));
   const at::ScalarType dtype = w.norm.scalar_type();
-  at::Tensor h = at::embedding(w.embed_tokens.defined() ? w.embed_tokens : Dense(w.lm_head, dtype), ids);
+  at::Tensor h = at::embedding(EmbeddingTable(m, dtype), ids);
   for (const DecoderLayerWeights& lw : w.layers) {
     const at::Tensor x = reference::RmsNorm(h, lw.input_layernorm, eps);
     const at::Tensor qkv = Linear(x, lw.qkv_proj);  // q, k, v columns

@@ -20,6 +20,13 @@
 
 namespace ropeserve::testing {
 
+// A projection's weight as the dense [N, K] matrix it stands for, in
+// `dtype` (packed panels unpacked, int8 / int4 dequantized).
+at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype);
+// The token embedding [V, H] in `dtype`: embed_tokens, or (a tied one held
+// by a packed or quantized LM head) that head's rows.
+at::Tensor EmbeddingTable(const DecoderModel& m, at::ScalarType dtype);
+
 // ids: [T] int64 at positions 0..T-1 -> float32 logits [T, V].
 at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids);
 

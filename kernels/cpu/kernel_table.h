@@ -1,0 +1,95 @@
+// The CPU kernels' cores, one table per ISA: each entry is the variant of
+// one kernel family that the ISA runs (its own where one pays, else the
+// variant of the ISA below it, down to the scalar generic one, which is
+// the reference the others are tested against). The LibTorch glue of each
+// family (packed_linear.cc, int8_linear.cc, ...) calls ActiveKernels()'s
+// entries; tests call KernelsFor(isa)'s to run every variant this CPU can
+// execute. Torch-free: raw pointers, sizes and strides (the cores' own
+// files say their arithmetic).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/paged_attention_core.h"
+
+namespace ropeserve::cpu {
+
+struct CpuKernels {
+  Isa isa = Isa::kGeneric;
+  // Whether packed_linear_panels is a vector variant (not the scalar
+  // reference): `--dtype auto` picks bfloat16 compute only then.
+  bool vector_bf16_gemm = false;
+
+  // packed_linear.h: panels [p_begin, p_end) of y [M, N] = x [M, K] times
+  // the packed bf16 weights (+ bias float32 [N] or null), bf16 out.
+  void (*packed_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                               const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                               std::int64_t p_end) = nullptr;
+  // Float32 panels ([ceil(N/64), K, 64] float32): y [M, N] float32 from
+  // float32 x; one fma chain over k per output in every variant, so every
+  // ISA gives the same bits, whatever M.
+  void (*packed_linear_f32_panels)(const float* x, std::int64_t M, std::int64_t K, const float* packed,
+                                   const float* bias, float* out, std::int64_t N, std::int64_t p_begin,
+                                   std::int64_t p_end) = nullptr;
+  // The same over int8 weights q [N, K] with float32 scales [N] (applied
+  // to the sums), and over int4 weights (int4_linear.h's layout; each
+  // weight dequantized and rounded to bfloat16 first).
+  void (*int8_panel_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                                   const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                                   std::int64_t p_begin, std::int64_t p_end) = nullptr;
+  void (*int4_panel_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
+                                   const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
+                                   std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                                   std::int64_t p_end) = nullptr;
+  // The AMX tiles' packed GEMM (the same three), set only in the amx table.
+  void (*amx_packed_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                                   const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                                   std::int64_t p_end) = nullptr;
+  void (*amx_int8_panel_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                                       const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                                       std::int64_t p_begin, std::int64_t p_end) = nullptr;
+  void (*amx_int4_panel_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K,
+                                       const std::uint8_t* packed, const float* scale, const std::uint8_t* zero,
+                                       std::int64_t group, const float* bias, std::uint16_t* out, std::int64_t N,
+                                       std::int64_t p_begin, std::int64_t p_end) = nullptr;
+
+  // int8_linear.h: x rows (float32 or bf16 [M, K]) to int16 levels [M, Kp]
+  // (zero past K) and their scales; the same levels in every variant.
+  void (*quantize_rows_int16)(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp, int levels,
+                              std::int16_t* xq, float* scales) = nullptr;
+  // Output columns [n_begin, n_end) of y [M, N] from int16 x and int8 weights.
+  void (*int8_linear_range)(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
+                            const std::int8_t* w, const float* ws, std::int64_t K, const float* bias, void* out,
+                            bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) = nullptr;
+  // Rows [n_begin, n_end) of q [N, K] * scale as bf16 or float32.
+  void (*dequantize_int8_rows)(const std::int8_t* q, const float* scale, std::int64_t K, void* out, bool out_bf16,
+                               std::int64_t n_begin, std::int64_t n_end) = nullptr;
+  // int4_linear.h: output columns [n_begin, n_end) of y [M, N] from int16 x
+  // and group-wise int4 weights (scale16: the float16 copy, or null).
+  void (*int4_linear_range)(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
+                            const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
+                            const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias,
+                            void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin,
+                            std::int64_t n_end) = nullptr;
+
+  // paged_attention_core.h: one work item; false when the variant cannot
+  // take its shape (the generic one takes every shape).
+  bool (*attend_item)(const AttentionItem& item) = nullptr;
+  // fused_ops_core.h: bf16 rows of RmsNorm / AddRmsNorm and SiluAndMul.
+  void (*rms_norm_rows_bf16)(const std::uint16_t* x, std::uint16_t* residual, const std::uint16_t* w,
+                             std::uint16_t* out, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                             double eps) = nullptr;
+  void (*silu_and_mul_rows_bf16)(const std::uint16_t* gate_up, std::uint16_t* out, std::int64_t row_begin,
+                                 std::int64_t row_end, std::int64_t I) = nullptr;
+  // logits_summary.h: one float32 row's logsumexp, max and lowest argmax.
+  void (*summarize_row)(const float* x, std::int64_t n, float* lse, float* max, std::int64_t* argmax) = nullptr;
+};
+
+// The table of the active ISA (ActiveIsa()), built once.
+const CpuKernels& ActiveKernels();
+// The table of `isa`, which this CPU must run (CpuCanRun): what a forced
+// ISA runs, for tests and benchmarks.
+const CpuKernels& KernelsFor(Isa isa);
+
+}  // namespace ropeserve::cpu

@@ -1,0 +1,380 @@
+// The packed GEMM (kernels/cpu/packed_linear.h: panels of 64 output
+// features, (w[n][k], w[n][k+1]) pairs side by side) on AVX2 + FMA, and
+// the int8 / int4 panel paths beside it. Compiled with -mavx2 -mfma -mf16c
+// (CMakeLists.txt), called through the kernel table (kernel_table.h) only
+// on CPUs that have them; no LibTorch header.
+//
+// Arithmetic: every output is one chain of fused multiply-adds over k in
+// order, from 0: acc = fma(x[k], w[k], acc) (bfloat16 products are exact
+// in float32, so each step rounds once), then acc + bias (int8:
+// fma(acc, scale, bias)) rounded to bfloat16. The same chain whatever the
+// number of rows, the tile a row falls in or the thread: a row's result
+// does not depend on the batch, and it equals the generic variant's
+// (packed_linear_generic.cc, std::fma in the same order) bit for bit.
+//
+// How: one or two rows (batch-1 and small-batch decode) read each pair
+// line of a panel once, widen its 32-byte runs to float32 in registers (a
+// shift for w[n][k], a mask for w[n][k+1]) and keep 8 vectors of sums; it
+// is bound by reading the weights. More rows (batched decode, prefill):
+// blocks of kBlockK columns of a panel are widened once to float32 (a 64 KB
+// block, in L2), and a 6 x 16 register tile (12 accumulators, two weight
+// vectors, one broadcast of x) passes over them: the shape of an AVX2
+// SGEMM micro-kernel, with sums kept in a float32 buffer between blocks.
+// int8 and int4 panels are widened the same way from their own layouts
+// (int4: each weight (q - zero) * scale rounded to bfloat16 first, as the
+// AVX-512 panel path does).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/avx2_math.h"
+
+namespace ropeserve::cpu::avx2 {
+
+namespace {
+
+constexpr std::int64_t kPanel = 64, kPairLine = kPanel * 2;  // uint16 per pair line
+// Columns per widened block: 256 x 64 float32 = 64 KB.
+constexpr std::int64_t kBlockK = 256;
+// Up to this many rows read the packed panel directly.
+constexpr std::int64_t kDirectMaxRows = 2;
+constexpr std::int64_t kTileRows = 6;
+// A software prefetch this many uint16 ahead in the panel (8 KB), as the
+// AVX-512 kernel's (the VMs' hardware prefetchers leave a single stream
+// short of the bandwidth).
+constexpr std::int64_t kPrefetchAhead = 4096;
+
+inline __m256 Even(__m256i u) { return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)); }
+inline __m256 Odd(__m256i u) { return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536))); }
+inline float Bf16(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// The sums of one output row for 8 x V features (V vectors), finished:
+// + bias (or fma with the int8 scale), stored (rounded to bfloat16, or as
+// float32).
+inline void Store(std::uint16_t* p, __m256 v, std::int64_t n) { StoreBf16(p, v, n); }
+inline void Store(float* p, __m256 v, std::int64_t n) { StoreF32(p, v, n); }
+template <int V, typename Out>
+inline void Finish(const __m256* acc, const float* scale, const float* bias, Out* out, std::int64_t cols) {
+  for (int v = 0; v < V && 8 * v < cols; ++v) {
+    const std::int64_t n = cols - 8 * v;
+    const __m256 b = bias != nullptr ? LoadF32(bias + 8 * v, n) : _mm256_setzero_ps();
+    const __m256 y =
+        scale != nullptr ? _mm256_fmadd_ps(acc[v], LoadF32(scale + 8 * v, n), b) : _mm256_add_ps(acc[v], b);
+    Store(out + 8 * v, y, n);
+  }
+}
+
+// R (1 or 2) rows against features [8 f0, 8 (f0 + V)) of one packed panel,
+// over all of K, sums in registers.
+template <int R, int V>
+void Direct(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, int f0, const float* bias,
+            std::uint16_t* out, std::int64_t N, std::int64_t cols) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const std::int64_t full = K / 2;  // pairs with both columns
+  const std::uint16_t* wp = panel + 16 * f0;
+  for (std::int64_t p = 0; p < full; ++p, wp += kPairLine) {
+    if (f0 == 0)  // the first pass fetches the whole pair line ahead (a second pass finds it in L2)
+      for (int l = 0; l < 4; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchAhead + 32 * l), _MM_HINT_T0);
+    __m256 xe[R], xo[R];
+    for (int r = 0; r < R; ++r) {
+      xe[r] = _mm256_set1_ps(Bf16(x[r * K + 2 * p]));
+      xo[r] = _mm256_set1_ps(Bf16(x[r * K + 2 * p + 1]));
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16 * v));
+      const __m256 we = Even(u), wo = Odd(u);
+      for (int r = 0; r < R; ++r) {
+        acc[r][v] = _mm256_fmadd_ps(xe[r], we, acc[r][v]);
+        acc[r][v] = _mm256_fmadd_ps(xo[r], wo, acc[r][v]);
+      }
+    }
+  }
+  if (K % 2 != 0) {  // the last column alone (its pair's second weight is padding)
+    for (int v = 0; v < V; ++v) {
+      const __m256 we = Even(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16 * v)));
+      for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(Bf16(x[r * K + K - 1])), we, acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    Finish<V>(acc[r], nullptr, bias != nullptr ? bias + 8 * f0 : nullptr, out + r * N + 8 * f0, cols - 8 * f0);
+}
+
+// Rows [0, R) x 16 features of the widened block against xf (float32 x,
+// rows K apart) over kc columns; sums from / to c (rows 64 apart).
+template <int R>
+void Micro(const float* xf, std::int64_t K, const float* w, std::int64_t kc, float* c, bool first) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * kPanel);
+    acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * kPanel + 8);
+  }
+  for (std::int64_t k = 0; k < kc; ++k, w += kPanel) {
+    const __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(xf + r * K + k);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(c + r * kPanel, acc[r][0]);
+    _mm256_storeu_ps(c + r * kPanel + 8, acc[r][1]);
+  }
+}
+
+void MicroRows(std::int64_t rows, const float* xf, std::int64_t K, const float* w, std::int64_t kc, float* c,
+               bool first) {
+  switch (rows) {
+    case 1:
+      return Micro<1>(xf, K, w, kc, c, first);
+    case 2:
+      return Micro<2>(xf, K, w, kc, c, first);
+    case 3:
+      return Micro<3>(xf, K, w, kc, c, first);
+    case 4:
+      return Micro<4>(xf, K, w, kc, c, first);
+    case 5:
+      return Micro<5>(xf, K, w, kc, c, first);
+    default:
+      return Micro<6>(xf, K, w, kc, c, first);
+  }
+}
+
+// Per-thread buffers of the blocked path, kept across calls.
+struct Scratch {
+  std::vector<float> xf;     // [M, K] bf16 x widened
+  std::vector<float> block;  // [kBlockK, 64] a panel's columns widened
+  std::vector<float> sums;   // [M, 64] a panel's sums between blocks
+};
+Scratch& ThreadScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void WidenRows(const std::uint16_t* x, std::int64_t n, float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, LoadBf16(x + i));
+  for (; i < n; ++i) out[i] = Bf16(x[i]);
+}
+
+// Panels [p_begin, p_end) of y [M, N] from float32 x [M, K], in blocks of
+// kBlockK columns: block_of(p, k0, kc) gives columns [k0, k0 + kc) of
+// panel p as float32 [kc][64] (a widened copy, or the float32 panel
+// itself); 6 x 16 register tiles pass over each block.
+template <typename BlockOf, typename Out>
+void Blocked(const float* xf, std::int64_t M, std::int64_t K, const BlockOf& block_of, const float* scale,
+             const float* bias, Out* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  Scratch& s = ThreadScratch();
+  if (static_cast<std::int64_t>(s.sums.size()) < M * kPanel) s.sums.resize(static_cast<std::size_t>(M * kPanel));
+  for (std::int64_t p = p_begin; p < p_end; ++p) {
+    for (std::int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const std::int64_t kc = std::min(kBlockK, K - k0);
+      const float* block = block_of(p, k0, kc);
+      for (std::int64_t m0 = 0; m0 < M; m0 += kTileRows)
+        for (int j = 0; j < 4; ++j)
+          MicroRows(std::min(kTileRows, M - m0), xf + m0 * K + k0, K, block + 16 * j, kc,
+                    s.sums.data() + m0 * kPanel + 16 * j, k0 == 0);
+    }
+    const std::int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float* c = s.sums.data() + m * kPanel;
+      const __m256 acc[8] = {_mm256_loadu_ps(c),      _mm256_loadu_ps(c + 8),  _mm256_loadu_ps(c + 16),
+                             _mm256_loadu_ps(c + 24), _mm256_loadu_ps(c + 32), _mm256_loadu_ps(c + 40),
+                             _mm256_loadu_ps(c + 48), _mm256_loadu_ps(c + 56)};
+      Finish<8>(acc, scale != nullptr ? scale + n0 : nullptr, bias != nullptr ? bias + n0 : nullptr, out + m * N + n0,
+                cols);
+    }
+  }
+}
+
+// The blocked path over bf16 x and panels widened by widen(p, k0, kc, block).
+template <typename Widen>
+void Widened(const std::uint16_t* x, std::int64_t M, std::int64_t K, const Widen& widen, const float* scale,
+             const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  Scratch& s = ThreadScratch();
+  if (static_cast<std::int64_t>(s.xf.size()) < M * K) s.xf.resize(static_cast<std::size_t>(M * K));
+  if (s.block.size() < static_cast<std::size_t>(kBlockK * kPanel)) s.block.resize(kBlockK * kPanel);
+  WidenRows(x, M * K, s.xf.data());
+  Blocked(
+      s.xf.data(), M, K,
+      [&](std::int64_t p, std::int64_t k0, std::int64_t kc) {
+        widen(p, k0, kc, s.block.data());
+        return static_cast<const float*>(s.block.data());
+      },
+      scale, bias, out, N, p_begin, p_end);
+}
+
+// One row of float32 x against a float32 panel ([K][64]) over all of K:
+// 8 vectors of sums, one fma chain each.
+void DirectF32(const float* x, std::int64_t K, const float* panel, const float* bias, float* out, std::int64_t cols) {
+  __m256 acc[8];
+  for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
+  const float* w = panel;
+  for (std::int64_t k = 0; k < K; ++k, w += kPanel) {
+    for (int l = 0; l < 4; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchAhead / 2 + 16 * l), _MM_HINT_T0);
+    const __m256 a = _mm256_broadcast_ss(x + k);
+    for (int v = 0; v < 8; ++v) acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(w + 8 * v), acc[v]);
+  }
+  Finish<8>(acc, nullptr, bias, out, cols);
+}
+
+// Columns [k0, k0 + kc) of a packed bf16 panel as float32 [kc][64].
+void WidenPacked(const std::uint16_t* panel, std::int64_t k0, std::int64_t kc, float* block) {
+  // k0 is even (kBlockK is), so the block starts on a pair line.
+  const std::uint16_t* wp = panel + k0 / 2 * kPairLine;
+  for (std::int64_t k = 0; k < kc; k += 2, wp += kPairLine) {
+    float* even = block + k * kPanel;
+    float* odd = even + kPanel;
+    for (int v = 0; v < 8; ++v) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16 * v));
+      // 8 pairs (w[n][k], w[n][k+1]) of features 8v..8v+7.
+      _mm256_storeu_ps(even + 8 * v, Even(u));
+      if (k + 1 < kc) _mm256_storeu_ps(odd + 8 * v, Odd(u));
+    }
+  }
+}
+
+// 8 rows of 8 floats transposed in registers.
+inline void Transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Features [n0, n0 + 64) x columns [k0, k0 + kc) of row-order weights as
+// float32 [kc][64]: 8 features x 8 columns at a time, each feature's 8
+// values made by `row8(f, k)` (a vector of columns k..k+7 of feature f;
+// zero past N and K), transposed.
+template <typename Row8>
+void WidenRowsTransposed(std::int64_t N, std::int64_t n0, std::int64_t k0, std::int64_t kc, float* block,
+                         const Row8& row8) {
+  for (std::int64_t g = 0; g < 8; ++g) {
+    const std::int64_t f0 = n0 + 8 * g;
+    for (std::int64_t k = 0; k < kc; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = f0 + i < N ? row8(f0 + i, k0 + k) : _mm256_setzero_ps();
+      Transpose8(r);
+      const std::int64_t lines = std::min<std::int64_t>(8, kc - k);
+      for (std::int64_t j = 0; j < lines; ++j) _mm256_storeu_ps(block + (k + j) * kPanel + 8 * g, r[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                        const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                        std::int64_t p_end) {
+  const std::int64_t panel_size = (K + 1) / 2 * kPairLine;
+  if (M <= kDirectMaxRows) {
+    for (std::int64_t p = p_begin; p < p_end; ++p) {
+      const std::uint16_t* panel = packed + p * panel_size;
+      const std::int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
+      const float* b = bias != nullptr ? bias + n0 : nullptr;
+      if (M == 1) {
+        Direct<1, 8>(x, K, panel, 0, b, out + n0, N, cols);
+      } else {
+        // Two rows share each weight load, 32 features at a time (16
+        // vectors of sums would not fit the 16 registers).
+        Direct<2, 4>(x, K, panel, 0, b, out + n0, N, cols);
+        if (cols > 32) Direct<2, 4>(x, K, panel, 4, b, out + n0, N, cols);
+      }
+    }
+    return;
+  }
+  Widened(
+      x, M, K,
+      [&](std::int64_t p, std::int64_t k0, std::int64_t kc, float* block) {
+        WidenPacked(packed + p * panel_size, k0, kc, block);
+      },
+      nullptr, bias, out, N, p_begin, p_end);
+}
+
+void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
+                           const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
+                           std::int64_t p_begin, std::int64_t p_end) {
+  Widened(
+      x, M, K,
+      [&](std::int64_t p, std::int64_t k0, std::int64_t kc, float* block) {
+        WidenRowsTransposed(N, p * kPanel, k0, kc, block, [&](std::int64_t f, std::int64_t k) {
+          const std::int8_t* row = q + f * K + k;
+          if (k + 8 <= K)
+            return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row))));
+          alignas(16) std::int8_t tmp[16] = {};
+          for (std::int64_t i = 0; k + i < K; ++i) tmp[i] = row[i];
+          return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp))));
+        });
+      },
+      scale, bias, out, N, p_begin, p_end);
+}
+
+void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
+                           const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
+                           std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  // int4_linear.h's layout: rows of (K + 63) / 64 blocks of 32 bytes, byte j
+  // of a block holding column j (low nibble) and j + 32 (high nibble).
+  const std::int64_t row_bytes = (K + 63) / 64 * 32, groups = K / group;
+  Widened(
+      x, M, K,
+      [&](std::int64_t p, std::int64_t k0, std::int64_t kc, float* block) {
+        WidenRowsTransposed(N, p * kPanel, k0, kc, block, [&](std::int64_t f, std::int64_t k) {
+          // Columns k..k+7 lie in one block's low or high half (k % 8 == 0),
+          // and in one group (groups are multiples of 32).
+          const std::uint8_t* b = packed + f * row_bytes + k / 64 * 32 + k % 32;
+          const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+          const __m256i level =
+              k % 64 < 32 ? _mm256_and_si256(bytes, _mm256_set1_epi32(15)) : _mm256_srli_epi32(bytes, 4);
+          const std::int64_t g = f * groups + k / group;
+          const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(level, _mm256_set1_epi32(zero[g]))),
+                                         _mm256_set1_ps(scale[g]));
+          return RoundBf16(w);
+        });
+      },
+      nullptr, bias, out, N, p_begin, p_end);
+}
+
+// Float32 weights in panels of [K][64] float32 (packed_linear.h), float32
+// x and y: one row reads the panel once (bound by memory); more rows go
+// through the blocked path with the panel as its own block (no widening).
+// The same fma chain per output either way, as the generic variant's.
+void PackedLinearF32Panels(const float* x, std::int64_t M, std::int64_t K, const float* packed, const float* bias,
+                           float* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  const std::int64_t panel_size = K * kPanel;
+  if (M == 1) {
+    for (std::int64_t p = p_begin; p < p_end; ++p) {
+      const std::int64_t n0 = p * kPanel;
+      DirectF32(x, K, packed + p * panel_size, bias != nullptr ? bias + n0 : nullptr, out + n0,
+                std::min(kPanel, N - n0));
+    }
+    return;
+  }
+  Blocked(
+      x, M, K, [&](std::int64_t p, std::int64_t k0, std::int64_t) { return packed + p * panel_size + k0 * kPanel; },
+      nullptr, bias, out, N, p_begin, p_end);
+}
+
+}  // namespace ropeserve::cpu::avx2

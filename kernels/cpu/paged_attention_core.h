@@ -1,0 +1,53 @@
+// The per-row path of the CPU paged attention (decode rows and short
+// chunks, kernels/cpu/paged_attention.cc) as one work item a call, with an
+// implementation per ISA (paged_attention_{generic,avx2,avx512}.cc),
+// chosen through the kernel table (kernel_table.h). No LibTorch header:
+// each implementation is compiled with its own ISA flags.
+#pragma once
+
+#include <cstdint>
+
+namespace ropeserve::cpu {
+
+// One work item: the query rows of one sequence and the `group` query
+// heads that share one kv head.
+struct AttentionItem {
+  const void* q;              // first row's first head of the group; rows q_row_stride elements apart
+  void* out;                  // same layout as q
+  std::int64_t q_row_stride;  // Hq * head_dim
+  std::int64_t rows, group, head_dim, context_len;  // the rows are the last `rows` positions of the context
+  const void* k_cache;                              // already offset to this kv head
+  const void* v_cache;
+  const std::int32_t* table;                            // the sequence's block table
+  std::int64_t block_size, block_stride, token_stride;  // elements
+  float scale;
+  bool bf16;       // bfloat16 inputs and output, else float32
+  float* scratch;  // AttentionScratchFloats(group, head_dim, context_len) floats
+};
+
+// Scratch every variant fits in.
+inline std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len) {
+  return group * head_dim + (group + 16) * context_len + 8 * head_dim;
+}
+
+// Arithmetic of every variant: q scaled first (q * scale rounded to
+// float32), scores as float32 dot products, softmax with the row's max
+// subtracted and exponentials in float32, probabilities times values
+// summed in float32, then times 1 / sum. The variants differ in the order
+// of their float32 sums (and avx2 / avx512 use their Exp, within 2 ulp).
+namespace generic {
+// Any head size and group: the reference.
+bool AttendItem(const AttentionItem& item);
+}  // namespace generic
+namespace avx2 {
+// False (nothing written) unless the head size is a multiple of 8 up to
+// 256 and the group at most 256.
+bool AttendItem(const AttentionItem& item);
+}  // namespace avx2
+namespace avx512 {
+// False (nothing written) unless the head size is 16, 32, 64, 128 or 256
+// and the group at most 256.
+bool AttendItem(const AttentionItem& item);
+}  // namespace avx512
+
+}  // namespace ropeserve::cpu
