@@ -52,6 +52,9 @@ void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
 }  // namespace generic
 #if defined(__x86_64__)
 namespace avx2 {
+void PackedLinearPanelsFloatX(const float* xf, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                              const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                              std::int64_t p_end);
 void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
                            const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,
                            std::int64_t p_begin, std::int64_t p_end);
@@ -81,6 +84,8 @@ void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, 
 
 #if defined(__aarch64__)
 namespace neon {
+void PackedLinearF32Panels(const float* x, std::int64_t M, std::int64_t K, const float* packed, const float* bias,
+                           float* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end);
 void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
                         const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
                         std::int64_t p_end);
@@ -149,6 +154,7 @@ CpuKernels Build(Isa isa) {
   if (isa >= Isa::kAvx2) {
     k.vector_bf16_gemm = true;
     k.packed_linear_panels = avx2::PackedLinearPanels;
+    k.packed_linear_panels_float_x = avx2::PackedLinearPanelsFloatX;
     k.packed_linear_f32_panels = avx2::PackedLinearF32Panels;
     k.int8_panel_linear_panels = avx2::Int8PanelLinearPanels;
     k.int4_panel_linear_panels = avx2::Int4PanelLinearPanels;
@@ -170,6 +176,7 @@ CpuKernels Build(Isa isa) {
     k.packed_linear_f32_panels = avx512::PackedLinearF32Panels;
     if (bf16) {
       k.packed_linear_panels = avx512::PackedLinearPanels;
+      k.packed_linear_panels_float_x = nullptr;
       k.int8_panel_linear_panels = Int8Panels<avx512::Int8PanelLinearPanels>;
       k.int4_panel_linear_panels = Int4Panels<avx512::Int4PanelLinearPanels>;
       k.attend_item = AttendAvx512;
@@ -194,6 +201,7 @@ CpuKernels Build(Isa isa) {
     // The rest stays generic on ARM for now (kernels/cpu/README.md).
     k.vector_bf16_gemm = true;
     k.packed_linear_panels = neon::PackedLinearPanels;
+    k.packed_linear_f32_panels = neon::PackedLinearF32Panels;
     k.int8_linear_range = neon::Int8LinearRange;
     k.int4_linear_range = neon::Int4LinearRange;
   }

@@ -26,6 +26,13 @@ struct CpuKernels {
   void (*packed_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
                                const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
                                std::int64_t p_end) = nullptr;
+  // The same from x already widened to float32 ([M, K]), for variants
+  // whose GEMM computes in float32 (AVX2): the glue widens x once per call
+  // rather than each chunk of panels once; for more than 2 rows. Null
+  // where the variant reads bf16 x itself.
+  void (*packed_linear_panels_float_x)(const float* xf, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                                       const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                                       std::int64_t p_end) = nullptr;
   // Float32 panels ([ceil(N/64), K, 64] float32): y [M, N] float32 from
   // float32 x; one fma chain over k per output in every variant, so every
   // ISA gives the same bits, whatever M.

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/kernel_config.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
@@ -69,22 +70,25 @@ PackedWeight PackWeight(const at::Tensor& w, at::ScalarType dtype) {
 }
 
 namespace {
-// The packed matrix as [P * 64, K'] rows of features (K' >= K: padding).
-at::Tensor FeatureRows(const PackedWeight& w) {
-  const std::int64_t P = w.data.size(0);
-  if (w.is_float32()) return w.data.permute({0, 2, 1}).reshape({P * kPackedPanel, w.data.size(1)});
-  return w.data.permute({0, 2, 1, 3}).reshape({P * kPackedPanel, w.data.size(1) * 2});
+// The packed matrix indexed by (panel, feature in the panel), a view:
+// float32 [P, 64, K], bfloat16 [P, 64, ceil(K / 2), 2].
+at::Tensor ByFeature(const PackedWeight& w) {
+  return w.is_float32() ? w.data.permute({0, 2, 1}) : w.data.permute({0, 2, 1, 3});
 }
 }  // namespace
 
 at::Tensor UnpackWeight(const PackedWeight& w) {
-  return FeatureRows(w).narrow(0, 0, w.n).narrow(1, 0, w.k).contiguous();
+  const std::int64_t features = w.data.size(0) * kPackedPanel;
+  return ByFeature(w).reshape({features, -1}).narrow(0, 0, w.n).narrow(1, 0, w.k).contiguous();
 }
 
 at::Tensor PackedRows(const PackedWeight& w, const at::Tensor& ids_in) {
   const at::Tensor ids = ids_in.to(at::kLong);
   TORCH_CHECK(ids.dim() == 1, "PackedRows: ids must be [T]");
-  return FeatureRows(w).index_select(0, ids).narrow(1, 0, w.k).contiguous();
+  // Only the rows asked for are gathered, then flattened (a tied
+  // embedding's LM head is the model's largest matrix, read every step).
+  const at::Tensor rows = ByFeature(w).index({at::div(ids, kPackedPanel, "floor"), at::remainder(ids, kPackedPanel)});
+  return rows.reshape({ids.size(0), -1}).narrow(1, 0, w.k).contiguous();
 }
 
 at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
@@ -108,6 +112,14 @@ at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at:
     const auto* xpp = reinterpret_cast<const std::uint16_t*>(xpad.data_ptr<at::BFloat16>());
     ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
       kernels.amx_packed_linear_panels(xpp, M, K, wp, bp, op, N, begin, end);
+    });
+    return out;
+  }
+  if (M > 2 && kernels.packed_linear_panels_float_x != nullptr) {
+    const at::Tensor xf = ToFloat32(x);  // once, on the pool, for every chunk of panels
+    const float* xfp = xf.data_ptr<float>();
+    ParallelFor(0, Panels(N), grain, [&](std::int64_t begin, std::int64_t end) {
+      kernels.packed_linear_panels_float_x(xfp, M, K, wp, bp, op, N, begin, end);
     });
     return out;
   }

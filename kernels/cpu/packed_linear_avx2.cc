@@ -110,26 +110,65 @@ void Direct(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, 
 }
 
 // Rows [0, R) x 16 features of the widened block against xf (float32 x,
-// rows K apart) over kc columns; sums from / to c (rows 64 apart).
+// rows K apart) over kc columns; sums from / to c (rows 64 apart). The sums
+// are named locals, not an array: GCC keeps an array of vectors updated in
+// a loop in memory as well (a store per fma), which halved the kernel's
+// speed.
 template <int R>
 void Micro(const float* xf, std::int64_t K, const float* w, std::int64_t kc, float* c, bool first) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * kPanel);
-    acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * kPanel + 8);
+  static_assert(R >= 1 && R <= 6);
+  __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0,
+         a5 = a0, b5 = a0;
+  if (!first) {
+    a0 = _mm256_loadu_ps(c), b0 = _mm256_loadu_ps(c + 8);
+    if constexpr (R > 1) a1 = _mm256_loadu_ps(c + kPanel), b1 = _mm256_loadu_ps(c + kPanel + 8);
+    if constexpr (R > 2) a2 = _mm256_loadu_ps(c + 2 * kPanel), b2 = _mm256_loadu_ps(c + 2 * kPanel + 8);
+    if constexpr (R > 3) a3 = _mm256_loadu_ps(c + 3 * kPanel), b3 = _mm256_loadu_ps(c + 3 * kPanel + 8);
+    if constexpr (R > 4) a4 = _mm256_loadu_ps(c + 4 * kPanel), b4 = _mm256_loadu_ps(c + 4 * kPanel + 8);
+    if constexpr (R > 5) a5 = _mm256_loadu_ps(c + 5 * kPanel), b5 = _mm256_loadu_ps(c + 5 * kPanel + 8);
   }
+  const float* x1 = xf + K;
+  const float* x2 = xf + 2 * K;
+  const float* x3 = xf + 3 * K;
+  const float* x4 = xf + 4 * K;
+  const float* x5 = xf + 5 * K;
   for (std::int64_t k = 0; k < kc; ++k, w += kPanel) {
-    const __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(xf + r * K + k);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+    __m256 x = _mm256_broadcast_ss(xf + k);
+    a0 = _mm256_fmadd_ps(x, w0, a0);
+    b0 = _mm256_fmadd_ps(x, w1, b0);
+    if constexpr (R > 1) {
+      x = _mm256_broadcast_ss(x1 + k);
+      a1 = _mm256_fmadd_ps(x, w0, a1);
+      b1 = _mm256_fmadd_ps(x, w1, b1);
+    }
+    if constexpr (R > 2) {
+      x = _mm256_broadcast_ss(x2 + k);
+      a2 = _mm256_fmadd_ps(x, w0, a2);
+      b2 = _mm256_fmadd_ps(x, w1, b2);
+    }
+    if constexpr (R > 3) {
+      x = _mm256_broadcast_ss(x3 + k);
+      a3 = _mm256_fmadd_ps(x, w0, a3);
+      b3 = _mm256_fmadd_ps(x, w1, b3);
+    }
+    if constexpr (R > 4) {
+      x = _mm256_broadcast_ss(x4 + k);
+      a4 = _mm256_fmadd_ps(x, w0, a4);
+      b4 = _mm256_fmadd_ps(x, w1, b4);
+    }
+    if constexpr (R > 5) {
+      x = _mm256_broadcast_ss(x5 + k);
+      a5 = _mm256_fmadd_ps(x, w0, a5);
+      b5 = _mm256_fmadd_ps(x, w1, b5);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(c + r * kPanel, acc[r][0]);
-    _mm256_storeu_ps(c + r * kPanel + 8, acc[r][1]);
-  }
+  _mm256_storeu_ps(c, a0), _mm256_storeu_ps(c + 8, b0);
+  if constexpr (R > 1) _mm256_storeu_ps(c + kPanel, a1), _mm256_storeu_ps(c + kPanel + 8, b1);
+  if constexpr (R > 2) _mm256_storeu_ps(c + 2 * kPanel, a2), _mm256_storeu_ps(c + 2 * kPanel + 8, b2);
+  if constexpr (R > 3) _mm256_storeu_ps(c + 3 * kPanel, a3), _mm256_storeu_ps(c + 3 * kPanel + 8, b3);
+  if constexpr (R > 4) _mm256_storeu_ps(c + 4 * kPanel, a4), _mm256_storeu_ps(c + 4 * kPanel + 8, b4);
+  if constexpr (R > 5) _mm256_storeu_ps(c + 5 * kPanel, a5), _mm256_storeu_ps(c + 5 * kPanel + 8, b5);
 }
 
 void MicroRows(std::int64_t rows, const float* xf, std::int64_t K, const float* w, std::int64_t kc, float* c,
@@ -149,6 +188,127 @@ void MicroRows(std::int64_t rows, const float* xf, std::int64_t K, const float* 
       return Micro<6>(xf, K, w, kc, c, first);
   }
 }
+
+// Rows [0, R) (R <= 5) x features [16 j, 16 j + 16) of a packed bf16
+// panel over columns [k0, k0 + kc) (k0 even), widening each pair line's
+// 32-byte runs in registers (no widened copy of the weights is written):
+// per pair (k, k + 1) two loads and four shifts / masks feed 4 R fmas.
+// Sums from / to c (rows 64 apart), as Micro's; x as float32 (rows K apart).
+template <int R>
+void PairTile(const float* xf, std::int64_t K, const std::uint16_t* panel, int j, std::int64_t k0, std::int64_t kc,
+              float* c, bool first) {
+  static_assert(R >= 1 && R <= 5);
+  __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
+  if (!first) {
+    a0 = _mm256_loadu_ps(c), b0 = _mm256_loadu_ps(c + 8);
+    if constexpr (R > 1) a1 = _mm256_loadu_ps(c + kPanel), b1 = _mm256_loadu_ps(c + kPanel + 8);
+    if constexpr (R > 2) a2 = _mm256_loadu_ps(c + 2 * kPanel), b2 = _mm256_loadu_ps(c + 2 * kPanel + 8);
+    if constexpr (R > 3) a3 = _mm256_loadu_ps(c + 3 * kPanel), b3 = _mm256_loadu_ps(c + 3 * kPanel + 8);
+    if constexpr (R > 4) a4 = _mm256_loadu_ps(c + 4 * kPanel), b4 = _mm256_loadu_ps(c + 4 * kPanel + 8);
+  }
+  const float* x0 = xf + k0;
+  const float* x1 = x0 + K;
+  const float* x2 = x0 + 2 * K;
+  const float* x3 = x0 + 3 * K;
+  const float* x4 = x0 + 4 * K;
+  const std::uint16_t* wp = panel + k0 / 2 * kPairLine + 32 * j;
+  const std::int64_t pairs = kc / 2;
+  for (std::int64_t p = 0; p < pairs; ++p, wp += kPairLine) {
+    const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
+    const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16));
+    const __m256 e0 = Even(u0), e1 = Even(u1), o0 = Odd(u0), o1 = Odd(u1);
+    const std::int64_t k = 2 * p;
+    __m256 x = _mm256_broadcast_ss(x0 + k);
+    a0 = _mm256_fmadd_ps(x, e0, a0);
+    b0 = _mm256_fmadd_ps(x, e1, b0);
+    x = _mm256_broadcast_ss(x0 + k + 1);
+    a0 = _mm256_fmadd_ps(x, o0, a0);
+    b0 = _mm256_fmadd_ps(x, o1, b0);
+    if constexpr (R > 1) {
+      x = _mm256_broadcast_ss(x1 + k);
+      a1 = _mm256_fmadd_ps(x, e0, a1);
+      b1 = _mm256_fmadd_ps(x, e1, b1);
+      x = _mm256_broadcast_ss(x1 + k + 1);
+      a1 = _mm256_fmadd_ps(x, o0, a1);
+      b1 = _mm256_fmadd_ps(x, o1, b1);
+    }
+    if constexpr (R > 2) {
+      x = _mm256_broadcast_ss(x2 + k);
+      a2 = _mm256_fmadd_ps(x, e0, a2);
+      b2 = _mm256_fmadd_ps(x, e1, b2);
+      x = _mm256_broadcast_ss(x2 + k + 1);
+      a2 = _mm256_fmadd_ps(x, o0, a2);
+      b2 = _mm256_fmadd_ps(x, o1, b2);
+    }
+    if constexpr (R > 3) {
+      x = _mm256_broadcast_ss(x3 + k);
+      a3 = _mm256_fmadd_ps(x, e0, a3);
+      b3 = _mm256_fmadd_ps(x, e1, b3);
+      x = _mm256_broadcast_ss(x3 + k + 1);
+      a3 = _mm256_fmadd_ps(x, o0, a3);
+      b3 = _mm256_fmadd_ps(x, o1, b3);
+    }
+    if constexpr (R > 4) {
+      x = _mm256_broadcast_ss(x4 + k);
+      a4 = _mm256_fmadd_ps(x, e0, a4);
+      b4 = _mm256_fmadd_ps(x, e1, b4);
+      x = _mm256_broadcast_ss(x4 + k + 1);
+      a4 = _mm256_fmadd_ps(x, o0, a4);
+      b4 = _mm256_fmadd_ps(x, o1, b4);
+    }
+  }
+  if (kc % 2 != 0) {  // the last column alone (its pair's second weight is padding)
+    const std::int64_t k = kc - 1;
+    const __m256 e0 = Even(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+    const __m256 e1 = Even(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16)));
+    __m256 x = _mm256_broadcast_ss(x0 + k);
+    a0 = _mm256_fmadd_ps(x, e0, a0);
+    b0 = _mm256_fmadd_ps(x, e1, b0);
+    if constexpr (R > 1) {
+      x = _mm256_broadcast_ss(x1 + k);
+      a1 = _mm256_fmadd_ps(x, e0, a1);
+      b1 = _mm256_fmadd_ps(x, e1, b1);
+    }
+    if constexpr (R > 2) {
+      x = _mm256_broadcast_ss(x2 + k);
+      a2 = _mm256_fmadd_ps(x, e0, a2);
+      b2 = _mm256_fmadd_ps(x, e1, b2);
+    }
+    if constexpr (R > 3) {
+      x = _mm256_broadcast_ss(x3 + k);
+      a3 = _mm256_fmadd_ps(x, e0, a3);
+      b3 = _mm256_fmadd_ps(x, e1, b3);
+    }
+    if constexpr (R > 4) {
+      x = _mm256_broadcast_ss(x4 + k);
+      a4 = _mm256_fmadd_ps(x, e0, a4);
+      b4 = _mm256_fmadd_ps(x, e1, b4);
+    }
+  }
+  _mm256_storeu_ps(c, a0), _mm256_storeu_ps(c + 8, b0);
+  if constexpr (R > 1) _mm256_storeu_ps(c + kPanel, a1), _mm256_storeu_ps(c + kPanel + 8, b1);
+  if constexpr (R > 2) _mm256_storeu_ps(c + 2 * kPanel, a2), _mm256_storeu_ps(c + 2 * kPanel + 8, b2);
+  if constexpr (R > 3) _mm256_storeu_ps(c + 3 * kPanel, a3), _mm256_storeu_ps(c + 3 * kPanel + 8, b3);
+  if constexpr (R > 4) _mm256_storeu_ps(c + 4 * kPanel, a4), _mm256_storeu_ps(c + 4 * kPanel + 8, b4);
+}
+
+void PairTileRows(std::int64_t rows, const float* xf, std::int64_t K, const std::uint16_t* panel, int j,
+                  std::int64_t k0, std::int64_t kc, float* c, bool first) {
+  switch (rows) {
+    case 1:
+      return PairTile<1>(xf, K, panel, j, k0, kc, c, first);
+    case 2:
+      return PairTile<2>(xf, K, panel, j, k0, kc, c, first);
+    case 3:
+      return PairTile<3>(xf, K, panel, j, k0, kc, c, first);
+    case 4:
+      return PairTile<4>(xf, K, panel, j, k0, kc, c, first);
+    default:
+      return PairTile<5>(xf, K, panel, j, k0, kc, c, first);
+  }
+}
+
+constexpr std::int64_t kPairTileRows = 5;
 
 // Per-thread buffers of the blocked path, kept across calls.
 struct Scratch {
@@ -214,6 +374,38 @@ void Widened(const std::uint16_t* x, std::int64_t M, std::int64_t K, const Widen
       scale, bias, out, N, p_begin, p_end);
 }
 
+// Panels [p_begin, p_end) of y [M, N] from float32 x and packed bf16
+// panels, in blocks of kBlockK columns (a block's 32 KB of pair lines stay
+// in L1 while the row tiles pass over them), sums kept in a buffer between
+// blocks.
+void PairPanels(const float* xf, std::int64_t M, std::int64_t K, const std::uint16_t* packed, const float* bias,
+                std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  Scratch& s = ThreadScratch();
+  if (static_cast<std::int64_t>(s.sums.size()) < M * kPanel) s.sums.resize(static_cast<std::size_t>(M * kPanel));
+  const std::int64_t panel_size = (K + 1) / 2 * kPairLine;
+  for (std::int64_t p = p_begin; p < p_end; ++p) {
+    const std::uint16_t* panel = packed + p * panel_size;
+    for (std::int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const std::int64_t kc = std::min(kBlockK, K - k0);
+      // Row tiles of nearly equal size (16 rows: 4 x 4, not 5 + 5 + 5 + 1).
+      const std::int64_t tiles = (M + kPairTileRows - 1) / kPairTileRows;
+      for (std::int64_t t = 0; t < tiles; ++t) {
+        const std::int64_t m0 = M * t / tiles, m1 = M * (t + 1) / tiles;
+        for (int j = 0; j < 4; ++j)
+          PairTileRows(m1 - m0, xf + m0 * K, K, panel, j, k0, kc, s.sums.data() + m0 * kPanel + 16 * j, k0 == 0);
+      }
+    }
+    const std::int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float* c = s.sums.data() + m * kPanel;
+      const __m256 acc[8] = {_mm256_loadu_ps(c),      _mm256_loadu_ps(c + 8),  _mm256_loadu_ps(c + 16),
+                             _mm256_loadu_ps(c + 24), _mm256_loadu_ps(c + 32), _mm256_loadu_ps(c + 40),
+                             _mm256_loadu_ps(c + 48), _mm256_loadu_ps(c + 56)};
+      Finish<8>(acc, nullptr, bias != nullptr ? bias + n0 : nullptr, out + m * N + n0, cols);
+    }
+  }
+}
+
 // One row of float32 x against a float32 panel ([K][64]) over all of K:
 // 8 vectors of sums, one fma chain each.
 void DirectF32(const float* x, std::int64_t K, const float* panel, const float* bias, float* out, std::int64_t cols) {
@@ -227,22 +419,6 @@ void DirectF32(const float* x, std::int64_t K, const float* panel, const float* 
     for (int v = 0; v < 8; ++v) acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(w + 8 * v), acc[v]);
   }
   Finish<8>(acc, nullptr, bias, out, cols);
-}
-
-// Columns [k0, k0 + kc) of a packed bf16 panel as float32 [kc][64].
-void WidenPacked(const std::uint16_t* panel, std::int64_t k0, std::int64_t kc, float* block) {
-  // k0 is even (kBlockK is), so the block starts on a pair line.
-  const std::uint16_t* wp = panel + k0 / 2 * kPairLine;
-  for (std::int64_t k = 0; k < kc; k += 2, wp += kPairLine) {
-    float* even = block + k * kPanel;
-    float* odd = even + kPanel;
-    for (int v = 0; v < 8; ++v) {
-      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16 * v));
-      // 8 pairs (w[n][k], w[n][k+1]) of features 8v..8v+7.
-      _mm256_storeu_ps(even + 8 * v, Even(u));
-      if (k + 1 < kc) _mm256_storeu_ps(odd + 8 * v, Odd(u));
-    }
-  }
 }
 
 // 8 rows of 8 floats transposed in registers.
@@ -306,12 +482,18 @@ void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, 
     }
     return;
   }
-  Widened(
-      x, M, K,
-      [&](std::int64_t p, std::int64_t k0, std::int64_t kc, float* block) {
-        WidenPacked(packed + p * panel_size, k0, kc, block);
-      },
-      nullptr, bias, out, N, p_begin, p_end);
+  Scratch& s = ThreadScratch();
+  if (static_cast<std::int64_t>(s.xf.size()) < M * K) s.xf.resize(static_cast<std::size_t>(M * K));
+  WidenRows(x, M * K, s.xf.data());
+  PairPanels(s.xf.data(), M, K, packed, bias, out, N, p_begin, p_end);
+}
+
+// The same with x already widened to float32 (the glue widens it once per
+// call instead of once per chunk of panels); more than 2 rows.
+void PackedLinearPanelsFloatX(const float* xf, std::int64_t M, std::int64_t K, const std::uint16_t* packed,
+                              const float* bias, std::uint16_t* out, std::int64_t N, std::int64_t p_begin,
+                              std::int64_t p_end) {
+  PairPanels(xf, M, K, packed, bias, out, N, p_begin, p_end);
 }
 
 void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,

@@ -93,3 +93,44 @@ void PackedLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, 
 }
 
 }  // namespace ropeserve::cpu::neon
+
+namespace ropeserve::cpu::neon {
+
+// Float32 panels ([K][64] float32): 4 rows x 16 features of sums, one
+// fma chain over k per output (vfmaq_n_f32 is fused), so the same bits as
+// the generic, AVX2 and AVX-512 variants.
+void PackedLinearF32Panels(const float* x, std::int64_t M, std::int64_t K, const float* packed, const float* bias,
+                           float* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
+  constexpr std::int64_t kPanel = 64;
+  for (std::int64_t p = p_begin; p < p_end; ++p) {
+    const float* panel = packed + p * K * kPanel;
+    const std::int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
+    for (std::int64_t m0 = 0; m0 < M; m0 += 4) {
+      const std::int64_t rows = std::min<std::int64_t>(4, M - m0);
+      for (std::int64_t f0 = 0; f0 < cols; f0 += 16) {
+        float32x4_t acc[4][4];
+        for (auto& r : acc)
+          for (auto& v : r) v = vdupq_n_f32(0.0f);
+        for (std::int64_t k = 0; k < K; ++k) {
+          const float* w = panel + k * kPanel + f0;
+          const float32x4_t w0 = vld1q_f32(w), w1 = vld1q_f32(w + 4), w2 = vld1q_f32(w + 8), w3 = vld1q_f32(w + 12);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const float xv = x[(m0 + r) * K + k];
+            acc[r][0] = vfmaq_n_f32(acc[r][0], w0, xv);
+            acc[r][1] = vfmaq_n_f32(acc[r][1], w1, xv);
+            acc[r][2] = vfmaq_n_f32(acc[r][2], w2, xv);
+            acc[r][3] = vfmaq_n_f32(acc[r][3], w3, xv);
+          }
+        }
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float sums[16];
+          for (int v = 0; v < 4; ++v) vst1q_f32(sums + 4 * v, acc[r][v]);
+          for (std::int64_t f = f0; f < std::min(f0 + 16, cols); ++f)
+            out[(m0 + r) * N + n0 + f] = sums[f - f0] + (bias != nullptr ? bias[n0 + f] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ropeserve::cpu::neon

@@ -187,6 +187,19 @@ TEST(KernelCores, PackedLinearPanels) {
                     k.packed_linear_panels(x.data(), s.M, s.K, packed.data(), bias.empty() ? nullptr : bias.data(), out,
                                            s.N, b, end);
                   });
+      // The entry that takes x widened to float32: the same bits.
+      std::vector<float> xf;
+      for (auto v : x) xf.push_back(Bf16ToFloat(v));
+      for (Isa isa : Isas()) {
+        const CpuKernels& k = cpu::KernelsFor(isa);
+        if (k.packed_linear_panels_float_x == nullptr || s.M <= 2) continue;
+        const std::int64_t P = (s.N + kPanel - 1) / kPanel;
+        std::vector<std::uint16_t> a(At(s.M * s.N)), b(At(s.M * s.N));
+        const float* bp = bias.empty() ? nullptr : bias.data();
+        k.packed_linear_panels(x.data(), s.M, s.K, packed.data(), bp, a.data(), s.N, 0, P);
+        k.packed_linear_panels_float_x(xf.data(), s.M, s.K, packed.data(), bp, b.data(), s.N, 0, P);
+        EXPECT_EQ(a, b) << Name(isa) << " M" << s.M << " K" << s.K << " N" << s.N;
+      }
     }
 }
 
