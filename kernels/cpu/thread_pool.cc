@@ -174,6 +174,16 @@ Pool& ThePool() {
 
 }  // namespace
 
+namespace {
+std::atomic<int>& Threads() {
+  static std::atomic<int> threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+  return threads;
+}
+}  // namespace
+
+void SetPoolThreads(int n) { Threads().store(std::max(1, n)); }
+int PoolThreads() { return Threads().load(std::memory_order_relaxed); }
+
 namespace detail {
 
 std::int64_t PoolChunks(std::int64_t n, std::int64_t grain, std::int64_t threads) {

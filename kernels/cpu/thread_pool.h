@@ -47,12 +47,20 @@ void PoolParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, s
 // How many chunks n indices are cut into for `threads` threads: 1 when
 // n <= grain, n <= 1 or threads <= 1; else min(ceil(n / grain),
 // threads * kChunksPerThread).
-inline constexpr std::int64_t kChunksPerThread = 4;
+inline constexpr std::int64_t kChunksPerThread = 8;
 std::int64_t PoolChunks(std::int64_t n, std::int64_t grain, std::int64_t threads);
 }  // namespace detail
 
-// Calls f(b, e) on disjoint chunks that cover [begin, end): with T = the
-// calling thread's compute-thread count (at::get_num_threads()),
+// The compute threads the pool uses (the caller and PoolThreads() - 1
+// workers): set once at start-up (server/serving/threads.h's
+// SetComputeThreads, from --threads and the process's CPU budget); until
+// then the machine's hardware threads. LibTorch's own OpenMP threads are
+// set to one beside it: every parallel hot path runs here.
+void SetPoolThreads(int n);
+int PoolThreads();
+
+// Calls f(b, e) on disjoint chunks that cover [begin, end): with T =
+// PoolThreads(),
 // n = end - begin and t = PoolChunks(n, grain, T), chunk i is
 // [begin + i * c, min(end, begin + (i + 1) * c)) with c = ceil(n / t), each
 // run by whichever of the caller and T - 1 workers claims it first;

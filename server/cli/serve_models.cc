@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_config.h"
 #include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"
@@ -87,6 +88,10 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
       static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
       quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) + " weights",
       ComputeThreads(), kernels);
+  if (at::Device(f.device).is_cpu() && cpu::ActiveIsa() == cpu::Isa::kGeneric)
+    spdlog::warn(
+        "the CPU kernels run their generic variants (--kernel-isa generic, or a CPU with neither AVX2 nor "
+        "NEON): the projections run as scalar reference code, many times slower than a vector ISA's");
   if (demo) {
     spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");

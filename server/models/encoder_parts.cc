@@ -1,9 +1,12 @@
 #include "server/models/encoder_parts.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include "kernels/cpu/thread_pool.h"
 #include "server/checkpoint/safetensors.h"
 #include "server/models/device.h"
 
@@ -55,7 +58,21 @@ Linear TensorSet::TakeLinear(const std::string& prefix) {
   Linear l;
   l.weight = Take(prefix + ".weight");
   if (t_.count(prefix + ".bias") != 0) l.bias = Take(prefix + ".bias");
+  const at::ScalarType dtype = l.weight.scalar_type();
+  if (l.weight.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16)) {
+    l.packed = cpu::PackWeight(l.weight, dtype);
+    l.weight = at::Tensor();
+  }
   return l;
+}
+
+at::Tensor Linear::operator()(const at::Tensor& x) const {
+  if (!packed.defined()) return at::linear(x, weight, bias);
+  // The kernel takes rows: leading dimensions flattened, then restored.
+  std::vector<std::int64_t> sizes = x.sizes().vec();
+  const at::Tensor y = cpu::PackedLinear(x.reshape({-1, packed.k}), packed, bias);
+  sizes.back() = packed.n;
+  return y.view(sizes);
 }
 
 LayerNorm TensorSet::TakeNorm(const std::string& prefix) {
@@ -131,10 +148,18 @@ StatusOr<std::vector<SpanLogits>> WindowedSpanModel::ForwardWindows(
     return type_ids.empty() ? kNoTypes : type_ids[k];
   };
   for (std::size_t k = 0; k < windows.size(); ++k) RS_RETURN_IF_ERROR(CheckIds(windows[k], types(k)));
-  std::vector<SpanLogits> out;
-  out.reserve(windows.size());
-  for (std::size_t k = 0; k < windows.size(); ++k)
-    out.push_back(Window(windows[k], types(k), /*reference=*/false, with_hidden));
+  // One window a task on the kernels' pool, each on one thread (its
+  // kernels run inline there): a call of many windows keeps every core
+  // busy with no OpenMP region, a thread that loses its core holds up only
+  // its window, and each window's result is the same whatever the others.
+  std::vector<SpanLogits> out(windows.size());
+  cpu::ParallelFor(0, static_cast<std::int64_t>(windows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+    c10::InferenceMode guard;
+    for (std::int64_t k = begin; k < end; ++k) {
+      const auto w = static_cast<std::size_t>(k);
+      out[w] = Window(windows[w], types(w), /*reference=*/false, with_hidden);
+    }
+  });
   return out;
 }
 

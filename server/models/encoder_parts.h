@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/packed_linear.h"
 #include "server/checkpoint/dtype.h"
 #include "server/checkpoint/encoder_config.h"
 #include "server/common/status.h"
@@ -20,10 +21,14 @@
 
 namespace ropeserve::encoder {
 
-// y = x W^T (+ b). weight: [out, in]; bias: [out] or undefined.
+// y = x W^T (+ b). On the CPU, float32 and bfloat16 weights are packed
+// for the kernels' GEMM at load (kernels/cpu/packed_linear.h: no OpenMP
+// region, the same bits whatever the batch); elsewhere at::linear.
 struct Linear {
-  at::Tensor weight, bias;
-  at::Tensor operator()(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+  at::Tensor weight;         // [out, in]; undefined when packed
+  at::Tensor bias;           // [out] or undefined
+  cpu::PackedWeight packed;  // [out, in] in panels, replacing weight
+  at::Tensor operator()(const at::Tensor& x) const;
 };
 
 // LayerNorm over the last dimension. weight: [n]; bias: [n] or undefined.

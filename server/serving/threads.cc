@@ -7,16 +7,21 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kernels/cpu/thread_pool.h"
 #include "server/common/cpu_budget.h"
 
 namespace ropeserve {
 
 void SetComputeThreads(int n) {
   if (n <= 0) n = ReadCpuBudget().cpus;
-  at::set_num_threads(n);
+  cpu::SetPoolThreads(n);
+  // Every parallel hot path runs on the kernels' pool; LibTorch's OpenMP
+  // teams would compete with it for the cores (and stall a whole region
+  // on a thread that lost its core: a shared node's collapse).
+  at::set_num_threads(1);
 }
 
-int ComputeThreads() { return at::get_num_threads(); }
+int ComputeThreads() { return cpu::PoolThreads(); }
 
 void TuneAllocator() {
   for (const char* v : {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"})

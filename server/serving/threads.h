@@ -3,10 +3,11 @@
 
 namespace ropeserve {
 
-// Sets LibTorch's intra-op thread count, which the kernels' pool follows
-// (LibTorch otherwise uses one thread in an embedding program). n <= 0
-// means the CPUs this process may use (server/common/cpu_budget.h: its
-// affinity mask and cgroup CPU quota), not the machine's cores.
+// Sets the compute threads: the kernels' pool's (kernels/cpu/thread_pool.h,
+// where every parallel hot path runs: projections, attention, norms,
+// encoder windows), and LibTorch's OpenMP threads to one. n <= 0 means the
+// CPUs this process may use (server/common/cpu_budget.h: its affinity mask
+// and cgroup CPU quota), not the machine's cores.
 void SetComputeThreads(int n);
 int ComputeThreads();
 

@@ -35,8 +35,8 @@ Chunks Record(For&& parallel_for, std::int64_t begin, std::int64_t end, std::int
 
 class ThreadCount {
  public:
-  explicit ThreadCount(int n) : saved_(at::get_num_threads()) { at::set_num_threads(n); }
-  ~ThreadCount() { at::set_num_threads(saved_); }
+  explicit ThreadCount(int n) : saved_(cpu::PoolThreads()) { cpu::SetPoolThreads(n); }
+  ~ThreadCount() { cpu::SetPoolThreads(saved_); }
 
  private:
   int saved_;
@@ -178,11 +178,11 @@ TEST(ThreadPool, NestedCallsRunInline) {
 }
 
 TEST(ThreadPool, ConcurrentCallersTakeTurns) {
+  ThreadCount tc(2);
   std::atomic<std::int64_t> total{0};
   std::vector<std::thread> callers;
   for (int t = 0; t < 4; ++t)
     callers.emplace_back([&] {
-      at::set_num_threads(2);  // each caller thread's own count, as the engine's thread
       for (int job = 0; job < 500; ++job)
         cpu::ParallelFor(0, 64, 1, [&](std::int64_t b, std::int64_t e) { total += e - b; });
     });
