@@ -27,6 +27,14 @@
 # Its BF16 GGUF (bench/gguf_from_checkpoint.py with that tree's gguf-py)
 # and a Q8_0 GGUF (llama-quantize) go to ~/.cache/ropeserve/llamacpp/.
 #
+# ISA (default native): avx2 measures the AVX2 pair on any x86 CPU that has
+# AVX2 (an AVX-512 developer machine included): ropeserve with
+# --kernel-isa avx2 (ROPESERVE_KERNEL_ISA), llama.cpp built without
+# GGML_NATIVE, with AVX / AVX2 / FMA / F16C / BMI2 and every AVX-512, VNNI
+# and AMX option off, into LLAMA_CPP_DIR/build-avx2 (unless LLAMA_BUILD or
+# LLAMA_CMAKE_ARGS say otherwise). F32=1 adds float32 batch-1 decode
+# (ropeserve --dtype float32 vs llama.cpp's F32 GGUF).
+#
 # Workloads (THREADS threads, default 2; ROUNDS, default 2):
 #   tg128      one sequence, decode tok/s: llama-bench -p 0 -n 128 vs
 #              ropeserve bench --batch1-tokens 128 (after a 16-token prompt)
@@ -57,7 +65,19 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/ropeserve"
 MODEL="${2:-$CACHE/bench/qwen2.5-0.5b}"
 ROUNDS="${ROUNDS:-2}"
 THREADS="${THREADS:-2}"
+ISA="${ISA:-native}"
 [[ -f "$LLAMA/CMakeLists.txt" && -d "$LLAMA/gguf-py" ]] || { echo "not a llama.cpp source tree: $LLAMA" >&2; exit 2; }
+case "$ISA" in
+  native) ;;
+  avx2)
+    export ROPESERVE_KERNEL_ISA=avx2
+    LLAMA_BUILD="${LLAMA_BUILD:-$LLAMA/build-avx2}"
+    LLAMA_CMAKE_ARGS="${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+-DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
+    ;;
+  *) echo "ISA: native or avx2" >&2; exit 2 ;;
+esac
 [[ "$ROUNDS" =~ ^[1-9][0-9]?$ && "$THREADS" =~ ^[1-9][0-9]?$ ]] || { echo "ROUNDS and THREADS: 1-99" >&2; exit 2; }
 
 [[ -x "$BIN" ]] || "$ROOT/scripts/build"
@@ -99,6 +119,8 @@ fi
 [[ -f "$Q8" ]] || "$LB/llama-quantize" "$BF16" "$Q8" Q8_0 "$THREADS" >/dev/null 2>&1
 [[ -f "$Q4_0" ]] || "$LB/llama-quantize" "$BF16" "$Q4_0" Q4_0 "$THREADS" >/dev/null 2>&1
 [[ -f "$Q4_K_M" ]] || "$LB/llama-quantize" "$BF16" "$Q4_K_M" Q4_K_M "$THREADS" >/dev/null 2>&1
+F32_GGUF="$CACHE/llamacpp/$NAME-f32.gguf"
+[[ "${F32:-0}" != 1 || -f "$F32_GGUF" ]] || "$LB/llama-quantize" "$BF16" "$F32_GGUF" F32 "$THREADS" >/dev/null 2>&1
 
 RESULTS="$(mktemp)"
 trap 'rm -f "$RESULTS"' EXIT
@@ -121,6 +143,12 @@ for round in $(seq "$ROUNDS"); do
   record roofline-fraction ropeserve-bf16 "$(field 'd["batch1"]["bandwidth_fraction"]' <<<"$out")"
   record pp512 ropeserve-bf16 "$(field 'd["prefill"]["tok_s"]' <<<"$out")"
   record pp512 llama.cpp-bf16 "$(llama_bench "$BF16" 512 0)"
+  if [[ "${F32:-0}" == 1 ]]; then
+    record tg128-f32 llama.cpp-f32 "$(llama_bench "$F32_GGUF" 0 128)"
+    record tg128-f32 ropeserve-f32 "$(field 'd["batch1"]["decode_tok_s"]' <<<"$(ROPESERVE_THREADS="$THREADS" "$BIN" bench \
+           --model "$MODEL" --dtype float32 --json --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
+           --batch1-tokens 128 --max-model-len 1024 2>/dev/null)")"
+  fi
   record tg128-int8 llama.cpp-q8_0 "$(llama_bench "$Q8" 0 128)"
   out="$(rs_bench --quantization int8 --num-requests 1 --concurrency 1 --input-len 16 --output-len 1 \
          --batch1-tokens 128 --max-model-len 1024)"
@@ -169,6 +197,7 @@ print(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))' "$RESULTS.q" "$
 done
 rm -f "$RESULTS.bf16" "$RESULTS.q"
 
+echo "# ISA $ISA, ${THREADS} threads, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 /usr/bin/python3 - "$RESULTS" <<'PY'
 import statistics, sys
 vals = {}
@@ -184,7 +213,10 @@ for w, ours, theirs in [("tg128", "ropeserve-bf16", "llama.cpp-bf16"), ("pp512",
                         ("tg128-int4", "ropeserve-int4-all", "llama.cpp-q4_0"),
                         ("tg128-int4", "ropeserve-int4-all", "llama.cpp-q4_k_m"),
                         ("b16-bf16", "ropeserve-bf16", "llama.cpp-bf16"), ("b32-bf16", "ropeserve-bf16", "llama.cpp-bf16"),
-                        ("b16-int4", "ropeserve-int4", "llama.cpp-q4_0"), ("b32-int4", "ropeserve-int4", "llama.cpp-q4_0")]:
+                        ("b16-int4", "ropeserve-int4", "llama.cpp-q4_0"), ("b32-int4", "ropeserve-int4", "llama.cpp-q4_0"),
+                        ("tg128-f32", "ropeserve-f32", "llama.cpp-f32")]:
+    if (w, ours) not in vals:
+        continue
     a, b = vals[(w, ours)], vals[(w, theirs)]
     rounds = " ".join("%.2f" % (x / y) for x, y in zip(a, b))
     label = w + ("-all" if ours.endswith("-all") else "")
