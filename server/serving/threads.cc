@@ -3,9 +3,7 @@
 #include <ATen/Parallel.h>
 #include <malloc.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 #include "kernels/cpu/thread_pool.h"
 #include "server/common/cpu_budget.h"
@@ -28,13 +26,18 @@ void TuneAllocator() {
     if (std::getenv(v) != nullptr) return;  // the operator chose
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  // glibc gives busy threads arenas of their own, up to 8 per core; each
-  // keeps its high-water mark (nothing is trimmed below 512 MiB), so with
-  // hundreds of connection threads resident memory creeps up for as long as
-  // new peaks meet new arenas. One arena per core (at least 2) keeps it
-  // flat (soak figures: docs/benchmarks.md). Per-thread caches still serve
-  // small allocations without taking an arena's lock.
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, std::max(2, ReadCpuBudget().cpus));
+  // One arena, the main one. glibc gives busy threads arenas of their own,
+  // up to 8 per core: with hundreds of connection threads resident memory
+  // crept up for as long as new peaks met new arenas (soak figures:
+  // docs/benchmarks.md). And an arena other than the main one keeps its
+  // memory in mmap'd heaps of 64 MiB that it unmaps once they are free:
+  // the engine thread's step tensors (tens of MB each at prefill) were
+  // page-faulted in again on every step when that thread happened to get
+  // such an arena, which the order threads first allocate in decides (16
+  // prompts of 256 tokens prefilled at half speed, 15% of the time in page
+  // faults; docs/benchmarks.md). Per-thread caches still serve small
+  // allocations without taking the arena's lock.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace ropeserve

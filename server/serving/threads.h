@@ -16,9 +16,10 @@ int ComputeThreads();
 // defaults such blocks go back to the OS and are page-faulted in again on
 // the next op (measured: 20% of a QA forward in page faults, and a forward
 // up to 1.6x slower depending on the allocation pattern). Raises the mmap
-// threshold to 256 MiB and the trim threshold to 512 MiB, and caps malloc
-// arenas at one per usable CPU (at least 2) so that resident memory does not
-// creep with the number of connection threads (mallopt). Call once at
+// threshold to 256 MiB and the trim threshold to 512 MiB, and keeps one
+// malloc arena, so that resident memory does not creep with the number of
+// connection threads and no thread's tensors live in heaps glibc unmaps
+// when they are free (mallopt; threads.cc says why). Call once at
 // start-up, before threads start. Environment variables
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES, and
 // MALLOC_ARENA_MAX for the arena cap, when set, win.
