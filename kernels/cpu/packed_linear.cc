@@ -18,23 +18,35 @@ std::int64_t Grain(std::int64_t M, std::int64_t K) {
   return std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (K * kPackedPanel * M));
 }
 
-at::Tensor PackedLinearF32(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.scalar_type() == at::kFloat,
-              "PackedLinear: x must be [M, K] float32 for float32 weights");
+// x and bias checked against w and made contiguous (bias as float32), and
+// the output allocated: what both dtypes' paths start with.
+struct Operands {
+  at::Tensor x, bias, out;
+  std::int64_t M = 0;
+};
+Operands Prepare(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
+  const at::ScalarType dtype = w.data.scalar_type();
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.scalar_type() == dtype,
+              "PackedLinear: x must be [M, K] in the weights' dtype (", dtype, ")");
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == w.n), "PackedLinear: bias must be [N]");
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
-  const std::int64_t M = x.size(0), K = w.k, N = w.n;
-  at::Tensor out = at::empty({M, N}, x.options());
-  if (M == 0) return out;
-  const float* xp = x.data_ptr<float>();
+  Operands o;
+  o.x = x_in.contiguous();
+  o.bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
+  o.M = o.x.size(0);
+  o.out = at::empty({o.M, w.n}, o.x.options());
+  return o;
+}
+
+at::Tensor PackedLinearF32(const Operands& o, const PackedWeight& w) {
+  const std::int64_t M = o.M, K = w.k, N = w.n;
+  const float* xp = o.x.data_ptr<float>();
   const float* wp = w.data.data_ptr<float>();
-  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
+  const float* bp = o.bias.defined() ? o.bias.data_ptr<float>() : nullptr;
+  float* op = o.out.data_ptr<float>();
   const auto panels = ActiveKernels().packed_linear_f32_panels;
   ParallelFor(0, Panels(N), Grain(M, K),
               [&](std::int64_t begin, std::int64_t end) { panels(xp, M, K, wp, bp, op, N, begin, end); });
-  return out;
+  return o.out;
 }
 }  // namespace
 
@@ -92,18 +104,15 @@ at::Tensor PackedRows(const PackedWeight& w, const at::Tensor& ids_in) {
 }
 
 at::Tensor PackedLinear(const at::Tensor& x_in, const PackedWeight& w, const at::Tensor& bias_in) {
-  if (w.is_float32()) return PackedLinearF32(x_in, w, bias_in);
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.k && x_in.scalar_type() == at::kBFloat16,
-              "PackedLinear: x must be [M, K] bfloat16");
-  TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == w.n), "PackedLinear: bias must be [N]");
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : bias_in;
-  const std::int64_t M = x.size(0), K = w.k, N = w.n;
-  at::Tensor out = at::empty({M, N}, x.options());
-  if (M == 0) return out;
+  const Operands o = Prepare(x_in, w, bias_in);
+  if (o.M == 0) return o.out;
+  if (w.is_float32()) return PackedLinearF32(o, w);
+  const at::Tensor& x = o.x;
+  const at::Tensor& out = o.out;
+  const std::int64_t M = o.M, K = w.k, N = w.n;
   const auto* xp = reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const std::uint16_t*>(w.data.data_ptr<at::BFloat16>());
-  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  const float* bp = o.bias.defined() ? o.bias.data_ptr<float>() : nullptr;
   auto* op = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
   const std::int64_t grain = Grain(M, K);
   const CpuKernels& kernels = ActiveKernels();
