@@ -78,14 +78,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxPoolSpinUs))
       ->capture_default_str();
   app.add_option("--kernel-int8-vnni-max-rows", kernels.int8_vnni_max_rows,
-                 "CPU kernels: int8 linears of up to this many rows run the VNNI kernel, larger ones the packed "
-                 "GEMM over widened panels (env ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
+                 "CPU kernels: int8 linears of up to this many rows run the matrix-vector kernel (VNNI, AVX2's "
+                 "vpmaddwd, NEON), larger ones the packed GEMM over widened panels (env "
+                 "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
       ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
       ->capture_default_str();
   app.add_option("--kernel-amx-min-rows", kernels.amx_min_rows,
                  "CPU kernels: bf16 linears (and int8 / int4 ones past their matrix-vector kernels) of at least "
-                 "this many rows run on AMX tiles where the CPU has AMX-BF16; 0: never (env "
-                 "ROPESERVE_KERNEL_AMX_MIN_ROWS)")
+                 "this many rows run on AMX tiles when the ISA is amx; 0: never (env ROPESERVE_KERNEL_AMX_MIN_ROWS)")
       ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxAmxMinRows))
       ->capture_default_str();
 

@@ -88,16 +88,30 @@ TEST(Cli, HelpListsCommands) {
 TEST(Cli, KernelConfigurationFlagsAndEnvironment) {
   ScratchDir d;
   auto help = RunBinary("--help", d.path());
-  for (const char* flag : {"--kernel-avx512", "--kernel-pool-spin-us", "--kernel-int8-vnni-max-rows",
-                           "ROPESERVE_KERNEL_AVX512", "ROPESERVE_KERNEL_POOL_SPIN_US"})
+  for (const char* flag : {"--kernel-isa", "--kernel-avx512", "--kernel-pool-spin-us", "--kernel-int8-vnni-max-rows",
+                           "ROPESERVE_KERNEL_ISA", "ROPESERVE_KERNEL_AVX512", "ROPESERVE_KERNEL_POOL_SPIN_US"})
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag << "\n" << help.out;
+  EXPECT_EQ(RunBinary("--kernel-isa generic tokenize --help", d.path()).exit_code, 0);
+  EXPECT_EQ(RunBinary("--kernel-isa auto tokenize --help", d.path()).exit_code, 0);
+  auto bad_isa = RunBinary("--kernel-isa sse4 tokenize --help", d.path());
+  EXPECT_NE(bad_isa.exit_code, 0);
+  EXPECT_NE(bad_isa.err.find("--kernel-isa"), std::string::npos) << bad_isa.err;
+  // An ISA of the other architecture: refused, naming what this CPU runs.
+#if defined(__x86_64__)
+  auto foreign = RunBinary("--kernel-isa neon tokenize --help", d.path());
+#else
+  auto foreign = RunBinary("--kernel-isa avx2 tokenize --help", d.path());
+#endif
+  EXPECT_NE(foreign.exit_code, 0);
+  EXPECT_NE(foreign.err.find("cannot run"), std::string::npos) << foreign.err;
+  EXPECT_NE(foreign.err.find("generic"), std::string::npos) << foreign.err;
   EXPECT_EQ(RunBinary("--kernel-avx512 off --kernel-pool-spin-us 0 tokenize --help", d.path()).exit_code, 0);
   auto bad_flag = RunBinary("--kernel-avx512 maybe tokenize --help", d.path());
   EXPECT_NE(bad_flag.exit_code, 0);
   EXPECT_NE(bad_flag.err.find("--kernel-avx512"), std::string::npos) << bad_flag.err;
   EXPECT_NE(RunBinary("--kernel-pool-spin-us 1000001 tokenize --help", d.path()).exit_code, 0);
   for (const char* env : {"ROPESERVE_KERNEL_AVX512=maybe", "ROPESERVE_KERNEL_POOL_SPIN_US=-1",
-                          "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=12x"}) {
+                          "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=12x", "ROPESERVE_KERNEL_ISA=fastest"}) {
     auto r = RunBinary("tokenize --help", d.path(), env);
     EXPECT_EQ(r.exit_code, 2) << env;
     const std::string name = std::string(env).substr(0, std::string(env).find('='));

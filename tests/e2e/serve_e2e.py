@@ -111,9 +111,14 @@ def test_openai_streaming_details(env):
     info = json.loads(text)
     check(info["kv_cache"]["block_size"] == 16 and info["device"] == "cpu" and info["limits"]["max_num_seqs"] > 0
           and info["quantization"] == "none", info)
-    # The CPU kernels' configuration (the defaults: ctest sets none of it).
-    check(info["kernels"]["avx512"] in ("on", "off") and info["kernels"]["pool_spin_us"] == "200"
-          and info["kernels"]["int8_vnni_max_rows"] == "16", info)
+    # The CPU kernels' configuration (the defaults: ctest sets none of it):
+    # the ISA chosen (auto: the best this CPU runs) and the CPU it runs on.
+    k = info["kernels"]
+    check(k["isa_requested"] == "auto" and k["isa"] in ("generic", "neon", "avx2", "avx512", "amx")
+          and k["cpu"] and k["cpu_extensions"] and k["pool_spin_us"] == "200"
+          and k["int8_vnni_max_rows"] == "16", info)
+    if "avx2" in k["cpu_extensions"].split():
+        check(k["isa"] != "generic", k)
 
 
 def test_structured_output_over_rest_and_grpc(env):
