@@ -4,10 +4,11 @@
 //
 // In memory, bounded: at most `max_responses` responses and `max_bytes` of
 // their JSON, the least recently used dropped first; a response older than
-// `ttl` is gone. Stored responses are lost when the server restarts (there
-// is no data directory yet). Each response belongs to the API key that made
-// it (its SHA-256 digest, "" when keys are off): another key is told it does
-// not exist, exactly as for an unknown id.
+// `ttl` is gone. Stored responses are lost when the server restarts (the
+// data directory, --data-dir, keeps files and batches, not responses).
+// Each response belongs to the API key that made it (its SHA-256 digest, ""
+// when keys are off): another key is told it does not exist, exactly as for
+// an unknown id.
 //
 // Background responses (background: true) run on their own thread each, at
 // most `max_background` at once; Cancel() asks one to stop, and the store's

@@ -106,14 +106,6 @@ std::pair<std::vector<BlockId>, std::vector<BlockHash>> BlockPool::MatchPrefix(s
   return {ids, hashes};
 }
 
-std::optional<std::pair<BlockId, bool>> BlockPool::MakeWritable(BlockId id) {
-  if (blocks_.at(id).ref_count <= 1) return std::make_pair(id, false);
-  auto fresh = Allocate(1);
-  if (!fresh) return std::nullopt;
-  --blocks_[id].ref_count;  // still > 0: others hold it
-  return std::make_pair((*fresh)[0], true);
-}
-
 BlockAllocation& BlockAllocation::operator=(BlockAllocation&& o) noexcept {
   if (this != &o) {
     Release();

@@ -79,12 +79,6 @@ class BlockPool {
   std::pair<std::vector<BlockId>, std::vector<BlockHash>> MatchPrefix(std::span<const TokenId> tokens,
                                                                       std::uint64_t extra = 0) const;
 
-  // Copy-on-write for a shared, partly filled last block: if `id` has other
-  // references, allocates a fresh block, moves this sequence's reference to
-  // it and returns {new_id, true} (the caller copies the slots); if `id` is
-  // exclusively owned returns {id, false}; nullopt if no block is free.
-  std::optional<std::pair<BlockId, bool>> MakeWritable(BlockId id);
-
   // Prefix-cache statistics since construction.
   std::uint64_t cache_queries() const { return cache_queries_; }
   std::uint64_t cache_hits() const { return cache_hits_; }
@@ -126,8 +120,6 @@ class BlockAllocation {
   const std::vector<BlockId>& ids() const { return ids_; }
   // Takes ownership of more references (already counted in the pool).
   void Append(std::span<const BlockId> ids) { ids_.insert(ids_.end(), ids.begin(), ids.end()); }
-  // Replaces the last block (after MakeWritable moved this reference).
-  void ReplaceLast(BlockId id) { ids_.back() = id; }
   // Returns every block to the pool; the handle stays bound to the pool and
   // may Append again.
   void Release();

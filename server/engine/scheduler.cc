@@ -27,11 +27,6 @@ const std::vector<TokenId>* Scheduler::Tokens(RequestId id) const {
   return r ? &r->tokens : nullptr;
 }
 
-std::int64_t Scheduler::NumPromptTokens(RequestId id) const {
-  Request* r = Find(id);
-  return r ? static_cast<std::int64_t>(r->spec.prompt.size()) : 0;
-}
-
 std::int64_t Scheduler::num_cached_prompt_tokens(RequestId id) const {
   Request* r = Find(id);
   return r ? r->num_cached_prompt_tokens : 0;

@@ -101,7 +101,6 @@ class Scheduler {
 
   // Tokens of a live request (prompt + generated so far); empty if unknown.
   const std::vector<TokenId>* Tokens(RequestId id) const;
-  std::int64_t NumPromptTokens(RequestId id) const;
 
   // Calls fn(block_ids, num_computed_tokens) for every running request.
   void ForEachRunning(const std::function<void(const std::vector<BlockId>&, std::int64_t)>& fn) const;

@@ -57,10 +57,12 @@ struct DecoderWeights {
 class DecoderModel final : public PagedModel {
  public:
   // Loads and validates DIR; weights are converted to `dtype` (kF32 or kBF16),
-  // the projections and LM head to int8 with Quantization::kInt8.
+  // the projections quantized as `quantization` says (models/quantization.h:
+  // int8, int4, int4-all; a 4-bit checkpoint loads its own 4-bit weights).
   // A causal LM (lm_head); a checkpoint with a span head is refused.
   // `device`: the CPU, or a CUDA device in builds whose LibTorch has CUDA
-  // (float16 or bfloat16 compute there; int8 weights are CPU-only).
+  // (float16 or bfloat16 compute there; int8 weights are CPU-only, int4 and
+  // int4-all run on both).
   static StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& dir, DType dtype,
                                                       Quantization quantization = Quantization::kNone,
                                                       at::Device device = at::kCPU);

@@ -1,7 +1,8 @@
 // What the model runner (server/runner/model_runner.h) needs from a causal
 // LM: a paged KV cache and one forward over a packed batch of prefill
-// chunks and decode tokens. DecoderModel implements it with the fused CPU
-// kernels; the tests' oracle (tests/models/reference_decoder.h) implements
+// chunks and decode tokens. DecoderModel implements it with the CPU
+// kernels (kernels/cpu, one variant per ISA) or the CUDA ones
+// (kernels/cuda); the tests' oracle (tests/models/reference_decoder.h) implements
 // it with the gather-based reference attention, so the same runner and
 // engine run over either.
 // Thread-safety: const methods may run concurrently on different caches.

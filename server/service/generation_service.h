@@ -72,7 +72,7 @@ struct GenerationServiceConfig {
   std::string name;                          // the served model name
   ModelConfig model;                         // vocabulary size, EOS ids, positions
   std::string dtype;                         // compute dtype ("bfloat16", "float32", ...)
-  std::string quantization = "none";         // weight quantization ("none", "int8")
+  std::string quantization = "none";         // weight quantization ("none", "int8", "int4", "int4-all")
   std::string device = "cpu";                // where the model runs ("cpu", "cuda:0")
   EngineConfig engine;                       // scheduler, KV blocks, EOS ids
   KvCacheSize kv;                            // what the KV cache holds (reported by /v1/models, metrics)

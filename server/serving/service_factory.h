@@ -26,6 +26,10 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
     const DecoderModel& model, std::string served_name, service::EngineOptions options,
     std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
 
+// The context a captured decode graph attends up to per sequence: the
+// block tables' capacity (max_position_embeddings in whole blocks).
+std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size);
+
 // The bytes a CUDA worker's KV cache may take, as vLLM's
 // --gpu-memory-utilization: `utilization` of the device's memory minus what
 // is in use after the weights and one profiling forward of `profile_tokens`
@@ -37,10 +41,6 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
 // the graphs' shared logits buffer is set aside (the graphs' memory pool
 // is apart from the eager steps'). An error with the numbers when nothing
 // is left.
-// The context a captured decode graph attends up to per sequence: the
-// block tables' capacity (max_position_embeddings in whole blocks).
-std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size);
-
 StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
                                       double utilization, std::int64_t graph_seqs = 0, std::int64_t graph_context = 0);
 

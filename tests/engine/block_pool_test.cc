@@ -1,5 +1,5 @@
 // Block pool bookkeeping with exact block ids: allocation order, LRU
-// eviction of cached blocks, prefix matching, copy-on-write, RAII release.
+// eviction of cached blocks, prefix matching, RAII release.
 #include "server/engine/block_pool.h"
 
 #include <gtest/gtest.h>
@@ -107,20 +107,6 @@ TEST(BlockPool, AHashCollisionNeverReturnsTheWrongBlock) {
   EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
   EXPECT_FALSE(pool.FindCached(BlockHash{42}, y, std::nullopt).has_value());
   EXPECT_FALSE(pool.FindCached(BlockHash{42}, x, BlockHash{7}).has_value());
-}
-
-TEST(BlockPool, CopyOnWriteOfASharedLastBlock) {
-  BlockPool pool(4, 4);
-  Ids ids = *pool.Allocate(2);  // {0,1}; block 1 partly filled
-  pool.Touch(ids);              // a forked sequence shares both
-  auto w = pool.MakeWritable(1);
-  ASSERT_TRUE(w.has_value());
-  EXPECT_EQ(*w, std::make_pair(BlockId{2}, true));
-  EXPECT_EQ(pool.ref_count(1), 1);
-  EXPECT_EQ(pool.ref_count(2), 1);
-  EXPECT_EQ(*pool.MakeWritable(2), std::make_pair(BlockId{2}, false));
-  ASSERT_TRUE(pool.Allocate(1));
-  EXPECT_FALSE(pool.MakeWritable(0).has_value());  // shared, and no free block
 }
 
 TEST(BlockPool, AllocationHandleReturnsItsBlocksLastFirst) {
