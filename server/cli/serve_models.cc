@@ -12,6 +12,7 @@
 #include "kernels/cpu/kernel_config.h"
 #include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"
+#include "server/cli/test_hooks.h"
 #include "server/serving/threads.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -108,7 +109,7 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
   }
   f.engine.observer = &observer;
   f.engine.priority_scheduling = f.scheduling_policy == "priority";
-  if (const char* every = std::getenv("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
+  if (const char* every = TestHook("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
     f.engine.inject_faults_every = std::atoll(every);
     spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", every,
                  f.engine.inject_faults_every);

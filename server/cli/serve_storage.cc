@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "server/api/batch_executor.h"
+#include "server/cli/test_hooks.h"
 
 namespace ropeserve::cli {
 
@@ -71,7 +72,7 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageFlags& flags) {
         path);
   batch::BatchStoreOptions bo;
   bo.max_active = flags.batch_max_active;
-  if (const char* crash = std::getenv("ROPESERVE_INJECT_BATCH_CRASH"); crash != nullptr && *crash) {
+  if (const char* crash = TestHook("ROPESERVE_INJECT_BATCH_CRASH"); crash != nullptr && *crash) {
     if (std::string(crash) != "finalizing") return InvalidArgument("ROPESERVE_INJECT_BATCH_CRASH must be finalizing");
     bo.before_finalize_commit = [] {
       spdlog::warn("ROPESERVE_INJECT_BATCH_CRASH: exiting while a batch is finalized, as a crash would");
