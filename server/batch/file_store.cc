@@ -17,10 +17,6 @@ namespace ropeserve::batch {
 
 namespace {
 
-std::int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 constexpr const char* kColumns = "id, filename, purpose, bytes, created_at, expires_at, seq";
 
 FileInfo Row(const storage::Statement& st) {
@@ -93,6 +89,11 @@ Status FileStore::QuarantineOrphansLocked() {
   }
   RS_RETURN_IF_ERROR(storage::SyncParentDirectory(quarantined_.back()));
   return storage::SyncParentDirectory(orphans.back().string());
+}
+
+std::int64_t FileStore::Now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The rows first, then the contents (a crash between: orphans,

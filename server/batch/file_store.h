@@ -50,6 +50,8 @@ struct NewFile {
 
 struct FileStoreOptions {
   std::int64_t max_total_bytes = std::int64_t{10} << 30;  // all files' contents together
+  // Unix seconds (tests move time); default the system clock.
+  std::function<std::int64_t()> clock;
 };
 
 class FileStore {
@@ -98,6 +100,7 @@ class FileStore {
         quarantine_dir_(std::move(quarantine_dir)),
         options_(options) {}
   std::string ContentPath(const std::string& id) const { return files_dir_ + "/" + id; }
+  std::int64_t Now() const;
   StatusOr<std::optional<FileInfo>> FindLocked(const std::string& id, const std::string& owner);
   Status RemoveExpiredLocked();
   StatusOr<std::int64_t> UsedBytesLocked();

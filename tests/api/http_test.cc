@@ -46,11 +46,33 @@ TEST_F(HttpApi, GreedyCompletionEqualsOfflineGenerate) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
 }
 
+// The request's seed reaches the sampler: the same seed gives the offline
+// engine's draw with that seed (so a server that ignored `seed` for a fixed
+// one would fail), and other seeds give other draws.
 TEST_F(HttpApi, SeededSamplingIsReproducible) {
-  const std::string req = R"({"prompt":[[5,6]],"max_tokens":8,"temperature":1.0,"seed":123,"ignore_eos":true})";
-  auto a = Post(req), b = Post(req);
-  ASSERT_EQ(a.first, 200);
-  EXPECT_EQ(a.second["choices"][0]["token_ids"], b.second["choices"][0]["token_ids"]);
+  const auto draw = [&](int seed) {
+    auto [code, body] = Post(R"({"prompt":[[5,6]],"max_tokens":8,"temperature":1.0,"seed":)" + std::to_string(seed) +
+                             R"(,"ignore_eos":true})");
+    EXPECT_EQ(code, 200) << body.dump();
+    return body["choices"][0]["token_ids"].get<std::vector<std::int64_t>>();
+  };
+  const std::vector<std::int64_t> a = draw(123);
+  EXPECT_EQ(draw(123), a);
+  GenerateOptions o;
+  o.max_tokens = 8;
+  o.ignore_eos = true;
+  o.sampling.temperature = 1.0;
+  o.sampling.seed = 123;
+  auto want = testing::OfflineGenerate(*model_, {5, 6}, o);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  EXPECT_EQ(a, want->generated_ids);
+  // Eight draws at temperature 1 over the tiny model's vocabulary: four
+  // other seeds all repeating seed 123's sequence would mean the seed is
+  // not used.
+  std::set<std::vector<std::int64_t>> others;
+  for (int seed : {1, 2, 3, 4}) others.insert(draw(seed));
+  others.erase(a);
+  EXPECT_FALSE(others.empty());
 }
 
 TEST_F(HttpApi, BadRequestsGetClearErrors) {
