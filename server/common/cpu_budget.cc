@@ -29,7 +29,7 @@ std::optional<double> V2Limit(const std::string& dir) {
   if (!(in >> quota >> period) || quota == "max" || period <= 0) return std::nullopt;
   try {
     const double q = std::stod(quota);
-    return q > 0 ? std::optional<double>(q / period) : std::nullopt;
+    return q > 0 && std::isfinite(q / period) ? std::optional<double>(q / period) : std::nullopt;
   } catch (...) {
     return std::nullopt;
   }
@@ -41,7 +41,7 @@ std::optional<double> V1Limit(const std::string& dir) {
   if (!quota || !period) return std::nullopt;
   try {
     const double q = std::stod(*quota), p = std::stod(*period);
-    return q > 0 && p > 0 ? std::optional<double>(q / p) : std::nullopt;
+    return q > 0 && p > 0 && std::isfinite(q / p) ? std::optional<double>(q / p) : std::nullopt;
   } catch (...) {
     return std::nullopt;
   }
@@ -98,7 +98,9 @@ CpuBudget ReadCpuBudget() {
   b.quota = CgroupCpuLimit();
   b.cpus = b.affinity;
   // A quota of 1.5 CPUs: two threads, as Go's and Java's runtimes round.
-  if (b.quota) b.cpus = std::clamp(static_cast<int>(std::ceil(*b.quota - 1e-9)), 1, b.affinity);
+  // (Clamped as a double first: a quota past INT_MAX CPUs must not overflow the cast.)
+  if (b.quota)
+    b.cpus = std::max(1, static_cast<int>(std::ceil(std::min(*b.quota, static_cast<double>(b.affinity)) - 1e-9)));
   return b;
 }
 

@@ -37,6 +37,10 @@ TEST(CpuBudget, CgroupV2QuotaOfTheCgroupOrAnAncestor) {
   EXPECT_DOUBLE_EQ(*CgroupCpuLimit(cg, root, d.path() + "/none"), 4.0);
   Write(root + "/cpu.max", "garbage\n");
   EXPECT_FALSE(CgroupCpuLimit(cg, root, d.path() + "/none").has_value());
+  for (const char* bad : {"inf 100000\n", "nan 100000\n", "1e400 100000\n", "100000 1e-400\n", "-5 100000\n"}) {
+    Write(root + "/cpu.max", bad);
+    EXPECT_FALSE(CgroupCpuLimit(cg, root, d.path() + "/none").has_value()) << bad;
+  }
 }
 
 TEST(CpuBudget, CgroupV1CfsQuota) {
