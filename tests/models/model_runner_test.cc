@@ -292,8 +292,9 @@ TEST_F(ModelRunnerTest, PhaseTimesAddUpWithinTheRun) {
   EXPECT_GT(st.forward_ns, 0u);
   EXPECT_GT(st.reduce_ns, 0u);
   EXPECT_LE(st.prepare_ns + st.forward_ns + st.reduce_ns, wall);
-  // The forward dominates a step of a model on the CPU.
-  EXPECT_GT(st.forward_ns, st.prepare_ns);
+  // (No comparison between the phases: on the tiny test model they take
+  // microseconds each, and which is longer depends on what else the
+  // machine runs: a busy neighbour made prepare 2x the forward once.)
 }
 
 // A runner told of smaller limits than the scheduler's grows its buffers
