@@ -45,6 +45,9 @@ constexpr std::int64_t kTileRows = 6;
 // AVX-512 kernel's (the VMs' hardware prefetchers leave a single stream
 // short of the bandwidth).
 constexpr std::int64_t kPrefetchAhead = 4096;
+// The next block is fetched into L1 (T0): to L2 (T1) measured the same or
+// slower (docs/benchmarks.md).
+constexpr auto kNextBlockHint = _MM_HINT_T0;
 
 inline __m256 Even(__m256i u) { return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)); }
 inline __m256 Odd(__m256i u) { return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536))); }
@@ -194,9 +197,18 @@ void MicroRows(std::int64_t rows, const float* xf, std::int64_t K, const float* 
 // 32-byte runs in registers (no widened copy of the weights is written):
 // per pair (k, k + 1) two loads and four shifts / masks feed 4 R fmas.
 // Sums from / to c (rows 64 apart), as Micro's; x as float32 (rows K apart).
+// Cache lines of the next block to fetch while a tile computes: with few
+// rows a block's compute is as short as reading it from memory, and
+// without this the first tile pass waited for memory while the other passes
+// found the block in L1 (16 rows: 145 of the ~225 GFLOP/s FMA limit).
+struct NextBlock {
+  const char* lines = nullptr;  // the first line this tile fetches
+  std::int64_t count = 0;       // how many
+};
+
 template <int R>
 void PairTile(const float* xf, std::int64_t K, const std::uint16_t* panel, int j, std::int64_t k0, std::int64_t kc,
-              float* c, bool first) {
+              float* c, bool first, NextBlock next) {
   static_assert(R >= 1 && R <= 5);
   __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
   if (!first) {
@@ -213,7 +225,10 @@ void PairTile(const float* xf, std::int64_t K, const std::uint16_t* panel, int j
   const float* x4 = x0 + 4 * K;
   const std::uint16_t* wp = panel + k0 / 2 * kPairLine + 32 * j;
   const std::int64_t pairs = kc / 2;
+  const std::int64_t fetch_per_pair = pairs > 0 ? (next.count + pairs - 1) / pairs : 0;
   for (std::int64_t p = 0; p < pairs; ++p, wp += kPairLine) {
+    for (std::int64_t f = 0; f < fetch_per_pair && next.count > 0; ++f, --next.count, next.lines += 64)
+      _mm_prefetch(next.lines, kNextBlockHint);
     const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
     const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16));
     const __m256 e0 = Even(u0), e1 = Even(u1), o0 = Odd(u0), o1 = Odd(u1);
@@ -293,18 +308,18 @@ void PairTile(const float* xf, std::int64_t K, const std::uint16_t* panel, int j
 }
 
 void PairTileRows(std::int64_t rows, const float* xf, std::int64_t K, const std::uint16_t* panel, int j,
-                  std::int64_t k0, std::int64_t kc, float* c, bool first) {
+                  std::int64_t k0, std::int64_t kc, float* c, bool first, NextBlock next) {
   switch (rows) {
     case 1:
-      return PairTile<1>(xf, K, panel, j, k0, kc, c, first);
+      return PairTile<1>(xf, K, panel, j, k0, kc, c, first, next);
     case 2:
-      return PairTile<2>(xf, K, panel, j, k0, kc, c, first);
+      return PairTile<2>(xf, K, panel, j, k0, kc, c, first, next);
     case 3:
-      return PairTile<3>(xf, K, panel, j, k0, kc, c, first);
+      return PairTile<3>(xf, K, panel, j, k0, kc, c, first, next);
     case 4:
-      return PairTile<4>(xf, K, panel, j, k0, kc, c, first);
+      return PairTile<4>(xf, K, panel, j, k0, kc, c, first, next);
     default:
-      return PairTile<5>(xf, K, panel, j, k0, kc, c, first);
+      return PairTile<5>(xf, K, panel, j, k0, kc, c, first, next);
   }
 }
 
@@ -389,10 +404,22 @@ void PairPanels(const float* xf, std::int64_t M, std::int64_t K, const std::uint
       const std::int64_t kc = std::min(kBlockK, K - k0);
       // Row tiles of nearly equal size (16 rows: 4 x 4, not 5 + 5 + 5 + 1).
       const std::int64_t tiles = (M + kPairTileRows - 1) / kPairTileRows;
+      // The next block (this panel's next columns, or the next panel's
+      // first) lies right after this one in the packed weights; its lines
+      // are shared out over this block's tile calls.
+      const bool last = k0 + kc >= K;
+      const std::int64_t next_cols = last ? (p + 1 < p_end ? std::min(kBlockK, K) : 0) : std::min(kBlockK, K - k0 - kc);
+      const std::int64_t next_lines = (next_cols + 1) / 2 * kPairLine * 2 / 64;
+      const std::int64_t share = (next_lines + 4 * tiles - 1) / (4 * tiles);
+      const char* next =
+          reinterpret_cast<const char*>(last ? packed + (p + 1) * panel_size : panel + (k0 + kc) / 2 * kPairLine);
       for (std::int64_t t = 0; t < tiles; ++t) {
         const std::int64_t m0 = M * t / tiles, m1 = M * (t + 1) / tiles;
-        for (int j = 0; j < 4; ++j)
-          PairTileRows(m1 - m0, xf + m0 * K, K, panel, j, k0, kc, s.sums.data() + m0 * kPanel + 16 * j, k0 == 0);
+        for (int j = 0; j < 4; ++j) {
+          const std::int64_t first_line = std::min(next_lines, (4 * t + j) * share);
+          const NextBlock fetch{next + 64 * first_line, std::min(share, next_lines - first_line)};
+          PairTileRows(m1 - m0, xf + m0 * K, K, panel, j, k0, kc, s.sums.data() + m0 * kPanel + 16 * j, k0 == 0, fetch);
+        }
       }
     }
     const std::int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
