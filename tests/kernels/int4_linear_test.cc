@@ -231,7 +231,7 @@ TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
     q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
     q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
   }
-  for (std::int64_t M : {1, 2, 4, 8, 16}) {
+  for (std::int64_t M : {1, 2, 4, 8, 16, 32}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
     ASSERT_TRUE(cpu::Int4KernelSupports(x, q4[0])) << "every ISA has a variant";
     auto time = [&](auto&& fn) {
