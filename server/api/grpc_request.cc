@@ -68,18 +68,10 @@ Status ReadConstraint(const v1::OutputConstraint& c, structured::Constraint& out
       if (c.json_object()) out = {K::kJsonObject, "", {}, "constraint.json_object"};
       return Status::Ok();
     case v1::OutputConstraint::kRegex:
-      if (c.regex().empty() || c.regex().size() > service::kMaxGuidedRegexBytes)
-        return InvalidArgument("constraint.regex must be a regular expression of 1 to " +
-                               std::to_string(service::kMaxGuidedRegexBytes) + " bytes")
-            .WithParam("constraint.regex");
+      // Its limits, as the choice's, are the validator's (request_params.cc).
       out = {K::kRegex, c.regex(), {}, "constraint.regex"};
       return Status::Ok();
     case v1::OutputConstraint::kChoice:
-      if (c.choice().values_size() == 0 ||
-          static_cast<std::size_t>(c.choice().values_size()) > service::kMaxGuidedChoices)
-        return InvalidArgument("constraint.choice must hold 1 to " + std::to_string(service::kMaxGuidedChoices) +
-                               " values")
-            .WithParam("constraint.choice");
       out = {K::kChoice, "", {c.choice().values().begin(), c.choice().values().end()}, "constraint.choice"};
       return Status::Ok();
   }

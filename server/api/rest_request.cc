@@ -218,7 +218,8 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
     RS_RETURN_IF_ERROR(Read(body, "logprobs", f.top_logprobs));
     g.logprobs = f.top_logprobs.has_value();
     if (f.top_logprobs && *f.top_logprobs < 0)
-      return InvalidArgument("'logprobs' must be between 0 and 20").WithParam("logprobs");
+      return InvalidArgument("'logprobs' must be between 0 and " + std::to_string(service::kMaxTopLogprobs))
+          .WithParam("logprobs");
   }
   return Status::Ok();
 }

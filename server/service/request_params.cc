@@ -14,6 +14,23 @@ constexpr const char* kContextLengthExceeded = "context_length_exceeded";
 Status Bad(const std::string& param, const std::string& message) { return InvalidArgument(message).WithParam(param); }
 
 // `name` in [lo, hi] when given.
+// The guided-decoding limits, one place for every transport: the readers
+// (REST, gRPC) only check the shape of what they read.
+Status CheckConstraint(const structured::Constraint& c) {
+  using K = structured::Constraint::Kind;
+  if (c.kind == K::kRegex && (c.text.empty() || c.text.size() > kMaxGuidedRegexBytes))
+    return Bad(c.param, "'" + c.param + "' must be a regular expression of 1 to " +
+                            std::to_string(kMaxGuidedRegexBytes) + " bytes");
+  if (c.kind == K::kChoice) {
+    if (c.choices.empty() || c.choices.size() > kMaxGuidedChoices)
+      return Bad(c.param,
+                 "'" + c.param + "' must hold 1 to " + std::to_string(kMaxGuidedChoices) + " non-empty strings");
+    for (const std::string& x : c.choices)
+      if (x.empty()) return Bad(c.param, "'" + c.param + "' must hold non-empty strings");
+  }
+  return Status::Ok();
+}
+
 Status CheckRange(const std::optional<std::int64_t>& v, std::int64_t lo, std::int64_t hi, const std::string& name) {
   if (v && (*v < lo || *v > hi))
     return Bad(name, "'" + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
@@ -170,6 +187,7 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   // Structured output must be able to end: the grammar decides when EOS
   // comes, so neither ignore_eos nor min_tokens may overrule it.
   if (!f.constraint.empty()) {
+    RS_RETURN_IF_ERROR(CheckConstraint(f.constraint));
     const std::string& param = f.constraint.param.empty() ? std::string("response_format") : f.constraint.param;
     if (o.ignore_eos) return Bad("ignore_eos", "'ignore_eos' cannot be combined with '" + param + "'");
     if (o.min_tokens > 0) return Bad("min_tokens", "'min_tokens' cannot be combined with '" + param + "'");

@@ -106,7 +106,7 @@ TEST_F(GrpcApi, LogitBiasForcesAndItsRangeIsChecked) {
 }
 
 // OutputConstraint has REST's limits: a regex of at most 4096 bytes, at
-// most 1024 choices (both read before any model work).
+// most 1024 choices (the one validator's, before any model work).
 TEST_F(GrpcApi, ConstraintLimitsAreRestLimits) {
   v1::GenerateRequest req;
   req.add_prompt_ids(9);

@@ -135,6 +135,28 @@ TEST(ValidateGeneration, CapsOnWhatOneRequestMayAskFor) {
   EXPECT_EQ(Param(V(min)), "min_tokens");
 }
 
+// The guided-decoding limits live here, not in the transports' readers:
+// the same refusal (naming the request's field) from REST, gRPC and the CLI.
+TEST(ValidateGeneration, GuidedRegexAndChoiceLimits) {
+  using K = structured::Constraint::Kind;
+  auto with = [](structured::Constraint c) {
+    GenerationFields f;
+    f.constraint = std::move(c);
+    return f;
+  };
+  EXPECT_EQ(Param(V(with({K::kRegex, "", {}, "guided_regex"}))), "guided_regex");
+  EXPECT_EQ(Param(V(with({K::kRegex, std::string(kMaxGuidedRegexBytes + 1, 'a'), {}, "constraint.regex"}))),
+            "constraint.regex");
+  EXPECT_TRUE(V(with({K::kRegex, std::string(kMaxGuidedRegexBytes, 'a'), {}, "guided_regex"})).ok());
+  EXPECT_EQ(Param(V(with({K::kChoice, "", {}, "guided_choice"}))), "guided_choice");
+  EXPECT_EQ(Param(V(with({K::kChoice, "", {"yes", ""}, "guided_choice"}))), "guided_choice");
+  EXPECT_EQ(Param(V(with({K::kChoice, "", std::vector<std::string>(kMaxGuidedChoices + 1, "x"), "constraint.choice"}))),
+            "constraint.choice");
+  auto ok = V(with({K::kChoice, "", std::vector<std::string>(kMaxGuidedChoices, "x"), "guided_choice"}));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->options.constraint.choices.size(), kMaxGuidedChoices);
+}
+
 TEST(ValidateGeneration, LogitBiasAndPriority) {
   GenerationFields f;
   f.logit_bias = {{3, -100.0}, {499, 100.0}};
