@@ -3,12 +3,12 @@
 // by rest_embeddings_request.cc.
 #include <openssl/evp.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/unix_time.h"
 
 namespace ropeserve::api {
 
@@ -88,8 +88,7 @@ StatusOr<RestReply> CreateEmbeddings(const std::vector<service::EncoderService*>
     item["embedding"] = body.base64 ? json(Base64Floats(results[i].embedding)) : json(results[i].embedding);
     data.push_back(std::move(item));
   }
-  const auto created =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto created = UnixSeconds();
   json out = {{"id", service->NextRequestId()},
               {"object", "list"},
               {"created", created},

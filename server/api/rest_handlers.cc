@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -11,6 +10,7 @@
 #include "server/api/event_stream.h"
 #include "server/api/json_request.h"
 #include "server/api/rest_request.h"
+#include "server/common/unix_time.h"
 #include "server/service/chat_output.h"
 #include "server/service/input_processor.h"
 
@@ -137,10 +137,6 @@ json Usage(std::int64_t prompt, std::int64_t completion, std::int64_t cached) {
   return u;
 }
 
-std::int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // Starts n choices for each prompt; choice index = prompt * n + k.
 StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(
     service::GenerationService& service, const std::vector<std::vector<std::int64_t>>& prompts,
@@ -214,7 +210,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   }
   RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->options, v->n));
   const std::string id = service.NextRequestId("cmpl");
-  const std::int64_t created = Now();
+  const std::int64_t created = UnixSeconds();
   const std::int64_t prompt_tokens = PromptTokens(prompts);
   const std::size_t n = static_cast<std::size_t>(v->n);
   RestReply reply;
@@ -355,7 +351,7 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   const service::ChatOutputOptions output = ChatOutput(service, body);
   RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
   const std::string id = service.NextRequestId("chatcmpl");
-  const std::int64_t created = Now();
+  const std::int64_t created = UnixSeconds();
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   RestReply reply;
   if (body.stream) {

@@ -37,16 +37,13 @@
 #include "server/api/response_store.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/unix_time.h"
 
 namespace ropeserve::api {
 
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // What a response is, besides its output: the request's echo and identity.
 struct ResponseHead {
@@ -92,7 +89,7 @@ class ResponseBuilder {
     status_ = split.finish_reason == "length" ? "incomplete" : "completed";
     Close(out);
     for (const service::ToolCall& c : split.calls) Call(c, out);
-    completed_at_ = UnixNow();
+    completed_at_ = UnixSeconds();
     reasoning_tokens_ = ReasoningTokens();
     Event(status_ == "completed" ? "response.completed" : "response.incomplete", {{"response", Response()}}, out);
   }
@@ -401,7 +398,7 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
   const std::string& prompt = v.rendered_chat;
   const std::vector<std::int64_t>& ids = v.prompts[0];
   ResponseHead head{
-      ResponseStore::NewId("resp_"), UnixNow(), service.name(), body.background, store != nullptr, body.echo};
+      ResponseStore::NewId("resp_"), UnixSeconds(), service.name(), body.background, store != nullptr, body.echo};
   // The thread this response continues, for the next one.
   for (const auto& m : body.input) thread.conversation.push_back(m);
   for (const auto& item : body.items) thread.items.push_back(item);

@@ -4,11 +4,11 @@
 // service::EncoderService; the bodies are read by rest_scoring_request.cc
 // (docs/classification.md).
 #include <algorithm>
-#include <chrono>
 
 #include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/unix_time.h"
 
 namespace ropeserve::api {
 
@@ -16,16 +16,14 @@ using json = nlohmann::json;
 
 namespace {
 
-std::int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // vLLM's list answer: {"id", "object": "list", "created", "model", "data", "usage"}.
 // `extra` adds fields after "model".
 std::string ListReply(service::EncoderService& service, const char* id_prefix, json data, std::int64_t tokens,
                       json extra = json::object()) {
-  json out = {
-      {"id", service.NextRequestId(id_prefix)}, {"object", "list"}, {"created", Now()}, {"model", service.name()}};
+  json out = {{"id", service.NextRequestId(id_prefix)},
+              {"object", "list"},
+              {"created", UnixSeconds()},
+              {"model", service.name()}};
   out.update(extra);
   out["data"] = std::move(data);
   out["usage"] = {{"prompt_tokens", tokens}, {"total_tokens", tokens}, {"completion_tokens", 0}};

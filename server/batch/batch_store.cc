@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <limits>
 
 #include "server/common/random_id.h"
+#include "server/common/unix_time.h"
 
 namespace ropeserve::batch {
 
@@ -106,7 +106,7 @@ BatchStore::BatchStore(FileStore& files, BatchStoreOptions options) : files_(fil
 
 std::int64_t BatchStore::Now() const {
   if (options_.clock) return options_.clock();
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return UnixSeconds();
 }
 
 void BatchStore::SetListener(std::function<void()> listener) {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -12,6 +11,7 @@
 #include "server/batch/schema.h"
 #include "server/common/json_file.h"
 #include "server/common/random_id.h"
+#include "server/common/unix_time.h"
 
 namespace ropeserve::batch {
 
@@ -93,7 +93,7 @@ Status FileStore::QuarantineOrphansLocked() {
 
 std::int64_t FileStore::Now() const {
   if (options_.clock) return options_.clock();
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return UnixSeconds();
 }
 
 // The rows first, then the contents (a crash between: orphans,

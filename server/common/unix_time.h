@@ -1,0 +1,15 @@
+// The wall clock as Unix seconds: the `created` fields of API objects and
+// the stores' timestamps. One definition, so a change of clock (or a test
+// clock) has one place to go.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace ropeserve {
+
+inline std::int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace ropeserve
