@@ -26,7 +26,7 @@ class JsonFormatter : public spdlog::formatter {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count() % 1000;
     std::tm tm{};
     gmtime_r(&t, &tm);
-    char buf[40];
+    char buf[80];  // room for any int the fields could hold (-Wformat-truncation)
     std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                   tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
     line["time"] = buf;

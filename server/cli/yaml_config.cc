@@ -21,7 +21,7 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
       if (!item.name.empty() && item.name[0] == '-') item.name.erase(0, item.name.find_first_not_of('-'));
       const YAML::Node v = it->second;  // a copy: the iterator yields a temporary pair
       if (v.IsSequence()) {
-        for (const YAML::Node e : v) {
+        for (const auto& e : v) {
           if (!e.IsScalar()) throw CLI::ConfigError("config key '" + item.name + "': list items must be scalars");
           item.inputs.push_back(e.as<std::string>());
         }

@@ -283,7 +283,9 @@ void RefusedOrIntact(const std::string& path, const std::map<std::string, std::s
     for (const auto& [id, content] : contents) {
       auto got = (*store)->Content(id, "o");
       EXPECT_TRUE(got.ok()) << what << ": " << id << " is gone: " << got.status().message();
-      if (got.ok()) EXPECT_EQ(*got, content) << what;
+      if (got.ok()) {
+        EXPECT_EQ(*got, content) << what;
+      }
     }
     EXPECT_TRUE((*store)->quarantined().empty()) << what;
   }

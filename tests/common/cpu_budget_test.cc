@@ -63,7 +63,9 @@ TEST(CpuBudget, ThisProcessUsesWhatItsAffinityAllows) {
   EXPECT_EQ(b.affinity, CPU_COUNT(&set));
   EXPECT_GE(b.cpus, 1);
   EXPECT_LE(b.cpus, b.affinity);
-  if (b.quota) EXPECT_GE(b.cpus, static_cast<int>(*b.quota));
+  if (b.quota) {
+    EXPECT_GE(b.cpus, static_cast<int>(*b.quota));
+  }
   EXPECT_NE(b.Describe().find("affinity"), std::string::npos);
   // A narrower mask (as taskset -c 0 gives) is seen at once.
   if (CPU_COUNT(&set) > 1) {

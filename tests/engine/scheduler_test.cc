@@ -163,9 +163,13 @@ TEST(Scheduler, PromptLogprobTargetsCoverThePromptOnceWithinTheRowCap) {
     StepPlan p = Step(s);
     std::int64_t rows = 0;
     for (const auto& seq : p.sequences) {
-      if (seq.request_id == 2) EXPECT_EQ(seq.prompt_top_logprobs, 2u);
+      if (seq.request_id == 2) {
+        EXPECT_EQ(seq.prompt_top_logprobs, 2u);
+      }
       if (seq.prompt_logprob_targets.empty()) continue;
-      if (seq.request_id == 2 && step == 0) EXPECT_EQ(seq.start_position, 0);  // no prefix hit
+      if (seq.request_id == 2 && step == 0) {
+        EXPECT_EQ(seq.start_position, 0);  // no prefix hit
+      }
       EXPECT_EQ(seq.prompt_logprobs_from, next[seq.request_id]);
       // Each target's row (position - 1) lies in this chunk.
       EXPECT_GE(seq.prompt_logprobs_from - 1, seq.start_position);

@@ -81,7 +81,9 @@ TEST(ApplyRotary, RotateHalfEqualsTheReferenceIncludingPartialRotary) {
     const at::Tensor got = cpu::ApplyRotary(x, cos.unsqueeze(1), sin.unsqueeze(1), RotaryLayout::kRotateHalf);
     // The same elementwise operations in the same order: bitwise equal.
     EXPECT_TRUE(at::equal(got, reference::ApplyRope(x, cos, sin))) << r;
-    if (r < D) EXPECT_TRUE(at::equal(got.narrow(-1, r, D - r), x.narrow(-1, r, D - r)));
+    if (r < D) {
+      EXPECT_TRUE(at::equal(got.narrow(-1, r, D - r), x.narrow(-1, r, D - r)));
+    }
   }
 }
 

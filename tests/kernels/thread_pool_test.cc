@@ -70,7 +70,9 @@ TEST(ThreadPool, ChunksAreThoseThePoolPromises) {
       for (const auto& [b, e] : got) covered += e - b;
       EXPECT_EQ(covered, std::max<std::int64_t>(0, end - begin));
       // As at::parallel_for: one chunk (on the caller) when n <= grain or one thread.
-      if (n > 0 && (n <= grain || threads == 1)) EXPECT_EQ(got.size(), 1u);
+      if (n > 0 && (n <= grain || threads == 1)) {
+        EXPECT_EQ(got.size(), 1u);
+      }
     }
   }
   EXPECT_EQ(cpu::detail::PoolChunks(1000, 1, 2), 2 * cpu::detail::kChunksPerThread);

@@ -74,7 +74,9 @@ void CheckInvariants(const std::string& text, const std::vector<TokenSpan>& toke
         << "...'" << text.substr(tokens[c.last_token].begin > 30 ? tokens[c.last_token].begin - 30 : 0, 30) << "' | '"
         << text.substr(tokens[c.last_token].begin, 30) << "'...";
     EXPECT_GE(c.last_token - c.first_token, o.max_tokens / 2);
-    if (next.first_token < c.last_token) EXPECT_GE(BoundaryRank(text, tokens[next.first_token].begin), 1);
+    if (next.first_token < c.last_token) {
+      EXPECT_GE(BoundaryRank(text, tokens[next.first_token].begin), 1);
+    }
   }
 }
 

@@ -84,7 +84,9 @@ void RandomWalks(const Constraint& c, std::shared_ptr<const TokenVocabulary> voc
           const bool allowed = !std::isinf(logits[id]);
           ASSERT_EQ(allowed, BruteAllows(*grammar, state, static_cast<TokenId>(id), static_cast<std::int32_t>(left)))
               << "token " << id << " state " << state << " left " << left;
-          if (allowed) ASSERT_EQ(logits[id], raw[id]);  // masking never changes an allowed logit
+          if (allowed) {
+            ASSERT_EQ(logits[id], raw[id]);  // masking never changes an allowed logit
+          }
         }
       }
       const auto best = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -23,12 +23,10 @@ std::shared_ptr<const Tokenizer> Load(const std::string& rel) {
   return t.ok() ? *t : nullptr;
 }
 
-std::vector<TokenId> Ids(const Encoding& e) { return e.ids; }
-
 TEST(TokenizerInput, InvalidUtf8IsRejectedWithByteOffset) {
   auto t = Load("tokenizers/qwen3");
-  for (const std::string bad : {std::string("ab\xff"), std::string("\xc3"), std::string("\xed\xa0\x80"),
-                                std::string("\xf4\x90\x80\x80"), std::string("ok \xc0\xaf")}) {
+  for (const std::string& bad : {std::string("ab\xff"), std::string("\xc3"), std::string("\xed\xa0\x80"),
+                                 std::string("\xf4\x90\x80\x80"), std::string("ok \xc0\xaf")}) {
     auto e = t->Encode(bad, false);
     ASSERT_FALSE(e.ok());
     EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);

@@ -143,8 +143,9 @@ void CheckPanels(const Shape& s, const Expected& e, std::int64_t additions, cons
           << what << " " << Name(isa) << " M" << s.M << " K" << s.K << " N" << s.N << " at " << i;
     }
     if (isa == Isa::kGeneric) generic = out;
-    if (PanelsLikeGeneric(isa))
+    if (PanelsLikeGeneric(isa)) {
       EXPECT_EQ(out, generic) << what << " " << Name(isa) << " M" << s.M << " K" << s.K << " N" << s.N;
+    }
   }
 }
 
@@ -257,8 +258,8 @@ TEST(KernelCores, Int8PanelLinearPanels) {
     for (float v : Normal(rng, s.N, 0.01)) scale.push_back(std::fabs(v));
     for (auto b : RandomBf16(rng, s.N)) bias.push_back(Bf16ToFloat(b));
     const Expected e = Exact(
-        x, s.M, s.K, s.N, [&](std::int64_t n, std::int64_t k) { return double{q[At(n * s.K + k)]} * scale[At(n)]; },
-        bias);
+        x, s.M, s.K, s.N,
+        [&](std::int64_t n, std::int64_t k) { return static_cast<double>(q[At(n * s.K + k)]) * scale[At(n)]; }, bias);
     // The sums of x q (K roundings of partial sums up to sum |x q|), then
     // fma(sum, scale, bias): one more rounding.
     CheckPanels(s, e, s.K + 2, "int8", [&](const CpuKernels& k, std::uint16_t* out, std::int64_t b, std::int64_t end) {
@@ -326,9 +327,10 @@ TEST(KernelCores, QuantizeRowsInt16IsTheSameEverywhere) {
             // roundings of scale, 1 / scale and x / scale (3 units of
             // float32 of a value up to kLevels steps).
             const double step = scales[At(m)];
-            if (step > 0)
+            if (step > 0) {
               ASSERT_LE(std::fabs(xq[At(m * Kp + k)] * step - v), step * (0.5 + 4 * kLevels * kF32Roundoff))
                   << Name(isa);
+            }
             ASSERT_LE(std::abs(xq[At(m * Kp + k)]), kLevels) << Name(isa);
           }
         }
@@ -377,7 +379,7 @@ TEST(KernelCores, Int8LinearRange) {
           for (std::int64_t n = 0; n < s.N; ++n) {
             double exact = 0, mag = 0;
             for (std::int64_t k2 = 0; k2 < s.K; ++k2) {
-              const double p = double{xq[At(m * Kp + k2)]} * w[At(n * s.K + k2)];
+              const double p = static_cast<double>(xq[At(m * Kp + k2)]) * w[At(n * s.K + k2)];
               exact += p;
               mag += std::fabs(p);
             }
