@@ -23,10 +23,12 @@ inline __m512bh BroadcastPair(const std::uint16_t* p) {
 
 // Rows [0, R) of x against one panel over all of K: R x 4 float32 vectors
 // of sums stay in registers; each step reads one pair line of the panel
-// (4 x 64 bytes) and broadcasts one pair of every row.
+// (4 x 64 bytes) and broadcasts one pair of every row. `first`: the
+// panel's first row tile, which reads it from memory (the later tiles find
+// it in L2) and prefetches ahead as the one- and two-row path always does.
 template <int R>
 void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, const float* scale, const float* bias,
-          std::uint16_t* out, std::int64_t N, std::int64_t cols) {
+          std::uint16_t* out, std::int64_t N, std::int64_t cols, bool first) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -55,6 +57,9 @@ void Tile(const std::uint16_t* x, std::int64_t K, const std::uint16_t* panel, co
       for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_add_ps(acc[r][v], odd[r][v]);
   }
   for (; p < pairs; ++p, wp += kPairFloats) {
+    if (first)
+      for (int l = 0; l < 4; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchAhead + 32 * l), _MM_HINT_T0);
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
     const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
     for (int r = 0; r < R; ++r) {
@@ -193,22 +198,22 @@ void Panels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::u
     std::uint16_t* os = out + m0 * N + n0;
     switch (M - m0 < 6 ? M - m0 : 6) {
       case 1:
-        Tile<1>(xs, K, panel, sc, b, os, N, cols);
+        Tile<1>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
       case 2:
-        Tile<2>(xs, K, panel, sc, b, os, N, cols);
+        Tile<2>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
       case 3:
-        Tile<3>(xs, K, panel, sc, b, os, N, cols);
+        Tile<3>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
       case 4:
-        Tile<4>(xs, K, panel, sc, b, os, N, cols);
+        Tile<4>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
       case 5:
-        Tile<5>(xs, K, panel, sc, b, os, N, cols);
+        Tile<5>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
       default:
-        Tile<6>(xs, K, panel, sc, b, os, N, cols);
+        Tile<6>(xs, K, panel, sc, b, os, N, cols, m0 == 0);
         break;
     }
   }
