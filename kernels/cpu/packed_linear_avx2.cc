@@ -192,11 +192,6 @@ void MicroRows(std::int64_t rows, const float* xf, std::int64_t K, const float* 
   }
 }
 
-// Rows [0, R) (R <= 5) x features [16 j, 16 j + 16) of a packed bf16
-// panel over columns [k0, k0 + kc) (k0 even), widening each pair line's
-// 32-byte runs in registers (no widened copy of the weights is written):
-// per pair (k, k + 1) two loads and four shifts / masks feed 4 R fmas.
-// Sums from / to c (rows 64 apart), as Micro's; x as float32 (rows K apart).
 // Cache lines of the next block to fetch while a tile computes: with few
 // rows a block's compute is as short as reading it from memory, and
 // without this the first tile pass waited for memory while the other passes
@@ -206,6 +201,12 @@ struct NextBlock {
   std::int64_t count = 0;       // how many
 };
 
+// Rows [0, R) (R <= 5) x features [16 j, 16 j + 16) of a packed bf16
+// panel over columns [k0, k0 + kc) (k0 even), widening each pair line's
+// 32-byte runs in registers (no widened copy of the weights is written):
+// per pair (k, k + 1) two loads and four shifts / masks feed 4 R fmas.
+// Sums from / to c (rows 64 apart), as Micro's; x as float32 (rows K apart);
+// `next`: this call's share of the next block's lines, fetched meanwhile.
 template <int R>
 void PairTile(const float* xf, std::int64_t K, const std::uint16_t* panel, int j, std::int64_t k0, std::int64_t kc,
               float* c, bool first, NextBlock next) {

@@ -1,6 +1,6 @@
 // The wall clock as Unix seconds: the `created` fields of API objects and
-// the stores' timestamps. One definition, so a change of clock (or a test
-// clock) has one place to go.
+// the stores' timestamps (which tests replace through the stores' own
+// `clock` options). One definition of the expression.
 #pragma once
 
 #include <chrono>
