@@ -172,7 +172,7 @@ StatusOr<std::unique_ptr<service::OutputSource>> StartGenerate(service::Generati
   input.prompt_param = "prompt_ids";
   RS_ASSIGN_OR_RETURN(service::PreparedGeneration v, service::PrepareGeneration(service, input));
   RS_ASSIGN_OR_RETURN(auto gen,
-                      service.Start(v.prompts[0], v.options, service::GenerationService::Admission::kDontWait));
+                      service.Start(v.prompts[0], v.generation, service::GenerationService::Admission::kDontWait));
   return std::unique_ptr<service::OutputSource>(std::move(gen));
 }
 

@@ -8,8 +8,8 @@
 
 #include "server/api/error_mapping.h"
 #include "server/api/event_stream.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 #include "server/common/unix_time.h"
 #include "server/service/chat_output.h"
 #include "server/service/input_processor.h"
@@ -140,10 +140,10 @@ json Usage(std::int64_t prompt, std::int64_t completion, std::int64_t cached) {
 // Starts n choices for each prompt; choice index = prompt * n + k.
 StatusOr<std::vector<std::unique_ptr<service::Generation>>> StartAll(
     service::GenerationService& service, const std::vector<std::vector<std::int64_t>>& prompts,
-    const GenerateOptions& options, int n) {
+    const service::ValidatedGeneration& validated) {
   std::vector<std::unique_ptr<service::Generation>> all;
   for (const auto& ids : prompts) {
-    RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, options, n));
+    RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, validated));
     for (auto& g : gens) all.push_back(std::move(g));
   }
   return all;
@@ -208,11 +208,11 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
       }
     }
   }
-  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->options, v->n));
+  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->generation));
   const std::string id = service.NextRequestId("cmpl");
   const std::int64_t created = UnixSeconds();
   const std::int64_t prompt_tokens = PromptTokens(prompts);
-  const std::size_t n = static_cast<std::size_t>(v->n);
+  const std::size_t n = static_cast<std::size_t>(v->generation.n());
   RestReply reply;
   if (body.stream) {
     auto totals = std::make_shared<StreamTotals>();
@@ -349,7 +349,7 @@ StatusOr<RestReply> ChatCompletions(service::GenerationService& service, const R
   // with include_reasoning: false); tool calls are parsed out; the rest is
   // content. One processor per choice, the same for streaming and unary.
   const service::ChatOutputOptions output = ChatOutput(service, body);
-  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, v.n));
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.generation));
   const std::string id = service.NextRequestId("chatcmpl");
   const std::int64_t created = UnixSeconds();
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());

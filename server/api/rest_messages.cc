@@ -20,9 +20,9 @@
 
 #include "server/api/error_mapping.h"
 #include "server/api/event_stream.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 #include "server/service/json_spans.h"
 
 namespace ropeserve::api {
@@ -157,7 +157,7 @@ StatusOr<RestReply> RunMessages(service::GenerationService& service, const RestR
   const std::string& prompt = v.rendered_chat;
   const std::vector<std::int64_t>& ids = v.prompts[0];
   const service::ChatOutputOptions output = ChatOutput(service, chat);
-  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, 1));
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.generation));
   const std::string id = service.NextRequestId("msg");
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   RestReply reply;

@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "server/api/event_stream.h"
-#include "server/api/json_request.h"
 #include "server/api/lifecycle.h"
 #include "server/api/response_store.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 #include "server/common/unix_time.h"
 
 namespace ropeserve::api {
@@ -411,7 +411,7 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
     RS_ASSIGN_OR_RETURN(Lifecycle::Ticket ticket, request.lifecycle->Admit());
     held = std::make_shared<Lifecycle::Ticket>(std::move(ticket));
   }
-  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.options, 1));
+  RS_ASSIGN_OR_RETURN(auto gens, service.StartN(ids, v.generation));
   const std::string owner = request.owner;
   RestReply reply;
   if (body.background) {

@@ -104,7 +104,7 @@ int Run(const GenerateFlags& f) {
   auto on_delta = [&](std::size_t, const service::Generation::Delta& d) {
     if (stream) std::cout << d.text << std::flush;
   };
-  auto results = (*service)->GenerateBatch({prompt_ids}, validated->options, false, on_delta);
+  auto results = (*service)->GenerateBatch({prompt_ids}, validated->generation, false, on_delta);
   if (!results.ok()) {
     const Status status = results.status();  // by value: status() returns a copy
     const std::string& p = status.param();

@@ -62,14 +62,20 @@ void Engine::Stop() {
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
-  RS_RETURN_IF_ERROR(request.sampling.Validate());
-  if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.max_tokens)
-    return InvalidArgument("min_tokens must be between 0 and max_tokens");
-  // An assertion, not validation: prompts are validated once, by the input
-  // processor (server/service/input_processor.h). An id outside the
-  // vocabulary here is a caller's bug; run, it would index past the
+  // Assertions, not validation: requests are validated once, by the
+  // request validator (server/service/request_params.h), and arrive here
+  // through GenerationService::Start, which takes nothing else. What fails
+  // below is a caller's bug; run, a bad sampling value would give NaN
+  // probabilities and an id outside the vocabulary would index past the
   // embedding table (on a GPU, a device fault that takes every request with
   // it), so it fails this request alone, as an internal error.
+  if (Status s = request.sampling.Validate(); !s.ok())
+    return Status(ErrorCode::kInternal,
+                  "internal error: unvalidated sampling parameters reached the engine: " + s.message());
+  if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.max_tokens)
+    return Status(ErrorCode::kInternal, "internal error: an unvalidated min_tokens (" +
+                                            std::to_string(request.stop.min_tokens) + ", max_tokens " +
+                                            std::to_string(request.max_tokens) + ") reached the engine");
   for (TokenId id : request.prompt)
     if (id < 0 || id >= executor_.vocab_size())
       return Status(ErrorCode::kInternal, "internal error: an unvalidated prompt token id (" + std::to_string(id) +

@@ -357,7 +357,7 @@ class DocumentSummary final : public OutputSource {
       if (timeout <= 0) return Status(ErrorCode::kDeadlineExceeded, "request timed out");
     }
     RS_ASSIGN_OR_RETURN(PreparedGeneration p, PrepareGeneration(service_, SummaryRequest(ids, f, timeout, trace_)));
-    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.options, GenerationService::Admission::kDontWait));
+    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.generation, GenerationService::Admission::kDontWait));
     gen->SetNotify(
         [s = signal_] {
           std::function<void()> fn;
@@ -521,7 +521,7 @@ StatusOr<std::unique_ptr<OutputSource>> DocumentSummarizer::Start(const SummaryP
     if (plan.truncated) f.max_tokens = plan.max_tokens;
     RS_ASSIGN_OR_RETURN(PreparedGeneration p,
                         PrepareGeneration(service_, SummaryRequest(std::move(ids), f, timeout_seconds, trace)));
-    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.options, admission));
+    RS_ASSIGN_OR_RETURN(auto gen, service_.Start(p.prompts[0], p.generation, admission));
     return std::unique_ptr<OutputSource>(std::move(gen));
   }
   auto job = std::make_unique<DocumentSummary>(service_, plan, fields, timeout_seconds, trace);

@@ -50,12 +50,19 @@ Status GenerationService::CheckModelName(const std::string& requested) const {
 }
 
 StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector<std::int64_t>& prompt_ids,
-                                                               const GenerateOptions& options, Admission admission) {
-  // Ids, stop ids and logit_bias were validated once, by the input
-  // processor (input_processor.h, request_params.h). An id that does not fit
+                                                               const ValidatedGeneration& validated,
+                                                               Admission admission) {
+  // The options were validated once, by ValidateGeneration (the only maker
+  // of a ValidatedGeneration), for prompts up to longest_prompt() tokens;
+  // ids by the input processor (input_processor.h). What is checked below
+  // is a caller's bug, refused as an internal error. An id that does not fit
   // a TokenId is kept out of range here, never wrapped into a valid one, so
   // the engine's assertion refuses it.
-  if (!(options.timeout_seconds >= 0)) return InvalidArgument("the request timeout must not be negative");
+  const GenerateOptions& options = validated.options();
+  if (prompt_ids.empty() || prompt_ids.size() > validated.longest_prompt())
+    return Internal("internal error: a prompt of " + std::to_string(prompt_ids.size()) +
+                    " tokens reached Start with options validated for prompts of 1 to " +
+                    std::to_string(validated.longest_prompt()) + " tokens");
   EngineRequest r;
   r.prompt.reserve(prompt_ids.size());
   for (auto id : prompt_ids)
@@ -70,8 +77,6 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
     processors.push_back(std::make_shared<LogitBias>(options.logit_bias));
   }
   if (!options.constraint.empty()) {
-    if (options.ignore_eos || options.min_tokens > 0)
-      return InvalidArgument("structured output cannot be combined with ignore_eos or min_tokens");
     RS_ASSIGN_OR_RETURN(auto grammar, CompileConstraint(options.constraint));
     // One per choice: it follows its sequence's tokens.
     processors.push_back(std::make_shared<structured::GrammarProcessor>(std::move(grammar), options.max_tokens));
@@ -87,13 +92,10 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   r.prompt_logprobs = options.prompt_logprobs;
   r.trace = options.trace;
   if (options.timeout_seconds > 0) {
-    r.timeout = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7)));
+    r.timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_seconds));
   }
   if (!options.stop.empty() && !tokenizer_)
     return FailedPrecondition("'stop' strings need the model's tokenizer.json, which this server has not loaded");
-  for (const auto& st : options.stop)
-    if (st.empty()) return InvalidArgument("'stop' strings must not be empty");
   RS_ASSIGN_OR_RETURN(auto stream, engine_->Submit(std::move(r)));
   // Submit never waits; a caller that must answer a refusal (queue full,
   // can never run) before anything else waits for the verdict here. An
@@ -137,10 +139,10 @@ Status GenerationService::AwaitOutput(Generation& g) {
 }
 
 StatusOr<std::vector<std::unique_ptr<Generation>>> GenerationService::StartN(
-    const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options, int n) {
-  if (n < 1 || n > kMaxChoices) return InvalidArgument("'n' must be between 1 and " + std::to_string(kMaxChoices));
+    const std::vector<std::int64_t>& prompt_ids, const ValidatedGeneration& validated) {
+  const int n = validated.n();
   std::vector<std::unique_ptr<Generation>> gens;
-  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, options));
+  RS_ASSIGN_OR_RETURN(auto first, Start(prompt_ids, validated.Choice(0)));
   gens.push_back(std::move(first));
   if (n == 1) return gens;
   // The first choice runs alone until its prompt is prefilled, so that the
@@ -149,10 +151,7 @@ StatusOr<std::vector<std::unique_ptr<Generation>>> GenerationService::StartN(
   RS_RETURN_IF_ERROR(AwaitOutput(*gens[0]));
   // Destroying `gens` on an error cancels what started.
   for (int i = 1; i < n; ++i) {
-    GenerateOptions o = options;
-    if (o.sampling.seed) o.sampling.seed = *o.sampling.seed + static_cast<std::uint64_t>(i);
-    o.prompt_logprobs.reset();  // the first choice reports them; the others may use the prefix cache
-    RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, o));
+    RS_ASSIGN_OR_RETURN(auto g, Start(prompt_ids, validated.Choice(i)));
     gens.push_back(std::move(g));
   }
   return gens;
@@ -216,27 +215,25 @@ StatusOr<std::vector<GenerateResult>> GenerationService::RunToEnd(std::vector<st
 }
 
 StatusOr<GenerateResult> GenerationService::Generate(const std::vector<std::int64_t>& prompt_ids,
-                                                     const GenerateOptions& options) {
-  RS_ASSIGN_OR_RETURN(auto results, GenerateN(prompt_ids, options, 1));
+                                                     const ValidatedGeneration& validated) {
+  RS_ASSIGN_OR_RETURN(auto results, GenerateBatch({prompt_ids}, validated.Choice(0)));
   return std::move(results[0]);
 }
 
 StatusOr<std::vector<GenerateResult>> GenerationService::GenerateN(const std::vector<std::int64_t>& prompt_ids,
-                                                                   const GenerateOptions& options, int n) {
-  RS_ASSIGN_OR_RETURN(auto gens, StartN(prompt_ids, options, n));
+                                                                   const ValidatedGeneration& validated) {
+  RS_ASSIGN_OR_RETURN(auto gens, StartN(prompt_ids, validated));
   RS_ASSIGN_OR_RETURN(auto out, RunToEnd(gens, nullptr));
   for (auto& r : out) r.prompt_ids = prompt_ids;
   return out;
 }
 
 StatusOr<std::vector<GenerateResult>> GenerationService::GenerateBatch(
-    const std::vector<std::vector<std::int64_t>>& prompts, const GenerateOptions& options, bool seed_offsets,
+    const std::vector<std::vector<std::int64_t>>& prompts, const ValidatedGeneration& validated, bool seed_offsets,
     const OnDelta& on_delta) {
   std::vector<std::unique_ptr<Generation>> gens;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    GenerateOptions o = options;
-    if (seed_offsets && o.sampling.seed) o.sampling.seed = *o.sampling.seed + i;
-    auto g = Start(prompts[i], o);
+    auto g = Start(prompts[i], seed_offsets ? validated.WithSeedOffset(i) : validated);
     if (!g.ok()) {
       gens.clear();
       if (!config_.engine_thread) engine_->RunUntilIdle();

@@ -122,24 +122,29 @@ class GenerationService {
   // (ResourceExhausted, InvalidArgument) as the error (REST answers it as
   // the HTTP status); kDontWait returns at once and a refusal is the first
   // thing Next() returns (gRPC's reactors, which must not block).
-  // `prompt_ids` and `options` come from PrepareGeneration
-  // (input_processor.h), which validated them once; an id outside the
-  // vocabulary is a caller's bug, refused as an Internal error.
+  // `prompt_ids` and `validated` come from PrepareGeneration
+  // (input_processor.h), which validated them once (ValidatedGeneration
+  // has no other maker). A prompt that is empty or longer than the one the
+  // options were validated for, or an id outside the vocabulary, is a
+  // caller's bug, refused as an Internal error. Start runs one choice
+  // (validated.n() is StartN's).
   enum class Admission { kWait, kDontWait };
   StatusOr<std::unique_ptr<Generation>> Start(const std::vector<std::int64_t>& prompt_ids,
-                                              const GenerateOptions& options, Admission admission = Admission::kWait);
-  // n choices for one prompt (1 <= n <= kMaxChoices), read incrementally.
-  // The choices share the prompt's full KV blocks through the prefix
-  // cache: the first is prefilled alone, the others start once its first
-  // token exists. Choice i samples with seed + i when seeded. Only the
-  // first choice reports prompt logprobs (they are the same for all).
+                                              const ValidatedGeneration& validated,
+                                              Admission admission = Admission::kWait);
+  // validated.n() choices for one prompt, read incrementally. The choices
+  // share the prompt's full KV blocks through the prefix cache: the first
+  // is prefilled alone, the others start once its first token exists.
+  // Choice i samples with seed + i when seeded. Only the first choice
+  // reports prompt logprobs (they are the same for all).
   StatusOr<std::vector<std::unique_ptr<Generation>>> StartN(const std::vector<std::int64_t>& prompt_ids,
-                                                            const GenerateOptions& options, int n);
-  // Start + read to the end. With a tokenizer, result.text holds the text
-  // (special tokens skipped) and options.stop applies.
-  StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const GenerateOptions& options);
+                                                            const ValidatedGeneration& validated);
+  // Start (choice 0) + read to the end. With a tokenizer, result.text holds
+  // the text (special tokens skipped) and options.stop applies.
+  StatusOr<GenerateResult> Generate(const std::vector<std::int64_t>& prompt_ids, const ValidatedGeneration& validated);
+  // StartN + read to the end.
   StatusOr<std::vector<GenerateResult>> GenerateN(const std::vector<std::int64_t>& prompt_ids,
-                                                  const GenerateOptions& options, int n);
+                                                  const ValidatedGeneration& validated);
   // Several prompts run together to their ends (prompt i samples with
   // seed + i when seeded and `seed_offsets`). `on_delta(i, delta)` sees
   // each prompt's output as it comes. Offline, the results' timing fields
@@ -147,7 +152,7 @@ class GenerationService {
   // outputs are read one after the other and the timings stay 0.
   using OnDelta = std::function<void(std::size_t, const Generation::Delta&)>;
   StatusOr<std::vector<GenerateResult>> GenerateBatch(const std::vector<std::vector<std::int64_t>>& prompts,
-                                                      const GenerateOptions& options, bool seed_offsets = false,
+                                                      const ValidatedGeneration& validated, bool seed_offsets = false,
                                                       const OnDelta& on_delta = nullptr);
 
   // The prompt of a summarization request. With a chat template: one user

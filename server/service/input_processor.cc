@@ -8,33 +8,31 @@ namespace ropeserve::service {
 
 StatusOr<PreparedGeneration> PrepareGeneration(const GenerationService& service, const GenerationRequest& r) {
   RS_RETURN_IF_ERROR(service.CheckModelName(r.model));
-  PreparedGeneration out;
+  std::vector<std::vector<std::int64_t>> prompts;
+  std::string rendered_chat;
   if (r.chat) {
-    RS_ASSIGN_OR_RETURN(out.rendered_chat,
+    RS_ASSIGN_OR_RETURN(rendered_chat,
                         service.ApplyChatTemplate(r.chat->messages, r.chat->add_generation_prompt, r.chat->extra));
-    RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(out.rendered_chat, /*add_special_tokens=*/false));
+    RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(rendered_chat, /*add_special_tokens=*/false));
     if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt").WithParam("messages");
-    out.prompts.push_back(std::move(ids));
+    prompts.push_back(std::move(ids));
   } else {
     if (r.prompts.empty()) return InvalidArgument("a prompt is required").WithParam(r.prompt_param);
     for (const Prompt& p : r.prompts) {
       if (p.text) {
         RS_ASSIGN_OR_RETURN(auto ids, service.Tokenize(*p.text, /*add_special_tokens=*/true));
-        out.prompts.push_back(std::move(ids));
+        prompts.push_back(std::move(ids));
       } else {
         RS_RETURN_IF_ERROR(ValidatePromptIds(p.ids, service.limits(), r.prompt_param));
-        out.prompts.push_back(p.ids);
+        prompts.push_back(p.ids);
       }
     }
   }
   std::vector<std::size_t> lengths;
-  for (const auto& p : out.prompts) lengths.push_back(p.size());
+  for (const auto& p : prompts) lengths.push_back(p.size());
   RS_ASSIGN_OR_RETURN(ValidatedGeneration v,
                       ValidateGeneration(r.fields, r.endpoint, lengths, service.limits(), r.timeout_seconds));
-  out.options = std::move(v.options);
-  out.options.trace = r.trace;
-  out.n = v.n;
-  return out;
+  return PreparedGeneration{std::move(prompts), std::move(rendered_chat), v.WithTrace(r.trace)};
 }
 
 }  // namespace ropeserve::service

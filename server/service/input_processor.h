@@ -4,7 +4,8 @@
 // validated with the endpoint's defaults and limits (request_params.h).
 // REST completions and chat, gRPC Generate and `ropeserve generate` read
 // their wire format into a GenerationRequest and call PrepareGeneration;
-// what comes back goes to GenerationService::Start / StartN as it is.
+// what comes back goes to GenerationService::Start / StartN as it is (they
+// take only a ValidatedGeneration).
 // Document summaries (DocumentSummarizer) plan their chunks first, then
 // send each request they run (chunk, reduce, final) through it as ids.
 // Nothing below re-validates: the engine only asserts (engine.h).
@@ -58,8 +59,7 @@ struct GenerationRequest {
 struct PreparedGeneration {
   std::vector<std::vector<std::int64_t>> prompts;  // token ids, checked; one per chat
   std::string rendered_chat;                       // chat: the rendered template
-  GenerateOptions options;                         // validated; the trace set
-  int n = 1;                                       // choices per prompt
+  ValidatedGeneration generation;                  // the options (the trace set) and n
 };
 
 StatusOr<PreparedGeneration> PrepareGeneration(const GenerationService& service, const GenerationRequest& request);

@@ -74,25 +74,26 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
                                                  double timeout_seconds) {
   const EndpointDefaults d = DefaultsFor(endpoint);
   ValidatedGeneration out;
-  GenerateOptions& o = out.options;
+  GenerateOptions& o = out.options_;
 
   // Sequences: prompts x n.
   if (prompt_lengths.empty()) return Bad("prompt", "a prompt is required");
   if (prompt_lengths.size() > static_cast<std::size_t>(kMaxPrompts))
     return Bad("prompt", "at most " + std::to_string(kMaxPrompts) + " prompts per request");
   RS_RETURN_IF_ERROR(CheckRange(f.n, 1, kMaxChoices, "n"));
-  out.n = static_cast<int>(f.n.value_or(1));
-  const auto sequences = static_cast<std::int64_t>(prompt_lengths.size()) * out.n;
+  out.n_ = static_cast<int>(f.n.value_or(1));
+  const auto sequences = static_cast<std::int64_t>(prompt_lengths.size()) * out.n_;
   if (sequences > kMaxSequences)
     return Bad("n", "prompts x n must be at most " + std::to_string(kMaxSequences) + " (got " +
-                        std::to_string(prompt_lengths.size()) + " x " + std::to_string(out.n) + ")");
+                        std::to_string(prompt_lengths.size()) + " x " + std::to_string(out.n_) + ")");
   std::size_t longest = 0;
   std::int64_t prompt_tokens = 0;
   for (std::size_t len : prompt_lengths) {
     if (len == 0) return Bad("prompt", "a prompt tokenizes to no tokens");
     longest = std::max(longest, len);
-    prompt_tokens += static_cast<std::int64_t>(len) * out.n;
+    prompt_tokens += static_cast<std::int64_t>(len) * out.n_;
   }
+  out.longest_prompt_ = longest;
   const std::int64_t room = limits.max_model_len - static_cast<std::int64_t>(longest);
   if (room < 1)
     return Bad("prompt", "the prompt has " + std::to_string(longest) + " tokens; the context length is " +
@@ -202,6 +203,24 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
     return Bad("timeout", "the request timeout must be a finite number >= 0");
   o.timeout_seconds = std::min(timeout_seconds, 1e7);
   return out;
+}
+
+ValidatedGeneration ValidatedGeneration::Choice(int i) const {
+  ValidatedGeneration c = WithSeedOffset(static_cast<std::uint64_t>(i));
+  if (i > 0) c.options_.prompt_logprobs.reset();
+  return c;
+}
+
+ValidatedGeneration ValidatedGeneration::WithSeedOffset(std::uint64_t i) const {
+  ValidatedGeneration c = *this;
+  if (c.options_.sampling.seed) c.options_.sampling.seed = *c.options_.sampling.seed + i;  // wraps, as a seed may
+  return c;
+}
+
+ValidatedGeneration ValidatedGeneration::WithTrace(const TraceContext& trace) const {
+  ValidatedGeneration c = *this;
+  c.options_.trace = trace;
+  return c;
 }
 
 StatusOr<ValidatedQa> ValidateQa(const QaFields& f, std::int64_t max_position_embeddings) {

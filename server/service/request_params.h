@@ -185,10 +185,7 @@ struct SummaryFields {
 constexpr int kMaxDocumentChunks = 512;
 constexpr std::size_t kMaxSummaryFieldBytes = 1024;  // focus, language
 
-struct ValidatedGeneration {
-  GenerateOptions options;  // the same for every prompt and choice (choice i's seed is seed + i)
-  int n = 1;
-};
+class ValidatedGeneration;
 
 // Defaults, ranges and caps of one generation request whose prompts have
 // `prompt_lengths` tokens (already tokenized; each >= 1). `timeout_seconds`
@@ -196,6 +193,39 @@ struct ValidatedGeneration {
 StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& fields, Endpoint endpoint,
                                                  const std::vector<std::size_t>& prompt_lengths, const Limits& limits,
                                                  double timeout_seconds = 0);
+
+// A generation's options as ValidateGeneration made them, and the only
+// thing GenerationService::Start / StartN / Generate* take: a caller cannot
+// hand the engine options that skipped the validator, so nothing below it
+// re-checks a client's values (the service and the engine only assert,
+// answering an internal error). Copyable; the derivations below keep what
+// was validated (a seed offset wraps, a trace is not a client value).
+class ValidatedGeneration {
+ public:
+  // The same for every prompt and choice (choice i's seed is seed + i).
+  const GenerateOptions& options() const { return options_; }
+  int n() const { return n_; }  // choices per prompt
+  // The longest prompt the options were validated for: Start refuses an
+  // empty or longer one (max_tokens was bounded by the room it leaves).
+  std::size_t longest_prompt() const { return longest_prompt_; }
+
+  // Choice i (0-based) of n: the seed + i; prompt logprobs on choice 0 only
+  // (the others may take the prompt from the prefix cache).
+  ValidatedGeneration Choice(int i) const;
+  // Prompt i of a batch run with seed offsets: the seed + i.
+  ValidatedGeneration WithSeedOffset(std::uint64_t i) const;
+  // The request's trace (the engine's spans go under it).
+  ValidatedGeneration WithTrace(const TraceContext& trace) const;
+
+ private:
+  friend StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields&, Endpoint,
+                                                          const std::vector<std::size_t>&, const Limits&, double);
+  ValidatedGeneration() = default;
+
+  GenerateOptions options_;
+  int n_ = 1;
+  std::size_t longest_prompt_ = 0;
+};
 
 // Token-id prompts: non-empty, every id in [0, vocab_size). `param` names
 // the field in errors ("prompt", "prompt_ids").

@@ -118,7 +118,6 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   if (options.block_size < 1 || options.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
   if (!(options.qa_token_share >= 0 && options.qa_token_share < 1))
     return InvalidArgument("the QA token share must be in [0, 1)");
-  if (options.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
 
   service::GenerationServiceConfig sc = BaseConfig(model, std::move(served_name));
   // CUDA workers pad decode steps to the graphs' buckets and replay them.

@@ -78,7 +78,7 @@ TEST_F(GrpcApi, GreedyGenerateEqualsOfflineGenerate) {
   v1::GenerateResponse resp;
   grpc::Status st = Call(req, &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 5;
   o.ignore_eos = true;
   auto want = testing::OfflineGenerate(*model_, {9, 8, 7}, o);

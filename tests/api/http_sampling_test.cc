@@ -24,12 +24,12 @@ TEST_F(HttpApi, PenaltiesAreAppliedAndValidated) {
   ASSERT_EQ(c1, 200) << pen.dump();
   EXPECT_EQ(pen["choices"][0]["token_ids"], again["choices"][0]["token_ids"]);  // deterministic
   // Same semantics as the offline path.
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 12;
   o.ignore_eos = true;
-  o.sampling.frequency_penalty = -2;
-  o.sampling.presence_penalty = -2;
-  o.sampling.repetition_penalty = 1.5;
+  o.frequency_penalty = -2;
+  o.presence_penalty = -2;
+  o.repetition_penalty = 1.5;
   auto want = testing::OfflineGenerate(*model_, {5, 6, 7}, o);
   ASSERT_TRUE(want.ok());
   EXPECT_EQ(pen["choices"][0]["token_ids"], want->generated_ids);

@@ -34,7 +34,7 @@ TEST_F(HttpApi, GreedyCompletionEqualsOfflineGenerate) {
   auto [code, body] =
       Post(R"({"model":"tiny","prompt":[5,6,7],"max_tokens":6,"temperature":0,"ignore_eos":true,"logprobs":2})");
   ASSERT_EQ(code, 200) << body.dump();
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 6;
   o.ignore_eos = true;
   auto want = testing::OfflineGenerate(*model_, {5, 6, 7}, o);
@@ -58,11 +58,11 @@ TEST_F(HttpApi, SeededSamplingIsReproducible) {
   };
   const std::vector<std::int64_t> a = draw(123);
   EXPECT_EQ(draw(123), a);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 8;
   o.ignore_eos = true;
-  o.sampling.temperature = 1.0;
-  o.sampling.seed = 123;
+  o.temperature = 1.0;
+  o.seed = 123;
   auto want = testing::OfflineGenerate(*model_, {5, 6}, o);
   ASSERT_TRUE(want.ok()) << want.status().message();
   EXPECT_EQ(a, want->generated_ids);
@@ -116,7 +116,7 @@ TEST_F(HttpApi, ConcurrentRequestsAreBatchedWithUnchangedOutputs) {
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
-    GenerateOptions o;
+    service::GenerationFields o;
     o.max_tokens = 8;
     o.ignore_eos = true;
     auto want = testing::OfflineGenerate(*model_, {i + 1, i + 2, i + 3}, o);

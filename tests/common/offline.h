@@ -6,14 +6,17 @@
 #include <vector>
 
 #include "server/serving/service_factory.h"
+#include "tests/common/validated.h"
 
 namespace ropeserve::testing {
 
-// Fails the test's status check when the engine cannot be built.
+// `fields` are validated as gRPC Generate's are (greedy, max_tokens 16
+// unless set). Fails the test's status check when the engine cannot be
+// built.
 inline StatusOr<GenerateResult> OfflineGenerate(const DecoderModel& model, const std::vector<std::int64_t>& prompt,
-                                                const GenerateOptions& options, OfflineOptions offline = {}) {
+                                                const service::GenerationFields& fields, OfflineOptions offline = {}) {
   RS_ASSIGN_OR_RETURN(auto service, OfflineDecoder(model, offline));
-  return service->Generate(prompt, options);
+  return service->Generate(prompt, Validated(*service, fields, prompt.size()));
 }
 
 }  // namespace ropeserve::testing

@@ -124,14 +124,20 @@ TEST(Engine, SubmitNeverWaitsAndTheVerdictArrivesOnTheStream) {
   ASSERT_TRUE(admitted.ok());
   EXPECT_TRUE((*admitted)->WaitAdmission().ok());
   e.Stop();
-  // What Submit checks itself, at once: an unvalidated id is a caller's
-  // bug (an internal error), the sampling its own contract.
+  // What Submit asserts at once (the request validator checked it before):
+  // an unvalidated id, sampling value or min_tokens is a caller's bug, an
+  // internal error that fails this request alone.
   r.max_tokens = 4;
   r.prompt = {25};  // outside the vocabulary
   EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInternal);
   r.prompt = {1};
   r.sampling.top_p = 2;
-  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInternal);
+  r.sampling.top_p = 1;
+  r.stop.min_tokens = 5;
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kInternal);
+  r.stop.min_tokens = 4;  // valid: past the assertions, to the stopped engine's refusal
+  EXPECT_EQ(e.Submit(r).status().code(), ErrorCode::kFailedPrecondition);
 }
 
 TEST(Engine, AFailedForwardFailsOnlyItsRequests) {

@@ -102,7 +102,7 @@ TEST_F(LlamaCppParity, GreedyTokensUpToFirstNearTie) {
   for (const auto& c : (*golden_)["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<std::int64_t>>();
     const auto want = c["generated_ids"].get<std::vector<std::int64_t>>();
-    GenerateOptions opts;
+    service::GenerationFields opts;
     opts.max_tokens = static_cast<std::int64_t>(want.size());
     opts.ignore_eos = true;
     auto got = testing::OfflineGenerate(*model_, prompt, opts);  // the serving path

@@ -302,16 +302,17 @@ TEST(Generate, TheEngineGeneratesTheReferenceTokens) {
   ScratchDir dir;
   auto m = LoadTiny(dir, "qwen2");
   ASSERT_NE(m, nullptr);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 12;
   o.ignore_eos = true;
   o.top_logprobs = 3;
   auto engine = OfflineDecoder(*m);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   std::vector<std::int64_t> streamed;
-  auto fast = (*engine)->GenerateBatch({{1, 2, 3}}, o, false, [&](std::size_t, const service::Generation::Delta& d) {
-    streamed.insert(streamed.end(), d.ids.begin(), d.ids.end());
-  });
+  auto fast = (*engine)->GenerateBatch({{1, 2, 3}}, testing::Validated(**engine, o, 3), false,
+                                       [&](std::size_t, const service::Generation::Delta& d) {
+                                         streamed.insert(streamed.end(), d.ids.begin(), d.ids.end());
+                                       });
   ASSERT_TRUE(fast.ok()) << fast.status().ToString();
   ASSERT_EQ(fast->size(), 1u);
   const auto want = testing::ReferenceGreedy(*m, {1, 2, 3}, 12);
@@ -330,7 +331,7 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   ScratchDir dir;
   auto m = LoadTiny(dir, "llama");
   ASSERT_NE(m, nullptr);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 6;
   o.ignore_eos = true;
   auto free_run = testing::OfflineGenerate(*m, {5, 6}, o);
@@ -422,17 +423,21 @@ TEST(Generate, RejectsBadRequests) {
   ScratchDir dir;
   auto m = LoadTiny(dir, "llama");
   ASSERT_NE(m, nullptr);
-  GenerateOptions o;
+  service::GenerationFields o;
   auto made = OfflineDecoder(*m);
   ASSERT_TRUE(made.ok());
   service::GenerationService& engine = **made;
-  EXPECT_FALSE(engine.Generate({}, o).ok());
-  // Ids that skipped the input processor: the engine's assertion.
-  EXPECT_EQ(engine.Generate({1, 300}, o).status().code(), ErrorCode::kInternal);
-  o.max_tokens = 5000;
-  EXPECT_NE(engine.Generate({1}, o).status().message().find("maximum context length"), std::string::npos);
   o.max_tokens = 4;
-  EXPECT_TRUE(engine.Generate({1}, o).ok());  // the engine is usable after refusals
+  const service::ValidatedGeneration v = testing::Validated(engine, o, 2);
+  // A prompt or ids that skipped the input processor: the service's and
+  // the engine's assertions.
+  EXPECT_EQ(engine.Generate({}, v).status().code(), ErrorCode::kInternal);
+  EXPECT_EQ(engine.Generate({1, 300}, v).status().code(), ErrorCode::kInternal);
+  // Past the context: the validator's refusal, naming the field.
+  o.max_tokens = 5000;
+  EXPECT_EQ(service::ValidateGeneration(o, service::Endpoint::kGenerate, {1}, engine.limits()).status().param(),
+            "max_tokens");
+  EXPECT_TRUE(engine.Generate({1}, v).ok());  // the engine is usable after refusals
   EXPECT_EQ(engine.engine().pool().num_free(), engine.kv_cache().num_blocks);
 }
 

@@ -41,7 +41,7 @@ DecoderModel* PromptLogprobs::model_ = nullptr;
 
 TEST_F(PromptLogprobs, EveryPromptTokenAfterTheFirstMatchesTheReference) {
   const auto prompt = Prompt(40);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 2;
   o.prompt_logprobs = 3;
   auto r = testing::OfflineGenerate(*model_, prompt, o);
@@ -79,7 +79,7 @@ TEST_F(PromptLogprobs, EveryPromptTokenAfterTheFirstMatchesTheReference) {
 
 TEST_F(PromptLogprobs, ChunkedPrefillAndThePrefixCacheGiveEachPositionOnce) {
   const auto prompt = Prompt(50);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 1;
   o.prompt_logprobs = 0;
   auto whole = testing::OfflineGenerate(*model_, prompt, o);
@@ -92,7 +92,7 @@ TEST_F(PromptLogprobs, ChunkedPrefillAndThePrefixCacheGiveEachPositionOnce) {
   // Twice: the second run finds the prompt in the prefix cache, and must
   // compute it again to report its logprobs.
   for (int run = 0; run < 2; ++run) {
-    auto chunked = (*service)->Generate(prompt, o);
+    auto chunked = (*service)->Generate(prompt, testing::Validated(**service, o, prompt.size()));
     ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
     ASSERT_EQ(chunked->prompt_logprobs.size(), prompt.size() - 1) << run;
     EXPECT_EQ(chunked->cached_tokens, 0) << run;
@@ -101,14 +101,14 @@ TEST_F(PromptLogprobs, ChunkedPrefillAndThePrefixCacheGiveEachPositionOnce) {
     EXPECT_TRUE(chunked->prompt_top_logprobs[0].empty());  // 0 alternatives
   }
   // A one-token prompt has none.
-  auto one = (*service)->Generate({5}, o);
+  auto one = (*service)->Generate({5}, testing::Validated(**service, o, 1));
   ASSERT_TRUE(one.ok());
   EXPECT_TRUE(one->prompt_logprobs.empty());
 }
 
 TEST_F(PromptLogprobs, PromptsLongerThanTheRowCapAreScoredOverSeveralSteps) {
   const auto prompt = Prompt(static_cast<std::size_t>(kMaxPromptLogprobRows) + 60);
-  GenerateOptions o;
+  service::GenerationFields o;
   o.max_tokens = 1;
   o.prompt_logprobs = 1;
   auto r = testing::OfflineGenerate(*model_, prompt, o);
@@ -123,14 +123,14 @@ TEST_F(PromptLogprobs, TeacherForcingAgreesWithGeneration) {
   // Greedy decoding from a prompt, then the prompt + what was generated
   // scored as a prompt: the same tokens, the same logprobs.
   const auto prompt = Prompt(12);
-  GenerateOptions g;
+  service::GenerationFields g;
   g.max_tokens = 6;
   g.ignore_eos = true;
   auto gen = testing::OfflineGenerate(*model_, prompt, g);
   ASSERT_TRUE(gen.ok());
   auto scored_prompt = prompt;
   scored_prompt.insert(scored_prompt.end(), gen->generated_ids.begin(), gen->generated_ids.end());
-  GenerateOptions s;
+  service::GenerationFields s;
   s.max_tokens = 1;
   s.prompt_logprobs = 0;
   auto scored = testing::OfflineGenerate(*model_, scored_prompt, s);

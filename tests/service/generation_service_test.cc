@@ -9,6 +9,7 @@
 
 #include "server/service/input_processor.h"
 #include "server/structured/grammar.h"
+#include "tests/common/validated.h"
 #include "tests/engine/one_hot_logits.h"
 
 namespace ropeserve::service {
@@ -45,11 +46,10 @@ std::shared_ptr<const tok::Tokenizer> Qwen3() {
   return t.ok() ? *t : nullptr;
 }
 
-std::unique_ptr<GenerationService> Make(std::unique_ptr<ModelExecutor> model, bool thread,
-                                        std::shared_ptr<const tok::Tokenizer> tokenizer, int num_blocks = 64) {
+GenerationServiceConfig Config(std::int64_t vocab_size, bool thread, int num_blocks) {
   GenerationServiceConfig c;
   c.name = "fake";
-  c.model.vocab_size = model->vocab_size();
+  c.model.vocab_size = vocab_size;
   c.model.max_position_embeddings = 256;
   c.dtype = "float32";
   c.engine.num_blocks = num_blocks;
@@ -59,6 +59,12 @@ std::unique_ptr<GenerationService> Make(std::unique_ptr<ModelExecutor> model, bo
   c.kv.num_blocks = 64;
   c.kv.tokens = 256;
   c.engine_thread = thread;
+  return c;
+}
+
+std::unique_ptr<GenerationService> Make(std::unique_ptr<ModelExecutor> model, bool thread,
+                                        std::shared_ptr<const tok::Tokenizer> tokenizer, int num_blocks = 64) {
+  GenerationServiceConfig c = Config(model->vocab_size(), thread, num_blocks);
   auto s = GenerationService::Create(std::move(c), std::move(model), std::move(tokenizer));
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? std::move(*s) : nullptr;
@@ -81,17 +87,17 @@ TEST(GenerationService, TextAndStopStringsWithHoldBack) {
     SCOPED_TRACE(thread ? "engine thread" : "offline");
     auto s = Make(std::make_unique<ScriptedModel>(script, tok->VocabSize()), thread, tok);
     ASSERT_NE(s, nullptr);
-    GenerateOptions o;
-    o.max_tokens = static_cast<std::int64_t>(script.size());
-    o.ignore_eos = true;
-    auto whole = s->Generate({1, 2}, o);
+    GenerationFields f;
+    f.max_tokens = static_cast<std::int64_t>(script.size());
+    f.ignore_eos = true;
+    auto whole = s->Generate({1, 2}, testing::Validated(*s, f, kPromptLen));
     ASSERT_TRUE(whole.ok()) << whole.status().ToString();
     EXPECT_EQ(whole->text, text);
     EXPECT_EQ(whole->finish_reason, "length");
 
-    o.stop = {"END of"};  // spans tokens: " END" must be held back until " of" decides
+    f.stop = {"END of"};  // spans tokens: " END" must be held back until " of" decides
     std::vector<std::string> pieces;
-    auto stopped = s->GenerateBatch({{1, 2}}, o, false,
+    auto stopped = s->GenerateBatch({{1, 2}}, testing::Validated(*s, f, kPromptLen), false,
                                     [&](std::size_t, const Generation::Delta& d) { pieces.push_back(d.text); });
     ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
     const auto& r = (*stopped)[0];
@@ -116,17 +122,18 @@ TEST(GenerationService, OfflineAndThreadedEnginesAgree) {
     auto offline = Make(std::make_unique<ScriptedModel>(script, 50, flat), false, nullptr);
     auto threaded = Make(std::make_unique<ScriptedModel>(script, 50, flat), true, nullptr);
     ASSERT_TRUE(offline && threaded);
-    GenerateOptions o;
-    o.max_tokens = 6;
-    o.top_logprobs = 2;
-    o.sampling.temperature = 1.0;
-    o.sampling.seed = 99;
-    auto a = offline->GenerateBatch({{1, 2}, {3, 4}, {5, 6}}, o, /*seed_offsets=*/true);
+    GenerationFields f;
+    f.max_tokens = 6;
+    f.top_logprobs = 2;
+    f.temperature = 1.0;
+    f.seed = 99;
+    auto a = offline->GenerateBatch({{1, 2}, {3, 4}, {5, 6}}, testing::Validated(*offline, f, {2, 2, 2}),
+                                    /*seed_offsets=*/true);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     for (std::size_t i = 0; i < 3; ++i) {
-      GenerateOptions oi = o;
-      oi.sampling.seed = 99 + i;
-      auto b = threaded->Generate((*a)[i].prompt_ids, oi);
+      GenerationFields fi = f;
+      fi.seed = 99 + i;
+      auto b = threaded->Generate((*a)[i].prompt_ids, testing::Validated(*threaded, fi, kPromptLen));
       ASSERT_TRUE(b.ok());
       EXPECT_EQ((*a)[i].generated_ids, b->generated_ids);
       EXPECT_EQ((*a)[i].logprobs, b->logprobs);  // same rows, same arithmetic
@@ -140,17 +147,19 @@ TEST(GenerationService, OfflineAndThreadedEnginesAgree) {
 TEST(GenerationService, ChoicesUseSeedPlusIndex) {
   auto s = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 1000, /*flat=*/true), false, nullptr);
   ASSERT_NE(s, nullptr);
-  GenerateOptions o;
-  o.max_tokens = 8;
-  o.sampling.temperature = 1.0;
-  o.sampling.seed = 7;
-  auto n = s->GenerateN({1, 2}, o, 3);
+  GenerationFields f;
+  f.max_tokens = 8;
+  f.temperature = 1.0;
+  f.seed = 7;
+  f.n = 3;
+  auto n = s->GenerateN({1, 2}, testing::Validated(*s, f, kPromptLen));
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   ASSERT_EQ(n->size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) {
-    GenerateOptions oi = o;
-    oi.sampling.seed = 7 + i;
-    auto one = s->Generate({1, 2}, oi);
+    GenerationFields fi = f;
+    fi.seed = 7 + i;
+    fi.n.reset();
+    auto one = s->Generate({1, 2}, testing::Validated(*s, fi, kPromptLen));
     ASSERT_TRUE(one.ok());
     EXPECT_EQ((*n)[i].generated_ids, one->generated_ids) << "choice " << i;
   }
@@ -162,23 +171,42 @@ TEST(GenerationService, RefusalsAreErrorsAndLeaveTheEngineUsable) {
   for (bool thread : {false, true}) {
     auto s = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{3}, 50), thread, nullptr);
     ASSERT_NE(s, nullptr);
-    GenerateOptions o;
-    o.max_tokens = 100;  // 2 + 100 > max_model_len 64
-    auto r = s->Generate({1, 2}, o);
+    GenerationFields f;
+    f.max_tokens = 100;  // 2 + 100 > max_model_len 64: the validator's refusal
+    auto r = ValidateGeneration(f, Endpoint::kGenerate, {kPromptLen}, s->limits());
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("maximum context length"), std::string::npos) << r.status().ToString();
+    EXPECT_EQ(r.status().param(), "max_tokens") << r.status().ToString();
     // Ids skipped the input processor: the engine's assertion, even for an
     // id that a narrowing cast would have wrapped into the vocabulary.
-    EXPECT_EQ(s->Generate({1, 99}, GenerateOptions{}).status().code(), ErrorCode::kInternal);
-    EXPECT_EQ(s->Generate({1, (std::int64_t{1} << 32) + 3}, GenerateOptions{}).status().code(), ErrorCode::kInternal);
-    o.stop = {"x"};
-    o.max_tokens = 2;
-    EXPECT_EQ(s->Generate({1, 2}, o).status().code(), ErrorCode::kFailedPrecondition);  // no tokenizer
-    o.stop.clear();
-    auto ok = s->Generate({1, 2}, o);
+    f.max_tokens = 2;
+    const ValidatedGeneration v = testing::Validated(*s, f, kPromptLen);
+    EXPECT_EQ(s->Generate({1, 99}, v).status().code(), ErrorCode::kInternal);
+    EXPECT_EQ(s->Generate({1, (std::int64_t{1} << 32) + 3}, v).status().code(), ErrorCode::kInternal);
+    // A prompt the options were not validated for (empty, or longer than
+    // the room max_tokens was bounded by): the service's assertion.
+    EXPECT_EQ(s->Generate({}, v).status().code(), ErrorCode::kInternal);
+    EXPECT_EQ(s->Generate({1, 2, 3}, v).status().code(), ErrorCode::kInternal);
+    f.stop = {"x"};
+    EXPECT_EQ(s->Generate({1, 2}, testing::Validated(*s, f, kPromptLen)).status().code(),
+              ErrorCode::kFailedPrecondition);  // no tokenizer
+    auto ok = s->Generate({1, 2}, v);
     ASSERT_TRUE(ok.ok()) << ok.status().ToString();
     EXPECT_EQ(ok->generated_ids, (std::vector<std::int64_t>{3, 0}));
   }
+}
+
+// The service's own settings are checked where they are used, once: a
+// negative token limit per request is refused (0 = the KV cache's size).
+TEST(GenerationService, RefusesANegativeRequestTokenLimit) {
+  GenerationServiceConfig c = Config(50, false, 64);
+  c.max_request_tokens = -1;
+  auto bad = GenerationService::Create(c, std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 50), nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--max-request-tokens"), std::string::npos) << bad.status().ToString();
+  c.max_request_tokens = 0;
+  auto unlimited = GenerationService::Create(c, std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 50), nullptr);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
+  EXPECT_EQ((*unlimited)->limits().max_request_tokens, 256);  // the KV cache's tokens
 }
 
 // Structured output through the engine: seeded sampling over a flat model
@@ -189,10 +217,10 @@ TEST(GenerationService, RefusalsAreErrorsAndLeaveTheEngineUsable) {
 TEST(GenerationService, StructuredOutputIsValidAndSurvivesPreemption) {
   auto tokenizer = Qwen3();
   ASSERT_NE(tokenizer, nullptr);
-  GenerateOptions o;
-  o.max_tokens = 40;
-  o.sampling.temperature = 1.0;
-  o.constraint = {
+  GenerationFields f;
+  f.max_tokens = 40;
+  f.temperature = 1.0;
+  f.constraint = {
       structured::Constraint::Kind::kJsonSchema,
       R"({"type":"object","properties":{"a":{"type":"string","maxLength":6},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"]})",
       {},
@@ -202,24 +230,24 @@ TEST(GenerationService, StructuredOutputIsValidAndSurvivesPreemption) {
   auto tight = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 151669, /*flat=*/true), false, tokenizer,
                     /*num_blocks=*/14);
   ASSERT_TRUE(roomy && tight);
-  o.sampling.seed = 5;
-  auto batched = tight->GenerateBatch(prompts, o, /*seed_offsets=*/true);
+  f.seed = 5;
+  auto batched = tight->GenerateBatch(prompts, testing::Validated(*tight, f, {2, 2, 2, 2}), /*seed_offsets=*/true);
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   EXPECT_GT(tight->engine().stats().preemptions, 0u) << "the test needs preemption to happen";
-  auto grammar = roomy->CompileConstraint(o.constraint);
+  auto grammar = roomy->CompileConstraint(f.constraint);
   ASSERT_TRUE(grammar.ok());
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    GenerateOptions oi = o;
-    oi.sampling.seed = 5 + i;
-    auto alone = roomy->Generate(prompts[i], oi);
+    GenerationFields fi = f;
+    fi.seed = 5 + i;
+    auto alone = roomy->Generate(prompts[i], testing::Validated(*roomy, fi, kPromptLen));
     ASSERT_TRUE(alone.ok()) << alone.status().ToString();
     EXPECT_EQ((*batched)[i].generated_ids, alone->generated_ids) << i;
     EXPECT_EQ((*batched)[i].finish_reason, "stop") << (*batched)[i].text;
     EXPECT_TRUE((*grammar)->dfa().Matches((*batched)[i].text)) << (*batched)[i].text;
   }
   // Refused up front: a constraint that cannot be compiled, names its field.
-  o.constraint.text = R"({"type":"string","format":"hostname"})";
-  auto bad = roomy->Generate({1, 2}, o);
+  f.constraint.text = R"({"type":"string","format":"hostname"})";
+  auto bad = roomy->Generate({1, 2}, testing::Validated(*roomy, f, kPromptLen));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().param(), "response_format");
 }
@@ -248,8 +276,8 @@ TEST(InputProcessor, PreparesTextChatAndIdPromptsForEveryEndpoint) {
   ASSERT_EQ(p->prompts.size(), 2u);
   EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(hello.begin(), hello.end()));
   EXPECT_EQ(p->prompts[1], (std::vector<std::int64_t>{5, 6, 7}));
-  EXPECT_EQ(p->options.max_tokens, 16);  // OpenAI's completions default
-  EXPECT_EQ(p->options.trace.TraceIdHex(), text.trace.TraceIdHex());
+  EXPECT_EQ(p->generation.options().max_tokens, 16);  // OpenAI's completions default
+  EXPECT_EQ(p->generation.options().trace.TraceIdHex(), text.trace.TraceIdHex());
   EXPECT_TRUE(p->rendered_chat.empty());
 
   GenerationRequest chat;
@@ -261,7 +289,7 @@ TEST(InputProcessor, PreparesTextChatAndIdPromptsForEveryEndpoint) {
   const auto rendered = tok->Encode(p->rendered_chat, false)->ids;
   EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(rendered.begin(), rendered.end()));
   // Chat's default: the rest of the context (max_model_len 64 here).
-  EXPECT_EQ(p->options.max_tokens, 64 - static_cast<std::int64_t>(rendered.size()));
+  EXPECT_EQ(p->generation.options().max_tokens, 64 - static_cast<std::int64_t>(rendered.size()));
 
   GenerationRequest ids;
   ids.prompts = {Prompt{std::nullopt, {1, 151936}}};

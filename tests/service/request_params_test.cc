@@ -29,20 +29,20 @@ std::string Param(const StatusOr<ValidatedGeneration>& v) { return v.ok() ? "" :
 TEST(ValidateGeneration, DefaultsFollowTheEndpoint) {
   auto c = V({}, Endpoint::kCompletions);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->options.max_tokens, 16);
-  EXPECT_EQ(c->options.sampling.temperature, 1.0);
-  EXPECT_EQ(c->n, 1);
+  EXPECT_EQ(c->options().max_tokens, 16);
+  EXPECT_EQ(c->options().sampling.temperature, 1.0);
+  EXPECT_EQ(c->n(), 1);
   auto chat = V({}, Endpoint::kChat, {10});
   ASSERT_TRUE(chat.ok());
-  EXPECT_EQ(chat->options.max_tokens, 990);  // the rest of the context
+  EXPECT_EQ(chat->options().max_tokens, 990);  // the rest of the context
   auto sum = V({}, Endpoint::kSummarize, {900});
   ASSERT_TRUE(sum.ok());
-  EXPECT_EQ(sum->options.max_tokens, 100);  // min(256, room)
-  EXPECT_EQ(sum->options.sampling.temperature, 0.0);
+  EXPECT_EQ(sum->options().max_tokens, 100);  // min(256, room)
+  EXPECT_EQ(sum->options().sampling.temperature, 0.0);
   auto gen = V({}, Endpoint::kGenerate);
   ASSERT_TRUE(gen.ok());
-  EXPECT_EQ(gen->options.max_tokens, 16);
-  EXPECT_TRUE(gen->options.sampling.greedy());
+  EXPECT_EQ(gen->options().max_tokens, 16);
+  EXPECT_TRUE(gen->options().sampling.greedy());
 }
 
 TEST(ValidateGeneration, VanishingTemperaturesAreGreedyAndBadOnesRefused) {
@@ -51,11 +51,11 @@ TEST(ValidateGeneration, VanishingTemperaturesAreGreedyAndBadOnesRefused) {
     f.temperature = t;
     auto v = V(f);
     ASSERT_TRUE(v.ok()) << t;
-    EXPECT_TRUE(v->options.sampling.greedy()) << t;
+    EXPECT_TRUE(v->options().sampling.greedy()) << t;
   }
   GenerationFields warm;
   warm.temperature = 1e-5;
-  EXPECT_FALSE(V(warm)->options.sampling.greedy());
+  EXPECT_FALSE(V(warm)->options().sampling.greedy());
   for (double t : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     GenerationFields f;
     f.temperature = t;
@@ -69,7 +69,7 @@ TEST(ValidateGeneration, VanishingTemperaturesAreGreedyAndBadOnesRefused) {
   EXPECT_EQ(Param(V(penalty)), "presence_penalty");
   GenerationFields top_k;
   top_k.top_k = -1;  // vLLM's "all tokens"
-  EXPECT_EQ(V(top_k)->options.sampling.top_k, 0);
+  EXPECT_EQ(V(top_k)->options().sampling.top_k, 0);
 }
 
 TEST(ValidateGeneration, TokensMustFitTheContextAndTheRequestBudget) {
@@ -97,7 +97,7 @@ TEST(ValidateGeneration, TokensMustFitTheContextAndTheRequestBudget) {
   chat.n = 4;
   auto v = V(chat, Endpoint::kChat, {100}, budget);
   ASSERT_TRUE(v.ok());
-  EXPECT_EQ(v->options.max_tokens, (3000 - 400) / 4);
+  EXPECT_EQ(v->options().max_tokens, (3000 - 400) / 4);
   budget.max_request_tokens = 300;  // the prompts alone exceed it
   EXPECT_EQ(Param(V(chat, Endpoint::kChat, {100}, budget)), "prompt");
 }
@@ -154,7 +154,7 @@ TEST(ValidateGeneration, GuidedRegexAndChoiceLimits) {
             "constraint.choice");
   auto ok = V(with({K::kChoice, "", std::vector<std::string>(kMaxGuidedChoices, "x"), "guided_choice"}));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_EQ(ok->options.constraint.choices.size(), kMaxGuidedChoices);
+  EXPECT_EQ(ok->options().constraint.choices.size(), kMaxGuidedChoices);
 }
 
 TEST(ValidateGeneration, LogitBiasAndPriority) {
@@ -167,8 +167,8 @@ TEST(ValidateGeneration, LogitBiasAndPriority) {
   with_priority.priority_scheduling = true;
   auto v = V(f, Endpoint::kCompletions, {10}, with_priority);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  EXPECT_EQ(v->options.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{3, -100.f}, {499, 100.f}}));
-  EXPECT_EQ(v->options.priority, -7);
+  EXPECT_EQ(v->options().logit_bias, (std::vector<std::pair<std::int64_t, float>>{{3, -100.f}, {499, 100.f}}));
+  EXPECT_EQ(v->options().priority, -7);
   f.priority.reset();
   f.logit_bias = {{500, 1.0}};  // outside the vocabulary
   EXPECT_EQ(Param(V(f)), "logit_bias");
