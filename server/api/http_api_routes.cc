@@ -35,6 +35,82 @@ nlohmann::json EncoderFields(const service::EncoderService& e) {
           {"score_activation", ScoreActivationName(e.config().score_activation)}};
 }
 
+// GET /v1/models: every served model, the decoder, the QA model and the
+// encoders (`task` and `max_model_len` are extensions, as vLLM's).
+StatusOr<json> ModelList(ServingContext& ctx) {
+  service::GenerationService* service = ctx.service.load();
+  if (service == nullptr) return Unavailable("the server is still loading its models");
+  auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
+    return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
+                {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
+  };
+  json data =
+      json::array({card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
+  if (service::QaService* qa = ctx.qa.load())
+    data.push_back(
+        card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
+  if (const auto* embedders = ctx.encoders.load())
+    for (service::EncoderService* e : *embedders) {
+      json c = card(e->name(), e->task(), e->max_input_tokens(), e->config().architecture);
+      c.update(EncoderFields(*e));
+      data.push_back(std::move(c));
+    }
+  return json{{"object", "list"}, {"data", std::move(data)}};
+}
+
+// GET /v1/info: the models, their memory, the server's limits and the CPU
+// kernels' configuration.
+StatusOr<json> ServerInfo(ServingContext& ctx, const HttpServerOptions& options) {
+  service::GenerationService* service = ctx.service.load();
+  if (service == nullptr) return Unavailable("the server is still loading its models");
+  const EngineConfig& o = service->engine_config();
+  json info = {{"model", service->name()},
+               {"architecture", service->config().architecture},
+               {"dtype", service->dtype()},
+               {"quantization", service->quantization()},
+               {"device", service->device()},
+               {"tokenizer", service->tokenizer() != nullptr},
+               {"vocab_size", service->config().vocab_size},
+               {"max_model_len", service->max_model_len()},
+               {"kv_cache",
+                {{"block_size", o.block_size},
+                 {"num_blocks", service->kv_cache().num_blocks},
+                 {"tokens", service->kv_cache().tokens},
+                 {"bytes", service->kv_cache().bytes}}},
+               {"limits",
+                {{"max_num_seqs", o.scheduler.max_num_seqs},
+                 {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
+                 {"max_queue_requests", o.scheduler.max_waiting_requests},
+                 {"max_queue_tokens", o.scheduler.max_waiting_tokens},
+                 {"max_request_tokens", service->limits().max_request_tokens},
+                 {"max_document_bytes", service->limits().max_document_bytes},
+                 {"max_body_bytes", options.max_body_bytes},
+                 {"max_connections", options.limits.max_connections},
+                 {"request_timeout_seconds", ctx.request_timeout_seconds}}},
+               {"qa", nullptr}};
+  json kernels = json::object();
+  for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
+  info["kernels"] = std::move(kernels);
+  if (service::QaService* qa = ctx.qa.load()) {
+    info["qa"] = {{"model", qa->name()},
+                  {"architecture", qa->config().architecture},
+                  {"max_position_embeddings", qa->config().max_position_embeddings}};
+  }
+  json embedders = json::array();
+  json classifiers = json::array();
+  if (const auto* list = ctx.encoders.load())
+    for (service::EncoderService* e : *list) {
+      json one = {{"model", e->name()},
+                  {"architecture", e->config().architecture},
+                  {"max_input_tokens", e->max_input_tokens()}};
+      one.update(EncoderFields(*e));
+      (e->embeds() ? embedders : classifiers).push_back(std::move(one));
+    }
+  info["embedding"] = std::move(embedders);
+  info["classification"] = std::move(classifiers);
+  return info;
+}
+
 }  // namespace
 
 void HttpServer::Impl::InstallApi() {
@@ -62,77 +138,15 @@ void HttpServer::Impl::InstallApi() {
   s.Get("/", page(&PlaygroundHtml, "text/html; charset=utf-8"));
   s.Get("/playground/app.js", page(&PlaygroundJs, "text/javascript; charset=utf-8"));
   s.Get("/playground/style.css", page(&PlaygroundCss, "text/css; charset=utf-8"));
-  // Every served model: the decoder, the QA model and the embedders when there are
-  // (`task` and `max_model_len` are extensions, as vLLM's max_model_len).
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    service::GenerationService* service = ctx.service.load();
-    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
-      return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
-                  {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
-    };
-    json data =
-        json::array({card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
-    if (service::QaService* qa = ctx.qa.load())
-      data.push_back(
-          card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
-    if (const auto* embedders = ctx.encoders.load())
-      for (service::EncoderService* e : *embedders) {
-        json c = card(e->name(), e->task(), e->max_input_tokens(), e->config().architecture);
-        c.update(EncoderFields(*e));
-        data.push_back(std::move(c));
-      }
-    res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
+    auto list = ModelList(ctx);
+    if (!list.ok()) return SetError(res, list.status());
+    res.set_content(list->dump(), "application/json");
   });
   s.Get("/v1/info", [this](const httplib::Request&, httplib::Response& res) {
-    service::GenerationService* service = ctx.service.load();
-    if (service == nullptr) return SetError(res, Unavailable("the server is still loading its models"));
-    const EngineConfig& o = service->engine_config();
-    json info = {{"model", service->name()},
-                 {"architecture", service->config().architecture},
-                 {"dtype", service->dtype()},
-                 {"quantization", service->quantization()},
-                 {"device", service->device()},
-                 {"tokenizer", service->tokenizer() != nullptr},
-                 {"vocab_size", service->config().vocab_size},
-                 {"max_model_len", service->max_model_len()},
-                 {"kv_cache",
-                  {{"block_size", o.block_size},
-                   {"num_blocks", service->kv_cache().num_blocks},
-                   {"tokens", service->kv_cache().tokens},
-                   {"bytes", service->kv_cache().bytes}}},
-                 {"limits",
-                  {{"max_num_seqs", o.scheduler.max_num_seqs},
-                   {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
-                   {"max_queue_requests", o.scheduler.max_waiting_requests},
-                   {"max_queue_tokens", o.scheduler.max_waiting_tokens},
-                   {"max_request_tokens", service->limits().max_request_tokens},
-                   {"max_document_bytes", service->limits().max_document_bytes},
-                   {"max_body_bytes", options.max_body_bytes},
-                   {"max_connections", options.limits.max_connections},
-                   {"request_timeout_seconds", ctx.request_timeout_seconds}}},
-                 {"qa", nullptr}};
-    json kernels = json::object();
-    for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
-    info["kernels"] = std::move(kernels);
-    if (service::QaService* qa = ctx.qa.load()) {
-      info["qa"] = {{"model", qa->name()},
-                    {"architecture", qa->config().architecture},
-                    {"max_position_embeddings", qa->config().max_position_embeddings}};
-    }
-    json embedders = json::array();
-    json classifiers = json::array();
-    if (const auto* list = ctx.encoders.load())
-      for (service::EncoderService* e : *list) {
-        json one = {{"model", e->name()},
-                    {"architecture", e->config().architecture},
-                    {"max_input_tokens", e->max_input_tokens()}};
-        one.update(EncoderFields(*e));
-        (e->embeds() ? embedders : classifiers).push_back(std::move(one));
-      }
-    info["embedding"] = std::move(embedders);
-    info["classification"] = std::move(classifiers);
-    res.set_content(info.dump(), "application/json");
+    auto info = ServerInfo(ctx, options);
+    if (!info.ok()) return SetError(res, info.status());
+    res.set_content(info->dump(), "application/json");
   });
   // The handler of a request without a body (GET, DELETE, and the POSTs
   // that take none).

@@ -105,10 +105,8 @@ std::int64_t ModelConfig::num_parameters() const {
 
 namespace {
 
-StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& source) {
-  JsonReader r(j, source);
-  ModelConfig c;
-
+// "architectures"[0], else model_type; the family and head it names.
+Status ReadArchitecture(JsonReader<json>& r, const json& j, const std::string& source, ModelConfig& c) {
   // Architecture: "architectures"[0], else model_type.
   if (r.Has("architectures")) {
     const json& a = j.at("architectures");
@@ -156,6 +154,71 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
                          "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                          "and their ForQuestionAnswering and ForSequenceClassification heads)");
   }
+  return Status::Ok();
+}
+
+// A sequence classifier's labels (or scored tokens: classifier_from_token).
+Status ReadClassifierHead(JsonReader<json>& r, const std::string& source, ModelConfig& c) {
+  // The score matrix's rows (server/checkpoint/encoder_config.cc reads the labels).
+  c.num_labels = 2;
+  if (const json* labels = r.Find("id2label"); labels != nullptr && labels->is_object())
+    c.num_labels = static_cast<std::int64_t>(labels->size());
+  RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
+  if (c.num_labels < 1 || c.num_labels > (1 << 16))
+    return InvalidArgument(source + ": a classifier needs 1 to 65536 labels, got " + std::to_string(c.num_labels));
+  if (const json* tokens = r.Find("classifier_from_token"); tokens != nullptr && !tokens->is_null()) {
+    if (!tokens->is_array() || tokens->empty() || tokens->size() > (1u << 16))
+      return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
+    for (const json& t : *tokens) {
+      if (!t.is_string() || t.get<std::string>().empty())
+        return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
+      c.classifier_from_token.push_back(t.get<std::string>());
+    }
+    RS_ASSIGN_OR_RETURN(c.original_qwen3_reranker, r.Bool("is_original_qwen3_reranker", false));
+    if (c.original_qwen3_reranker && c.classifier_from_token.size() != 2)
+      return InvalidArgument(source +
+                             ": is_original_qwen3_reranker scores two tokens ([\"no\", \"yes\"]), "
+                             "'classifier_from_token' has " +
+                             std::to_string(c.classifier_from_token.size()));
+    c.num_labels = c.original_qwen3_reranker ? 1 : static_cast<std::int64_t>(c.classifier_from_token.size());
+  }
+  return Status::Ok();
+}
+
+// 4-bit weights (quantization_config): every projection of the decoder, of
+// shapes its checkpoint can hold.
+Status ReadInt4Weights(const json& qc, const std::string& source, ModelConfig& c) {
+  RS_ASSIGN_OR_RETURN(Int4Checkpoint q, ParseInt4Checkpoint(qc, source + " quantization_config"));
+  if (c.span_head || c.sequence_head)
+    return Unimplemented(source + ": a span (QA) model or classifier with 4-bit weights is not supported");
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> projections[] = {
+      {"self_attn.q_proj", {c.q_size(), H}},
+      {"self_attn.k_proj", {c.kv_size(), H}},
+      {"self_attn.v_proj", {c.kv_size(), H}},
+      {"self_attn.o_proj", {H, c.q_size()}},
+      {"mlp.gate_proj", {I, H}},
+      {"mlp.up_proj", {I, H}},
+      {"mlp.down_proj", {H, I}}};
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const auto& [name, nk] : projections) {
+      const std::string module = c.trunk_prefix + "layers." + std::to_string(l) + "." + name;
+      if (l == 0) RS_RETURN_IF_ERROR(CheckInt4Projection(q, module, nk.first, nk.second));
+      if (Int4ModuleNotConverted(q, module))
+        return Unimplemented(source + ": quantization_config leaves " + module +
+                             " in floating point: a decoder with some projections 4-bit and others not is not "
+                             "supported");
+    }
+  }
+  c.int4_weights = std::move(q);
+  return Status::Ok();
+}
+
+StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& source) {
+  JsonReader r(j, source);
+  ModelConfig c;
+
+  RS_RETURN_IF_ERROR(ReadArchitecture(r, j, source, c));
 
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
   RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
@@ -264,55 +327,8 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   for (auto id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size)
       return InvalidArgument(source + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
-  if (c.sequence_head) {  // the score matrix's rows (server/checkpoint/encoder_config.cc reads the labels)
-    c.num_labels = 2;
-    if (const json* labels = r.Find("id2label"); labels != nullptr && labels->is_object())
-      c.num_labels = static_cast<std::int64_t>(labels->size());
-    RS_ASSIGN_OR_RETURN(c.num_labels, r.Int("num_labels", c.num_labels));
-    if (c.num_labels < 1 || c.num_labels > (1 << 16))
-      return InvalidArgument(source + ": a classifier needs 1 to 65536 labels, got " + std::to_string(c.num_labels));
-    if (const json* tokens = r.Find("classifier_from_token"); tokens != nullptr && !tokens->is_null()) {
-      if (!tokens->is_array() || tokens->empty() || tokens->size() > (1u << 16))
-        return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
-      for (const json& t : *tokens) {
-        if (!t.is_string() || t.get<std::string>().empty())
-          return InvalidArgument(source + ": 'classifier_from_token' must be a non-empty list of tokens");
-        c.classifier_from_token.push_back(t.get<std::string>());
-      }
-      RS_ASSIGN_OR_RETURN(c.original_qwen3_reranker, r.Bool("is_original_qwen3_reranker", false));
-      if (c.original_qwen3_reranker && c.classifier_from_token.size() != 2)
-        return InvalidArgument(source +
-                               ": is_original_qwen3_reranker scores two tokens ([\"no\", \"yes\"]), "
-                               "'classifier_from_token' has " +
-                               std::to_string(c.classifier_from_token.size()));
-      c.num_labels = c.original_qwen3_reranker ? 1 : static_cast<std::int64_t>(c.classifier_from_token.size());
-    }
-  }
-  if (const json* qc = r.Find("quantization_config")) {
-    RS_ASSIGN_OR_RETURN(Int4Checkpoint q, ParseInt4Checkpoint(*qc, source + " quantization_config"));
-    if (c.span_head || c.sequence_head)
-      return Unimplemented(source + ": a span (QA) model or classifier with 4-bit weights is not supported");
-    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
-    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> projections[] = {
-        {"self_attn.q_proj", {c.q_size(), H}},
-        {"self_attn.k_proj", {c.kv_size(), H}},
-        {"self_attn.v_proj", {c.kv_size(), H}},
-        {"self_attn.o_proj", {H, c.q_size()}},
-        {"mlp.gate_proj", {I, H}},
-        {"mlp.up_proj", {I, H}},
-        {"mlp.down_proj", {H, I}}};
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (const auto& [name, nk] : projections) {
-        const std::string module = c.trunk_prefix + "layers." + std::to_string(l) + "." + name;
-        if (l == 0) RS_RETURN_IF_ERROR(CheckInt4Projection(q, module, nk.first, nk.second));
-        if (Int4ModuleNotConverted(q, module))
-          return Unimplemented(source + ": quantization_config leaves " + module +
-                               " in floating point: a decoder with some projections 4-bit and others not is not "
-                               "supported");
-      }
-    }
-    c.int4_weights = std::move(q);
-  }
+  if (c.sequence_head) RS_RETURN_IF_ERROR(ReadClassifierHead(r, source, c));
+  if (const json* qc = r.Find("quantization_config")) RS_RETURN_IF_ERROR(ReadInt4Weights(*qc, source, c));
   return c;
 }
 

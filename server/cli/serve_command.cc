@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "server/api/api_keys.h"
 #include "server/api/grpc_service.h"
@@ -30,6 +32,59 @@
 namespace ropeserve::cli {
 
 namespace {
+
+// The span exporter of --otlp-traces-endpoint (none without one).
+StatusOr<std::unique_ptr<api::OtlpExporter>> StartSpanExporter(const ServeFlags& f) {
+  auto otlp_headers = api::ParseOtlpHeaders(f.otlp_traces_headers);
+  if (!otlp_headers.ok()) return InvalidArgument("--otlp-traces-headers: " + otlp_headers.status().message());
+  if (f.otlp_traces_endpoint.empty()) return std::unique_ptr<api::OtlpExporter>();
+  api::OtlpExporterOptions eo;
+  eo.endpoint = f.otlp_traces_endpoint;
+  if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name != nullptr && *name) eo.service_name = name;
+  eo.headers = std::move(*otlp_headers);
+  RS_ASSIGN_OR_RETURN(auto exporter, api::OtlpExporter::Start(eo));
+  spdlog::info("exporting trace spans (OTLP/HTTP JSON) to {}", f.otlp_traces_endpoint);
+  return exporter;
+}
+
+api::HttpServerOptions HttpOptions(const ServeFlags& f) {
+  api::HttpServerOptions ho;
+  ho.host = f.host;
+  ho.port = f.http_port;
+  ho.max_body_bytes = f.max_body_bytes;
+  ho.max_file_bytes = f.storage.max_file_bytes;
+  ho.limits.max_connections = f.http_max_connections;
+  ho.limits.request_read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_read_timeout * 1000));
+  ho.limits.keep_alive_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_keep_alive_timeout * 1000));
+  ho.tls_cert = f.tls_cert;
+  ho.tls_key = f.tls_key;
+  ho.allowed_origins = f.allowed_origins;
+  return ho;
+}
+
+// The admin port's: the API port's, with few connections, a short read
+// timeout and no CORS (probes and scrapes only).
+api::HttpServerOptions AdminOptions(const ServeFlags& f) {
+  api::HttpServerOptions ao = HttpOptions(f);
+  ao.port = f.admin_port;
+  ao.admin = true;
+  ao.allowed_origins.clear();
+  ao.limits.max_connections = 32;
+  ao.limits.request_read_timeout = std::chrono::seconds(10);
+  return ao;
+}
+
+api::GrpcServerOptions GrpcOptions(const ServeFlags& f) {
+  api::GrpcServerOptions go;
+  go.host = f.host;
+  go.port = f.grpc_port;
+  go.max_message_bytes = f.max_body_bytes;
+  go.max_concurrent_streams = f.grpc_max_concurrent_streams;
+  go.memory_quota_bytes = std::max<std::size_t>(64 << 20, 256 * f.max_body_bytes);
+  go.tls_cert = f.tls_cert;
+  go.tls_key = f.tls_key;
+  return go;
+}
 
 int Run(ServeFlags f) {
   if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
@@ -69,20 +124,9 @@ int Run(ServeFlags f) {
   if (Status installed = stop.Install(); !installed.ok()) return Fail(installed.message());
 
   // Tracing: ids always; spans exported only to a collector.
-  std::unique_ptr<api::OtlpExporter> exporter;
-  auto otlp_headers = api::ParseOtlpHeaders(f.otlp_traces_headers);
-  if (!otlp_headers.ok()) return Fail("--otlp-traces-headers: " + otlp_headers.status().message());
-  if (!f.otlp_traces_endpoint.empty()) {
-    api::OtlpExporterOptions eo;
-    eo.endpoint = f.otlp_traces_endpoint;
-    if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name != nullptr && *name) eo.service_name = name;
-    eo.headers = std::move(*otlp_headers);
-    auto started = api::OtlpExporter::Start(eo);
-    if (!started.ok()) return Fail(started.status().message());
-    exporter = std::move(*started);
-    spdlog::info("exporting trace spans (OTLP/HTTP JSON) to {}", f.otlp_traces_endpoint);
-  }
-  api::Tracer tracer(std::move(exporter), f.otlp_traces_sample_ratio);
+  auto exporter = StartSpanExporter(f);
+  if (!exporter.ok()) return Fail(exporter.status().message());
+  api::Tracer tracer(std::move(*exporter), f.otlp_traces_sample_ratio);
   ctx.tracer = &tracer;
   metrics.AttachTracer(&tracer);
   api::ObserverFanOut observers({&metrics, &tracer});
@@ -91,42 +135,17 @@ int Run(ServeFlags f) {
   ctx.work_pool = std::make_shared<api::WorkPool>(4, static_cast<std::size_t>(f.engine.scheduler.max_waiting_requests));
 
   // Listen first, so that probes answer while the model loads.
-  api::HttpServerOptions ho;
-  ho.host = f.host;
-  ho.port = f.http_port;
-  ho.max_body_bytes = f.max_body_bytes;
-  ho.max_file_bytes = f.storage.max_file_bytes;
-  ho.limits.max_connections = f.http_max_connections;
-  ho.limits.request_read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_read_timeout * 1000));
-  ho.limits.keep_alive_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_keep_alive_timeout * 1000));
-  ho.tls_cert = f.tls_cert;
-  ho.tls_key = f.tls_key;
-  ho.allowed_origins = f.allowed_origins;
-  api::HttpServer http(ho, ctx);
+  api::HttpServer http(HttpOptions(f), ctx);
   if (Status s = http.Bind(); !s.ok()) return Fail(s.message());
   // The admin port: probes and metrics with connections of their own.
   std::optional<api::HttpServer> admin;
   if (f.admin_port >= 0) {
-    api::HttpServerOptions ao = ho;
-    ao.port = f.admin_port;
-    ao.admin = true;
-    ao.allowed_origins.clear();
-    ao.limits.max_connections = 32;
-    ao.limits.request_read_timeout = std::chrono::seconds(10);
-    admin.emplace(ao, ctx);
+    admin.emplace(AdminOptions(f), ctx);
     if (Status s = admin->Bind(); !s.ok()) return Fail("--admin-port: " + s.message());
   }
   api::GrpcServer grpc_server(ctx);
   if (f.grpc_port >= 0) {
-    api::GrpcServerOptions go;
-    go.host = f.host;
-    go.port = f.grpc_port;
-    go.max_message_bytes = f.max_body_bytes;
-    go.max_concurrent_streams = f.grpc_max_concurrent_streams;
-    go.memory_quota_bytes = std::max<std::size_t>(64 << 20, 256 * f.max_body_bytes);
-    go.tls_cert = f.tls_cert;
-    go.tls_key = f.tls_key;
-    if (Status s = grpc_server.Start(go); !s.ok()) return Fail(s.message());
+    if (Status s = grpc_server.Start(GrpcOptions(f)); !s.ok()) return Fail(s.message());
   }
   Status http_status, admin_status;
   std::thread http_thread([&] {
@@ -200,22 +219,15 @@ int Run(ServeFlags f) {
   return 0;
 }
 
-}  // namespace
+// Puts the options `sub` gained since it had `first` under `group` in --help.
+void GroupOptionsFrom(CLI::App* sub, std::size_t first, const std::string& group) {
+  const std::vector<CLI::Option*> options = sub->get_options();
+  for (std::size_t i = first; i < options.size(); ++i) options[i]->group(group);
+}
 
-Runner AddServe(CLI::App& app) {
-  auto f = std::make_shared<ServeFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "serve",
-      "Serve summarization (REST /v1/summarize, gRPC Summarize), extractive QA (/v1/qa, gRPC Answer), "
-      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --model and --qa, generated demo "
-      "models with random weights. "
-      "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
-      "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
-  sub->fallthrough();  // --threads and --config belong to the top level; accept them after `serve`
-  app.config_formatter(std::make_shared<YamlConfig>("serve"));
-  app.set_config("--config", "", "YAML config file for `serve` (a mapping of serve's flag names to values)");
-  app.allow_config_extras(CLI::config_extras_mode::error);
-
+// The models served, their devices and dtypes.
+void AddModelFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
   sub->add_option("--demo", f->demo,
                   "Random-weight demo models when no model is named: auto (the default: yes), on / 1, or off / 0 "
                   "(then serve refuses to start without --model; deployments set this)")
@@ -276,17 +288,6 @@ Runner AddServe(CLI::App& app) {
           "NAME=JSON"));
   sub->add_option("--served-model-name", f->served_model_name, "Model id reported by the API (default: directory name)")
       ->envname("ROPESERVE_SERVED_MODEL_NAME");
-  sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_HOST");
-  sub->add_option("--http-port", f->http_port, "HTTP port (0 = any free port)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_HTTP_PORT")
-      ->check(CLI::Range(0, 65535));
-  sub->add_option("--grpc-port", f->grpc_port, "gRPC port (-1 disables gRPC)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_GRPC_PORT")
-      ->check(CLI::Range(-1, 65535));
   sub->add_option("--device", f->device, kDeviceHelp)
       ->capture_default_str()
       ->envname("ROPESERVE_DEVICE")
@@ -302,6 +303,22 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_QUANTIZATION")
       ->check(CLI::IsMember(kQuantizationChoices));
+  sub->add_option("--qa-dtype", f->qa_dtype,
+                  "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_DTYPE")
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
+  sub->add_option("--encoder-dtype", f->encoder_dtype,
+                  "Embedding models' compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_ENCODER_DTYPE")
+      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
+  GroupOptionsFrom(sub, first, "Models");
+}
+
+// The engine: sequence length, batching, KV cache memory, queues, scheduling.
+void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
   auto& e = f->engine;
   sub->add_option("--max-model-len", e.scheduler.max_model_len,
                   "Longest prompt + generation accepted (default: the model's max_position_embeddings)")
@@ -323,21 +340,6 @@ Runner AddServe(CLI::App& app) {
       ->envname("ROPESERVE_MAX_PREFILL_TOKENS_WHILE_DECODING")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
   AddSpeculativeFlags(sub, f->speculative);
-  sub->add_option("--qa-dtype", f->qa_dtype,
-                  "QA model compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_QA_DTYPE")
-      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
-  sub->add_option("--encoder-dtype", f->encoder_dtype,
-                  "Embedding models' compute dtype: float32 (exact) or bfloat16 (faster on CPUs with AVX-512-BF16)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_ENCODER_DTYPE")
-      ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
-  sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
-                  "Longest QA context accepted, in bytes (longer: 400 / INVALID_ARGUMENT)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_QA_MAX_CONTEXT_BYTES")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   sub->add_option("--qa-token-share", e.qa_token_share,
                   "Share of a step's token budget that prefill chunks leave to waiting QA windows (decodes never "
                   "wait; QA runs at least one window per step)")
@@ -376,10 +378,66 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_QUEUE_TOKENS")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  sub->add_option("--scheduling-policy", f->scheduling_policy,
+                  "fcfs: requests run in arrival order; priority: a request's `priority` (lower first) orders "
+                  "admission and preemption, and any client may set it (as vLLM)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_SCHEDULING_POLICY")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
+  GroupOptionsFrom(sub, first, "Engine");
+}
+
+// What one request may ask for.
+void AddRequestLimitFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
   sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body (HTTP) or message (gRPC)")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_BODY_BYTES")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
+  sub->add_option("--max-request-tokens", f->engine.max_request_tokens,
+                  "Tokens one request may reserve: prompts x n x (prompt + max_tokens); 0 = the KV cache's capacity")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  sub->add_option("--max-document-bytes", f->engine.max_document_bytes,
+                  "Longest text /v1/summarize and gRPC Summarize accept (long ones are summarized in chunks); "
+                  "longer: 413 / RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_DOCUMENT_BYTES")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
+  sub->add_option("--qa-max-context-bytes", f->qa_max_context_bytes,
+                  "Longest QA context accepted, in bytes (longer: 400 / INVALID_ARGUMENT)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_MAX_CONTEXT_BYTES")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
+  sub->add_option("--qa-max-windows", f->qa_max_windows,
+                  "Windows one QA request (all its question-context pairs) may need; more: 400 / INVALID_ARGUMENT")
+      ->capture_default_str()
+      ->envname("ROPESERVE_QA_MAX_WINDOWS")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  sub->add_option("--request-timeout", f->request_timeout,
+                  "Seconds a request may take from arrival to its end, then 504 / DEADLINE_EXCEEDED (0 = none; a "
+                  "shorter gRPC deadline wins)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_REQUEST_TIMEOUT")
+      ->check(CLI::Range(0.0, 1e7));
+  GroupOptionsFrom(sub, first, "Request limits");
+}
+
+// Listening, connections, CORS, API keys, TLS, shutdown.
+void AddNetworkFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
+  sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HOST");
+  sub->add_option("--http-port", f->http_port, "HTTP port (0 = any free port)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_HTTP_PORT")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--grpc-port", f->grpc_port, "gRPC port (-1 disables gRPC)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_GRPC_PORT")
+      ->check(CLI::Range(-1, 65535));
   sub->add_option("--admin-port", f->admin_port,
                   "Port of its own for /health, /ready and /metrics (probes and scrapes answered whatever the API "
                   "port's load; they stay on the API port too; -1 disables, 0 = any free port)")
@@ -412,28 +470,6 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_GRPC_MAX_CONCURRENT_STREAMS")
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--scheduling-policy", f->scheduling_policy,
-                  "fcfs: requests run in arrival order; priority: a request's `priority` (lower first) orders "
-                  "admission and preemption, and any client may set it (as vLLM)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_SCHEDULING_POLICY")
-      ->check(CLI::IsMember({"fcfs", "priority"}));
-  sub->add_option("--max-request-tokens", f->engine.max_request_tokens,
-                  "Tokens one request may reserve: prompts x n x (prompt + max_tokens); 0 = the KV cache's capacity")
-      ->capture_default_str()
-      ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  sub->add_option("--max-document-bytes", f->engine.max_document_bytes,
-                  "Longest text /v1/summarize and gRPC Summarize accept (long ones are summarized in chunks); "
-                  "longer: 413 / RESOURCE_EXHAUSTED")
-      ->capture_default_str()
-      ->envname("ROPESERVE_MAX_DOCUMENT_BYTES")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
-  sub->add_option("--qa-max-windows", f->qa_max_windows,
-                  "Windows one QA request (all its question-context pairs) may need; more: 400 / INVALID_ARGUMENT")
-      ->capture_default_str()
-      ->envname("ROPESERVE_QA_MAX_WINDOWS")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   sub->add_option("--api-key", f->api_keys,
                   "Require 'Authorization: Bearer KEY' on /v1/* and gRPC calls (repeatable; /health, /ready and "
                   "/metrics stay open)")
@@ -447,17 +483,17 @@ Runner AddServe(CLI::App& app) {
   sub->add_option("--tls-key", f->tls_key, "PEM private key for --tls-cert")
       ->envname("ROPESERVE_TLS_KEY")
       ->check(CLI::ExistingFile);
-  sub->add_option("--request-timeout", f->request_timeout,
-                  "Seconds a request may take from arrival to its end, then 504 / DEADLINE_EXCEEDED (0 = none; a "
-                  "shorter gRPC deadline wins)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_REQUEST_TIMEOUT")
-      ->check(CLI::Range(0.0, 1e7));
   sub->add_option("--shutdown-timeout", f->shutdown_timeout,
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str()
       ->envname("ROPESERVE_SHUTDOWN_TIMEOUT")
       ->check(CLI::Range(0.0, 1e6));
+  GroupOptionsFrom(sub, first, "Network and security");
+}
+
+// Log format and trace export.
+void AddObservabilityFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
   sub->add_option("--log-format", f->log_format, "text, or json (one object per line)")
       ->capture_default_str()
       ->envname("ROPESERVE_LOG_FORMAT")
@@ -476,6 +512,12 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_OTLP_TRACES_SAMPLE_RATIO")
       ->check(CLI::Range(0.0, 1.0));
+  GroupOptionsFrom(sub, first, "Logs and traces");
+}
+
+// The data directory (files, batches) and the Responses API's store.
+void AddStoredStateFlags(CLI::App* sub, ServeFlags* f) {
+  const std::size_t first = sub->get_options().size();
   AddStorageFlags(*sub, f->storage);
   sub->add_option("--responses-max-stored", f->responses.max_responses,
                   "Stored responses of the Responses API kept in memory (store: true), least recently used "
@@ -498,6 +540,31 @@ Runner AddServe(CLI::App& app) {
       ->capture_default_str()
       ->envname("ROPESERVE_RESPONSES_MAX_BACKGROUND")
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+  GroupOptionsFrom(sub, first, "Storage and stored responses");
+}
+
+}  // namespace
+
+Runner AddServe(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve summarization (REST /v1/summarize, gRPC Summarize), extractive QA (/v1/qa, gRPC Answer), "
+      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --model and --qa, generated demo "
+      "models with random weights. "
+      "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
+      "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
+  sub->fallthrough();  // --threads and --config belong to the top level; accept them after `serve`
+  app.config_formatter(std::make_shared<YamlConfig>("serve"));
+  app.set_config("--config", "", "YAML config file for `serve` (a mapping of serve's flag names to values)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+
+  AddModelFlags(sub, f.get());
+  AddEngineFlags(sub, f.get());
+  AddRequestLimitFlags(sub, f.get());
+  AddNetworkFlags(sub, f.get());
+  AddObservabilityFlags(sub, f.get());
+  AddStoredStateFlags(sub, f.get());
   return [f] { return Run(*f); };
 }
 

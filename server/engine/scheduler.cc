@@ -125,12 +125,15 @@ void Scheduler::CacheFullBlocks(Request& r) {
   }
 }
 
-StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget) {
-  // Deadlines first, so expired requests take no more work.
+void Scheduler::ExpireDeadlines(Clock::time_point now) {
   std::vector<RequestId> expired;
   for (const auto& [id, r] : requests_)
     if (r->spec.deadline && *r->spec.deadline <= now) expired.push_back(id);
   for (RequestId id : expired) Finish(id, FinishReason::kDeadline);
+}
+
+StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget) {
+  ExpireDeadlines(now);  // first, so expired requests take no more work
 
   StepPlan plan;
   plan.block_size = pool_.block_size();
@@ -250,7 +253,6 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
     // The queue is in priority order: only background requests follow.
     if (foreground && background(r)) break;
     foreground = foreground || !background(r);
-    std::vector<BlockId> hit;
     if (r.num_computed == 0 && r.blocks.ids().empty() && config_.enable_prefix_caching && !r.spec.prompt_logprobs) {
       // Leave at least one token to compute: its logits start generation.
       std::span<const TokenId> known(r.tokens.data(), r.tokens.size() - 1);
@@ -259,7 +261,6 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       r.blocks.Append(ids);
       r.hashes = hashes;
       r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
-      hit = ids;
     }
     const std::int64_t n = cap_prompt_rows(r, std::min({r.num_tokens() - r.num_computed, budget, prefill_left}));
     if (n <= 0 || !AllocateFor(r, n)) {

@@ -118,6 +118,8 @@ class Scheduler {
   // speculation is off for it.
   std::vector<TokenId> Draft(const Request& r, std::int64_t room) const;
   void Preempt(Request& r);
+  // Ends every request whose deadline is at or before `now` (kDeadline).
+  void ExpireDeadlines(Clock::time_point now);
   // Drops r's blocks and computed tokens (its token list is kept).
   void ForgetComputed(Request& r);
   void InsertWaiting(Request* r);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,14 @@ class Renderer {
   Value EvalCall(const Expr& e);
 
   Value CallMethod(Value& obj, const std::string& name, Args& a, int line);
+  std::optional<Value> CallStringMethod(const std::string& s, const std::string& name, Args& a, int line);
+  std::optional<Value> CallListMethod(Value& obj, const std::string& name, Args& a, int line);
+  std::optional<Value> CallDictMethod(Value& obj, const std::string& name, Args& a, int line);
 
   bool ApplyTest(const std::string& name, const Value& v, const Args& a, int line);
 
   Value ApplyFilter(const std::string& name, Value v, Args& a, int line);
+  std::optional<Value> ApplyCollectionFilter(const std::string& name, Value& v, Args& a, int line);
 
   static constexpr std::uint64_t kMaxSteps = 2'000'000;  // a 1000-message chat needs ~50k
   static constexpr std::size_t kMaxOutputBytes = std::size_t{64} << 20;
