@@ -1,7 +1,7 @@
 #include "server/api/event_stream.h"
 
 #include "server/api/error_mapping.h"
-#include "server/api/json_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "server/api/json_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

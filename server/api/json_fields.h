@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "server/api/json_request.h"
 #include "server/common/json_reader.h"
+#include "server/common/json_text.h"
 #include "server/common/status.h"
 
 namespace ropeserve::api {

@@ -9,10 +9,10 @@
 
 #include "server/api/batch_executor.h"
 #include "server/api/error_mapping.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
 #include "server/batch/batch_store.h"
+#include "server/common/json_text.h"
 #include "server/service/generation_service.h"
 
 namespace ropeserve::api {

@@ -1,6 +1,6 @@
 #include "server/api/rest_constraint.h"
 
-#include "server/api/json_request.h"
+#include "server/common/json_text.h"
 #include "server/service/request_params.h"
 
 namespace ropeserve::api {

@@ -9,11 +9,11 @@
 #include <string>
 
 #include "server/api/batch_executor.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
 #include "server/batch/batch_input.h"
 #include "server/batch/file_store.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

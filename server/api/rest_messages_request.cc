@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "server/api/json_fields.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

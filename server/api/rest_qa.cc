@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

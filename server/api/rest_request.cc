@@ -3,8 +3,8 @@
 #include <limits>
 
 #include "server/api/json_fields.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_constraint.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

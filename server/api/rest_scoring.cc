@@ -5,9 +5,9 @@
 // (docs/classification.md).
 #include <algorithm>
 
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 #include "server/common/unix_time.h"
 
 namespace ropeserve::api {

@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api/event_stream.h"
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 #include "server/service/document_summary.h"
 
 namespace ropeserve::api {

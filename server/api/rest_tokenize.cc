@@ -2,9 +2,9 @@
 // shapes (RAG chunkers and lm-eval count tokens through them).
 #include <nlohmann/json.hpp>
 
-#include "server/api/json_request.h"
 #include "server/api/rest_handlers.h"
 #include "server/api/rest_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::api {
 

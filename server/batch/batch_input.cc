@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "server/api/json_request.h"
+#include "server/common/json_text.h"
 
 namespace ropeserve::batch {
 
@@ -24,7 +24,7 @@ Status CheckLine(const std::string& text, const BatchInputLimits& limits, const 
   if (text.size() > limits.max_line_bytes)
     return InvalidArgument("the line has " + std::to_string(text.size()) + " bytes, more than the " +
                            std::to_string(limits.max_line_bytes) + " a request body may have");
-  auto parsed = api::ParseJsonObject(text);
+  auto parsed = ParseJsonObject(text);
   if (!parsed.ok()) return InvalidArgument(parsed.status().message());
   const ojson& line = *parsed;
   for (const auto& [key, value] : line.items())
@@ -47,7 +47,7 @@ Status CheckLine(const std::string& text, const BatchInputLimits& limits, const 
   out.number = number;
   out.custom_id = custom_id->get<std::string>();
   out.url = url->get<std::string>();
-  out.body = api::DumpOrdered(*body);
+  out.body = DumpOrdered(*body);
   if (auto [it, inserted] = seen.emplace(out.custom_id, number); !inserted)
     return InvalidArgument("custom_id '" + out.custom_id.substr(0, 100) + "' is already used by line " +
                            std::to_string(it->second));

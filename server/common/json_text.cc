@@ -1,8 +1,8 @@
-#include "server/api/json_request.h"
+#include "server/common/json_text.h"
 
 #include <charconv>
 
-namespace ropeserve::api {
+namespace ropeserve {
 
 using json = nlohmann::json;
 
@@ -62,4 +62,4 @@ std::string DumpOrdered(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-}  // namespace ropeserve::api
+}  // namespace ropeserve

@@ -1,6 +1,8 @@
-// Reading request bodies for the REST endpoints: JSON that is not JSON,
-// not UTF-8, too deeply nested, or not an object is a malformed request
-// (400) naming the problem.
+// JSON text from outside (REST bodies, batch input lines): JSON that is not
+// JSON, not UTF-8, too deeply nested, or not an object is a malformed
+// request (400) naming the problem; and JSON written back without throwing
+// on invalid UTF-8. Below every transport (server/api and server/batch use
+// it), so it lives in common.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,7 +12,7 @@
 
 #include "server/common/status.h"
 
-namespace ropeserve::api {
+namespace ropeserve {
 
 // Bodies nested deeper than this are refused before parsing, so that no
 // later recursive walk (templates, serialisation) can exhaust the stack.
@@ -37,4 +39,4 @@ StatusOr<bool> AscendingParam(const std::string& value);
 std::string Dump(const nlohmann::json& j);
 std::string DumpOrdered(const nlohmann::ordered_json& j);  // the same, keys in insertion order
 
-}  // namespace ropeserve::api
+}  // namespace ropeserve
