@@ -106,10 +106,10 @@ std::int64_t ModelConfig::num_parameters() const {
 namespace {
 
 // "architectures"[0], else model_type; the family and head it names.
-Status ReadArchitecture(JsonReader<json>& r, const json& j, const std::string& source, ModelConfig& c) {
-  // Architecture: "architectures"[0], else model_type.
-  if (r.Has("architectures")) {
-    const json& a = j.at("architectures");
+Status ReadArchitecture(const JsonReader<json>& r, ModelConfig& c) {
+  const std::string& source = r.where();
+  if (const json* architectures = r.Find("architectures")) {
+    const json& a = *architectures;
     if (!a.is_array() || a.empty() || !a[0].is_string())
       return InvalidArgument(source + ": 'architectures' must be a non-empty list of strings");
     c.architecture = a[0].get<std::string>();
@@ -158,7 +158,8 @@ Status ReadArchitecture(JsonReader<json>& r, const json& j, const std::string& s
 }
 
 // A sequence classifier's labels (or scored tokens: classifier_from_token).
-Status ReadClassifierHead(JsonReader<json>& r, const std::string& source, ModelConfig& c) {
+Status ReadClassifierHead(const JsonReader<json>& r, ModelConfig& c) {
+  const std::string& source = r.where();
   // The score matrix's rows (server/checkpoint/encoder_config.cc reads the labels).
   c.num_labels = 2;
   if (const json* labels = r.Find("id2label"); labels != nullptr && labels->is_object())
@@ -218,7 +219,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   JsonReader r(j, source);
   ModelConfig c;
 
-  RS_RETURN_IF_ERROR(ReadArchitecture(r, j, source, c));
+  RS_RETURN_IF_ERROR(ReadArchitecture(r, c));
 
   RS_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
   RS_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
@@ -327,7 +328,7 @@ StatusOr<ModelConfig> ParseModelConfigObject(const json& j, const std::string& s
   for (auto id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size)
       return InvalidArgument(source + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
-  if (c.sequence_head) RS_RETURN_IF_ERROR(ReadClassifierHead(r, source, c));
+  if (c.sequence_head) RS_RETURN_IF_ERROR(ReadClassifierHead(r, c));
   if (const json* qc = r.Find("quantization_config")) RS_RETURN_IF_ERROR(ReadInt4Weights(*qc, source, c));
   return c;
 }

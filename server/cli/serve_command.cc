@@ -219,15 +219,8 @@ int Run(ServeFlags f) {
   return 0;
 }
 
-// Puts the options `sub` gained since it had `first` under `group` in --help.
-void GroupOptionsFrom(CLI::App* sub, std::size_t first, const std::string& group) {
-  const std::vector<CLI::Option*> options = sub->get_options();
-  for (std::size_t i = first; i < options.size(); ++i) options[i]->group(group);
-}
-
 // The models served, their devices and dtypes.
 void AddModelFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   sub->add_option("--demo", f->demo,
                   "Random-weight demo models when no model is named: auto (the default: yes), on / 1, or off / 0 "
                   "(then serve refuses to start without --model; deployments set this)")
@@ -313,12 +306,10 @@ void AddModelFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_ENCODER_DTYPE")
       ->check(CLI::IsMember({"float32", "f32", "bfloat16", "bf16"}));
-  GroupOptionsFrom(sub, first, "Models");
 }
 
 // The engine: sequence length, batching, KV cache memory, queues, scheduling.
 void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   auto& e = f->engine;
   sub->add_option("--max-model-len", e.scheduler.max_model_len,
                   "Longest prompt + generation accepted (default: the model's max_position_embeddings)")
@@ -384,12 +375,10 @@ void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_SCHEDULING_POLICY")
       ->check(CLI::IsMember({"fcfs", "priority"}));
-  GroupOptionsFrom(sub, first, "Engine");
 }
 
 // What one request may ask for.
 void AddRequestLimitFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest accepted request body (HTTP) or message (gRPC)")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_BODY_BYTES")
@@ -421,12 +410,10 @@ void AddRequestLimitFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_REQUEST_TIMEOUT")
       ->check(CLI::Range(0.0, 1e7));
-  GroupOptionsFrom(sub, first, "Request limits");
 }
 
 // Listening, connections, CORS, API keys, TLS, shutdown.
 void AddNetworkFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   sub->add_option("--host", f->host, "Address to listen on (HTTP and gRPC)")
       ->capture_default_str()
       ->envname("ROPESERVE_HOST");
@@ -488,12 +475,10 @@ void AddNetworkFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_SHUTDOWN_TIMEOUT")
       ->check(CLI::Range(0.0, 1e6));
-  GroupOptionsFrom(sub, first, "Network and security");
 }
 
 // Log format and trace export.
 void AddObservabilityFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   sub->add_option("--log-format", f->log_format, "text, or json (one object per line)")
       ->capture_default_str()
       ->envname("ROPESERVE_LOG_FORMAT")
@@ -512,12 +497,10 @@ void AddObservabilityFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_OTLP_TRACES_SAMPLE_RATIO")
       ->check(CLI::Range(0.0, 1.0));
-  GroupOptionsFrom(sub, first, "Logs and traces");
 }
 
 // The data directory (files, batches) and the Responses API's store.
 void AddStoredStateFlags(CLI::App* sub, ServeFlags* f) {
-  const std::size_t first = sub->get_options().size();
   AddStorageFlags(*sub, f->storage);
   sub->add_option("--responses-max-stored", f->responses.max_responses,
                   "Stored responses of the Responses API kept in memory (store: true), least recently used "
@@ -540,7 +523,14 @@ void AddStoredStateFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_RESPONSES_MAX_BACKGROUND")
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
-  GroupOptionsFrom(sub, first, "Storage and stored responses");
+}
+
+// Adds a group's flags to `sub`, listed under `group` in --help.
+void AddFlagGroup(CLI::App* sub, ServeFlags* f, const std::string& group, void (*add)(CLI::App*, ServeFlags*)) {
+  const std::size_t first = sub->get_options().size();
+  add(sub, f);
+  const std::vector<CLI::Option*> options = sub->get_options();
+  for (std::size_t i = first; i < options.size(); ++i) options[i]->group(group);
 }
 
 }  // namespace
@@ -559,12 +549,12 @@ Runner AddServe(CLI::App& app) {
   app.set_config("--config", "", "YAML config file for `serve` (a mapping of serve's flag names to values)");
   app.allow_config_extras(CLI::config_extras_mode::error);
 
-  AddModelFlags(sub, f.get());
-  AddEngineFlags(sub, f.get());
-  AddRequestLimitFlags(sub, f.get());
-  AddNetworkFlags(sub, f.get());
-  AddObservabilityFlags(sub, f.get());
-  AddStoredStateFlags(sub, f.get());
+  AddFlagGroup(sub, f.get(), "Models", AddModelFlags);
+  AddFlagGroup(sub, f.get(), "Engine", AddEngineFlags);
+  AddFlagGroup(sub, f.get(), "Request limits", AddRequestLimitFlags);
+  AddFlagGroup(sub, f.get(), "Network and security", AddNetworkFlags);
+  AddFlagGroup(sub, f.get(), "Logs and traces", AddObservabilityFlags);
+  AddFlagGroup(sub, f.get(), "Storage and stored responses", AddStoredStateFlags);
   return [f] { return Run(*f); };
 }
 

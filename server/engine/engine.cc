@@ -70,17 +70,14 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   // embedding table (on a GPU, a device fault that takes every request with
   // it), so it fails this request alone, as an internal error.
   if (Status s = request.sampling.Validate(); !s.ok())
-    return Status(ErrorCode::kInternal,
-                  "internal error: unvalidated sampling parameters reached the engine: " + s.message());
+    return Internal("internal error: unvalidated sampling parameters reached the engine: " + s.message());
   if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.max_tokens)
-    return Status(ErrorCode::kInternal, "internal error: an unvalidated min_tokens (" +
-                                            std::to_string(request.stop.min_tokens) + ", max_tokens " +
-                                            std::to_string(request.max_tokens) + ") reached the engine");
+    return Internal("internal error: an unvalidated min_tokens (" + std::to_string(request.stop.min_tokens) +
+                    ", max_tokens " + std::to_string(request.max_tokens) + ") reached the engine");
   for (TokenId id : request.prompt)
     if (id < 0 || id >= executor_.vocab_size())
-      return Status(ErrorCode::kInternal, "internal error: an unvalidated prompt token id (" + std::to_string(id) +
-                                              ") reached the engine (vocabulary [0, " +
-                                              std::to_string(executor_.vocab_size()) + "))");
+      return Internal("internal error: an unvalidated prompt token id (" + std::to_string(id) +
+                      ") reached the engine (vocabulary [0, " + std::to_string(executor_.vocab_size()) + "))");
   auto item = std::make_unique<InboxItem>();
   item->kind = InboxItem::Kind::kSubmit;
   item->id = next_id_++;

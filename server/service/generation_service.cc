@@ -216,7 +216,7 @@ StatusOr<std::vector<GenerateResult>> GenerationService::RunToEnd(std::vector<st
 
 StatusOr<GenerateResult> GenerationService::Generate(const std::vector<std::int64_t>& prompt_ids,
                                                      const ValidatedGeneration& validated) {
-  RS_ASSIGN_OR_RETURN(auto results, GenerateBatch({prompt_ids}, validated.Choice(0)));
+  RS_ASSIGN_OR_RETURN(auto results, GenerateBatch({prompt_ids}, validated));
   return std::move(results[0]);
 }
 

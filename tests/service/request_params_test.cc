@@ -157,6 +157,24 @@ TEST(ValidateGeneration, GuidedRegexAndChoiceLimits) {
   EXPECT_EQ(ok->options().constraint.choices.size(), kMaxGuidedChoices);
 }
 
+// Structured output must be able to end, so neither ignore_eos nor
+// min_tokens may overrule its EOS; the one check (the service and the
+// engine do not repeat it), naming the field that conflicts.
+TEST(ValidateGeneration, StructuredOutputRefusesIgnoreEosAndMinTokens) {
+  GenerationFields f;
+  f.constraint = {structured::Constraint::Kind::kChoice, "", {"yes", "no"}, "guided_choice"};
+  ASSERT_TRUE(V(f).ok());
+  f.ignore_eos = true;
+  auto eos = V(f);
+  EXPECT_EQ(Param(eos), "ignore_eos");
+  EXPECT_NE(eos.status().message().find("guided_choice"), std::string::npos) << eos.status().ToString();
+  f.ignore_eos = false;
+  f.min_tokens = 1;
+  EXPECT_EQ(Param(V(f)), "min_tokens");
+  f.min_tokens = 0;
+  EXPECT_TRUE(V(f).ok());
+}
+
 TEST(ValidateGeneration, LogitBiasAndPriority) {
   GenerationFields f;
   f.logit_bias = {{3, -100.0}, {499, 100.0}};
