@@ -91,8 +91,7 @@ Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char*
   call->AddInitialMetadata("traceresponse", out.span.TraceResponse());
   RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
   RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());
-  out.service = ctx.service.load();
-  if (out.service == nullptr) return Unavailable("the server is still loading its models");
+  RS_ASSIGN_OR_RETURN(out.service, ctx.LoadedService());
   // The client's deadline flows into the scheduler; --request-timeout caps it.
   out.timeout_seconds = ctx.request_timeout_seconds;
   const auto deadline = call->deadline();

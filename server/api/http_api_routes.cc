@@ -38,8 +38,7 @@ nlohmann::json EncoderFields(const service::EncoderService& e) {
 // GET /v1/models: every served model, the decoder, the QA model and the
 // encoders (`task` and `max_model_len` are extensions, as vLLM's).
 StatusOr<json> ModelList(ServingContext& ctx) {
-  service::GenerationService* service = ctx.service.load();
-  if (service == nullptr) return Unavailable("the server is still loading its models");
+  RS_ASSIGN_OR_RETURN(service::GenerationService * service, ctx.LoadedService());
   auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
     return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
                 {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
@@ -61,8 +60,7 @@ StatusOr<json> ModelList(ServingContext& ctx) {
 // GET /v1/info: the models, their memory, the server's limits and the CPU
 // kernels' configuration.
 StatusOr<json> ServerInfo(ServingContext& ctx, const HttpServerOptions& options) {
-  service::GenerationService* service = ctx.service.load();
-  if (service == nullptr) return Unavailable("the server is still loading its models");
+  RS_ASSIGN_OR_RETURN(service::GenerationService * service, ctx.LoadedService());
   const EngineConfig& o = service->engine_config();
   json info = {{"model", service->name()},
                {"architecture", service->config().architecture},

@@ -129,8 +129,8 @@ std::optional<Lifecycle::Ticket> HttpServer::Impl::Admitted(httplib::Response& r
     SetError(res, ticket.status());
     return std::nullopt;
   }
-  if (ctx.service.load() == nullptr) {
-    SetError(res, Unavailable("the server is still loading its models"));
+  if (auto service = ctx.LoadedService(); !service.ok()) {
+    SetError(res, service.status());
     return std::nullopt;
   }
   return std::move(*ticket);

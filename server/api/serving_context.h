@@ -13,6 +13,7 @@
 #include "server/api/metrics.h"
 #include "server/api/response_store.h"
 #include "server/api/tracing.h"
+#include "server/common/status.h"
 
 namespace ropeserve::service {
 class GenerationService;  // server/service/generation_service.h
@@ -37,6 +38,12 @@ struct ServingContext {
   Tracer* tracer = nullptr;            // null: trace ids only, no spans
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
   std::atomic<service::GenerationService*> service{nullptr};
+  // The model service, or Unavailable (503) while the models load.
+  StatusOr<service::GenerationService*> LoadedService() const {
+    service::GenerationService* s = service.load();
+    if (s == nullptr) return Unavailable("the server is still loading its models");
+    return s;
+  }
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)
   // The embedding models (serve --encoder), in the flags' order; null or
   // empty: none (501 / UNIMPLEMENTED).
