@@ -223,6 +223,12 @@ struct ServerMetrics::Impl {
   pm::Counter& spans_dropped =
       One<pm::Counter>(*registry, "ropeserve_otlp_spans_dropped_total",
                        "Trace spans lost: export queue full, or the collector failed or was too slow", {});
+  pm::Counter& kv_events_published = One<pm::Counter>(*registry, "ropeserve_kv_events_published_total",
+                                                      "KV cache event batches sent (--kv-events-endpoint)", {});
+  pm::Counter& kv_events_dropped =
+      One<pm::Counter>(*registry, "ropeserve_kv_events_dropped_total",
+                       "KV cache event batches lost to a full publisher queue (subscribers see a gap)", {});
+  std::function<std::pair<std::uint64_t, std::uint64_t>()> kv_events_source;  // under mu
   pm::Gauge& resident = One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
   pm::Gauge& virtual_bytes =
       One<pm::Gauge>(*registry, "process_virtual_memory_bytes", "Virtual memory size in bytes", {});
@@ -278,6 +284,11 @@ void ServerMetrics::AttachTracer(const Tracer* tracer) { impl_->tracer = tracer;
 void ServerMetrics::AttachBatches(std::function<BatchGauges()> source) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->batches_source = std::move(source);
+}
+
+void ServerMetrics::AttachKvEvents(std::function<std::pair<std::uint64_t, std::uint64_t>()> source) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->kv_events_source = std::move(source);
 }
 
 void ServerMetrics::OnRequestFinished(const RequestMetrics& m) {
@@ -344,6 +355,11 @@ std::string ServerMetrics::Render() {
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
       SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));
       SyncCounter(impl_->spans_dropped, static_cast<double>(t->exporter()->dropped()));
+    }
+    if (impl_->kv_events_source) {
+      const auto [published, dropped] = impl_->kv_events_source();
+      SyncCounter(impl_->kv_events_published, static_cast<double>(published));
+      SyncCounter(impl_->kv_events_dropped, static_cast<double>(dropped));
     }
     if (impl_->batches_source) {
       const BatchGauges g = impl_->batches_source();

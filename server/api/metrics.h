@@ -66,6 +66,9 @@ class ServerMetrics : public EngineObserver {
   // state} and ropeserve_storage_quarantined_files; null detaches (the
   // gauges then keep their last values).
   void AttachBatches(std::function<BatchGauges()> source);
+  // KV cache event batches published and dropped (serve
+  // --kv-events-endpoint): ropeserve_kv_events_{published,dropped}_total.
+  void AttachKvEvents(std::function<std::pair<std::uint64_t, std::uint64_t>()> source);
 
   // EngineObserver (engine thread).
   void OnRequestFinished(const RequestMetrics& m) override;

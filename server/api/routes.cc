@@ -11,6 +11,7 @@ constexpr Route kRoutes[] = {
     {"/health", "GET", true, false},
     {"/ready", "GET", true, false},
     {"/metrics", "GET", true, false},
+    {"/debug/kv-cache", "GET", true, true},  // with --kv-events-endpoint only
     {"/version", "GET", false, false},
     {"/openapi.json", "GET", false, false},
     {"/", "GET", false, false},  // the playground: static files (its API calls need the key)

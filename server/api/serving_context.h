@@ -37,6 +37,9 @@ struct ServingContext {
   ServerMetrics* metrics = nullptr;    // null: not exported
   Tracer* tracer = nullptr;            // null: trace ids only, no spans
   double request_timeout_seconds = 0;  // 0 = none; a shorter client deadline wins
+  // serve --kv-events-endpoint: the prefix cache's hashes are published,
+  // and GET /debug/kv-cache lists them.
+  bool kv_events = false;
   std::atomic<service::GenerationService*> service{nullptr};
   // The model service, or Unavailable (503) while the models load.
   StatusOr<service::GenerationService*> LoadedService() const {

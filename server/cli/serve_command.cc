@@ -115,8 +115,14 @@ int Run(ServeFlags f) {
   if (!keys.ok()) return Fail(keys.status().message());
   ctx.api_keys = std::move(*keys);
   if (ctx.api_keys.enabled()) spdlog::info("API keys required on /v1/* and gRPC Inference calls");
+  // KV cache events: started before the engine, which publishes to it.
+  auto kv_publisher = StartKvEvents(f.kv_events, f.device == "cpu" ? "CPU" : "GPU", f.engine);
+  if (!kv_publisher.ok()) return Fail(kv_publisher.status().message());
+  ctx.kv_events = *kv_publisher != nullptr;
   api::ServerMetrics metrics;
   ctx.metrics = &metrics;
+  if (kv_events::ZmqPublisher* p = kv_publisher->get(); p != nullptr)
+    metrics.AttachKvEvents([p] { return std::make_pair(p->published(), p->dropped()); });
   ctx.request_timeout_seconds = f.request_timeout;
 
   // SIGTERM / SIGINT start the drain; a second one exits at once.
@@ -525,6 +531,9 @@ void AddStoredStateFlags(CLI::App* sub, ServeFlags* f) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
 }
 
+// Publishing the prefix cache's changes for a router (llm-d).
+void AddKvCacheEventFlags(CLI::App* sub, ServeFlags* f) { AddKvEventsFlags(*sub, f->kv_events); }
+
 // Adds a group's flags to `sub`, listed under `group` in --help.
 void AddFlagGroup(CLI::App* sub, ServeFlags* f, const std::string& group, void (*add)(CLI::App*, ServeFlags*)) {
   const std::size_t first = sub->get_options().size();
@@ -553,6 +562,7 @@ Runner AddServe(CLI::App& app) {
   AddFlagGroup(sub, f.get(), "Engine", AddEngineFlags);
   AddFlagGroup(sub, f.get(), "Request limits", AddRequestLimitFlags);
   AddFlagGroup(sub, f.get(), "Network and security", AddNetworkFlags);
+  AddFlagGroup(sub, f.get(), "KV cache events (prefix-cache-aware routing)", AddKvCacheEventFlags);
   AddFlagGroup(sub, f.get(), "Logs and traces", AddObservabilityFlags);
   AddFlagGroup(sub, f.get(), "Storage and stored responses", AddStoredStateFlags);
   return [f] { return Run(*f); };

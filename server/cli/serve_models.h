@@ -12,6 +12,7 @@
 #include "server/api/response_store.h"
 #include "server/api/work_pool.h"
 #include "server/cli/commands.h"
+#include "server/cli/serve_kv_events.h"
 #include "server/cli/serve_storage.h"
 #include "server/engine/engine.h"
 #include "server/models/decoder.h"
@@ -67,6 +68,7 @@ struct ServeFlags {
   StorageFlags storage;              // --data-dir, --max-file-bytes, --batch-*
   double responses_ttl = 24 * 3600;  // seconds
   service::EngineOptions engine;
+  KvEventsFlags kv_events;  // --kv-events-*, --prefix-caching-hash-*
 };
 
 // The models serve loads, in the order they must stop.

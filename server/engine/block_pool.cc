@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -18,7 +19,8 @@ BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> to
   return h;
 }
 
-BlockPool::BlockPool(int num_blocks, int block_size) : block_size_(block_size), blocks_(num_blocks) {
+BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher)
+    : block_size_(block_size), hasher_(std::move(hasher)), blocks_(num_blocks) {
   assert(num_blocks > 0 && block_size > 0);
   for (BlockId id = 0; id < num_blocks; ++id) blocks_[id].queue_pos = free_queue_.insert(free_queue_.end(), id);
 }
@@ -26,13 +28,8 @@ BlockPool::BlockPool(int num_blocks, int block_size) : block_size_(block_size), 
 void BlockPool::Evict(BlockId id) {
   Block& b = blocks_[id];
   if (!b.cached) return;
-  auto [lo, hi] = cached_.equal_range(b.cached->hash.value);
-  for (auto it = lo; it != hi; ++it) {
-    if (it->second == id) {
-      cached_.erase(it);
-      break;
-    }
-  }
+  cached_.erase(b.cached->hash.value);
+  if (listener_ != nullptr) listener_->OnBlockEvicted(b.cached->hash);
   b.cached.reset();
 }
 
@@ -67,23 +64,33 @@ void BlockPool::Touch(std::span<const BlockId> ids) {
 
 std::optional<BlockId> BlockPool::FindCached(BlockHash hash, std::span<const TokenId> tokens,
                                              std::optional<BlockHash> parent) const {
-  auto [lo, hi] = cached_.equal_range(hash.value);
-  for (auto it = lo; it != hi; ++it) {
-    const CachedContent& c = *blocks_[it->second].cached;
-    if (c.parent == parent && c.tokens.size() == tokens.size() &&
-        std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
-      return it->second;
-  }
+  auto it = cached_.find(hash.value);
+  if (it == cached_.end()) return std::nullopt;
+  const CachedContent& c = *blocks_[it->second].cached;
+  if (c.parent == parent && c.tokens.size() == tokens.size() &&
+      std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
+    return it->second;
   return std::nullopt;
 }
 
 void BlockPool::CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens,
                                std::optional<BlockHash> parent) {
   assert(static_cast<int>(tokens.size()) == block_size_);
-  if (FindCached(hash, tokens, parent)) return;  // this content already has a block
+  // This content already has a block, or (a collision) another content
+  // has its hash: it stays uncached.
+  if (cached_.count(hash.value) != 0) return;
   Evict(id);
   blocks_.at(id).cached = CachedContent{hash, parent, std::vector<TokenId>(tokens.begin(), tokens.end())};
   cached_.emplace(hash.value, id);
+  if (listener_ != nullptr) listener_->OnBlockCached(hash, parent, tokens);
+}
+
+std::vector<std::uint64_t> BlockPool::CachedHashes() const {
+  std::vector<std::uint64_t> hashes;
+  hashes.reserve(cached_.size());
+  for (const auto& [hash, id] : cached_) hashes.push_back(hash);
+  std::sort(hashes.begin(), hashes.end());
+  return hashes;
 }
 
 std::pair<std::vector<BlockId>, std::vector<BlockHash>> BlockPool::MatchPrefix(std::span<const TokenId> tokens,
@@ -94,7 +101,7 @@ std::pair<std::vector<BlockId>, std::vector<BlockHash>> BlockPool::MatchPrefix(s
   const std::size_t full = tokens.size() / static_cast<std::size_t>(block_size_);
   for (std::size_t i = 0; i < full; ++i) {
     auto chunk = tokens.subspan(i * block_size_, block_size_);
-    const BlockHash h = HashBlock(parent, chunk, extra);
+    const BlockHash h = Hash(parent, chunk, extra);
     ++cache_queries_;
     auto id = FindCached(h, chunk, parent);
     if (!id) break;

@@ -10,10 +10,14 @@
 //  - Freed blocks go to the tail of the queue, in the order given: callers
 //    free a sequence's blocks last-to-first so its prefix is evicted last.
 //  - "No room" is a value: Allocate returns std::nullopt and changes nothing.
+//  - One block per hash value: content whose hash another cached content
+//    already has (a collision) is not cached, so a hash names one block and
+//    the KV cache events (kv_events.h) name blocks by hash alone.
 // Threading: not thread-safe; owned by the engine thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <span>
@@ -37,11 +41,31 @@ struct BlockHash {
 // Hash of `tokens` (one full block) following the block hashed `parent`
 // (nullopt for the first block). `extra` distinguishes otherwise equal
 // content (e.g. a LoRA or model id); 0 when unused.
+// XXH3-64 over (parent, extra, tokens): the default, and the fastest.
 BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra = 0);
+
+// How a pool hashes full blocks: HashBlock's signature. Serve may choose
+// another (server/kv_events/vllm_block_hash.h: vLLM's and llm-d's
+// SHA-256 over CBOR, so a router that hashes prompts agrees with the
+// events); it must be deterministic and chain over `parent`.
+using BlockHasher =
+    std::function<BlockHash(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra)>;
+
+// What the prefix cache gains and loses, told as it happens (the engine's
+// KV cache events). Called inside BlockPool's methods: quick, no calls back.
+class BlockPoolListener {
+ public:
+  virtual ~BlockPoolListener() = default;
+  // `id` now caches the full block `hash` (chained on `parent`) of `tokens`.
+  virtual void OnBlockCached(BlockHash hash, std::optional<BlockHash> parent, std::span<const TokenId> tokens) = 0;
+  // The block cached as `hash` was evicted (its slot reused).
+  virtual void OnBlockEvicted(BlockHash hash) = 0;
+};
 
 class BlockPool {
  public:
-  BlockPool(int num_blocks, int block_size);
+  // `hasher` empty: HashBlock.
+  BlockPool(int num_blocks, int block_size, BlockHasher hasher = {});
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -65,8 +89,20 @@ class BlockPool {
   // sequence's blocks with a fork); a free block leaves the free queue.
   void Touch(std::span<const BlockId> ids);
 
+  // The pool's hash of a full block (`extra` separates namespaces: a
+  // request's cache salt).
+  BlockHash Hash(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra = 0) const {
+    return hasher_ ? hasher_(parent, tokens, extra) : HashBlock(parent, tokens, extra);
+  }
+  // Set before use; `listener` must outlive the pool (null: none).
+  void SetListener(BlockPoolListener* listener) { listener_ = listener; }
+  // The hashes of every cached full block, ascending (what the KV cache
+  // events, replayed in order, must reproduce).
+  std::vector<std::uint64_t> CachedHashes() const;
+
   // Records that `id` now holds the full block with this hash and tokens.
-  // If that content is already cached in another block, nothing changes.
+  // If that content is already cached in another block, or another content
+  // has this hash value, nothing changes.
   void CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens, std::optional<BlockHash> parent);
 
   // The block caching this content, if any (tokens and parent are compared,
@@ -97,9 +133,11 @@ class BlockPool {
   void Evict(BlockId id);
 
   int block_size_;
+  BlockHasher hasher_;
+  BlockPoolListener* listener_ = nullptr;
   std::vector<Block> blocks_;
-  std::list<BlockId> free_queue_;                           // head = next to reuse
-  std::unordered_multimap<std::uint64_t, BlockId> cached_;  // hash -> blocks holding it
+  std::list<BlockId> free_queue_;                      // head = next to reuse
+  std::unordered_map<std::uint64_t, BlockId> cached_;  // hash -> the block holding it
   mutable std::uint64_t cache_queries_ = 0;
   mutable std::uint64_t cache_hits_ = 0;
 };

@@ -1,6 +1,9 @@
 #include "server/engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <random>
@@ -34,8 +37,9 @@ Status Guarded(const char* what, Fn&& fn) noexcept {
 // ---- Engine ----
 
 struct Engine::InboxItem {
-  enum class Kind { kSubmit, kCancel } kind;
+  enum class Kind { kSubmit, kCancel, kCall } kind;
   RequestId id = 0;
+  std::function<void()> call;  // kCall: runs on the engine thread
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
   Clock::time_point submitted;
@@ -44,8 +48,14 @@ struct Engine::InboxItem {
 Engine::Engine(EngineConfig config, ModelExecutor& executor)
     : config_(std::move(config)),
       executor_(executor),
-      pool_(config_.num_blocks, config_.block_size),
-      scheduler_(config_.scheduler, pool_) {}
+      pool_(config_.num_blocks, config_.block_size, config_.block_hasher),
+      scheduler_(config_.scheduler, pool_) {
+  if (config_.kv_events != nullptr) {
+    pool_.SetListener(&kv_recorder_);
+    kv_recorder_.AllCleared();  // a new engine's cache is empty, whatever a subscriber saw before
+    PublishKvEvents();
+  }
+}
 
 Engine::~Engine() { Stop(); }
 
@@ -107,6 +117,30 @@ void Engine::Cancel(RequestId id) {
   if (!threaded_) DrainInbox();
 }
 
+StatusOr<std::vector<std::uint64_t>> Engine::CachedBlockHashes() {
+  auto result = std::make_shared<std::promise<std::vector<std::uint64_t>>>();
+  auto hashes = result->get_future();
+  auto item = std::make_unique<InboxItem>();
+  item->kind = InboxItem::Kind::kCall;
+  item->call = [this, result] { result->set_value(pool_.CachedHashes()); };
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stop_) return Unavailable("the engine stopped");
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_all();
+  if (!threaded_) DrainInbox();
+  return hashes.get();  // the engine thread drains its inbox once more before it ends
+}
+
+void Engine::PublishKvEvents() {
+  if (config_.kv_events == nullptr || kv_recorder_.empty()) return;
+  KvEventBatch batch;
+  batch.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  batch.events = kv_recorder_.Take();
+  config_.kv_events->Publish(std::move(batch));
+}
+
 void Engine::DrainInbox() {
   std::deque<std::unique_ptr<InboxItem>> items;
   {
@@ -116,6 +150,10 @@ void Engine::DrainInbox() {
   for (auto& item : items) {
     if (item->kind == InboxItem::Kind::kCancel) {
       FinishRequest(item->id, FinishReason::kCancelled);
+      continue;
+    }
+    if (item->kind == InboxItem::Kind::kCall) {
+      item->call();
       continue;
     }
     EngineRequest& req = item->request;
@@ -228,6 +266,7 @@ bool Engine::Step() {
     FailAll(Internal("the scheduler could not place the request"));
   }
   if (!plan.empty()) RunPlan(plan);
+  PublishKvEvents();  // what scheduling evicted and the forward cached
   const std::int64_t encoder_tokens = RunEncoder(budget - plan.num_tokens());
   if (plan.empty() && encoder_tokens == 0) return false;
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "server/engine/encoder_queue.h"
+#include "server/engine/kv_events.h"
 #include "server/engine/model_executor.h"
 #include "server/engine/request.h"
 #include "server/engine/request_stream.h"
@@ -66,6 +67,11 @@ struct EngineConfig {
   // max_num_batched_tokens kept from prefill chunks for the windows (decode
   // tokens are never held back). [0, 1).
   double encoder_token_share = 0.5;
+  // How the prefix cache hashes full blocks (empty: HashBlock, XXH3).
+  BlockHasher block_hasher;
+  // Where the prefix cache's changes go, one batch per step that changed
+  // it (kv_events.h); null: not recorded. Must outlive the engine.
+  KvEventSink* kv_events = nullptr;
 };
 
 // Counters for metrics; read from any thread.
@@ -173,6 +179,12 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   const BlockPool& pool() const { return pool_; }
 
+  // The hashes of the full blocks the prefix cache holds now, ascending,
+  // read on the engine thread between steps (so they agree with every KV
+  // event batch handed to the sink so far). Thread-safe; Unavailable once
+  // the engine stopped.
+  StatusOr<std::vector<std::uint64_t>> CachedBlockHashes();
+
  private:
   struct InboxItem;
   void Loop();
@@ -191,6 +203,8 @@ class Engine {
   // Adds a step's proposals and their verdicts to the stats.
   void CountSpeculation(const StepPlan& plan, const std::map<RequestId, std::vector<TokenId>>& sampled);
   void UpdateStats();
+  // Hands the recorded KV cache events, if any, to the sink as one batch.
+  void PublishKvEvents();
   // Ends every live request with `status` (after an unexpected exception).
   void FailAll(const Status& status);
 
@@ -198,6 +212,7 @@ class Engine {
   ModelExecutor& executor_;
   BlockPool pool_;
   Scheduler scheduler_;
+  KvEventRecorder kv_recorder_;  // listens to pool_ when config_.kv_events is set
   // Runner diffs waiting for the next plan that runs (engine thread only).
   std::vector<SamplingSpec> pending_added_;
   std::vector<RequestId> pending_removed_;

@@ -119,7 +119,7 @@ void Scheduler::CacheFullBlocks(Request& r) {
     std::span<const TokenId> chunk(r.tokens.data() + i * bs, static_cast<std::size_t>(bs));
     std::optional<BlockHash> parent;
     if (i > 0) parent = r.hashes[i - 1];
-    const BlockHash h = HashBlock(parent, chunk, r.spec.cache_salt);
+    const BlockHash h = pool_.Hash(parent, chunk, r.spec.cache_salt);
     pool_.CacheFullBlock(r.blocks.ids()[i], h, chunk, parent);
     r.hashes.push_back(h);
   }

@@ -62,6 +62,8 @@ struct EngineOptions {
   bool priority_scheduling = false;
   std::size_t max_document_bytes = 1 << 20;  // serve --max-document-bytes (Limits)
   EngineObserver* observer = nullptr;        // metrics hooks; must outlive the service
+  BlockHasher block_hasher;                  // EngineConfig::block_hasher (empty: XXH3)
+  KvEventSink* kv_events = nullptr;          // EngineConfig::kv_events; must outlive the service
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
   // when an allocation fails. 0 = off; never set it in production.

@@ -137,6 +137,8 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   sc.engine.encoder_token_share = options.qa_token_share;
   sc.engine.num_blocks = static_cast<int>(sc.kv.num_blocks);
   sc.engine.block_size = options.block_size;
+  sc.engine.block_hasher = options.block_hasher;
+  sc.engine.kv_events = options.kv_events;
   sc.max_request_tokens = options.max_request_tokens;
   sc.priority_scheduling = options.priority_scheduling;
   sc.max_document_bytes = options.max_document_bytes;

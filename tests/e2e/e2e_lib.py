@@ -204,8 +204,9 @@ class Server:
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "wb")
         cmd = [binary, "serve", "--summarizer", model, "--host", "127.0.0.1", "--http-port", str(self.http),
-               "--grpc-port", str(self.grpc), "--admin-port", str(self.admin), "--kv-cache-memory", "32M",
-               "--dtype", "float32"] + list(args)
+               "--grpc-port", str(self.grpc), "--admin-port", str(self.admin), "--dtype", "float32"] + list(args)
+        if "--kv-cache-memory" not in args:
+            cmd += ["--kv-cache-memory", "32M"]
         # Each server its own data directory (one server per directory),
         # kept in the workdir rather than the user's state directory.
         if "--data-dir" not in args:

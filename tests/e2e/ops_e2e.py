@@ -2,12 +2,15 @@
 """Black-box tests of what an operator relies on: the Prometheus exposition
 (promtool, a real Prometheus server), the metric names the Grafana dashboard
 and the Inference Extension's endpoint picker query (vLLM's names included),
-and request tracing (W3C traceparent in, trace ids in the JSON log and the
+KV cache events as a router subscribes to them (pyzmq, python3-msgpack, the
+block hashes recomputed with cbor2 and hashlib as vLLM and llm-d compute
+them), and request tracing (W3C traceparent in, trace ids in the JSON log and the
 traceresponse header, spans exported over OTLP/HTTP to a receiver started
 here, a stalled collector that must not slow requests).
 
     /usr/bin/python3 tests/e2e/ops_e2e.py --binary build/ropeserve [-k NAME]
 """
+import hashlib
 import http.server
 import json
 import os
@@ -18,10 +21,14 @@ import threading
 import urllib.parse
 import urllib.request
 
+import cbor2
+import msgpack
 import yaml
+import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_lib import HANG_GUARD_SECONDS, ROOT, TEXT, Server, check, free_port, post_json, run_tests, wait_until  # noqa: E402
+from e2e_lib import (HANG_GUARD_SECONDS, ROOT, TEXT, Server, check, curl, free_port, post_json, run_tests,  # noqa: E402
+                     wait_until)
 
 # What the endpoint picker reads when no flag overrides it: upstream's
 # defaults (gateway-api-inference-extension v1.5.0, pkg/epp/server/options.go).
@@ -70,7 +77,8 @@ def test_metrics_are_valid_prometheus(env):
     check("ropeserve_iteration_tokens_bucket" in names and "vllm:iteration_tokens_total_bucket" in names,
           "iteration tokens histogram")
     for name in ("ropeserve_qa_request_latency_seconds_bucket", "ropeserve_requests_total", "ropeserve_build_info",
-                 "ropeserve_otlp_spans_dropped_total", "process_cpu_seconds_total", "process_resident_memory_bytes",
+                 "ropeserve_otlp_spans_dropped_total", "ropeserve_kv_events_published_total",
+                 "process_cpu_seconds_total", "process_resident_memory_bytes",
                  "process_open_fds", "process_max_fds", "process_start_time_seconds"):
         check(name in names, f"/metrics lacks {name}")
     # Every engine series carries the served model's name.
@@ -320,6 +328,188 @@ def test_a_stalled_collector_does_not_slow_requests(env):
     finally:
         check(s.stop() == 0, "exit code")
         receiver.close()
+
+
+# ---- KV cache events ----
+
+def vllm_hash(value):
+    """low64(SHA-256(canonical CBOR)): vLLM's sha256_cbor and llm-d's
+    ChunkedTokenDatabase, with the libraries vLLM uses."""
+    return int.from_bytes(hashlib.sha256(cbor2.dumps(value, canonical=True)).digest()[-8:], "big")
+
+
+def block_hashes(seed, tokens, block_size=16):
+    """The hashes of the full blocks of `tokens`, chained from the seed's root."""
+    parent, out = vllm_hash(seed), []
+    for i in range(0, len(tokens) - block_size + 1, block_size):
+        parent = vllm_hash([parent, tokens[i:i + block_size], None])
+        out.append(parent)
+    return out
+
+
+class KvSubscriber:
+    """What llm-d's indexer does with a pod's events: SUB on the topic,
+    batches applied in sequence order, a gap filled from the replay socket
+    (DEALER: one request, many replies, then seq -1). Every batch is checked
+    against the layout vLLM's kv_events.py documents (msgspec array_like
+    structs, tagged by class name)."""
+
+    def __init__(self, ctx, events, replay, topic):
+        self.ctx, self.events, self.replay, self.topic = ctx, events, replay, topic
+        self.cached, self.last_seq, self.stored, self.removed, self.replayed = set(), -1, [], 0, 0
+        self.sub = None
+        self.connect()
+
+    def connect(self):
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, self.topic.encode())
+        self.sub.connect(self.events)
+
+    def disconnect(self):
+        self.sub.close(linger=0)
+        self.sub = None
+
+    def apply(self, seq, payload):
+        check(seq == self.last_seq + 1, f"batch {seq} after {self.last_seq}")
+        batch = msgpack.unpackb(payload)
+        check(isinstance(batch, list) and len(batch) == 3, f"batch layout: {batch!r:.200}")
+        ts, events, rank = batch
+        check(isinstance(ts, float) and abs(ts - __import__("time").time()) < 3600 and rank == 0, f"{batch!r:.200}")
+        for e in events:
+            tag = e[0]
+            if tag == "BlockStored":
+                check(len(e) == 8, f"BlockStored fields: {e!r:.200}")
+                _, hashes, parent, token_ids, block_size, lora_id, medium, lora_name = e
+                check(block_size == 16 and lora_id is None and lora_name is None and medium == "CPU", f"{e!r:.200}")
+                check(parent is None or isinstance(parent, int), f"parent: {e!r:.200}")
+                check(len(token_ids) == 16 * len(hashes), f"tokens: {e!r:.200}")
+                for h in hashes:
+                    check(h not in self.cached, f"block {h} stored twice")
+                    self.cached.add(h)
+                self.stored.append(e)
+            elif tag == "BlockRemoved":
+                check(len(e) == 3 and e[2] == "CPU", f"BlockRemoved fields: {e!r:.200}")
+                for h in e[1]:
+                    check(h in self.cached, f"block {h} removed, never stored")
+                    self.cached.discard(h)
+                self.removed += 1
+            else:
+                check(e == ["AllBlocksCleared"], f"unknown event {e!r:.200}")
+                self.cached.clear()
+        self.last_seq = seq
+
+    def fill_gap(self, upto):
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.connect(self.replay)
+        try:
+            dealer.send_multipart([b"", (self.last_seq + 1).to_bytes(8, "big")])
+            while True:
+                check(dealer.poll(10000), "the replay socket did not answer")
+                empty, seq_bytes, payload = dealer.recv_multipart()
+                seq = int.from_bytes(seq_bytes, "big", signed=True)
+                if seq == -1:
+                    check(payload == b"", "end marker with a payload")
+                    break
+                if self.last_seq < seq < upto:
+                    self.apply(seq, payload)
+                    self.replayed += 1
+        finally:
+            dealer.close(linger=0)
+
+    def poll(self, ms=100):
+        while self.sub.poll(ms):
+            topic, seq_bytes, payload = self.sub.recv_multipart()
+            check(topic == self.topic.encode(), f"topic {topic}")
+            seq = int.from_bytes(seq_bytes, "big")
+            if seq <= self.last_seq:
+                continue
+            if seq > self.last_seq + 1:
+                self.fill_gap(seq)
+            self.apply(seq, payload)
+            ms = 20
+
+
+def test_kv_events_replayed_reproduce_the_prefix_cache(env):
+    ipc = os.path.join(env.workdir, "kv")
+    os.makedirs(ipc, exist_ok=True)
+    events, replay, topic = f"ipc://{ipc}/events", f"ipc://{ipc}/replay", "kv@127.0.0.1:8000@model"
+    # 24 blocks of 16 tokens (512 bytes a token): the prompts below overflow it.
+    s = Server(env.binary, env.model, env.workdir,
+               ["--kv-events-endpoint", events, "--kv-events-replay-endpoint", replay, "--kv-events-topic", topic,
+                "--kv-cache-memory", "192K", "--max-model-len", "128", "--block-size", "16"],
+               name="kv-events", env={"PYTHONHASHSEED": "7"})
+    ctx = zmq.Context()
+    try:
+        sub = KvSubscriber(ctx, events, replay, topic)
+
+        def cache():
+            status, _, body = curl(s.admin, "/debug/kv-cache")
+            check(status == 200, body)
+            return json.loads(body)
+
+        def in_step():
+            def agree():
+                sub.poll()
+                return sub.cached == set(cache()["block_hashes"])
+            wait_until(agree, 30, f"events give {sorted(sub.cached)}, the cache holds {cache()}")
+
+        def complete(prompt):
+            status, body, _ = post_json(s.http, "/v1/completions", {"prompt": prompt, "max_tokens": 3})
+            check(status == 200, body)
+
+        # Three questions over one 48-token document: the document's blocks
+        # are stored once and hit twice.
+        doc = [(i * 37) % 1000 + 1 for i in range(48)]
+        for q in range(3):
+            complete(doc + [900 + q] * 20)
+            in_step()
+        expected = block_hashes("7", doc)
+        check(sub.stored[0][1][:3] == expected and sub.stored[0][2] is None,
+              f"the document's blocks: {sub.stored[0][1]} / {expected}")
+        check(sub.replayed >= 1, "the start-up batch (AllBlocksCleared) came back through the replay")
+        # Other documents evict them.
+        for d in range(5):
+            complete([(i * 11 + d * 101) % 1000 + 1 for i in range(70)])
+            in_step()
+        check(sub.removed >= 1 and not set(expected) <= sub.cached, "nothing was evicted")
+        # A subscriber that was away: batches missed, then the replay.
+        sub.disconnect()
+        before = sub.last_seq
+        for d in range(3):
+            complete(doc + [(i * 7 + d) % 1000 + 1 for i in range(30)])
+        sub.connect()
+        replayed = sub.replayed
+        for d in range(20):  # until a batch after the reconnect shows the gap
+            complete([(i * 13 + d * 31) % 1000 + 1 for i in range(40)])
+            sub.poll(200)
+            if sub.replayed > replayed:
+                break
+        check(sub.replayed > replayed and sub.last_seq > before + 1, "the missed batches were not replayed")
+        in_step()
+        check(cache()["num_blocks"] == 24 and cache()["block_size"] == 16, cache())
+        values = s.metrics()[1]
+        check(values.get("ropeserve_kv_events_published_total", 0) >= sub.last_seq + 1 and
+              values.get("ropeserve_kv_events_dropped_total", -1) == 0, "the publisher's counters")
+    finally:
+        ctx.destroy(linger=0)
+        check(s.stop() == 0, "exit code")
+
+
+def test_kv_events_flags_are_checked(env):
+    for args, message in (
+            (["--kv-events-config", '{"bogus": 1}'], "unknown key `bogus`"),
+            (["--kv-events-config", '{"enable_kv_cache_events": "yes"}'], "`enable_kv_cache_events` must be"),
+            (["--kv-events-endpoint", "tcp://*:notaport"], "--kv-events-endpoint tcp://*:notaport"),
+            (["--kv-events-replay-endpoint", "tcp://*:5558"], "needs --kv-events-endpoint")):
+        p = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--http-port", str(free_port()),
+                            "--grpc-port", "-1", "--admin-port", "-1", "--data-dir",
+                            os.path.join(env.workdir, "data-kv-flags")] + args,
+                           capture_output=True, timeout=HANG_GUARD_SECONDS)
+        out = (p.stdout + p.stderr).decode()
+        check(p.returncode != 0 and message in out, f"{args}: exit {p.returncode}: {out[-500:]}")
+    # Without events, /debug/kv-cache says how to turn them on.
+    status, _, body = curl(env.main.admin, "/debug/kv-cache")
+    check(status == 404 and "--kv-events-endpoint" in body, body)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 
 namespace ropeserve {
 namespace {
@@ -107,6 +108,49 @@ TEST(BlockPool, AHashCollisionNeverReturnsTheWrongBlock) {
   EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
   EXPECT_FALSE(pool.FindCached(BlockHash{42}, y, std::nullopt).has_value());
   EXPECT_FALSE(pool.FindCached(BlockHash{42}, x, BlockHash{7}).has_value());
+  // One block per hash value: colliding content stays uncached.
+  Ids other = *pool.Allocate(1);
+  pool.CacheFullBlock(other[0], BlockHash{42}, y, std::nullopt);
+  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
+  EXPECT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{42}));
+}
+
+// Records what the pool tells its listener.
+struct Recorder : BlockPoolListener {
+  std::vector<std::string> log;
+  void OnBlockCached(BlockHash hash, std::optional<BlockHash> parent, std::span<const TokenId> tokens) override {
+    log.push_back("cached " + std::to_string(hash.value) + " parent " +
+                  (parent ? std::to_string(parent->value) : "none") + " tokens " + std::to_string(tokens.size()));
+  }
+  void OnBlockEvicted(BlockHash hash) override { log.push_back("evicted " + std::to_string(hash.value)); }
+};
+
+TEST(BlockPool, TellsItsListenerWhatItCachesAndEvictsAndItsHasherHashes) {
+  // A hasher whose values are easy to read: 100 * (block number + 1).
+  BlockHasher hasher = [](std::optional<BlockHash> parent, std::span<const TokenId>, std::uint64_t) {
+    return BlockHash{parent ? parent->value + 100 : 100};
+  };
+  BlockPool pool(3, 2, hasher);
+  Recorder rec;
+  pool.SetListener(&rec);
+  const auto t = Tokens(4);
+  Ids ids = *pool.Allocate(2);
+  std::optional<BlockHash> parent;
+  for (int i = 0; i < 2; ++i) {
+    std::span<const TokenId> chunk(t.data() + 2 * i, 2);
+    const BlockHash h = pool.Hash(parent, chunk);
+    pool.CacheFullBlock(ids[i], h, chunk, parent);
+    pool.CacheFullBlock(ids[i], h, chunk, parent);  // again: no second event
+    parent = h;
+  }
+  EXPECT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{100, 200}));
+  EXPECT_EQ(pool.MatchPrefix(t).first, (Ids{0, 1}));
+  pool.Free(Ids{1, 0});
+  // Freed blocks keep their content; reusing them evicts it, the head first.
+  EXPECT_EQ(*pool.Allocate(2), (Ids{2, 1}));
+  EXPECT_EQ(rec.log, (std::vector<std::string>{"cached 100 parent none tokens 2", "cached 200 parent 100 tokens 2",
+                                               "evicted 200"}));
+  EXPECT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{100}));
 }
 
 TEST(BlockPool, AllocationHandleReturnsItsBlocksLastFirst) {
