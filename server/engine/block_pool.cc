@@ -5,12 +5,30 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <random>
 
 namespace ropeserve {
 
+namespace {
+
+// XXH3 is fast but not a cryptographic hash: with a known seed, content
+// could be crafted to collide with another prompt's block. A seed drawn at
+// start-up, never shown, keeps that out of a client's reach (the cache
+// lives in this process only; sha256_cbor, the hash shared with a router,
+// is SHA-256).
+std::uint64_t ProcessSeed() {
+  static const std::uint64_t seed = [] {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }();
+  return seed;
+}
+
+}  // namespace
+
 BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra) {
   XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
+  XXH3_64bits_reset_withSeed(state, ProcessSeed());
   const std::uint64_t head[3] = {parent.has_value() ? 1u : 0u, parent ? parent->value : 0, extra};
   XXH3_64bits_update(state, head, sizeof(head));
   XXH3_64bits_update(state, tokens.data(), tokens.size_bytes());

@@ -41,7 +41,8 @@ struct BlockHash {
 // Hash of `tokens` (one full block) following the block hashed `parent`
 // (nullopt for the first block). `extra` distinguishes otherwise equal
 // content (e.g. a LoRA or model id); 0 when unused.
-// XXH3-64 over (parent, extra, tokens): the default, and the fastest.
+// XXH3-64 over (parent, extra, tokens), seeded at random once per process:
+// the default, and the fastest.
 BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra = 0);
 
 // How a pool hashes full blocks: HashBlock's signature. Serve may choose
