@@ -270,6 +270,25 @@ bool HttpServer::Impl::Cors(const httplib::Request& req, httplib::Response& res,
   return true;
 }
 
+void HttpServer::Impl::InstallKvCacheDebug() {
+  // The block hashes the prefix cache holds, ascending: what the KV cache
+  // events, replayed in order, give (a subscriber checks itself against
+  // it). Only with events on: the hashes are published then anyway.
+  server->Get("/debug/kv-cache", [this](const httplib::Request&, httplib::Response& res) {
+    if (!ctx.kv_events)
+      return SetError(res, NotFound("the KV cache's contents are listed only with --kv-events-endpoint"));
+    auto service = ctx.LoadedService();
+    if (!service.ok()) return SetError(res, service.status());
+    auto hashes = (*service)->engine().CachedBlockHashes();
+    if (!hashes.ok()) return SetError(res, hashes.status());
+    nlohmann::json body = {{"model", (*service)->name()},
+                           {"block_size", (*service)->block_size()},
+                           {"num_blocks", (*service)->kv_cache().num_blocks},
+                           {"block_hashes", *hashes}};
+    res.set_content(body.dump(), "application/json");
+  });
+}
+
 void HttpServer::Impl::Install() {
   auto& s = *server;
   // The connection layer caps bodies while they are read (ReadBody: 413);
@@ -362,22 +381,7 @@ void HttpServer::Impl::Install() {
     if (ctx.metrics == nullptr) return SetError(res, NotFound("metrics are disabled"));
     res.set_content(ctx.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  // The block hashes the prefix cache holds, ascending: what the KV cache
-  // events, replayed in order, give (a subscriber checks itself against
-  // it). Only with events on: the hashes are published then anyway.
-  s.Get("/debug/kv-cache", [this](const httplib::Request&, httplib::Response& res) {
-    if (!ctx.kv_events)
-      return SetError(res, NotFound("the KV cache's contents are listed only with --kv-events-endpoint"));
-    auto service = ctx.LoadedService();
-    if (!service.ok()) return SetError(res, service.status());
-    auto hashes = (*service)->engine().CachedBlockHashes();
-    if (!hashes.ok()) return SetError(res, hashes.status());
-    nlohmann::json body = {{"model", (*service)->name()},
-                           {"block_size", (*service)->block_size()},
-                           {"num_blocks", (*service)->kv_cache().num_blocks},
-                           {"block_hashes", *hashes}};
-    res.set_content(body.dump(), "application/json");
-  });
+  InstallKvCacheDebug();
   if (!options.admin) InstallApi();
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

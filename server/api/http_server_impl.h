@@ -65,6 +65,8 @@ struct HttpServer::Impl {
   Impl(HttpServerOptions o, ServingContext& c) : options(std::move(o)), ctx(c) {}
 
   void Install();
+  // GET /debug/kv-cache (both ports; answers with KV cache events on).
+  void InstallKvCacheDebug();
   void InstallApi();
   // CORS: headers for an allowed Origin; answers preflights. True when
   // the request was answered (a preflight).

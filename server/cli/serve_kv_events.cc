@@ -1,8 +1,7 @@
 #include "server/cli/serve_kv_events.h"
 
-#include <spdlog/spdlog.h>
-
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "server/kv_events/vllm_block_hash.h"
 
@@ -28,7 +27,8 @@ Status ApplyVllmConfig(KvEventsFlags& f) {
       s = want(value.is_string() && (value == "zmq" || value == "null"), "\"zmq\" or \"null\"");
       if (s.ok()) publisher = value.get<std::string>();
     } else if (key == "endpoint" || key == "topic") {
-      if ((s = want(value.is_string(), "a string")).ok()) (key == "endpoint" ? endpoint : f.topic) = value.get<std::string>();
+      if ((s = want(value.is_string(), "a string")).ok())
+        (key == "endpoint" ? endpoint : f.topic) = value.get<std::string>();
     } else if (key == "replay_endpoint") {
       if ((s = want(value.is_string() || value.is_null(), "a string or null")).ok())
         f.replay_endpoint = value.is_null() ? "" : value.get<std::string>();
@@ -89,7 +89,7 @@ void AddKvEventsFlags(CLI::App& sub, KvEventsFlags& f) {
 }
 
 StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& f, const std::string& medium,
-                                                                  service::EngineOptions& engine) {
+                                                                 service::EngineOptions& engine) {
   if (!f.config_json.empty()) RS_RETURN_IF_ERROR(ApplyVllmConfig(f));
   const bool events = !f.endpoint.empty();
   if (!events && !f.replay_endpoint.empty())
@@ -108,10 +108,11 @@ StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& 
   o.format.medium = medium;
   RS_ASSIGN_OR_RETURN(auto publisher, kv_events::ZmqPublisher::Start(o));
   engine.kv_events = publisher.get();
-  spdlog::info("KV cache events: {} on {}{}{}, block hashes {}{}", kv_events::BindsEndpoint(o.endpoint) ? "bound" : "connected",
-               o.endpoint, o.topic.empty() ? "" : ", topic " + o.topic,
-               o.replay_endpoint.empty() ? "" : ", replay on " + o.replay_endpoint, algo,
-               algo == "sha256_cbor" && f.hash_seed.empty() ? " (seed \"\": set PYTHONHASHSEED as the router's HashSeed)" : "");
+  spdlog::info(
+      "KV cache events: {} on {}{}{}, block hashes {}{}", kv_events::BindsEndpoint(o.endpoint) ? "bound" : "connected",
+      o.endpoint, o.topic.empty() ? "" : ", topic " + o.topic,
+      o.replay_endpoint.empty() ? "" : ", replay on " + o.replay_endpoint, algo,
+      algo == "sha256_cbor" && f.hash_seed.empty() ? " (seed \"\": set PYTHONHASHSEED as the router's HashSeed)" : "");
   return publisher;
 }
 

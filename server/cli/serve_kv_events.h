@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+
 #include <memory>
 #include <string>
 
@@ -31,6 +32,6 @@ void AddKvEventsFlags(CLI::App& sub, KvEventsFlags& f);
 // endpoint, starts the publisher and points engine.kv_events at it (null
 // without one). `medium` is what the events call the pool ("GPU", "CPU").
 StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& f, const std::string& medium,
-                                                                  service::EngineOptions& engine);
+                                                                 service::EngineOptions& engine);
 
 }  // namespace ropeserve::cli

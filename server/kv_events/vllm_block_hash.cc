@@ -1,8 +1,8 @@
 #include "server/kv_events/vllm_block_hash.h"
 
+#include <nlohmann/json.hpp>
 #include <openssl/sha.h>
 
-#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace ropeserve::kv_events {

@@ -1,6 +1,8 @@
 #include "server/kv_events/zmq_publisher.h"
 
 #include <spdlog/spdlog.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -11,8 +13,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 namespace ropeserve::kv_events {
 
@@ -150,7 +150,8 @@ StatusOr<std::unique_ptr<ZmqPublisher>> ZmqPublisher::Start(PublisherOptions opt
     try {
       impl->replay = zmq::socket_t(impl->context, zmq::socket_type::router);
       impl->replay.set(zmq::sockopt::linger, 0);
-      impl->replay.set(zmq::sockopt::maxmsgsize, std::int64_t{64});  // a request is 8 bytes: a larger frame drops its peer
+      impl->replay.set(zmq::sockopt::maxmsgsize,
+                       std::int64_t{64});  // a request is 8 bytes: a larger frame drops its peer
       impl->replay.bind(o.replay_endpoint);
     } catch (const zmq::error_t& e) {
       return InvalidArgument("--kv-events-replay-endpoint " + o.replay_endpoint + ": " + e.what());

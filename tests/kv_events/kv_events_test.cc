@@ -5,15 +5,15 @@
 // kv_events.py documents), and the ZeroMQ publisher with a real subscriber
 // and a replay client.
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
-#include <unistd.h>
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "server/kv_events/msgpack_batch.h"
 #include "server/kv_events/vllm_block_hash.h"
