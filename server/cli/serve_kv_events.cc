@@ -64,7 +64,8 @@ void AddKvEventsFlags(CLI::App& sub, KvEventsFlags& f) {
                  "from a sequence number, e.g. tcp://*:5558")
       ->envname("ROPESERVE_KV_EVENTS_REPLAY_ENDPOINT");
   sub.add_option("--kv-events-topic", f.topic,
-                 "The topic frame before each batch; llm-d's router reads kv@POD_IP:PORT@MODEL")
+                 "The topic frame before each batch; llm-d's router subscribes to \"kv@\" and reads kv@POD@MODEL "
+                 "(the pod's address and the served model name)")
       ->envname("ROPESERVE_KV_EVENTS_TOPIC");
   sub.add_option("--kv-events-buffer-steps", f.buffer_steps, "Batches kept for replay")
       ->capture_default_str()
