@@ -32,13 +32,11 @@ Status ApplyVllmConfig(KvEventsFlags& f) {
     } else if (key == "replay_endpoint") {
       if ((s = want(value.is_string() || value.is_null(), "a string or null")).ok())
         f.replay_endpoint = value.is_null() ? "" : value.get<std::string>();
-    } else if (key == "buffer_steps" || key == "max_queue_size") {
+    } else if (key == "buffer_steps" || key == "max_queue_size" || key == "hwm") {
       s = want(value.is_number_unsigned() && value.get<std::uint64_t>() <= 10000000, "an integer in [0, 1e7]");
-      if (s.ok()) (key == "buffer_steps" ? f.buffer_steps : f.max_queue_size) = value.get<std::size_t>();
-    } else if (key == "hwm") {
-      if ((s = want(value.is_number_unsigned() && value.get<std::uint64_t>() <= 10000000, "an integer in [0, 1e7]"))
-              .ok())
-        f.hwm = value.get<int>();
+      if (s.ok() && key == "hwm") f.hwm = value.get<int>();
+      if (s.ok() && key != "hwm")
+        (key == "buffer_steps" ? f.buffer_steps : f.max_queue_size) = value.get<std::size_t>();
     } else {
       s = InvalidArgument("--kv-events-config: unknown key `" + key +
                           "` (known: enable_kv_cache_events, publisher, endpoint, replay_endpoint, buffer_steps, "
