@@ -289,6 +289,15 @@ void HttpServer::Impl::InstallKvCacheDebug() {
   });
 }
 
+void HttpServer::Impl::InstallRender() {
+  // vLLM's render endpoints, on the admin port too (without a key there:
+  // llm-d's router calls them from inside the cluster and sends none).
+  for (auto [path, endpoint] : {std::pair{"/v1/completions/render", &RenderCompletions},
+                                std::pair{"/v1/chat/completions/render", &RenderChatCompletions}})
+    server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
+}
+
 void HttpServer::Impl::Install() {
   auto& s = *server;
   // The connection layer caps bodies while they are read (ReadBody: 413);
@@ -349,7 +358,7 @@ void HttpServer::Impl::Install() {
                413);
       return Handled::Handled;
     }
-    if (route->auth) {
+    if (route->auth && !(options.admin && route->admin_open)) {
       // Anthropic's SDKs send the key as x-api-key; OpenAI's as a bearer token.
       std::string authorization = req.get_header_value("Authorization");
       if (authorization.empty() && req.has_header("x-api-key"))
@@ -382,6 +391,7 @@ void HttpServer::Impl::Install() {
     res.set_content(ctx.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   InstallKvCacheDebug();
+  InstallRender();
   if (!options.admin) InstallApi();
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -446,7 +456,8 @@ Status HttpServer::Bind() {
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // Linux updates the backlog
   impl_->port = port;
   spdlog::info("HTTP{}{} listening on {}:{}", impl_->options.tls_cert.empty() ? "" : "S",
-               impl_->options.admin ? " (admin: /health, /ready, /metrics)" : "", impl_->options.host, port);
+               impl_->options.admin ? " (admin: /health, /ready, /metrics, the render endpoints)" : "",
+               impl_->options.host, port);
   return Status::Ok();
 }
 

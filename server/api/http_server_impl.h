@@ -67,6 +67,7 @@ struct HttpServer::Impl {
   void Install();
   // GET /debug/kv-cache (both ports; answers with KV cache events on).
   void InstallKvCacheDebug();
+  void InstallRender();
   void InstallApi();
   // CORS: headers for an allowed Origin; answers preflights. True when
   // the request was answered (a preflight).

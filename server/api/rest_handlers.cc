@@ -176,9 +176,7 @@ std::int64_t PromptTokens(const std::vector<std::vector<std::int64_t>>& prompts)
 
 }  // namespace
 
-StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request) {
-  RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
-  if (request.user != nullptr) *request.user = body.user;
+service::GenerationRequest CompletionInput(const CompletionBody& body, const RestRequest& request) {
   service::GenerationRequest input;
   input.model = body.model;
   input.prompts = body.prompts;
@@ -187,10 +185,22 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   input.endpoint = Endpoint::kCompletions;
   input.timeout_seconds = request.timeout_seconds;
   input.trace = request.trace;
-  auto v = service::PrepareGeneration(service, input);
+  return input;
+}
+
+StatusOr<service::PreparedGeneration> PrepareCompletion(service::GenerationService& service, const CompletionBody& body,
+                                                        const RestRequest& request) {
+  auto v = service::PrepareGeneration(service, CompletionInput(body, request));
   // Completions call the alternatives count `logprobs`.
   if (!v.ok()) return v.status().param() == "top_logprobs" ? v.status().WithParam("logprobs") : v.status();
-  const std::vector<std::vector<std::int64_t>>& prompts = v->prompts;
+  return v;
+}
+
+StatusOr<RestReply> Completions(service::GenerationService& service, const RestRequest& request) {
+  RS_ASSIGN_OR_RETURN(CompletionBody body, ReadCompletionBody(request.body));
+  if (request.user != nullptr) *request.user = body.user;
+  RS_ASSIGN_OR_RETURN(const service::PreparedGeneration prepared, PrepareCompletion(service, body, request));
+  const std::vector<std::vector<std::int64_t>>& prompts = prepared.prompts;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
   const bool vllm_prompt_logprobs = body.prompt_logprobs;
   // Echo: the prompt's text as given (token-id prompts: decoded, special
@@ -208,11 +218,11 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
       }
     }
   }
-  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, v->generation));
+  RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, prepared.generation));
   const std::string id = service.NextRequestId("cmpl");
   const std::int64_t created = UnixSeconds();
   const std::int64_t prompt_tokens = PromptTokens(prompts);
-  const std::size_t n = static_cast<std::size_t>(v->generation.n());
+  const std::size_t n = static_cast<std::size_t>(prepared.generation.n());
   RestReply reply;
   if (body.stream) {
     auto totals = std::make_shared<StreamTotals>();

@@ -84,7 +84,8 @@ struct RestRequest {
   std::optional<int> priority{};
 };
 
-struct ChatBody;
+struct ChatBody;        // server/api/rest_request.h
+struct CompletionBody;  // server/api/rest_request.h
 
 // A JSON answer with the keys in insertion order (the Files and Batch
 // APIs' objects), and OpenAI's cursor page of such objects: {"object":
@@ -128,6 +129,15 @@ StatusOr<RestReply> CreateBatch(service::GenerationService& service, const RestR
 StatusOr<RestReply> ListBatches(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> RetrieveBatch(service::GenerationService& service, const RestRequest& request);
 StatusOr<RestReply> CancelBatch(service::GenerationService& service, const RestRequest& request);
+// /v1/completions' prompts tokenized and its fields validated (errors name
+// `logprobs` where the validator says top_logprobs).
+StatusOr<service::PreparedGeneration> PrepareCompletion(service::GenerationService& service, const CompletionBody& body,
+                                                        const RestRequest& request);
+// POST /v1/completions/render and /v1/chat/completions/render
+// (rest_render.cc): what the generation endpoint would run, as vLLM's
+// GenerateRequest (token ids, sampling params), without running it.
+StatusOr<RestReply> RenderCompletions(service::GenerationService& service, const RestRequest& request);
+StatusOr<RestReply> RenderChatCompletions(service::GenerationService& service, const RestRequest& request);
 // The chat-shaped endpoints' input (for PrepareGeneration) and output
 // options (for ChatOutputProcessor), from a chat body.
 service::GenerationRequest ChatInput(const ChatBody& body, const RestRequest& request);

@@ -1,6 +1,8 @@
 #include "server/api/rest_request.h"
 
+#include <cctype>
 #include <limits>
+#include <string_view>
 
 #include "server/api/json_fields.h"
 #include "server/api/rest_constraint.h"
@@ -344,10 +346,25 @@ Status ReadMessages(ojson& body, ojson& messages, ojson& extra, bool& add_genera
   return Status::Ok();
 }
 
-}  // namespace
+// The fields only the render endpoints read, taken out of `body` (the
+// generation endpoint's reader then sees the body it would be sent).
+// vLLM's request_id: at most 256 bytes of letters, digits and -_.:@
+// (an id a log line or a header can carry).
+StatusOr<RenderOptions> TakeRenderOptions(ojson& body) {
+  RenderOptions out;
+  RS_RETURN_IF_ERROR(ReadInto(body, "return_token_offsets", out.return_token_offsets));
+  RS_RETURN_IF_ERROR(ReadInto(body, "request_id", out.request_id));
+  if (out.request_id.size() > 256)
+    return InvalidArgument("'request_id' is longer than 256 bytes").WithParam("request_id");
+  for (char c : out.request_id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && std::string_view("-_.:@").find(c) == std::string_view::npos)
+      return Malformed("request_id", "'request_id' may hold only letters, digits and - _ . : @");
+  body.erase("return_token_offsets");
+  body.erase("request_id");
+  return out;
+}
 
-StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
-  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+StatusOr<CompletionBody> ReadCompletionObject(ojson body) {
   RS_RETURN_IF_ERROR(CheckFields(body, kSamplingRules, kCompletionRules));
   CompletionBody out;
   RS_RETURN_IF_ERROR(ReadGeneration(body, Endpoint::kCompletions, out));
@@ -372,6 +389,27 @@ StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
     out.prompts.push_back(std::move(in));
   }
   return out;
+}
+
+}  // namespace
+
+StatusOr<CompletionBody> ReadCompletionBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  return ReadCompletionObject(std::move(body));
+}
+
+StatusOr<CompletionRenderBody> ReadCompletionRenderBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_ASSIGN_OR_RETURN(RenderOptions render, TakeRenderOptions(body));
+  RS_ASSIGN_OR_RETURN(CompletionBody completion, ReadCompletionObject(std::move(body)));
+  return CompletionRenderBody{std::move(completion), std::move(render)};
+}
+
+StatusOr<ChatRenderBody> ReadChatRenderBody(const std::string& text) {
+  RS_ASSIGN_OR_RETURN(ojson body, ParseJsonObject(text));
+  RS_ASSIGN_OR_RETURN(RenderOptions render, TakeRenderOptions(body));
+  RS_ASSIGN_OR_RETURN(ChatBody chat, ReadChatObject(std::move(body)));
+  return ChatRenderBody{std::move(chat), std::move(render)};
 }
 
 StatusOr<ChatBody> ReadChatBody(const std::string& text) {

@@ -162,6 +162,26 @@ StatusOr<ChatBody> ReadChatBody(const std::string& text);
 // fields and tools get the chat endpoint's checks.
 StatusOr<ChatBody> ReadChatObject(nlohmann::ordered_json body);
 
+// POST /v1/completions/render and /v1/chat/completions/render (vLLM's
+// render endpoints, which llm-d's router tokenizes prompts through): the
+// generation request's body, read and checked as the endpoint reads it
+// (a body the endpoint refuses, render refuses), plus what only render
+// reads.
+struct RenderOptions {
+  std::string request_id;             // "" = a new id per prompt
+  bool return_token_offsets = false;  // each token's code-point offsets in its text
+};
+struct CompletionRenderBody {
+  CompletionBody body;
+  RenderOptions render;
+};
+struct ChatRenderBody {
+  ChatBody body;
+  RenderOptions render;
+};
+StatusOr<CompletionRenderBody> ReadCompletionRenderBody(const std::string& text);
+StatusOr<ChatRenderBody> ReadChatRenderBody(const std::string& text);
+
 // POST /v1/messages (Anthropic's Messages API, rest_messages_request.cc):
 // the body translated into a chat request. Errors name Anthropic's fields.
 StatusOr<ChatBody> ReadMessagesBody(const std::string& text);

@@ -34,6 +34,8 @@ constexpr Route kRoutes[] = {
     {"/v1/token-classify", "POST", false, true},
     {"/v1/completions", "POST", false, true},
     {"/v1/chat/completions", "POST", false, true},
+    {"/v1/completions/render", "POST", false, true, ApiDialect::kOpenAI, true},
+    {"/v1/chat/completions/render", "POST", false, true, ApiDialect::kOpenAI, true},
     {"/v1/messages", "POST", false, true, ApiDialect::kAnthropic},
     {"/v1/messages/count_tokens", "POST", false, true, ApiDialect::kAnthropic},
     {"/v1/responses", "POST", false, true},
@@ -80,7 +82,7 @@ bool PathMatches(std::string_view pattern, std::string_view path, std::string* i
 const Route* FindRoute(const std::string& path, bool admin, const std::string& method, std::string* id) {
   const Route* found = nullptr;
   for (const auto& r : kRoutes) {
-    if (!(r.admin || !admin) || !PathMatches(r.path, path, id)) continue;
+    if (!(r.admin || r.admin_open || !admin) || !PathMatches(r.path, path, id)) continue;
     if (method == r.method || (method == "HEAD" && std::string(r.method) == "GET")) return &r;
     if (found == nullptr) found = &r;
   }

@@ -12,7 +12,7 @@
 namespace ropeserve::api {
 
 // The endpoints and their methods; anything else on these paths is 405,
-// other paths 404. The admin server has only the `admin` ones; `auth` ones
+// other paths 404. The admin server has only the `admin` and `admin_open` ones; `auth` ones
 // need an API key when keys are configured. docs/openapi.json describes
 // every non-admin route (a test checks they agree).
 struct Route {
@@ -21,6 +21,9 @@ struct Route {
   bool admin;
   bool auth;
   ApiDialect dialect = ApiDialect::kOpenAI;  // the shape of its error bodies
+  // Also on the admin port, without a key there (vLLM's render endpoints,
+  // for a router inside the cluster).
+  bool admin_open = false;
 };
 
 // The route of `path` for `method` (HEAD: GET's); when the path has routes

@@ -433,7 +433,9 @@ void AddNetworkFlags(CLI::App* sub, ServeFlags* f) {
       ->check(CLI::Range(-1, 65535));
   sub->add_option("--admin-port", f->admin_port,
                   "Port of its own for /health, /ready and /metrics (probes and scrapes answered whatever the API "
-                  "port's load; they stay on the API port too; -1 disables, 0 = any free port)")
+                  "port's load; they stay on the API port too) and, without an API key, vLLM's render endpoints "
+                  "(/v1/completions/render, /v1/chat/completions/render: a router's tokenizer); keep it inside "
+                  "the cluster; -1 disables, 0 = any free port")
       ->capture_default_str()
       ->envname("ROPESERVE_ADMIN_PORT")
       ->check(CLI::Range(-1, 65535));

@@ -95,6 +95,8 @@ test('live answers of every route match their schemas', async () => {
     ['/v1/summarize', 'SummarizeRequest', { text: 'A long text about budgets.', max_tokens: 4 }],
     ['/v1/qa', 'QaRequest', { question: 'Who?', context: 'Alice met Bob.', top_k: 2 }],
     ['/v1/qa', 'QaRequest', { inputs: [{ question: 'Who?', context: 'Alice met Bob.' }] }],
+    ['/v1/completions/render', 'RenderCompletionRequest', { prompt: ['Hello', [1, 2]], max_tokens: 4, logprobs: 1, return_token_offsets: true }],
+    ['/v1/chat/completions/render', 'RenderChatCompletionRequest', { messages: [{ role: 'user', content: 'Hi' }], request_id: 'r-1', stream: true, response_format: { type: 'json_object' } }],
     ['/tokenize', 'TokenizeRequest', { prompt: 'Hello world', return_token_strs: true }],
     ['/tokenize', 'TokenizeRequest', { messages: [{ role: 'user', content: 'Hi' }] }],
     ['/detokenize', 'DetokenizeRequest', { tokens: [1, 2, 3] }],
