@@ -208,14 +208,16 @@ if (!dep) {
     fail('k8s/models/image', 'the image overlay must replace the PVC with an emptyDir');
 }
 
-// ---- the Inference Extension: wiring and RBAC ----
-const ie = rendered['inference-extension'] || [];
-const pool = find(ie, 'InferencePool');
-const eppDep = find(ie, 'Deployment', 'ropeserve-epp');
-if (!pool || !eppDep) {
-  fail('k8s/inference-extension', 'InferencePool and the ropeserve-epp Deployment are required');
-} else {
-  const eppSvc = find(ie, 'Service', pool.doc.spec.endpointPickerRef.name);
+// ---- the endpoint pickers: wiring and RBAC ----
+// The pool (../gateway) and its picker in overlay `name`; returns the
+// picker's Deployment.
+function checkPicker(name, grantsNeeded) {
+  const objs = rendered[name] || [];
+  const where = `k8s/${name}`;
+  const pool = find(objs, 'InferencePool');
+  const eppDep = find(objs, 'Deployment', 'ropeserve-epp');
+  if (!pool || !eppDep) return fail(where, 'InferencePool and the ropeserve-epp Deployment are required');
+  const eppSvc = find(objs, 'Service', pool.doc.spec.endpointPickerRef.name);
   if (!eppSvc || !eppSvc.doc.spec.ports.some((p) => p.port === pool.doc.spec.endpointPickerRef.port.number))
     fail(pool.where, 'endpointPickerRef must name the EPP Service and one of its ports');
   if (eppSvc && eppSvc.doc.spec.selector.app !== eppDep.doc.spec.template.metadata.labels.app)
@@ -233,21 +235,88 @@ if (!pool || !eppDep) {
   if (!args.includes('--pool-namespace')) fail(eppDep.where, '--pool-namespace is required');
   // RBAC: what upstream's chart grants the EPP's service account.
   const sa = eppDep.doc.spec.template.spec.serviceAccountName;
-  if (!sa || !find(ie, 'ServiceAccount', sa)) fail(eppDep.where, 'the EPP needs its own ServiceAccount');
-  const rules = ie.filter((o) => o.doc.kind === 'RoleBinding' && o.doc.subjects.some((s) => s.kind === 'ServiceAccount' && s.name === sa))
-    .flatMap((b) => (find(ie, b.doc.roleRef.kind, b.doc.roleRef.name) || { doc: { rules: [] } }).doc.rules);
+  if (!sa || !find(objs, 'ServiceAccount', sa)) fail(eppDep.where, 'the EPP needs its own ServiceAccount');
+  const rules = objs.filter((o) => o.doc.kind === 'RoleBinding' && o.doc.subjects.some((s) => s.kind === 'ServiceAccount' && s.name === sa))
+    .flatMap((b) => (find(objs, b.doc.roleRef.kind, b.doc.roleRef.name) || { doc: { rules: [] } }).doc.rules);
   const grants = (group, resource) => rules.some((r) => r.apiGroups.includes(group) && r.resources.includes(resource) &&
     ['get', 'list', 'watch'].every((v) => r.verbs.includes(v)));
-  for (const [group, resource] of [['', 'pods'], ['inference.networking.k8s.io', 'inferencepools'],
-    ['inference.networking.x-k8s.io', 'inferenceobjectives']])
-    if (!grants(group, resource)) fail('k8s/inference-extension/epp.yaml', `the EPP must get/list/watch ${resource || group}`);
-  for (const o of ie.filter((x) => x.doc.kind === 'InferenceObjective'))
+  for (const [group, resource] of grantsNeeded)
+    if (!grants(group, resource)) fail(eppDep.where, `the EPP must get/list/watch ${resource || group}`);
+  for (const o of objs.filter((x) => x.doc.kind === 'InferenceObjective'))
     if (o.doc.spec.poolRef.name !== pool.doc.metadata.name) fail(o.where, 'poolRef must name the pool');
-  const route = find(ie, 'HTTPRoute');
-  const gw = find(ie, 'Gateway');
+  const route = find(objs, 'HTTPRoute');
+  const gw = find(objs, 'Gateway');
   if (!route || !gw || !route.doc.spec.parentRefs.some((p) => p.name === gw.doc.metadata.name) ||
       !route.doc.spec.rules.some((r) => r.backendRefs.some((b) => b.kind === 'InferencePool' && b.name === pool.doc.metadata.name)))
-    fail('k8s/inference-extension/gateway.yaml', 'an HTTPRoute must attach to the Gateway and route to the pool');
+    fail(`${where} (../gateway)`, 'an HTTPRoute must attach to the Gateway and route to the pool');
+  return eppDep;
+}
+const poolGrants = [['', 'pods'], ['inference.networking.k8s.io', 'inferencepools']];
+checkPicker('inference-extension', [...poolGrants, ['inference.networking.x-k8s.io', 'inferenceobjectives']]);
+const llmdEpp = checkPicker('llm-d', poolGrants);
+if (llmdEpp) checkLlmdConfig(rendered['llm-d'], llmdEpp);
+
+// llm-d-router's EndpointPickerConfig: a well-formed plugin graph, and the
+// settings that must agree with the ropeserve pods of the same overlay.
+function checkLlmdConfig(objs, eppDep) {
+  const where = 'k8s/llm-d/epp.yaml';
+  const pod = eppDep.doc.spec.template.spec;
+  const args = pod.containers[0].args;
+  const configFile = args[args.indexOf('--config-file') + 1] || '';
+  const mount = (pod.containers[0].volumeMounts || []).find((m) => configFile.startsWith(m.mountPath + '/'));
+  const volume = mount && pod.volumes.find((v) => v.name === mount.name);
+  const cm = volume && volume.configMap && find(objs, 'ConfigMap', volume.configMap.name);
+  const text = cm && cm.doc.data[path.basename(configFile)];
+  if (!text) return fail(where, '--config-file must be a key of a ConfigMap mounted in the picker');
+  const config = YAML.parse(text);
+  if (config.apiVersion !== 'llm-d.ai/v1alpha1' || config.kind !== 'EndpointPickerConfig')
+    fail(where, 'the config must be an llm-d.ai/v1alpha1 EndpointPickerConfig');
+  // Plugin types of llm-d-router v0.10.0 that this config may use.
+  const known = new Set(['token-producer', 'endpoint-notification-source', 'metrics-data-source', 'core-metrics-extractor',
+    'single-profile-handler', 'decode-filter', 'precise-prefix-cache-producer', 'prefix-cache-scorer',
+    'kv-cache-utilization-scorer', 'queue-scorer', 'max-score-picker', 'no-hit-lru-scorer', 'load-aware-scorer']);
+  const plugins = {};
+  for (const p of config.plugins || []) {
+    if (!known.has(p.type)) fail(where, `unknown plugin type ${p.type}`);
+    const name = p.name || p.type;
+    if (plugins[name]) fail(where, `two plugins named ${name}`);
+    plugins[name] = p;
+  }
+  const refs = [...(config.schedulingProfiles || []).flatMap((s) => s.plugins.map((p) => p.pluginRef)),
+    ...((config.dataLayer || {}).sources || []).flatMap((s) => [s.pluginRef, ...(s.extractors || []).map((e) => e.pluginRef)])];
+  for (const r of refs) if (!plugins[r]) fail(where, `pluginRef ${r} names no plugin`);
+  const byType = (t) => Object.values(plugins).find((p) => p.type === t) || { parameters: {} };
+  const producer = byType('precise-prefix-cache-producer');
+  const scorer = byType('prefix-cache-scorer');
+  const producerName = Object.keys(plugins).find((n) => plugins[n] === producer);
+  if (!producerName || scorer.parameters.prefixMatchInfoProducerName !== producerName)
+    fail(where, 'the prefix-cache scorer must read the precise-prefix-cache-producer');
+  if (!((config.dataLayer || {}).sources || []).some((s) => plugins[s.pluginRef] && plugins[s.pluginRef].type ===
+      'endpoint-notification-source' && (s.extractors || []).some((e) => e.pluginRef === producerName)))
+    fail(where, 'the producer must hear of endpoints (it subscribes to each pod\'s events)');
+  const tokens = byType('token-producer').parameters;
+  if (tokens.backend !== 'vllm') fail(where, 'the token-producer must render (backend vllm): estimated tokens never match');
+  // Agreement with the ropeserve pods of this overlay.
+  const rs = find(objs, 'Deployment', 'ropeserve');
+  const c = rs.doc.spec.template.spec.containers[0];
+  const env = Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
+  const served = (c.args || []).includes('--served-model-name') ? c.args[c.args.indexOf('--served-model-name') + 1]
+    : path.basename(env.ROPESERVE_MODEL || '');
+  if (tokens.modelName !== served) fail(where, `token-producer modelName must be the served model name (${served})`);
+  const svc = find(objs, 'Service', 'ropeserve');
+  const adminPort = svc && svc.doc.spec.ports.find((p) => p.targetPort === 'admin');
+  if (!adminPort || (tokens.vllm || {}).url !== `http://${svc.doc.metadata.name}:${adminPort.port}`)
+    fail(where, 'the token-producer must render on the ropeserve Service\'s admin port (no API key there)');
+  const ev = producer.parameters.kvEventsConfig || {};
+  const port = Number((env.ROPESERVE_KV_EVENTS_ENDPOINT || '').replace(/^tcp:\/\/\*:/, ''));
+  if (!ev.discoverPods || (ev.podDiscoveryConfig || {}).socketPort !== port || !c.ports.some((p) => p.containerPort === port))
+    fail(where, 'the picker must dial the port the pods bind their events on (ROPESERVE_KV_EVENTS_ENDPOINT tcp://*:PORT)');
+  const topic = env.ROPESERVE_KV_EVENTS_TOPIC || '';
+  if (!topic.startsWith(ev.topicFilter || 'kv@') || !topic.endsWith(`@${served}`))
+    fail(where, 'the pods\' topic must pass the picker\'s topicFilter and end with @<served model name>');
+  const tp = producer.parameters.tokenProcessorConfig || {};
+  if (tp.blockSize !== Number(env.ROPESERVE_BLOCK_SIZE || 16) || tp.hashSeed !== env.PYTHONHASHSEED)
+    fail(where, 'blockSize and hashSeed must be the pods\' --block-size and PYTHONHASHSEED');
 }
 
 // ---- Grafana dashboard ----

@@ -4,7 +4,8 @@
 and the Inference Extension's endpoint picker query (vLLM's names included),
 KV cache events as a router subscribes to them (pyzmq, python3-msgpack, the
 block hashes recomputed with cbor2 and hashlib as vLLM and llm-d compute
-them), and request tracing (W3C traceparent in, trace ids in the JSON log and the
+them), deploy/k8s/llm-d's settings doing what its router does with them,
+and request tracing (W3C traceparent in, trace ids in the JSON log and the
 traceresponse header, spans exported over OTLP/HTTP to a receiver started
 here, a stalled collector that must not slow requests).
 
@@ -492,6 +493,73 @@ def test_kv_events_replayed_reproduce_the_prefix_cache(env):
         values = s.metrics()[1]
         check(values.get("ropeserve_kv_events_published_total", 0) >= sub.last_seq + 1 and
               values.get("ropeserve_kv_events_dropped_total", -1) == 0, "the publisher's counters")
+    finally:
+        ctx.destroy(linger=0)
+        check(s.stop() == 0, "exit code")
+
+
+def test_llm_d_overlay_settings_serve_its_router(env):
+    """deploy/k8s/llm-d run as far as one machine can: a server with the
+    overlay's event settings (its patch's env, ports moved to free ones)
+    and API keys on; the router's steps done as llm-d-router's config says
+    (render on the admin port without a key, SUB with its topicFilter,
+    blocks hashed with its blockSize and hashSeed) must find the blocks the
+    server stored for the request it then routes."""
+    k8s = os.path.join(ROOT, "deploy", "k8s", "llm-d")
+    with open(os.path.join(k8s, "kv-events-patch.yaml")) as f:
+        container = yaml.safe_load(f)["spec"]["template"]["spec"]["containers"][0]
+    with open(os.path.join(k8s, "epp.yaml")) as f:
+        cm = next(d for d in yaml.safe_load_all(f) if d["kind"] == "ConfigMap")
+    config = yaml.safe_load(cm["data"]["epp-config.yaml"])
+    plugins = {p["type"]: p.get("parameters", {}) for p in config["plugins"]}
+    tokens, producer = plugins["token-producer"], plugins["precise-prefix-cache-producer"]
+    events_port, replay_port = free_port(), free_port()
+    moved = {5556: events_port, 5559: replay_port}
+    env_vars = {"POD_IP": "127.0.0.1"}
+    for e in container["env"]:
+        if "value" in e:
+            value = e["value"].replace("$(POD_IP)", env_vars["POD_IP"])
+            for old_port, new_port in moved.items():
+                value = value.replace(f"tcp://*:{old_port}", f"tcp://*:{new_port}")
+            env_vars[e["name"]] = value
+    check(producer["kvEventsConfig"]["podDiscoveryConfig"]["socketPort"] == 5556 and
+          env_vars["ROPESERVE_KV_EVENTS_ENDPOINT"] == f"tcp://*:{events_port}", env_vars)
+    s = Server(env.binary, env.model, env.workdir,
+               ["--served-model-name", tokens["modelName"], "--api-key", "sk-llm-d",
+                "--block-size", str(producer["tokenProcessorConfig"]["blockSize"])],
+               name="llm-d", env=env_vars)
+    ctx = zmq.Context()
+    try:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, producer["kvEventsConfig"]["topicFilter"].encode())
+        sub.connect(f"tcp://127.0.0.1:{events_port}")  # the picker dials the pod
+        time.sleep(0.5)  # a PUB drops what it sends before the SUB is connected
+        body = {"model": tokens["modelName"], "prompt": TEXT[:400], "max_tokens": 2}
+        # The token-producer: the body, the admin port, no key.
+        status, rendered, _ = post_json(s.admin, "/v1/completions/render", body)
+        check(status == 200 and isinstance(rendered, list), f"{status} {rendered}")
+        ids = rendered[0]["token_ids"]
+        block = producer["tokenProcessorConfig"]["blockSize"]
+        check(len(ids) >= 2 * block, f"the prompt has {len(ids)} tokens")
+        status, _, _ = post_json(s.http, "/v1/completions/render", body)
+        check(status == 401, f"the API port serves render without a key: {status}")
+        # The request the router routes.
+        status, answer, _ = post_json(s.http, "/v1/completions", dict(body, return_token_ids=True),
+                                      headers=["Authorization: Bearer sk-llm-d"])
+        check(status == 200 and answer["choices"][0]["prompt_token_ids"] == ids, f"{status} {answer}")
+        # The router's keys for the prompt are among the blocks the pod stored.
+        want = block_hashes(producer["tokenProcessorConfig"]["hashSeed"], ids, block)
+        stored, topics = set(), set()
+        deadline = time.time() + 60
+        while not set(want) <= stored and time.time() < deadline:
+            if sub.poll(500):
+                topic, _, payload = sub.recv_multipart()
+                topics.add(topic.decode())
+                for e in msgpack.unpackb(payload)[1]:
+                    if e[0] == "BlockStored":
+                        stored.update(e[1])
+        check(set(want) <= stored, f"the router's keys {want} are not among the stored blocks {sorted(stored)}")
+        check(topics == {f"kv@127.0.0.1:8080@{tokens['modelName']}"}, topics)
     finally:
         ctx.destroy(linger=0)
         check(s.stop() == 0, "exit code")
