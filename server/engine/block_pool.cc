@@ -80,27 +80,50 @@ void BlockPool::Touch(std::span<const BlockId> ids) {
   }
 }
 
+bool BlockPool::IsParent(std::optional<BlockHash> parent, std::optional<BlockRef> parent_ref) const {
+  if (parent.has_value() != parent_ref.has_value()) return false;
+  if (!parent) return true;
+  if (parent_ref->id < 0 || parent_ref->id >= num_blocks()) return false;
+  const Block& p = blocks_[parent_ref->id];
+  return p.cached && p.cached->hash == *parent && p.generation == parent_ref->generation;
+}
+
+std::optional<BlockRef> BlockPool::RefOf(BlockId id) const {
+  const Block& b = blocks_.at(id);
+  if (!b.cached) return std::nullopt;
+  return BlockRef{id, b.generation};
+}
+
 std::optional<BlockId> BlockPool::FindCached(BlockHash hash, std::span<const TokenId> tokens,
-                                             std::optional<BlockHash> parent) const {
+                                             std::optional<BlockHash> parent,
+                                             std::optional<BlockRef> parent_ref) const {
+  if (!IsParent(parent, parent_ref)) return std::nullopt;
   auto it = cached_.find(hash.value);
   if (it == cached_.end()) return std::nullopt;
   const CachedContent& c = *blocks_[it->second].cached;
-  if (c.parent == parent && c.tokens.size() == tokens.size() &&
+  if (c.parent == parent && c.parent_ref == parent_ref && c.tokens.size() == tokens.size() &&
       std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
     return it->second;
   return std::nullopt;
 }
 
-void BlockPool::CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens,
-                               std::optional<BlockHash> parent) {
+std::optional<BlockRef> BlockPool::CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens,
+                                                  std::optional<BlockHash> parent, std::optional<BlockRef> parent_ref) {
   assert(static_cast<int>(tokens.size()) == block_size_);
-  // This content already has a block, or (a collision) another content
-  // has its hash: it stays uncached.
-  if (cached_.count(hash.value) != 0) return;
+  if (!IsParent(parent, parent_ref)) return std::nullopt;
+  // This content already has a block: that one. Another content with its
+  // hash (a collision): it stays uncached.
+  if (cached_.count(hash.value) != 0) {
+    auto found = FindCached(hash, tokens, parent, parent_ref);
+    return found ? RefOf(*found) : std::nullopt;
+  }
   Evict(id);
-  blocks_.at(id).cached = CachedContent{hash, parent, std::vector<TokenId>(tokens.begin(), tokens.end())};
+  Block& b = blocks_.at(id);
+  b.cached = CachedContent{hash, parent, parent_ref, std::vector<TokenId>(tokens.begin(), tokens.end())};
+  ++b.generation;
   cached_.emplace(hash.value, id);
   if (listener_ != nullptr) listener_->OnBlockCached(hash, parent, tokens);
+  return BlockRef{id, b.generation};
 }
 
 std::vector<std::uint64_t> BlockPool::CachedHashes() const {
@@ -116,13 +139,15 @@ std::pair<std::vector<BlockId>, std::vector<BlockHash>> BlockPool::MatchPrefix(s
   std::vector<BlockId> ids;
   std::vector<BlockHash> hashes;
   std::optional<BlockHash> parent;
+  std::optional<BlockRef> parent_ref;
   const std::size_t full = tokens.size() / static_cast<std::size_t>(block_size_);
   for (std::size_t i = 0; i < full; ++i) {
     auto chunk = tokens.subspan(i * block_size_, block_size_);
     const BlockHash h = Hash(parent, chunk, extra);
     ++cache_queries_;
-    auto id = FindCached(h, chunk, parent);
+    auto id = FindCached(h, chunk, parent, parent_ref);
     if (!id) break;
+    parent_ref = RefOf(*id);
     ++cache_hits_;
     ids.push_back(*id);
     hashes.push_back(h);

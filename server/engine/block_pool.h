@@ -13,6 +13,12 @@
 //  - One block per hash value: content whose hash another cached content
 //    already has (a collision) is not cached, so a hash names one block and
 //    the KV cache events (kv_events.h) name blocks by hash alone.
+//  - A cached block is linked to the cached block that held its parent
+//    when it was cached (block id and that block's generation), not to the
+//    parent's hash: a match walks the links, so content whose parent hash
+//    collides with another content's (a 64-bit hash a client can search
+//    for collisions when the seed is known, as vLLM's sha256_cbor with
+//    PYTHONHASHSEED) never continues that other chain.
 // Threading: not thread-safe; owned by the engine thread.
 #pragma once
 
@@ -63,6 +69,14 @@ class BlockPoolListener {
   virtual void OnBlockEvicted(BlockHash hash) = 0;
 };
 
+// One content a block cached: which block, and which of the contents it
+// has cached (its generation). Stale once the block caches another.
+struct BlockRef {
+  BlockId id = -1;
+  std::uint64_t generation = 0;
+  bool operator==(const BlockRef&) const = default;
+};
+
 class BlockPool {
  public:
   // `hasher` empty: HashBlock.
@@ -101,15 +115,23 @@ class BlockPool {
   // events, replayed in order, must reproduce).
   std::vector<std::uint64_t> CachedHashes() const;
 
-  // Records that `id` now holds the full block with this hash and tokens.
-  // If that content is already cached in another block, or another content
-  // has this hash value, nothing changes.
-  void CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens, std::optional<BlockHash> parent);
+  // Records that `id` now holds the full block with this hash and tokens,
+  // whose parent content (hash `parent`) is the cached content `parent_ref`
+  // (both nullopt for a prompt's first block). Returns the content that
+  // caches it now: `id`'s, or the one that already did; nullopt when it
+  // cannot be cached (another content has this hash value, or `parent_ref`
+  // is stale).
+  std::optional<BlockRef> CacheFullBlock(BlockId id, BlockHash hash, std::span<const TokenId> tokens,
+                                         std::optional<BlockHash> parent, std::optional<BlockRef> parent_ref);
 
-  // The block caching this content, if any (tokens and parent are compared,
-  // so a hash collision can never return the wrong block). Does not Touch.
-  std::optional<BlockId> FindCached(BlockHash hash, std::span<const TokenId> tokens,
-                                    std::optional<BlockHash> parent) const;
+  // The block caching this content after the cached content `parent_ref`
+  // (nullopt: a first block), if any: tokens, parent hash and the link to
+  // that parent are compared, so a hash collision can never return the
+  // wrong block. Does not Touch.
+  std::optional<BlockId> FindCached(BlockHash hash, std::span<const TokenId> tokens, std::optional<BlockHash> parent,
+                                    std::optional<BlockRef> parent_ref) const;
+  // The content block `id` caches now, if any.
+  std::optional<BlockRef> RefOf(BlockId id) const;
 
   // Longest run of cached full blocks for `tokens` from the start: returns
   // their ids and hashes (the caller Touches the ids it uses).
@@ -124,14 +146,19 @@ class BlockPool {
   struct CachedContent {
     BlockHash hash;
     std::optional<BlockHash> parent;
+    std::optional<BlockRef> parent_ref;  // the parent's cached block when this was cached
     std::vector<TokenId> tokens;
   };
   struct Block {
     int ref_count = 0;
     std::optional<CachedContent> cached;
+    std::uint64_t generation = 0;            // bumped each time the block caches a content
     std::list<BlockId>::iterator queue_pos;  // valid while ref_count == 0
   };
   void Evict(BlockId id);
+  // Whether `parent_ref` names the cached content hashed `parent` now (both
+  // nullopt: a first block).
+  bool IsParent(std::optional<BlockHash> parent, std::optional<BlockRef> parent_ref) const;
 
   int block_size_;
   BlockHasher hasher_;

@@ -50,7 +50,11 @@ struct Request {
   std::int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
   BlockAllocation blocks;
   std::vector<BlockHash> hashes;  // of the full blocks cached so far, in order
-  std::size_t blocks_sent = 0;    // block ids the runner already has (StepPlan diffs)
+  // Per entry of `hashes`: the block that caches that content (the
+  // request's own or one another request cached first); nullopt when it
+  // could not be cached (a hash collision): the blocks after it are not.
+  std::vector<std::optional<BlockRef>> cached_as;
+  std::size_t blocks_sent = 0;  // block ids the runner already has (StepPlan diffs)
   std::uint64_t arrival = 0;
   bool running = false;
   // Prompt positions whose logprobs were delivered: 1..prompt_logprobs_done

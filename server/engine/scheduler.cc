@@ -100,6 +100,7 @@ void Scheduler::ForgetComputed(Request& r) {
   r.blocks.Release();
   r.num_computed = 0;
   r.hashes.clear();
+  r.cached_as.clear();
   r.blocks_sent = 0;  // the runner's table is reset at its next step
 }
 
@@ -120,8 +121,11 @@ void Scheduler::CacheFullBlocks(Request& r) {
     std::optional<BlockHash> parent;
     if (i > 0) parent = r.hashes[i - 1];
     const BlockHash h = pool_.Hash(parent, chunk, r.spec.cache_salt);
-    pool_.CacheFullBlock(r.blocks.ids()[i], h, chunk, parent);
+    std::optional<BlockRef> as;
+    if (i == 0 || r.cached_as[i - 1])
+      as = pool_.CacheFullBlock(r.blocks.ids()[i], h, chunk, parent, i == 0 ? std::nullopt : r.cached_as[i - 1]);
     r.hashes.push_back(h);
+    r.cached_as.push_back(as);
   }
 }
 
@@ -260,6 +264,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       pool_.Touch(ids);
       r.blocks.Append(ids);
       r.hashes = hashes;
+      r.cached_as.clear();
+      for (BlockId id : ids) r.cached_as.push_back(pool_.RefOf(id));
       r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
     }
     const std::int64_t n = cap_prompt_rows(r, std::min({r.num_tokens() - r.num_computed, budget, prefill_left}));

@@ -22,11 +22,12 @@ std::vector<TokenId> Tokens(int n, int start = 0) {
 // once their K/V are written).
 void CacheAll(BlockPool& pool, const Ids& ids, const std::vector<TokenId>& tokens) {
   std::optional<BlockHash> parent;
+  std::optional<BlockRef> parent_ref;
   const int bs = pool.block_size();
   for (size_t i = 0; i < tokens.size() / bs; ++i) {
     std::span<const TokenId> chunk(tokens.data() + i * bs, bs);
-    const BlockHash h = HashBlock(parent, chunk);
-    pool.CacheFullBlock(ids[i], h, chunk, parent);
+    const BlockHash h = pool.Hash(parent, chunk);
+    parent_ref = pool.CacheFullBlock(ids[i], h, chunk, parent, parent_ref);
     parent = h;
   }
 }
@@ -104,15 +105,71 @@ TEST(BlockPool, AHashCollisionNeverReturnsTheWrongBlock) {
   BlockPool pool(4, 2);
   Ids ids = *pool.Allocate(1);
   const std::vector<TokenId> x{1, 2}, y{3, 4};
-  pool.CacheFullBlock(ids[0], BlockHash{42}, x, std::nullopt);
-  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
-  EXPECT_FALSE(pool.FindCached(BlockHash{42}, y, std::nullopt).has_value());
-  EXPECT_FALSE(pool.FindCached(BlockHash{42}, x, BlockHash{7}).has_value());
-  // One block per hash value: colliding content stays uncached.
+  auto ref = pool.CacheFullBlock(ids[0], BlockHash{42}, x, std::nullopt, std::nullopt);
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->id, ids[0]);
+  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt, std::nullopt), ids[0]);
+  EXPECT_FALSE(pool.FindCached(BlockHash{42}, y, std::nullopt, std::nullopt).has_value());
+  EXPECT_FALSE(pool.FindCached(BlockHash{42}, x, BlockHash{7}, ref).has_value());
+  // One block per hash value: colliding content stays uncached; the same
+  // content again is the block that has it.
   Ids other = *pool.Allocate(1);
-  pool.CacheFullBlock(other[0], BlockHash{42}, y, std::nullopt);
-  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt), ids[0]);
+  EXPECT_FALSE(pool.CacheFullBlock(other[0], BlockHash{42}, y, std::nullopt, std::nullopt).has_value());
+  EXPECT_EQ(pool.CacheFullBlock(other[0], BlockHash{42}, x, std::nullopt, std::nullopt), ref);
+  EXPECT_EQ(pool.FindCached(BlockHash{42}, x, std::nullopt, std::nullopt), ids[0]);
   EXPECT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{42}));
+}
+
+// A parent whose hash collides with another content's: the child cached
+// after the first never continues the second, though the hashes chain the
+// same (a client that can search the hash for collisions, as with a known
+// seed, cannot read another prompt's K/V this way).
+TEST(BlockPool, AChildIsReachedOnlyThroughTheParentItWasCachedAfter) {
+  // Hashes that collide on purpose: a block's first token, chained.
+  BlockHasher weak = [](std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t) {
+    return BlockHash{(parent ? parent->value * 1000 : 0) + static_cast<std::uint64_t>(tokens[0])};
+  };
+  BlockPool pool(4, 2, weak);
+  const std::vector<TokenId> secret{5, 6, 7, 8}, probe{5, 9, 7, 8};  // first blocks collide, second blocks equal
+  Ids a = *pool.Allocate(2);
+  CacheAll(pool, a, secret);
+  ASSERT_EQ(pool.MatchPrefix(secret).first, (Ids{a[0], a[1]}));
+  // The probe's first block collides with the secret's: no hit at all.
+  EXPECT_TRUE(pool.MatchPrefix(probe).first.empty());
+  // The secret's first block is evicted while its child stays cached, and
+  // the probe's colliding block takes the hash.
+  pool.Free(Ids{a[0]});
+  Ids b = *pool.Allocate(2);  // 2, 3: the free ones first
+  pool.Free(Ids{b[1], b[0]});
+  Ids c = *pool.Allocate(3);  // reuses a[0] (evicting the secret's first block)
+  ASSERT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{5007}));
+  CacheAll(pool, Ids{c[0], c[1]}, std::vector<TokenId>(probe.begin(), probe.begin() + 2));
+  ASSERT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{5, 5007}));
+  // The probe matches its own first block, never the secret's child.
+  EXPECT_EQ(pool.MatchPrefix(probe).first, (Ids{c[0]}));
+  // And a child computed after the probe's block is not cached over it.
+  EXPECT_FALSE(pool.CacheFullBlock(c[2], pool.Hash(BlockHash{5}, std::span<const TokenId>(probe).subspan(2)),
+                                   std::span<const TokenId>(probe).subspan(2), BlockHash{5}, pool.RefOf(c[0]))
+                   .has_value());
+}
+
+// A reference to a block's content goes stale when the block caches another.
+TEST(BlockPool, AReferenceGoesStaleWhenItsBlockCachesAnotherContent) {
+  BlockPool pool(2, 2);
+  const auto t = Tokens(4);
+  Ids ids = *pool.Allocate(1);
+  CacheAll(pool, ids, std::vector<TokenId>(t.begin(), t.begin() + 2));
+  const auto old_ref = pool.RefOf(ids[0]);
+  ASSERT_TRUE(old_ref.has_value());
+  pool.Free(ids);
+  Ids again = *pool.Allocate(2);  // 1, then 0 (evicted)
+  ASSERT_EQ(again[1], ids[0]);
+  CacheAll(pool, Ids{again[1]}, std::vector<TokenId>(t.begin(), t.begin() + 2));
+  EXPECT_NE(pool.RefOf(ids[0]), old_ref);
+  const std::span<const TokenId> child(t.data() + 2, 2);
+  const BlockHash parent = pool.Hash(std::nullopt, std::span<const TokenId>(t.data(), 2));
+  EXPECT_FALSE(pool.CacheFullBlock(again[0], pool.Hash(parent, child), child, parent, old_ref).has_value());
+  EXPECT_TRUE(pool.CacheFullBlock(again[0], pool.Hash(parent, child), child, parent, pool.RefOf(ids[0])).has_value());
 }
 
 // Records what the pool tells its listener.
@@ -136,12 +193,14 @@ TEST(BlockPool, TellsItsListenerWhatItCachesAndEvictsAndItsHasherHashes) {
   const auto t = Tokens(4);
   Ids ids = *pool.Allocate(2);
   std::optional<BlockHash> parent;
+  std::optional<BlockRef> parent_ref;
   for (int i = 0; i < 2; ++i) {
     std::span<const TokenId> chunk(t.data() + 2 * i, 2);
     const BlockHash h = pool.Hash(parent, chunk);
-    pool.CacheFullBlock(ids[i], h, chunk, parent);
-    pool.CacheFullBlock(ids[i], h, chunk, parent);  // again: no second event
+    const auto ref = pool.CacheFullBlock(ids[i], h, chunk, parent, parent_ref);
+    EXPECT_EQ(pool.CacheFullBlock(ids[i], h, chunk, parent, parent_ref), ref);  // again: no second event
     parent = h;
+    parent_ref = ref;
   }
   EXPECT_EQ(pool.CachedHashes(), (std::vector<std::uint64_t>{100, 200}));
   EXPECT_EQ(pool.MatchPrefix(t).first, (Ids{0, 1}));
