@@ -279,12 +279,14 @@ void HttpServer::Impl::InstallKvCacheDebug() {
       return SetError(res, NotFound("the KV cache's contents are listed only with --kv-events-endpoint"));
     auto service = ctx.LoadedService();
     if (!service.ok()) return SetError(res, service.status());
-    auto hashes = (*service)->engine().CachedBlockHashes();
-    if (!hashes.ok()) return SetError(res, hashes.status());
+    auto contents = (*service)->engine().CacheContents();
+    if (!contents.ok()) return SetError(res, contents.status());
     nlohmann::json body = {{"model", (*service)->name()},
                            {"block_size", (*service)->block_size()},
                            {"num_blocks", (*service)->kv_cache().num_blocks},
-                           {"block_hashes", *hashes}};
+                           {"block_hashes", contents->cached},
+                           {"offload_blocks", (*service)->kv_offload().num_blocks},
+                           {"offloaded_block_hashes", contents->offloaded}};
     res.set_content(body.dump(), "application/json");
   });
 }

@@ -229,6 +229,15 @@ struct ServerMetrics::Impl {
       One<pm::Counter>(*registry, "ropeserve_kv_events_dropped_total",
                        "KV cache event batches lost to a full publisher queue (subscribers see a gap)", {});
   std::function<std::pair<std::uint64_t, std::uint64_t>()> kv_events_source;  // under mu
+  pm::Counter& offload_saved = One<pm::Counter>(*registry, "ropeserve_kv_offload_saved_blocks_total",
+                                                "KV blocks the prefix cache evicted into the host tier", {});
+  pm::Counter& offload_loaded =
+      One<pm::Counter>(*registry, "ropeserve_kv_offload_loaded_blocks_total",
+                       "KV blocks copied back from the host tier instead of computed (--kv-offload-memory)", {});
+  pm::Counter& offload_dropped = One<pm::Counter>(*registry, "ropeserve_kv_offload_dropped_blocks_total",
+                                                  "KV blocks the host tier dropped (least recently used)", {});
+  pm::Gauge& offload_used =
+      One<pm::Gauge>(*registry, "ropeserve_kv_offload_blocks", "KV blocks the host tier holds now", {});
   pm::Gauge& resident = One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
   pm::Gauge& virtual_bytes =
       One<pm::Gauge>(*registry, "process_virtual_memory_bytes", "Virtual memory size in bytes", {});
@@ -351,6 +360,10 @@ std::string ServerMetrics::Render() {
       for (std::size_t i = 0; i < f->spec_accepted_per_pos.size(); ++i)
         for (pm::Counter* c : f->spec_accepted_per_pos[i])
           SyncCounter(*c, static_cast<double>(s.spec_accepted_per_position[i].load()));
+      SyncCounter(impl_->offload_saved, static_cast<double>(s.offload_saved.load()));
+      SyncCounter(impl_->offload_loaded, static_cast<double>(s.offload_loaded.load()));
+      SyncCounter(impl_->offload_dropped, static_cast<double>(s.offload_dropped.load()));
+      impl_->offload_used.Set(static_cast<double>(s.offload_used.load()));
     }
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
       SyncCounter(impl_->spans_exported, static_cast<double>(t->exporter()->exported()));

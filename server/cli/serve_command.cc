@@ -353,6 +353,12 @@ void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
                   "CUDA workers)")
       ->capture_default_str()
       ->envname("ROPESERVE_KV_CACHE_MEMORY");
+  sub->add_option("--kv-offload-memory", e.kv_offload_memory,
+                  "A host-memory KV tier (off by default): full blocks the prefix cache evicts are kept there "
+                  "(LRU) and copied back for a request whose prefix continues there, instead of computed again "
+                  "(questions over one long document between other traffic); bytes (8G, ...) or a fraction of "
+                  "available memory; needs prefix caching")
+      ->envname("ROPESERVE_KV_OFFLOAD_MEMORY");
   sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
                   "CUDA workers: the share of the device's memory for weights, activations, CUDA graphs and the "
                   "KV cache; the KV cache gets what is left after the weights, a profiling forward of "

@@ -105,6 +105,7 @@ StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& 
   o.send_high_water_mark = f.hwm;
   o.format.block_size = engine.block_size;
   o.format.medium = medium;
+  o.format.offload_medium = medium == "CPU" ? "CPU_TIER" : "CPU";
   RS_ASSIGN_OR_RETURN(auto publisher, kv_events::ZmqPublisher::Start(o));
   engine.kv_events = publisher.get();
   spdlog::info(

@@ -119,6 +119,9 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
   spdlog::info("KV cache: {} blocks x {} tokens = {} tokens, {} bytes per token, {:.1f} MiB", kv.num_blocks,
                out.service->block_size(), kv.tokens, out.model->KvBytesPerToken(),
                static_cast<double>(kv.bytes) / (1 << 20));
+  if (const KvCacheSize& tier = out.service->kv_offload(); tier.num_blocks > 0)
+    spdlog::info("KV offload tier (host memory): {} blocks = {} tokens, {:.1f} MiB", tier.num_blocks, tier.tokens,
+                 static_cast<double>(tier.bytes) / (1 << 20));
   spdlog::info("steps: {}", out.service->execution());
   if (demo_qa) {
     RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());

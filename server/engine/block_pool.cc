@@ -43,9 +43,26 @@ BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher)
   for (BlockId id = 0; id < num_blocks; ++id) blocks_[id].queue_pos = free_queue_.insert(free_queue_.end(), id);
 }
 
+std::uint64_t BlockPool::ChainKey(std::optional<std::uint64_t> parent_key, std::span<const TokenId> tokens,
+                                  BlockHash hash) {
+  std::optional<BlockHash> parent;
+  if (parent_key) parent = BlockHash{*parent_key};
+  return HashBlock(parent, tokens, hash.value).value;
+}
+
+std::optional<std::uint64_t> BlockPool::ChainKeyOf(BlockId id) const {
+  const Block& b = blocks_.at(id);
+  if (!b.cached) return std::nullopt;
+  return b.cached->chain_key;
+}
+
 void BlockPool::Evict(BlockId id) {
   Block& b = blocks_[id];
   if (!b.cached) return;
+  if (eviction_hook_) {
+    const CachedContent& c = *b.cached;
+    eviction_hook_(id, EvictedBlock{c.hash, c.parent, c.chain_key, c.parent_chain_key, c.tokens});
+  }
   cached_.erase(b.cached->hash.value);
   if (listener_ != nullptr) listener_->OnBlockEvicted(b.cached->hash);
   b.cached.reset();
@@ -118,8 +135,12 @@ std::optional<BlockRef> BlockPool::CacheFullBlock(BlockId id, BlockHash hash, st
     return found ? RefOf(*found) : std::nullopt;
   }
   Evict(id);
+  std::optional<std::uint64_t> parent_key;
+  if (parent_ref) parent_key = blocks_[parent_ref->id].cached->chain_key;
   Block& b = blocks_.at(id);
-  b.cached = CachedContent{hash, parent, parent_ref, std::vector<TokenId>(tokens.begin(), tokens.end())};
+  b.cached = CachedContent{hash,       parent,
+                           parent_ref, ChainKey(parent_key, tokens, hash),
+                           parent_key, std::vector<TokenId>(tokens.begin(), tokens.end())};
   ++b.generation;
   cached_.emplace(hash.value, id);
   if (listener_ != nullptr) listener_->OnBlockCached(hash, parent, tokens);

@@ -69,6 +69,19 @@ class BlockPoolListener {
   virtual void OnBlockEvicted(BlockHash hash) = 0;
 };
 
+// What a cached block holds, as the pool hands it to its eviction hook
+// before the block is reused (its K/V still intact). `chain_key` names the
+// whole prefix up to and including this block with the process's secret
+// XXH3 chain (BlockPool::ChainKey): unlike `hash`, which a router may
+// compute, no client can search it for collisions.
+struct EvictedBlock {
+  BlockHash hash;
+  std::optional<BlockHash> parent;
+  std::uint64_t chain_key = 0;
+  std::optional<std::uint64_t> parent_chain_key;
+  std::span<const TokenId> tokens;
+};
+
 // One content a block cached: which block, and which of the contents it
 // has cached (its generation). Stale once the block caches another.
 struct BlockRef {
@@ -138,6 +151,17 @@ class BlockPool {
   std::pair<std::vector<BlockId>, std::vector<BlockHash>> MatchPrefix(std::span<const TokenId> tokens,
                                                                       std::uint64_t extra = 0) const;
 
+  // The secret chain key of the block hashed `hash` holding `tokens` after
+  // the prefix whose key is `parent_key` (nullopt: a first block).
+  static std::uint64_t ChainKey(std::optional<std::uint64_t> parent_key, std::span<const TokenId> tokens,
+                                BlockHash hash);
+  // The chain key of the content block `id` caches now, if any.
+  std::optional<std::uint64_t> ChainKeyOf(BlockId id) const;
+  // Called with each cached block an allocation is about to reuse, before
+  // its content is dropped (the host tier copies it out). Set before use.
+  using EvictionHook = std::function<void(BlockId, const EvictedBlock&)>;
+  void SetEvictionHook(EvictionHook hook) { eviction_hook_ = std::move(hook); }
+
   // Prefix-cache statistics since construction.
   std::uint64_t cache_queries() const { return cache_queries_; }
   std::uint64_t cache_hits() const { return cache_hits_; }
@@ -147,6 +171,8 @@ class BlockPool {
     BlockHash hash;
     std::optional<BlockHash> parent;
     std::optional<BlockRef> parent_ref;  // the parent's cached block when this was cached
+    std::uint64_t chain_key = 0;
+    std::optional<std::uint64_t> parent_chain_key;
     std::vector<TokenId> tokens;
   };
   struct Block {
@@ -163,6 +189,7 @@ class BlockPool {
   int block_size_;
   BlockHasher hasher_;
   BlockPoolListener* listener_ = nullptr;
+  EvictionHook eviction_hook_;
   std::vector<Block> blocks_;
   std::list<BlockId> free_queue_;                      // head = next to reuse
   std::unordered_map<std::uint64_t, BlockId> cached_;  // hash -> the block holding it

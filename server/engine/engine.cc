@@ -50,6 +50,11 @@ Engine::Engine(EngineConfig config, ModelExecutor& executor)
       executor_(executor),
       pool_(config_.num_blocks, config_.block_size, config_.block_hasher),
       scheduler_(config_.scheduler, pool_) {
+  if (config_.kv_offload_blocks > 0 && config_.kv_offload_mover != nullptr) {
+    offloader_ = std::make_unique<KvOffloader>(pool_, config_.kv_offload_blocks, *config_.kv_offload_mover,
+                                               config_.kv_events != nullptr ? &kv_recorder_ : nullptr);
+    scheduler_.SetOffloader(offloader_.get());
+  }
   if (config_.kv_events != nullptr) {
     pool_.SetListener(&kv_recorder_);
     kv_recorder_.AllCleared();  // a new engine's cache is empty, whatever a subscriber saw before
@@ -118,11 +123,21 @@ void Engine::Cancel(RequestId id) {
 }
 
 StatusOr<std::vector<std::uint64_t>> Engine::CachedBlockHashes() {
-  auto result = std::make_shared<std::promise<std::vector<std::uint64_t>>>();
+  RS_ASSIGN_OR_RETURN(KvCacheContents contents, CacheContents());
+  return std::move(contents.cached);
+}
+
+StatusOr<KvCacheContents> Engine::CacheContents() {
+  auto result = std::make_shared<std::promise<KvCacheContents>>();
   auto hashes = result->get_future();
   auto item = std::make_unique<InboxItem>();
   item->kind = InboxItem::Kind::kCall;
-  item->call = [this, result] { result->set_value(pool_.CachedHashes()); };
+  item->call = [this, result] {
+    KvCacheContents c;
+    c.cached = pool_.CachedHashes();
+    if (offloader_ != nullptr) c.offloaded = offloader_->tier().Hashes();
+    result->set_value(std::move(c));
+  };
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     if (stop_) return Unavailable("the engine stopped");
@@ -265,6 +280,9 @@ bool Engine::Step() {
     // requests rather than spin forever.
     FailAll(Internal("the scheduler could not place the request"));
   }
+  // What scheduling evicted reaches the host tier before the forward
+  // writes over it.
+  if (offloader_ != nullptr) (void)Guarded("KV offload", [&] { offloader_->Flush(); });
   if (!plan.empty()) RunPlan(plan);
   PublishKvEvents();  // what scheduling evicted and the forward cached
   const std::int64_t encoder_tokens = RunEncoder(budget - plan.num_tokens());
@@ -413,6 +431,12 @@ void Engine::UpdateStats() {
   stats_.preemptions = scheduler_.num_preemptions();
   stats_.prefix_queries = pool_.cache_queries();
   stats_.prefix_hits = pool_.cache_hits();
+  if (offloader_ != nullptr) {
+    stats_.offload_saved = offloader_->stats().saved_blocks;
+    stats_.offload_loaded = offloader_->stats().loaded_blocks;
+    stats_.offload_dropped = offloader_->stats().dropped_blocks;
+    stats_.offload_used = offloader_->tier().num_used();
+  }
   const double usage = pool_.usage();
   stats_.kv_usage = usage;
   if (usage > stats_.peak_kv_usage) {

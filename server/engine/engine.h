@@ -72,6 +72,17 @@ struct EngineConfig {
   // Where the prefix cache's changes go, one batch per step that changed
   // it (kv_events.h); null: not recorded. Must outlive the engine.
   KvEventSink* kv_events = nullptr;
+  // The host tier (kv_offload.h): this many slots, their copies made by
+  // `kv_offload_mover` (the runner; must outlive the engine). 0 or null: no
+  // tier.
+  int kv_offload_blocks = 0;
+  KvBlockMover* kv_offload_mover = nullptr;
+};
+
+// The block hashes the cache and the host tier hold, each ascending.
+struct KvCacheContents {
+  std::vector<std::uint64_t> cached;
+  std::vector<std::uint64_t> offloaded;
 };
 
 // Counters for metrics; read from any thread.
@@ -83,6 +94,11 @@ struct EngineStats {
   std::atomic<std::uint64_t> preemptions{0};
   std::atomic<std::uint64_t> prefix_queries{0};
   std::atomic<std::uint64_t> prefix_hits{0};
+  // The host tier: blocks copied out of the cache, copied back, dropped.
+  std::atomic<std::uint64_t> offload_saved{0};
+  std::atomic<std::uint64_t> offload_loaded{0};
+  std::atomic<std::uint64_t> offload_dropped{0};
+  std::atomic<int> offload_used{0};
   std::atomic<std::uint64_t> steps{0};
   std::atomic<std::uint64_t> step_tokens{0};
   std::atomic<std::uint64_t> generated_tokens{0};
@@ -184,6 +200,10 @@ class Engine {
   // event batch handed to the sink so far). Thread-safe; Unavailable once
   // the engine stopped.
   StatusOr<std::vector<std::uint64_t>> CachedBlockHashes();
+  // The same for the cache and the host tier.
+  StatusOr<KvCacheContents> CacheContents();
+  // The host tier, if any (engine thread only).
+  const KvOffloader* offloader() const { return offloader_.get(); }
 
  private:
   struct InboxItem;
@@ -213,6 +233,7 @@ class Engine {
   BlockPool pool_;
   Scheduler scheduler_;
   KvEventRecorder kv_recorder_;  // listens to pool_ when config_.kv_events is set
+  std::unique_ptr<KvOffloader> offloader_;
   // Runner diffs waiting for the next plan that runs (engine thread only).
   std::vector<SamplingSpec> pending_added_;
   std::vector<RequestId> pending_removed_;

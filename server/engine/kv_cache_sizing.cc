@@ -8,8 +8,9 @@
 
 namespace ropeserve {
 
-StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t available_bytes) {
-  const Status bad = InvalidArgument("--kv-cache-memory '" + text +
+StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t available_bytes,
+                                          const std::string& flag) {
+  const Status bad = InvalidArgument(flag + " '" + text +
                                      "' must be bytes (e.g. 4G, 512M, 1073741824) or a fraction in (0, 1] of "
                                      "available memory (e.g. 0.25)");
   if (text.empty()) return bad;
@@ -24,8 +25,7 @@ StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t 
   if (!std::isfinite(value) || value <= 0) return bad;
   if (suffix.empty() && text.find('.') != std::string::npos) {
     if (value > 1.0) return bad;
-    if (available_bytes <= 0)
-      return FailedPrecondition("cannot read available memory; give --kv-cache-memory in bytes");
+    if (available_bytes <= 0) return FailedPrecondition("cannot read available memory; give " + flag + " in bytes");
     return static_cast<std::int64_t>(value * static_cast<double>(available_bytes));
   }
   double scale = 1;

@@ -11,7 +11,9 @@ namespace ropeserve {
 // "--kv-cache-memory": bytes with an optional K/M/G/T suffix (powers of
 // 1024), e.g. "4G", "1073741824", or a fraction of `available_bytes` in
 // (0, 1], e.g. "0.25".
-StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t available_bytes);
+// `flag` names the flag in errors.
+StatusOr<std::int64_t> ParseKvCacheMemory(const std::string& text, std::int64_t available_bytes,
+                                          const std::string& flag = "--kv-cache-memory");
 
 // MemAvailable from /proc/meminfo (bytes); 0 if unknown.
 std::int64_t AvailableHostMemory();

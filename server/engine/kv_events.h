@@ -31,6 +31,9 @@ struct KvEvent {
   std::optional<BlockHash> parent;
   // Stored: the blocks' tokens, block_size per hash, in order.
   std::vector<TokenId> token_ids;
+  // The host tier's change (kv_offload.h), not the cache's: its own medium
+  // on the wire.
+  bool offloaded = false;
 };
 
 struct KvEventBatch {
@@ -53,6 +56,9 @@ class KvEventRecorder : public BlockPoolListener {
  public:
   void OnBlockCached(BlockHash hash, std::optional<BlockHash> parent, std::span<const TokenId> tokens) override;
   void OnBlockEvicted(BlockHash hash) override;
+  // The host tier's changes, recorded the same way with `offloaded` set.
+  void OnBlockOffloaded(BlockHash hash, std::optional<BlockHash> parent, std::span<const TokenId> tokens);
+  void OnOffloadDropped(BlockHash hash);
   void AllCleared();
 
   bool empty() const { return events_.empty(); }
@@ -60,6 +66,8 @@ class KvEventRecorder : public BlockPoolListener {
   std::vector<KvEvent> Take();
 
  private:
+  void Stored(BlockHash hash, std::optional<BlockHash> parent, std::span<const TokenId> tokens, bool offloaded);
+  void Removed(BlockHash hash, bool offloaded);
   std::vector<KvEvent> events_;
 };
 

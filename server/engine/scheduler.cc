@@ -129,6 +129,22 @@ void Scheduler::CacheFullBlocks(Request& r) {
   }
 }
 
+void Scheduler::LoadFromTier(Request& r, std::span<const TokenId> known) {
+  KvOffloader::Continuation c = offloader_->Find(known, r.blocks.ids(), r.hashes, r.spec.cache_salt);
+  if (c.slots.empty()) return;
+  std::optional<BlockHash> parent;
+  std::optional<BlockRef> parent_ref;
+  if (!r.hashes.empty()) {
+    parent = r.hashes.back();
+    parent_ref = r.cached_as.back();
+  }
+  auto loaded = offloader_->Load(c, known, r.hashes.size(), parent, parent_ref);
+  if (!loaded) return;  // no room now: the blocks are computed
+  r.blocks.Append(loaded->ids);
+  r.hashes.insert(r.hashes.end(), c.hashes.begin(), c.hashes.end());
+  r.cached_as.insert(r.cached_as.end(), loaded->cached_as.begin(), loaded->cached_as.end());
+}
+
 void Scheduler::ExpireDeadlines(Clock::time_point now) {
   std::vector<RequestId> expired;
   for (const auto& [id, r] : requests_)
@@ -266,7 +282,8 @@ StepPlan Scheduler::Schedule(Clock::time_point now, std::int64_t prefill_budget)
       r.hashes = hashes;
       r.cached_as.clear();
       for (BlockId id : ids) r.cached_as.push_back(pool_.RefOf(id));
-      r.num_computed = static_cast<std::int64_t>(ids.size()) * pool_.block_size();
+      if (offloader_ != nullptr) LoadFromTier(r, known);
+      r.num_computed = static_cast<std::int64_t>(r.hashes.size()) * pool_.block_size();
     }
     const std::int64_t n = cap_prompt_rows(r, std::min({r.num_tokens() - r.num_computed, budget, prefill_left}));
     if (n <= 0 || !AllocateFor(r, n)) {

@@ -25,6 +25,7 @@
 
 #include "server/common/status.h"
 #include "server/engine/block_pool.h"
+#include "server/engine/kv_offload.h"
 #include "server/engine/request.h"
 #include "server/engine/speculative.h"
 #include "server/engine/step_plan.h"
@@ -66,6 +67,9 @@ class Scheduler {
  public:
   Scheduler(SchedulerConfig config, BlockPool& pool);
   ~Scheduler();
+  // The host tier a waiting request's prefix may continue in (its blocks
+  // copied back rather than computed); null: none. Set before use.
+  void SetOffloader(KvOffloader* offloader) { offloader_ = offloader; }
 
   // Admission. InvalidArgument for a request that can never run (empty,
   // longer than the model's context, larger than the whole KV pool);
@@ -124,9 +128,13 @@ class Scheduler {
   void ForgetComputed(Request& r);
   void InsertWaiting(Request* r);
   void CacheFullBlocks(Request& r);
+  // Extends a waiting request's prefix hit with the blocks the host tier
+  // holds after it (copied into fresh blocks the request then owns).
+  void LoadFromTier(Request& r, std::span<const TokenId> known);
 
   SchedulerConfig config_;
   BlockPool& pool_;
+  KvOffloader* offloader_ = nullptr;
   std::map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<Request*> running_;  // arrival order
   std::deque<Request*> waiting_;   // (priority, arrival) order

@@ -30,14 +30,14 @@ void PackEvent(Packer& p, const KvEvent& e, const BatchFormat& format) {
       for (TokenId t : e.token_ids) p.pack_int64(t);
       p.pack_int64(format.block_size);
       p.pack_nil();  // lora_id
-      p.pack(format.medium);
+      p.pack(e.offloaded ? format.offload_medium : format.medium);
       p.pack_nil();  // lora_name
       return;
     case KvEvent::Kind::kBlockRemoved:
       p.pack_array(3);
       p.pack(std::string_view("BlockRemoved"));
       PackHashes(p, e.block_hashes);
-      p.pack(format.medium);
+      p.pack(e.offloaded ? format.offload_medium : format.medium);
       return;
     case KvEvent::Kind::kAllBlocksCleared:
       p.pack_array(1);

@@ -22,6 +22,10 @@ namespace ropeserve::kv_events {
 struct BatchFormat {
   int block_size = 16;
   std::string medium = "GPU";  // vLLM's names: "GPU" (the device pool), "CPU" (host memory)
+  // The host KV tier's events (KvEvent::offloaded): "CPU" beside a GPU
+  // pool (as vLLM's offloading); CPU workers' tier, beside their "CPU"
+  // pool, is "CPU_TIER".
+  std::string offload_medium = "CPU";
   int data_parallel_rank = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -276,6 +277,7 @@ struct ModelRunner::Impl {
   std::int64_t block_size;
   RunnerOptions options;
   PagedKvCache cache;
+  PagedKvCache tier;      // the host KV tier's slots (AllocateOffloadTier); empty: none
   BlockTableRows tables;  // on the device, for the attention kernel
   BlockTables host;       // the same tables on the host, for slot mappings
   std::vector<std::int64_t> buckets;
@@ -313,6 +315,56 @@ ModelRunner::~ModelRunner() = default;
 std::int64_t ModelRunner::vocab_size() const { return impl_->model.config().vocab_size; }
 
 const RunnerStats& ModelRunner::stats() const { return impl_->stats; }
+
+void ModelRunner::AllocateOffloadTier(std::int64_t num_slots) {
+  Impl& m = *impl_;
+  const bool pin = !m.model.device().is_cpu();
+  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
+    for (auto [from, to] : {std::pair{&m.cache.k[l], &m.tier.k}, std::pair{&m.cache.v[l], &m.tier.v}}) {
+      std::vector<std::int64_t> shape = from->sizes().vec();
+      shape[0] = num_slots;
+      to->push_back(at::empty(shape, from->options().device(at::kCPU).pinned_memory(pin)));
+    }
+  }
+}
+
+namespace {
+
+// The pairs' first and second members as int64 index tensors.
+template <typename A, typename B>
+std::pair<at::Tensor, at::Tensor> MoveIndices(std::span<const std::pair<A, B>> moves) {
+  std::vector<std::int64_t> a, b;
+  for (const auto& [x, y] : moves) {
+    a.push_back(x);
+    b.push_back(y);
+  }
+  return {at::tensor(a, at::kLong), at::tensor(b, at::kLong)};
+}
+
+}  // namespace
+
+void ModelRunner::SaveBlocks(std::span<const std::pair<BlockId, int>> moves) {
+  Impl& m = *impl_;
+  if (moves.empty()) return;
+  auto [blocks, slots] = MoveIndices(moves);
+  blocks = blocks.to(m.model.device());
+  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
+    m.tier.k[l].index_copy_(0, slots, m.cache.k[l].index_select(0, blocks).to(at::kCPU));
+    m.tier.v[l].index_copy_(0, slots, m.cache.v[l].index_select(0, blocks).to(at::kCPU));
+  }
+}
+
+void ModelRunner::LoadBlocks(std::span<const std::pair<int, BlockId>> moves) {
+  Impl& m = *impl_;
+  if (moves.empty()) return;
+  auto [slots, blocks] = MoveIndices(moves);
+  blocks = blocks.to(m.model.device());
+  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
+    m.cache.k[l].index_copy_(0, blocks, m.tier.k[l].index_select(0, slots).to(m.model.device()));
+    m.cache.v[l].index_copy_(0, blocks, m.tier.v[l].index_select(0, slots).to(m.model.device()));
+  }
+  m.WaitForDevice();
+}
 
 std::vector<const void*> ModelRunner::BufferAddresses() const {
   return {impl_->step.device_address(), impl_->step.host_address(), impl_->tables.gathered_address()};

@@ -40,6 +40,7 @@
 #include <memory>
 #include <vector>
 
+#include "server/engine/kv_offload.h"
 #include "server/engine/model_executor.h"
 
 namespace ropeserve {
@@ -88,7 +89,13 @@ struct RunnerStats {
   std::uint64_t prepare_ns = 0, forward_ns = 0, reduce_ns = 0;
 };
 
-class ModelRunner final : public LogitsExecutor {
+// The runner is also the host KV tier's mover (server/engine/kv_offload.h):
+// AllocateOffloadTier sizes the tier, a tensor per layer of K and of V in
+// host memory (pinned for a CUDA cache), and SaveBlocks / LoadBlocks copy
+// whole blocks between it and the cache, one gather and one scatter per
+// layer and tensor. On a CUDA device the copies run on the current stream
+// and the call waits for them (not yet on a stream of their own).
+class ModelRunner final : public LogitsExecutor, public KvBlockMover {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer and
   // the step buffers. `model` (a DecoderModel when serving; the tests'
@@ -111,6 +118,12 @@ class ModelRunner final : public LogitsExecutor {
   // before the first step. An error leaves the runner eager and working.
   Status CaptureDecodeGraphs();
   std::size_t captured_graphs() const;
+
+  // num_slots blocks of K/V in host memory for the tier (once, before the
+  // first step).
+  void AllocateOffloadTier(std::int64_t num_slots);
+  void SaveBlocks(std::span<const std::pair<BlockId, int>> moves) override;
+  void LoadBlocks(std::span<const std::pair<int, BlockId>> moves) override;
 
  protected:
   StatusOr<StepLogits> Forward(const StepPlan& plan) override;

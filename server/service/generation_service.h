@@ -64,6 +64,10 @@ struct EngineOptions {
   EngineObserver* observer = nullptr;        // metrics hooks; must outlive the service
   BlockHasher block_hasher;                  // EngineConfig::block_hasher (empty: XXH3)
   KvEventSink* kv_events = nullptr;          // EngineConfig::kv_events; must outlive the service
+  // serve --kv-offload-memory: the host KV tier's size (as --kv-cache-memory
+  // reads it: bytes, or a fraction of the host's available memory); "" or
+  // "0": no tier.
+  std::string kv_offload_memory;
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
   // when an allocation fails. 0 = off; never set it in production.
@@ -78,6 +82,7 @@ struct GenerationServiceConfig {
   std::string device = "cpu";                // where the model runs ("cpu", "cuda:0")
   EngineConfig engine;                       // scheduler, KV blocks, EOS ids
   KvCacheSize kv;                            // what the KV cache holds (reported by /v1/models, metrics)
+  KvCacheSize kv_offload;                    // the host KV tier (num_blocks 0: none)
   std::int64_t max_request_tokens = 0;       // 0 = the KV cache's capacity
   bool priority_scheduling = false;          // requests may set `priority`
   std::size_t max_document_bytes = 1 << 20;  // longest text to summarize
@@ -102,6 +107,7 @@ class GenerationService {
   const std::string& name() const { return config_.name; }
   const ModelConfig& config() const { return config_.model; }
   const KvCacheSize& kv_cache() const { return config_.kv; }
+  const KvCacheSize& kv_offload() const { return config_.kv_offload; }
   const std::string& execution() const { return config_.execution; }
   // The engine's shape (block size, scheduler limits), as /v1/info reports it.
   const EngineConfig& engine_config() const { return config_.engine; }

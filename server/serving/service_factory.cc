@@ -106,6 +106,36 @@ StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t pr
 #endif
 }
 
+namespace {
+
+// The host KV tier of --kv-offload-memory, in the runner and the engine's
+// config (nothing for "" or "0").
+Status AddOffloadTier(const DecoderModel& model, const service::EngineOptions& options, ModelRunner& runner,
+                      service::GenerationServiceConfig& sc) {
+  const std::string& spec = options.kv_offload_memory;
+  if (spec.empty() || spec == "0") return Status::Ok();
+  if (!options.scheduler.enable_prefix_caching)
+    return InvalidArgument("--kv-offload-memory keeps the prefix cache's evicted blocks: it needs prefix caching");
+  RS_ASSIGN_OR_RETURN(std::int64_t bytes, ParseKvCacheMemory(spec, AvailableHostMemory(), "--kv-offload-memory"));
+  const std::int64_t block_bytes = model.KvBytesPerToken() * options.block_size;
+  const std::int64_t slots = std::min<std::int64_t>(bytes / block_bytes, (1LL << 31) - 1);
+  if (slots < 1)
+    return InvalidArgument("--kv-offload-memory " + spec + " holds no block (one is " + std::to_string(block_bytes) +
+                           " bytes)");
+  try {
+    runner.AllocateOffloadTier(slots);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kResourceExhausted, "--kv-offload-memory " + spec + ": cannot allocate " +
+                                                     std::to_string(slots * block_bytes) + " bytes of host memory");
+  }
+  sc.kv_offload = KvCacheSize{slots, slots * options.block_size, slots * block_bytes};
+  sc.engine.kv_offload_blocks = static_cast<int>(slots);
+  sc.engine.kv_offload_mover = &runner;
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const DecoderModel& model, std::string served_name,
                                                                    service::EngineOptions options,
                                                                    std::shared_ptr<const tok::Tokenizer> tokenizer) {
@@ -149,6 +179,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
   ro.cuda_graphs = graphs;
   ro.pad_decode = ro.cuda_graphs;
   auto runner = std::make_unique<ModelRunner>(model, sc.kv.num_blocks, options.block_size, ro);
+  RS_RETURN_IF_ERROR(AddOffloadTier(model, options, *runner, sc));
   if (ro.cuda_graphs) {
     const Status captured = runner->CaptureDecodeGraphs();
     sc.execution = captured.ok()

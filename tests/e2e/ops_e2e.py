@@ -565,12 +565,92 @@ def test_llm_d_overlay_settings_serve_its_router(env):
         check(s.stop() == 0, "exit code")
 
 
+def test_kv_offload_tier_brings_an_evicted_document_back(env):
+    """--kv-offload-memory: a document's blocks, evicted from a 24-block
+    cache by other prompts, come back from the host tier (cached_tokens),
+    with the K/V they had: the answer equals the one a prefix-cache hit
+    gave before the eviction, token for token. Its events carry the tier's
+    medium and, replayed, give the tier's contents; without the tier the
+    document is computed again."""
+    ipc = os.path.join(env.workdir, "kv-offload")
+    os.makedirs(ipc, exist_ok=True)
+    events = f"ipc://{ipc}/events"
+    common = ["--kv-cache-memory", "192K", "--max-model-len", "128", "--block-size", "16"]
+    tiered = Server(env.binary, env.model, env.workdir,
+                    common + ["--kv-offload-memory", "4M", "--kv-events-endpoint", events],
+                    name="kv-offload", env={"PYTHONHASHSEED": "7"})
+    plain = Server(env.binary, env.model, env.workdir, common, name="kv-no-offload")
+    ctx = zmq.Context()
+    try:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(events)
+        media = {"CPU": set(), "CPU_TIER": set()}
+
+        def drain():
+            while sub.poll(100):
+                _, _, payload = sub.recv_multipart()
+                for e in msgpack.unpackb(payload)[1]:
+                    if e[0] == "BlockStored":
+                        check(not set(e[1]) & media[e[6]], f"stored twice in {e[6]}: {e!r:.200}")
+                        media[e[6]].update(e[1])
+                    elif e[0] == "BlockRemoved":
+                        check(set(e[1]) <= media[e[2]], f"removed, never stored in {e[2]}: {e!r:.200}")
+                        media[e[2]].difference_update(e[1])
+                    else:
+                        for m in media.values():
+                            m.clear()
+
+        def ask(server, prompt):
+            status, body, _ = post_json(server.http, "/v1/completions",
+                                        {"prompt": prompt, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+                                         "return_token_ids": True})
+            check(status == 200, body)
+            return body["choices"][0]["token_ids"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        doc = [(i * 37) % 1000 + 1 for i in range(48)]
+        question = doc + [(i * 3) % 1000 + 7 for i in range(20)]
+        fillers = [[(i * 11 + d * 101) % 1000 + 1 for i in range(70)] for d in range(5)]
+        for server in (tiered, plain):
+            ask(server, question)
+            hit, cached = ask(server, question)  # the prefix cache's answer
+            check(cached == 64, f"a prefix-cache hit of 64 tokens: {cached}")
+            for f in fillers:
+                ask(server, f)
+            again, cached = ask(server, question)
+            if server is tiered:
+                check(cached == 64 and again == hit, f"from the tier: cached {cached}, {again} vs {hit}")
+            else:
+                check(cached < 64, f"without the tier the document is computed again: cached {cached}")
+        values = tiered.metrics()[1]
+        check(values.get("ropeserve_kv_offload_loaded_blocks_total", 0) >= 1 and
+              values.get("ropeserve_kv_offload_saved_blocks_total", 0) >= 4, "the tier's counters")
+
+        def agree():
+            drain()
+            status, _, body = curl(tiered.admin, "/debug/kv-cache")
+            check(status == 200, body)
+            c = json.loads(body)
+            return (media["CPU"] == set(c["block_hashes"]) and media["CPU_TIER"] == set(c["offloaded_block_hashes"])
+                    and c["offload_blocks"] == 512)
+        wait_until(agree, 30, f"events give {len(media['CPU'])} + {len(media['CPU_TIER'])} blocks, the cache holds "
+                   f"{curl(tiered.admin, '/debug/kv-cache')[2][:300]}")
+        check(media["CPU_TIER"], "the tier's events")
+        status, _, info = curl(tiered.http, "/v1/info")
+        check(status == 200 and json.loads(info)["kv_offload"]["num_blocks"] == 512, info[:300])
+    finally:
+        ctx.destroy(linger=0)
+        check(tiered.stop() == 0 and plain.stop() == 0, "exit code")
+
+
 def test_kv_events_flags_are_checked(env):
     for args, message in (
             (["--kv-events-config", '{"bogus": 1}'], "unknown key `bogus`"),
             (["--kv-events-config", '{"enable_kv_cache_events": "yes"}'], "`enable_kv_cache_events` must be"),
             (["--kv-events-endpoint", "tcp://*:notaport"], "--kv-events-endpoint tcp://*:notaport"),
-            (["--kv-events-replay-endpoint", "tcp://*:5558"], "needs --kv-events-endpoint")):
+            (["--kv-events-replay-endpoint", "tcp://*:5558"], "needs --kv-events-endpoint"),
+            (["--kv-offload-memory", "12Q"], "--kv-offload-memory '12Q' must be bytes"),
+            (["--kv-offload-memory", "100"], "holds no block")):
         p = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--http-port", str(free_port()),
                             "--grpc-port", "-1", "--admin-port", "-1", "--data-dir",
                             os.path.join(env.workdir, "data-kv-flags")] + args,
