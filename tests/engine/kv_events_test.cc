@@ -44,6 +44,27 @@ TEST(KvEventRecorder, GroupsAChainIntoOneStoredEventAndRemovalsInARow) {
   EXPECT_EQ(events[0].kind, KvEvent::Kind::kAllBlocksCleared);
 }
 
+// The host tier's changes are events of their own: never merged with the
+// cache's, even along one chain.
+TEST(KvEventRecorder, KeepsTheTiersEventsApartFromTheCaches) {
+  KvEventRecorder rec;
+  const std::vector<TokenId> a{1, 2}, b{3, 4};
+  rec.OnBlockCached(BlockHash{10}, std::nullopt, a);
+  rec.OnBlockOffloaded(BlockHash{11}, BlockHash{10}, b);  // continues the chain, in the tier
+  rec.OnBlockEvicted(BlockHash{10});
+  rec.OnOffloadDropped(BlockHash{11});
+  rec.OnOffloadDropped(BlockHash{12});
+  const auto events = rec.Take();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_FALSE(events[0].offloaded);
+  EXPECT_TRUE(events[1].offloaded);
+  EXPECT_EQ(events[1].block_hashes, (std::vector<BlockHash>{{11}}));
+  EXPECT_EQ(events[2].kind, KvEvent::Kind::kBlockRemoved);
+  EXPECT_FALSE(events[2].offloaded);
+  EXPECT_TRUE(events[3].offloaded);
+  EXPECT_EQ(events[3].block_hashes, (std::vector<BlockHash>{{11}, {12}}));
+}
+
 // A subscriber's view: the batches replayed into a set of hashes.
 class ReplayingSink : public KvEventSink {
  public:

@@ -111,6 +111,23 @@ TEST(MsgpackBatch, IsVllmsArrayLayout) {
             "6f636b73436c656172656400");
 }
 
+// The host tier's events carry its medium:
+// msgpack.packb([1.5, [['BlockStored', [7], 10, [5,6], 2, None, 'CPU_TIER', None],
+//                      ['BlockRemoved', [10], 'CPU_TIER']], 0]).hex()
+TEST(MsgpackBatch, TheTiersEventsCarryItsMedium) {
+  BatchFormat f;
+  f.block_size = 2;
+  f.medium = "CPU";
+  f.offload_medium = "CPU_TIER";
+  KvEventBatch b = SampleBatch();
+  b.events.erase(b.events.begin());
+  b.events.pop_back();
+  for (KvEvent& e : b.events) e.offloaded = true;
+  EXPECT_EQ(Hex(EncodeBatch(b, f)),
+            "93cb3ff80000000000009298ab426c6f636b53746f72656491070a92050602c0a84350555f54494552c093ac426c6f636b52656d"
+            "6f766564910aa84350555f5449455200");
+}
+
 TEST(ZmqPublisher, BindsOrConnectsAsVllmDoes) {
   EXPECT_TRUE(BindsEndpoint("tcp://*:5557"));
   EXPECT_TRUE(BindsEndpoint("tcp://[::]:5557"));

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""The host KV tier (--kv-offload-memory): questions over one long document
+with other traffic between them that evicts the document from the KV
+cache. Each question's time to first token (a max_tokens 1 request, so its
+wall time) with the tier and without, side by side in one run (one server
+after the other, the same prompts). The first question computes the
+document on both; the later ones find it in the tier, or compute it again.
+
+    bench/offload_bench.py [--binary build/ropeserve] [--model DIR] [--doc-tokens 4096]
+        [--questions 6] [--threads 2]
+
+The model defaults to the random-weight qwen2.5-0.5b shape in
+~/.cache/ropeserve/bench (made with `ropeserve make-model` when missing);
+prompts are token ids (the document, a 32-token question; fillers as long
+as the document). The KV cache holds 1.5 documents, so each filler evicts
+it; the tier holds 4 caches.
+"""
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(args, extra):
+    port = free_port()
+    cmd = [args.binary, "serve", "--summarizer", args.model, "--dtype", "bfloat16", "--host", "127.0.0.1",
+           "--http-port", str(port), "--grpc-port", "-1", "--admin-port", "-1",
+           "--max-model-len", str(args.doc_tokens + 64), "--max-num-batched-tokens", "2048"] + extra
+    log = open(f"/tmp/ropeserve-offload-bench-{port}.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, ROPESERVE_THREADS=str(args.threads)))
+    for _ in range(3000):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/ready")
+            if c.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            sys.exit(f"server exited; see {log.name}")
+        time.sleep(0.2)
+    sys.exit("server not ready")
+
+
+def first_token(port, prompt):
+    """(seconds, cached prompt tokens) of a one-token completion."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+    start = time.time()
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    reply = json.loads(r.read())
+    seconds = time.time() - start
+    if r.status != 200:
+        sys.exit(f"HTTP {r.status}: {reply}")
+    return seconds, reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "ropeserve"))
+    ap.add_argument("--model", default=os.path.expanduser("~/.cache/ropeserve/bench/qwen2.5-0.5b"))
+    ap.add_argument("--doc-tokens", type=int, default=4096)
+    ap.add_argument("--questions", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    if not os.path.exists(os.path.join(args.model, "config.json")):
+        subprocess.run([args.binary, "make-model", "--preset", "qwen2.5-0.5b", "--out", args.model], check=True)
+    config = json.load(open(os.path.join(args.model, "config.json")))
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv_bytes_per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 2  # bfloat16
+    cache = int(1.5 * args.doc_tokens) * kv_bytes_per_token
+    doc = [(i * 7919) % 30000 + 100 for i in range(args.doc_tokens)]
+    questions = [doc + [(q * 131 + i * 17) % 30000 + 100 for i in range(32)] for q in range(args.questions)]
+    fillers = [[(f * 4099 + i * 104729) % 30000 + 100 for i in range(args.doc_tokens)]
+               for f in range(args.questions)]
+    results = {}
+    for name, extra in (("tier", ["--kv-offload-memory", str(4 * cache)]), ("no tier", [])):
+        proc, port = serve(args, ["--kv-cache-memory", str(cache)] + extra)
+        rows = []
+        try:
+            for q, prompt in enumerate(questions):
+                if q > 0:
+                    first_token(port, fillers[q])  # evicts the document from the cache
+                seconds, cached = first_token(port, prompt)
+                rows.append((seconds, cached))
+                print(f"{name}: question {q}: {seconds:.2f} s to the first token, {cached} tokens cached", flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        results[name] = rows
+    tier = statistics.median(s for s, _ in results["tier"][1:])
+    plain = statistics.median(s for s, _ in results["no tier"][1:])
+    print(f"\n| {args.doc_tokens}-token document, {args.questions} questions | first question | later questions "
+          "(median TTFT) | cached tokens (later) |")
+    print("|---|---:|---:|---:|")
+    for name in ("tier", "no tier"):
+        rows = results[name]
+        later = statistics.median(s for s, _ in rows[1:])
+        print(f"| {name} | {rows[0][0]:.2f} s | {later:.2f} s | {rows[-1][1]:,} |")
+    print(f"\nlater questions: {plain / tier:.1f}x faster with the tier")
+
+
+if __name__ == "__main__":
+    main()
