@@ -16,11 +16,11 @@ import http.client
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
+
+from bench_server import BenchServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPL = open(os.path.join(ROOT, "tests", "data", "text", "gpl-3.txt"), encoding="utf-8").read()
@@ -33,34 +33,6 @@ def document(words):
         text += "\n\n" + GPL
     ends = [m.end() for m in re.finditer(r"\S+", text)]
     return text[: ends[words - 1]]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(args, extra):
-    port = free_port()
-    cmd = [args.binary, "serve", "--summarizer", args.model, "--dtype", "bfloat16", "--host", "127.0.0.1",
-           "--http-port", str(port), "--grpc-port", str(free_port()), "--admin-port", "-1",
-           "--kv-cache-memory", "2G"] + extra
-    log = open(f"/tmp/ropeserve-document-bench-{port}.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, ROPESERVE_THREADS=str(args.threads)))
-    for _ in range(3000):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/ready")
-            if c.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            sys.exit(f"server exited; see {log.name}")
-        time.sleep(0.2)
-    sys.exit("server not ready")
 
 
 def summarize(port, body):
@@ -88,7 +60,9 @@ def main():
         subprocess.run([args.binary, "make-model", "--preset", "qwen2.5-0.5b", "--out", args.model], check=True)
     rows = []
     for name, extra in (("batched (default)", []), ("one at a time (--max-num-seqs 1)", ["--max-num-seqs", "1"])):
-        proc, port = serve(args, extra)
+        server = BenchServer(args.binary, args.model, ["--dtype", "bfloat16", "--kv-cache-memory", "2G"] + extra,
+                             args.threads, "document-bench")
+        port = server.port
         try:
             for words in args.words:
                 body = {"text": document(words), "strategy": "map_reduce", "max_tokens": args.max_tokens,
@@ -99,8 +73,7 @@ def main():
                              u["completion_tokens"]))
                 print(f"{words} words, {name}: {seconds:.1f} s, {u}", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
+            server.stop()
     print("\n| words | server | wall s | chunks | prompt tokens | cached | generated |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     for w, name, s, ch, p, ca, g in rows:

@@ -19,42 +19,14 @@ import argparse
 import http.client
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+from bench_server import BenchServer  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(args, extra):
-    port = free_port()
-    cmd = [args.binary, "serve", "--summarizer", args.model, "--dtype", "bfloat16", "--host", "127.0.0.1",
-           "--http-port", str(port), "--grpc-port", "-1", "--admin-port", "-1",
-           "--max-model-len", str(args.doc_tokens + 64), "--max-num-batched-tokens", "2048"] + extra
-    log = open(f"/tmp/ropeserve-offload-bench-{port}.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, ROPESERVE_THREADS=str(args.threads)))
-    for _ in range(3000):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/ready")
-            if c.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            sys.exit(f"server exited; see {log.name}")
-        time.sleep(0.2)
-    sys.exit("server not ready")
 
 
 def first_token(port, prompt):
@@ -91,7 +63,11 @@ def main():
                for f in range(args.questions)]
     results = {}
     for name, extra in (("tier", ["--kv-offload-memory", str(4 * cache)]), ("no tier", [])):
-        proc, port = serve(args, ["--kv-cache-memory", str(cache)] + extra)
+        server = BenchServer(args.binary, args.model,
+                             ["--dtype", "bfloat16", "--max-model-len", str(args.doc_tokens + 64),
+                              "--max-num-batched-tokens", "2048", "--kv-cache-memory", str(cache)] + extra,
+                             args.threads, "offload-bench")
+        port = server.port
         rows = []
         try:
             for q, prompt in enumerate(questions):
@@ -101,8 +77,7 @@ def main():
                 rows.append((seconds, cached))
                 print(f"{name}: question {q}: {seconds:.2f} s to the first token, {cached} tokens cached", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
+            server.stop()
         results[name] = rows
     tier = statistics.median(s for s, _ in results["tier"][1:])
     plain = statistics.median(s for s, _ in results["no tier"][1:])
