@@ -155,10 +155,7 @@ void HttpServer::Impl::InstallApi() {
   auto bodiless = [this](Endpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) { Work(endpoint, req, res); };
   };
-  auto post = [this](const char* path, Endpoint endpoint) {
-    server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
-  };
+  auto post = [this](const char* path, Endpoint endpoint) { PostWork(path, endpoint); };
   post("/v1/completions", &Completions);
   post("/v1/chat/completions", &ChatCompletions);
   post("/v1/messages", &Messages);

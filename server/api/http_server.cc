@@ -291,13 +291,16 @@ void HttpServer::Impl::InstallKvCacheDebug() {
   });
 }
 
+void HttpServer::Impl::PostWork(const char* path, Endpoint endpoint) {
+  server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
+}
+
 void HttpServer::Impl::InstallRender() {
   // vLLM's render endpoints, on the admin port too (without a key there:
   // llm-d's router calls them from inside the cluster and sends none).
-  for (auto [path, endpoint] : {std::pair{"/v1/completions/render", &RenderCompletions},
-                                std::pair{"/v1/chat/completions/render", &RenderChatCompletions}})
-    server->Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) { Work(endpoint, req, res, reader); });
+  PostWork("/v1/completions/render", &RenderCompletions);
+  PostWork("/v1/chat/completions/render", &RenderChatCompletions);
 }
 
 void HttpServer::Impl::Install() {

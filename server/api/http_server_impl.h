@@ -68,6 +68,8 @@ struct HttpServer::Impl {
   // GET /debug/kv-cache (both ports; answers with KV cache events on).
   void InstallKvCacheDebug();
   void InstallRender();
+  // POST `path` runs `endpoint` on the body (Work).
+  void PostWork(const char* path, http_detail::Endpoint endpoint);
   void InstallApi();
   // CORS: headers for an allowed Origin; answers preflights. True when
   // the request was answered (a preflight).
