@@ -36,13 +36,15 @@ struct CallStart {
   std::string peer;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   Lifecycle::Ticket ticket;
-  service::GenerationService* service = nullptr;
-  double timeout_seconds = 0;  // 0 = none
-  ServerSpan span;             // the call's trace (its traceparent metadata, else new)
+  service::GenerationService* service = nullptr;  // null when the call needs none and none is served
+  double timeout_seconds = 0;                     // 0 = none
+  ServerSpan span;                                // the call's trace (its traceparent metadata, else new)
 };
 
-// Fills `out`; an error when the call must be refused.
-Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out);
+// Fills `out`; an error when the call must be refused (UNIMPLEMENTED for a
+// `generation` call on a server without a generation model).
+Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out,
+             bool generation = true);
 // Counts the call and writes its access-log line.
 void Account(ServingContext& ctx, const CallStart& c, const grpc::Status& status);
 

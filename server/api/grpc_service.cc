@@ -82,7 +82,8 @@ std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
 
 }  // namespace
 
-Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out) {
+Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char* method, CallStart& out,
+             bool generation) {
   out.method = method;
   out.peer = call->peer();
   out.request_id = RequestIdOrNew(Metadata(call, "x-request-id"));
@@ -91,7 +92,12 @@ Status Begin(ServingContext& ctx, grpc::CallbackServerContext* call, const char*
   call->AddInitialMetadata("traceresponse", out.span.TraceResponse());
   RS_RETURN_IF_ERROR(ctx.api_keys.Check(Metadata(call, "authorization")));
   RS_ASSIGN_OR_RETURN(out.ticket, ctx.lifecycle.Admit());
-  RS_ASSIGN_OR_RETURN(out.service, ctx.LoadedService());
+  if (generation) {
+    RS_ASSIGN_OR_RETURN(out.service, ctx.LoadedService());
+  } else {
+    RS_RETURN_IF_ERROR(ctx.Loaded());
+    out.service = ctx.service.load();
+  }
   // The client's deadline flows into the scheduler; --request-timeout caps it.
   out.timeout_seconds = ctx.request_timeout_seconds;
   const auto deadline = call->deadline();
@@ -296,7 +302,7 @@ class Service final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* call, const v1::AnswerRequest* req,
                                    v1::AnswerResponse* resp) override {
     CallStart c;
-    if (Status b = Begin(ctx_, call, "Answer", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
+    if (Status b = Begin(ctx_, call, "Answer", c, false); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     service::QaService* qa = ctx_.qa.load();
     if (qa == nullptr)
       return Reject(ctx_, c, Unimplemented("no QA model is loaded (serve --qa DIR)"), call->DefaultReactor());
@@ -360,7 +366,7 @@ class Service final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* EncoderRpc(grpc::CallbackServerContext* call, const char* method, const Req* req,
                                        Resp* resp, EncoderTask task, Start start) {
     CallStart c;
-    if (Status b = Begin(ctx_, call, method, c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
+    if (Status b = Begin(ctx_, call, method, c, false); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
     const std::vector<service::EncoderService*>* encoders = ctx_.encoders.load();
     auto found =
         FindEncoder(encoders == nullptr ? std::vector<service::EncoderService*>() : *encoders, req->model(), task);
@@ -403,18 +409,21 @@ class Service final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const v1::GetModelInfoRequest*,
                                          v1::GetModelInfoResponse* resp) override {
     CallStart c;
-    if (Status b = Begin(ctx_, call, "GetModelInfo", c); !b.ok()) return Reject(ctx_, c, b, call->DefaultReactor());
-    service::GenerationService& service = *c.service;
-    auto* m = resp->add_models();
-    m->set_id(service.name());
-    m->set_architecture(service.config().architecture);
-    m->set_max_model_len(service.max_model_len());
-    m->set_vocab_size(service.config().vocab_size);
-    m->set_task("summarize");
-    m->set_dtype(service.dtype());
-    m->set_quantization(service.quantization());
-    m->set_device(service.device());
-    m->set_has_tokenizer(service.tokenizer() != nullptr);
+    if (Status b = Begin(ctx_, call, "GetModelInfo", c, false); !b.ok())
+      return Reject(ctx_, c, b, call->DefaultReactor());
+    const service::GenerationService* service = c.service;  // null: encoders / QA only
+    if (service != nullptr) {
+      auto* m = resp->add_models();
+      m->set_id(service->name());
+      m->set_architecture(service->config().architecture);
+      m->set_max_model_len(service->max_model_len());
+      m->set_vocab_size(service->config().vocab_size);
+      m->set_task("summarize");
+      m->set_dtype(service->dtype());
+      m->set_quantization(service->quantization());
+      m->set_device(service->device());
+      m->set_has_tokenizer(service->tokenizer() != nullptr);
+    }
     if (service::QaService* qa = ctx_.qa.load()) {
       auto* q = resp->add_models();
       q->set_id(qa->name());
@@ -436,13 +445,15 @@ class Service final : public v1::Inference::CallbackService {
         m->set_task(e->task());
         m->set_has_tokenizer(true);
       }
-    const EngineConfig& o = service.engine_config();
-    resp->set_block_size(o.block_size);
-    resp->set_num_kv_blocks(service.kv_cache().num_blocks);
-    resp->set_max_num_seqs(o.scheduler.max_num_seqs);
-    resp->set_max_num_batched_tokens(o.scheduler.max_num_batched_tokens);
-    resp->set_max_queue_requests(o.scheduler.max_waiting_requests);
-    resp->set_max_queue_tokens(o.scheduler.max_waiting_tokens);
+    if (service != nullptr) {  // the engine's shape (0 without one)
+      const EngineConfig& o = service->engine_config();
+      resp->set_block_size(o.block_size);
+      resp->set_num_kv_blocks(service->kv_cache().num_blocks);
+      resp->set_max_num_seqs(o.scheduler.max_num_seqs);
+      resp->set_max_num_batched_tokens(o.scheduler.max_num_batched_tokens);
+      resp->set_max_queue_requests(o.scheduler.max_waiting_requests);
+      resp->set_max_queue_tokens(o.scheduler.max_waiting_tokens);
+    }
     return Reject(ctx_, c, Status::Ok(), call->DefaultReactor());
   }
 

@@ -38,13 +38,14 @@ nlohmann::json EncoderFields(const service::EncoderService& e) {
 // GET /v1/models: every served model, the decoder, the QA model and the
 // encoders (`task` and `max_model_len` are extensions, as vLLM's).
 StatusOr<json> ModelList(ServingContext& ctx) {
-  RS_ASSIGN_OR_RETURN(service::GenerationService * service, ctx.LoadedService());
+  RS_RETURN_IF_ERROR(ctx.Loaded());
   auto card = [](const std::string& id, const char* task, std::int64_t max_len, const std::string& arch) {
     return json{{"id", id},     {"object", "model"},        {"created", 0},        {"owned_by", "ropeserve"},
                 {"task", task}, {"max_model_len", max_len}, {"architecture", arch}};
   };
-  json data =
-      json::array({card(service->name(), "generate", service->max_model_len(), service->config().architecture)});
+  json data = json::array();
+  if (service::GenerationService* service = ctx.service.load())
+    data.push_back(card(service->name(), "generate", service->max_model_len(), service->config().architecture));
   if (service::QaService* qa = ctx.qa.load())
     data.push_back(
         card(qa->name(), "question-answering", qa->config().max_position_embeddings, qa->config().architecture));
@@ -57,39 +58,51 @@ StatusOr<json> ModelList(ServingContext& ctx) {
   return json{{"object", "list"}, {"data", std::move(data)}};
 }
 
+// /v1/info's fields of the generation model (null without one).
+json GenerationInfo(const service::GenerationService* service) {
+  if (service == nullptr)
+    return {{"model", nullptr},    {"architecture", nullptr}, {"dtype", nullptr},      {"quantization", nullptr},
+            {"device", nullptr},   {"tokenizer", nullptr},    {"vocab_size", nullptr}, {"max_model_len", nullptr},
+            {"kv_cache", nullptr}, {"kv_offload", nullptr}};
+  return {{"model", service->name()},
+          {"architecture", service->config().architecture},
+          {"dtype", service->dtype()},
+          {"quantization", service->quantization()},
+          {"device", service->device()},
+          {"tokenizer", service->tokenizer() != nullptr},
+          {"vocab_size", service->config().vocab_size},
+          {"max_model_len", service->max_model_len()},
+          {"kv_cache",
+           {{"block_size", service->engine_config().block_size},
+            {"num_blocks", service->kv_cache().num_blocks},
+            {"tokens", service->kv_cache().tokens},
+            {"bytes", service->kv_cache().bytes}}},
+          {"kv_offload",
+           {{"num_blocks", service->kv_offload().num_blocks},
+            {"tokens", service->kv_offload().tokens},
+            {"bytes", service->kv_offload().bytes}}}};
+}
+
 // GET /v1/info: the models, their memory, the server's limits and the CPU
 // kernels' configuration.
 StatusOr<json> ServerInfo(ServingContext& ctx, const HttpServerOptions& options) {
-  RS_ASSIGN_OR_RETURN(service::GenerationService * service, ctx.LoadedService());
-  const EngineConfig& o = service->engine_config();
-  json info = {{"model", service->name()},
-               {"architecture", service->config().architecture},
-               {"dtype", service->dtype()},
-               {"quantization", service->quantization()},
-               {"device", service->device()},
-               {"tokenizer", service->tokenizer() != nullptr},
-               {"vocab_size", service->config().vocab_size},
-               {"max_model_len", service->max_model_len()},
-               {"kv_cache",
-                {{"block_size", o.block_size},
-                 {"num_blocks", service->kv_cache().num_blocks},
-                 {"tokens", service->kv_cache().tokens},
-                 {"bytes", service->kv_cache().bytes}}},
-               {"kv_offload",
-                {{"num_blocks", service->kv_offload().num_blocks},
-                 {"tokens", service->kv_offload().tokens},
-                 {"bytes", service->kv_offload().bytes}}},
-               {"limits",
-                {{"max_num_seqs", o.scheduler.max_num_seqs},
-                 {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
-                 {"max_queue_requests", o.scheduler.max_waiting_requests},
-                 {"max_queue_tokens", o.scheduler.max_waiting_tokens},
-                 {"max_request_tokens", service->limits().max_request_tokens},
-                 {"max_document_bytes", service->limits().max_document_bytes},
-                 {"max_body_bytes", options.max_body_bytes},
+  RS_RETURN_IF_ERROR(ctx.Loaded());
+  const service::GenerationService* service = ctx.service.load();
+  json info = GenerationInfo(service);
+  json limits = {{"max_body_bytes", options.max_body_bytes},
                  {"max_connections", options.limits.max_connections},
-                 {"request_timeout_seconds", ctx.request_timeout_seconds}}},
-               {"qa", nullptr}};
+                 {"request_timeout_seconds", ctx.request_timeout_seconds}};
+  if (service != nullptr) {  // the engine's
+    const EngineConfig& o = service->engine_config();
+    limits.update({{"max_num_seqs", o.scheduler.max_num_seqs},
+                   {"max_num_batched_tokens", o.scheduler.max_num_batched_tokens},
+                   {"max_queue_requests", o.scheduler.max_waiting_requests},
+                   {"max_queue_tokens", o.scheduler.max_waiting_tokens},
+                   {"max_request_tokens", service->limits().max_request_tokens},
+                   {"max_document_bytes", service->limits().max_document_bytes}});
+  }
+  info["limits"] = std::move(limits);
+  info["qa"] = nullptr;
   json kernels = json::object();
   for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig())) kernels[name] = value;
   info["kernels"] = std::move(kernels);

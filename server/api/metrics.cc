@@ -191,10 +191,6 @@ struct ServerMetrics::ModelFamilies {
         &One<pm::Counter>(r, "ropeserve_qa_window_tokens_total",
                           "Tokens of encoder windows (question answering and embeddings) run in engine steps",
                           ModelLabel(m.qa_name.empty() ? m.name : m.qa_name));
-    if (!m.qa_name.empty())
-      qa_latency = &One<pm::Histogram>(r, "ropeserve_qa_request_latency_seconds",
-                                       "Time from arrival to the answer of a question-answering request",
-                                       ModelLabel(m.qa_name), kLatencyBuckets);
   }
 
   double block_size;  // the pool counts prefix-cache blocks; exported as tokens
@@ -206,7 +202,6 @@ struct ServerMetrics::ModelFamilies {
   Twin<pm::Gauge> running, waiting, kv_usage;
   Twin<pm::Family<pm::Counter>> success;
   pm::Counter* qa_window_tokens = nullptr;
-  pm::Histogram* qa_latency = nullptr;  // null without a QA model
 };
 
 struct ServerMetrics::Impl {
@@ -252,6 +247,11 @@ struct ServerMetrics::Impl {
           .Name("ropeserve_embedding_request_latency_seconds")
           .Help("Time from arrival to the embeddings of an embedding request, by model")
           .Register(*registry);
+  // By model too: a QA model may be served without a decoder (no SetModel).
+  pm::Family<pm::Histogram>& qa_latency = Build<pm::Histogram>()
+                                              .Name("ropeserve_qa_request_latency_seconds")
+                                              .Help("Time from arrival to the answer of a question-answering request")
+                                              .Register(*registry);
   std::function<BatchGauges()> batches_source;  // under mu
   pm::Family<pm::Gauge>& batches = Build<pm::Gauge>()
                                        .Name("ropeserve_batches")
@@ -334,9 +334,12 @@ void ServerMetrics::ObserveEmbeddingLatency(const std::string& model, double sec
   impl_->embedding_latency.Add({{"model_name", model}}, pm::Histogram::BucketBoundaries(kTtftBuckets)).Observe(seconds);
 }
 
-void ServerMetrics::ObserveQaLatency(double seconds) {
-  ModelFamilies* f = impl_->model.load();
-  if (f != nullptr && f->qa_latency != nullptr) f->qa_latency->Observe(seconds);
+void ServerMetrics::AddQaModel(const std::string& model) {
+  impl_->qa_latency.Add({{"model_name", model}}, pm::Histogram::BucketBoundaries(kLatencyBuckets));
+}
+
+void ServerMetrics::ObserveQaLatency(const std::string& model, double seconds) {
+  impl_->qa_latency.Add({{"model_name", model}}, pm::Histogram::BucketBoundaries(kLatencyBuckets)).Observe(seconds);
 }
 
 std::string ServerMetrics::Render() {

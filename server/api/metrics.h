@@ -76,7 +76,10 @@ class ServerMetrics : public EngineObserver {
 
   // One request answered: `code` is the HTTP status or the gRPC code name.
   void CountRequest(const std::string& endpoint, const std::string& protocol, const std::string& code);
-  void ObserveQaLatency(double seconds);
+  // ropeserve_qa_request_latency_seconds{model_name}: AddQaModel exports
+  // the model's series (empty) from the start, as SetModel does the decoder's.
+  void AddQaModel(const std::string& model);
+  void ObserveQaLatency(const std::string& model, double seconds);
   // ropeserve_embedding_request_latency_seconds{model_name}.
   void ObserveEmbeddingLatency(const std::string& model, double seconds);
 

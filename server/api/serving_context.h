@@ -1,7 +1,8 @@
 // What the REST and gRPC front ends share: the lifecycle (ready/draining),
 // API keys, metrics, the request timeout, the model service, which is null
-// while the model loads (requests then get 503 / UNAVAILABLE), and the QA
-// and embedding services when such models are served.
+// while the model loads (requests then get 503 / UNAVAILABLE) and when no
+// generation model is served (501 / UNIMPLEMENTED), and the QA and
+// embedding services when such models are served.
 #pragma once
 
 #include <atomic>
@@ -41,10 +42,22 @@ struct ServingContext {
   // and GET /debug/kv-cache lists them.
   bool kv_events = false;
   std::atomic<service::GenerationService*> service{nullptr};
-  // The model service, or Unavailable (503) while the models load.
+  // Set with the models when none of them generates (serve --encoder or
+  // --qa alone): the generation endpoints then answer 501, not 503.
+  std::atomic<bool> no_generation{false};
+  // Unavailable (503) while the models load.
+  Status Loaded() const {
+    if (service.load() == nullptr && !no_generation.load())
+      return Unavailable("the server is still loading its models");
+    return Status::Ok();
+  }
+  // The generation service; Unavailable (503) while the models load,
+  // Unimplemented (501) when the server has no generation model.
   StatusOr<service::GenerationService*> LoadedService() const {
+    RS_RETURN_IF_ERROR(Loaded());
     service::GenerationService* s = service.load();
-    if (s == nullptr) return Unavailable("the server is still loading its models");
+    if (s == nullptr)
+      return Unimplemented("this server serves no generation model (serve --model DIR); see GET /v1/models");
     return s;
   }
   std::atomic<service::QaService*> qa{nullptr};  // null: no QA model (501 / UNIMPLEMENTED)

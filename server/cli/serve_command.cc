@@ -95,10 +95,10 @@ int Run(ServeFlags f) {
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
   if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
   // A deployment that forgot its model must not answer 200 with noise.
-  if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty())
+  if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty() && f.qa.empty() && f.encoders.empty())
     return Fail(
-        "no model to serve: pass --model DIR (ROPESERVE_MODEL), or --demo on (ROPESERVE_DEMO=1) "
-        "for the random-weight demo models");
+        "no model to serve: pass --model DIR (ROPESERVE_MODEL), --qa DIR or --encoder DIR, or --demo on "
+        "(ROPESERVE_DEMO=1) for the random-weight demo models");
 
   api::ServingContext ctx;
   f.responses.ttl = std::chrono::seconds(static_cast<std::int64_t>(f.responses_ttl));
@@ -176,22 +176,28 @@ int Run(ServeFlags f) {
     grpc_server.Stop();
     return Fail(loaded.status().ToString());
   }
-  service::GenerationService& service = *loaded->service;
-  api::ServedModelInfo served;
-  served.name = service.name();
-  served.qa_name = loaded->qa ? loaded->qa->name() : "";
-  served.block_size = service.block_size();
-  served.num_blocks = static_cast<int>(service.kv_cache().num_blocks);
-  served.max_model_len = service.max_model_len();
-  served.num_speculative_tokens = f.engine.scheduler.speculative.num_tokens;
-  metrics.SetModel(served);
-  metrics.Attach(&service.engine());
-  ctx.service = &service;
+  service::GenerationService* service = loaded->service.get();  // null: encoders / QA only
+  if (service != nullptr) {
+    api::ServedModelInfo served;
+    served.name = service->name();
+    served.qa_name = loaded->qa ? loaded->qa->name() : "";
+    served.block_size = service->block_size();
+    served.num_blocks = static_cast<int>(service->kv_cache().num_blocks);
+    served.max_model_len = service->max_model_len();
+    served.num_speculative_tokens = f.engine.scheduler.speculative.num_tokens;
+    metrics.SetModel(served);
+    metrics.Attach(&service->engine());
+  }
+  if (loaded->qa) metrics.AddQaModel(loaded->qa->name());
+  ctx.service = service;
+  ctx.no_generation = service == nullptr;
   ctx.qa = loaded->qa.get();
   ctx.encoders = &loaded->encoder_list;
   ctx.lifecycle.SetReady();
   grpc_server.SetServing(true);
-  (*storage)->StartBatches(ctx);
+  // Batch lines call the generation endpoints: without a decoder they stay
+  // pending for a server that has one.
+  if (service != nullptr) (*storage)->StartBatches(ctx);
   spdlog::info("ready");
 
   while (!stop.Wait(std::chrono::seconds(3600))) {
@@ -210,12 +216,13 @@ int Run(ServeFlags f) {
     spdlog::warn("{} requests still running after --shutdown-timeout: cancelling them", ctx.lifecycle.in_flight());
   // Stopping the engine ends every remaining stream (their clients get an
   // error), then the front ends close.
-  service.engine().Stop();
+  if (service != nullptr) service->engine().Stop();
   ctx.responses->Shutdown();  // background responses end with the engine
   grpc_server.Stop(std::chrono::milliseconds(drained ? 0 : 1000));
   ctx.lifecycle.WaitIdle(std::chrono::seconds(2));
   stop_http();
   ctx.service = nullptr;
+  ctx.no_generation = false;
   ctx.qa = nullptr;
   ctx.encoders = nullptr;
   metrics.Attach(nullptr);
@@ -228,8 +235,10 @@ int Run(ServeFlags f) {
 // The models served, their devices and dtypes.
 void AddModelFlags(CLI::App* sub, ServeFlags* f) {
   sub->add_option("--demo", f->demo,
-                  "Random-weight demo models when no model is named: auto (the default: yes), on / 1, or off / 0 "
-                  "(then serve refuses to start without --model; deployments set this)")
+                  "Random-weight demo models: auto (the default: all of them when no model is named, none "
+                  "when --model, --qa or --encoder is), on / 1 (also a demo decoder beside --qa / --encoder "
+                  "without --model), or off / 0 (never; serve refuses to start with no model named; "
+                  "deployments set this)")
       ->capture_default_str()
       ->envname("ROPESERVE_DEMO")
       ->check(CLI::IsMember({"auto", "on", "off", "1", "0"}));
@@ -237,8 +246,9 @@ void AddModelFlags(CLI::App* sub, ServeFlags* f) {
   // earlier one, still accepted.
   sub->add_option("--model,--summarizer", f->summarizer,
                   "Decoder checkpoint directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json) "
-                  "for summarization and the OpenAI endpoints (default: a generated demo model; --summarizer and "
-                  "ROPESERVE_SUMMARIZER are older names)")
+                  "for summarization and the OpenAI endpoints (default: a generated demo model when no --qa or "
+                  "--encoder is given either, else none: the generation endpoints then answer 501; --summarizer "
+                  "and ROPESERVE_SUMMARIZER are older names)")
       ->envname(std::getenv("ROPESERVE_MODEL") == nullptr && std::getenv("ROPESERVE_SUMMARIZER") != nullptr
                     ? "ROPESERVE_SUMMARIZER"
                     : "ROPESERVE_MODEL")
@@ -557,8 +567,8 @@ Runner AddServe(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve",
       "Serve summarization (REST /v1/summarize, gRPC Summarize), extractive QA (/v1/qa, gRPC Answer), "
-      "OpenAI-compatible completions and chat, Prometheus /metrics. Without --model and --qa, generated demo "
-      "models with random weights. "
+      "OpenAI-compatible completions and chat, Prometheus /metrics. With no model named, generated demo "
+      "models with random weights; with only --qa / --encoder, those models alone. "
       "Flags may also come from a YAML file: `ropeserve serve --config FILE` (keys = flag names) "
       "or ROPESERVE_* environment variables; precedence: flags, then file, then environment.");
   sub->fallthrough();  // --threads and --config belong to the top level; accept them after `serve`

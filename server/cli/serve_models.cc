@@ -62,37 +62,23 @@ StatusOr<std::string> EnsureDemoEmbeddingModel() {
 
 }  // namespace
 
-StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
-                                 const std::shared_ptr<api::WorkPool>& work_pool) {
-  bool demo = false;
-  // With no model named, every demo model; with only --model, no QA.
-  const bool demo_qa = f.summarizer.empty() && f.qa.empty() && f.encoders.empty();
-  if (f.summarizer.empty()) {
-    RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
-    demo = true;
-  }
+namespace {
+
+// The decoder (--model, or the demo model), its tokenizer and its engine.
+Status LoadDecoder(ServeFlags& f, bool demo, EngineObserver& observer, Loaded& out) {
   if (f.served_model_name.empty())
     f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
   DType dtype = ResolveComputeDType(f.dtype, f.summarizer, f.device == "cpu");
   // CUDA workers compute in 16 bits: auto takes bfloat16 for float32 checkpoints there.
   if (f.dtype == "auto" && dtype == DType::kF32 && f.device.rfind("cuda", 0) == 0) dtype = DType::kBF16;
-  Loaded out;
   const Quantization quantization = ParseQuantization(f.quantization).value_or(Quantization::kNone);
   RS_ASSIGN_OR_RETURN(out.model, DecoderModel::Load(f.summarizer, dtype, quantization, at::Device(f.device)));
   const ModelConfig& c = out.model->config();
-  std::string kernels;
-  for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig()))
-    kernels += (kernels.empty() ? "" : " ") + name + "=" + value;
   spdlog::info(
-      "loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}, {} compute threads, kernels: {}",
-      f.served_model_name, c.architecture, c.num_hidden_layers, c.hidden_size,
-      static_cast<double>(c.num_parameters()) / 1e6, f.summarizer, DTypeSafetensorsName(dtype),
-      quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) + " weights",
-      ComputeThreads(), kernels);
-  if (at::Device(f.device).is_cpu() && cpu::ActiveIsa() == cpu::Isa::kGeneric)
-    spdlog::warn(
-        "the CPU kernels run their generic variants (--kernel-isa generic, or a CPU with neither AVX2 nor "
-        "NEON): the projections run as scalar reference code, many times slower than a vector ISA's");
+      "loaded {} ({}, {} layers, hidden {}, {:.1f}M parameters) from {} as {}{}", f.served_model_name, c.architecture,
+      c.num_hidden_layers, c.hidden_size, static_cast<double>(c.num_parameters()) / 1e6, f.summarizer,
+      DTypeSafetensorsName(dtype),
+      quantization == Quantization::kNone ? "" : std::string(" with ") + QuantizationName(quantization) + " weights");
   if (demo) {
     spdlog::warn("*** DEMO MODEL: random weights, its output is meaningless. ***");
     spdlog::warn("*** Serve a real checkpoint with: ropeserve serve --model /path/to/Qwen2.5-0.5B-Instruct ***");
@@ -123,33 +109,38 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
     spdlog::info("KV offload tier (host memory): {} blocks = {} tokens, {:.1f} MiB", tier.num_blocks, tier.tokens,
                  static_cast<double>(tier.bytes) / (1 << 20));
   spdlog::info("steps: {}", out.service->execution());
-  if (demo_qa) {
-    RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
-  }
-  if (!f.qa.empty()) {
-    service::QaServiceOptions qo;
-    qo.on_latency = [&metrics](double seconds) { metrics.ObserveQaLatency(seconds); };
-    qo.engine = &out.service->engine();
-    qo.max_context_bytes = f.qa_max_context_bytes;
-    qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
-    qo.max_windows = f.qa_max_windows;
-    // gRPC Answer calls select their answers on the work pool, not on the
-    // engine's thread.
-    if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
-    const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
-    const DType qa_dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
-    RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype, f.device));  // the decoder's device
-    const EncoderConfig& qc = out.qa->config();
-    spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {} on {}", name, qc.architecture,
-                 qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype), f.device);
-    if (!out.qa->scores_null_answer())
-      spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
-    if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
-  }
-  if (demo_qa) {
-    RS_ASSIGN_OR_RETURN(std::string dir, EnsureDemoEmbeddingModel());
-    f.encoders.push_back(dir);
-  }
+  return Status::Ok();
+}
+
+// The engine whose steps run the encoders' and the QA model's windows:
+// the decoder's; without a decoder each service runs its own worker.
+Engine* SharedEngine(const Loaded& out) { return out.service ? &out.service->engine() : nullptr; }
+
+Status LoadQa(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics, const std::shared_ptr<api::WorkPool>& work_pool,
+              Loaded& out) {
+  service::QaServiceOptions qo;
+  const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
+  qo.on_latency = [&metrics, name](double seconds) { metrics.ObserveQaLatency(name, seconds); };
+  qo.engine = SharedEngine(out);
+  qo.max_context_bytes = f.qa_max_context_bytes;
+  qo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
+  qo.max_windows = f.qa_max_windows;
+  // gRPC Answer calls select their answers on the work pool, not on the
+  // engine's thread.
+  if (auto pool = work_pool) qo.post = [pool](std::function<void()> fn) { return pool->TrySubmit(std::move(fn)); };
+  const DType qa_dtype = ParseDTypeFlag(f.qa_dtype).value_or(DType::kF32);
+  RS_ASSIGN_OR_RETURN(out.qa, LoadQaService(f.qa, name, qo, qa_dtype, f.device));  // the decoder's device
+  const EncoderConfig& qc = out.qa->config();
+  spdlog::info("loaded QA model {} ({}, {} layers, hidden {}) from {} as {} on {}", name, qc.architecture,
+               qc.num_hidden_layers, qc.hidden_size, f.qa, DTypeSafetensorsName(qa_dtype), f.device);
+  if (!out.qa->scores_null_answer())
+    spdlog::warn("the QA tokenizer in {} names no cls_token: the null answer cannot be scored", f.qa);
+  if (demo_qa) spdlog::warn("*** DEMO QA MODEL: random weights, its answers are meaningless. ***");
+  return Status::Ok();
+}
+
+Status LoadEncoders(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics,
+                    const std::shared_ptr<api::WorkPool>& work_pool, Loaded& out) {
   const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
   std::map<std::string, nlohmann::json> overrides;  // by encoder name (validated by the flag)
   for (const std::string& flag : f.hf_overrides) {
@@ -160,7 +151,7 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
     // DIR, or NAME=DIR (the model id the API reports, as --served-model-name).
     const auto [named, dir] = SplitEncoderFlag(flag);
     service::EncoderServiceOptions eo;
-    eo.engine = &out.service->engine();
+    eo.engine = SharedEngine(out);
     eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
     const std::string name = demo_qa          ? "demo-embed"
                              : !named.empty() ? named
@@ -196,6 +187,47 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
     return InvalidArgument("--hf-overrides " + overrides.begin()->first + "=...: no --encoder is named '" +
                            overrides.begin()->first + "'");
   if (demo_qa) spdlog::warn("*** DEMO EMBEDDING MODEL: random weights, its embeddings are meaningless. ***");
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool ServesDemoDecoder(const ServeFlags& f) {
+  if (!f.summarizer.empty()) return false;
+  if (f.demo == "on" || f.demo == "1") return true;
+  return f.demo == "auto" && f.qa.empty() && f.encoders.empty();
+}
+
+StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
+                                 const std::shared_ptr<api::WorkPool>& work_pool) {
+  // No model named: every demo model (unless --demo off, refused before);
+  // only encoders or a QA model: those alone, unless --demo on adds the
+  // demo decoder.
+  const bool demo = ServesDemoDecoder(f);
+  const bool demo_qa = f.demo != "off" && f.demo != "0" && f.summarizer.empty() && f.qa.empty() && f.encoders.empty();
+  if (demo) {
+    RS_ASSIGN_OR_RETURN(f.summarizer, EnsureDemoModel());
+  }
+  Loaded out;
+  if (!f.summarizer.empty()) RS_RETURN_IF_ERROR(LoadDecoder(f, demo, observer, out));
+  std::string kernels;
+  for (const auto& [name, value] : cpu::DescribeKernelConfig(cpu::GetKernelConfig()))
+    kernels += (kernels.empty() ? "" : " ") + name + "=" + value;
+  spdlog::info("{} compute threads, kernels: {}", ComputeThreads(), kernels);
+  if (at::Device(f.device).is_cpu() && cpu::ActiveIsa() == cpu::Isa::kGeneric)
+    spdlog::warn(
+        "the CPU kernels run their generic variants (--kernel-isa generic, or a CPU with neither AVX2 nor "
+        "NEON): the projections run as scalar reference code, many times slower than a vector ISA's");
+  if (!out.service) spdlog::info("no generation model: the generation endpoints answer 501 (serve --model DIR)");
+  if (demo_qa) {
+    RS_ASSIGN_OR_RETURN(f.qa, EnsureDemoQaModel());
+  }
+  if (!f.qa.empty()) RS_RETURN_IF_ERROR(LoadQa(f, demo_qa, metrics, work_pool, out));
+  if (demo_qa) {
+    RS_ASSIGN_OR_RETURN(std::string dir, EnsureDemoEmbeddingModel());
+    f.encoders.push_back(dir);
+  }
+  RS_RETURN_IF_ERROR(LoadEncoders(f, demo_qa, metrics, work_pool, out));
   return out;
 }
 

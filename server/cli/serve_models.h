@@ -71,19 +71,25 @@ struct ServeFlags {
   KvEventsFlags kv_events;  // --kv-events-*, --prefix-caching-hash-*
 };
 
+// Whether serve loads the random-weight demo decoder: no --model, and
+// either --demo on, or --demo auto with no --qa and no --encoder either
+// (`serve --encoder DIR` alone serves that encoder only).
+bool ServesDemoDecoder(const ServeFlags& f);
+
 // The models serve loads, in the order they must stop.
 struct Loaded {
-  std::unique_ptr<DecoderModel> model;
-  std::unique_ptr<service::GenerationService> service;
-  std::unique_ptr<service::QaService> qa;  // null without a QA model
+  std::unique_ptr<DecoderModel> model;                  // null without a decoder
+  std::unique_ptr<service::GenerationService> service;  // null without a decoder
+  std::unique_ptr<service::QaService> qa;               // null without a QA model
   // After the service: they leave its engine before it stops.
   std::vector<std::unique_ptr<service::EncoderService>> encoders;
   std::vector<service::EncoderService*> encoder_list;  // what ServingContext points at
 };
 
 // Loads the summarization model and its tokenizer and starts the engine,
-// then the QA model and the encoders on it; fills in the demo models' paths
-// and served names it chose.
+// then the QA model and the encoders on it (without a decoder, on worker
+// threads of their own); fills in the demo models' paths and served names
+// it chose.
 StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
                                  const std::shared_ptr<api::WorkPool>& work_pool);
 

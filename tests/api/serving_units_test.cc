@@ -136,7 +136,8 @@ TEST(ServerMetrics, RendersObservationsInTextFormat) {
   StepMetrics s;
   s.scheduled_tokens = 40;
   m.OnStep(s);
-  m.ObserveQaLatency(0.2);
+  m.AddQaModel("qa2");  // exported before its first answer
+  m.ObserveQaLatency("qa1", 0.2);
   m.CountRequest("/v1/summarize", "http", "200");
   m.CountRequest("/v1/summarize", "http", "200");
   m.CountRequest("Summarize", "grpc", "UNAVAILABLE");
@@ -164,6 +165,7 @@ TEST(ServerMetrics, RendersObservationsInTextFormat) {
   EXPECT_TRUE(has("vllm:request_success_total{model_name=\"m1\",finished_reason=\"abort\"} 1"));
   EXPECT_TRUE(has("vllm:request_success_total{model_name=\"m1\",finished_reason=\"stop\"} 1"));
   EXPECT_TRUE(has("ropeserve_qa_request_latency_seconds_count{model_name=\"qa1\"} 1"));
+  EXPECT_TRUE(has("ropeserve_qa_request_latency_seconds_count{model_name=\"qa2\"} 0"));
   EXPECT_TRUE(has("ropeserve_requests_total{code=\"200\",endpoint=\"/v1/summarize\",protocol=\"http\"} 2"));
   EXPECT_NE(text.find("protocol=\"grpc\"} 1"), std::string::npos);
   EXPECT_NE(text.find("ropeserve_build_info{compiler="), std::string::npos);

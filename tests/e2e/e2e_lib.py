@@ -203,8 +203,10 @@ class Server:
         self.http, self.grpc, self.admin = free_ports(3)
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "wb")
-        cmd = [binary, "serve", "--summarizer", model, "--host", "127.0.0.1", "--http-port", str(self.http),
-               "--grpc-port", str(self.grpc), "--admin-port", str(self.admin), "--dtype", "float32"] + list(args)
+        # model None: no --summarizer (a server of encoders or a QA model alone).
+        cmd = [binary, "serve"] + (["--summarizer", model] if model is not None else []) + [
+            "--host", "127.0.0.1", "--http-port", str(self.http), "--grpc-port", str(self.grpc),
+            "--admin-port", str(self.admin), "--dtype", "float32"] + list(args)
         if "--kv-cache-memory" not in args:
             cmd += ["--kv-cache-memory", "32M"]
         # Each server its own data directory (one server per directory),

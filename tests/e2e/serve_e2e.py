@@ -215,6 +215,69 @@ def test_question_answering_rest_and_grpc(env):
     check(values.get("ropeserve_qa_request_latency_seconds_count", 0) >= 4, "QA latency not observed")
 
 
+def test_encoder_and_qa_alone_serve_no_decoder(env):
+    """`serve --encoder DIR --qa DIR` without --model serves those models
+    only (their own worker threads, no engine): the generation endpoints
+    answer 501, everything else works; --demo on adds the demo decoder."""
+    g = env.g
+    s = Server(env.binary, None, env.workdir, ["--encoder", env.embed_model, "--qa", env.qa_model, "--demo", "off"],
+               name="encoders-only", env={"ROPESERVE_CACHE": os.path.join(env.workdir, "cache-encoders-only")})
+    try:
+        status, _, models = curl(s.http, "/v1/models")
+        tasks = {m["id"]: m["task"] for m in json.loads(models)["data"]}
+        check(status == 200 and tasks == {"embed": "embed", "qa": "question-answering"}, f"{status} {models}")
+        # The same vectors as the main server's, where the engine's steps run them.
+        body = {"model": "embed", "input": ["hello world", "a second one"]}
+        status, out, _ = post_json(s.http, "/v1/embeddings", body)
+        check(status == 200, f"{status} {out}")
+        _, main_out, _ = post_json(env.main.http, "/v1/embeddings", body)
+        check([d["embedding"] for d in out["data"]] == [d["embedding"] for d in main_out["data"]],
+              "embeddings differ from the main server's")
+        qa = {"question": "What is the capital?", "context": "The capital of France is Paris. It is large."}
+        status, answer, _ = post_json(s.http, "/v1/qa", qa)
+        _, main_answer, _ = post_json(env.main.http, "/v1/qa", qa)
+        check(status == 200 and [(a["start"], a["end"]) for a in answer["answers"]]
+              == [(a["start"], a["end"]) for a in main_answer["answers"]], f"{status} {answer} vs {main_answer}")
+        for path, payload in (("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+                              ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                              ("/v1/summarize", {"text": TEXT}), ("/tokenize", {"prompt": "hi"})):
+            status, err, _ = post_json(s.http, path, payload)
+            check(status == 501 and "serve --model" in err["error"]["message"], f"{path}: {status} {err}")
+        check(curl(s.http, "/v1/files")[0] == 501, "files without a generation model")
+        status, _, info = curl(s.http, "/v1/info")
+        info = json.loads(info)
+        check(status == 200 and info["model"] is None and info["kv_cache"] is None
+              and [e["model"] for e in info["embedding"]] == ["embed"] and info["qa"]["model"] == "qa"
+              and "max_body_bytes" in info["limits"] and "max_num_seqs" not in info["limits"], info)
+        check(curl(s.http, "/ready")[0] == 200 and g.health(s.grpc) == "SERVING", "not ready")
+        stub = g.stub(s.grpc)
+        r = stub.Embed(g.pb.EmbedRequest(inputs=[g.pb.EmbedInput(text="hello world")]), timeout=HANG_GUARD_SECONDS)
+        check(list(r.embeddings[0].values) == out["data"][0]["embedding"], "gRPC Embed differs")
+        check(g.code(lambda: stub.Generate(g.pb.GenerateRequest(prompt="hi", max_tokens=2), timeout=10))
+              == "UNIMPLEMENTED", "gRPC Generate without a decoder")
+        check(g.code(lambda: stub.Summarize(g.pb.SummarizeRequest(text=TEXT), timeout=10)) == "UNIMPLEMENTED",
+              "gRPC Summarize without a decoder")
+        r = stub.GetModelInfo(g.pb.GetModelInfoRequest(), timeout=10)
+        check(sorted(m.task for m in r.models) == ["embed", "qa"] and r.num_kv_blocks == 0, r)
+        _, values = s.metrics()
+        check(values.get('ropeserve_qa_request_latency_seconds_count{model_name="qa"}', 0) >= 1
+              and values.get('ropeserve_embedding_request_latency_seconds_count{model_name="embed"}', 0) >= 1,
+              "latencies not observed")
+        check("DEMO" not in s.read_log(tail=0) and "no generation model" in s.read_log(tail=0), s.read_log())
+    finally:
+        check(s.stop() == 0, "exit code")
+    # --demo on: the demo decoder beside the encoder.
+    s = Server(env.binary, None, env.workdir, ["--encoder", env.embed_model, "--demo", "on"], name="encoder-demo",
+               env={"ROPESERVE_CACHE": os.path.join(env.workdir, "cache-encoders-only")})
+    try:
+        status, _, models = curl(s.http, "/v1/models")
+        tasks = {m["id"]: m["task"] for m in json.loads(models)["data"]}
+        check(tasks == {"demo-tiny": "generate", "embed": "embed"}, models)
+        check(post_json(s.http, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})[0] == 200, "demo decoder")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 def test_embeddings_openai_and_tei_shapes(env):
     s = env.main
     status, _, models = curl(s.http, "/v1/models")
