@@ -11,9 +11,9 @@
 
 #include "server/api/api_keys.h"
 #include "server/api/lifecycle.h"
-#include "server/api/metrics.h"
-#include "server/api/response_store.h"
-#include "server/api/tracing.h"
+#include "server/api/observability/metrics.h"
+#include "server/api/observability/tracing.h"
+#include "server/api/rest/response_store.h"
 #include "server/common/status.h"
 
 namespace ropeserve::service {

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "server/api/api_keys.h"
-#include "server/api/grpc_service.h"
-#include "server/api/http_server.h"
-#include "server/api/logging.h"
-#include "server/api/metrics.h"
+#include "server/api/grpc/grpc_service.h"
+#include "server/api/http/http_server.h"
+#include "server/api/observability/logging.h"
+#include "server/api/observability/metrics.h"
 #include "server/api/serving_context.h"
 #include "server/api/work_pool.h"
 #include "server/checkpoint/config_overrides.h"

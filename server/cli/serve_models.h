@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "server/api/metrics.h"
-#include "server/api/response_store.h"
+#include "server/api/observability/metrics.h"
+#include "server/api/rest/response_store.h"
 #include "server/api/work_pool.h"
 #include "server/cli/commands.h"
 #include "server/cli/serve_kv_events.h"

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "server/api/batch_executor.h"
+#include "server/api/rest/batch_executor.h"
 #include "server/cli/test_hooks.h"
 
 namespace ropeserve::cli {

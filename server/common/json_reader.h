@@ -11,7 +11,7 @@
 //   - a wrong value is "'<key>' must be <what>, got <value>" (the value
 //     at most 100 bytes), made a Status by the reader's error maker: by
 //     default InvalidArgument("<where>: ..."); request bodies make a 400
-//     naming the field (server/api/json_fields.h).
+//     naming the field (server/api/rest/json_fields.h).
 // Header-only templates over nlohmann's json and ordered_json; model-free.
 #pragma once
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "server/api/rest_request.h"
+#include "server/api/rest/rest_request.h"
 #include "server/service/reasoning.h"
 #include "server/template/chat_template.h"
 #include "tests/checkpoint/test_checkpoints.h"

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/api/http_server.h"
-#include "server/api/rest_handlers.h"
+#include "server/api/http/http_server.h"
+#include "server/api/rest/rest_handlers.h"
 #include "tests/api/tiny_service_test.h"
 
 namespace ropeserve {

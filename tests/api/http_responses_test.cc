@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/api/response_store.h"
+#include "server/api/rest/response_store.h"
 #include "tests/api/http_fixture.h"
 
 namespace ropeserve {

@@ -6,8 +6,8 @@
 #include <set>
 #include <thread>
 
-#include "server/api/http_server.h"
-#include "server/api/rest_handlers.h"
+#include "server/api/http/http_server.h"
+#include "server/api/rest/rest_handlers.h"
 #include "server/api/serving_context.h"
 #include "server/models/decoder.h"
 #include "server/service/generation_service.h"

@@ -12,8 +12,8 @@
 
 #include <cstring>
 
-#include "server/api/rest_handlers.h"
-#include "server/api/rest_request.h"
+#include "server/api/rest/rest_handlers.h"
+#include "server/api/rest/rest_request.h"
 #include "server/checkpoint/model_generator.h"
 #include "server/checkpoint/safetensors.h"
 #include "server/serving/service_factory.h"

@@ -1,6 +1,6 @@
-// Reading REST bodies (server/api/rest_request.h): strict about unknown
+// Reading REST bodies (server/api/rest/rest_request.h): strict about unknown
 // fields and unsupported values, 400 naming the field, never an exception.
-#include "server/api/rest_request.h"
+#include "server/api/rest/rest_request.h"
 
 #include <gtest/gtest.h>
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "server/api/api_keys.h"
-#include "server/api/http_connection.h"
+#include "server/api/http/http_connection.h"
 #include "server/api/lifecycle.h"
-#include "server/api/metrics.h"
+#include "server/api/observability/metrics.h"
 #include "tests/checkpoint/test_checkpoints.h"
 
 namespace ropeserve::api {

@@ -1,7 +1,7 @@
 // Tracing without a model: the OTLP/JSON encoding, the spans built from an
 // engine request's timings, and the exporter against a local collector
 // (one that answers, one that stalls).
-#include "server/api/tracing.h"
+#include "server/api/observability/tracing.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -1,10 +1,10 @@
 // libFuzzer target: arbitrary bytes as gRPC request messages (what the
 // server receives once the transport has framed them), through the
-// conversion to the validator's fields (server/api/grpc_request.h) and the
+// conversion to the validator's fields (server/api/grpc/grpc_request.h) and the
 // validator. Errors are fine; crashes, hangs and leaks are not.
 #include <cstdint>
 
-#include "server/api/grpc_request.h"
+#include "server/api/grpc/grpc_request.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
 // libFuzzer target: arbitrary REST bodies through the readers of every
-// endpoint (server/api/rest_request.h) and the request validator. Errors
+// endpoint (server/api/rest/rest_request.h) and the request validator. Errors
 // are fine; crashes, hangs, leaks and exceptions are not.
 #include <cstdint>
 #include <string>
 
-#include "server/api/rest_request.h"
+#include "server/api/rest/rest_request.h"
 
 namespace {
 
