@@ -1,5 +1,7 @@
 #include "server/engine/block_pool.h"
 
+// XXH3_state_t on the stack (its layout is public with this macro).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include <algorithm>
@@ -27,14 +29,15 @@ std::uint64_t ProcessSeed() {
 }  // namespace
 
 BlockHash HashBlock(std::optional<BlockHash> parent, std::span<const TokenId> tokens, std::uint64_t extra) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset_withSeed(state, ProcessSeed());
+  // On the stack: a block's hash is taken for every full block of every
+  // prompt, and XXH3_createState is a malloc.
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset_withSeed(&state, ProcessSeed());
   const std::uint64_t head[3] = {parent.has_value() ? 1u : 0u, parent ? parent->value : 0, extra};
-  XXH3_64bits_update(state, head, sizeof(head));
-  XXH3_64bits_update(state, tokens.data(), tokens.size_bytes());
-  BlockHash h{XXH3_64bits_digest(state)};
-  XXH3_freeState(state);
-  return h;
+  XXH3_64bits_update(&state, head, sizeof(head));
+  XXH3_64bits_update(&state, tokens.data(), tokens.size_bytes());
+  return BlockHash{XXH3_64bits_digest(&state)};
 }
 
 BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher)

@@ -435,6 +435,8 @@ void Engine::UpdateStats() {
     stats_.offload_saved = offloader_->stats().saved_blocks;
     stats_.offload_loaded = offloader_->stats().loaded_blocks;
     stats_.offload_dropped = offloader_->stats().dropped_blocks;
+    stats_.offload_skipped = offloader_->stats().skipped_saves;
+    stats_.offload_failed_copies = offloader_->stats().failed_copies;
     stats_.offload_used = offloader_->tier().num_used();
   }
   const double usage = pool_.usage();

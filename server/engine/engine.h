@@ -98,6 +98,8 @@ struct EngineStats {
   std::atomic<std::uint64_t> offload_saved{0};
   std::atomic<std::uint64_t> offload_loaded{0};
   std::atomic<std::uint64_t> offload_dropped{0};
+  std::atomic<std::uint64_t> offload_skipped{0};  // evicted while every slot was pinned
+  std::atomic<std::uint64_t> offload_failed_copies{0};
   std::atomic<int> offload_used{0};
   std::atomic<std::uint64_t> steps{0};
   std::atomic<std::uint64_t> step_tokens{0};
@@ -202,8 +204,6 @@ class Engine {
   StatusOr<std::vector<std::uint64_t>> CachedBlockHashes();
   // The same for the cache and the host tier.
   StatusOr<KvCacheContents> CacheContents();
-  // The host tier, if any (engine thread only).
-  const KvOffloader* offloader() const { return offloader_.get(); }
 
  private:
   struct InboxItem;

@@ -139,10 +139,8 @@ KvOffloader::Continuation KvOffloader::Find(std::span<const TokenId> tokens, std
   return c;
 }
 
-std::optional<KvOffloader::Loaded> KvOffloader::Load(const Continuation& c, std::span<const TokenId> tokens,
-                                                     std::size_t first_block, std::optional<BlockHash> parent,
-                                                     std::optional<BlockRef> parent_ref) {
-  if (c.slots.empty()) return Loaded{};
+std::optional<std::vector<BlockId>> KvOffloader::Load(const Continuation& c) {
+  if (c.slots.empty()) return std::vector<BlockId>{};
   // The blocks the allocation evicts go to the tier too: never over the
   // slots about to be read.
   for (int s : c.slots) tier_.Pin(s);
@@ -161,19 +159,7 @@ std::optional<KvOffloader::Loaded> KvOffloader::Load(const Continuation& c, std:
     }
   }
   for (int s : c.slots) tier_.Unpin(s);
-  if (!ids) return std::nullopt;
-  Loaded out;
-  out.ids = std::move(*ids);
-  const std::size_t bs = static_cast<std::size_t>(pool_.block_size());
-  for (std::size_t i = 0; i < out.ids.size(); ++i) {
-    std::span<const TokenId> chunk = tokens.subspan((first_block + i) * bs, bs);
-    std::optional<BlockRef> ref;
-    if (i == 0 || out.cached_as.back()) ref = pool_.CacheFullBlock(out.ids[i], c.hashes[i], chunk, parent, parent_ref);
-    out.cached_as.push_back(ref);
-    parent = c.hashes[i];
-    parent_ref = ref;
-  }
-  return out;
+  return ids;
 }
 
 }  // namespace ropeserve

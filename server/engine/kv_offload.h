@@ -108,15 +108,10 @@ class KvOffloader {
   };
   Continuation Find(std::span<const TokenId> tokens, std::span<const BlockId> matched_ids,
                     std::span<const BlockHash> matched_hashes, std::uint64_t extra);
-  // Copies the continuation's blocks into fresh cache blocks and caches
-  // them after the last matched block: their ids and the contents caching
-  // them (as CacheFullBlock returns), or nullopt when the pool has no room.
-  struct Loaded {
-    std::vector<BlockId> ids;
-    std::vector<std::optional<BlockRef>> cached_as;
-  };
-  std::optional<Loaded> Load(const Continuation& c, std::span<const TokenId> tokens, std::size_t first_block,
-                             std::optional<BlockHash> parent, std::optional<BlockRef> parent_ref);
+  // Copies the continuation's blocks into fresh cache blocks: their ids
+  // (the caller caches them, as blocks it computed), or nullopt when the
+  // pool has no room or the copy failed.
+  std::optional<std::vector<BlockId>> Load(const Continuation& c);
   // Runs the saves collected since the last call. A copy that fails drops
   // its blocks from the tier (never serving what it may not hold).
   void Flush();

@@ -132,17 +132,12 @@ void Scheduler::CacheFullBlocks(Request& r) {
 void Scheduler::LoadFromTier(Request& r, std::span<const TokenId> known) {
   KvOffloader::Continuation c = offloader_->Find(known, r.blocks.ids(), r.hashes, r.spec.cache_salt);
   if (c.slots.empty()) return;
-  std::optional<BlockHash> parent;
-  std::optional<BlockRef> parent_ref;
-  if (!r.hashes.empty()) {
-    parent = r.hashes.back();
-    parent_ref = r.cached_as.back();
-  }
-  auto loaded = offloader_->Load(c, known, r.hashes.size(), parent, parent_ref);
-  if (!loaded) return;  // no room now: the blocks are computed
-  r.blocks.Append(loaded->ids);
-  r.hashes.insert(r.hashes.end(), c.hashes.begin(), c.hashes.end());
-  r.cached_as.insert(r.cached_as.end(), loaded->cached_as.begin(), loaded->cached_as.end());
+  std::optional<std::vector<BlockId>> ids = offloader_->Load(c);
+  if (!ids) return;  // no room now: the blocks are computed
+  // The copied blocks hold what computing them would have: cached the same way.
+  r.blocks.Append(*ids);
+  r.num_computed = static_cast<std::int64_t>(r.hashes.size() + ids->size()) * pool_.block_size();
+  CacheFullBlocks(r);
 }
 
 void Scheduler::ExpireDeadlines(Clock::time_point now) {

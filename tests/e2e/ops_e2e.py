@@ -625,6 +625,9 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
         values = tiered.metrics()[1]
         check(values.get("ropeserve_kv_offload_loaded_blocks_total", 0) >= 1 and
               values.get("ropeserve_kv_offload_saved_blocks_total", 0) >= 4, "the tier's counters")
+        # Nothing pinned every slot and no copy failed (a CPU tier's copies cannot).
+        check(values.get("ropeserve_kv_offload_skipped_blocks_total") == 0 and
+              values.get("ropeserve_kv_offload_failed_copies_total") == 0, "the tier's failure counters")
 
         def agree():
             drain()

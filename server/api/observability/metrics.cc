@@ -231,6 +231,12 @@ struct ServerMetrics::Impl {
                        "KV blocks copied back from the host tier instead of computed (--kv-offload-memory)", {});
   pm::Counter& offload_dropped = One<pm::Counter>(*registry, "ropeserve_kv_offload_dropped_blocks_total",
                                                   "KV blocks the host tier dropped (least recently used)", {});
+  pm::Counter& offload_skipped =
+      One<pm::Counter>(*registry, "ropeserve_kv_offload_skipped_blocks_total",
+                       "Evicted KV blocks the host tier could not take (every slot pinned by a load)", {});
+  pm::Counter& offload_failed_copies =
+      One<pm::Counter>(*registry, "ropeserve_kv_offload_failed_copies_total",
+                       "Copies to or from the host tier that failed (their blocks dropped or computed)", {});
   pm::Gauge& offload_used =
       One<pm::Gauge>(*registry, "ropeserve_kv_offload_blocks", "KV blocks the host tier holds now", {});
   pm::Gauge& resident = One<pm::Gauge>(*registry, "process_resident_memory_bytes", "Resident memory size in bytes", {});
@@ -366,6 +372,8 @@ std::string ServerMetrics::Render() {
       SyncCounter(impl_->offload_saved, static_cast<double>(s.offload_saved.load()));
       SyncCounter(impl_->offload_loaded, static_cast<double>(s.offload_loaded.load()));
       SyncCounter(impl_->offload_dropped, static_cast<double>(s.offload_dropped.load()));
+      SyncCounter(impl_->offload_skipped, static_cast<double>(s.offload_skipped.load()));
+      SyncCounter(impl_->offload_failed_copies, static_cast<double>(s.offload_failed_copies.load()));
       impl_->offload_used.Set(static_cast<double>(s.offload_used.load()));
     }
     if (const Tracer* t = impl_->tracer.load(); t != nullptr && t->exporter() != nullptr) {
