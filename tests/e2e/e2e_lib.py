@@ -113,6 +113,40 @@ def stream(port, path, body, headers=()):
     return status, sse_events(text)
 
 
+def post_together(port, path, body, n, headers=()):
+    """n identical POSTs that reach the server at once, whatever the load on
+    this machine: each is sent on its own connection but for its body's last
+    byte, then the n last bytes go out back to back. Returns [(status,
+    {lower-case header: value})] in the connections' order."""
+    payload = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n" + "".join(h + "\r\n" for h in headers) +
+            "\r\n").encode()
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD_SECONDS)
+            socks.append(sock)
+            sock.sendall(head + payload[:-1])
+        for sock in socks:
+            sock.sendall(payload[-1:])
+        out = []
+        for sock in socks:
+            data = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            lines = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+            fields = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:]))
+            out.append((int(lines[0].split(" ")[1]), fields))
+        return out
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 class StreamingClient:
     """curl -N in the background, readable event by event; kill() drops the
     connection like a client that goes away."""

@@ -22,7 +22,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_lib import (HANG_GUARD_SECONDS, TEXT, Failure, Server, StreamingClient, check, curl,  # noqa: E402
-                     post_json, run_tests, stream, wait_until)
+                     post_json, post_together, run_tests, stream, wait_until)
 
 # ---- tests ----
 
@@ -688,14 +688,18 @@ def test_auth_overload_json_logs_and_yaml_config(env):
                                             metadata=[("authorization", "Bearer secret-one")])) == "OK",
               "gRPC good key")
         # Flood: 1 running + 2 waiting fit; the rest get 429 with Retry-After
-        # (REST) or RESOURCE_EXHAUSTED (gRPC), and every accepted request completes.
+        # (REST) or RESOURCE_EXHAUSTED (gRPC), and every accepted request
+        # completes. The REST requests arrive at once (post_together: a
+        # client started one by one could see each finish before the next
+        # on a loaded machine), and each runs its 200 tokens (ignore_eos).
         results = []
         lock = threading.Lock()
 
         def rest_client():
-            r = curl(s.http, "/v1/summarize", summarize_body(max_tokens=200), headers=ok)
-            with lock:
-                results.append(("rest", r[0], r[1].get("retry-after")))
+            flood = {"prompt": [5, 6, 7, 8], "max_tokens": 200, "ignore_eos": True}
+            for status, fields in post_together(s.http, "/v1/completions", flood, 12, ok):
+                with lock:
+                    results.append(("rest", status, fields.get("retry-after")))
 
         def grpc_client():
             code = g.code(lambda: stub.Summarize(g.pb.SummarizeRequest(text=TEXT, max_tokens=200), timeout=HANG_GUARD_SECONDS,
@@ -703,7 +707,7 @@ def test_auth_overload_json_logs_and_yaml_config(env):
             with lock:
                 results.append(("grpc", code, None))
 
-        threads = [threading.Thread(target=rest_client) for _ in range(12)]
+        threads = [threading.Thread(target=rest_client)]
         threads += [threading.Thread(target=grpc_client) for _ in range(6)]
         for t in threads:
             t.start()
