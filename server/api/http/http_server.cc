@@ -129,8 +129,11 @@ std::optional<Lifecycle::Ticket> HttpServer::Impl::Admitted(httplib::Response& r
     SetError(res, ticket.status());
     return std::nullopt;
   }
-  if (Status loaded = ctx.Loaded(); !loaded.ok()) {
-    SetError(res, loaded);
+  // Every endpoint admitted here runs on the generation model (the Files
+  // and Batch APIs feed it): 503 while loading, 501 without one, before
+  // the body (an upload's included) is read.
+  if (auto service = ctx.LoadedService(); !service.ok()) {
+    SetError(res, service.status());
     return std::nullopt;
   }
   return std::move(*ticket);
@@ -202,17 +205,14 @@ void HttpServer::Impl::Upload(const httplib::Request& req, httplib::Response& re
 
 void HttpServer::Impl::Run(Endpoint endpoint, const httplib::Request& req, const std::string& body,
                            Lifecycle::Ticket ticket, httplib::Response& res, const std::vector<FormPart>* form) {
-  // Every such endpoint serves the generation model's (the Files and Batch
-  // APIs feed it): without one, 501.
-  auto service = ctx.LoadedService();
-  if (!service.ok()) return SetError(res, service.status());
+  service::GenerationService* service = ctx.service.load();  // Admitted checked it
   // A unary request whose client goes away is cancelled (streams notice
   // it when writing).
   std::vector<std::pair<std::string, std::string>> query(req.params.begin(), req.params.end());
   auto reply =
-      endpoint(**service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
-                                      t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id,
-                                      std::move(query), &ctx.lifecycle, ctx.files, form, ctx.batches});
+      endpoint(*service, RestRequest{body, ctx.request_timeout_seconds, &connection::ClientGone, &t_request.user,
+                                     t_request.span.context, ctx.responses.get(), t_request.owner, t_request.path_id,
+                                     std::move(query), &ctx.lifecycle, ctx.files, form, ctx.batches});
   if (!reply.ok()) return SetError(res, reply.status());
   if (!reply->events) {
     res.set_content(reply->body, reply->content_type);
