@@ -18,7 +18,7 @@
 #include "server/engine/kv_cache_sizing.h"
 #include "server/models/decoder.h"
 #include "server/runner/model_runner.h"
-#include "server/serving/service_factory.h"
+#include "server/serving/decoder_worker.h"
 #include "server/serving/threads.h"
 #include "server/structured/grammar.h"
 #include "server/tokenizer/tokenizer.h"
@@ -40,30 +40,38 @@ struct EngineRun {
   RunnerStats runner;
 };
 
-// Keeps `concurrency` requests in flight until all are done.
-// With `grammar`, every request is constrained to it and may end at EOS.
+// What serve's flags would set for this run (the engine's options).
+service::EngineOptions BenchEngineOptions(const BenchOptions& o, std::int64_t max_len) {
+  service::EngineOptions eo;
+  eo.block_size = o.block_size;
+  eo.kv_cache_memory = o.kv_cache_memory;
+  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  eo.enforce_eager = o.enforce_eager;
+  eo.scheduler.max_model_len = max_len;
+  eo.scheduler.max_num_seqs = o.concurrency;
+  eo.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  eo.scheduler.max_prefill_tokens_while_decoding = o.max_prefill_tokens_while_decoding;
+  eo.scheduler.max_waiting_requests = static_cast<int>(std::min<std::int64_t>(o.num_requests + 1, 1 << 30));
+  eo.scheduler.speculative = o.speculative;
+  return eo;
+}
+
+// Keeps `concurrency` requests in flight until all are done, on a cache of
+// `kv` (sized once for the whole benchmark) and the worker serve builds
+// (BuildDecoderWorker). With `grammar`, every request is constrained to it
+// and may end at EOS.
 StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, const Workload& w,
-                              std::int64_t num_blocks, std::int64_t max_len,
+                              const KvCacheSize& kv, std::int64_t max_len,
                               std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr,
                               bool time_phases = false) {
-  RunnerOptions ro;  // as serve's (time_phases: not; see RunnerOptions)
-  ro.time_phases = time_phases;
-  ro.max_num_batched_tokens = o.max_num_batched_tokens;
-  ro.max_num_seqs = o.concurrency;
-  ro.cuda_graphs = !o.enforce_eager && model.CanCaptureGraphs();
-  ro.pad_decode = ro.cuda_graphs;
-  ro.sampling = o.sampler;
-  ModelRunner runner(model, num_blocks, o.block_size, ro);
-  if (ro.cuda_graphs) RS_RETURN_IF_ERROR(runner.CaptureDecodeGraphs());
-  EngineConfig ec;
-  ec.num_blocks = static_cast<int>(num_blocks);
-  ec.block_size = o.block_size;
-  ec.scheduler.max_model_len = max_len;
-  ec.scheduler.max_num_seqs = o.concurrency;
-  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.scheduler.max_prefill_tokens_while_decoding = o.max_prefill_tokens_while_decoding;
-  ec.scheduler.max_waiting_requests = o.num_requests + 1;
-  ec.scheduler.speculative = o.speculative;
+  RS_ASSIGN_OR_RETURN(const service::EngineOptions options,
+                      ResolveEngineOptions(model, BenchEngineOptions(o, max_len)));
+  RunnerDiagnostics diagnostics;  // serve's runner, with the bench's sampler choice
+  diagnostics.sampling = o.sampler;
+  diagnostics.time_phases = time_phases;
+  RS_ASSIGN_OR_RETURN(DecoderWorker worker, BuildDecoderWorker(model, options, kv, diagnostics));
+  if (UsesCudaGraphs(model, options) && worker.runner->captured_graphs() == 0)
+    return Internal("the CUDA graphs were not captured: " + worker.execution);
   // The client loop sleeps until a stream has something (the streams'
   // notify hook). Polling each stream with a short timeout instead woke the
   // client every 200 us, and on two cores each wake-up preempted one of the
@@ -71,7 +79,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   // join (~140 preemptions per token at one sequence). Declared before the
   // engine: its hooks may run until the engine stops.
   ReadySignal waker;
-  Engine engine(ec, runner);
+  Engine engine(worker.engine, *worker.executor);
   engine.Start();
 
   EngineRun run;
@@ -141,7 +149,7 @@ StatusOr<EngineRun> RunEngine(const DecoderModel& model, const BenchOptions& o, 
   run.spec_drafts = st.spec_drafts;
   run.spec_draft_tokens = st.spec_draft_tokens;
   run.spec_accepted = st.spec_accepted_tokens;
-  run.runner = runner.stats();
+  run.runner = worker.runner->stats();
   return run;
 }
 
@@ -270,7 +278,7 @@ StatusOr<nlohmann::json> RelativeLogitError(const DecoderModel& quantized, const
 // many outputs the automaton accepts, and the compile time (vocabulary and
 // schema).
 StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOptions& o, const Workload& w,
-                                        std::int64_t num_blocks, std::int64_t max_len) {
+                                        const KvCacheSize& kv, std::int64_t max_len) {
   RS_ASSIGN_OR_RETURN(const std::string schema, ReadTextFile(o.json_schema));
   RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(o.model));
   const ModelConfig& c = model.config();
@@ -286,7 +294,7 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
   std::int64_t valid = 0, generated = 0;
   std::size_t outputs = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(model, o, w, num_blocks, max_len, grammar));
+    RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(model, o, w, kv, max_len, grammar));
     tok_s += static_cast<double>(run.generated) / run.seconds / 2;
     tpot += 1e3 * Percentile(run.tpot, 0.5) / 2;
     generated += run.generated;
@@ -297,7 +305,7 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
       valid += grammar->dfa().Matches(bytes);
       ++outputs;
     }
-    RS_ASSIGN_OR_RETURN(EngineRun free, RunEngine(model, o, w, num_blocks, max_len));
+    RS_ASSIGN_OR_RETURN(EngineRun free, RunEngine(model, o, w, kv, max_len));
     free_tok_s += static_cast<double>(free.generated) / free.seconds / 2;
     free_tpot += 1e3 * Percentile(free.tpot, 0.5) / 2;
   }
@@ -344,17 +352,13 @@ Status RunBench(const BenchOptions& o) {
     out << dump.dump() << "\n";
     if (!out.flush()) return InvalidArgument("--workload-out: cannot write " + o.workload_out);
   }
-  std::int64_t available = -1;  // the host's memory
-  if (model->device().is_cuda()) {
-    const bool graphs = !o.enforce_eager && model->CanCaptureGraphs();
-    RS_ASSIGN_OR_RETURN(available,
-                        DeviceKvBudget(*model, o.max_num_batched_tokens, o.block_size, o.gpu_memory_utilization,
-                                       graphs ? o.concurrency : 0, GraphContext(*model, o.block_size)));
-  }
-  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeKvCacheForEngine(o.kv_cache_memory, model->KvBytesPerToken(), o.block_size,
-                                                           max_len, o.concurrency, available));
+  // The cache serve would size for these flags, once: every run below
+  // (alone, batch-1, prefill) gets a cache of the same size.
+  RS_ASSIGN_OR_RETURN(const service::EngineOptions sizing,
+                      ResolveEngineOptions(*model, BenchEngineOptions(o, max_len)));
+  RS_ASSIGN_OR_RETURN(KvCacheSize kv, SizeDecoderKvCache(*model, sizing));
 
-  RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv.num_blocks, max_len));
+  RS_ASSIGN_OR_RETURN(EngineRun run, RunEngine(*model, o, w, kv, max_len));
   const double tok_s = static_cast<double>(run.generated) / run.seconds;
   double baseline = 0;
   if (o.baseline_static) {
@@ -368,7 +372,7 @@ Status RunBench(const BenchOptions& o) {
     for (std::size_t i = 0; i < w.prompts.size(); ++i) {
       Workload one{{w.prompts[i]}, {w.output_lens[i]}};
       alone.num_requests = 1;
-      RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, alone, one, kv.num_blocks, max_len));
+      RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, alone, one, kv, max_len));
       mismatches += r.outputs[0] != run.outputs[i];
     }
   }
@@ -383,7 +387,7 @@ Status RunBench(const BenchOptions& o) {
     Workload single{{std::vector<TokenId>(w.prompts[0].begin(),
                                           w.prompts[0].begin() + std::min<std::size_t>(16, w.prompts[0].size()))},
                     {o.batch1_tokens}};
-    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, single, kv.num_blocks, max_len));
+    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, single, kv, max_len));
     // Every token after the first: their count over the time they took (the
     // first interval alone, as this once used, swung 13-39 tok/s run to run).
     double decode_seconds = 0;
@@ -397,8 +401,7 @@ Status RunBench(const BenchOptions& o) {
     // (RunnerOptions::time_phases); per step, in milliseconds; "engine" is
     // the rest of the run's time per step (scheduling, streams, this loop).
     single.output_lens[0] = std::min<std::int64_t>(o.batch1_tokens, 64);
-    RS_ASSIGN_OR_RETURN(EngineRun timed,
-                        RunEngine(*model, one, single, kv.num_blocks, max_len, /*grammar=*/nullptr, true));
+    RS_ASSIGN_OR_RETURN(EngineRun timed, RunEngine(*model, one, single, kv, max_len, /*grammar=*/nullptr, true));
     const RunnerStats& st = timed.runner;
     const double steps = static_cast<double>(std::max<std::uint64_t>(st.steps, 1));
     const double prepare = 1e-6 * static_cast<double>(st.prepare_ns) / steps,
@@ -427,7 +430,7 @@ Status RunBench(const BenchOptions& o) {
     BenchOptions one = o;
     one.concurrency = 1;
     one.num_requests = 1;
-    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, Workload{{prompt}, {1}}, kv.num_blocks, max_len));
+    RS_ASSIGN_OR_RETURN(EngineRun r, RunEngine(*model, one, Workload{{prompt}, {1}}, kv, max_len));
     prefill = {{"tokens", o.prefill_tokens},
                {"seconds", r.ttft[0]},
                {"tok_s", r.ttft[0] > 0 ? o.prefill_tokens / r.ttft[0] : 0.0}};
@@ -441,7 +444,7 @@ Status RunBench(const BenchOptions& o) {
 
   nlohmann::json constrained = nullptr;
   if (!o.json_schema.empty()) {
-    RS_ASSIGN_OR_RETURN(constrained, RunConstrained(*model, o, w, kv.num_blocks, max_len));
+    RS_ASSIGN_OR_RETURN(constrained, RunConstrained(*model, o, w, kv, max_len));
   }
 
   nlohmann::json speculative = nullptr;

@@ -37,6 +37,7 @@ struct GenerateFlags {
   std::string dtype = "float32";
   std::string quantization = "none";
   std::string device = "cpu";
+  bool enforce_eager = false;
 };
 
 int Run(const GenerateFlags& f) {
@@ -72,6 +73,7 @@ int Run(const GenerateFlags& f) {
   // sampler and output processor (detokenization, stop strings).
   OfflineOptions eo;
   eo.max_num_seqs = 1;
+  eo.enforce_eager = f.enforce_eager;
   auto speculative = SpeculativeFrom(f.speculative);
   if (!speculative.ok()) return Fail(speculative.status().message());
   eo.speculative = *speculative;
@@ -187,6 +189,9 @@ Runner AddGenerate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(kQuantizationChoices));
   sub->add_option("--device", f->device, kDeviceHelp)->capture_default_str()->check(DeviceValidator());
+  sub->add_flag("--enforce-eager", f->enforce_eager,
+                "As serve's (CUDA only): every step eager, no CUDA graphs (by default decode steps replay them, "
+                "as serve's do)");
   AddSpeculativeFlags(sub, f->speculative);
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompt-ids") == 0)

@@ -1,7 +1,8 @@
-// Builds the generation service (server/service/generation_service.h) for
-// a decoder checkpoint: validates the engine options against the model,
-// sizes the paged KV cache, and hands the service a ModelRunner over the
-// model. The torch side of serving; the service itself is torch-free.
+// Builds the services (server/service/) from loaded models: the generation
+// service over the decoder worker server/serving/decoder_worker.h builds
+// (options checked against the model, the paged KV cache sized, the
+// runner), the QA and encoder services from their checkpoints. The torch
+// side of serving; the services themselves are torch-free.
 #pragma once
 
 #include <cstdint>
@@ -26,34 +27,19 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
     const DecoderModel& model, std::string served_name, service::EngineOptions options,
     std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
 
-// The context a captured decode graph attends up to per sequence: the
-// block tables' capacity (max_position_embeddings in whole blocks).
-std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size);
-
-// The bytes a CUDA worker's KV cache may take, as vLLM's
-// --gpu-memory-utilization: `utilization` of the device's memory minus what
-// is in use after the weights and one profiling forward of `profile_tokens`
-// tokens (the step's largest prefill; its activation peak stays reserved by
-// the caching allocator), and minus what the decode CUDA graphs will hold
-// when `graph_seqs` > 0 (their largest bucket): a decode forward of that
-// many sequences is profiled as a graph runs it (attention workspace sized
-// for `graph_context` tokens per sequence), and its activation peak plus
-// the graphs' shared logits buffer is set aside (the graphs' memory pool
-// is apart from the eager steps'). An error with the numbers when nothing
-// is left.
-StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
-                                      double utilization, std::int64_t graph_seqs = 0, std::int64_t graph_context = 0);
-
 struct OfflineOptions {
   std::int64_t block_size = 16;
   std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
-  int max_num_seqs = 64;           // the KV cache holds this many sequences of max_model_len
+  int max_num_seqs = 64;           // the KV cache holds up to this many sequences of max_model_len
   std::int64_t max_num_batched_tokens = 2048;
   SpeculativeConfig speculative;
+  std::string kv_cache_memory = "auto";  // as serve's --kv-cache-memory
+  bool enforce_eager = false;            // as serve's: CUDA devices replay decode graphs unless set
 };
 
-// Offline (`ropeserve generate`, tests): the same scheduler, runner and
-// sampler as serving, the engine stepped by the caller's thread inside
+// Offline (`ropeserve generate`, tests): the worker serve builds
+// (BuildDecoderWorker: the same KV sizing, runner, padding and CUDA
+// graphs, sampler), the engine stepped by the caller's thread inside
 // Generate / GenerateBatch.
 StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(
     const DecoderModel& model, OfflineOptions options = {}, std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);

@@ -45,10 +45,11 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
   # shellcheck disable=SC2086
   # The decoder and its CUDA op set as a CUDA build compiles them.
   for f in kernels/cuda/torch_glue.cc tests/cuda/kernels_test.cc server/models/cuda_decoder_ops.cc \
-           server/models/decoder.cc server/serving/service_factory.cc bench/offline_bench.cc \
+           server/models/decoder.cc server/serving/service_factory.cc server/serving/decoder_worker.cc \
+           bench/offline_bench.cc \
            server/models/encoder_parts.cc server/models/modernbert.cc server/models/roformer.cc \
            server/models/span_model_loader.cc server/runner/model_runner.cc \
-           server/runner/device_sampling.cc tests/models/model_runner_test.cc \
+           server/runner/device_sampling.cc tests/runner/model_runner_test.cc \
            tests/runner/device_sampling_test.cc tests/models/decoder_paths_test.cc \
            tests/models/speculative_decoding_test.cc; do
     echo "g++ -fsyntax-only: $f"
