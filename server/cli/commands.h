@@ -16,6 +16,7 @@
 #include "server/common/token_id.h"
 #include "server/engine/speculative.h"
 #include "server/models/quantization.h"
+#include "server/serving/compute_dtype.h"
 
 namespace ropeserve::cli {
 
@@ -34,8 +35,6 @@ Runner AddServe(CLI::App& app);
 Runner AddLoadgen(CLI::App& app);
 #endif
 
-// Parses "float32|f32|bfloat16|bf16|float16|f16"; nullopt for "auto".
-std::optional<DType> ParseDTypeFlag(const std::string& s);
 inline const auto kDTypeChoices = {"auto", "float32", "f32", "bfloat16", "bf16", "float16", "f16"};
 // --quantization (server/models/quantization.h).
 inline const auto kQuantizationChoices = {"none", "int8", "int4", "int4-all"};
@@ -60,11 +59,6 @@ struct SpeculativeFlags {
 void AddSpeculativeFlags(CLI::App* sub, SpeculativeFlags& f);
 // The engine's config for the flags (num_tokens 0 when the method is none).
 StatusOr<SpeculativeConfig> SpeculativeFrom(const SpeculativeFlags& f);
-
-// The compute dtype for --dtype: "auto" means bfloat16 for checkpoints
-// stored in bfloat16 and float32 otherwise; on the CPU (`cpu`) bfloat16
-// only where the active ISA has a vector bf16 GEMM (logged when not).
-DType ResolveComputeDType(const std::string& flag, const std::string& model_dir, bool cpu);
 
 // in[key] of a JSON Lines input (`encode`, `tokenize --decode`): a list of
 // integers from 0 to 2^31 - 1; errors name `key`.

@@ -1,9 +1,6 @@
-// `ropeserve serve`: the server. Start-up order: HTTP and gRPC listen first
-// (/health answers, /ready is 503 and gRPC health NOT_SERVING while the
-// model loads), then the model, tokenizer and engine load and the server
-// turns ready. SIGTERM/SIGINT drains: not ready, new work refused (503 /
-// UNAVAILABLE), in-flight requests finish within --shutdown-timeout, exit 0.
-// A second signal exits at once.
+// `ropeserve serve`'s flags: parsed (flags, then --config's YAML file, then
+// ROPESERVE_* environment variables) into one app::ServeConfig, which
+// server/app/server.h runs. Nothing here builds the server.
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -14,222 +11,95 @@
 #include <thread>
 #include <vector>
 
-#include "server/api/api_keys.h"
-#include "server/api/grpc/grpc_service.h"
-#include "server/api/http/http_server.h"
-#include "server/api/observability/logging.h"
-#include "server/api/observability/metrics.h"
-#include "server/api/serving_context.h"
-#include "server/api/work_pool.h"
+#include "server/app/server.h"
 #include "server/checkpoint/config_overrides.h"
 #include "server/cli/commands.h"
-#include "server/cli/serve_models.h"
-#include "server/cli/serve_storage.h"
-#include "server/cli/stop_signal.h"
 #include "server/cli/yaml_config.h"
-#include "server/serving/service_factory.h"
 
 namespace ropeserve::cli {
 
 namespace {
 
-// The span exporter of --otlp-traces-endpoint (none without one).
-StatusOr<std::unique_ptr<api::OtlpExporter>> StartSpanExporter(const ServeFlags& f) {
-  auto otlp_headers = api::ParseOtlpHeaders(f.otlp_traces_headers);
-  if (!otlp_headers.ok()) return InvalidArgument("--otlp-traces-headers: " + otlp_headers.status().message());
-  if (f.otlp_traces_endpoint.empty()) return std::unique_ptr<api::OtlpExporter>();
-  api::OtlpExporterOptions eo;
-  eo.endpoint = f.otlp_traces_endpoint;
-  if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name != nullptr && *name) eo.service_name = name;
-  eo.headers = std::move(*otlp_headers);
-  RS_ASSIGN_OR_RETURN(auto exporter, api::OtlpExporter::Start(eo));
-  spdlog::info("exporting trace spans (OTLP/HTTP JSON) to {}", f.otlp_traces_endpoint);
-  return exporter;
+// serve's settings, and the speculative flags that become
+// engine.scheduler.speculative once parsed.
+struct ServeFlags : app::ServeConfig {
+  SpeculativeFlags speculative;
+};
+
+void AddKvEventsFlags(CLI::App& sub, app::KvEventsConfig& f) {
+  sub.add_option("--kv-events-endpoint", f.endpoint,
+                 "Publish the prefix cache's changes (KV cache events: BlockStored, BlockRemoved, "
+                 "AllBlocksCleared, msgpack-encoded as vLLM's) on a ZeroMQ PUB socket here, for a router's "
+                 "prefix-cache scorer (llm-d). Bound when it holds '*' or '::' or is ipc://, else connected: "
+                 "tcp://*:5557, or tcp://ROUTER:5557. Off by default")
+      ->envname("ROPESERVE_KV_EVENTS_ENDPOINT");
+  sub.add_option("--kv-events-replay-endpoint", f.replay_endpoint,
+                 "A ZeroMQ ROUTER socket (bound) where a subscriber that missed batches asks for them again "
+                 "from a sequence number, e.g. tcp://*:5558")
+      ->envname("ROPESERVE_KV_EVENTS_REPLAY_ENDPOINT");
+  sub.add_option("--kv-events-topic", f.topic,
+                 "The topic frame before each batch; llm-d's router subscribes to \"kv@\" and reads kv@POD@MODEL "
+                 "(the pod's address and the served model name)")
+      ->envname("ROPESERVE_KV_EVENTS_TOPIC");
+  sub.add_option("--kv-events-buffer-steps", f.buffer_steps, "Batches kept for replay")
+      ->capture_default_str()
+      ->envname("ROPESERVE_KV_EVENTS_BUFFER_STEPS")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{10000000}));
+  sub.add_option("--kv-events-config", f.config_json,
+                 "vLLM's form, as JSON: {\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": "
+                 "..., \"replay_endpoint\": ..., \"topic\": ..., \"buffer_steps\": ..., \"hwm\": ..., "
+                 "\"max_queue_size\": ...}")
+      ->envname("ROPESERVE_KV_EVENTS_CONFIG");
+  sub.add_option("--prefix-caching-hash-algo", f.hash_algo,
+                 "How the prefix cache hashes a block of tokens: xxh3 (fast), sha256_cbor (vLLM's and llm-d's: "
+                 "a router that hashes prompts finds our blocks), or auto (sha256_cbor with KV cache events, "
+                 "else xxh3)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_PREFIX_CACHING_HASH_ALGO")
+      ->check(CLI::IsMember({"auto", "xxh3", "sha256_cbor"}));
+  sub.add_option("--prefix-caching-hash-seed", f.hash_seed,
+                 "sha256_cbor's seed (the root of every prompt's chain): vLLM's PYTHONHASHSEED, llm-d's "
+                 "HashSeed; replicas and the router must agree")
+      ->envname("PYTHONHASHSEED");
 }
 
-api::HttpServerOptions HttpOptions(const ServeFlags& f) {
-  api::HttpServerOptions ho;
-  ho.host = f.host;
-  ho.port = f.http_port;
-  ho.max_body_bytes = f.max_body_bytes;
-  ho.max_file_bytes = f.storage.max_file_bytes;
-  ho.limits.max_connections = f.http_max_connections;
-  ho.limits.request_read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_read_timeout * 1000));
-  ho.limits.keep_alive_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(f.http_keep_alive_timeout * 1000));
-  ho.tls_cert = f.tls_cert;
-  ho.tls_key = f.tls_key;
-  ho.allowed_origins = f.allowed_origins;
-  return ho;
-}
-
-// The admin port's: the API port's, with few connections, a short read
-// timeout and no CORS (probes and scrapes only).
-api::HttpServerOptions AdminOptions(const ServeFlags& f) {
-  api::HttpServerOptions ao = HttpOptions(f);
-  ao.port = f.admin_port;
-  ao.admin = true;
-  ao.allowed_origins.clear();
-  ao.limits.max_connections = 32;
-  ao.limits.request_read_timeout = std::chrono::seconds(10);
-  return ao;
-}
-
-api::GrpcServerOptions GrpcOptions(const ServeFlags& f) {
-  api::GrpcServerOptions go;
-  go.host = f.host;
-  go.port = f.grpc_port;
-  go.max_message_bytes = f.max_body_bytes;
-  go.max_concurrent_streams = f.grpc_max_concurrent_streams;
-  go.memory_quota_bytes = std::max<std::size_t>(64 << 20, 256 * f.max_body_bytes);
-  go.tls_cert = f.tls_cert;
-  go.tls_key = f.tls_key;
-  return go;
-}
-
-int Run(ServeFlags f) {
-  if (Status s = api::ConfigureLogging(f.log_format); !s.ok()) return Fail(s.message());
-#ifndef ROPESERVE_HAVE_CUDA
-  if (f.device != "cpu")
-    return Fail("--device " + f.device + ": this build has CPU workers only (its LibTorch has no CUDA)");
-#endif
-  if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
-  if (!(f.request_timeout >= 0) || !(f.shutdown_timeout >= 0)) return Fail("timeouts must not be negative");
-  // A deployment that forgot its model must not answer 200 with noise.
-  if ((f.demo == "off" || f.demo == "0") && f.summarizer.empty() && f.qa.empty() && f.encoders.empty())
-    return Fail(
-        "no model to serve: pass --model DIR (ROPESERVE_MODEL), --qa DIR or --encoder DIR, or --demo on "
-        "(ROPESERVE_DEMO=1) for the random-weight demo models");
-
-  api::ServingContext ctx;
-  f.responses.ttl = std::chrono::seconds(static_cast<std::int64_t>(f.responses_ttl));
-  ctx.responses = std::make_unique<api::ResponseStore>(f.responses);
-  // The data directory (what survives restarts: files and batches).
-  auto storage = Storage::Open(f.storage);
-  if (!storage.ok()) return Fail(storage.status().message());
-  (*storage)->Attach(ctx);
-  if (f.storage.batch_scheduling == "gaps") f.engine.scheduler.background_priority = service::kBatchPriority;
-  auto speculative = SpeculativeFrom(f.speculative);
-  if (!speculative.ok()) return Fail(speculative.status().message());
-  f.engine.scheduler.speculative = *speculative;
-  auto keys = api::ApiKeys::Load(f.api_keys, f.api_key_file);
-  if (!keys.ok()) return Fail(keys.status().message());
-  ctx.api_keys = std::move(*keys);
-  if (ctx.api_keys.enabled()) spdlog::info("API keys required on /v1/* and gRPC Inference calls");
-  // KV cache events: started before the engine, which publishes to it.
-  auto kv_publisher = StartKvEvents(f.kv_events, f.device == "cpu" ? "CPU" : "GPU", f.engine);
-  if (!kv_publisher.ok()) return Fail(kv_publisher.status().message());
-  ctx.kv_events = *kv_publisher != nullptr;
-  api::ServerMetrics metrics;
-  ctx.metrics = &metrics;
-  if (kv_events::ZmqPublisher* p = kv_publisher->get(); p != nullptr)
-    metrics.AttachKvEvents([p] { return std::make_pair(p->published(), p->dropped()); });
-  ctx.request_timeout_seconds = f.request_timeout;
-
-  // SIGTERM / SIGINT start the drain; a second one exits at once.
-  StopSignal stop;
-  if (Status installed = stop.Install(); !installed.ok()) return Fail(installed.message());
-
-  // Tracing: ids always; spans exported only to a collector.
-  auto exporter = StartSpanExporter(f);
-  if (!exporter.ok()) return Fail(exporter.status().message());
-  api::Tracer tracer(std::move(*exporter), f.otlp_traces_sample_ratio);
-  ctx.tracer = &tracer;
-  metrics.AttachTracer(&tracer);
-  api::ObserverFanOut observers({&metrics, &tracer});
-
-  // gRPC's request preparation and QA answer selection (server/api/work_pool.h).
-  ctx.work_pool = std::make_shared<api::WorkPool>(4, static_cast<std::size_t>(f.engine.scheduler.max_waiting_requests));
-
-  // Listen first, so that probes answer while the model loads.
-  api::HttpServer http(HttpOptions(f), ctx);
-  if (Status s = http.Bind(); !s.ok()) return Fail(s.message());
-  // The admin port: probes and metrics with connections of their own.
-  std::optional<api::HttpServer> admin;
-  if (f.admin_port >= 0) {
-    admin.emplace(AdminOptions(f), ctx);
-    if (Status s = admin->Bind(); !s.ok()) return Fail("--admin-port: " + s.message());
-  }
-  api::GrpcServer grpc_server(ctx);
-  if (f.grpc_port >= 0) {
-    if (Status s = grpc_server.Start(GrpcOptions(f)); !s.ok()) return Fail(s.message());
-  }
-  Status http_status, admin_status;
-  std::thread http_thread([&] {
-    http_status = http.Serve();
-    if (!http_status.ok()) stop.Request();
-  });
-  std::thread admin_thread([&] {
-    if (!admin) return;
-    admin_status = admin->Serve();
-    if (!admin_status.ok()) stop.Request();
-  });
-  auto stop_http = [&] {
-    http.Stop();
-    http_thread.join();
-    if (admin) admin->Stop();
-    admin_thread.join();
-  };
-
-  auto loaded = LoadServeModels(f, metrics, observers, ctx.work_pool);
-  if (!loaded.ok()) {
-    stop_http();
-    grpc_server.Stop();
-    return Fail(loaded.status().ToString());
-  }
-  service::GenerationService* service = loaded->service.get();  // null: encoders / QA only
-  if (service != nullptr) {
-    api::ServedModelInfo served;
-    served.name = service->name();
-    served.qa_name = loaded->qa ? loaded->qa->name() : "";
-    served.block_size = service->block_size();
-    served.num_blocks = static_cast<int>(service->kv_cache().num_blocks);
-    served.max_model_len = service->max_model_len();
-    served.num_speculative_tokens = f.engine.scheduler.speculative.num_tokens;
-    metrics.SetModel(served);
-    metrics.Attach(&service->engine());
-  }
-  if (loaded->qa) metrics.AddQaModel(loaded->qa->name());
-  ctx.service = service;
-  ctx.no_generation = service == nullptr;
-  ctx.qa = loaded->qa.get();
-  ctx.encoders = &loaded->encoder_list;
-  ctx.lifecycle.SetReady();
-  grpc_server.SetServing(true);
-  // Batch lines call the generation endpoints: without a decoder they stay
-  // pending for a server that has one.
-  if (service != nullptr) (*storage)->StartBatches(ctx);
-  spdlog::info("ready");
-
-  while (!stop.Wait(std::chrono::seconds(3600))) {
-  }
-
-  // Drain: not ready, refuse new work, let admitted requests finish.
-  ctx.lifecycle.StartDraining();
-  grpc_server.SetServing(false);
-  // Running batch lines are cancelled, not drained: they stay pending and
-  // run again at the next start.
-  (*storage)->StopBatches();
-  const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(f.shutdown_timeout * 1000));
-  spdlog::info("draining {} in-flight requests (up to {} s)", ctx.lifecycle.in_flight(), f.shutdown_timeout);
-  const bool drained = ctx.lifecycle.WaitIdle(grace);
-  if (!drained)
-    spdlog::warn("{} requests still running after --shutdown-timeout: cancelling them", ctx.lifecycle.in_flight());
-  // Stopping the engine ends every remaining stream (their clients get an
-  // error), then the front ends close.
-  if (service != nullptr) service->engine().Stop();
-  ctx.responses->Shutdown();  // background responses end with the engine
-  grpc_server.Stop(std::chrono::milliseconds(drained ? 0 : 1000));
-  ctx.lifecycle.WaitIdle(std::chrono::seconds(2));
-  stop_http();
-  ctx.service = nullptr;
-  ctx.no_generation = false;
-  ctx.qa = nullptr;
-  ctx.encoders = nullptr;
-  metrics.Attach(nullptr);
-  if (!http_status.ok()) return Fail(http_status.ToString());
-  if (!admin_status.ok()) return Fail("admin port: " + admin_status.ToString());
-  spdlog::info("stopped");
-  return 0;
+void AddStorageFlags(CLI::App& sub, app::StorageConfig& f) {
+  sub.add_option("--data-dir", f.data_dir,
+                 "Directory for what survives restarts (uploaded files and batches: batch.db and files/); one "
+                 "server per directory. Default: $XDG_STATE_HOME/ropeserve or ~/.local/state/ropeserve, used when "
+                 "it can be (else the server runs without the Files and Batch APIs)")
+      ->envname("ROPESERVE_DATA_DIR");
+  sub.add_option("--max-file-bytes", f.max_file_bytes, "Largest upload to POST /v1/files")
+      ->capture_default_str()
+      ->envname("ROPESERVE_MAX_FILE_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34));
+  sub.add_option("--files-max-bytes", f.files_max_bytes,
+                 "Storage all files may take together, uploads and batch results (429 for an upload past it; a "
+                 "batch whose results do not fit fails with storage_full)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_FILES_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 50));
+  sub.add_option("--batch-max-in-flight", f.batch_max_in_flight,
+                 "Batch lines running at once, at the engine's lowest priority (interactive requests are admitted "
+                 "first and preempt them)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_MAX_IN_FLIGHT")
+      ->check(CLI::Range(1, 256));
+  sub.add_option("--batch-scheduling", f.batch_scheduling,
+                 "gaps: batch lines run only in engine steps with no interactive request running (interactive "
+                 "decode keeps its speed; a server never idle runs no batch); shared: they decode beside "
+                 "interactive requests at the lowest priority (batches progress under load, interactive tokens come "
+                 "slower; docs/benchmarks.md)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_SCHEDULING")
+      ->check(CLI::IsMember({"gaps", "shared"}));
+  sub.add_option("--batch-max-active", f.batch_max_active,
+                 "Batches not yet finished, all keys together; POST /v1/batches past it answers 429")
+      ->capture_default_str()
+      ->envname("ROPESERVE_BATCH_MAX_ACTIVE")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}));
 }
 
 // The models served, their devices and dtypes.
@@ -264,7 +134,7 @@ void AddModelFlags(CLI::App* sub, ServeFlags* f) {
   // An existing directory, or NAME=DIR.
   const CLI::Validator encoder_dir(
       [](std::string& value) -> std::string {
-        const EncoderFlag e = SplitEncoderFlag(value);
+        const app::EncoderSpec e = app::SplitEncoderSpec(value);
         if (value.find('=') == 0) return "--encoder NAME=DIR needs a NAME";
         if (e.name.find_first_of(" \t\r\n") != std::string::npos) return "a model id has no spaces: " + e.name;
         if (std::filesystem::is_directory(e.dir)) return "";
@@ -583,7 +453,14 @@ Runner AddServe(CLI::App& app) {
   AddFlagGroup(sub, f.get(), "KV cache events (prefix-cache-aware routing)", AddKvCacheEventFlags);
   AddFlagGroup(sub, f.get(), "Logs and traces", AddObservabilityFlags);
   AddFlagGroup(sub, f.get(), "Storage and stored responses", AddStoredStateFlags);
-  return [f] { return Run(*f); };
+  return [f] {
+    app::ServeConfig config = *f;  // the settings, without the flags' own form
+    auto speculative = SpeculativeFrom(f->speculative);
+    if (!speculative.ok()) return Fail(speculative.status().message());
+    config.engine.scheduler.speculative = *speculative;
+    const Status served = app::RunServer(std::move(config));
+    return served.ok() ? 0 : Fail(served.message());
+  };
 }
 
 }  // namespace ropeserve::cli

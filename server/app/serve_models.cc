@@ -1,4 +1,4 @@
-#include "server/cli/serve_models.h"
+#include "server/app/serve_models.h"
 
 #include <spdlog/spdlog.h>
 
@@ -10,15 +10,16 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_config.h"
+#include "server/app/test_hooks.h"
 #include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"
-#include "server/cli/test_hooks.h"
+#include "server/serving/compute_dtype.h"
 #include "server/serving/threads.h"
 #include "server/tokenizer/tokenizer.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
-EncoderFlag SplitEncoderFlag(const std::string& value) {
+EncoderSpec SplitEncoderSpec(const std::string& value) {
   const std::size_t eq = value.find('=');
   if (std::filesystem::is_directory(value) || eq == std::string::npos) return {"", value};
   return {value.substr(0, eq), value.substr(eq + 1)};
@@ -65,7 +66,7 @@ StatusOr<std::string> EnsureDemoEmbeddingModel() {
 namespace {
 
 // The decoder (--model, or the demo model), its tokenizer and its engine.
-Status LoadDecoder(ServeFlags& f, bool demo, EngineObserver& observer, Loaded& out) {
+Status LoadDecoder(ServeConfig& f, bool demo, EngineObserver& observer, Loaded& out) {
   if (f.served_model_name.empty())
     f.served_model_name = demo ? "demo-tiny" : std::filesystem::path(f.summarizer).filename().string();
   DType dtype = ResolveComputeDType(f.dtype, f.summarizer, f.device == "cpu");
@@ -116,8 +117,8 @@ Status LoadDecoder(ServeFlags& f, bool demo, EngineObserver& observer, Loaded& o
 // the decoder's; without a decoder each service runs its own worker.
 Engine* SharedEngine(const Loaded& out) { return out.service ? &out.service->engine() : nullptr; }
 
-Status LoadQa(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics, const std::shared_ptr<api::WorkPool>& work_pool,
-              Loaded& out) {
+Status LoadQa(ServeConfig& f, bool demo_qa, api::ServerMetrics& metrics,
+              const std::shared_ptr<api::WorkPool>& work_pool, Loaded& out) {
   service::QaServiceOptions qo;
   const std::string name = demo_qa ? "demo-qa" : std::filesystem::path(f.qa).filename().string();
   qo.on_latency = [&metrics, name](double seconds) { metrics.ObserveQaLatency(name, seconds); };
@@ -139,7 +140,7 @@ Status LoadQa(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics, const st
   return Status::Ok();
 }
 
-Status LoadEncoders(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics,
+Status LoadEncoders(ServeConfig& f, bool demo_qa, api::ServerMetrics& metrics,
                     const std::shared_ptr<api::WorkPool>& work_pool, Loaded& out) {
   const DType encoder_dtype = ParseDTypeFlag(f.encoder_dtype).value_or(DType::kF32);
   std::map<std::string, nlohmann::json> overrides;  // by encoder name (validated by the flag)
@@ -149,7 +150,7 @@ Status LoadEncoders(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics,
   }
   for (const std::string& flag : f.encoders) {
     // DIR, or NAME=DIR (the model id the API reports, as --served-model-name).
-    const auto [named, dir] = SplitEncoderFlag(flag);
+    const auto [named, dir] = SplitEncoderSpec(flag);
     service::EncoderServiceOptions eo;
     eo.engine = SharedEngine(out);
     eo.max_queue_requests = f.engine.scheduler.max_waiting_requests;
@@ -192,13 +193,13 @@ Status LoadEncoders(ServeFlags& f, bool demo_qa, api::ServerMetrics& metrics,
 
 }  // namespace
 
-bool ServesDemoDecoder(const ServeFlags& f) {
+bool ServesDemoDecoder(const ServeConfig& f) {
   if (!f.summarizer.empty()) return false;
   if (f.demo == "on" || f.demo == "1") return true;
   return f.demo == "auto" && f.qa.empty() && f.encoders.empty();
 }
 
-StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, EngineObserver& observer,
+StatusOr<Loaded> LoadServeModels(ServeConfig& f, api::ServerMetrics& metrics, EngineObserver& observer,
                                  const std::shared_ptr<api::WorkPool>& work_pool) {
   // No model named: every demo model (unless --demo off, refused before);
   // only encoders or a QA model: those alone, unless --demo on adds the
@@ -231,4 +232,4 @@ StatusOr<Loaded> LoadServeModels(ServeFlags& f, api::ServerMetrics& metrics, Eng
   return out;
 }
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

@@ -17,7 +17,7 @@
 
 #include "server/common/status.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
 class StopSignal {
  public:
@@ -34,4 +34,4 @@ class StopSignal {
   bool requested_ = false;
 };
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

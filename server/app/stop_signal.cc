@@ -1,4 +1,4 @@
-#include "server/cli/stop_signal.h"
+#include "server/app/stop_signal.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
 namespace {
 
@@ -67,4 +67,4 @@ bool StopSignal::Wait(std::chrono::milliseconds timeout) {
   return cv_.wait_for(lock, timeout, [&] { return requested_; });
 }
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

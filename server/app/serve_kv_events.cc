@@ -1,17 +1,17 @@
-#include "server/cli/serve_kv_events.h"
+#include "server/app/serve_kv_events.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "server/kv_events/vllm_block_hash.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
 namespace {
 
 // vLLM's --kv-events-config (its KVEventsConfig as JSON) onto the flags, so
 // that a deployment written for vLLM (llm-d's charts) works unchanged.
-Status ApplyVllmConfig(KvEventsFlags& f) {
+Status ApplyVllmConfig(KvEventsConfig& f) {
   const nlohmann::json c = nlohmann::json::parse(f.config_json, nullptr, /*allow_exceptions=*/false);
   if (!c.is_object()) return InvalidArgument("--kv-events-config: not a JSON object");
   bool enabled = false;
@@ -50,44 +50,7 @@ Status ApplyVllmConfig(KvEventsFlags& f) {
 
 }  // namespace
 
-void AddKvEventsFlags(CLI::App& sub, KvEventsFlags& f) {
-  sub.add_option("--kv-events-endpoint", f.endpoint,
-                 "Publish the prefix cache's changes (KV cache events: BlockStored, BlockRemoved, "
-                 "AllBlocksCleared, msgpack-encoded as vLLM's) on a ZeroMQ PUB socket here, for a router's "
-                 "prefix-cache scorer (llm-d). Bound when it holds '*' or '::' or is ipc://, else connected: "
-                 "tcp://*:5557, or tcp://ROUTER:5557. Off by default")
-      ->envname("ROPESERVE_KV_EVENTS_ENDPOINT");
-  sub.add_option("--kv-events-replay-endpoint", f.replay_endpoint,
-                 "A ZeroMQ ROUTER socket (bound) where a subscriber that missed batches asks for them again "
-                 "from a sequence number, e.g. tcp://*:5558")
-      ->envname("ROPESERVE_KV_EVENTS_REPLAY_ENDPOINT");
-  sub.add_option("--kv-events-topic", f.topic,
-                 "The topic frame before each batch; llm-d's router subscribes to \"kv@\" and reads kv@POD@MODEL "
-                 "(the pod's address and the served model name)")
-      ->envname("ROPESERVE_KV_EVENTS_TOPIC");
-  sub.add_option("--kv-events-buffer-steps", f.buffer_steps, "Batches kept for replay")
-      ->capture_default_str()
-      ->envname("ROPESERVE_KV_EVENTS_BUFFER_STEPS")
-      ->check(CLI::Range(std::size_t{0}, std::size_t{10000000}));
-  sub.add_option("--kv-events-config", f.config_json,
-                 "vLLM's form, as JSON: {\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": "
-                 "..., \"replay_endpoint\": ..., \"topic\": ..., \"buffer_steps\": ..., \"hwm\": ..., "
-                 "\"max_queue_size\": ...}")
-      ->envname("ROPESERVE_KV_EVENTS_CONFIG");
-  sub.add_option("--prefix-caching-hash-algo", f.hash_algo,
-                 "How the prefix cache hashes a block of tokens: xxh3 (fast), sha256_cbor (vLLM's and llm-d's: "
-                 "a router that hashes prompts finds our blocks), or auto (sha256_cbor with KV cache events, "
-                 "else xxh3)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_PREFIX_CACHING_HASH_ALGO")
-      ->check(CLI::IsMember({"auto", "xxh3", "sha256_cbor"}));
-  sub.add_option("--prefix-caching-hash-seed", f.hash_seed,
-                 "sha256_cbor's seed (the root of every prompt's chain): vLLM's PYTHONHASHSEED, llm-d's "
-                 "HashSeed; replicas and the router must agree")
-      ->envname("PYTHONHASHSEED");
-}
-
-StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& f, const std::string& medium,
+StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsConfig& f, const std::string& medium,
                                                                  service::EngineOptions& engine) {
   if (!f.config_json.empty()) RS_RETURN_IF_ERROR(ApplyVllmConfig(f));
   const bool events = !f.endpoint.empty();
@@ -116,4 +79,4 @@ StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& 
   return publisher;
 }
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

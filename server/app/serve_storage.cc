@@ -1,54 +1,15 @@
-#include "server/cli/serve_storage.h"
+#include "server/app/serve_storage.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
 
 #include "server/api/rest/batch_executor.h"
-#include "server/cli/test_hooks.h"
+#include "server/app/test_hooks.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
-void AddStorageFlags(CLI::App& sub, StorageFlags& f) {
-  sub.add_option("--data-dir", f.data_dir,
-                 "Directory for what survives restarts (uploaded files and batches: batch.db and files/); one "
-                 "server per directory. Default: $XDG_STATE_HOME/ropeserve or ~/.local/state/ropeserve, used when "
-                 "it can be (else the server runs without the Files and Batch APIs)")
-      ->envname("ROPESERVE_DATA_DIR");
-  sub.add_option("--max-file-bytes", f.max_file_bytes, "Largest upload to POST /v1/files")
-      ->capture_default_str()
-      ->envname("ROPESERVE_MAX_FILE_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34));
-  sub.add_option("--files-max-bytes", f.files_max_bytes,
-                 "Storage all files may take together, uploads and batch results (429 for an upload past it; a "
-                 "batch whose results do not fit fails with storage_full)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_FILES_MAX_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 50));
-  sub.add_option("--batch-max-in-flight", f.batch_max_in_flight,
-                 "Batch lines running at once, at the engine's lowest priority (interactive requests are admitted "
-                 "first and preempt them)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_BATCH_MAX_IN_FLIGHT")
-      ->check(CLI::Range(1, 256));
-  sub.add_option("--batch-scheduling", f.batch_scheduling,
-                 "gaps: batch lines run only in engine steps with no interactive request running (interactive "
-                 "decode keeps its speed; a server never idle runs no batch); shared: they decode beside "
-                 "interactive requests at the lowest priority (batches progress under load, interactive tokens come "
-                 "slower; docs/benchmarks.md)")
-      ->capture_default_str()
-      ->envname("ROPESERVE_BATCH_SCHEDULING")
-      ->check(CLI::IsMember({"gaps", "shared"}));
-  sub.add_option("--batch-max-active", f.batch_max_active,
-                 "Batches not yet finished, all keys together; POST /v1/batches past it answers 429")
-      ->capture_default_str()
-      ->envname("ROPESERVE_BATCH_MAX_ACTIVE")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}));
-}
-
-StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageFlags& flags) {
+StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageConfig& flags) {
   auto s = std::make_unique<Storage>();
   s->flags_ = flags;
   const std::string dir = flags.data_dir.empty() ? storage::DataDir::Default() : flags.data_dir;
@@ -121,4 +82,4 @@ void Storage::StopBatches() {
   runner_->Stop();
 }
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

@@ -1,9 +1,8 @@
-// serve's KV cache events flags (--kv-events-*, vLLM's --kv-events-config,
-// --prefix-caching-hash-algo) and the publisher they start
+// serve's KV cache events settings (the flags --kv-events-*, vLLM's
+// --kv-events-config, --prefix-caching-hash-algo; parsed in
+// server/cli/serve_command.cc) and the publisher they start
 // (server/kv_events/zmq_publisher.h).
 #pragma once
-
-#include <CLI/CLI.hpp>
 
 #include <memory>
 #include <string>
@@ -12,9 +11,9 @@
 #include "server/kv_events/zmq_publisher.h"
 #include "server/service/generation_service.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
-struct KvEventsFlags {
+struct KvEventsConfig {
   std::string endpoint;         // "" = no events
   std::string replay_endpoint;  // "" = no replay socket
   std::string topic;
@@ -26,12 +25,10 @@ struct KvEventsFlags {
   std::string hash_seed;  // PYTHONHASHSEED, as vLLM
 };
 
-void AddKvEventsFlags(CLI::App& sub, KvEventsFlags& f);
-
 // Chooses the prefix cache's block hash (engine.block_hasher) and, with an
 // endpoint, starts the publisher and points engine.kv_events at it (null
 // without one). `medium` is what the events call the pool ("GPU", "CPU").
-StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsFlags& f, const std::string& medium,
+StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsConfig& f, const std::string& medium,
                                                                  service::EngineOptions& engine);
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app

@@ -1,10 +1,8 @@
-// `serve`'s data directory: its flags (--data-dir, --max-file-bytes,
-// --batch-*), opening it (the Files API's and Batch API's stores), and the
-// batch runner that works through the stored batches while the server is
-// ready.
+// `serve`'s data directory: its settings (the flags --data-dir,
+// --max-file-bytes, --batch-*), opening it (the Files API's and Batch
+// API's stores), and the batch runner that works through the stored
+// batches while the server is ready.
 #pragma once
-
-#include <CLI/CLI.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -18,9 +16,9 @@
 #include "server/common/status.h"
 #include "server/storage/data_dir.h"
 
-namespace ropeserve::cli {
+namespace ropeserve::app {
 
-struct StorageFlags {
+struct StorageConfig {
   std::string data_dir;  // "" = storage::DataDir::Default(), best effort
   std::size_t max_file_bytes = std::size_t{100} << 20;
   std::size_t files_max_bytes = std::size_t{10} << 30;  // all files together (uploads and results)
@@ -31,15 +29,13 @@ struct StorageFlags {
   std::string batch_scheduling = "gaps";
 };
 
-void AddStorageFlags(CLI::App& serve, StorageFlags& f);
-
 class Storage {
  public:
   // Opens the data directory. Named with --data-dir, it must open (an
   // error otherwise); the default is best effort, so that a second server
   // on the same machine, or a read-only home, still serves (without the
   // Files and Batch APIs, said in the log).
-  static StatusOr<std::unique_ptr<Storage>> Open(const StorageFlags& flags);
+  static StatusOr<std::unique_ptr<Storage>> Open(const StorageConfig& flags);
   ~Storage();  // StopBatches()
 
   // Where the REST routes find the stores (null without a directory).
@@ -51,7 +47,7 @@ class Storage {
   void StopBatches();
 
  private:
-  StorageFlags flags_;
+  StorageConfig flags_;
   std::unique_ptr<storage::DataDir> dir_;
   std::unique_ptr<batch::FileStore> files_;
   std::unique_ptr<batch::BatchStore> batches_;
@@ -59,4 +55,4 @@ class Storage {
   api::ServerMetrics* metrics_ = nullptr;  // where the batches' gauges are attached
 };
 
-}  // namespace ropeserve::cli
+}  // namespace ropeserve::app
