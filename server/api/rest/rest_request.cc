@@ -371,8 +371,6 @@ StatusOr<CompletionBody> ReadCompletionObject(ojson body) {
   RS_RETURN_IF_ERROR(ReadInto(body, "echo", out.echo));
   // OpenAI's echo with logprobs: the prompt's tokens get logprobs too.
   if (out.echo && out.logprobs && !out.fields.prompt_logprobs) out.fields.prompt_logprobs = out.fields.top_logprobs;
-  if (out.echo && out.logprobs && out.stream && out.fields.n.value_or(1) > 1)
-    return Malformed("echo", "'echo' with 'logprobs' streams one choice per prompt ('n': 1)");
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Malformed("prompt", "'prompt' is required");
   const ojson& p = *it;

@@ -33,6 +33,7 @@
 
 #include "server/api/http/event_stream.h"
 #include "server/api/lifecycle.h"
+#include "server/api/rest/choice_assembler.h"
 #include "server/api/rest/response_store.h"
 #include "server/api/rest/rest_handlers.h"
 #include "server/api/rest/rest_request.h"
@@ -295,18 +296,6 @@ class ResponseBuilder {
   std::string open_text_;
 };
 
-// The whole output of a unary generation as one final delta.
-service::OutputDelta WholeOutput(const GenerateResult& r) {
-  service::OutputDelta d;
-  d.ids = r.generated_ids;
-  d.text = r.text;
-  d.finished = true;
-  d.finish_reason = r.finish_reason;
-  d.stop_string = r.stop_string;
-  d.cached_tokens = r.cached_tokens;
-  return d;
-}
-
 // What a response continues and adds to: the conversation as chat
 // messages (what previous_response_id continues) and its items as
 // GET /v1/responses/{id}/input_items lists them.
@@ -451,7 +440,7 @@ StatusOr<RestReply> RunCreateResponse(service::GenerationService& service, const
     return reply;
   }
   RS_ASSIGN_OR_RETURN(auto results, service::Generation::CollectAll(gens, request.client_gone));
-  builder->Push(WholeOutput(results.at(0)), nullptr);
+  builder->Push(WholeDelta(results.at(0)), nullptr);
   if (store != nullptr) Record(*store, owner, *builder, thread);
   reply.body = DumpOrdered(builder->Response());
   return reply;
