@@ -95,7 +95,7 @@ Status LoadDecoder(ServeConfig& f, bool demo, EngineObserver& observer, Loaded& 
     spdlog::warn("no tokenizer.json in {}: only token-id prompts are accepted", f.summarizer);
   }
   f.engine.observer = &observer;
-  f.engine.priority_scheduling = f.scheduling_policy == "priority";
+  f.engine.requests.priority_scheduling = f.scheduling_policy == "priority";
   if (const char* every = TestHook("ROPESERVE_INJECT_FAULTS"); every != nullptr && std::atoll(every) > 0) {
     f.engine.inject_faults_every = std::atoll(every);
     spdlog::warn("*** ROPESERVE_INJECT_FAULTS={}: every {}th forward fails (a test hook) ***", every,

@@ -275,12 +275,12 @@ void AddRequestLimitFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_BODY_BYTES")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
-  sub->add_option("--max-request-tokens", f->engine.max_request_tokens,
+  sub->add_option("--max-request-tokens", f->engine.requests.max_request_tokens,
                   "Tokens one request may reserve: prompts x n x (prompt + max_tokens); 0 = the KV cache's capacity")
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_REQUEST_TOKENS")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  sub->add_option("--max-document-bytes", f->engine.max_document_bytes,
+  sub->add_option("--max-document-bytes", f->engine.requests.max_document_bytes,
                   "Longest text /v1/summarize and gRPC Summarize accept (long ones are summarized in chunks); "
                   "longer: 413 / RESOURCE_EXHAUSTED")
       ->capture_default_str()

@@ -19,14 +19,15 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(
     GenerationServiceConfig config, std::unique_ptr<ModelExecutor> executor,
     std::shared_ptr<const tok::Tokenizer> tokenizer) {
   if (!executor) return InvalidArgument("the generation service needs a model executor");
-  if (config.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
+  if (config.requests.max_request_tokens < 0) return InvalidArgument("--max-request-tokens must not be negative");
   RS_RETURN_IF_ERROR(config.engine.scheduler.Validate());
   std::unique_ptr<GenerationService> s(new GenerationService());
   s->limits_.max_model_len = config.engine.scheduler.max_model_len;
   s->limits_.vocab_size = config.model.vocab_size;
-  s->limits_.max_request_tokens = config.max_request_tokens > 0 ? config.max_request_tokens : config.kv.tokens;
-  s->limits_.priority_scheduling = config.priority_scheduling;
-  s->limits_.max_document_bytes = config.max_document_bytes;
+  s->limits_.max_request_tokens =
+      config.requests.max_request_tokens > 0 ? config.requests.max_request_tokens : config.kv.tokens;
+  s->limits_.priority_scheduling = config.requests.priority_scheduling;
+  s->limits_.max_document_bytes = config.requests.max_document_bytes;
   s->tokenizer_ = std::move(tokenizer);
   if (s->tokenizer_ && s->tokenizer_->config().chat_template) {
     RS_ASSIGN_OR_RETURN(auto t, ChatTemplate::FromSource(*s->tokenizer_->config().chat_template));

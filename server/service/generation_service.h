@@ -39,6 +39,19 @@ class GrammarCompiler;
 
 namespace ropeserve::service {
 
+// What requests may ask of the service (serve's request-limit flags): the
+// same struct in EngineOptions and GenerationServiceConfig; the service
+// turns it into the validator's Limits (request_params.h).
+struct RequestLimitOptions {
+  // Tokens one request may reserve over all its sequences (serve
+  // --max-request-tokens); 0 = the KV cache's capacity.
+  std::int64_t max_request_tokens = 0;
+  // serve --scheduling-policy priority: requests may set `priority`
+  // (vLLM's rule: with fcfs, a non-zero priority is refused).
+  bool priority_scheduling = false;
+  std::size_t max_document_bytes = 1 << 20;  // serve --max-document-bytes
+};
+
 // What `serve` sets for the decoder engine (its flags).
 struct EngineOptions {
   EngineOptions() { scheduler.max_model_len = 0; }
@@ -54,16 +67,10 @@ struct EngineOptions {
   // start-up. CPU workers always run eager.
   bool enforce_eager = false;
   double qa_token_share = 0.5;  // EngineConfig::encoder_token_share
-  // Tokens one request may reserve over all its sequences (serve
-  // --max-request-tokens); 0 = the KV cache's capacity.
-  std::int64_t max_request_tokens = 0;
-  // serve --scheduling-policy priority: requests may set `priority`
-  // (vLLM's rule: with fcfs, a non-zero priority is refused).
-  bool priority_scheduling = false;
-  std::size_t max_document_bytes = 1 << 20;  // serve --max-document-bytes (Limits)
-  EngineObserver* observer = nullptr;        // metrics hooks; must outlive the service
-  BlockHasher block_hasher;                  // EngineConfig::block_hasher (empty: XXH3)
-  KvEventSink* kv_events = nullptr;          // EngineConfig::kv_events; must outlive the service
+  RequestLimitOptions requests;
+  EngineObserver* observer = nullptr;  // metrics hooks; must outlive the service
+  BlockHasher block_hasher;            // EngineConfig::block_hasher (empty: XXH3)
+  KvEventSink* kv_events = nullptr;    // EngineConfig::kv_events; must outlive the service
   // serve --kv-offload-memory: the host KV tier's size (as --kv-cache-memory
   // reads it: bytes, or a fraction of the host's available memory); "" or
   // "0": no tier.
@@ -75,17 +82,15 @@ struct EngineOptions {
 };
 
 struct GenerationServiceConfig {
-  std::string name;                          // the served model name
-  ModelConfig model;                         // vocabulary size, EOS ids, positions
-  std::string dtype;                         // compute dtype ("bfloat16", "float32", ...)
-  std::string quantization = "none";         // weight quantization ("none", "int8", "int4", "int4-all")
-  std::string device = "cpu";                // where the model runs ("cpu", "cuda:0")
-  EngineConfig engine;                       // scheduler, KV blocks, EOS ids
-  KvCacheSize kv;                            // what the KV cache holds (reported by /v1/models, metrics)
-  KvCacheSize kv_offload;                    // the host KV tier (num_blocks 0: none)
-  std::int64_t max_request_tokens = 0;       // 0 = the KV cache's capacity
-  bool priority_scheduling = false;          // requests may set `priority`
-  std::size_t max_document_bytes = 1 << 20;  // longest text to summarize
+  std::string name;                   // the served model name
+  ModelConfig model;                  // vocabulary size, EOS ids, positions
+  std::string dtype;                  // compute dtype ("bfloat16", "float32", ...)
+  std::string quantization = "none";  // weight quantization ("none", "int8", "int4", "int4-all")
+  std::string device = "cpu";         // where the model runs ("cpu", "cuda:0")
+  EngineConfig engine;                // scheduler, KV blocks, EOS ids
+  KvCacheSize kv;                     // what the KV cache holds (reported by /v1/models, metrics)
+  KvCacheSize kv_offload;             // the host KV tier (num_blocks 0: none)
+  RequestLimitOptions requests;       // EngineOptions::requests
   EngineObserver* observer = nullptr;
   bool engine_thread = true;  // false: offline, the caller's thread steps the engine
   // How the worker runs its steps, for the start-up log: "eager", or the

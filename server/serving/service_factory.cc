@@ -30,9 +30,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> DecoderService(const Decod
   sc.kv = worker.kv;
   sc.kv_offload = worker.kv_offload;
   sc.execution = std::move(worker.execution);
-  sc.max_request_tokens = options.max_request_tokens;
-  sc.priority_scheduling = options.priority_scheduling;
-  sc.max_document_bytes = options.max_document_bytes;
+  sc.requests = options.requests;
   sc.observer = options.observer;
   sc.engine_thread = engine_thread;
   return service::GenerationService::Create(std::move(sc), std::move(worker.executor), std::move(tokenizer));

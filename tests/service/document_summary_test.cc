@@ -94,7 +94,7 @@ struct Fixture {
     c.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     c.kv.num_blocks = 2048;
     c.kv.tokens = 8192;
-    c.max_document_bytes = max_document_bytes;
+    c.requests.max_document_bytes = max_document_bytes;
     auto s =
         GenerationService::Create(std::move(c), std::make_unique<RecordingModel>(rec, script, eos_after), tokenizer);
     EXPECT_TRUE(s.ok()) << s.status().ToString();

@@ -199,11 +199,11 @@ TEST(GenerationService, RefusalsAreErrorsAndLeaveTheEngineUsable) {
 // negative token limit per request is refused (0 = the KV cache's size).
 TEST(GenerationService, RefusesANegativeRequestTokenLimit) {
   GenerationServiceConfig c = Config(50, false, 64);
-  c.max_request_tokens = -1;
+  c.requests.max_request_tokens = -1;
   auto bad = GenerationService::Create(c, std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 50), nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--max-request-tokens"), std::string::npos) << bad.status().ToString();
-  c.max_request_tokens = 0;
+  c.requests.max_request_tokens = 0;
   auto unlimited = GenerationService::Create(c, std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 50), nullptr);
   ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
   EXPECT_EQ((*unlimited)->limits().max_request_tokens, 256);  // the KV cache's tokens
