@@ -1,14 +1,10 @@
 // `ropeserve serve`'s flags: parsed (flags, then --config's YAML file, then
 // ROPESERVE_* environment variables) into one app::ServeConfig, which
 // server/app/server.h runs. Nothing here builds the server.
-#include <spdlog/spdlog.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "server/app/server.h"
