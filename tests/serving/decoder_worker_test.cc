@@ -13,27 +13,16 @@
 
 #include "server/models/decoder.h"
 #include "server/serving/service_factory.h"
-#include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/validated.h"
+#include "tests/models/tiny_model_suite.h"
 
 namespace ropeserve {
 namespace {
 
-class DecoderWorkerTest : public ::testing::Test {
+// A tiny qwen2 checkpoint of 64 positions, loaded once.
+class DecoderWorkerTest : public testing::TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::ScratchDir();
-    auto o = testing::TinyOptions("qwen2");
-    o.max_position_embeddings = 64;
-    testing::MakeTinyCheckpoint(dir_->path(), o);
-    auto m = DecoderModel::Load(dir_->path(), DType::kF32);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
+  static void SetUpTestSuite() { Load(64); }
   static service::EngineOptions Options() {
     service::EngineOptions o;
     o.block_size = 4;
@@ -41,8 +30,6 @@ class DecoderWorkerTest : public ::testing::Test {
     o.scheduler.max_num_batched_tokens = 32;
     return o;
   }
-  static inline testing::ScratchDir* dir_ = nullptr;
-  static inline DecoderModel* model_ = nullptr;
 };
 
 TEST_F(DecoderWorkerTest, ResolveFillsTheModelsLengthAndRefusesWhatTheModelCannotDo) {
