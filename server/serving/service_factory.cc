@@ -47,9 +47,8 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(const Decoder
 
 StatusOr<std::unique_ptr<service::GenerationService>> OfflineDecoder(const DecoderModel& model, OfflineOptions o,
                                                                      std::shared_ptr<const tok::Tokenizer> tokenizer) {
-  if (o.block_size < 1 || o.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
-  service::EngineOptions options;
-  options.block_size = static_cast<int>(o.block_size);
+  service::EngineOptions options;  // checked by ResolveEngineOptions, as serve's
+  options.block_size = o.block_size;
   options.scheduler.max_model_len = o.max_model_len;
   options.scheduler.max_num_seqs = o.max_num_seqs;
   options.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;

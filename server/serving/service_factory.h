@@ -28,7 +28,7 @@ StatusOr<std::unique_ptr<service::GenerationService>> ServeDecoder(
     std::shared_ptr<const tok::Tokenizer> tokenizer = nullptr);
 
 struct OfflineOptions {
-  std::int64_t block_size = 16;
+  int block_size = 16;             // as EngineOptions::block_size
   std::int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;           // the KV cache holds up to this many sequences of max_model_len
   std::int64_t max_num_batched_tokens = 2048;
