@@ -139,44 +139,43 @@ service::OutputDelta WholeDelta(const GenerateResult& r) {
   return d;
 }
 
-void PromptScores::Add(const service::OutputDelta& d) {
+void CompletionPrompt::AddScores(const service::OutputDelta& d) {
   logprobs.insert(logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
   ranks.insert(ranks.end(), d.prompt_ranks.begin(), d.prompt_ranks.end());
   tops.insert(tops.end(), d.prompt_top_logprobs.begin(), d.prompt_top_logprobs.end());
 }
 
 CompletionChoice::CompletionChoice(const service::GenerationService& service, std::size_t index,
-                                   CompletionChoiceOptions options, const std::vector<std::int64_t>& prompt,
-                                   std::string echo_text, std::shared_ptr<PromptScores> scores, bool computes_scores)
+                                   CompletionChoiceOptions options, std::shared_ptr<CompletionPrompt> prompt,
+                                   bool computes_scores)
     : service_(service),
       index_(index),
       options_(options),
-      prompt_(prompt),
-      echo_text_(std::move(echo_text)),
-      scores_(std::move(scores)),
+      prompt_(std::move(prompt)),
       computes_scores_(computes_scores) {}
 
 std::optional<json> CompletionChoice::Push(const service::OutputDelta& d) {
-  if (computes_scores_) scores_->Add(d);
+  if (computes_scores_) prompt_->AddScores(d);
   if (d.ids.empty() && d.text.empty() && !d.finished) return std::nullopt;  // prompt logprobs only: wait
   const bool first = !started_;
   started_ = true;
   json choice = {{"index", index_},
-                 {"text", (options_.echo && first ? echo_text_ : std::string()) + d.text},
+                 {"text", (options_.echo && first ? prompt_->echo_text : std::string()) + d.text},
                  {"logprobs", nullptr},
                  {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
   if (options_.logprobs) {
     json lp;
     if (options_.echo && first)  // the prompt's tokens first; the output's offsets follow theirs
-      lp = CompletionLogprobs(service_, prompt_, scores_->logprobs, scores_->tops, offset_, 1);
+      lp = CompletionLogprobs(service_, prompt_->ids, prompt_->logprobs, prompt_->tops, offset_, 1);
     json gen = CompletionLogprobs(service_, d.ids, d.logprobs, d.top_logprobs, offset_);
     choice["logprobs"] = lp.is_null() ? std::move(gen) : JoinLogprobs(std::move(lp), gen);
   }
   if (options_.prompt_logprobs && first)
-    choice["prompt_logprobs"] = VllmPromptLogprobs(service_, prompt_, scores_->logprobs, scores_->ranks, scores_->tops);
+    choice["prompt_logprobs"] =
+        VllmPromptLogprobs(service_, prompt_->ids, prompt_->logprobs, prompt_->ranks, prompt_->tops);
   if (options_.token_ids) {
     choice["token_ids"] = d.ids;
-    if (first) choice["prompt_token_ids"] = prompt_;
+    if (first) choice["prompt_token_ids"] = prompt_->ids;
   }
   return choice;
 }

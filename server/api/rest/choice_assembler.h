@@ -45,14 +45,17 @@ nlohmann::json Usage(std::int64_t prompt, std::int64_t completion, std::int64_t 
 // A whole result as one finished delta (what a unary reply assembles).
 service::OutputDelta WholeDelta(const GenerateResult& result);
 
-// A prompt's logprobs (options.prompt_logprobs): the first choice of the
-// prompt computes them (StartN), in its deltas before its first token;
-// every choice of the prompt that echoes reads them from here.
-struct PromptScores {
+// One prompt of a completions request, shared by its choices: its ids, its
+// text for echo (as given, or decoded), and its logprobs
+// (options.prompt_logprobs), which its first choice computes (StartN) in
+// deltas before its first token; every choice of the prompt reads them here.
+struct CompletionPrompt {
+  std::vector<std::int64_t> ids;
+  std::string echo_text;
   std::vector<double> logprobs;
   std::vector<std::int64_t> ranks;
   std::vector<std::vector<TokenLogprob>> tops;
-  void Add(const service::OutputDelta& d);
+  void AddScores(const service::OutputDelta& d);
 };
 
 struct CompletionChoiceOptions {
@@ -65,12 +68,10 @@ struct CompletionChoiceOptions {
 // One choice of /v1/completions.
 class CompletionChoice {
  public:
-  // `prompt` and `scores` (shared by the prompt's choices, filled by its
-  // first choice) must outlive the choice; `echo_text` is the prompt as
-  // given (or decoded).
+  // `computes_scores`: this is the prompt's first choice, whose deltas
+  // carry the prompt's logprobs into `prompt`.
   CompletionChoice(const service::GenerationService& service, std::size_t index, CompletionChoiceOptions options,
-                   const std::vector<std::int64_t>& prompt, std::string echo_text, std::shared_ptr<PromptScores> scores,
-                   bool computes_scores);
+                   std::shared_ptr<CompletionPrompt> prompt, bool computes_scores);
   // The choice's part for `d`: {"index", "text", "logprobs", "finish_reason"}
   // and what the options add; nullopt while `d` has nothing to send (only
   // prompt logprobs, which go out with the first token).
@@ -80,9 +81,7 @@ class CompletionChoice {
   const service::GenerationService& service_;
   std::size_t index_;
   CompletionChoiceOptions options_;
-  const std::vector<std::int64_t>& prompt_;
-  std::string echo_text_;
-  std::shared_ptr<PromptScores> scores_;
+  std::shared_ptr<CompletionPrompt> prompt_;
   bool computes_scores_;
   bool started_ = false;
   std::int64_t offset_ = 0;  // text_offset so far

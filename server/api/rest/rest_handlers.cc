@@ -89,19 +89,17 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   const std::vector<std::vector<std::int64_t>>& prompts = prepared.prompts;
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
   const bool vllm_prompt_logprobs = body.prompt_logprobs;
-  // Echo: the prompt's text as given (token-id prompts: decoded, special
-  // tokens kept).
-  std::vector<std::string> prompt_texts;
-  if (echo) {
-    for (std::size_t p = 0; p < prompts.size(); ++p) {
-      if (body.prompts[p].text) {
-        prompt_texts.push_back(*body.prompts[p].text);
-      } else if (service.tokenizer() != nullptr) {
-        RS_ASSIGN_OR_RETURN(std::string text, service.Detokenize(prompts[p], /*skip_special_tokens=*/false));
-        prompt_texts.push_back(std::move(text));
-      } else {
-        prompt_texts.emplace_back();
-      }
+  // Each prompt, shared by its choices. Echo: its text as given
+  // (token-id prompts: decoded, special tokens kept).
+  std::vector<std::shared_ptr<CompletionPrompt>> shared(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    shared[p] = std::make_shared<CompletionPrompt>();
+    shared[p]->ids = prompts[p];
+    if (!echo) continue;
+    if (body.prompts[p].text) {
+      shared[p]->echo_text = *body.prompts[p].text;
+    } else if (service.tokenizer() != nullptr) {
+      RS_ASSIGN_OR_RETURN(shared[p]->echo_text, service.Detokenize(prompts[p], /*skip_special_tokens=*/false));
     }
   }
   RS_ASSIGN_OR_RETURN(auto gens, StartAll(service, prompts, prepared.generation));
@@ -112,13 +110,8 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   // One assembler per choice (choice k is prompt k / n's), the same for
   // streaming and unary; the prompt's first choice computes its logprobs.
   const CompletionChoiceOptions options{logprobs, return_token_ids, echo, vllm_prompt_logprobs};
-  auto shared_prompts = std::make_shared<std::vector<std::vector<std::int64_t>>>(prompts);
-  std::vector<std::shared_ptr<PromptScores>> scores(prompts.size());
-  for (auto& sc : scores) sc = std::make_shared<PromptScores>();
   auto choices = std::make_shared<std::vector<CompletionChoice>>();
-  for (std::size_t k = 0; k < gens.size(); ++k)
-    choices->emplace_back(service, k, options, (*shared_prompts)[k / n], echo ? prompt_texts[k / n] : std::string(),
-                          scores[k / n], k % n == 0);
+  for (std::size_t k = 0; k < gens.size(); ++k) choices->emplace_back(service, k, options, shared[k / n], k % n == 0);
   RestReply reply;
   if (body.stream) {
     auto totals = std::make_shared<StreamTotals>();
@@ -130,9 +123,7 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
                   {"model", service.name()},
                   {"choices", std::move(choices)}};
     };
-    // shared_prompts: held for the choices, which refer to it.
-    auto on_delta = [chunk, totals, choices, shared_prompts, n](std::size_t i, const service::Generation::Delta& d,
-                                                                std::string& out) {
+    auto on_delta = [chunk, totals, choices, n](std::size_t i, const service::Generation::Delta& d, std::string& out) {
       totals->completion += static_cast<std::int64_t>(d.ids.size());
       if (i % n == 0) totals->cached += d.cached_tokens;
       std::optional<json> choice = (*choices)[i].Push(d);
