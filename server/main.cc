@@ -77,11 +77,17 @@ int main(int argc, char** argv) {
                  "ROPESERVE_KERNEL_POOL_SPIN_US)")
       ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxPoolSpinUs))
       ->capture_default_str();
-  app.add_option("--kernel-int8-vnni-max-rows", kernels.int8_vnni_max_rows,
+  std::string int8_rows =
+      kernels.int8_vnni_max_rows ? std::to_string(*kernels.int8_vnni_max_rows) : std::string("auto");
+  app.add_option("--kernel-int8-vnni-max-rows", int8_rows,
                  "CPU kernels: int8 linears of up to this many rows run the matrix-vector kernel (VNNI, AVX2's "
-                 "vpmaddwd, NEON), larger ones the packed GEMM over widened panels (env "
+                 "vpmaddwd, NEON), larger ones the packed GEMM over widened panels; auto: where the two cross on "
+                 "the ISA (16 with VNNI, every count on AVX2), /v1/info says which (env "
                  "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS)")
-      ->check(CLI::Range(std::int64_t{0}, ropeserve::cpu::kMaxInt8VnniRows))
+      ->check([](const std::string& v) {
+        ropeserve::cpu::KernelConfig probe;
+        return ropeserve::cpu::SetInt8VnniMaxRows(probe, v);
+      })
       ->capture_default_str();
   app.add_option("--kernel-amx-min-rows", kernels.amx_min_rows,
                  "CPU kernels: bf16 linears (and int8 / int4 ones past their matrix-vector kernels) of at least "
@@ -119,6 +125,7 @@ int main(int argc, char** argv) {
   }
   // Flags over the environment's values: the ISA given (or the
   // environment's), then the older switch.
+  ropeserve::cpu::SetInt8VnniMaxRows(kernels, int8_rows);  // checked above
   std::string kernel_error = ropeserve::cpu::SetKernelIsa(kernels, isa);
   if (kernel_error.empty())
     kernel_error = ropeserve::cpu::ApplyAvx512Switch(kernels, *ropeserve::cpu::ParseSwitch(avx512));

@@ -207,8 +207,11 @@ at::Tensor Int4PanelLinear(const at::Tensor& x_in, const Int4Weight& w, const at
 
 at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias) {
   auto in_kernel_order = [&] { return w.perm.defined() ? x.index_select(1, w.perm) : x; };
-  if (Int4KernelSupports(x, w)) return Int4LinearKernel(in_kernel_order(), w, bias);
-  if (Int4PanelSupports(x, w)) return Int4PanelLinear(in_kernel_order(), w, bias);
+  const bool panel = Int4PanelSupports(x, w);
+  // The kernel up to the ISA's crossover; past it the panels where they take x.
+  if (Int4KernelSupports(x, w) && (!panel || x.size(0) <= ActiveKernels().int4_kernel_max_rows))
+    return Int4LinearKernel(in_kernel_order(), w, bias);
+  if (panel) return Int4PanelLinear(in_kernel_order(), w, bias);
   const at::Tensor dense = DequantizeInt4(w, x.scalar_type());
   return bias.defined() ? at::linear(x, dense, bias.to(x.scalar_type())) : at::linear(x, dense);
 }

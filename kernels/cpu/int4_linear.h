@@ -91,19 +91,21 @@ at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
 // embedding stored once, in a 4-bit LM head: --quantization int4-all).
 at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType dtype);
 
-// Up to 48 rows the kernel beats the panel path, whose per-call
-// dequantization of every panel costs more than int8's widening (48
-// matrices 4864 x 896, bf16 x, 2 threads: 1.66x at 16 rows, 1.72x at 32,
-// 1.22x at 48; docs/benchmarks.md).
-constexpr std::int64_t kInt4KernelMaxRows = 48;
-// Whether the kernel can run on x [M, K]: a CPU with avx512_vnni, float32
-// or bfloat16 x, 1 <= M <= kInt4KernelMaxRows, the weight's K.
+// The most rows of x the kernel takes in one call. Int4Linear runs it up
+// to the active ISA's crossover (CpuKernels::int4_kernel_max_rows,
+// kernels/cpu/kernel_table.h): with VNNI 48 (the panel path's per-call
+// dequantization of every panel costs more below: 48 matrices 4864 x 896,
+// bf16 x, 2 threads: 1.66x at 16 rows, 1.72x at 32, 1.22x at 48), on AVX2
+// every count (docs/benchmarks.md).
+constexpr std::int64_t kInt4KernelMaxRows = 1 << 16;
+// Whether the kernel can run on x [M, K]: float32 or bfloat16 x,
+// 1 <= M <= kInt4KernelMaxRows, the weight's K.
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w);
 // The kernel alone (tests and benchmarks); requires Int4KernelSupports.
 // x in the kernel's column order (already gathered by w.perm).
 at::Tensor Int4LinearKernel(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
-// More rows (prefill, batched decode past 48 sequences) on a CPU with
-// avx512_bf16 and bfloat16 x: the packed GEMM (kernels/cpu/packed_linear.h)
+// More rows (prefill, batched decode past 48 sequences) with bfloat16 x,
+// where the ISA's crossover sends them: the packed GEMM (kernels/cpu/packed_linear.h)
 // over panels dequantized as it goes, each weight (q - zero) * scale
 // rounded to bfloat16 (as the generic path's dequantized weights are for
 // bfloat16 x); K a multiple of 32.
@@ -111,8 +113,9 @@ bool Int4PanelSupports(const at::Tensor& x, const Int4Weight& w);
 // The panel path alone (tests and benchmarks); x in the kernel's column
 // order. Requires Int4PanelSupports.
 at::Tensor Int4PanelLinear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
-// y [M, N] in x's dtype; bias [N] or undefined. The kernel when it
-// supports x, else the panel path, else dequantize + at::linear.
+// y [M, N] in x's dtype; bias [N] or undefined. The kernel up to the ISA's
+// crossover (and past it where the panel path cannot take x), else the
+// panel path, else dequantize + at::linear.
 at::Tensor Int4Linear(const at::Tensor& x, const Int4Weight& w, const at::Tensor& bias);
 
 }  // namespace ropeserve::cpu

@@ -44,7 +44,7 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
   return DequantizeInt8(Int8Weight{w.q.index_select(0, ids), w.scale.index_select(0, ids)}, dtype);
 }
 
-std::int64_t Int8KernelMaxRows() { return GetKernelConfig().int8_vnni_max_rows; }
+std::int64_t Int8KernelMaxRows() { return EffectiveInt8VnniMaxRows(GetKernelConfig()); }
 
 namespace {
 // What both kernels need of x [M, K] and the weight: a CPU matrix with at

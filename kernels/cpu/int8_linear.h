@@ -51,9 +51,12 @@ at::Tensor Int8Rows(const Int8Weight& w, const at::Tensor& ids, at::ScalarType d
 constexpr std::int64_t kInt8KernelMaxRows = 1 << 16;
 // The most rows for which Int8Linear uses the kernel rather than the panel
 // kernel (or dequantize + at::linear): the kernel configuration's
-// int8_vnni_max_rows (kernels/cpu/kernel_config.h), 16 by default. (Measured,
-// 48 matrices 4864x896, 2 threads: the VNNI kernel 212 GFLOP/s at 16 rows
-// against the panels' 183; at 32 rows 185 against 249; docs/benchmarks.md.)
+// int8_vnni_max_rows (kernels/cpu/kernel_config.h), by default the active
+// ISA's crossover (CpuKernels::int8_kernel_max_rows): 16 with VNNI
+// (measured, 48 matrices 4864x896, 2 threads: the VNNI kernel 212 GFLOP/s
+// at 16 rows against the panels' 183; at 32 rows 185 against 249), every
+// row count on AVX2 (its kernel ~245 GFLOP/s from 16 to 512 rows, the
+// float32 panels 86-186; docs/benchmarks.md).
 std::int64_t Int8KernelMaxRows();
 // Whether the kernel can run on x [M, K] (CPU with avx512_vnni, float32 or
 // bfloat16, M <= kInt8KernelMaxRows).

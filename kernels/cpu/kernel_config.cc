@@ -18,16 +18,22 @@ bool ReadSwitch(const char* name, std::optional<bool>& out, std::string& error) 
   return true;
 }
 
+// A decimal integer in [0, max], the whole of `v`.
+bool ParseCount(const char* v, std::int64_t max, std::int64_t& out) {
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || n < 0 || n > max) return false;
+  out = static_cast<std::int64_t>(n);
+  return true;
+}
+
 bool ReadCount(const char* name, std::int64_t max, std::int64_t& out, std::string& error) {
   const char* v = std::getenv(name);
   if (v == nullptr) return true;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0' || n < 0 || n > max) {
+  if (!ParseCount(v, max, out)) {
     error = std::string(name) + "=" + v + ": expected an integer from 0 to " + std::to_string(max);
     return false;
   }
-  out = static_cast<std::int64_t>(n);
   return true;
 }
 
@@ -85,14 +91,32 @@ std::string ApplyAvx512Switch(KernelConfig& config, bool on) {
   return "";
 }
 
+std::string SetInt8VnniMaxRows(KernelConfig& config, std::string_view value) {
+  if (value == "auto") {
+    config.int8_vnni_max_rows.reset();
+    return "";
+  }
+  std::int64_t n = 0;
+  const std::string text(value);
+  if (!ParseCount(text.c_str(), kMaxInt8VnniRows, n))
+    return "expected auto or an integer from 0 to " + std::to_string(kMaxInt8VnniRows);
+  config.int8_vnni_max_rows = n;
+  return "";
+}
+
 std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
   KernelConfig c;
   std::optional<bool> avx512;
   if (!ReadSwitch("ROPESERVE_KERNEL_AVX512", avx512, error) ||
       !ReadCount("ROPESERVE_KERNEL_POOL_SPIN_US", kMaxPoolSpinUs, c.pool_spin_us, error) ||
-      !ReadCount("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", kMaxInt8VnniRows, c.int8_vnni_max_rows, error) ||
       !ReadCount("ROPESERVE_KERNEL_AMX_MIN_ROWS", kMaxAmxMinRows, c.amx_min_rows, error))
     return std::nullopt;
+  if (const char* rows = std::getenv("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS"); rows != nullptr) {
+    if (std::string why = SetInt8VnniMaxRows(c, rows); !why.empty()) {
+      error = std::string("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=") + rows + ": " + why;
+      return std::nullopt;
+    }
+  }
   if (const char* isa = std::getenv("ROPESERVE_KERNEL_ISA"); isa != nullptr) {
     if (std::string why = SetKernelIsa(c, isa); !why.empty()) {
       error = std::string("ROPESERVE_KERNEL_ISA=") + isa + ": " + why;
@@ -111,15 +135,5 @@ std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error) {
 const KernelConfig& GetKernelConfig() { return TheConfig().config; }
 
 void SetKernelConfig(const KernelConfig& config) { TheConfig().config = config; }
-
-std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
-  return {{"isa", IsaName(c.isa.value_or(BestIsa()))},
-          {"isa_requested", c.isa ? IsaName(*c.isa) : "auto"},
-          {"cpu", CpuModelName()},
-          {"cpu_extensions", CpuExtensions()},
-          {"pool_spin_us", std::to_string(c.pool_spin_us)},
-          {"int8_vnni_max_rows", std::to_string(c.int8_vnni_max_rows)},
-          {"amx_min_rows", std::to_string(c.amx_min_rows)}};
-}
 
 }  // namespace ropeserve::cpu

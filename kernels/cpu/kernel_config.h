@@ -14,10 +14,13 @@
 //   ROPESERVE_KERNEL_AVX512=0        the older switch: at most avx2 (1: auto)
 //   ROPESERVE_KERNEL_POOL_SPIN_US=N  how long idle pool workers spin before
 //                                    they sleep (0-1000000, default 200)
-//   ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=N  up to how many rows int8 linears
-//                                    run the matrix-vector kernel rather
-//                                    than the packed GEMM over widened
-//                                    panels (0-65536, default 16)
+//   ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=N|auto  up to how many rows int8
+//                                    linears run the matrix-vector kernel
+//                                    rather than the packed GEMM over
+//                                    widened panels (0-65536; auto, the
+//                                    default: where the two cross on the
+//                                    ISA, kernel_table.h: 16 with VNNI,
+//                                    every row count on AVX2)
 //   ROPESERVE_KERNEL_AMX_MIN_ROWS=N   bf16 linears (and int8 / int4 ones on
 //                                    the packed GEMM's path) of at least N
 //                                    rows run on AMX tiles when the ISA is
@@ -41,7 +44,7 @@ namespace ropeserve::cpu {
 struct KernelConfig {
   std::optional<Isa> isa;  // nullopt: auto (BestIsa())
   std::int64_t pool_spin_us = 200;
-  std::int64_t int8_vnni_max_rows = 16;
+  std::optional<std::int64_t> int8_vnni_max_rows;  // nullopt: auto (the ISA's crossover)
   std::int64_t amx_min_rows = 32;
 };
 
@@ -62,6 +65,11 @@ std::string SetKernelIsa(KernelConfig& config, std::string_view value);
 // "" when valid, else why not (off with an explicit avx512 or amx).
 std::string ApplyAvx512Switch(KernelConfig& config, bool on);
 
+// `value` of --kernel-int8-vnni-max-rows / its variable ("auto" or a row
+// count up to kMaxInt8VnniRows) applied to `config`; "" when valid, else
+// why not.
+std::string SetInt8VnniMaxRows(KernelConfig& config, std::string_view value);
+
 // The defaults overridden by the environment; nullopt with `error` naming
 // the variable when one is set to something invalid.
 std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error);
@@ -70,9 +78,5 @@ std::optional<KernelConfig> KernelConfigFromEnvironment(std::string& error);
 // invalid environment aborts with its error: only tests get here unchecked).
 const KernelConfig& GetKernelConfig();
 void SetKernelConfig(const KernelConfig& config);
-
-// name -> value, for the log and /v1/info ("isa": "avx2", "isa_requested":
-// "auto", "cpu": the model name, "cpu_extensions", ...).
-std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& config);
 
 }  // namespace ropeserve::cpu

@@ -162,6 +162,8 @@ CpuKernels Build(Isa isa) {
     k.int8_linear_range = avx2::Int8LinearRange;
     k.dequantize_int8_rows = avx2::DequantizeRows;
     k.int4_linear_range = avx2::Int4LinearRange;
+    k.int8_kernel_max_rows = kEveryRowCount;
+    k.int4_kernel_max_rows = kEveryRowCount;
     k.attend_item = avx2::AttendItem;
     k.rms_norm_rows_bf16 = avx2::RmsNormRowsBf16;
     k.silu_and_mul_rows_bf16 = avx2::SiluAndMulRowsBf16;
@@ -188,6 +190,8 @@ CpuKernels Build(Isa isa) {
       k.int8_linear_range = avx512::Int8LinearRange;
       k.dequantize_int8_rows = avx512::DequantizeRows;
       k.int4_linear_range = avx512::Int4LinearRange;
+      k.int8_kernel_max_rows = CpuKernels{}.int8_kernel_max_rows;
+      k.int4_kernel_max_rows = CpuKernels{}.int4_kernel_max_rows;
     }
   }
   if (isa >= Isa::kAmx) {
@@ -221,5 +225,21 @@ const CpuKernels& KernelsFor(Isa isa) {
 }
 
 const CpuKernels& ActiveKernels() { return KernelsFor(ActiveIsa()); }
+
+std::int64_t EffectiveInt8VnniMaxRows(const KernelConfig& config) {
+  if (config.int8_vnni_max_rows) return *config.int8_vnni_max_rows;
+  return KernelsFor(config.isa.value_or(BestIsa())).int8_kernel_max_rows;
+}
+
+std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
+  return {{"isa", IsaName(c.isa.value_or(BestIsa()))},
+          {"isa_requested", c.isa ? IsaName(*c.isa) : "auto"},
+          {"cpu", CpuModelName()},
+          {"cpu_extensions", CpuExtensions()},
+          {"pool_spin_us", std::to_string(c.pool_spin_us)},
+          {"int8_vnni_max_rows", std::to_string(EffectiveInt8VnniMaxRows(c))},
+          {"int4_kernel_max_rows", std::to_string(KernelsFor(c.isa.value_or(BestIsa())).int4_kernel_max_rows)},
+          {"amx_min_rows", std::to_string(c.amx_min_rows)}};
+}
 
 }  // namespace ropeserve::cpu

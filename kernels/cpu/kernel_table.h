@@ -9,11 +9,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_config.h"
 #include "kernels/cpu/paged_attention_core.h"
 
 namespace ropeserve::cpu {
+
+// A row-count crossover that every call stays under (the matrix-vector
+// kernels' own limit, kInt8KernelMaxRows / kInt4KernelMaxRows).
+inline constexpr std::int64_t kEveryRowCount = std::int64_t{1} << 16;
 
 struct CpuKernels {
   Isa isa = Isa::kGeneric;
@@ -80,6 +88,16 @@ struct CpuKernels {
                             void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin,
                             std::int64_t n_end) = nullptr;
 
+  // Up to how many rows of x int8 / int4 linears run int8_linear_range /
+  // int4_linear_range rather than the packed GEMM over widened panels
+  // (int8_linear.h, int4_linear.h): where the two cross on this ISA
+  // (measured: docs/benchmarks.md). With VNNI 16 / 48; on AVX2 the
+  // matrix-vector kernels' vpmaddwd outruns the panels' float32 fmas at
+  // every row count measured (1-512), so they take every count. int8's is
+  // the default of --kernel-int8-vnni-max-rows.
+  std::int64_t int8_kernel_max_rows = 16;
+  std::int64_t int4_kernel_max_rows = 48;
+
   // paged_attention_core.h: one work item; false when the variant cannot
   // take its shape (the generic one takes every shape).
   bool (*attend_item)(const AttentionItem& item) = nullptr;
@@ -98,5 +116,14 @@ const CpuKernels& ActiveKernels();
 // The table of `isa`, which this CPU must run (CpuCanRun): what a forced
 // ISA runs, for tests and benchmarks.
 const CpuKernels& KernelsFor(Isa isa);
+
+// The int8 crossover in effect under `config` (kernel_config.h): the one
+// set, else its ISA's table's.
+std::int64_t EffectiveInt8VnniMaxRows(const KernelConfig& config);
+// name -> value, for the log and /v1/info ("isa": "avx2", "isa_requested":
+// "auto", "cpu": the model name, "cpu_extensions", the crossovers in effect,
+// ...). Here rather than in kernel_config.cc, which stays free of the
+// kernels' tables (the thread pool's sanitizer test builds it alone).
+std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& config);
 
 }  // namespace ropeserve::cpu

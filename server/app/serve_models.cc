@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_config.h"
+#include "kernels/cpu/kernel_table.h"
 #include "server/app/test_hooks.h"
 #include "server/checkpoint/config_overrides.h"
 #include "server/checkpoint/model_generator.h"

@@ -110,6 +110,13 @@ TEST(Cli, KernelConfigurationFlagsAndEnvironment) {
   EXPECT_NE(bad_flag.exit_code, 0);
   EXPECT_NE(bad_flag.err.find("--kernel-avx512"), std::string::npos) << bad_flag.err;
   EXPECT_NE(RunBinary("--kernel-pool-spin-us 1000001 tokenize --help", d.path()).exit_code, 0);
+  EXPECT_EQ(RunBinary("--kernel-int8-vnni-max-rows auto tokenize --help", d.path()).exit_code, 0);
+  EXPECT_EQ(RunBinary("--kernel-int8-vnni-max-rows 65536 tokenize --help", d.path()).exit_code, 0);
+  for (const char* rows : {"65537", "-1", "Auto", "8x"}) {
+    auto r = RunBinary(std::string("--kernel-int8-vnni-max-rows ") + rows + " tokenize --help", d.path());
+    EXPECT_NE(r.exit_code, 0) << rows;
+    EXPECT_NE(r.err.find("--kernel-int8-vnni-max-rows"), std::string::npos) << r.err;
+  }
   for (const char* env : {"ROPESERVE_KERNEL_AVX512=maybe", "ROPESERVE_KERNEL_POOL_SPIN_US=-1",
                           "ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS=12x", "ROPESERVE_KERNEL_ISA=fastest"}) {
     auto r = RunBinary("tokenize --help", d.path(), env);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/kernel_table.h"
 #include "tests/common/float_bounds.h"
 
 namespace ropeserve {
@@ -204,10 +205,29 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     // Far below the outputs (random sums cancel: |y| ~ sqrt(K), the bound ~ K):
     // a wrong group, zero, nibble or permutation exceeds it.
     EXPECT_LT(bound.max().item<double>(), 0.05 * exact.abs().max().item<double>());
-    // Int4Linear takes it past the kernel's rows.
-    if (c.M > cpu::kInt4KernelMaxRows) {
+    // Int4Linear takes it past the ISA's crossover.
+    if (c.M > cpu::ActiveKernels().int4_kernel_max_rows) {
       EXPECT_TRUE(at::equal(cpu::Int4Linear(x, w, b), got));
     }
+  }
+}
+
+// Int4Linear runs the matrix-vector kernel up to the active ISA's crossover
+// and the panel path past it (bfloat16 x); float32 x, which the panels do
+// not take, stays on the kernel past it. (ctest runs this once per ISA the
+// CPU runs: AVX2's crossover is every row count, VNNI's 48.)
+TEST(Int4Linear, KernelUpToTheIsasCrossoverThenPanels) {
+  const std::int64_t crossover = cpu::ActiveKernels().int4_kernel_max_rows;
+  const cpu::Int4Weight w = cpu::QuantizeInt4(Weights(24, 128, 64), 64);
+  for (std::int64_t M : {std::int64_t{1}, std::int64_t{17}, std::min<std::int64_t>(crossover, 70), std::int64_t{70}}) {
+    SCOPED_TRACE("M" + std::to_string(M) + " crossover " + std::to_string(crossover));
+    at::manual_seed(M);
+    const at::Tensor x = at::randn({M, 128}).to(at::kBFloat16);
+    const at::Tensor want =
+        M <= crossover ? cpu::Int4LinearKernel(x, w, at::Tensor()) : cpu::Int4PanelLinear(x, w, at::Tensor());
+    EXPECT_TRUE(at::equal(cpu::Int4Linear(x, w, at::Tensor()), want));
+    const at::Tensor xf = x.to(at::kFloat);
+    EXPECT_TRUE(at::equal(cpu::Int4Linear(xf, w, at::Tensor()), cpu::Int4LinearKernel(xf, w, at::Tensor())));
   }
 }
 
@@ -231,26 +251,32 @@ TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
     q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
     q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
   }
-  for (std::int64_t M : {1, 2, 4, 8, 16, 32}) {
+  for (std::int64_t M : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 512}) {
     const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
     ASSERT_TRUE(cpu::Int4KernelSupports(x, q4[0])) << "every ISA has a variant";
+    const int calls = M > 48 ? 8 : 48;  // the same time a row count
     auto time = [&](auto&& fn) {
       double best = 1e9;
       for (int rep = 0; rep < 5; ++rep) {
         auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 48; ++i) fn(i);
+        for (int i = 0; i < calls; ++i) fn(i);
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       return best;
     };
     const double t4 = time([&](int i) { cpu::Int4LinearKernel(x, q4[i], at::Tensor()); });
     const double t8 = time([&](int i) { cpu::Int8LinearKernel(x, q8[i], at::Tensor()); });
-    const double weights = 48.0 * 4864 * 896, flops = 2.0 * weights * M;
+    // The packed GEMM over widened int4 panels, the path past the kernel's rows.
+    const double tp = time([&](int i) { cpu::Int4PanelLinear(x, q4[i], at::Tensor()); });
+    const double tp8 = time([&](int i) { cpu::Int8PanelLinear(x, q8[i], at::Tensor()); });
+    const double weights = calls * 4864.0 * 896, flops = 2.0 * weights * M;
     // Nibbles + (float16 or float32) scale and zero per group.
-    const double bytes4 = weights / 2 + 48.0 * 4864 * (896 / 128) * (q4[0].scale16.defined() ? 3 : 5);
-    std::printf("M=%2lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx\n",
-                static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
-                flops / t8 / 1e9, t8 / t4);
+    const double bytes4 = weights / 2 + calls * 4864.0 * (896 / 128) * (q4[0].scale16.defined() ? 3 : 5);
+    std::printf(
+        "M=%2lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx | "
+        "panels: int4 %6.1f int8 %6.1f GFLOP/s\n",
+        static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
+        flops / t8 / 1e9, t8 / t4, flops / tp / 1e9, flops / tp8 / 1e9);
   }
 }
 

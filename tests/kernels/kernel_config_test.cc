@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "kernels/cpu/kernel_table.h"
+
 namespace ropeserve::cpu {
 namespace {
 
@@ -43,7 +45,9 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
   EXPECT_EQ(Value(*c, "isa"), IsaName(BestIsa()));
   EXPECT_EQ(Value(*c, "isa_requested"), "auto");
   EXPECT_EQ(c->pool_spin_us, 200);
-  EXPECT_EQ(c->int8_vnni_max_rows, 16);
+  EXPECT_FALSE(c->int8_vnni_max_rows.has_value());  // auto: the ISA's crossover
+  EXPECT_EQ(Value(*c, "int8_vnni_max_rows"), std::to_string(KernelsFor(BestIsa()).int8_kernel_max_rows));
+  EXPECT_EQ(Value(*c, "int4_kernel_max_rows"), std::to_string(KernelsFor(BestIsa()).int4_kernel_max_rows));
   EXPECT_EQ(c->amx_min_rows, 32);
   // Every ISA this CPU runs can be chosen by name.
   for (Isa isa : RunnableIsas()) {
@@ -81,6 +85,13 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
   EXPECT_EQ(c->amx_min_rows, 0);
   EXPECT_EQ(Value(*c, "isa_requested"), "generic");
   EXPECT_EQ(Value(*c, "amx_min_rows"), "0");
+  EXPECT_EQ(Value(*c, "int8_vnni_max_rows"), "65536");
+  setenv("ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "auto", 1);
+  c = KernelConfigFromEnvironment(error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_FALSE(c->int8_vnni_max_rows.has_value());
+  // auto follows the ISA chosen: the generic table's crossover here.
+  EXPECT_EQ(Value(*c, "int8_vnni_max_rows"), std::to_string(KernelsFor(Isa::kGeneric).int8_kernel_max_rows));
   EXPECT_EQ(Value(*c, "pool_spin_us"), "0");
   EXPECT_EQ(Value(*c, "cpu"), CpuModelName());
   EXPECT_NE(Value(*c, "cpu_extensions"), "?");
@@ -97,6 +108,8 @@ TEST_F(KernelEnvironment, BadValuesAreErrorsNamingTheVariable) {
       {"ROPESERVE_KERNEL_POOL_SPIN_US", "20us"},
       {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "65537"},
       {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", ""},
+      {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "-1"},
+      {"ROPESERVE_KERNEL_INT8_VNNI_MAX_ROWS", "Auto"},
       {"ROPESERVE_KERNEL_AMX_MIN_ROWS", "65537"},
       {"ROPESERVE_KERNEL_AMX_MIN_ROWS", "x"},
   };

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/kernel_config.h"
+#include "kernels/cpu/kernel_table.h"
 #include "server/api/http/http_connection.h"
 #include "server/api/http/http_server_impl.h"
 #include "server/api/http/openapi.h"
