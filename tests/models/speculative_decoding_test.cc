@@ -6,9 +6,10 @@
 // steps do (a rejected draft's K/V is overwritten, never kept or cached).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
-#include "kernels/cpu/int4_linear.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cuda/kernels.h"
 #include "server/engine/engine.h"
 #include "server/models/decoder.h"
@@ -28,11 +29,13 @@ struct SpecCase {
   const char* arch;
   DType dtype;
   Quantization quantization;
-  // Steps of at most this many tokens. Int4 projections run the VNNI
-  // kernel up to cpu::kInt4KernelMaxRows rows and bf16 panels beyond (other
-  // roundings), so an int4 model's tokens depend on the steps' sizes with or
-  // without speculation; within the kernel's rows each row's arithmetic is
-  // its own, which is what the int4 case holds.
+  // Steps of at most this many tokens; 0: up to the CPU int4 crossover
+  // (at most 96). Int4 projections run the matrix-vector kernel up to the
+  // ISA's crossover (CpuKernels::int4_kernel_max_rows: 48 with VNNI, every
+  // count on AVX2) and bf16 panels beyond (other roundings), so an int4
+  // model's tokens depend on the steps' sizes with or without speculation;
+  // within the kernel's rows each row's arithmetic is its own, which is
+  // what the int4 case holds.
   std::int64_t max_step_tokens = 96;
   // On the GPU (scripts/gpu-check; skipped where none is visible): its
   // kernels, cuBLAS and the sampler on the device. CUDA int4 steps of up to
@@ -84,7 +87,9 @@ class SpeculativeDecoding : public ::testing::TestWithParam<SpecCase> {
     c.num_blocks = num_blocks;
     c.block_size = 4;
     c.scheduler.max_model_len = 512;
-    c.scheduler.max_num_batched_tokens = GetParam().max_step_tokens;
+    const std::int64_t step = GetParam().max_step_tokens;
+    c.scheduler.max_num_batched_tokens =
+        step > 0 ? step : std::min<std::int64_t>(96, cpu::ActiveKernels().int4_kernel_max_rows);
     c.scheduler.speculative.num_tokens = k;
     c.scheduler.speculative.min_ngram = 1;
     c.scheduler.speculative.max_ngram = 3;
@@ -155,20 +160,20 @@ TEST_P(SpeculativeDecoding, PreemptedAndPrefixHitOutputsEqualNonSpeculative) {
   EXPECT_EQ(hit.tokens, cold.tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, SpeculativeDecoding,
-    ::testing::Values(SpecCase{"qwen2_f32", "qwen2", DType::kF32, Quantization::kNone},
-                      SpecCase{"llama_f32", "llama", DType::kF32, Quantization::kNone},
-                      SpecCase{"qwen3_bf16", "qwen3", DType::kBF16, Quantization::kNone},
-                      SpecCase{"llama_int4_bf16", "llama", DType::kBF16, Quantization::kInt4, cpu::kInt4KernelMaxRows}
+INSTANTIATE_TEST_SUITE_P(Families, SpeculativeDecoding,
+                         ::testing::Values(SpecCase{"qwen2_f32", "qwen2", DType::kF32, Quantization::kNone},
+                                           SpecCase{"llama_f32", "llama", DType::kF32, Quantization::kNone},
+                                           SpecCase{"qwen3_bf16", "qwen3", DType::kBF16, Quantization::kNone},
+                                           SpecCase{"llama_int4_bf16", "llama", DType::kBF16, Quantization::kInt4, 0}
 #ifdef ROPESERVE_HAVE_CUDA
-                      ,
-                      SpecCase{"qwen3_bf16_cuda", "qwen3", DType::kBF16, Quantization::kNone, 96, true},
-                      SpecCase{"llama_int4_bf16_cuda", "llama", DType::kBF16, Quantization::kInt4,
-                               cuda::kInt4GemvMaxRows, true}
+                                           ,
+                                           SpecCase{"qwen3_bf16_cuda", "qwen3", DType::kBF16, Quantization::kNone, 96,
+                                                    true},
+                                           SpecCase{"llama_int4_bf16_cuda", "llama", DType::kBF16, Quantization::kInt4,
+                                                    cuda::kInt4GemvMaxRows, true}
 #endif
-                      ),
-    [](const auto& info) { return std::string(info.param.name); });
+                                           ),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace ropeserve
