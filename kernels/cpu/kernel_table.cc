@@ -190,8 +190,8 @@ CpuKernels Build(Isa isa) {
       k.int8_linear_range = avx512::Int8LinearRange;
       k.dequantize_int8_rows = avx512::DequantizeRows;
       k.int4_linear_range = avx512::Int4LinearRange;
-      k.int8_kernel_max_rows = CpuKernels{}.int8_kernel_max_rows;
-      k.int4_kernel_max_rows = CpuKernels{}.int4_kernel_max_rows;
+      k.int8_kernel_max_rows = kVnniInt8KernelMaxRows;
+      k.int4_kernel_max_rows = kVnniInt4KernelMaxRows;
     }
   }
   if (isa >= Isa::kAmx) {
@@ -232,13 +232,14 @@ std::int64_t EffectiveInt8VnniMaxRows(const KernelConfig& config) {
 }
 
 std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const KernelConfig& c) {
-  return {{"isa", IsaName(c.isa.value_or(BestIsa()))},
+  const Isa isa = c.isa.value_or(BestIsa());
+  return {{"isa", IsaName(isa)},
           {"isa_requested", c.isa ? IsaName(*c.isa) : "auto"},
           {"cpu", CpuModelName()},
           {"cpu_extensions", CpuExtensions()},
           {"pool_spin_us", std::to_string(c.pool_spin_us)},
           {"int8_vnni_max_rows", std::to_string(EffectiveInt8VnniMaxRows(c))},
-          {"int4_kernel_max_rows", std::to_string(KernelsFor(c.isa.value_or(BestIsa())).int4_kernel_max_rows)},
+          {"int4_kernel_max_rows", std::to_string(KernelsFor(isa).int4_kernel_max_rows)},
           {"amx_min_rows", std::to_string(c.amx_min_rows)}};
 }
 

@@ -19,8 +19,13 @@
 
 namespace ropeserve::cpu {
 
-// A row-count crossover that every call stays under (the matrix-vector
-// kernels' own limit, kInt8KernelMaxRows / kInt4KernelMaxRows).
+// Row-count crossovers (CpuKernels::int8_kernel_max_rows /
+// int4_kernel_max_rows): VNNI's, measured, which the ISAs without a
+// measurement of their own keep too; and one that every call stays under
+// (the matrix-vector kernels' own limit, kInt8KernelMaxRows /
+// kInt4KernelMaxRows).
+inline constexpr std::int64_t kVnniInt8KernelMaxRows = 16;
+inline constexpr std::int64_t kVnniInt4KernelMaxRows = 48;
 inline constexpr std::int64_t kEveryRowCount = std::int64_t{1} << 16;
 
 struct CpuKernels {
@@ -93,10 +98,10 @@ struct CpuKernels {
   // (int8_linear.h, int4_linear.h): where the two cross on this ISA
   // (measured: docs/benchmarks.md). With VNNI 16 / 48; on AVX2 the
   // matrix-vector kernels' vpmaddwd outruns the panels' float32 fmas at
-  // every row count measured (1-512), so they take every count. int8's is
-  // the default of --kernel-int8-vnni-max-rows.
-  std::int64_t int8_kernel_max_rows = 16;
-  std::int64_t int4_kernel_max_rows = 48;
+  // the row counts measured (1-2048; int4 level at 512), so they take
+  // every count. int8's is the default of --kernel-int8-vnni-max-rows.
+  std::int64_t int8_kernel_max_rows = kVnniInt8KernelMaxRows;
+  std::int64_t int4_kernel_max_rows = kVnniInt4KernelMaxRows;
 
   // paged_attention_core.h: one work item; false when the variant cannot
   // take its shape (the generic one takes every shape).
