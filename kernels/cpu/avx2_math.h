@@ -118,4 +118,15 @@ namespace ropeserve::cpu::avx2 {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
+// How many rows of int16 x (rows of Kp levels) the int8 / int4
+// matrix-vector kernels take as one tile: ~128 KB of them, a multiple of
+// `step` (the rows of a pass), at least one pass. Each block of weight rows
+// then passes over a tile that stays in L2; without the tiles, past a few
+// hundred rows, x streamed from L3 once per block of 16 weight rows (the
+// kernels fell from ~195 to ~155 GFLOP/s between 16 and 2048 rows).
+[[maybe_unused]] static inline std::int64_t XTileRows(std::int64_t Kp, std::int64_t step) {
+  const std::int64_t rows = (std::int64_t{128} << 10) / (Kp * 2) / step * step;
+  return rows > step ? rows : step;
+}
+
 }  // namespace ropeserve::cpu::avx2

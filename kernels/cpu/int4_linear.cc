@@ -142,17 +142,26 @@ bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
 at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const at::Tensor& bias_in) {
   TORCH_CHECK(Int4KernelSupports(x_in, w), "Int4LinearKernel: unsupported input");
   const at::Tensor x = x_in.contiguous();
-  const std::int64_t M = x.size(0), K = w.k, N = w.packed.size(0), Kp = Padded(K);
+  const std::int64_t M = x.size(0), K = w.k, N = w.packed.size(0), Kp = Padded(K), G = K / w.group_size;
   TORCH_CHECK(!bias_in.defined() || (bias_in.dim() == 1 && bias_in.size(0) == N), "Int4LinearKernel: bias shape");
   const at::Tensor bias = bias_in.defined() ? bias_in.to(at::kFloat).contiguous() : at::Tensor();
-  at::Tensor xq = at::empty({M, Kp}, at::kShort);
-  at::Tensor xs = at::empty({M}, at::kFloat);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   const CpuKernels& kernels = ActiveKernels();
-  kernels.quantize_rows_int16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
-                              xs.data_ptr<float>());
+  // x's levels: int8 per group (the table's int4_int8_x) or int16 per row.
+  at::Tensor xq, xs, xsum;
+  if (kernels.int4_int8_x) {
+    xq = at::empty({M, Kp}, at::kChar);
+    xs = at::empty({M, G}, at::kFloat);
+    xsum = at::empty({M, G}, at::kInt);
+    kernels.quantize_groups_int8(x.data_ptr(), bf16, M, K, Kp, w.group_size, xq.data_ptr<std::int8_t>(),
+                                 xs.data_ptr<float>(), xsum.data_ptr<std::int32_t>());
+  } else {
+    xq = at::empty({M, Kp}, at::kShort);
+    xs = at::empty({M}, at::kFloat);
+    kernels.quantize_rows_int16(x.data_ptr(), bf16, M, K, Kp, kInt8ActivationLevels, xq.data_ptr<std::int16_t>(),
+                                xs.data_ptr<float>());
+  }
   at::Tensor out = at::empty({M, N}, x.options());
-  const std::int16_t* xqp = xq.data_ptr<std::int16_t>();
   const float* xsp = xs.data_ptr<float>();
   const std::uint8_t* pp = w.packed.data_ptr<std::uint8_t>();
   const float* sp = w.scale.data_ptr<float>();
@@ -163,9 +172,16 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
   void* op = out.data_ptr();
   // Work items of whole groups of 4 weight rows, at least ~16 KB of packed weights each.
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(Kp / 2, 1) / 4);
+  const auto* xq8 = kernels.int4_int8_x ? xq.data_ptr<std::int8_t>() : nullptr;
+  const auto* xq16 = kernels.int4_int8_x ? nullptr : xq.data_ptr<std::int16_t>();
+  const auto* xsump = kernels.int4_int8_x ? xsum.data_ptr<std::int32_t>() : nullptr;
   ParallelFor(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
-    kernels.int4_linear_range(xqp, xsp, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, begin * 4,
-                              std::min(end * 4, N));
+    const std::int64_t nb = begin * 4, ne = std::min(end * 4, N);
+    if (xq8 != nullptr)
+      kernels.int4_linear_range_int8_x(xq8, xsp, xsump, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, nb,
+                                       ne);
+    else
+      kernels.int4_linear_range(xq16, xsp, M, Kp, pp, sp, sp16, zp, K, w.group_size, bp, op, bf16, N, nb, ne);
   });
   return out;
 }

@@ -14,6 +14,17 @@
 // sum q x - z sum x per group and lane: a vpmulld per group and row of x
 // and a buffer of sums per call; no faster, as measured, and more code.)
 // The int32 sums are the same, exactly.
+//
+// The second form (Int4LinearRangeInt8X, what the AVX2 table runs: its
+// `int4_int8_x`): x as int8 levels per group of the weights' columns, the
+// nibbles as unsigned bytes (one and, one shift + and per 64 columns, no
+// widening), vpmaddubsw (32 products a vector, twice vpmaddwd's 16) into
+// int16 pair sums (|sum| <= 2 * 15 * 127 each, at most four a group: <=
+// 15,240, no saturation), vpmaddwd by ones into int32 once a group; the
+// zero point is taken off the group's integer sum as zero * sum(x levels)
+// (QuantizeGroupsInt8 keeps the sums), then one float32 multiply-add by
+// the product of the two group scales. The generic file has the scalar
+// reference of both forms.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -132,10 +143,97 @@ void RowsOf(std::int64_t rows, const std::int16_t* xq, const float* xs, std::int
   }
 }
 
+// Int8X: a 64-column block's nibbles as two runs of 32 unsigned bytes:
+// columns k..k+31 (low nibbles) and k+32..k+63 (high nibbles).
+inline void Nibbles(const std::uint8_t* p, __m256i* lo, __m256i* hi) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  *lo = _mm256_and_si256(b, mask);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+}
+
+inline __m256i Bytes(const std::int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// M rows of int8 x (rows Kp apart; group scales and level sums G apart)
+// times weight rows [n_begin, n_end).
+template <int M, typename ScaleT>
+void RowsInt8X(const std::int8_t* xq, const float* xs, const std::int32_t* xsum, std::int64_t Kp,
+               const std::uint8_t* packed, const ScaleT* scale, const std::uint8_t* zero, std::int64_t K,
+               std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N,
+               std::int64_t n_begin, std::int64_t n_end) {
+  const std::int64_t G = K / group_size;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::int64_t n = n_begin; n < n_end; ++n) {
+    const std::uint8_t* pr = packed + n * (Kp / 2);
+    __m256 f[M];
+    for (int m = 0; m < M; ++m) f[m] = _mm256_setzero_ps();
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t k0 = g * group_size;
+      __m256i s16[M];
+      if (group_size == 32) {
+        // Half a block: its low nibbles (k0 % 64 == 0) or its high ones.
+        if (k0 % 128 == 0) PrefetchWeights(pr + k0 / 2);
+        __m256i lo, hi;
+        Nibbles(pr + k0 / 64 * 32, &lo, &hi);
+        const __m256i q = k0 % 64 == 0 ? lo : hi;
+        for (int m = 0; m < M; ++m) s16[m] = _mm256_maddubs_epi16(q, Bytes(xq + m * Kp + k0));
+      } else {
+        for (int m = 0; m < M; ++m) s16[m] = _mm256_setzero_si256();
+        for (std::int64_t k = k0; k < k0 + group_size; k += 64) {
+          if (k % 128 == 0) PrefetchWeights(pr + k / 2);
+          __m256i lo, hi;
+          Nibbles(pr + k / 2, &lo, &hi);
+          for (int m = 0; m < M; ++m) {
+            const std::int8_t* x = xq + m * Kp + k;
+            s16[m] = _mm256_add_epi16(
+                s16[m], _mm256_add_epi16(_mm256_maddubs_epi16(lo, Bytes(x)), _mm256_maddubs_epi16(hi, Bytes(x + 32))));
+          }
+        }
+      }
+      const float sw = Scale(scale + n * G + g);
+      const int z = zero[n * G + g];
+      for (int m = 0; m < M; ++m) {
+        // sum q x - z sum x: the zero point's share taken off lane 0.
+        const __m256i zx = _mm256_zextsi128_si256(_mm_cvtsi32_si128(z * xsum[m * G + g]));
+        const __m256i a = _mm256_sub_epi32(_mm256_madd_epi16(s16[m], ones), zx);
+        f[m] = AddGroup(f[m], a, sw * xs[m * G + g]);
+      }
+    }
+    const float bv = bias ? bias[n] : 0.0f;
+    for (int m = 0; m < M; ++m) {
+      const float y = ReduceAdd(f[m]) + bv;
+      if (out_bf16)
+        static_cast<std::uint16_t*>(out)[m * N + n] = FloatToBf16(y);
+      else
+        static_cast<float*>(out)[m * N + n] = y;
+    }
+  }
+}
+
+template <typename ScaleT>
+void RowsInt8XOf(std::int64_t rows, const std::int8_t* xq, const float* xs, const std::int32_t* xsum, std::int64_t Kp,
+                 const std::uint8_t* packed, const ScaleT* scale, const std::uint8_t* zero, std::int64_t K,
+                 std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N, std::int64_t nb,
+                 std::int64_t ne) {
+  // 4 rows a pass: 4 x 2 vectors of sums, 2 of nibbles and the constants.
+  switch (rows) {
+    case 1:
+      return RowsInt8X<1>(xq, xs, xsum, Kp, packed, scale, zero, K, group_size, bias, out, out_bf16, N, nb, ne);
+    case 2:
+      return RowsInt8X<2>(xq, xs, xsum, Kp, packed, scale, zero, K, group_size, bias, out, out_bf16, N, nb, ne);
+    case 3:
+      return RowsInt8X<3>(xq, xs, xsum, Kp, packed, scale, zero, K, group_size, bias, out, out_bf16, N, nb, ne);
+    default:
+      return RowsInt8X<4>(xq, xs, xsum, Kp, packed, scale, zero, K, group_size, bias, out, out_bf16, N, nb, ne);
+  }
+}
+
 }  // namespace
 
 // Output columns [n_begin, n_end) of y [M, N], up to 4 rows of x per pass
-// over a block of 16 weight rows (only the first pass reads memory). The
+// over a block of 16 weight rows (only the first pass reads memory), over
+// a tile of x rows at a time (XTileRows: the tile stays in L2 while every
+// weight block of the range passes over it). The
 // float16 scales when given (scale16 non-null), else the float32 ones.
 void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
                      const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
@@ -143,16 +241,91 @@ void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, st
                      bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) {
   constexpr std::int64_t kBlock = 16, kRows = 4;
   const std::int64_t esize = out_bf16 ? 2 : 4;
-  for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
-    const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
-    for (std::int64_t m0 = 0; m0 < M; m0 += kRows) {
-      const std::int64_t rows = M - m0 < kRows ? M - m0 : kRows;
-      void* o = static_cast<char*>(out) + m0 * N * esize;
-      if (scale16 != nullptr)
-        RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
-      else
-        RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+  const std::int64_t tile = XTileRows(Kp, kRows);
+  for (std::int64_t mt = 0; mt < M; mt += tile) {
+    const std::int64_t mend = mt + tile < M ? mt + tile : M;
+    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
+      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
+      for (std::int64_t m0 = mt; m0 < mend; m0 += kRows) {
+        const std::int64_t rows = mend - m0 < kRows ? mend - m0 : kRows;
+        void* o = static_cast<char*>(out) + m0 * N * esize;
+        if (scale16 != nullptr)
+          RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+        else
+          RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+      }
     }
+  }
+}
+
+// The same over int8 x per group (the header's second form).
+void Int4LinearRangeInt8X(const std::int8_t* xq, const float* xs, const std::int32_t* xsum, std::int64_t M,
+                          std::int64_t Kp, const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
+                          const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias,
+                          void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) {
+  constexpr std::int64_t kBlock = 16, kRows = 4;
+  const std::int64_t esize = out_bf16 ? 2 : 4, G = K / group_size;
+  // int8 x: tiles of twice the rows of the int16 form's, the same bytes.
+  const std::int64_t tile = XTileRows(Kp / 2, kRows);
+  for (std::int64_t mt = 0; mt < M; mt += tile) {
+    const std::int64_t mend = mt + tile < M ? mt + tile : M;
+    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
+      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
+      for (std::int64_t m0 = mt; m0 < mend; m0 += kRows) {
+        const std::int64_t rows = mend - m0 < kRows ? mend - m0 : kRows;
+        void* o = static_cast<char*>(out) + m0 * N * esize;
+        const std::int8_t* x = xq + m0 * Kp;
+        if (scale16 != nullptr)
+          RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16,
+                      N, nb, ne);
+        else
+          RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N,
+                      nb, ne);
+      }
+    }
+  }
+}
+
+// x rows as int8 levels per group of `group_size` columns (zero past K),
+// each group's scale (max |x| / 127) and the sum of its levels: the
+// generic QuantizeGroupsInt8's levels, bit for bit (the same float32
+// product, rounded to nearest even, saturated by the packs).
+void QuantizeGroupsInt8(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp,
+                        std::int64_t group_size, std::int8_t* xq, float* scales, std::int32_t* sums) {
+  const std::int64_t G = K / group_size, esize = bf16 ? 2 : 4;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  // packs work within 128-bit lanes: this puts the four runs of 8 back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::int64_t m = 0; m < M; ++m) {
+    const char* row = static_cast<const char*>(x) + m * K * esize;
+    auto load8 = [&](std::int64_t k) {
+      return bf16 ? LoadBf16(reinterpret_cast<const std::uint16_t*>(row) + k)
+                  : LoadF32(reinterpret_cast<const float*>(row) + k);
+    };
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t k0 = g * group_size;
+      __m256 vmax = _mm256_setzero_ps();
+      for (std::int64_t k = k0; k < k0 + group_size; k += 8)
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(load8(k), abs_mask));
+      const float amax = ReduceMax(vmax);
+      scales[m * G + g] = amax / 127.0f;
+      const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      __m256i sum = _mm256_setzero_si256();
+      const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-128);
+      for (std::int64_t k = k0; k < k0 + group_size; k += 32) {
+        __m256i v[4];
+        for (int i = 0; i < 4; ++i) {
+          v[i] = _mm256_cvtps_epi32(_mm256_mul_ps(load8(k + 8 * i), inv));
+          // The levels the packs store (only NaN or a bad scale reach past 127).
+          sum = _mm256_add_epi32(sum, _mm256_max_epi32(_mm256_min_epi32(v[i], top), bottom));
+        }
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])), order);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + m * Kp + k), bytes);
+      }
+      sums[m * G + g] = ReduceAdd(sum);
+    }
+    for (std::int64_t k = K; k < Kp; ++k) xq[m * Kp + k] = 0;
   }
 }
 

@@ -39,6 +39,23 @@ ROPESERVE_LINEAR_CORES(avx512)
 #endif
 #undef ROPESERVE_LINEAR_CORES
 
+// The int4 kernel's int8-x form (kernel_table.h: int4_int8_x).
+#define ROPESERVE_INT4_INT8_X_CORES(isa)                                                                          \
+  namespace isa {                                                                                                 \
+  void QuantizeGroupsInt8(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp,              \
+                          std::int64_t group_size, std::int8_t* xq, float* scales, std::int32_t* sums);           \
+  void Int4LinearRangeInt8X(const std::int8_t* xq, const float* xs, const std::int32_t* xsum, std::int64_t M,     \
+                            std::int64_t Kp, const std::uint8_t* packed, const float* scale,                      \
+                            const std::uint16_t* scale16, const std::uint8_t* zero, std::int64_t K,               \
+                            std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N, \
+                            std::int64_t n_begin, std::int64_t n_end);                                            \
+  }
+ROPESERVE_INT4_INT8_X_CORES(generic)
+#if defined(__x86_64__)
+ROPESERVE_INT4_INT8_X_CORES(avx2)
+#endif
+#undef ROPESERVE_INT4_INT8_X_CORES
+
 // The panel paths with no scratch argument (generic, avx2: they keep their
 // own); AVX-512 and AMX take a widened bf16 panel (ceil(K / 2) * 128
 // values) from the caller.
@@ -140,6 +157,8 @@ CpuKernels Generic() {
   k.int8_linear_range = generic::Int8LinearRange;
   k.dequantize_int8_rows = generic::DequantizeRows;
   k.int4_linear_range = generic::Int4LinearRange;
+  k.quantize_groups_int8 = generic::QuantizeGroupsInt8;
+  k.int4_linear_range_int8_x = generic::Int4LinearRangeInt8X;
   k.attend_item = generic::AttendItem;
   k.rms_norm_rows_bf16 = generic::RmsNormRowsBf16;
   k.silu_and_mul_rows_bf16 = generic::SiluAndMulRowsBf16;
@@ -162,6 +181,9 @@ CpuKernels Build(Isa isa) {
     k.int8_linear_range = avx2::Int8LinearRange;
     k.dequantize_int8_rows = avx2::DequantizeRows;
     k.int4_linear_range = avx2::Int4LinearRange;
+    k.int4_int8_x = true;
+    k.quantize_groups_int8 = avx2::QuantizeGroupsInt8;
+    k.int4_linear_range_int8_x = avx2::Int4LinearRangeInt8X;
     k.int8_kernel_max_rows = kEveryRowCount;
     k.int4_kernel_max_rows = kEveryRowCount;
     k.attend_item = avx2::AttendItem;
@@ -190,6 +212,7 @@ CpuKernels Build(Isa isa) {
       k.int8_linear_range = avx512::Int8LinearRange;
       k.dequantize_int8_rows = avx512::DequantizeRows;
       k.int4_linear_range = avx512::Int4LinearRange;
+      k.int4_int8_x = false;  // vpdpwssd: int16 x at the byte form's rate
       k.int8_kernel_max_rows = kVnniInt8KernelMaxRows;
       k.int4_kernel_max_rows = kVnniInt4KernelMaxRows;
     }

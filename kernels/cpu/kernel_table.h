@@ -92,6 +92,19 @@ struct CpuKernels {
                             const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias,
                             void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin,
                             std::int64_t n_end) = nullptr;
+  // The int4 kernel's second form (int4_linear.h): x rows as int8 levels
+  // per group of the weights' columns, with each group's scale and sum of
+  // levels; for ISAs whose byte dot product does twice the products of
+  // their int16 one (AVX2's vpmaddubsw; AVX-512 has vpdpwssd). Which form
+  // Int4Linear runs: int4_int8_x. Generic has the scalar reference of both.
+  bool int4_int8_x = false;
+  void (*quantize_groups_int8)(const void* x, bool bf16, std::int64_t M, std::int64_t K, std::int64_t Kp,
+                               std::int64_t group_size, std::int8_t* xq, float* scales, std::int32_t* sums) = nullptr;
+  void (*int4_linear_range_int8_x)(const std::int8_t* xq, const float* xs, const std::int32_t* xsum, std::int64_t M,
+                                   std::int64_t Kp, const std::uint8_t* packed, const float* scale,
+                                   const std::uint16_t* scale16, const std::uint8_t* zero, std::int64_t K,
+                                   std::int64_t group_size, const float* bias, void* out, bool out_bf16, std::int64_t N,
+                                   std::int64_t n_begin, std::int64_t n_end) = nullptr;
 
   // Up to how many rows of x int8 / int4 linears run int8_linear_range /
   // int4_linear_range rather than the packed GEMM over widened panels

@@ -3,7 +3,8 @@
 // packing round trip, and the kernel against float64 maths on the
 // dequantized weights, with bounds derived from its arithmetic as the int8
 // kernel's test does: the activations' int16 rounding (half a level per
-// element, weighted by |w|), float32 sums over the groups, and for
+// element, weighted by |w|) or, on an ISA with the int8-x form, its exact
+// levels per group, float32 sums over the groups, and for
 // bfloat16 outputs one final rounding. Odd shapes included: K % 64 == 32
 // (a half block of padding), one output row, 16 and 48 rows of x.
 #include "kernels/cpu/int4_linear.h"
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/int8_linear.h"
@@ -37,6 +39,18 @@ at::Tensor Weights(std::int64_t N, std::int64_t K, std::int64_t group) {
   w[0].narrow(0, 0, group).zero_();
   if (N > 1) w[N - 1].narrow(0, K - group, group).fill_(0.03);
   return w;
+}
+
+// x [M, K] as the int4 kernel's int8-x form sees it, in float64: per group
+// of columns, levels round(x * (127 / max|x|)) (float32 arithmetic, ties to
+// even) times the scale max|x| / 127 (kernels/cpu/int4_linear.h).
+at::Tensor GroupLevels(const at::Tensor& x, std::int64_t group) {
+  const std::int64_t M = x.size(0), K = x.size(1);
+  const at::Tensor xf = x.to(at::kFloat).reshape({M, K / group, group});
+  const at::Tensor amax = xf.abs().amax(2, true);
+  const at::Tensor inv = at::where(amax > 0, at::full_like(amax, 127.0f) / amax, at::zeros_like(amax));
+  const at::Tensor levels = at::round(xf * inv).clamp(-128, 127);
+  return (levels.to(at::kDouble) * (amax / 127.0f).to(at::kDouble)).reshape({M, K});
 }
 
 TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
@@ -86,18 +100,23 @@ TEST_P(Int4Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
   const at::Tensor got = cpu::Int4LinearKernel(x, w, b);
   ASSERT_EQ(got.scalar_type(), c.dtype);
   ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
-  const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt4(w, at::kDouble);
+  const at::Tensor w64 = cpu::DequantizeInt4(w, at::kDouble);
+  // The int8-x form's levels are reproduced here exactly (its quantization
+  // is tested in kernel_cores_test): only the float32 sums remain. The
+  // int16 form's rounding is counted instead: |x - xq * sx| <= sx / 2.
+  const bool int8_x = cpu::ActiveKernels().int4_int8_x;
+  const at::Tensor x64 = int8_x ? GroupLevels(x, c.group) : x.to(at::kDouble);
   at::Tensor exact = at::matmul(x64, w64.t());
   if (c.bias) exact = exact + b.to(at::kDouble);
-  // The activation rounding: |x - xq * sx| <= sx / 2 per element.
   const at::Tensor sx = x64.abs().amax(1) / cpu::kInt8ActivationLevels;
-  const at::Tensor quant = 0.5 * 1.001 * sx.unsqueeze(1) * w64.abs().sum(1).unsqueeze(0);
+  const at::Tensor quant =
+      int8_x ? at::zeros_like(exact) : 0.5 * 1.001 * sx.unsqueeze(1) * w64.abs().sum(1).unsqueeze(0);
   // float32: the per-group products by the scale and their sums (K / group
   // terms per lane, 16 lanes, the row scale and the bias): gamma of K
   // additions of |x||w| is a generous cover.
   const at::Tensor magnitude =
       at::matmul(x64.abs(), w64.abs().t()) + (c.bias ? b.to(at::kDouble).abs().unsqueeze(0) : at::zeros_like(exact));
-  const at::Tensor accum = testing::Gamma(c.K / c.group + 20, testing::kF32Roundoff) * magnitude;
+  const at::Tensor accum = testing::Gamma(2 * (c.K / c.group) + 20, testing::kF32Roundoff) * magnitude;
   const at::Tensor round = c.dtype == at::kBFloat16 ? exact.abs() / 256.0 : at::zeros_like(exact);
   const at::Tensor bound = quant + accum + round + 1e-30;
   const at::Tensor err = (got.to(at::kDouble) - exact).abs();
@@ -239,44 +258,49 @@ TEST(Int4Quantize, RefusesGroupsThatDoNotDivideK) {
 }
 
 // Not a test: prints the int4 kernel's time per token beside the int8
-// kernel's on the same 48 matrices of Qwen2.5-0.5B's MLP shape (4864 x
-// 896: far beyond the caches), as weight bytes read per second and as
-// multiply-adds (run with --gtest_also_run_disabled_tests; the bench that
-// records figures is bench/ and docs/benchmarks.md).
+// kernel's on the same 48 matrices of Qwen2.5-0.5B's MLP shapes (4864 x
+// 896, then the down projection's 896 x 4864: far beyond the caches), as
+// weight bytes read per second and as multiply-adds (run with
+// --gtest_also_run_disabled_tests; the bench that records figures is
+// bench/ and docs/benchmarks.md).
 TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
-  const at::Tensor wf = at::randn({4864, 896}) * 0.05;
-  std::vector<cpu::Int4Weight> q4;
-  std::vector<cpu::Int8Weight> q8;
-  for (int i = 0; i < 48; ++i) {
-    q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
-    q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
-  }
-  for (std::int64_t M : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 512}) {
-    const at::Tensor x = at::randn({M, 896}).to(at::kBFloat16);
-    ASSERT_TRUE(cpu::Int4KernelSupports(x, q4[0])) << "every ISA has a variant";
-    const int calls = M > 48 ? 8 : 48;  // the same time a row count
-    auto time = [&](auto&& fn) {
-      double best = 1e9;
-      for (int rep = 0; rep < 5; ++rep) {
-        auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < calls; ++i) fn(i);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      return best;
-    };
-    const double t4 = time([&](int i) { cpu::Int4LinearKernel(x, q4[i], at::Tensor()); });
-    const double t8 = time([&](int i) { cpu::Int8LinearKernel(x, q8[i], at::Tensor()); });
-    // The packed GEMM over widened int4 panels, the path past the kernel's rows.
-    const double tp = time([&](int i) { cpu::Int4PanelLinear(x, q4[i], at::Tensor()); });
-    const double tp8 = time([&](int i) { cpu::Int8PanelLinear(x, q8[i], at::Tensor()); });
-    const double weights = calls * 4864.0 * 896, flops = 2.0 * weights * M;
-    // Nibbles + (float16 or float32) scale and zero per group.
-    const double bytes4 = weights / 2 + calls * 4864.0 * (896 / 128) * (q4[0].scale16.defined() ? 3 : 5);
-    std::printf(
-        "M=%2lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx | "
-        "panels: int4 %6.1f int8 %6.1f GFLOP/s\n",
-        static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
-        flops / t8 / 1e9, t8 / t4, flops / tp / 1e9, flops / tp8 / 1e9);
+  for (const auto& [N, K] : {std::pair<std::int64_t, std::int64_t>{4864, 896}, {896, 4864}}) {
+    const at::Tensor wf = at::randn({N, K}) * 0.05;
+    std::vector<cpu::Int4Weight> q4;
+    std::vector<cpu::Int8Weight> q8;
+    for (int i = 0; i < 48; ++i) {
+      q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
+      q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
+    }
+    std::printf("[%lld x %lld]\n", static_cast<long long>(N), static_cast<long long>(K));
+    for (std::int64_t M : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 512, 2048}) {
+      const at::Tensor x = at::randn({M, K}).to(at::kBFloat16);
+      ASSERT_TRUE(cpu::Int4KernelSupports(x, q4[0])) << "every ISA has a variant";
+      const int calls = M > 512 ? 2 : M > 48 ? 8 : 48;  // about the same time a row count
+      auto time = [&](auto&& fn) {
+        double best = 1e9;
+        for (int rep = 0; rep < 5; ++rep) {
+          auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < calls; ++i) fn(i);
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best;
+      };
+      const double t4 = time([&](int i) { cpu::Int4LinearKernel(x, q4[i], at::Tensor()); });
+      const double t8 = time([&](int i) { cpu::Int8LinearKernel(x, q8[i], at::Tensor()); });
+      // The packed GEMM over widened int4 panels, the path past the kernel's rows.
+      const double tp = time([&](int i) { cpu::Int4PanelLinear(x, q4[i], at::Tensor()); });
+      const double tp8 = time([&](int i) { cpu::Int8PanelLinear(x, q8[i], at::Tensor()); });
+      const double weights = calls * static_cast<double>(N * K), flops = 2.0 * weights * M;
+      // Nibbles + (float16 or float32) scale and zero per group.
+      const double bytes4 =
+          weights / 2 + calls * static_cast<double>(N * (K / 128)) * (q4[0].scale16.defined() ? 3 : 5);
+      std::printf(
+          "M=%4lld int4 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | int8 %7.2f ms %6.1f GB/s %6.1f GFLOP/s | %.2fx | "
+          "panels: int4 %6.1f int8 %6.1f GFLOP/s\n",
+          static_cast<long long>(M), t4 * 1e3, bytes4 / t4 / 1e9, flops / t4 / 1e9, t8 * 1e3, weights / t8 / 1e9,
+          flops / t8 / 1e9, t8 / t4, flops / tp / 1e9, flops / tp8 / 1e9);
+    }
   }
 }
 

@@ -124,18 +124,19 @@ TEST(DecoderLoad, Bf16PathsAgreeAndTrackFloat32) {
 // How far the int8 / int4 serving path's logits may be from the dense
 // reference on the same (dequantized) weights, over `n_ids` positions
 // whose largest logit is `scale`. An activation element is off by at most
-// 2^-15 of its row's largest (kernels/cpu/int8_linear.h); a dot product
-// then by at most that times sum|w| max|x| / sum|w x|, a factor < 8 on
-// these random models: a rounding with unit 8 * 2^-15 per layer, on top of
-// float32's. bf16: both paths round after every op, in different places
+// `unit` of its row's largest (int8 and int16 x: 2^-15, kernels/cpu/
+// int8_linear.h; int4 on an ISA with its int8-x form: 1/254,
+// Int4ActivationUnit); a dot product then by at most that times sum|w|
+// max|x| / sum|w x|, a factor < 8 on these random models: a rounding with
+// unit 8 * unit per layer, on top of float32's. bf16: both paths round after every op, in different places
 // (the reference's linears in float32 on the exact weights, the kernel's
 // output once): as far apart as bf16 and float32 runs (Bf16PathsAgree's
 // ref16 vs ref32 bound); measured 4%.
-double QuantizedPathBound(const DecoderModel& m, std::size_t n_ids, DType dtype, double scale) {
+double QuantizedPathBound(const DecoderModel& m, std::size_t n_ids, DType dtype, double scale, double unit = 0x1p-15) {
   const ModelConfig& c = m.config();
   const std::int64_t k = std::max({c.hidden_size, c.intermediate_size, static_cast<std::int64_t>(n_ids)});
   return dtype == DType::kBF16 ? 1e-1 * scale
-                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+                               : testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * unit) +
                                      testing::RoundingBound(k, c.num_hidden_layers, scale);
 }
 
@@ -216,7 +217,8 @@ TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
   const at::Tensor unquantized = testing::ReferenceForward(**plain, at::tensor(ids, at::kLong));
   const double scale = unquantized.abs().max().item<double>();
   // As int8's (Int8Model): the activation rounding, then float32's.
-  EXPECT_LE((ref - inc).abs().max().item<double>(), QuantizedPathBound(**m, ids.size(), v.dtype, scale));
+  EXPECT_LE((ref - inc).abs().max().item<double>(),
+            QuantizedPathBound(**m, ids.size(), v.dtype, scale, testing::Int4ActivationUnit()));
   // It really quantized; how far the logits move is no check on random
   // tiny models (their layers amplify any perturbation: 55-71% of the
   // largest logit measured here, int8's 5-18%), so the weights are checked
@@ -265,8 +267,9 @@ TEST(Int4Model, Int4AllQuantizesTheHeadAndATiedEmbedding) {
     const auto ids = RandomIds(40, (*m)->config().vocab_size, 7);
     const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));
     const at::Tensor inc = testing::PagedLogits(**m, ids);
-    EXPECT_LE((ref - inc).abs().max().item<double>(),
-              QuantizedPathBound(**m, ids.size(), v.dtype, ref.abs().max().item<double>()));
+    EXPECT_LE(
+        (ref - inc).abs().max().item<double>(),
+        QuantizedPathBound(**m, ids.size(), v.dtype, ref.abs().max().item<double>(), testing::Int4ActivationUnit()));
   }
   // The name round-trips (the CLI's choice, the service's info).
   EXPECT_EQ(ParseQuantization(QuantizationName(Quantization::kInt4All)), Quantization::kInt4All);
@@ -287,7 +290,7 @@ TEST(Int4Model, ProjectionsWithoutWholeGroupsStayInt8) {
   const ModelConfig& c = (*m)->config();
   const double scale = ref.abs().max().item<double>();
   EXPECT_LE((ref - inc).abs().max().item<double>(),
-            testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * 0x1p-15) +
+            testing::RoundingBound(1, c.num_hidden_layers, scale, 8 * testing::Int4ActivationUnit()) +
                 testing::RoundingBound(c.intermediate_size, c.num_hidden_layers, scale));
 }
 

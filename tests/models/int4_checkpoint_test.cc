@@ -164,7 +164,7 @@ TEST_P(Int4Checkpoints, LoadTheFilesWeightsAndServeThem) {
   const double scale = ref.abs().max().item<double>();
   const std::int64_t k = std::max({H, I, static_cast<std::int64_t>(ids.size())});
   EXPECT_LE((ref - inc).abs().max().item<double>(),
-            testing::RoundingBound(1, cfg.num_hidden_layers, scale, 8 * 0x1p-15) +
+            testing::RoundingBound(1, cfg.num_hidden_layers, scale, 8 * testing::Int4ActivationUnit()) +
                 testing::RoundingBound(k, cfg.num_hidden_layers, scale));
 }
 

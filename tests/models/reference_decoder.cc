@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/span_rows.h"
@@ -18,6 +19,8 @@ at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
   if (w.is_int4()) return cpu::DequantizeInt4(w.int4, dtype);
   return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
 }
+
+double Int4ActivationUnit() { return cpu::ActiveKernels().int4_int8_x ? 1.0 / 254 : 0x1p-15; }
 
 at::Tensor EmbeddingTable(const DecoderModel& m, at::ScalarType dtype) {
   const DecoderWeights& w = m.weights();

@@ -27,6 +27,12 @@ at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype);
 // by a packed or quantized LM head) that head's rows.
 at::Tensor EmbeddingTable(const DecoderModel& m, at::ScalarType dtype);
 
+// How far the int4 kernel's activation levels may be from x, per element,
+// relative to the largest |x| of its row: half a level of 16383 per row
+// (int16 x, 2^-15) or of 127 per group (the active ISA's int8-x form,
+// kernels/cpu/kernel_table.h: 1/254).
+double Int4ActivationUnit();
+
 // ids: [T] int64 at positions 0..T-1 -> float32 logits [T, V].
 at::Tensor ReferenceForward(const DecoderModel& m, const at::Tensor& ids);
 

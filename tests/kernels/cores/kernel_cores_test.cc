@@ -482,6 +482,98 @@ TEST(KernelCores, Int4LinearRange) {
     }
 }
 
+// The int4 kernel's int8-x form (kernel_table.h: int4_int8_x), in every
+// table that has it (generic: the scalar reference; AVX2): x as int8
+// levels per group, the same levels, scales and sums everywhere (float32
+// and bf16 x, a zero group, zeros up to Kp); then exact int32 sums of
+// q x - zero sum(x) per group, float32 fmas with the product of the two
+// group scales: per lane at most G such steps, then the lane reduction.
+TEST(KernelCores, Int4LinearRangeInt8X) {
+  SEED_TRACE;
+  std::mt19937_64 rng(Seed() + 11);
+  std::uniform_int_distribution<int> level(0, 15), zero_point(0, 16);
+  for (std::int64_t group : {32, 64, 128})
+    for (const Shape& base : kShapes) {
+      if (base.M > 48) continue;
+      const Shape s{base.M, std::max<std::int64_t>(group, base.K / group * group), base.N};
+      const std::int64_t G = s.K / group, Kp = (s.K + 63) / 64 * 64;
+      auto x = Normal(rng, s.M * s.K, 3.0);
+      for (std::int64_t k = 0; k < group; ++k) x[At(k)] = 0.0f;  // row 0's first group: scale 0, levels 0
+      std::vector<std::uint16_t> xb;
+      for (float v : x) xb.push_back(FloatToBf16(v));
+      std::vector<std::uint8_t> q(At(s.N * s.K)), zero(At(s.N * G));
+      for (auto& v : q) v = static_cast<std::uint8_t>(level(rng));
+      for (auto& v : zero) v = static_cast<std::uint8_t>(zero_point(rng));
+      std::vector<float> scale;
+      for (std::int64_t i = 0; i < s.N * G; ++i) scale.push_back(std::ldexp(1.0f + level(rng) / 16.0f, -level(rng)));
+      const auto packed = PackInt4(q, s.N, s.K);
+      const auto bias = Normal(rng, s.N);
+      for (bool bf16 : {false, true}) {
+        std::vector<std::int8_t> want_q;
+        std::vector<float> want_s;
+        std::vector<std::int32_t> want_sums;
+        for (Isa isa : Isas()) {
+          const CpuKernels& k = cpu::KernelsFor(isa);
+          if (k.int4_linear_range_int8_x == nullptr) continue;
+          std::vector<std::int8_t> xq(At(s.M * Kp), 99);
+          std::vector<float> xs(At(s.M * G));
+          std::vector<std::int32_t> sums(At(s.M * G));
+          const void* xp = bf16 ? static_cast<const void*>(xb.data()) : static_cast<const void*>(x.data());
+          k.quantize_groups_int8(xp, bf16, s.M, s.K, Kp, group, xq.data(), xs.data(), sums.data());
+          for (std::int64_t m = 0; m < s.M; ++m) {
+            for (std::int64_t c = s.K; c < Kp; ++c) ASSERT_EQ(xq[At(m * Kp + c)], 0) << Name(isa);
+            for (std::int64_t g = 0; g < G; ++g) {
+              std::int32_t sum = 0;
+              for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
+                const float v = bf16 ? Bf16ToFloat(xb[At(m * s.K + c)]) : x[At(m * s.K + c)];
+                const double step = xs[At(m * G + g)];
+                // Half a step, give or take the roundings of the scale and of x / scale.
+                ASSERT_LE(std::fabs(xq[At(m * Kp + c)] * step - v), step * (0.5 + 4 * 127 * kF32Roundoff)) << Name(isa);
+                sum += xq[At(m * Kp + c)];
+              }
+              ASSERT_EQ(sums[At(m * G + g)], sum) << Name(isa);
+            }
+          }
+          EXPECT_EQ(xs[0], 0.0f);
+          if (isa == Isa::kGeneric) {
+            want_q = xq;
+            want_s = xs;
+            want_sums = sums;
+          }
+          EXPECT_EQ(xq, want_q) << Name(isa) << " g" << group << " K" << s.K << " bf16 " << bf16;
+          EXPECT_EQ(xs, want_s) << Name(isa);
+          EXPECT_EQ(sums, want_sums) << Name(isa);
+          std::vector<float> out(At(s.M * s.N));
+          k.int4_linear_range_int8_x(xq.data(), xs.data(), sums.data(), s.M, Kp, packed.data(), scale.data(), nullptr,
+                                     zero.data(), s.K, group, bias.data(), out.data(), false, s.N, 0, s.N);
+          for (std::int64_t m = 0; m < s.M; ++m)
+            for (std::int64_t n = 0; n < s.N; ++n) {
+              double exact = 0, mag = 0;
+              for (std::int64_t g = 0; g < G; ++g) {
+                double dot = 0, dmag = 0;
+                for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
+                  const double p = double(q[At(n * s.K + c)] - zero[At(n * G + g)]) * xq[At(m * Kp + c)];
+                  dot += p;
+                  dmag += std::fabs(p);
+                }
+                const double gs = double(scale[At(n * G + g)]) * xs[At(m * G + g)];
+                exact += dot * gs;
+                mag += dmag * gs;
+              }
+              const double y = exact + bias[At(n)];
+              // Per group the scales' product and the fma (2 roundings), G
+              // steps a lane, 8 lanes reduced, the bias, the output.
+              const double additions = static_cast<double>(2 * G + 8 + 4);
+              const double bound =
+                  additions * kF32Roundoff * (mag + std::fabs(bias[At(n)])) + kF32Roundoff * std::fabs(y);
+              ASSERT_LE(std::fabs(out[At(m * s.N + n)] - y), bound + 1e-30)
+                  << Name(isa) << " g" << group << " M" << s.M << " K" << s.K << " N" << s.N;
+            }
+        }
+      }
+    }
+}
+
 // Paged attention work items: shuffled blocks, GQA groups, head sizes the
 // vector variants take and one they do not, float32 and bf16, decode rows
 // and short chunks; each variant against float64 attention on the same
