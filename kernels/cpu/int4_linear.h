@@ -31,7 +31,15 @@
 // level of max|x_row| / 16383 per element); nibbles widened to int16 and
 // their group's zero subtracted; vpdpwssd sums exactly in int32 per group
 // (at most 128 products of |x| <= 16383, |q - z| <= 16: < 2^28), then one
-// float32 multiply-add by the group's scale. More rows of bfloat16 x on a
+// float32 multiply-add by the group's scale. On AVX2 (and AVX-512 without
+// VNNI; the kernel table's int4_int8_x) the second form: x quantized per
+// group of the weights' columns to int8 levels (scale max|x| / 127 per
+// group, as llama.cpp's Q8_0 activations with the weights' groups as
+// blocks: half a level, at most 1/254 of the group's largest |x|, per
+// element), the nibbles unsigned bytes, vpmaddubsw (32 products an
+// instruction, vpmaddwd's 16) and the zero point taken off each group's
+// integer sum as zero * sum(levels); then one multiply-add by the product
+// of the two group scales. More rows of bfloat16 x on a
 // CPU with avx512_bf16: the panel path (Int4PanelLinear below). Otherwise
 // the weights are dequantized to x's dtype for at::linear (the generic
 // path, also the oracle's weights in tests). DequantizeInt4, Int4Rows and
