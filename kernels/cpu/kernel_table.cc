@@ -263,6 +263,7 @@ std::vector<std::pair<std::string, std::string>> DescribeKernelConfig(const Kern
           {"pool_spin_us", std::to_string(c.pool_spin_us)},
           {"int8_vnni_max_rows", std::to_string(EffectiveInt8VnniMaxRows(c))},
           {"int4_kernel_max_rows", std::to_string(KernelsFor(isa).int4_kernel_max_rows)},
+          {"int4_activations", KernelsFor(isa).int4_int8_x ? "int8_per_group" : "int16_per_row"},
           {"amx_min_rows", std::to_string(c.amx_min_rows)}};
 }
 

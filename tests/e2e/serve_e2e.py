@@ -122,7 +122,8 @@ def test_openai_streaming_details(env):
     crossovers = ("65536", "65536") if avx2_kernels else ("16", "48")
     check(k["isa_requested"] == "auto" and k["isa"] in ("generic", "neon", "avx2", "avx512", "amx")
           and k["cpu"] and k["cpu_extensions"] and k["pool_spin_us"] == "200"
-          and k["int8_vnni_max_rows"] == crossovers[0] and k["int4_kernel_max_rows"] == crossovers[1], info)
+          and k["int8_vnni_max_rows"] == crossovers[0] and k["int4_kernel_max_rows"] == crossovers[1]
+          and k["int4_activations"] == ("int8_per_group" if avx2_kernels else "int16_per_row"), info)
     if "avx2" in k["cpu_extensions"].split():
         check(k["isa"] != "generic", k)
 

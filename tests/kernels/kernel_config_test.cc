@@ -48,6 +48,7 @@ TEST_F(KernelEnvironment, DefaultsThenEachVariable) {
   EXPECT_FALSE(c->int8_vnni_max_rows.has_value());  // auto: the ISA's crossover
   EXPECT_EQ(Value(*c, "int8_vnni_max_rows"), std::to_string(KernelsFor(BestIsa()).int8_kernel_max_rows));
   EXPECT_EQ(Value(*c, "int4_kernel_max_rows"), std::to_string(KernelsFor(BestIsa()).int4_kernel_max_rows));
+  EXPECT_EQ(Value(*c, "int4_activations"), KernelsFor(BestIsa()).int4_int8_x ? "int8_per_group" : "int16_per_row");
   EXPECT_EQ(c->amx_min_rows, 32);
   // Every ISA this CPU runs can be chosen by name.
   for (Isa isa : RunnableIsas()) {
