@@ -118,15 +118,26 @@ namespace ropeserve::cpu::avx2 {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-// How many rows of int16 x (rows of Kp levels) the int8 / int4
-// matrix-vector kernels take as one tile: ~128 KB of them, a multiple of
-// `step` (the rows of a pass), at least one pass. Each block of weight rows
-// then passes over a tile that stays in L2; without the tiles, past a few
-// hundred rows, x streamed from L3 once per block of 16 weight rows (the
+// The loop nest of the int8 / int4 matrix-vector kernels: x in tiles of
+// ~128 KB (`row_bytes` a row), each block of kBlock weight rows of
+// [n_begin, n_end) passed over a tile's rows `step` at a time, so that the
+// tile stays in L2 while every block passes over it (without the tiles,
+// past a few hundred rows x streamed from L3 once per block: the int16
 // kernels fell from ~195 to ~155 GFLOP/s between 16 and 2048 rows).
-[[maybe_unused]] static inline std::int64_t XTileRows(std::int64_t Kp, std::int64_t step) {
-  const std::int64_t rows = (std::int64_t{128} << 10) / (Kp * 2) / step * step;
-  return rows > step ? rows : step;
+// pass(m0, rows, nb, ne): rows [m0, m0 + rows) of x by weight rows [nb, ne).
+template <typename Pass>
+static inline void ForEachPass(std::int64_t M, std::int64_t row_bytes, std::int64_t step, std::int64_t n_begin,
+                               std::int64_t n_end, Pass&& pass) {
+  constexpr std::int64_t kBlock = 16;
+  const std::int64_t fit = (std::int64_t{128} << 10) / row_bytes / step * step;
+  const std::int64_t tile = fit > step ? fit : step;
+  for (std::int64_t mt = 0; mt < M; mt += tile) {
+    const std::int64_t mend = mt + tile < M ? mt + tile : M;
+    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
+      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
+      for (std::int64_t m0 = mt; m0 < mend; m0 += step) pass(m0, mend - m0 < step ? mend - m0 : step, nb, ne);
+    }
+  }
 }
 
 }  // namespace ropeserve::cpu::avx2

@@ -232,30 +232,20 @@ void RowsInt8XOf(std::int64_t rows, const std::int8_t* xq, const float* xs, cons
 
 // Output columns [n_begin, n_end) of y [M, N], up to 4 rows of x per pass
 // over a block of 16 weight rows (only the first pass reads memory), over
-// a tile of x rows at a time (XTileRows: the tile stays in L2 while every
-// weight block of the range passes over it). The
+// a tile of x rows at a time (ForEachPass, avx2_math.h). The
 // float16 scales when given (scale16 non-null), else the float32 ones.
 void Int4LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp,
                      const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
                      const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias, void* out,
                      bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) {
-  constexpr std::int64_t kBlock = 16, kRows = 4;
   const std::int64_t esize = out_bf16 ? 2 : 4;
-  const std::int64_t tile = XTileRows(Kp, kRows);
-  for (std::int64_t mt = 0; mt < M; mt += tile) {
-    const std::int64_t mend = mt + tile < M ? mt + tile : M;
-    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
-      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
-      for (std::int64_t m0 = mt; m0 < mend; m0 += kRows) {
-        const std::int64_t rows = mend - m0 < kRows ? mend - m0 : kRows;
-        void* o = static_cast<char*>(out) + m0 * N * esize;
-        if (scale16 != nullptr)
-          RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
-        else
-          RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
-      }
-    }
-  }
+  ForEachPass(M, Kp * 2, 4, n_begin, n_end, [&](std::int64_t m0, std::int64_t rows, std::int64_t nb, std::int64_t ne) {
+    void* o = static_cast<char*>(out) + m0 * N * esize;
+    if (scale16 != nullptr)
+      RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+    else
+      RowsOf(rows, xq + m0 * Kp, xs + m0, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb, ne);
+  });
 }
 
 // The same over int8 x per group (the header's second form).
@@ -263,27 +253,17 @@ void Int4LinearRangeInt8X(const std::int8_t* xq, const float* xs, const std::int
                           std::int64_t Kp, const std::uint8_t* packed, const float* scale, const std::uint16_t* scale16,
                           const std::uint8_t* zero, std::int64_t K, std::int64_t group_size, const float* bias,
                           void* out, bool out_bf16, std::int64_t N, std::int64_t n_begin, std::int64_t n_end) {
-  constexpr std::int64_t kBlock = 16, kRows = 4;
   const std::int64_t esize = out_bf16 ? 2 : 4, G = K / group_size;
-  // int8 x: tiles of twice the rows of the int16 form's, the same bytes.
-  const std::int64_t tile = XTileRows(Kp / 2, kRows);
-  for (std::int64_t mt = 0; mt < M; mt += tile) {
-    const std::int64_t mend = mt + tile < M ? mt + tile : M;
-    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
-      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
-      for (std::int64_t m0 = mt; m0 < mend; m0 += kRows) {
-        const std::int64_t rows = mend - m0 < kRows ? mend - m0 : kRows;
-        void* o = static_cast<char*>(out) + m0 * N * esize;
-        const std::int8_t* x = xq + m0 * Kp;
-        if (scale16 != nullptr)
-          RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16,
-                      N, nb, ne);
-        else
-          RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N,
-                      nb, ne);
-      }
-    }
-  }
+  ForEachPass(M, Kp, 4, n_begin, n_end, [&](std::int64_t m0, std::int64_t rows, std::int64_t nb, std::int64_t ne) {
+    void* o = static_cast<char*>(out) + m0 * N * esize;
+    const std::int8_t* x = xq + m0 * Kp;
+    if (scale16 != nullptr)
+      RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale16, zero, K, group_size, bias, o, out_bf16, N,
+                  nb, ne);
+    else
+      RowsInt8XOf(rows, x, xs + m0 * G, xsum + m0 * G, Kp, packed, scale, zero, K, group_size, bias, o, out_bf16, N, nb,
+                  ne);
+  });
 }
 
 // x rows as int8 levels per group of `group_size` columns (zero past K),

@@ -108,26 +108,17 @@ void QuantizeRowsInt16(const void* x, bool bf16, std::int64_t M, std::int64_t K,
 
 // Output columns [n_begin, n_end) of y[M, N]: up to 8 rows of x per pass
 // over a block of 16 weight rows (only the first pass reads memory), over
-// a tile of x rows at a time (XTileRows, avx2_math.h).
+// a tile of x rows at a time (ForEachPass, avx2_math.h).
 void Int8LinearRange(const std::int16_t* xq, const float* xs, std::int64_t M, std::int64_t Kp, const std::int8_t* w,
                      const float* ws, std::int64_t K, const float* bias, void* out, bool out_bf16, std::int64_t N,
                      std::int64_t n_begin, std::int64_t n_end) {
-  constexpr std::int64_t kBlock = 16, kRows = 8;
   const std::int64_t esize = out_bf16 ? 2 : 4;
-  const std::int64_t tile = XTileRows(Kp, kRows);
-  for (std::int64_t mt = 0; mt < M; mt += tile) {
-    const std::int64_t mend = mt + tile < M ? mt + tile : M;
-    for (std::int64_t nb = n_begin; nb < n_end; nb += kBlock) {
-      const std::int64_t ne = nb + kBlock < n_end ? nb + kBlock : n_end;
-      for (std::int64_t m0 = mt; m0 < mend; m0 += kRows) {
-        const std::int64_t rows = mend - m0 < kRows ? mend - m0 : kRows;
-        void* o = static_cast<char*>(out) + m0 * N * esize;
-        DispatchRows(rows, [&](auto r) {
-          Rows<decltype(r)::value>(xq + m0 * Kp, xs + m0, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
-        });
-      }
-    }
-  }
+  ForEachPass(M, Kp * 2, 8, n_begin, n_end, [&](std::int64_t m0, std::int64_t rows, std::int64_t nb, std::int64_t ne) {
+    void* o = static_cast<char*>(out) + m0 * N * esize;
+    DispatchRows(rows, [&](auto r) {
+      Rows<decltype(r)::value>(xq + m0 * Kp, xs + m0, Kp, w, ws, K, bias, o, out_bf16, N, nb, ne);
+    });
+  });
 }
 
 // Rows [n_begin, n_end) of q [N, K] * scale as bfloat16 (round to nearest
