@@ -421,32 +421,44 @@ TEST(KernelCores, DequantizeInt8RowsIsTheSameEverywhere) {
   }
 }
 
+// Random int4 weights [N, K] in groups of `group`: levels 0-15, zero points
+// 0-16, scales that are float16 values (so that the float16 copy holds
+// them exactly), packed as int4_linear.h lays them out.
+struct RandomInt4 {
+  std::vector<std::uint8_t> q, zero, packed;
+  std::vector<float> scale;
+  std::vector<std::uint16_t> scale16;
+};
+RandomInt4 MakeInt4(std::mt19937_64& rng, std::int64_t N, std::int64_t K, std::int64_t group) {
+  std::uniform_int_distribution<int> level(0, 15), zero_point(0, 16), mantissa(0, 1023), exponent(5, 12);
+  RandomInt4 w;
+  w.q.resize(At(N * K));
+  w.zero.resize(At(N * K / group));
+  for (auto& v : w.q) v = static_cast<std::uint8_t>(level(rng));
+  for (auto& v : w.zero) v = static_cast<std::uint8_t>(zero_point(rng));
+  for (std::int64_t i = 0; i < N * K / group; ++i) {
+    const int e = exponent(rng), m = mantissa(rng);
+    w.scale16.push_back(static_cast<std::uint16_t>((e << 10) | m));
+    w.scale.push_back(std::ldexp(1.0f + m / 1024.0f, e - 15));
+  }
+  w.packed = PackInt4(w.q, N, K);
+  return w;
+}
+
 // The int4 matrix-vector kernel: exact int32 sums of (q - zero) x per group
 // and lane, then float32 fmas with the group scales: per lane at most G
 // such steps, then the lane reduction and the row scale.
 TEST(KernelCores, Int4LinearRange) {
   SEED_TRACE;
   std::mt19937_64 rng(Seed() + 6);
-  std::uniform_int_distribution<int> level(0, 15), zero_point(0, 16);
   for (std::int64_t group : {32, 64, 128})
     for (const Shape& base : kShapes) {
       if (base.M > 48) continue;
       const Shape s{base.M, std::max<std::int64_t>(group, base.K / group * group), base.N};
       const std::int64_t G = s.K / group, Kp = (s.K + 63) / 64 * 64;
       const auto x = Normal(rng, s.M * s.K);
-      std::vector<std::uint8_t> q(At(s.N * s.K)), zero(At(s.N * G));
-      for (auto& v : q) v = static_cast<std::uint8_t>(level(rng));
-      for (auto& v : zero) v = static_cast<std::uint8_t>(zero_point(rng));
-      // Scales that are float16 values, so that the float16 copy holds them exactly.
-      std::vector<float> scale;
-      std::vector<std::uint16_t> scale16;
-      std::uniform_int_distribution<int> mantissa(0, 1023), exponent(5, 12);
-      for (std::int64_t i = 0; i < s.N * G; ++i) {
-        const int e = exponent(rng), m = mantissa(rng);
-        scale16.push_back(static_cast<std::uint16_t>((e << 10) | m));
-        scale.push_back(std::ldexp(1.0f + m / 1024.0f, e - 15));
-      }
-      const auto packed = PackInt4(q, s.N, s.K);
+      const RandomInt4 w = MakeInt4(rng, s.N, s.K, group);
+      const auto& [q, zero, packed, scale, scale16] = w;
       std::vector<std::int16_t> xq(At(s.M * Kp));
       std::vector<float> xs(At(s.M));
       cpu::KernelsFor(Isa::kGeneric).quantize_rows_int16(x.data(), false, s.M, s.K, Kp, kLevels, xq.data(), xs.data());
@@ -491,7 +503,6 @@ TEST(KernelCores, Int4LinearRange) {
 TEST(KernelCores, Int4LinearRangeInt8X) {
   SEED_TRACE;
   std::mt19937_64 rng(Seed() + 11);
-  std::uniform_int_distribution<int> level(0, 15), zero_point(0, 16);
   for (std::int64_t group : {32, 64, 128})
     for (const Shape& base : kShapes) {
       if (base.M > 48) continue;
@@ -501,12 +512,8 @@ TEST(KernelCores, Int4LinearRangeInt8X) {
       for (std::int64_t k = 0; k < group; ++k) x[At(k)] = 0.0f;  // row 0's first group: scale 0, levels 0
       std::vector<std::uint16_t> xb;
       for (float v : x) xb.push_back(FloatToBf16(v));
-      std::vector<std::uint8_t> q(At(s.N * s.K)), zero(At(s.N * G));
-      for (auto& v : q) v = static_cast<std::uint8_t>(level(rng));
-      for (auto& v : zero) v = static_cast<std::uint8_t>(zero_point(rng));
-      std::vector<float> scale;
-      for (std::int64_t i = 0; i < s.N * G; ++i) scale.push_back(std::ldexp(1.0f + level(rng) / 16.0f, -level(rng)));
-      const auto packed = PackInt4(q, s.N, s.K);
+      const RandomInt4 w = MakeInt4(rng, s.N, s.K, group);
+      const auto& [q, zero, packed, scale, scale16] = w;
       const auto bias = Normal(rng, s.N);
       for (bool bf16 : {false, true}) {
         std::vector<std::int8_t> want_q;
@@ -544,8 +551,10 @@ TEST(KernelCores, Int4LinearRangeInt8X) {
           EXPECT_EQ(xs, want_s) << Name(isa);
           EXPECT_EQ(sums, want_sums) << Name(isa);
           std::vector<float> out(At(s.M * s.N));
-          k.int4_linear_range_int8_x(xq.data(), xs.data(), sums.data(), s.M, Kp, packed.data(), scale.data(), nullptr,
-                                     zero.data(), s.K, group, bias.data(), out.data(), false, s.N, 0, s.N);
+          // The float16 copy of the scales with bf16 x, the float32 ones with float32 x.
+          k.int4_linear_range_int8_x(xq.data(), xs.data(), sums.data(), s.M, Kp, packed.data(), scale.data(),
+                                     bf16 ? scale16.data() : nullptr, zero.data(), s.K, group, bias.data(), out.data(),
+                                     false, s.N, 0, s.N);
           for (std::int64_t m = 0; m < s.M; ++m)
             for (std::int64_t n = 0; n < s.N; ++n) {
               double exact = 0, mag = 0;
