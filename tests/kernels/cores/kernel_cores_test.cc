@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/bf16_bits.h"
@@ -445,6 +446,28 @@ RandomInt4 MakeInt4(std::mt19937_64& rng, std::int64_t N, std::int64_t K, std::i
   return w;
 }
 
+// Output (m, n) of int4 weights w ([N, K], groups of `group`) times the
+// levels xq (rows Kp apart) in float64: sum over groups of
+// group_scale(g) * sum (q - zero) x, and the same over |products| (the
+// magnitude the float32 bounds scale with).
+template <typename X, typename GroupScale>
+std::pair<double, double> Int4Exact(const RandomInt4& w, const X* xq, std::int64_t m, std::int64_t n, std::int64_t K,
+                                    std::int64_t Kp, std::int64_t group, GroupScale group_scale) {
+  const std::int64_t G = K / group;
+  double exact = 0, mag = 0;
+  for (std::int64_t g = 0; g < G; ++g) {
+    double dot = 0, dmag = 0;
+    for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
+      const double p = double(w.q[At(n * K + c)] - w.zero[At(n * G + g)]) * xq[At(m * Kp + c)];
+      dot += p;
+      dmag += std::fabs(p);
+    }
+    exact += dot * group_scale(g);
+    mag += dmag * group_scale(g);
+  }
+  return {exact, mag};
+}
+
 // The int4 matrix-vector kernel: exact int32 sums of (q - zero) x per group
 // and lane, then float32 fmas with the group scales: per lane at most G
 // such steps, then the lane reduction and the row scale.
@@ -472,17 +495,8 @@ TEST(KernelCores, Int4LinearRange) {
                               s.N, 0, s.N);
           for (std::int64_t m = 0; m < s.M; ++m)
             for (std::int64_t n = 0; n < s.N; ++n) {
-              double exact = 0, mag = 0;
-              for (std::int64_t g = 0; g < G; ++g) {
-                double dot = 0, dmag = 0;
-                for (std::int64_t k2 = g * group; k2 < (g + 1) * group; ++k2) {
-                  const double p = double(q[At(n * s.K + k2)] - zero[At(n * G + g)]) * xq[At(m * Kp + k2)];
-                  dot += p;
-                  dmag += std::fabs(p);
-                }
-                exact += dot * scale[At(n * G + g)];
-                mag += dmag * scale[At(n * G + g)];
-              }
+              const auto [exact, mag] = Int4Exact(w, xq.data(), m, n, s.K, Kp, group,
+                                                  [&](std::int64_t g) { return double(scale[At(n * G + g)]); });
               const double y = exact * xs[At(m)] + bias[At(n)];
               const double additions = static_cast<double>(G + 16 + 4);
               const double bound =
@@ -557,18 +571,9 @@ TEST(KernelCores, Int4LinearRangeInt8X) {
                                      false, s.N, 0, s.N);
           for (std::int64_t m = 0; m < s.M; ++m)
             for (std::int64_t n = 0; n < s.N; ++n) {
-              double exact = 0, mag = 0;
-              for (std::int64_t g = 0; g < G; ++g) {
-                double dot = 0, dmag = 0;
-                for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
-                  const double p = double(q[At(n * s.K + c)] - zero[At(n * G + g)]) * xq[At(m * Kp + c)];
-                  dot += p;
-                  dmag += std::fabs(p);
-                }
-                const double gs = double(scale[At(n * G + g)]) * xs[At(m * G + g)];
-                exact += dot * gs;
-                mag += dmag * gs;
-              }
+              const auto [exact, mag] = Int4Exact(w, xq.data(), m, n, s.K, Kp, group, [&](std::int64_t g) {
+                return double(scale[At(n * G + g)]) * xs[At(m * G + g)];
+              });
               const double y = exact + bias[At(n)];
               // Per group the scales' product and the fma (2 roundings), G
               // steps a lane, 8 lanes reduced, the bias, the output.
