@@ -354,13 +354,25 @@ class KvSubscriber:
     batches applied in sequence order, a gap filled from the replay socket
     (DEALER: one request, many replies, then seq -1). Every batch is checked
     against the layout vLLM's kv_events.py documents (msgspec array_like
-    structs, tagged by class name)."""
+    structs, tagged by class name).
+
+    PUB/SUB drops what is published before a new subscription reaches the
+    publisher (ZMQ's slow joiner): a gap shows only when a later batch
+    arrives, so a subscriber that must agree with the server now (not after
+    the next step) asks the replay socket for anything newer (`catch_up`)."""
 
     def __init__(self, ctx, events, replay, topic):
         self.ctx, self.events, self.replay, self.topic = ctx, events, replay, topic
-        self.cached, self.last_seq, self.stored, self.removed, self.replayed = set(), -1, [], 0, 0
+        self.media = {"CPU": set(), "CPU_TIER": set()}  # the blocks each medium holds, from the events
+        self.last_seq, self.stored, self.removed, self.replayed = -1, [], 0, 0
+        self.live = 0  # batches that came through the SUB socket
         self.sub = None
         self.connect()
+
+    @property
+    def cached(self):
+        """The main pool's blocks."""
+        return self.media["CPU"]
 
     def connect(self):
         self.sub = self.ctx.socket(zmq.SUB)
@@ -382,23 +394,29 @@ class KvSubscriber:
             if tag == "BlockStored":
                 check(len(e) == 8, f"BlockStored fields: {e!r:.200}")
                 _, hashes, parent, token_ids, block_size, lora_id, medium, lora_name = e
-                check(block_size == 16 and lora_id is None and lora_name is None and medium == "CPU", f"{e!r:.200}")
+                check(block_size == 16 and lora_id is None and lora_name is None and medium in self.media,
+                      f"{e!r:.200}")
                 check(parent is None or isinstance(parent, int), f"parent: {e!r:.200}")
                 check(len(token_ids) == 16 * len(hashes), f"tokens: {e!r:.200}")
                 for h in hashes:
-                    check(h not in self.cached, f"block {h} stored twice")
-                    self.cached.add(h)
+                    check(h not in self.media[medium], f"block {h} stored twice in {medium}")
+                    self.media[medium].add(h)
                 self.stored.append(e)
             elif tag == "BlockRemoved":
-                check(len(e) == 3 and e[2] == "CPU", f"BlockRemoved fields: {e!r:.200}")
+                check(len(e) == 3 and e[2] in self.media, f"BlockRemoved fields: {e!r:.200}")
                 for h in e[1]:
-                    check(h in self.cached, f"block {h} removed, never stored")
-                    self.cached.discard(h)
+                    check(h in self.media[e[2]], f"block {h} removed, never stored in {e[2]}")
+                    self.media[e[2]].discard(h)
                 self.removed += 1
             else:
                 check(e == ["AllBlocksCleared"], f"unknown event {e!r:.200}")
-                self.cached.clear()
+                for blocks in self.media.values():
+                    blocks.clear()
         self.last_seq = seq
+
+    def catch_up(self):
+        """Applies the batches after the last one seen, from the replay."""
+        self.fill_gap(1 << 62)
 
     def fill_gap(self, upto):
         dealer = self.ctx.socket(zmq.DEALER)
@@ -428,6 +446,7 @@ class KvSubscriber:
             if seq > self.last_seq + 1:
                 self.fill_gap(seq)
             self.apply(seq, payload)
+            self.live += 1
             ms = 20
 
 
@@ -452,6 +471,8 @@ def test_kv_events_replayed_reproduce_the_prefix_cache(env):
         def in_step():
             def agree():
                 sub.poll()
+                if sub.cached != set(cache()["block_hashes"]):
+                    sub.catch_up()  # the step's batch may have gone before the subscription did
                 return sub.cached == set(cache()["block_hashes"])
             wait_until(agree, 30, f"events give {sorted(sub.cached)}, the cache holds {cache()}")
 
@@ -488,6 +509,7 @@ def test_kv_events_replayed_reproduce_the_prefix_cache(env):
             sub.poll(200)
             d += 1
         check(sub.replayed > replayed and sub.last_seq > before + 1, "the missed batches were not replayed")
+        check(sub.live >= 3, f"only {sub.live} batches came through the PUB socket")
         in_step()
         check(cache()["num_blocks"] == 24 and cache()["block_size"] == 16, cache())
         values = s.metrics()[1]
@@ -533,7 +555,16 @@ def test_llm_d_overlay_settings_serve_its_router(env):
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, producer["kvEventsConfig"]["topicFilter"].encode())
         sub.connect(f"tcp://127.0.0.1:{events_port}")  # the picker dials the pod
-        time.sleep(0.5)  # a PUB drops what it sends before the SUB is connected
+        # A PUB drops what it sends before the subscription reaches it: other
+        # prompts go first until one of their batches comes through.
+        warm_up = 0
+        while not sub.poll(200):
+            check(warm_up < 300, "no event batch reached the subscriber")
+            status, _, _ = post_json(s.http, "/v1/completions",
+                                     {"model": tokens["modelName"], "prompt": f"warm-up {warm_up} " * 20,
+                                      "max_tokens": 1}, headers=["Authorization: Bearer sk-llm-d"])
+            check(status == 200, f"warm-up: {status}")
+            warm_up += 1
         body = {"model": tokens["modelName"], "prompt": TEXT[:400], "max_tokens": 2}
         # The token-producer: the body, the admin port, no key.
         status, rendered, _ = post_json(s.admin, "/v1/completions/render", body)
@@ -574,32 +605,17 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
     document is computed again."""
     ipc = os.path.join(env.workdir, "kv-offload")
     os.makedirs(ipc, exist_ok=True)
-    events = f"ipc://{ipc}/events"
+    events, replay, topic = f"ipc://{ipc}/events", f"ipc://{ipc}/replay", "kv@127.0.0.1:8000@model"
     common = ["--kv-cache-memory", "192K", "--max-model-len", "128", "--block-size", "16"]
     tiered = Server(env.binary, env.model, env.workdir,
-                    common + ["--kv-offload-memory", "4M", "--kv-events-endpoint", events],
+                    common + ["--kv-offload-memory", "4M", "--kv-events-endpoint", events,
+                              "--kv-events-replay-endpoint", replay, "--kv-events-topic", topic],
                     name="kv-offload", env={"PYTHONHASHSEED": "7"})
     plain = Server(env.binary, env.model, env.workdir, common, name="kv-no-offload")
     ctx = zmq.Context()
     try:
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(events)
-        media = {"CPU": set(), "CPU_TIER": set()}
-
-        def drain():
-            while sub.poll(100):
-                _, _, payload = sub.recv_multipart()
-                for e in msgpack.unpackb(payload)[1]:
-                    if e[0] == "BlockStored":
-                        check(not set(e[1]) & media[e[6]], f"stored twice in {e[6]}: {e!r:.200}")
-                        media[e[6]].update(e[1])
-                    elif e[0] == "BlockRemoved":
-                        check(set(e[1]) <= media[e[2]], f"removed, never stored in {e[2]}: {e!r:.200}")
-                        media[e[2]].difference_update(e[1])
-                    else:
-                        for m in media.values():
-                            m.clear()
+        sub = KvSubscriber(ctx, events, replay, topic)
+        media = sub.media
 
         def ask(server, prompt):
             status, body, _ = post_json(server.http, "/v1/completions",
@@ -630,12 +646,17 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
               values.get("ropeserve_kv_offload_failed_copies_total") == 0, "the tier's failure counters")
 
         def agree():
-            drain()
-            status, _, body = curl(tiered.admin, "/debug/kv-cache")
-            check(status == 200, body)
-            c = json.loads(body)
-            return (media["CPU"] == set(c["block_hashes"]) and media["CPU_TIER"] == set(c["offloaded_block_hashes"])
-                    and c["offload_blocks"] == 512)
+            sub.poll()
+
+            def same():
+                status, _, body = curl(tiered.admin, "/debug/kv-cache")
+                check(status == 200, body)
+                c = json.loads(body)
+                return (media["CPU"] == set(c["block_hashes"]) and
+                        media["CPU_TIER"] == set(c["offloaded_block_hashes"]) and c["offload_blocks"] == 512)
+            if not same():
+                sub.catch_up()  # batches published before the subscription reached the server
+            return same()
         wait_until(agree, 30, f"events give {len(media['CPU'])} + {len(media['CPU_TIER'])} blocks, the cache holds "
                    f"{curl(tiered.admin, '/debug/kv-cache')[2][:300]}")
         check(media["CPU_TIER"], "the tier's events")
