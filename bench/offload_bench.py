@@ -7,13 +7,19 @@ after the other, the same prompts). The first question computes the
 document on both; the later ones find it in the tier, or compute it again.
 
     bench/offload_bench.py [--binary build/ropeserve] [--model DIR] [--doc-tokens 4096]
-        [--questions 6] [--threads 2]
+        [--questions 6] [--threads 2] [--filler-prompt-tokens N] [--plain-questions N]
 
 The model defaults to the random-weight qwen2.5-0.5b shape in
 ~/.cache/ropeserve/bench (made with `ropeserve make-model` when missing);
-prompts are token ids (the document, a 32-token question; fillers as long
-as the document). The KV cache holds 1.5 documents, so each filler evicts
-it; the tier holds 4 caches.
+prompts are token ids (the document, a 32-token question; before each
+later question, filler traffic as long as the document). The KV cache
+holds 1.5 documents, so the filler evicts it; the tier holds 4 caches.
+
+A long document makes both sides slow to run: --filler-prompt-tokens cuts
+the filler traffic into prompts of that many tokens (the same evictions,
+without the quadratic attention of one document-long prompt), and
+--plain-questions runs only that many questions without the tier (each
+later one recomputes the document: minutes at 30,000 tokens).
 """
 import argparse
 import http.client
@@ -50,7 +56,13 @@ def main():
     ap.add_argument("--doc-tokens", type=int, default=4096)
     ap.add_argument("--questions", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--filler-prompt-tokens", type=int, default=0,
+                    help="cut each filler into prompts of this many tokens (0: one prompt)")
+    ap.add_argument("--plain-questions", type=int, default=0,
+                    help="questions run without the tier (0: as many as with it; at least 2)")
     args = ap.parse_args()
+    if args.questions < 2 or args.doc_tokens < 16 or args.filler_prompt_tokens < 0 or args.plain_questions < 0:
+        sys.exit("--questions must be at least 2, --doc-tokens at least 16, the others not negative")
     if not os.path.exists(os.path.join(args.model, "config.json")):
         subprocess.run([args.binary, "make-model", "--preset", "qwen2.5-0.5b", "--out", args.model], check=True)
     config = json.load(open(os.path.join(args.model, "config.json")))
@@ -61,8 +73,12 @@ def main():
     questions = [doc + [(q * 131 + i * 17) % 30000 + 100 for i in range(32)] for q in range(args.questions)]
     fillers = [[(f * 4099 + i * 104729) % 30000 + 100 for i in range(args.doc_tokens)]
                for f in range(args.questions)]
+    chunk = args.filler_prompt_tokens or args.doc_tokens
+    fillers = [[filler[c:c + chunk] for c in range(0, len(filler), chunk)] for filler in fillers]
+    plain_questions = max(2, args.plain_questions) if args.plain_questions else args.questions
     results = {}
-    for name, extra in (("tier", ["--kv-offload-memory", str(4 * cache)]), ("no tier", [])):
+    for name, extra, count in (("tier", ["--kv-offload-memory", str(4 * cache)], args.questions),
+                               ("no tier", [], plain_questions)):
         server = BenchServer(args.binary, args.model,
                              ["--dtype", "bfloat16", "--max-model-len", str(args.doc_tokens + 64),
                               "--max-num-batched-tokens", "2048", "--kv-cache-memory", str(cache)] + extra,
@@ -70,9 +86,10 @@ def main():
         port = server.port
         rows = []
         try:
-            for q, prompt in enumerate(questions):
+            for q, prompt in enumerate(questions[:count]):
                 if q > 0:
-                    first_token(port, fillers[q])  # evicts the document from the cache
+                    for part in fillers[q]:  # evicts the document from the cache
+                        first_token(port, part)
                 seconds, cached = first_token(port, prompt)
                 rows.append((seconds, cached))
                 print(f"{name}: question {q}: {seconds:.2f} s to the first token, {cached} tokens cached", flush=True)
@@ -81,13 +98,14 @@ def main():
         results[name] = rows
     tier = statistics.median(s for s, _ in results["tier"][1:])
     plain = statistics.median(s for s, _ in results["no tier"][1:])
-    print(f"\n| {args.doc_tokens}-token document, {args.questions} questions | first question | later questions "
-          "(median TTFT) | cached tokens (later) |")
-    print("|---|---:|---:|---:|")
+    print(f"\n| {args.doc_tokens}-token document | questions | first question | later questions "
+          "(median TTFT, min-max) | cached tokens (later) |")
+    print("|---|---:|---:|---:|---:|")
     for name in ("tier", "no tier"):
         rows = results[name]
-        later = statistics.median(s for s, _ in rows[1:])
-        print(f"| {name} | {rows[0][0]:.2f} s | {later:.2f} s | {rows[-1][1]:,} |")
+        later = [s for s, _ in rows[1:]]
+        print(f"| {name} | {len(rows)} | {rows[0][0]:.2f} s | {statistics.median(later):.2f} s "
+              f"({min(later):.2f}-{max(later):.2f}) | {rows[-1][1]:,} |")
     print(f"\nlater questions: {plain / tier:.1f}x faster with the tier")
 
 
