@@ -108,8 +108,9 @@ Status LoadDecoder(ServeConfig& f, bool demo, EngineObserver& observer, Loaded& 
                out.service->block_size(), kv.tokens, out.model->KvBytesPerToken(),
                static_cast<double>(kv.bytes) / (1 << 20));
   if (const KvCacheSize& tier = out.service->kv_offload(); tier.num_blocks > 0)
-    spdlog::info("KV offload tier (host memory): {} blocks = {} tokens, {:.1f} MiB", tier.num_blocks, tier.tokens,
-                 static_cast<double>(tier.bytes) / (1 << 20));
+    spdlog::info("KV offload tier ({}): {} blocks = {} tokens, {:.1f} MiB",
+                 f.engine.kv_offload_path.empty() ? "host memory" : "a file in " + f.engine.kv_offload_path,
+                 tier.num_blocks, tier.tokens, static_cast<double>(tier.bytes) / (1 << 20));
   spdlog::info("steps: {}", out.service->execution());
   return Status::Ok();
 }

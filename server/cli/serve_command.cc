@@ -235,6 +235,12 @@ void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
                   "(questions over one long document between other traffic); bytes (8G, ...) or a fraction of "
                   "available memory; needs prefix caching")
       ->envname("ROPESERVE_KV_OFFLOAD_MEMORY");
+  sub->add_option(
+         "--kv-offload-path", e.kv_offload_path,
+         "CPU workers: keep the tier of --kv-offload-memory in a file in this directory instead of "
+         "memory (reserved on the disk at start, memory-mapped, its name removed at once): the page cache keeps "
+         "what fits in memory, the rest is read back from the disk, so the tier may outgrow memory")
+      ->envname("ROPESERVE_KV_OFFLOAD_PATH");
   sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
                   "CUDA workers: the share of the device's memory for weights, activations, CUDA graphs and the "
                   "KV cache; the KV cache gets what is left after the weights, a profiling forward of "

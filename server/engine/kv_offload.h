@@ -29,7 +29,9 @@ namespace ropeserve {
 
 // Copies whole blocks of K/V (every layer) between the KV cache and the
 // tier's slots; the runner implements it over its tensors. Called on the
-// engine thread between steps: a copy is done when the call returns.
+// engine thread between steps: a copy is done when the call returns, or
+// (a CUDA runner's) ordered after the forwards queued before it and before
+// the next one.
 class KvBlockMover {
  public:
   virtual ~KvBlockMover() = default;

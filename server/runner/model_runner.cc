@@ -1,12 +1,19 @@
 #include "server/runner/model_runner.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +21,7 @@
 #include "kernels/cpu/logits_summary.h"
 #include "server/engine/scheduler.h"
 #ifdef ROPESERVE_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -272,6 +280,9 @@ struct ModelRunner::Impl {
   at::Tensor Replay(std::int64_t bucket);
   void DropGraphs();
   void WaitForDevice();  // the current stream of a CUDA device; nothing on the CPU
+  // The host tier's copies on a CUDA device (below): cache block <-> tier
+  // slot for each pair, cache -> tier when `save`.
+  void CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>> block_slot, bool save);
 
   const PagedModel& model;
   std::int64_t block_size;
@@ -290,6 +301,7 @@ struct ModelRunner::Impl {
     at::Tensor logits;  // [bucket, vocab] float32: rows of graph_logits
   };
   std::map<std::int64_t, std::unique_ptr<DecodeGraph>> graphs;
+  std::optional<c10::cuda::CUDAStream> tier_stream;  // the host tier's copies; made on first use
   // [largest bucket, vocab] float32: every graph writes its logits here, so
   // the graphs' outputs do not pile up in their pool (each graph's own
   // logits are freed there after its capture, for the next one to reuse).
@@ -316,15 +328,61 @@ std::int64_t ModelRunner::vocab_size() const { return impl_->model.config().voca
 
 const RunnerStats& ModelRunner::stats() const { return impl_->stats; }
 
-void ModelRunner::AllocateOffloadTier(std::int64_t num_slots) {
+namespace {
+
+// `bytes` of a new file in `directory`, reserved on the disk and mapped
+// shared; the file is unlinked at once (its blocks go when the mapping
+// does). The mapping is unmapped when the last tensor over it goes.
+std::shared_ptr<std::byte> MapTierFile(const std::string& directory, std::int64_t bytes) {
+  std::string path = directory + "/ropeserve-kv-tier-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error("cannot create a file in " + directory + ": " + std::strerror(errno));
+  unlink(path.c_str());
+  const int reserved = posix_fallocate(fd, 0, bytes);
+  if (reserved != 0) {
+    close(fd);
+    throw std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes in " + directory + ": " +
+                             std::strerror(reserved));
+  }
+  void* addr = mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mapped_errno = errno;
+  close(fd);
+  if (addr == MAP_FAILED)
+    throw std::runtime_error("cannot map " + std::to_string(bytes) + " bytes of " + directory + ": " +
+                             std::strerror(mapped_errno));
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(addr),
+                                    [bytes](std::byte* p) { munmap(p, static_cast<std::size_t>(bytes)); });
+}
+
+}  // namespace
+
+void ModelRunner::AllocateOffloadTier(std::int64_t num_slots, const std::string& directory) {
   Impl& m = *impl_;
   const bool pin = !m.model.device().is_cpu();
+  if (!directory.empty() && pin) throw std::runtime_error("a tier in a file is for CPU workers");
+  std::vector<const at::Tensor*> cache;  // K then V of each layer
+  std::int64_t bytes = 0;
   for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    for (auto [from, to] : {std::pair{&m.cache.k[l], &m.tier.k}, std::pair{&m.cache.v[l], &m.tier.v}}) {
-      std::vector<std::int64_t> shape = from->sizes().vec();
-      shape[0] = num_slots;
-      to->push_back(at::empty(shape, from->options().device(at::kCPU).pinned_memory(pin)));
+    for (const at::Tensor* from : {&m.cache.k[l], &m.cache.v[l]}) {
+      cache.push_back(from);
+      bytes += from->numel() / from->size(0) * num_slots * static_cast<std::int64_t>(from->element_size());
     }
+  }
+  const std::shared_ptr<std::byte> file = directory.empty() ? nullptr : MapTierFile(directory, bytes);
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    std::vector<std::int64_t> shape = cache[i]->sizes().vec();
+    shape[0] = num_slots;
+    const at::TensorOptions options = cache[i]->options().device(at::kCPU);
+    at::Tensor t;
+    if (file != nullptr) {
+      t = at::from_blob(
+          file.get() + offset, shape, [file](void*) {}, options);
+      offset += t.numel() * static_cast<std::int64_t>(t.element_size());
+    } else {
+      t = at::empty(shape, options.pinned_memory(pin));
+    }
+    (i % 2 == 0 ? m.tier.k : m.tier.v).push_back(t);
   }
 }
 
@@ -346,24 +404,30 @@ std::pair<at::Tensor, at::Tensor> MoveIndices(std::span<const std::pair<A, B>> m
 void ModelRunner::SaveBlocks(std::span<const std::pair<BlockId, int>> moves) {
   Impl& m = *impl_;
   if (moves.empty()) return;
+  if (m.model.device().is_cuda()) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> block_slot(moves.begin(), moves.end());
+    return m.CopyTierOnItsStream(block_slot, /*save=*/true);
+  }
   auto [blocks, slots] = MoveIndices(moves);
-  blocks = blocks.to(m.model.device());
   for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    m.tier.k[l].index_copy_(0, slots, m.cache.k[l].index_select(0, blocks).to(at::kCPU));
-    m.tier.v[l].index_copy_(0, slots, m.cache.v[l].index_select(0, blocks).to(at::kCPU));
+    m.tier.k[l].index_copy_(0, slots, m.cache.k[l].index_select(0, blocks));
+    m.tier.v[l].index_copy_(0, slots, m.cache.v[l].index_select(0, blocks));
   }
 }
 
 void ModelRunner::LoadBlocks(std::span<const std::pair<int, BlockId>> moves) {
   Impl& m = *impl_;
   if (moves.empty()) return;
-  auto [slots, blocks] = MoveIndices(moves);
-  blocks = blocks.to(m.model.device());
-  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    m.cache.k[l].index_copy_(0, blocks, m.tier.k[l].index_select(0, slots).to(m.model.device()));
-    m.cache.v[l].index_copy_(0, blocks, m.tier.v[l].index_select(0, slots).to(m.model.device()));
+  if (m.model.device().is_cuda()) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> block_slot;
+    for (const auto& [slot, block] : moves) block_slot.emplace_back(block, slot);
+    return m.CopyTierOnItsStream(block_slot, /*save=*/false);
   }
-  m.WaitForDevice();
+  auto [slots, blocks] = MoveIndices(moves);
+  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
+    m.cache.k[l].index_copy_(0, blocks, m.tier.k[l].index_select(0, slots));
+    m.cache.v[l].index_copy_(0, blocks, m.tier.v[l].index_select(0, slots));
+  }
 }
 
 std::vector<const void*> ModelRunner::BufferAddresses() const {
@@ -568,6 +632,49 @@ void ModelRunner::Impl::WaitForDevice() {
   if (model.device().is_cuda()) c10::cuda::getCurrentCUDAStream(model.device().index()).synchronize();
 }
 
+// The tier's copies run on a stream of their own and the host does not wait
+// for them: that stream first waits for everything the compute stream has
+// queued (the forward that wrote the blocks being saved), copies runs of
+// consecutive blocks between the cache and the pinned tier
+// (cudaMemcpyAsync), and the compute stream waits for the copies before its
+// next kernel (a forward that overwrites a saved block or reads a loaded
+// one). One tier stream keeps the copies in the order they were asked for,
+// so a slot saved over after a load from it is read first. A copy that
+// fails asynchronously surfaces as the next forward's CUDA error.
+void ModelRunner::Impl::CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>> block_slot,
+                                            bool save) {
+  const c10::DeviceIndex index = model.device().index();
+  const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(index);
+  if (!tier_stream) tier_stream = c10::cuda::getStreamFromPool(false, index);
+  at::cuda::CUDAEvent queued, copied;
+  queued.record(compute);
+  queued.block(*tier_stream);
+  {
+    const c10::cuda::CUDAStreamGuard on_tier(*tier_stream);
+    for (std::size_t i = 0; i < block_slot.size();) {
+      std::size_t n = 1;  // a run: blocks and slots both consecutive
+      while (i + n < block_slot.size() &&
+             block_slot[i + n].first == block_slot[i].first + static_cast<std::int64_t>(n) &&
+             block_slot[i + n].second == block_slot[i].second + static_cast<std::int64_t>(n))
+        ++n;
+      const auto [block, slot] = block_slot[i];
+      for (std::size_t l = 0; l < cache.k.size(); ++l) {
+        for (auto [c, t] : {std::pair{&cache.k[l], &tier.k[l]}, std::pair{&cache.v[l], &tier.v[l]}}) {
+          at::Tensor on_device = c->narrow(0, block, static_cast<std::int64_t>(n));
+          at::Tensor on_host = t->narrow(0, slot, static_cast<std::int64_t>(n));
+          if (save)
+            on_host.copy_(on_device, /*non_blocking=*/true);
+          else
+            on_device.copy_(on_host, /*non_blocking=*/true);
+        }
+      }
+      i += n;
+    }
+  }
+  copied.record(*tier_stream);
+  copied.block(compute);
+}
+
 void ModelRunner::Impl::DropGraphs() {
   graphs.clear();
   graph_logits = at::Tensor();
@@ -580,6 +687,9 @@ std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); 
 Status ModelRunner::CaptureDecodeGraphs() { return Status::Ok(); }
 at::Tensor ModelRunner::Impl::Replay(std::int64_t) { return {}; }
 void ModelRunner::Impl::WaitForDevice() {}
+void ModelRunner::Impl::CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>>, bool) {
+  throw std::logic_error("a CUDA device in a build without CUDA");
+}
 void ModelRunner::Impl::DropGraphs() {}
 std::size_t ModelRunner::captured_graphs() const { return 0; }
 

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "server/engine/kv_offload.h"
@@ -92,9 +93,11 @@ struct RunnerStats {
 // The runner is also the host KV tier's mover (server/engine/kv_offload.h):
 // AllocateOffloadTier sizes the tier, a tensor per layer of K and of V in
 // host memory (pinned for a CUDA cache), and SaveBlocks / LoadBlocks copy
-// whole blocks between it and the cache, one gather and one scatter per
-// layer and tensor. On a CUDA device the copies run on the current stream
-// and the call waits for them (not yet on a stream of their own).
+// whole blocks between it and the cache. On the CPU: one gather and one
+// scatter per layer and tensor, done when the call returns. On a CUDA
+// device: runs of blocks copied on a stream of the tier's own, ordered by
+// events after the forwards queued before the call and before the next
+// one; the host does not wait for them.
 class ModelRunner final : public LogitsExecutor, public KvBlockMover {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer and
@@ -120,8 +123,12 @@ class ModelRunner final : public LogitsExecutor, public KvBlockMover {
   std::size_t captured_graphs() const;
 
   // num_slots blocks of K/V in host memory for the tier (once, before the
-  // first step).
-  void AllocateOffloadTier(std::int64_t num_slots);
+  // first step). With `directory`: in a file there instead (created,
+  // reserved on the disk with posix_fallocate, memory-mapped and unlinked at
+  // once, so nothing stays behind): the page cache keeps what fits in
+  // memory and the kernel writes the rest to disk (a CPU runner's tier
+  // larger than memory). Throws std::runtime_error saying what failed.
+  void AllocateOffloadTier(std::int64_t num_slots, const std::string& directory = "");
   void SaveBlocks(std::span<const std::pair<BlockId, int>> moves) override;
   void LoadBlocks(std::span<const std::pair<int, BlockId>> moves) override;
 

@@ -75,6 +75,9 @@ struct EngineOptions {
   // reads it: bytes, or a fraction of the host's available memory); "" or
   // "0": no tier.
   std::string kv_offload_memory;
+  // serve --kv-offload-path: the tier in a file in this directory (CPU
+  // workers; ModelRunner::AllocateOffloadTier); "": in memory.
+  std::string kv_offload_path;
   // A test hook for black-box fault tests (serve reads it from
   // ROPESERVE_INJECT_FAULTS): every N-th forward throws, as LibTorch does
   // when an allocation fails. 0 = off; never set it in production.

@@ -131,7 +131,13 @@ namespace {
 // config (nothing for "" or "0").
 Status AddOffloadTier(const DecoderModel& model, const service::EngineOptions& options, DecoderWorker& worker) {
   const std::string& spec = options.kv_offload_memory;
-  if (spec.empty() || spec == "0") return Status::Ok();
+  if (spec.empty() || spec == "0") {
+    if (!options.kv_offload_path.empty())
+      return InvalidArgument("--kv-offload-path holds the tier of --kv-offload-memory: give that its size");
+    return Status::Ok();
+  }
+  if (!options.kv_offload_path.empty() && !model.device().is_cpu())
+    return InvalidArgument("--kv-offload-path is for CPU workers (a CUDA worker's tier is pinned host memory)");
   if (!options.scheduler.enable_prefix_caching)
     return InvalidArgument("--kv-offload-memory keeps the prefix cache's evicted blocks: it needs prefix caching");
   RS_ASSIGN_OR_RETURN(std::int64_t bytes, ParseKvCacheMemory(spec, AvailableHostMemory(), "--kv-offload-memory"));
@@ -141,8 +147,10 @@ Status AddOffloadTier(const DecoderModel& model, const service::EngineOptions& o
     return InvalidArgument("--kv-offload-memory " + spec + " holds no block (one is " + std::to_string(block_bytes) +
                            " bytes)");
   try {
-    worker.runner->AllocateOffloadTier(slots);
+    worker.runner->AllocateOffloadTier(slots, options.kv_offload_path);
   } catch (const std::exception& e) {
+    if (!options.kv_offload_path.empty())
+      return Status(ErrorCode::kResourceExhausted, "--kv-offload-path " + options.kv_offload_path + ": " + e.what());
     return Status(ErrorCode::kResourceExhausted, "--kv-offload-memory " + spec + ": cannot allocate " +
                                                      std::to_string(slots * block_bytes) + " bytes of host memory");
   }

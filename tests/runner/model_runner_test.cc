@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <random>
 
@@ -35,6 +36,7 @@ class ModelRunnerTest : public testing::TinyModelSuite {
  protected:
   static void SetUpTestSuite() { Load(256); }
   static void ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where);
+  static void ExpectHostTierRoundTrip(const PagedModel& model, double logprob_bound, const std::string& directory = "");
 
   static EngineConfig Config(int num_blocks = 512) {
     EngineConfig c;
@@ -312,7 +314,80 @@ TEST_F(ModelRunnerTest, AStepLargerThanTheBuffersGrowsThem) {
   EXPECT_NE(grown.BufferAddresses(), before);
 }
 
+// The host KV tier through the runner's own copies: a document's blocks,
+// evicted from a 24-block cache by other prompts (which then hold those
+// block ids), come back from the tier, and the question after them decodes
+// as it did on a prefix-cache hit before the eviction: the same tokens, and
+// logprobs within `logprob_bound` (0 where the same K/V bits in the same
+// shapes give the same sums).
+void ModelRunnerTest::ExpectHostTierRoundTrip(const PagedModel& model, double logprob_bound,
+                                              const std::string& directory) {
+  constexpr int kBlocks = 24, kSlots = 64;
+  ModelRunner runner(model, kBlocks, 4, Options(false));
+  runner.AllocateOffloadTier(kSlots, directory);
+  EngineConfig config = Config(kBlocks);
+  config.kv_offload_blocks = kSlots;
+  config.kv_offload_mover = &runner;
+  Engine engine(config, runner);
+  auto ask = [&](const std::vector<TokenId>& prompt, std::int64_t max_tokens) {
+    const auto streams = SubmitAll(engine, {prompt}, {max_tokens}, SamplingParams{});
+    while (engine.RunOnce()) {
+    }
+    return Collect(streams);
+  };
+  std::vector<TokenId> question;
+  for (int i = 0; i < 46; ++i) question.push_back(static_cast<TokenId>((i * 37) % 297));  // 40 of a document, 6 more
+  ask(question, 4);
+  const Outputs hit = ask(question, 4);
+  ASSERT_GE(engine.stats().prefix_hits.load(), 1u);
+  for (int f = 0; f < 3; ++f) {  // 3 x 11 blocks: every block id is reused
+    std::vector<TokenId> filler;
+    for (int i = 0; i < 40; ++i) filler.push_back(static_cast<TokenId>((i * 11 + f * 101 + 5) % 297));
+    ask(filler, 2);
+  }
+  ASSERT_GE(engine.stats().offload_saved.load(), 11u);
+  const std::uint64_t loaded = engine.stats().offload_loaded.load();
+  const Outputs again = ask(question, 4);
+  EXPECT_GE(engine.stats().offload_loaded.load(), loaded + 10) << "the document came back from the tier";
+  EXPECT_EQ(engine.stats().offload_failed_copies.load(), 0u);
+  ASSERT_EQ(again.tokens, hit.tokens);
+  for (std::size_t k = 0; k < hit.logprobs[0].size(); ++k)
+    EXPECT_NEAR(again.logprobs[0][k], hit.logprobs[0][k], logprob_bound) << "token " << k;
+}
+
+TEST_F(ModelRunnerTest, HostTierRoundTripEqualsThePrefixCacheHit) { ExpectHostTierRoundTrip(*model_, 0.0); }
+
+// --kv-offload-path: the tier's slots in a file (mapped, unlinked at once:
+// the directory stays empty); a directory that is not one is an error
+// that says so.
+TEST_F(ModelRunnerTest, HostTierInAFileRoundTrip) {
+  ScratchDir dir;
+  ExpectHostTierRoundTrip(*model_, 0.0, dir.path());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  ModelRunner runner(*model_, 24, 4, Options(false));
+  try {
+    runner.AllocateOffloadTier(8, dir.path() + "/missing");
+    ADD_FAILURE() << "a missing directory was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create a file in " + dir.path() + "/missing"), std::string::npos)
+        << e.what();
+  }
+}
+
 #ifdef ROPESERVE_HAVE_CUDA
+// On a GPU: the same through the tier's own stream and pinned memory; the
+// logprobs within bf16 rounding (cuBLAS may pick another algorithm on a
+// later call; the tokens must agree).
+TEST_F(ModelRunnerTest, CudaHostTierRoundTrip) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const ModelConfig& c = (*m)->config();
+  ExpectHostTierRoundTrip(**m, testing::RoundingBound(std::max<std::int64_t>({c.hidden_size, c.intermediate_size, 60}),
+                                                      c.num_hidden_layers, 20.0, testing::kBF16Roundoff));
+}
+
 // On a GPU (scripts/gpu-check): decode steps replayed from the captured
 // graphs give what the same padded steps give eagerly.
 TEST_F(ModelRunnerTest, CudaGraphReplayEqualsEager) {

@@ -134,6 +134,31 @@ TEST_F(DecoderWorkerTest, TheHostTierNeedsPrefixCachingAndIsTheRunnersToMove) {
   EXPECT_EQ(BuildDecoderWorker(*model_, tiered, *kv).status().code(), ErrorCode::kInvalidArgument);
 }
 
+// --kv-offload-path: the tier in a file needs the tier's size, and a
+// directory it cannot write to is refused at start with its reason.
+TEST_F(DecoderWorkerTest, TheTierInAFileNeedsItsSizeAndAWritableDirectory) {
+  auto options = ResolveEngineOptions(*model_, Options());
+  ASSERT_TRUE(options.ok());
+  auto kv = SizeDecoderKvCache(*model_, *options);
+  ASSERT_TRUE(kv.ok());
+  testing::ScratchDir dir;
+  service::EngineOptions tiered = *options;
+  tiered.kv_offload_path = dir.path();
+  auto no_size = BuildDecoderWorker(*model_, tiered, *kv);
+  EXPECT_EQ(no_size.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(no_size.status().message().find("--kv-offload-memory"), std::string::npos) << no_size.status().ToString();
+  tiered.kv_offload_memory = "64K";
+  auto worker = BuildDecoderWorker(*model_, tiered, *kv);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ(worker->kv_offload.num_blocks, (64 << 10) / (model_->KvBytesPerToken() * 4));
+  tiered.kv_offload_path = dir.path() + "/missing";
+  auto missing = BuildDecoderWorker(*model_, tiered, *kv);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(missing.status().message().find("--kv-offload-path " + dir.path() + "/missing: cannot create a file"),
+            std::string::npos)
+      << missing.status().ToString();
+}
+
 TEST_F(DecoderWorkerTest, InjectedFaultsWrapTheRunnerAndThrowEveryNthStep) {
   auto options = ResolveEngineOptions(*model_, Options());
   ASSERT_TRUE(options.ok());
