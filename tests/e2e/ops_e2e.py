@@ -418,6 +418,16 @@ class KvSubscriber:
         """Applies the batches after the last one seen, from the replay."""
         self.fill_gap(1 << 62)
 
+    def agrees(self, same):
+        """Whether `same()` (the events applied so far against the server's
+        state) holds after the live batches, else after a catch-up: the
+        step's last batch may have gone before the subscription did."""
+        self.poll()
+        if same():
+            return True
+        self.catch_up()
+        return same()
+
     def fill_gap(self, upto):
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.connect(self.replay)
@@ -469,12 +479,8 @@ def test_kv_events_replayed_reproduce_the_prefix_cache(env):
             return json.loads(body)
 
         def in_step():
-            def agree():
-                sub.poll()
-                if sub.cached != set(cache()["block_hashes"]):
-                    sub.catch_up()  # the step's batch may have gone before the subscription did
-                return sub.cached == set(cache()["block_hashes"])
-            wait_until(agree, 30, f"events give {sorted(sub.cached)}, the cache holds {cache()}")
+            wait_until(lambda: sub.agrees(lambda: sub.cached == set(cache()["block_hashes"])), 30,
+                       f"events give {sorted(sub.cached)}, the cache holds {cache()}")
 
         def complete(prompt):
             status, body, _ = post_json(s.http, "/v1/completions", {"prompt": prompt, "max_tokens": 3})
@@ -648,19 +654,14 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
         check(values.get("ropeserve_kv_offload_skipped_blocks_total") == 0 and
               values.get("ropeserve_kv_offload_failed_copies_total") == 0, "the tier's failure counters")
 
-        def agree():
-            sub.poll()
-
-            def same():
-                status, _, body = curl(tiered.admin, "/debug/kv-cache")
-                check(status == 200, body)
-                c = json.loads(body)
-                return (media["CPU"] == set(c["block_hashes"]) and
-                        media["CPU_TIER"] == set(c["offloaded_block_hashes"]) and c["offload_blocks"] == 512)
-            if not same():
-                sub.catch_up()  # batches published before the subscription reached the server
-            return same()
-        wait_until(agree, 30, f"events give {len(media['CPU'])} + {len(media['CPU_TIER'])} blocks, the cache holds "
+        def same():
+            status, _, body = curl(tiered.admin, "/debug/kv-cache")
+            check(status == 200, body)
+            c = json.loads(body)
+            return (media["CPU"] == set(c["block_hashes"]) and media["CPU_TIER"] == set(c["offloaded_block_hashes"])
+                    and c["offload_blocks"] == 512)
+        wait_until(lambda: sub.agrees(same), 30,
+                   f"events give {len(media['CPU'])} + {len(media['CPU_TIER'])} blocks, the cache holds "
                    f"{curl(tiered.admin, '/debug/kv-cache')[2][:300]}")
         check(media["CPU_TIER"], "the tier's events")
         status, _, info = curl(tiered.http, "/v1/info")
