@@ -1,16 +1,11 @@
 #include "server/runner/model_runner.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -33,6 +28,7 @@
 #endif
 #include "server/models/paged_model.h"
 #include "server/runner/device_sampling.h"
+#include "server/runner/kv_tier.h"
 #include "server/runner/upload_buffer.h"
 
 namespace ropeserve {
@@ -280,17 +276,14 @@ struct ModelRunner::Impl {
   at::Tensor Replay(std::int64_t bucket);
   void DropGraphs();
   void WaitForDevice();  // the current stream of a CUDA device; nothing on the CPU
-  // The host tier's copies on a CUDA device (below): cache block <-> tier
-  // slot for each pair, cache -> tier when `save`.
-  void CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>> block_slot, bool save);
 
   const PagedModel& model;
   std::int64_t block_size;
   RunnerOptions options;
   PagedKvCache cache;
-  PagedKvCache tier;      // the host KV tier's slots (AllocateOffloadTier); empty: none
-  BlockTableRows tables;  // on the device, for the attention kernel
-  BlockTables host;       // the same tables on the host, for slot mappings
+  std::unique_ptr<KvTier> tier;  // the host KV tier (AllocateOffloadTier); null: none
+  BlockTableRows tables;         // on the device, for the attention kernel
+  BlockTables host;              // the same tables on the host, for slot mappings
   std::vector<std::int64_t> buckets;
   UploadBuffer<std::int64_t> step;           // the step buffers (StepLayout)
   std::unique_ptr<DeviceSampling> sampling;  // null: the host sampler draws every row
@@ -301,7 +294,6 @@ struct ModelRunner::Impl {
     at::Tensor logits;  // [bucket, vocab] float32: rows of graph_logits
   };
   std::map<std::int64_t, std::unique_ptr<DecodeGraph>> graphs;
-  std::optional<c10::cuda::CUDAStream> tier_stream;  // the host tier's copies; made on first use
   // [largest bucket, vocab] float32: every graph writes its logits here, so
   // the graphs' outputs do not pile up in their pool (each graph's own
   // logits are freed there after its capture, for the next one to reuse).
@@ -328,106 +320,19 @@ std::int64_t ModelRunner::vocab_size() const { return impl_->model.config().voca
 
 const RunnerStats& ModelRunner::stats() const { return impl_->stats; }
 
-namespace {
-
-// `bytes` of a new file in `directory`, reserved on the disk and mapped
-// shared; the file is unlinked at once (its blocks go when the mapping
-// does). The mapping is unmapped when the last tensor over it goes.
-std::shared_ptr<std::byte> MapTierFile(const std::string& directory, std::int64_t bytes) {
-  std::string path = directory + "/ropeserve-kv-tier-XXXXXX";
-  const int fd = mkstemp(path.data());
-  if (fd < 0) throw std::runtime_error("cannot create a file in " + directory + ": " + std::strerror(errno));
-  unlink(path.c_str());
-  const int reserved = posix_fallocate(fd, 0, bytes);
-  if (reserved != 0) {
-    close(fd);
-    throw std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes in " + directory + ": " +
-                             std::strerror(reserved));
-  }
-  void* addr = mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int mapped_errno = errno;
-  close(fd);
-  if (addr == MAP_FAILED)
-    throw std::runtime_error("cannot map " + std::to_string(bytes) + " bytes of " + directory + ": " +
-                             std::strerror(mapped_errno));
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(addr),
-                                    [bytes](std::byte* p) { munmap(p, static_cast<std::size_t>(bytes)); });
-}
-
-}  // namespace
-
 void ModelRunner::AllocateOffloadTier(std::int64_t num_slots, const std::string& directory) {
-  Impl& m = *impl_;
-  const bool pin = !m.model.device().is_cpu();
-  if (!directory.empty() && pin) throw std::runtime_error("a tier in a file is for CPU workers");
-  std::vector<const at::Tensor*> cache;  // K then V of each layer
-  std::int64_t bytes = 0;
-  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    for (const at::Tensor* from : {&m.cache.k[l], &m.cache.v[l]}) {
-      cache.push_back(from);
-      bytes += from->numel() / from->size(0) * num_slots * static_cast<std::int64_t>(from->element_size());
-    }
-  }
-  const std::shared_ptr<std::byte> file = directory.empty() ? nullptr : MapTierFile(directory, bytes);
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < cache.size(); ++i) {
-    std::vector<std::int64_t> shape = cache[i]->sizes().vec();
-    shape[0] = num_slots;
-    const at::TensorOptions options = cache[i]->options().device(at::kCPU);
-    at::Tensor t;
-    if (file != nullptr) {
-      t = at::from_blob(
-          file.get() + offset, shape, [file](void*) {}, options);
-      offset += t.numel() * static_cast<std::int64_t>(t.element_size());
-    } else {
-      t = at::empty(shape, options.pinned_memory(pin));
-    }
-    (i % 2 == 0 ? m.tier.k : m.tier.v).push_back(t);
-  }
+  impl_->tier = std::make_unique<KvTier>(impl_->cache, num_slots, directory);
 }
-
-namespace {
-
-// The pairs' first and second members as int64 index tensors.
-template <typename A, typename B>
-std::pair<at::Tensor, at::Tensor> MoveIndices(std::span<const std::pair<A, B>> moves) {
-  std::vector<std::int64_t> a, b;
-  for (const auto& [x, y] : moves) {
-    a.push_back(x);
-    b.push_back(y);
-  }
-  return {at::tensor(a, at::kLong), at::tensor(b, at::kLong)};
-}
-
-}  // namespace
 
 void ModelRunner::SaveBlocks(std::span<const std::pair<BlockId, int>> moves) {
-  Impl& m = *impl_;
-  if (moves.empty()) return;
-  if (m.model.device().is_cuda()) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> block_slot(moves.begin(), moves.end());
-    return m.CopyTierOnItsStream(block_slot, /*save=*/true);
-  }
-  auto [blocks, slots] = MoveIndices(moves);
-  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    m.tier.k[l].index_copy_(0, slots, m.cache.k[l].index_select(0, blocks));
-    m.tier.v[l].index_copy_(0, slots, m.cache.v[l].index_select(0, blocks));
-  }
+  const std::vector<std::pair<std::int64_t, std::int64_t>> block_slot(moves.begin(), moves.end());
+  impl_->tier->Save(impl_->cache, block_slot);
 }
 
 void ModelRunner::LoadBlocks(std::span<const std::pair<int, BlockId>> moves) {
-  Impl& m = *impl_;
-  if (moves.empty()) return;
-  if (m.model.device().is_cuda()) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> block_slot;
-    for (const auto& [slot, block] : moves) block_slot.emplace_back(block, slot);
-    return m.CopyTierOnItsStream(block_slot, /*save=*/false);
-  }
-  auto [slots, blocks] = MoveIndices(moves);
-  for (std::size_t l = 0; l < m.cache.k.size(); ++l) {
-    m.cache.k[l].index_copy_(0, blocks, m.tier.k[l].index_select(0, slots));
-    m.cache.v[l].index_copy_(0, blocks, m.tier.v[l].index_select(0, slots));
-  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> block_slot;
+  for (const auto& [slot, block] : moves) block_slot.emplace_back(block, slot);
+  impl_->tier->Load(impl_->cache, block_slot);
 }
 
 std::vector<const void*> ModelRunner::BufferAddresses() const {
@@ -529,6 +434,9 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
 }
 
 StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
+  // The whole step, the rows' reduction and sampling included: no autograd
+  // bookkeeping (version counters, views' metadata) on any tensor it makes.
+  c10::InferenceMode guard;
   Impl& im = *impl_;
   if (plan.block_size != im.block_size) return Internal("step plan block size differs from the KV cache's");
   RS_RETURN_IF_ERROR(im.tables.Apply(plan));
@@ -632,49 +540,6 @@ void ModelRunner::Impl::WaitForDevice() {
   if (model.device().is_cuda()) c10::cuda::getCurrentCUDAStream(model.device().index()).synchronize();
 }
 
-// The tier's copies run on a stream of their own and the host does not wait
-// for them: that stream first waits for everything the compute stream has
-// queued (the forward that wrote the blocks being saved), copies runs of
-// consecutive blocks between the cache and the pinned tier
-// (cudaMemcpyAsync), and the compute stream waits for the copies before its
-// next kernel (a forward that overwrites a saved block or reads a loaded
-// one). One tier stream keeps the copies in the order they were asked for,
-// so a slot saved over after a load from it is read first. A copy that
-// fails asynchronously surfaces as the next forward's CUDA error.
-void ModelRunner::Impl::CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>> block_slot,
-                                            bool save) {
-  const c10::DeviceIndex index = model.device().index();
-  const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(index);
-  if (!tier_stream) tier_stream = c10::cuda::getStreamFromPool(false, index);
-  at::cuda::CUDAEvent queued, copied;
-  queued.record(compute);
-  queued.block(*tier_stream);
-  {
-    const c10::cuda::CUDAStreamGuard on_tier(*tier_stream);
-    for (std::size_t i = 0; i < block_slot.size();) {
-      std::size_t n = 1;  // a run: blocks and slots both consecutive
-      while (i + n < block_slot.size() &&
-             block_slot[i + n].first == block_slot[i].first + static_cast<std::int64_t>(n) &&
-             block_slot[i + n].second == block_slot[i].second + static_cast<std::int64_t>(n))
-        ++n;
-      const auto [block, slot] = block_slot[i];
-      for (std::size_t l = 0; l < cache.k.size(); ++l) {
-        for (auto [c, t] : {std::pair{&cache.k[l], &tier.k[l]}, std::pair{&cache.v[l], &tier.v[l]}}) {
-          at::Tensor on_device = c->narrow(0, block, static_cast<std::int64_t>(n));
-          at::Tensor on_host = t->narrow(0, slot, static_cast<std::int64_t>(n));
-          if (save)
-            on_host.copy_(on_device, /*non_blocking=*/true);
-          else
-            on_device.copy_(on_host, /*non_blocking=*/true);
-        }
-      }
-      i += n;
-    }
-  }
-  copied.record(*tier_stream);
-  copied.block(compute);
-}
-
 void ModelRunner::Impl::DropGraphs() {
   graphs.clear();
   graph_logits = at::Tensor();
@@ -687,9 +552,6 @@ std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); 
 Status ModelRunner::CaptureDecodeGraphs() { return Status::Ok(); }
 at::Tensor ModelRunner::Impl::Replay(std::int64_t) { return {}; }
 void ModelRunner::Impl::WaitForDevice() {}
-void ModelRunner::Impl::CopyTierOnItsStream(std::span<const std::pair<std::int64_t, std::int64_t>>, bool) {
-  throw std::logic_error("a CUDA device in a build without CUDA");
-}
 void ModelRunner::Impl::DropGraphs() {}
 std::size_t ModelRunner::captured_graphs() const { return 0; }
 
