@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "bench/kernel_profile.h"
 #include "bench/spec_bench.h"
 #include "bench/workload.h"
 #include "server/common/json_file.h"
@@ -325,8 +326,46 @@ StatusOr<nlohmann::json> RunConstrained(const DecoderModel& model, const BenchOp
 
 }  // namespace
 
+// Device kernels of `steps` batch-1 decode steps: the request profiled with
+// steps + 1 output tokens, less the same request with one (its prefill, its
+// first token, the worker's start with its graph capture), by kernel name.
+StatusOr<nlohmann::json> ProfileDecodeSteps(const DecoderModel& model, const BenchOptions& one,
+                                            const std::vector<TokenId>& prompt, const KvCacheSize& kv,
+                                            std::int64_t max_len, int steps) {
+  const auto profile = [&](std::int64_t outputs) {
+    const Workload w{{prompt}, {outputs}};
+    return ProfileDeviceKernels([&] { return RunEngine(model, one, w, kv, max_len).status(); });
+  };
+  RS_ASSIGN_OR_RETURN(const std::vector<KernelTotal> longer, profile(steps + 1));
+  RS_ASSIGN_OR_RETURN(const std::vector<KernelTotal> shorter, profile(1));
+  const std::vector<KernelTotal> decode = KernelDifference(longer, shorter);
+  std::int64_t calls = 0;
+  double ms = 0;
+  nlohmann::json top = nlohmann::json::array();
+  for (const KernelTotal& k : decode) {
+    calls += k.calls;
+    ms += k.ms;
+  }
+  for (std::size_t i = 0; i < std::min<std::size_t>(decode.size(), 10); ++i) {
+    const KernelTotal& k = decode[i];
+    top.push_back({{"name", k.name.substr(0, 160)},
+                   {"calls_per_step", static_cast<double>(k.calls) / steps},
+                   {"ms_per_step", k.ms / steps},
+                   {"share", ms > 0 ? k.ms / ms : 0.0}});
+  }
+  return nlohmann::json{{"steps", steps},
+                        {"per_step", static_cast<double>(calls) / steps},
+                        {"device_ms_per_step", ms / steps},
+                        {"distinct", decode.size()},
+                        {"top", top}};
+}
+
 Status RunBench(const BenchOptions& o) {
   if (o.num_requests < 1 || o.concurrency < 1) return InvalidArgument("--num-requests and --concurrency must be >= 1");
+  if (o.profile_steps > 0 && (at::Device(o.device).is_cpu() || o.batch1_tokens <= 1))
+    return InvalidArgument(
+        "--profile-steps profiles the device's kernels in batch-1 decode: it needs --device cuda "
+        "and --batch1-tokens > 1");
   RS_ASSIGN_OR_RETURN(auto model, DecoderModel::Load(o.model, o.dtype, o.quantization, at::Device(o.device)));
   const ModelConfig& c = model->config();
   const std::int64_t max_len = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
@@ -418,6 +457,10 @@ Status RunBench(const BenchOptions& o) {
                 {"forward", forward},
                 {"reduce", reduce},
                 {"engine", std::max(0.0, 1e3 * timed.seconds / steps - prepare - forward - reduce)}}}};
+    if (o.profile_steps > 0) {
+      RS_ASSIGN_OR_RETURN(batch1["kernels"],
+                          ProfileDecodeSteps(*model, one, single.prompts[0], kv, max_len, o.profile_steps));
+    }
   }
 
   nlohmann::json prefill = nullptr;

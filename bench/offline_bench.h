@@ -54,6 +54,10 @@ struct BenchOptions {
   // One prompt of this many tokens alone (one output token): prompt
   // tokens/s, like llama-bench's pp512. 0 = skip.
   int prefill_tokens = 0;
+  // Device kernels per batch-1 decode step over this many steps (LibTorch's
+  // profiler; bench/kernel_profile.h): the most expensive and the count per
+  // step. CUDA only; 0 = skip.
+  int profile_steps = 0;
   // A JSON Schema file: the same requests run again, constrained to it
   // (server/structured/; needs the model's tokenizer.json) and free, twice
   // each, interleaved: the overhead compares those pairs.

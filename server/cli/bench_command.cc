@@ -58,6 +58,12 @@ Runner AddBench(CLI::App& app) {
                   "pp512 is 512; 0 = skip)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  sub->add_option(
+         "--profile-steps", o->profile_steps,
+         "CUDA: also profile this many batch-1 decode steps (LibTorch's Kineto profiler) and report the device "
+         "kernels per step and the ten that take the most time (batch1.kernels; 0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   sub->add_option("--json-schema", o->json_schema,
                   "A JSON Schema file: also run the requests constrained to it (structured output, EOS allowed) and "
                   "free, twice each, interleaved; report both, the overhead and the schema's compile time")
