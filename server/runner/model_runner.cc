@@ -240,8 +240,7 @@ struct ModelRunner::Impl {
         block_size(bs),
         options(o),
         cache(m.AllocatePagedKvCache(num_blocks, bs)),
-        tables((m.config().max_position_embeddings + bs - 1) / bs, std::max<std::int64_t>(1, o.max_num_seqs),
-               m.device()),
+        tables((MaxLen(m, o) + bs - 1) / bs, std::max<std::int64_t>(1, o.max_num_seqs), m.device()),
         buckets(o.pad_decode ? DecodeBuckets(o.max_num_seqs) : std::vector<std::int64_t>{}),
         step(StepLayout{o.max_num_seqs, o.max_num_batched_tokens, o.max_num_seqs, kMaxPromptLogprobRows}.size(),
              m.device()) {
@@ -250,6 +249,10 @@ struct ModelRunner::Impl {
     if (on_device) sampling = std::make_unique<DeviceSampling>(m.config().vocab_size, m.device());
   }
 
+  static std::int64_t MaxLen(const PagedModel& m, const RunnerOptions& o) {
+    const std::int64_t model = m.config().max_position_embeddings;
+    return o.max_model_len > 0 ? std::min(o.max_model_len, model) : model;
+  }
   // The smallest bucket holding n sequences; 0 when none does (or padding is off).
   std::int64_t BucketFor(std::int64_t n) const {
     for (const std::int64_t b : buckets)

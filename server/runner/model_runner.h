@@ -54,6 +54,10 @@ struct RunnerOptions {
   // Size the step buffers (the scheduler's limits).
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_num_seqs = 64;
+  // The longest sequence (--max-model-len): the width of the block tables
+  // and, under CUDA graphs, the context each captured decode step attends up
+  // to (its grid and workspace); 0 = the model's max_position_embeddings.
+  std::int64_t max_model_len = 0;
   // Pad decode-only steps to the buckets (see above).
   bool pad_decode = false;
   // Replay padded decode steps from CUDA graphs (CaptureDecodeGraphs; CUDA

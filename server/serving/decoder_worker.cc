@@ -51,9 +51,9 @@ bool UsesCudaGraphs(const DecoderModel& model, const service::EngineOptions& opt
   return model.device().is_cuda() && !options.enforce_eager && model.CanCaptureGraphs();
 }
 
-std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size) {
+std::int64_t GraphContext(std::int64_t max_model_len, std::int64_t block_size) {
   const std::int64_t bs = std::max<std::int64_t>(1, block_size);
-  return (model.config().max_position_embeddings + bs - 1) / bs * bs;
+  return (max_model_len + bs - 1) / bs * bs;
 }
 
 StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
@@ -113,10 +113,13 @@ StatusOr<KvCacheSize> SizeDecoderKvCache(const DecoderModel& model, const servic
   std::int64_t available = -1;  // the host's memory
   if (model.device().is_cuda()) {
     const bool graphs = UsesCudaGraphs(model, options);
-    RS_ASSIGN_OR_RETURN(available,
-                        DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
-                                       options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
-                                       GraphContext(model, options.block_size)));
+    RS_ASSIGN_OR_RETURN(
+        available,
+        DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
+                       options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
+                       GraphContext(options.scheduler.max_model_len > 0 ? options.scheduler.max_model_len
+                                                                        : model.config().max_position_embeddings,
+                                    options.block_size)));
   }
   RS_ASSIGN_OR_RETURN(KvCacheSize kv,
                       SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
@@ -177,6 +180,7 @@ StatusOr<DecoderWorker> BuildDecoderWorker(const DecoderModel& model, const serv
   RunnerOptions ro;
   ro.max_num_batched_tokens = options.scheduler.max_num_batched_tokens;
   ro.max_num_seqs = options.scheduler.max_num_seqs;
+  ro.max_model_len = options.scheduler.max_model_len;
   // CUDA workers pad decode steps to the graphs' buckets and replay them.
   ro.cuda_graphs = UsesCudaGraphs(model, options);
   ro.pad_decode = ro.cuda_graphs;

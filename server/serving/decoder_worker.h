@@ -32,8 +32,8 @@ StatusOr<service::EngineOptions> ResolveEngineOptions(const DecoderModel& model,
 bool UsesCudaGraphs(const DecoderModel& model, const service::EngineOptions& options);
 
 // The context a captured decode graph attends up to per sequence: the
-// block tables' capacity (max_position_embeddings in whole blocks).
-std::int64_t GraphContext(const DecoderModel& model, std::int64_t block_size);
+// block tables' capacity (--max-model-len in whole blocks).
+std::int64_t GraphContext(std::int64_t max_model_len, std::int64_t block_size);
 
 // The bytes a CUDA worker's KV cache may take, as vLLM's
 // --gpu-memory-utilization: `utilization` of the device's memory minus what

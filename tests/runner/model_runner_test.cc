@@ -314,6 +314,37 @@ TEST_F(ModelRunnerTest, AStepLargerThanTheBuffersGrowsThem) {
   EXPECT_NE(grown.BufferAddresses(), before);
 }
 
+// The block tables are --max-model-len wide (under CUDA graphs, the context
+// each captured step attends up to), not max_position_embeddings: requests
+// within it run as before, and a table that would outgrow it is an error,
+// never a write past its row.
+TEST_F(ModelRunnerTest, BlockTablesAreAsWideAsMaxModelLen) {
+  const auto jobs = Jobs(9, 16);  // at most 40 + 17 tokens
+  RunnerOptions bounded = Options(true);
+  bounded.max_model_len = 60;
+  ModelRunner narrow(*model_, 512, 4, bounded);
+  ModelRunner plain(*model_, 512, 4, Options(false));
+  ExpectSame(Run(narrow, jobs), Run(plain, jobs));
+
+  bounded.max_model_len = 8;  // two blocks of 4
+  ModelRunner tight(*model_, 512, 4, bounded);
+  StepPlan plan;
+  plan.block_size = 4;
+  SamplingSpec greedy;
+  greedy.id = 1;
+  plan.added.push_back(greedy);
+  ScheduledSequence s;
+  s.request_id = 1;
+  s.token_ids = std::vector<TokenId>(12, 5);
+  s.reset_blocks = true;
+  s.new_blocks = {0, 1, 2};
+  s.needs_logits = true;
+  plan.sequences.push_back(s);
+  const auto refused = tight.Execute(plan);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("outgrew"), std::string::npos) << refused.status().message();
+}
+
 // The host KV tier through the runner's own copies: a document's blocks,
 // evicted from a 24-block cache by other prompts (which then hold those
 // block ids), come back from the tier, and the question after them decodes
