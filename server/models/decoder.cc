@@ -228,6 +228,11 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   m->inv_freq_ = InvFreqTensor(rope).to(device);
   m->attention_factor_ = rope.attention_factor;
   m->attention_scale_ = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (device.is_cuda() && !RopeDependsOnLength(c)) {
+    const at::Tensor every = at::arange(c.max_position_embeddings, at::TensorOptions().dtype(at::kLong).device(device));
+    auto [cos, sin] = m->RotaryCosSin(every);
+    m->rope_cache_ = m->ops_->PrepareRope(cos, sin).packed;
+  }
   return m;
 }
 
@@ -274,12 +279,10 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
   return ops_->Linear(ops_->SiluAndMul(ops_->Linear(x, w.gate_up_proj)), w.down_proj);
 }
 
-at::Tensor DecoderModel::RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
-                                   const AttendFn& attend) const {
+at::Tensor DecoderModel::RunLayers(at::Tensor h, const RopeTable& rope, const AttendFn& attend) const {
   const std::int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
   h = h.contiguous();
-  const RopeTable rope = ops_->PrepareRope(cos, sin);
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
     // residual adds folded into the norms (h is updated in place)
@@ -308,6 +311,17 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& b
   return {at::cat(cos, 0), at::cat(sin, 0)};
 }
 
+// The cached table's row for each token is its position's (the kernel reads
+// cos_sin[rows[t]]): the same numbers as a table built for the step's
+// positions, with no kernel to build it.
+RopeTable DecoderModel::PagedRope(const PagedBatch& batch) const {
+  if (!rope_cache_.defined()) {
+    auto [cos, sin] = CosSinPacked(batch);
+    return ops_->PrepareRope(cos, sin);
+  }
+  return RopeTable{{}, {}, rope_cache_, batch.positions};
+}
+
 bool DecoderModel::CanCaptureGraphs() const { return device().is_cuda() && !RopeDependsOnLength(config_); }
 
 at::Tensor DecoderModel::ForwardPaged(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits) const {
@@ -325,7 +339,7 @@ at::Tensor DecoderModel::AttentionWorkspace(const PagedBatch& batch) const {
 at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache& cache, at::Tensor* prompt_logits,
                                           const PagedAttentionFn& attend) const {
   c10::InferenceMode guard;
-  auto [cos, sin] = CosSinPacked(batch);
+  const RopeTable rope = PagedRope(batch);
   // One attention workspace for every layer (none on the CPU): the
   // caller's, or one allocated here on a copy of the batch.
   std::optional<PagedBatch> with_workspace;
@@ -337,7 +351,7 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
     }
   }
   const PagedBatch& b = with_workspace ? *with_workspace : batch;
-  at::Tensor h = RunLayers(Embed(batch.token_ids), cos, sin,
+  at::Tensor h = RunLayers(Embed(batch.token_ids), rope,
                            [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                              ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], b);
                              return attend(q, cache.k[l], cache.v[l], b);
@@ -363,7 +377,7 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     PagedBatch one = ContiguousChunk(window, 0, 1, device);
     one.attention_workspace = ops_->AttentionWorkspace(one, len, config_.num_attention_heads, config_.head_dim);
     auto [cos, sin] = RotaryCosSin(one.positions, len);
-    at::Tensor hidden = RunLayers(Embed(one.token_ids), cos, sin,
+    at::Tensor hidden = RunLayers(Embed(one.token_ids), ops_->PrepareRope(cos, sin),
                                   [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                                     return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
                                                                 v.contiguous().unsqueeze(0), one, attention_scale_);

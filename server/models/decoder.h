@@ -135,11 +135,15 @@ class DecoderModel final : public PagedModel {
   using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
   // Embedded tokens h [T,H] through every decoder layer -> [T,H], with the
   // fused RMSNorm/residual and RoPE kernels.
-  // `cos`, `sin`: RotaryCosSin's, for the rows of h.
-  at::Tensor RunLayers(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin, const AttendFn& attend) const;
+  // `rope`: the op set's PrepareRope of RotaryCosSin's tables for the rows
+  // of h, or a view of rope_cache_.
+  at::Tensor RunLayers(at::Tensor h, const RopeTable& rope, const AttendFn& attend) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
   // sequences of a paged batch); dynamic RoPE uses each segment's own length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
+  // A paged batch's RoPE table: rope_cache_ indexed by the batch's
+  // positions where there is one, else built for its rows.
+  RopeTable PagedRope(const PagedBatch& batch) const;
 
   ModelConfig config_;
   DType dtype_ = DType::kF32;
@@ -148,6 +152,12 @@ class DecoderModel final : public PagedModel {
   std::unique_ptr<const DecoderOps> ops_;  // the weights' device's kernels
   at::Tensor inv_freq_;                    // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;
+  // The device kernel's RoPE table for every position, built once at load
+  // (CUDA workers with static RoPE: float32 [max_position_embeddings, 2F],
+  // 64 MB for a 128k context at head dim 128, as vLLM's cos_sin_cache), so
+  // a step indexes it by position instead of computing ~14 small kernels'
+  // worth of tables; undefined elsewhere.
+  at::Tensor rope_cache_;
   double attention_scale_ = 1.0;  // 1 / sqrt(head_dim)
 };
 
