@@ -10,9 +10,9 @@
 #include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
-#include "kernels/cpu/rotary.h"
 #include "server/models/device.h"
 #include "server/models/int4_checkpoint_loader.h"
+#include "server/models/rotary.h"
 #include "server/models/span_rows.h"
 #include "server/models/weight_loader.h"
 #include "server/tokenizer/tokenizer.h"
@@ -256,8 +256,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
     inv_freq = InvFreqTensor(rope).to(positions.device());
     factor = rope.attention_factor;
   }
-  return cpu::RotaryTable(inv_freq, positions, factor, cpu::RotaryLayout::kRotateHalf, at::kFloat,
-                          ToScalarType(dtype_));
+  return RotaryTable(inv_freq, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, ToScalarType(dtype_));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/rotary.h"
 #include "server/models/encoder_parts.h"
+#include "server/models/rotary.h"
 #include "server/models/span_rows.h"
 
 namespace ropeserve {
@@ -44,11 +44,11 @@ std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, doubl
                                        at::Device device) {
   const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, dim, 2, longs).to(at::kFloat) / static_cast<double>(dim));
-  return cpu::RotaryTable(inv, at::arange(len, longs), 1.0, cpu::RotaryLayout::kRotateHalf, at::kFloat, dtype);
+  return RotaryTable(inv, at::arange(len, longs), 1.0, RotaryLayout::kRotateHalf, at::kFloat, dtype);
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  return cpu::ApplyRotary(x, cos, sin, cpu::RotaryLayout::kRotateHalf);
+  return ApplyRotary(x, cos, sin, RotaryLayout::kRotateHalf);
 }
 
 class ModernBertQa final : public encoder::WindowedSpanModel {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "kernels/cpu/rotary.h"
 #include "server/models/encoder_parts.h"
+#include "server/models/rotary.h"
 #include "server/models/span_rows.h"
 
 namespace ropeserve {
@@ -44,12 +44,12 @@ std::pair<at::Tensor, at::Tensor> Rope(std::int64_t len, std::int64_t dim, at::S
   at::Tensor inv =
       at::pow(10000.0, -2.0 * at::arange(0, dim / 2, at::TensorOptions().dtype(at::kDouble).device(device)) /
                            static_cast<double>(dim));
-  return cpu::RotaryTable(inv, at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)), 1.0,
-                          cpu::RotaryLayout::kInterleaved, at::kDouble, dtype);
+  return RotaryTable(inv, at::arange(len, at::TensorOptions().dtype(at::kLong).device(device)), 1.0,
+                     RotaryLayout::kInterleaved, at::kDouble, dtype);
 }
 
 at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  return cpu::ApplyRotary(x, cos, sin, cpu::RotaryLayout::kInterleaved);
+  return ApplyRotary(x, cos, sin, RotaryLayout::kInterleaved);
 }
 
 class RoFormerQa final : public encoder::WindowedSpanModel {

@@ -1,17 +1,18 @@
 // The rotary position embedding (RoPE) every model here uses: one table
-// builder and one out-of-place rotation for both layouts. The decoders'
-// serving path rotates q and k in place with the fused kernel
-// (fused_ops.h, rotate-half) from the same table. Oracles:
-// reference::RopeCosSin and reference::ApplyRope for the rotate-half layout
-// (bitwise equal); the interleaved layout against the explicit formula in
-// tests/kernels/rotary_test.cc.
+// builder and one out-of-place rotation for both layouts, in ATen
+// operations (any device: the CUDA decoder builds its table with it too).
+// The decoders' serving path rotates q and k in place with the device's
+// fused kernel (kernels/cpu/fused_ops.h, kernels/cuda: rotate-half) from
+// the same table. Oracles: reference::RopeCosSin and reference::ApplyRope
+// for the rotate-half layout (bitwise equal); the interleaved layout
+// against the explicit formula in tests/models/rotary_test.cc.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <utility>
 
-namespace ropeserve::cpu {
+namespace ropeserve {
 
 enum class RotaryLayout {
   // Channel i pairs with i + d/2: Llama, Qwen, ModernBERT (rotate_half).
@@ -36,4 +37,4 @@ std::pair<at::Tensor, at::Tensor> RotaryTable(const at::Tensor& inv_freq, const 
 // (interleaved). cos and sin broadcast against x's leading dimensions.
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RotaryLayout layout);
 
-}  // namespace ropeserve::cpu
+}  // namespace ropeserve

@@ -1,8 +1,8 @@
-#include "kernels/cpu/rotary.h"
+#include "server/models/rotary.h"
 
 #include <ATen/ATen.h>
 
-namespace ropeserve::cpu {
+namespace ropeserve {
 
 std::pair<at::Tensor, at::Tensor> RotaryTable(const at::Tensor& inv_freq, const at::Tensor& positions, double factor,
                                               RotaryLayout layout, at::ScalarType angle_dtype, at::ScalarType dtype) {
@@ -45,4 +45,4 @@ at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   return at::cat({rot * cos + Rotate(rot, layout) * sin, x.narrow(-1, r, x.size(-1) - r)}, -1);
 }
 
-}  // namespace ropeserve::cpu
+}  // namespace ropeserve

@@ -1,9 +1,9 @@
-// The shared RoPE (kernels/cpu/rotary.h) against its oracles: the
+// The shared RoPE (server/models/rotary.h) against its oracles: the
 // rotate-half table and rotation against kernels/reference (what the
 // decoders' reference path runs), the interleaved layout against the
 // formula evaluated in double; and the KV-cache write against
 // reference::WriteKvCache.
-#include "kernels/cpu/rotary.h"
+#include "server/models/rotary.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -17,8 +17,6 @@
 namespace ropeserve {
 namespace {
 
-using cpu::RotaryLayout;
-
 // Llama-style frequencies for rotary_dim r: 1 / theta^(2i/r), float32.
 at::Tensor InvFreq(std::int64_t r, double theta) {
   return 1.0 / at::pow(theta, at::arange(0, r, 2, at::kLong).to(at::kFloat) / static_cast<double>(r));
@@ -30,7 +28,7 @@ TEST(RotaryTable, RotateHalfMatchesTheReferenceTable) {
   for (const std::int64_t r : {64, 128, 32}) {
     for (const double factor : {1.0, 1.25}) {
       const at::Tensor inv = InvFreq(r, 10000.0);
-      auto [cos, sin] = cpu::RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kFloat);
+      auto [cos, sin] = RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kFloat);
       auto [rcos, rsin] = reference::RopeCosSin(inv, positions, factor, at::kFloat);
       ASSERT_EQ(cos.sizes(), rcos.sizes());
       // Same float32 angles; cos and sin may come from the vectorised or the
@@ -42,8 +40,7 @@ TEST(RotaryTable, RotateHalfMatchesTheReferenceTable) {
       // The two halves of a row are the same frequencies.
       EXPECT_TRUE(at::equal(cos.narrow(1, 0, r / 2), cos.narrow(1, r / 2, r / 2)));
       // bfloat16 is the float32 table rounded once.
-      auto [bcos, bsin] =
-          cpu::RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kBFloat16);
+      auto [bcos, bsin] = RotaryTable(inv, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, at::kBFloat16);
       EXPECT_TRUE(at::equal(bcos, cos.to(at::kBFloat16)));
       EXPECT_TRUE(at::equal(bsin, sin.to(at::kBFloat16)));
     }
@@ -54,7 +51,7 @@ TEST(RotaryTable, InterleavedMatchesTheFormulaInDouble) {
   const std::int64_t d = 64, len = 512;
   const at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, d / 2, at::kDouble) / static_cast<double>(d));
   auto [cos, sin] =
-      cpu::RotaryTable(inv, at::arange(len, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
+      RotaryTable(inv, at::arange(len, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
   ASSERT_EQ(cos.sizes(), (std::vector<std::int64_t>{len, d}));
   const auto* inv_p = inv.data_ptr<double>();
   const auto* c = cos.data_ptr<float>();
@@ -76,9 +73,9 @@ TEST(ApplyRotary, RotateHalfEqualsTheReferenceIncludingPartialRotary) {
   const std::int64_t T = 9, H = 3, D = 64;
   for (const std::int64_t r : {64, 32}) {
     const at::Tensor x = at::randn({T, H, D});
-    auto [cos, sin] = cpu::RotaryTable(InvFreq(r, 10000.0), at::arange(T, at::kLong), 1.0, RotaryLayout::kRotateHalf,
-                                       at::kFloat, at::kFloat);
-    const at::Tensor got = cpu::ApplyRotary(x, cos.unsqueeze(1), sin.unsqueeze(1), RotaryLayout::kRotateHalf);
+    auto [cos, sin] = RotaryTable(InvFreq(r, 10000.0), at::arange(T, at::kLong), 1.0, RotaryLayout::kRotateHalf,
+                                  at::kFloat, at::kFloat);
+    const at::Tensor got = ApplyRotary(x, cos.unsqueeze(1), sin.unsqueeze(1), RotaryLayout::kRotateHalf);
     // The same elementwise operations in the same order: bitwise equal.
     EXPECT_TRUE(at::equal(got, reference::ApplyRope(x, cos, sin))) << r;
     if (r < D) {
@@ -93,8 +90,8 @@ TEST(ApplyRotary, InterleavedRotatesAdjacentPairs) {
   const at::Tensor x = at::randn({H, T, D});
   const at::Tensor inv = at::pow(10000.0, -2.0 * at::arange(0, D / 2, at::kDouble) / static_cast<double>(D));
   auto [cos, sin] =
-      cpu::RotaryTable(inv, at::arange(T, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
-  const at::Tensor got = cpu::ApplyRotary(x, cos, sin, RotaryLayout::kInterleaved).contiguous();
+      RotaryTable(inv, at::arange(T, at::kLong), 1.0, RotaryLayout::kInterleaved, at::kDouble, at::kFloat);
+  const at::Tensor got = ApplyRotary(x, cos, sin, RotaryLayout::kInterleaved).contiguous();
   const at::Tensor xc = x.contiguous();
   for (std::int64_t h = 0; h < H; ++h) {
     for (std::int64_t t = 0; t < T; ++t) {
