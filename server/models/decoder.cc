@@ -296,16 +296,18 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const RopeTable& rope, const At
 }
 
 // Each sequence's rows reach its context length (its chunk ends there).
+// Dynamic RoPE reads the sequences' lengths on the host (a copy from a GPU:
+// such models run eagerly there).
 std::pair<at::Tensor, at::Tensor> DecoderModel::CosSinPacked(const PagedBatch& batch) const {
   if (!RopeDependsOnLength(config_)) return RotaryCosSin(batch.positions);
+  const at::Tensor starts = batch.query_start.to(at::kCPU), contexts = batch.context_len_tensor.to(at::kCPU);
+  const std::int64_t* start = starts.data_ptr<std::int64_t>();
+  const std::int64_t* context = contexts.data_ptr<std::int64_t>();
   std::vector<at::Tensor> cos, sin;
-  std::int64_t row = 0;
-  for (std::size_t s = 0; s < batch.query_lens.size(); ++s) {
-    const std::int64_t len = batch.query_lens[s];
-    auto [c, si] = RotaryCosSin(batch.positions.narrow(0, row, len), batch.context_lens[s]);
+  for (std::int64_t s = 0; s < contexts.numel(); ++s) {
+    auto [c, si] = RotaryCosSin(batch.positions.narrow(0, start[s], start[s + 1] - start[s]), context[s]);
     cos.push_back(c);
     sin.push_back(si);
-    row += len;
   }
   return {at::cat(cos, 0), at::cat(sin, 0)};
 }

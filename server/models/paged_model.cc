@@ -12,8 +12,6 @@ PagedBatch ContiguousChunk(const std::vector<std::int64_t>& tokens, std::int64_t
   b.token_ids = at::tensor(tokens, at::kLong).to(device);
   b.positions = at::arange(start, start + len, opts);
   b.slot_mapping = b.positions;  // blocks 0, 1, 2, ... in order
-  b.query_lens = {len};
-  b.context_lens = {start + len};
   b.logits_indices = at::arange(len, opts);
   b.block_table_tensor = at::arange(num_blocks, opts.dtype(at::kInt)).unsqueeze(0);
   b.query_start = at::tensor(std::vector<std::int64_t>{0, len}, at::kLong).to(device);

@@ -17,17 +17,17 @@
 
 namespace ropeserve {
 
-// One step's packed batch, as tensors (built by ModelRunner from a
-// StepPlan; a padded decode batch ends in filler sequences of one token,
-// slot kPaddingSlot, whose rows nobody reads). Sequence s owns rows [query_start[s], query_start[s + 1]),
-// which are its last query_lens[s] tokens of context_lens[s].
+// One step's packed batch, as tensors on the worker's device and nothing
+// on the host but max_context (built by ModelRunner from a StepPlan; a
+// padded decode batch ends in filler sequences of one token, slot
+// kPaddingSlot, whose rows nobody reads). Sequence s owns rows
+// [query_start[s], query_start[s + 1]), the last tokens of its
+// context_len_tensor[s].
 struct PagedBatch {
-  at::Tensor token_ids;                    // [T] int64
-  at::Tensor positions;                    // [T] int64
-  at::Tensor slot_mapping;                 // [T] int64: block * block_size + offset
-  std::vector<std::int64_t> query_lens;    // per sequence
-  std::vector<std::int64_t> context_lens;  // per sequence, incl. this step's tokens
-  at::Tensor logits_indices;               // [R] int64: rows whose next-token logits are wanted
+  at::Tensor token_ids;       // [T] int64
+  at::Tensor positions;       // [T] int64
+  at::Tensor slot_mapping;    // [T] int64: block * block_size + offset
+  at::Tensor logits_indices;  // [R] int64: rows whose next-token logits are wanted
   // [P] int64: rows whose logits give prompt logprobs (undefined: none).
   // Computed apart from logits_indices' rows, so that a request asking for
   // prompt logprobs does not change the others' logits by a rounding.
@@ -37,7 +37,7 @@ struct PagedBatch {
   at::Tensor context_len_tensor;  // [S] int64
   // The attention contract of every device is the three tensors above
   // (kernels/cpu/paged_attention.h, kernels/cuda/kernels.h). max_context
-  // bounds every context_lens entry: the batch's longest context in an
+  // bounds every context_len_tensor entry: the batch's longest context in an
   // eager step; the cache's capacity per sequence in a step replayed from
   // a CUDA graph, whose launches cannot depend on the step's values. The
   // CPU kernels do not read it.

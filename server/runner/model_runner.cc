@@ -376,17 +376,14 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
   std::int64_t* logits_rows = h + at.logits_rows();
   std::int64_t* prompt_rows = h + at.prompt_rows();
   PagedBatch& batch = p.batch;
-  batch.query_lens.reserve(static_cast<std::size_t>(at.S));
-  batch.context_lens.reserve(static_cast<std::size_t>(at.S));
   query_start[0] = 0;
-  std::int64_t row = 0, logits_n = 0, prompt_k = 0;
-  // Sequence i's rows end at `row`: its attention entries, here and on the host.
-  auto end_sequence = [&](std::int64_t i, std::int64_t len, std::int64_t context_len, std::int64_t table_row) {
+  std::int64_t row = 0, logits_n = 0, prompt_k = 0, longest = 0;
+  // Sequence i's rows end at `row`: its attention entries.
+  auto end_sequence = [&](std::int64_t i, std::int64_t context_len, std::int64_t table_row) {
     query_start[i + 1] = row;
     context[i] = context_len;
     table_rows[i] = table_row;
-    batch.query_lens.push_back(len);
-    batch.context_lens.push_back(context_len);
+    longest = std::max(longest, context_len);
   };
   for (std::int64_t i = 0; i < n; ++i) {
     const auto& s = plan.sequences[static_cast<std::size_t>(i)];
@@ -408,7 +405,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
       prompt_rows[prompt_k++] = row + pos - s.start_position;
     }
     row += len;
-    end_sequence(i, len, s.context_length(), tables.RowOf(s.request_id));
+    end_sequence(i, s.context_length(), tables.RowOf(s.request_id));
     // The last token's row, and with drafts each draft's row before it.
     for (std::int64_t j = s.logits_rows(); j > 0; --j) logits_rows[logits_n++] = row - j;
   }
@@ -418,7 +415,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
     slots[row] = kPaddingSlot;
     logits_rows[logits_n++] = row;
     ++row;
-    end_sequence(i, 1, 1, 0);
+    end_sequence(i, 1, 0);
   }
 
   // One copy; every per-step tensor is a view of it.
@@ -432,7 +429,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
   batch.slot_mapping = view(at.slots(), at.T);
   batch.logits_indices = view(at.logits_rows(), at.R);
   if (at.P > 0) batch.prompt_logits_indices = view(at.prompt_rows(), at.P);
-  batch.max_context = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
+  batch.max_context = longest;
   return p;
 }
 

@@ -99,26 +99,33 @@ at::Tensor ReferenceAttentionModel::ForwardPaged(const PagedBatch& batch, PagedK
   return m_.ForwardPagedWith(
       batch, cache, prompt_logits,
       [&](const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const PagedBatch& b) {
-        // The attention contract's tensors agree with the host's lengths
-        // (what every device's kernel reads), checked on every step.
-        std::vector<std::int64_t> starts{0};
-        for (const std::int64_t n : b.query_lens) starts.push_back(starts.back() + n);
-        TORCH_CHECK(at::equal(b.query_start.to(at::kCPU), at::tensor(starts, at::kLong)) &&
-                        at::equal(b.context_len_tensor.to(at::kCPU), at::tensor(b.context_lens, at::kLong)) &&
-                        b.token_ids.size(0) == starts.back(),
-                    "the runner's query_start / context_len_tensor differ from its query_lens / context_lens");
-        for (const std::int64_t c : b.context_lens)
-          TORCH_CHECK(c <= b.max_context, "max_context is below a context length");
+        // The lengths from the attention contract's tensors (what every
+        // device's kernel reads), checked for consistency on every step:
+        // rows in order covering the batch, each sequence's rows within its
+        // context, no context above max_context.
+        const at::Tensor starts = b.query_start.to(at::kCPU), contexts = b.context_len_tensor.to(at::kCPU);
+        const std::int64_t S = contexts.numel();
+        std::vector<std::int64_t> query_lens, context_lens;
+        TORCH_CHECK(starts.numel() == S + 1 && starts[0].item<std::int64_t>() == 0 &&
+                        starts[S].item<std::int64_t>() == b.token_ids.size(0),
+                    "query_start does not cover the batch's rows");
+        for (std::int64_t s = 0; s < S; ++s) {
+          const std::int64_t n = starts[s + 1].item<std::int64_t>() - starts[s].item<std::int64_t>();
+          const std::int64_t c = contexts[s].item<std::int64_t>();
+          TORCH_CHECK(n >= 1 && n <= c && c <= b.max_context, "sequence ", s, ": ", n, " rows, context ", c,
+                      ", max_context ", b.max_context);
+          query_lens.push_back(n);
+          context_lens.push_back(c);
+        }
         // Each sequence's blocks: the first ceil(context / block_size) of its row.
         const std::int64_t bs = k_cache.size(1);
         const at::Tensor rows = b.block_table_tensor.to(at::kCPU).contiguous();
         std::vector<std::vector<std::int32_t>> tables;
-        for (std::size_t s = 0; s < b.context_lens.size(); ++s) {
+        for (std::size_t s = 0; s < context_lens.size(); ++s) {
           const std::int32_t* row = rows[static_cast<std::int64_t>(s)].data_ptr<std::int32_t>();
-          tables.emplace_back(row, row + (b.context_lens[s] + bs - 1) / bs);
+          tables.emplace_back(row, row + (context_lens[s] + bs - 1) / bs);
         }
-        return reference::PagedAttention(q, k_cache, v_cache, tables, b.query_lens, b.context_lens,
-                                         m_.attention_scale());
+        return reference::PagedAttention(q, k_cache, v_cache, tables, query_lens, context_lens, m_.attention_scale());
       });
 }
 
