@@ -54,6 +54,15 @@ std::pair<at::Tensor, at::Tensor> Indices(std::span<const std::pair<std::int64_t
   return {at::tensor(a, at::kLong), at::tensor(b, at::kLong)};
 }
 
+// Rows `from` of every layer's K and V in `src` into rows `to` of `dst`'s
+// (host tensors: the CPU cache and the tier).
+void CopyBlocks(const PagedKvCache& src, const at::Tensor& from, const PagedKvCache& dst, const at::Tensor& to) {
+  for (std::size_t l = 0; l < src.k.size(); ++l) {
+    dst.k[l].index_copy_(0, to, src.k[l].index_select(0, from));
+    dst.v[l].index_copy_(0, to, src.v[l].index_select(0, from));
+  }
+}
+
 }  // namespace
 
 #ifdef ROPESERVE_HAVE_CUDA
@@ -99,20 +108,14 @@ void KvTier::Save(const PagedKvCache& cache, std::span<const std::pair<std::int6
   if (block_slot.empty()) return;
   if (!cache.k.empty() && cache.k[0].is_cuda()) return CopyOnItsStream(cache, block_slot, /*save=*/true);
   auto [blocks, slots] = Indices(block_slot);
-  for (std::size_t l = 0; l < cache.k.size(); ++l) {
-    slots_.k[l].index_copy_(0, slots, cache.k[l].index_select(0, blocks));
-    slots_.v[l].index_copy_(0, slots, cache.v[l].index_select(0, blocks));
-  }
+  CopyBlocks(cache, blocks, slots_, slots);
 }
 
 void KvTier::Load(PagedKvCache& cache, std::span<const std::pair<std::int64_t, std::int64_t>> block_slot) {
   if (block_slot.empty()) return;
   if (!cache.k.empty() && cache.k[0].is_cuda()) return CopyOnItsStream(cache, block_slot, /*save=*/false);
   auto [blocks, slots] = Indices(block_slot);
-  for (std::size_t l = 0; l < cache.k.size(); ++l) {
-    cache.k[l].index_copy_(0, blocks, slots_.k[l].index_select(0, slots));
-    cache.v[l].index_copy_(0, blocks, slots_.v[l].index_select(0, slots));
-  }
+  CopyBlocks(slots_, slots, cache, blocks);
 }
 
 #ifdef ROPESERVE_HAVE_CUDA
