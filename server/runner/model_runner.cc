@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -16,7 +15,6 @@
 #include "kernels/cpu/logits_summary.h"
 #include "server/engine/scheduler.h"
 #ifdef ROPESERVE_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

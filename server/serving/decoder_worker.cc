@@ -113,13 +113,10 @@ StatusOr<KvCacheSize> SizeDecoderKvCache(const DecoderModel& model, const servic
   std::int64_t available = -1;  // the host's memory
   if (model.device().is_cuda()) {
     const bool graphs = UsesCudaGraphs(model, options);
-    RS_ASSIGN_OR_RETURN(
-        available,
-        DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
-                       options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
-                       GraphContext(options.scheduler.max_model_len > 0 ? options.scheduler.max_model_len
-                                                                        : model.config().max_position_embeddings,
-                                    options.block_size)));
+    RS_ASSIGN_OR_RETURN(available,
+                        DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
+                                       options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
+                                       GraphContext(options.scheduler.max_model_len, options.block_size)));
   }
   RS_ASSIGN_OR_RETURN(KvCacheSize kv,
                       SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,
