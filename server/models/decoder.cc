@@ -228,7 +228,9 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   m->inv_freq_ = InvFreqTensor(rope).to(device);
   m->attention_factor_ = rope.attention_factor;
   m->attention_scale_ = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  if (device.is_cuda() && !RopeDependsOnLength(c)) {
+  // Only generation runs paged forwards; span, score and trunk models build
+  // their windows' tables in ForwardSpans.
+  if (head == Head::kLm && device.is_cuda() && !RopeDependsOnLength(c)) {
     const at::Tensor every = at::arange(c.max_position_embeddings, at::TensorOptions().dtype(at::kLong).device(device));
     auto [cos, sin] = m->RotaryCosSin(every);
     m->rope_cache_ = m->ops_->PrepareRope(cos, sin).packed;

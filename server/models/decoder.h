@@ -153,7 +153,7 @@ class DecoderModel final : public PagedModel {
   at::Tensor inv_freq_;                    // [rotary_dim/2] float32 (unused for dynamic RoPE)
   double attention_factor_ = 1.0;
   // The device kernel's RoPE table for every position, built once at load
-  // (CUDA workers with static RoPE: float32 [max_position_embeddings, 2F],
+  // (CUDA generation models with static RoPE: float32 [max_position_embeddings, 2F],
   // 64 MB for a 128k context at head dim 128, as vLLM's cos_sin_cache), so
   // a step indexes it by position instead of computing ~14 small kernels'
   // worth of tables; undefined elsewhere.
