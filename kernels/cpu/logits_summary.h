@@ -1,7 +1,8 @@
-// What the sampler needs from each row of a step's logits, computed where
-// the rows lie: the row's max, the lowest id holding it, and its logsumexp
-// (server/runner/model_runner.cc's ReduceRows; host_sampler.h says why
-// three numbers a row suffice for greedy rows).
+// What the sampler needs from each row of a step's logits, on the CPU: the
+// row's max, the lowest id holding it, and its logsumexp (the sampler's
+// SummarizeLogits, server/sampler/logits_summary.h, calls this for float32
+// rows on a CPU; host_sampler.h says why three numbers a row suffice for
+// greedy rows). Torch-free.
 //
 // Why a kernel: LibTorch's max(1) and logsumexp(1) are five ops, four
 // temporaries of the row's size, and each op over a 152k-entry row is an
@@ -22,21 +23,14 @@
 // (and no NaN) +inf, as LibTorch's logsumexp does.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <cstdint>
 
 namespace ropeserve::cpu {
 
-struct LogitsSummary {
-  at::Tensor logsumexp;  // [R] float32
-  at::Tensor max;        // [R] float32
-  at::Tensor argmax;     // [R] int64
-};
-
-// logits [R, V], V >= 1: the kernel for float32 on a CPU with AVX-512,
-// else (other dtypes, CPUs and devices) SummarizeLogitsReference.
-LogitsSummary SummarizeLogits(const at::Tensor& logits);
-// The same from LibTorch's max(1) and logsumexp(1): the path on other
-// CPUs and devices, and the tests' comparison.
-LogitsSummary SummarizeLogitsReference(const at::Tensor& logits);
+// Rows [0, rows) of row-major float32 logits [rows, n], n >= 1: each row's
+// logsumexp, max and lowest argmax, rows in parallel on the kernels' pool
+// (a row a task: a row's result does not depend on the thread count).
+void SummarizeRows(const float* logits, std::int64_t rows, std::int64_t n, float* logsumexp, float* max,
+                   std::int64_t* argmax);
 
 }  // namespace ropeserve::cpu

@@ -1,4 +1,4 @@
-// SummarizeLogits's row (kernels/cpu/logits_summary.h: the arithmetic and
+// SummarizeRows's row (kernels/cpu/logits_summary.h: the arithmetic and
 // its bound) on AVX2: the AVX-512 row's two passes with 8 lanes. Compiled
 // with -mavx2 -mfma -mf16c, called through the kernel table; no LibTorch
 // header.

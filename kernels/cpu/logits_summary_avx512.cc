@@ -1,4 +1,4 @@
-// SummarizeLogits's row (kernels/cpu/logits_summary.h: the arithmetic and
+// SummarizeRows's row (kernels/cpu/logits_summary.h: the arithmetic and
 // its bound). Compiled with AVX-512 flags, called after CpuHasAvx512(); no
 // LibTorch header.
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-// SummarizeLogits's row (kernels/cpu/logits_summary.h) in scalar C++: the
+// SummarizeRows's row (kernels/cpu/logits_summary.h) in scalar C++: the
 // reference the vector variants are tested against (std::exp in float32,
 // summed in float64). No LibTorch header, no ISA flags.
 #include <cmath>

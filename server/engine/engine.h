@@ -29,8 +29,8 @@
 #include "server/engine/model_executor.h"
 #include "server/engine/request.h"
 #include "server/engine/request_stream.h"
-#include "server/engine/sampling.h"
 #include "server/engine/scheduler.h"
+#include "server/sampler/sampling.h"
 
 namespace ropeserve {
 

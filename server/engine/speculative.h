@@ -11,7 +11,7 @@
 //  - verification: the sampler draws the token of each of the 1 + k logits
 //    rows in order, exactly as it would without speculation (same
 //    processors, penalties, random draws), and stops at the first draw that
-//    differs from the draft before it (SampleStep in model_executor.h). A
+//    differs from the draft before it (SampleStep in server/sampler/step_sampling.h). A
 //    draft is a single proposal (a point mass q), so the standard rejection
 //    rule (accept d with probability min(1, p(d) / q(d)) = p(d), else draw
 //    from max(p - q, 0) renormalized, i.e. p without d) gives the same

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "server/engine/block_pool.h"
-#include "server/engine/sampling.h"
 #include "server/engine/types.h"
+#include "server/sampler/sampling.h"
 
 namespace ropeserve {
 

@@ -12,7 +12,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cpu/logits_summary.h"
 #include "server/engine/scheduler.h"
 #ifdef ROPESERVE_HAVE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -25,9 +24,8 @@
 #include "kernels/cuda/torch_glue.h"
 #endif
 #include "server/models/paged_model.h"
-#include "server/runner/device_sampling.h"
+#include "server/models/upload_buffer.h"
 #include "server/runner/kv_tier.h"
-#include "server/runner/upload_buffer.h"
 
 namespace ropeserve {
 
@@ -146,90 +144,6 @@ struct StepLayout {
   std::int64_t size() const { return prompt_rows() + P; }
 };
 
-// A step's logits as the host sampler reads them (kept alive by StepLogits::owner).
-struct StepRows {
-  at::Tensor logits, reduced, argmax, prompt;
-  std::vector<std::int64_t> row_index;
-};
-
-// Every row is reduced where it lies (logsumexp, max, argmax: three numbers
-// back per row); a row comes back whole only when the host sampler needs it
-// (sampling, penalties, processors, top logprobs) or its max is NaN (the
-// host's argmax decides those). On a GPU a greedy batch so returns a few
-// bytes per sequence instead of its [rows, vocab] logits; on the CPU the
-// rows are not copied, only marked. With `device` (DeviceSampling), the
-// rows it may process and draw are drawn where they lie and only the
-// token, its logit and the top logprobs asked for come back.
-Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, StepRows& rows,
-                  StepLogits& out, DeviceSampling* device, RunnerStats& stats) {
-  if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
-    return Internal("the forward returned logits of the wrong shape");
-  // max, argmax and logsumexp: one kernel on the CPU (kernels/cpu/logits_summary.h
-  // says why), LibTorch's ops on other devices.
-  const cpu::LogitsSummary summary = cpu::SummarizeLogits(logits);
-  const at::Tensor& max = summary.max;
-  at::Tensor chosen = summary.argmax, chosen_logit = max;
-  DeviceSampling::Draws draws;
-  if (device != nullptr) {
-    RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda()));
-    const auto n = std::count(draws.drawn.begin(), draws.drawn.end(), 1);
-    stats.device_draws += static_cast<std::uint64_t>(n);
-    if (n > 0) {
-      chosen = draws.token;
-      chosen_logit = logits.gather(1, chosen.unsqueeze(1)).squeeze(1);
-    } else {
-      draws.drawn.clear();
-    }
-  }
-  // logsumexp, max, the chosen tokens' logits, the top logits and the ids
-  // in one transfer: the floats' bits and the ids (every vocabulary fits
-  // int32) as one int32 tensor, so the copy moves bits, never values.
-  const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
-  std::vector<at::Tensor> floats = {at::stack({summary.logsumexp, max, chosen_logit}).flatten()};  // [3R]
-  if (top_k > 0) floats.push_back(draws.top_logits.flatten());
-  const at::Tensor float_bits = at::cat(floats).contiguous().view(at::kInt);
-  std::vector<at::Tensor> ids = {chosen};
-  if (top_k > 0) ids.push_back(draws.top_ids.flatten());
-  const at::Tensor back = at::cat({float_bits, at::cat(ids).to(at::kInt)}).to(at::kCPU).contiguous();
-  const std::int64_t nf = float_bits.numel();
-  rows.reduced = back.narrow(0, 0, nf).view(at::kFloat);
-  rows.argmax = back.narrow(0, nf, back.numel() - nf).to(at::kLong);
-  out.logsumexp = rows.reduced.data_ptr<float>();
-  const float* row_max = out.logsumexp + out.rows;
-  out.max = out.logsumexp + 2 * out.rows;
-  out.argmax = rows.argmax.data_ptr<std::int64_t>();
-  if (top_k > 0) {
-    out.top_k = top_k;
-    out.top_logits = out.logsumexp + 3 * out.rows;
-    out.top_ids = out.argmax + out.rows;
-  }
-  // On the CPU no row is copied: data is every row, and the index says
-  // which are meant; elsewhere data holds the needed rows only, in order.
-  const bool in_place = logits.is_cpu();
-  std::vector<std::int64_t> whole;
-  rows.row_index.reserve(static_cast<std::size_t>(out.rows));
-  std::int64_t row = 0;
-  for (const auto& s : plan.sequences) {
-    for (std::int64_t i = 0; i < s.logits_rows(); ++i, ++row) {
-      const bool on_device = !draws.drawn.empty() && draws.drawn[static_cast<std::size_t>(row)] != 0;
-      const bool need = (!on_device && sampler.NeedsRow(s.request_id)) || std::isnan(row_max[row]);
-      rows.row_index.push_back(!need ? -1 : in_place ? row : static_cast<std::int64_t>(whole.size()));
-      if (need) whole.push_back(row);
-    }
-  }
-  out.row_index = rows.row_index.data();
-  if (whole.empty()) return Status::Ok();
-  if (in_place) {
-    rows.logits = logits.contiguous();
-  } else if (static_cast<std::int64_t>(whole.size()) == out.rows) {
-    rows.logits = logits.to(at::kCPU).contiguous();
-  } else {
-    rows.logits = logits.index_select(0, at::tensor(whole, at::kLong).to(logits.device())).to(at::kCPU).contiguous();
-  }
-  out.data = rows.logits.data_ptr<float>();
-  return Status::Ok();
-}
-
 }  // namespace
 
 struct ModelRunner::Impl {
@@ -241,11 +155,8 @@ struct ModelRunner::Impl {
         tables((MaxLen(m, o) + bs - 1) / bs, std::max<std::int64_t>(1, o.max_num_seqs), m.device()),
         buckets(o.pad_decode ? DecodeBuckets(o.max_num_seqs) : std::vector<std::int64_t>{}),
         step(StepLayout{o.max_num_seqs, o.max_num_batched_tokens, o.max_num_seqs, kMaxPromptLogprobRows}.size(),
-             m.device()) {
-    const bool on_device =
-        o.sampling == SamplerPlacement::kDevice || (o.sampling == SamplerPlacement::kAuto && !m.device().is_cpu());
-    if (on_device) sampling = std::make_unique<DeviceSampling>(m.config().vocab_size, m.device());
-  }
+             m.device()),
+        sampler(m.config().vocab_size, m.device(), o.sampling) {}
 
   static std::int64_t MaxLen(const PagedModel& m, const RunnerOptions& o) {
     const std::int64_t model = m.config().max_position_embeddings;
@@ -286,8 +197,8 @@ struct ModelRunner::Impl {
   BlockTableRows tables;         // on the device, for the attention kernel
   BlockTables host;              // the same tables on the host, for slot mappings
   std::vector<std::int64_t> buckets;
-  UploadBuffer<std::int64_t> step;           // the step buffers (StepLayout)
-  std::unique_ptr<DeviceSampling> sampling;  // null: the host sampler draws every row
+  UploadBuffer<std::int64_t> step;  // the step buffers (StepLayout)
+  Sampler sampler;
   RunnerStats stats;
 #ifdef ROPESERVE_HAVE_CUDA
   struct DecodeGraph {
@@ -431,7 +342,7 @@ StatusOr<ModelRunner::Impl::Prepared> ModelRunner::Impl::Prepare(const StepPlan&
   return p;
 }
 
-StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
+StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
   // The whole step, the rows' reduction and sampling included: no autograd
   // bookkeeping (version counters, views' metadata) on any tensor it makes.
   c10::InferenceMode guard;
@@ -439,10 +350,8 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   if (plan.block_size != im.block_size) return Internal("step plan block size differs from the KV cache's");
   RS_RETURN_IF_ERROR(im.tables.Apply(plan));
   im.host.Apply(plan);
-  if (im.sampling) im.sampling->Apply(plan);
-  StepLogits out;
-  out.vocab = vocab_size();
-  if (plan.sequences.empty()) return out;
+  im.sampler.Apply(plan);
+  if (plan.sequences.empty()) return StepOutput{};
   ++im.stats.steps;
   using Clock = std::chrono::steady_clock;
   auto lap = [last = Clock::now()](std::uint64_t& into) mutable {
@@ -461,8 +370,7 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
   RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(plan, bucket > 0 ? bucket - n : 0));
   lap(im.stats.prepare_ns);
 
-  auto rows = std::make_shared<StepRows>();
-  out.rows = step.real_rows;
+  at::Tensor prompt;
   at::Tensor logits = im.Replay(bucket);
   if (logits.defined()) {
     ++im.stats.graph_replays;
@@ -470,19 +378,14 @@ StatusOr<StepLogits> ModelRunner::Forward(const StepPlan& plan) {
     // A step of prefill chunks only writes K/V (and prompt logits when asked).
     // The batch is the runner's own: the attention workspace goes on it.
     step.batch.attention_workspace = im.model.AttentionWorkspace(step.batch);
-    logits = im.model.ForwardPaged(step.batch, im.cache, step.layout.P == 0 ? nullptr : &rows->prompt);
+    logits = im.model.ForwardPaged(step.batch, im.cache, step.layout.P == 0 ? nullptr : &prompt);
   }
   if (step.padding > 0) logits = logits.narrow(0, 0, step.real_rows);  // the fillers' rows come last
-  if (step.layout.P > 0) {
-    rows->prompt = rows->prompt.to(at::kCPU).contiguous();
-    out.prompt_data = rows->prompt.data_ptr<float>();
-    out.prompt_rows = rows->prompt.size(0);
-  }
   if (im.options.time_phases) im.WaitForDevice();
   lap(im.stats.forward_ns);
-  if (out.rows > 0) RS_RETURN_IF_ERROR(ReduceRows(sampler(), plan, logits, *rows, out, im.sampling.get(), im.stats));
+  auto out = im.sampler.Sample(plan, step.real_rows > 0 ? logits : at::Tensor(), prompt);
+  im.stats.device_draws = im.sampler.stats().device_draws;
   lap(im.stats.reduce_ns);
-  out.owner = rows;
   return out;
 }
 

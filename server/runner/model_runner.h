@@ -16,8 +16,8 @@
 //    max_num_batched_tokens and max_num_seqs; a larger step grows it once
 //    (counted in RunnerStats, and it drops the captured graphs).
 // The staging buffer is rewritten only after the previous step's results
-// came back to the host (ReduceRows waits for the device), so the
-// asynchronous copy never reads a half-written buffer.
+// came back to the host (the sampler's copy back waits for the device), so
+// the asynchronous copy never reads a half-written buffer.
 //
 // Padded decode (RunnerOptions::pad_decode): a step of one-token sequences
 // that all want logits is padded to the next bucket (1, 2, 4, 8, then
@@ -26,13 +26,14 @@
 // graphs are captured at. It runs on the CPU too, where the tests hold it
 // equal to the unpadded step.
 //
-// Each logits row is reduced where it lies (logsumexp, max, argmax); on a
-// CUDA device the rows are also processed and drawn there (penalties,
-// logit bias, grammar masks, greedy and random draws, top logprobs:
-// server/runner/device_sampling.h), so a row returns a few numbers; only
-// rows of a processor that cannot describe its effect come back whole. On
-// the CPU the host sampler reads the rows in place (nothing is copied), and
-// is the oracle the device path is tested against.
+// The step's logits go to the runner's Sampler (server/sampler/sampler.h):
+// each row is reduced where it lies (logsumexp, max, argmax); on a CUDA
+// device the rows are also processed and drawn there (penalties, logit
+// bias, grammar masks, greedy and random draws, top logprobs), so a row
+// returns a few numbers; only rows of a processor that cannot describe its
+// effect come back whole. On the CPU the host sampler reads the rows in
+// place (nothing is copied), and is the oracle the device path is tested
+// against.
 // Threading: the engine's thread only.
 #pragma once
 
@@ -43,12 +44,11 @@
 
 #include "server/engine/kv_offload.h"
 #include "server/engine/model_executor.h"
+#include "server/sampler/sampler.h"
 
 namespace ropeserve {
 
 class PagedModel;
-
-enum class SamplerPlacement { kAuto, kHost, kDevice };
 
 struct RunnerOptions {
   // Size the step buffers (the scheduler's limits).
@@ -64,11 +64,7 @@ struct RunnerOptions {
   // devices only, and only with pad_decode); off: every step runs eager
   // (--enforce-eager).
   bool cuda_graphs = false;
-  // Where rows are processed and drawn: kAuto, by DeviceSampling on a CUDA
-  // device and by the host sampler on the CPU; kHost, always the host
-  // sampler; kDevice, DeviceSampling on any device (on the CPU only greedy
-  // rows: random draws need the CUDA kernel), how the tests hold the device
-  // path equal to the host sampler on the CPU.
+  // Where rows are processed and drawn (server/sampler/sampler.h).
   SamplerPlacement sampling = SamplerPlacement::kAuto;
   // Waits for the device at the end of each timed phase (RunnerStats'
   // *_ns), so a CUDA step's time splits into the host's planning, the
@@ -102,7 +98,7 @@ struct RunnerStats {
 // device: runs of blocks copied on a stream of the tier's own, ordered by
 // events after the forwards queued before the call and before the next
 // one; the host does not wait for them.
-class ModelRunner final : public LogitsExecutor, public KvBlockMover {
+class ModelRunner final : public ModelExecutor, public KvBlockMover {
  public:
   // Allocates num_blocks x block_size token slots of K/V for every layer and
   // the step buffers. `model` (a DecoderModel when serving; the tests'
@@ -110,6 +106,9 @@ class ModelRunner final : public LogitsExecutor, public KvBlockMover {
   ModelRunner(const PagedModel& model, std::int64_t num_blocks, std::int64_t block_size, RunnerOptions options = {});
   ~ModelRunner() override;
 
+  // The plan's step: its batch written, the forward run, its rows sampled
+  // by the runner's Sampler.
+  StatusOr<StepOutput> Execute(const StepPlan& plan) override;
   std::int64_t vocab_size() const override;
   const RunnerStats& stats() const;
   // The padded decode buckets, ascending (1, 2, 4, 8, 16, 24, ...,
@@ -135,9 +134,6 @@ class ModelRunner final : public LogitsExecutor, public KvBlockMover {
   void AllocateOffloadTier(std::int64_t num_slots, const std::string& directory = "");
   void SaveBlocks(std::span<const std::pair<BlockId, int>> moves) override;
   void LoadBlocks(std::span<const std::pair<int, BlockId>> moves) override;
-
- protected:
-  StatusOr<StepLogits> Forward(const StepPlan& plan) override;
 
  private:
   struct Impl;

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "server/common/ready_signal.h"
-#include "server/engine/logits_processors.h"
+#include "server/sampler/logits_processors.h"
 #include "server/service/reasoning.h"
 #include "server/structured/grammar.h"
 

@@ -16,9 +16,9 @@
 
 #include "server/common/status.h"
 #include "server/common/trace_context.h"
-#include "server/engine/sampling.h"
 #include "server/qa/span_scoring.h"
 #include "server/qa/windows.h"
+#include "server/sampler/sampling.h"
 #include "server/structured/constraint.h"
 
 namespace ropeserve {

@@ -29,7 +29,7 @@
 
 #include "server/common/status.h"
 #include "server/common/token_id.h"
-#include "server/engine/sampling.h"
+#include "server/sampler/sampling.h"
 #include "server/structured/automaton.h"
 #include "server/structured/constraint.h"
 

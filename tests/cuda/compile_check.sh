@@ -4,8 +4,8 @@
 # nvcc is found. The LibTorch glue (kernels/cuda/torch_glue.cc), its GPU
 # test (tests/cuda/kernels_test.cc), the decoder with its CUDA op set
 # (server/models/{decoder,cuda_decoder_ops}.cc), the runner with its CUDA
-# graphs (server/runner/model_runner.cc), its device sampler (server/runner/
-# device_sampling.cc) and the service factory's
+# graphs (server/runner/model_runner.cc), its sampler (server/sampler/
+# {sampler,device_sampling}.cc) and the service factory's
 # device-memory KV sizing are syntax-checked too when
 # the LibTorch headers and CUDA headers are there.
 set -eu
@@ -49,8 +49,8 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
            bench/offline_bench.cc \
            server/models/encoder_parts.cc server/models/modernbert.cc server/models/roformer.cc \
            server/models/span_model_loader.cc server/runner/model_runner.cc \
-           server/runner/device_sampling.cc tests/runner/model_runner_test.cc \
-           tests/runner/device_sampling_test.cc tests/models/decoder_paths_test.cc \
+           server/sampler/sampler.cc server/sampler/device_sampling.cc tests/runner/model_runner_test.cc \
+           tests/sampler/device_sampling_test.cc tests/models/decoder_paths_test.cc \
            tests/models/speculative_decoding_test.cc; do
     echo "g++ -fsyntax-only: $f"
     ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DROPESERVE_HAVE_CUDA=1 -I"$root" $extra \

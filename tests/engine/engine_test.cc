@@ -18,7 +18,7 @@ namespace ropeserve {
 namespace {
 
 // Logits that make the next token (last token + 1) % vocab, by a wide margin.
-class CountingModel : public LogitsExecutor {
+class CountingModel : public testing::LogitsExecutor {
  public:
   explicit CountingModel(std::int64_t vocab) : vocab_(vocab) {}
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {
@@ -248,7 +248,7 @@ namespace ropeserve {
 namespace {
 
 // Same logits every step: token 3 > 4 > 5 > the rest.
-class FavoriteModel : public LogitsExecutor {
+class FavoriteModel : public testing::LogitsExecutor {
  public:
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     auto buf = std::make_shared<std::vector<float>>();

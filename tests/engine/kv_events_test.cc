@@ -112,7 +112,7 @@ class ReplayingSink : public KvEventSink {
 };
 
 // Next token: (last + 1) % vocab.
-class CountingModel : public LogitsExecutor {
+class CountingModel : public testing::LogitsExecutor {
  public:
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     return testing::OneHotLogits(plan, 50, 20.0f, [](const auto& s) { return (s.token_ids.back() + 1) % 50; });

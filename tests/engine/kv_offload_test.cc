@@ -19,7 +19,7 @@ namespace {
 constexpr int kVocab = 50;
 constexpr int kBlock = 4;
 
-class KvTrackingModel : public LogitsExecutor, public KvBlockMover {
+class KvTrackingModel : public testing::LogitsExecutor, public KvBlockMover {
  public:
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {
     tables_.Apply(plan);

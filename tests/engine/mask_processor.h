@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "server/engine/sampling.h"
+#include "server/sampler/sampling.h"
 
 namespace ropeserve::testing {
 

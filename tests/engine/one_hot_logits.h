@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/engine/model_executor.h"
+#include "tests/engine/logits_executor.h"
 
 namespace ropeserve::testing {
 
@@ -40,7 +41,7 @@ StepLogits OneHotLogits(const StepPlan& plan, std::int64_t vocab, float value, P
 
 // A decoder that always predicts `token` (vocabulary of 8): what engine
 // steps need beside the encoder work a service test is about.
-class ConstantTokenModel : public LogitsExecutor {
+class ConstantTokenModel : public testing::LogitsExecutor {
  public:
   explicit ConstantTokenModel(TokenId token = 1) : token_(token) {}
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {

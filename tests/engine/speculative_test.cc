@@ -172,7 +172,7 @@ TEST(SpeculativeScheduler, NoProposalsWhileMoreRequestsRunThanTheLimit) {
 // step is what a one-token decode at that position gives): next =
 // cycle[token] most of the time, and at positions in `detour` something
 // else, which rejects a proposal copied from the cycle.
-class CycleModel : public LogitsExecutor {
+class CycleModel : public testing::LogitsExecutor {
  public:
   static constexpr std::int64_t kVocab = 32;
   StatusOr<StepLogits> Forward(const StepPlan& plan) override {

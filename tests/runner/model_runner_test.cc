@@ -14,9 +14,9 @@
 #include <random>
 
 #include "server/engine/engine.h"
-#include "server/engine/logits_processors.h"
 #include "server/models/decoder.h"
 #include "server/models/device.h"
+#include "server/sampler/logits_processors.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
 #include "tests/common/offline.h"

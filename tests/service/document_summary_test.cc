@@ -30,7 +30,7 @@ struct Record {
 
 // Emits `script` (cyclically, or then EOS) for every request and records
 // what every request was fed.
-class RecordingModel : public LogitsExecutor {
+class RecordingModel : public testing::LogitsExecutor {
  public:
   RecordingModel(std::shared_ptr<Record> rec, std::vector<TokenId> script, bool eos_after)
       : rec_(std::move(rec)), script_(std::move(script)), eos_after_(eos_after) {}

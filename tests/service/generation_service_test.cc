@@ -21,7 +21,7 @@ constexpr std::size_t kPromptLen = 2;  // every test prompt
 // margin over the rest of the row); after the script, token 0. With
 // `flat`, every row is uniform instead (sampling then depends only on the
 // request's generator).
-class ScriptedModel : public LogitsExecutor {
+class ScriptedModel : public testing::LogitsExecutor {
  public:
   ScriptedModel(std::vector<TokenId> script, std::int64_t vocab, bool flat = false)
       : script_(std::move(script)), vocab_(vocab), flat_(flat) {}

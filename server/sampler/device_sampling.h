@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "server/common/status.h"
-#include "server/engine/host_sampler.h"
 #include "server/engine/step_plan.h"
-#include "server/runner/upload_buffer.h"
+#include "server/models/upload_buffer.h"
+#include "server/sampler/host_sampler.h"
 
 namespace ropeserve {
 

@@ -15,8 +15,17 @@
 
 #include "server/common/status.h"
 #include "server/common/token_id.h"
+#include "server/engine/types.h"
 
 namespace ropeserve {
+
+// One draw's result: the token, its logprob and the alternatives asked for.
+struct SampledToken {
+  RequestId id = 0;
+  TokenId token = 0;
+  double logprob = 0;                           // under log_softmax of the raw logits
+  std::vector<std::pair<TokenId, double>> top;  // the top_logprobs most likely, when asked
+};
 
 struct SamplingParams {
   double temperature = 0.0;  // 0 = greedy (argmax, ties -> lowest id)

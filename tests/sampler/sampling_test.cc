@@ -1,4 +1,4 @@
-#include "server/engine/sampling.h"
+#include "server/sampler/sampling.h"
 
 #include <gtest/gtest.h>
 

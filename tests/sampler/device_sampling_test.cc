@@ -5,7 +5,7 @@
 // requests coming and going (rows reused, tensors grown), and the rows it
 // must leave to the host (random draws on the CPU, opaque processors,
 // penalized drafts) are left.
-#include "server/runner/device_sampling.h"
+#include "server/sampler/device_sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <random>
 #include <set>
 
-#include "server/engine/logits_processors.h"
 #include "server/models/device.h"
+#include "server/sampler/logits_processors.h"
 #include "tests/engine/mask_processor.h"
 
 namespace ropeserve {

@@ -1,4 +1,4 @@
-#include "server/engine/model_executor.h"
+#include "server/sampler/step_sampling.h"
 
 #include <algorithm>
 
@@ -71,12 +71,6 @@ StatusOr<StepOutput> SampleStep(HostSampler& sampler, const StepPlan& plan, cons
     out.prompt.push_back(std::move(p));
   }
   return out;
-}
-
-StatusOr<StepOutput> LogitsExecutor::Execute(const StepPlan& plan) {
-  sampler_.Apply(plan);
-  RS_ASSIGN_OR_RETURN(StepLogits logits, Forward(plan));
-  return SampleStep(sampler_, plan, logits);
 }
 
 }  // namespace ropeserve

@@ -1,4 +1,4 @@
-#include "server/engine/logits_processors.h"
+#include "server/sampler/logits_processors.h"
 
 #include <algorithm>
 #include <limits>

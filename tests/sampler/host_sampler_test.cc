@@ -1,6 +1,6 @@
 // HostSampler and SampleStep: the per-request sampling state the runner
 // keeps across steps, driven by StepPlan added/removed diffs.
-#include "server/engine/host_sampler.h"
+#include "server/sampler/host_sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <limits>
 #include <memory>
 
-#include "server/engine/model_executor.h"
+#include "server/sampler/step_sampling.h"
 
 namespace ropeserve {
 namespace {

@@ -2,7 +2,7 @@
 // float64 arithmetic on the same rows, and against LibTorch's ops: row
 // lengths with and without vector tails up to a real vocabulary, ties,
 // infinities and NaN.
-#include "kernels/cpu/logits_summary.h"
+#include "server/sampler/logits_summary.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -49,8 +49,8 @@ TEST(LogitsSummary, MatchesFloat64AndLibTorchOnRandomRows) {
       x[2][5] = 40.0f;
       x[2][5 + 16] = 40.0f;
     }
-    const cpu::LogitsSummary got = cpu::SummarizeLogits(x);
-    const cpu::LogitsSummary ref = cpu::SummarizeLogitsReference(x);
+    const LogitsSummary got = SummarizeLogits(x);
+    const LogitsSummary ref = SummarizeLogitsReference(x);
     for (std::int64_t r = 0; r < 3; ++r) {
       SCOPED_TRACE("n=" + std::to_string(n) + " row=" + std::to_string(r));
       const Exact e = Oracle(x[r]);
@@ -68,9 +68,9 @@ TEST(LogitsSummary, MatchesFloat64AndLibTorchOnRandomRows) {
 
 TEST(LogitsSummary, EachRowAsAloneWhateverTheBatch) {
   const at::Tensor x = at::randn({9, 1000}) * 3;
-  const cpu::LogitsSummary all = cpu::SummarizeLogits(x);
+  const LogitsSummary all = SummarizeLogits(x);
   for (std::int64_t r = 0; r < 9; ++r) {
-    const cpu::LogitsSummary one = cpu::SummarizeLogits(x.narrow(0, r, 1));
+    const LogitsSummary one = SummarizeLogits(x.narrow(0, r, 1));
     EXPECT_EQ(one.logsumexp[0].item<float>(), all.logsumexp[r].item<float>());
     EXPECT_EQ(one.argmax[0].item<std::int64_t>(), all.argmax[r].item<std::int64_t>());
   }
@@ -89,8 +89,8 @@ TEST(LogitsSummary, InfinitiesAndNanAsLibTorch) {
   x[4] = at::randn({n});
   x[4][1] = kInf;
   x[4][5] = nan;  // row 4: +inf, then NaN
-  const cpu::LogitsSummary got = cpu::SummarizeLogits(x);
-  const cpu::LogitsSummary ref = cpu::SummarizeLogitsReference(x);
+  const LogitsSummary got = SummarizeLogits(x);
+  const LogitsSummary ref = SummarizeLogitsReference(x);
   for (std::int64_t r = 0; r < 5; ++r) {
     SCOPED_TRACE("row " + std::to_string(r));
     const float gm = got.max[r].item<float>(), rm = ref.max[r].item<float>();

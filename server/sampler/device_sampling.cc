@@ -1,4 +1,4 @@
-#include "server/runner/device_sampling.h"
+#include "server/sampler/device_sampling.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,7 +1,7 @@
 // The engine's logits processors and the edits that state them: an edit
 // applied to a row equals the processor's own Process on it, which is what
-// lets a device apply them (server/runner/device_sampling.h).
-#include "server/engine/logits_processors.h"
+// lets a device apply them (server/sampler/device_sampling.h).
+#include "server/sampler/logits_processors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/engine/host_sampler.h"
+#include "server/sampler/host_sampler.h"
 
 #include <algorithm>
 

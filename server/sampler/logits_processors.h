@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/engine/sampling.h"
+#include "server/sampler/sampling.h"
 
 namespace ropeserve {
 

@@ -28,13 +28,6 @@
 
 namespace ropeserve {
 
-struct SampledToken {
-  RequestId id = 0;
-  TokenId token = 0;
-  double logprob = 0;                           // under log_softmax of the raw logits
-  std::vector<std::pair<TokenId, double>> top;  // the top_logprobs most likely, when asked
-};
-
 class HostSampler {
  public:
   // Applies a plan's added and removed requests.

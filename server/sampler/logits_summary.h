@@ -1,0 +1,25 @@
+// Each row of a step's logits summarized where the rows lie: its
+// logsumexp, its max and the lowest id holding it (what the sampler needs
+// of a greedy row, and the normalizer of every logprob it reports). On a
+// CPU, float32 rows go through the kernels' row kernel
+// (kernels/cpu/logits_summary.h: why a kernel, and its arithmetic); other
+// dtypes and devices through LibTorch's max(1) and logsumexp(1).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ropeserve {
+
+struct LogitsSummary {
+  at::Tensor logsumexp;  // [R] float32
+  at::Tensor max;        // [R] float32
+  at::Tensor argmax;     // [R] int64
+};
+
+// logits [R, V], V >= 1, on any device.
+LogitsSummary SummarizeLogits(const at::Tensor& logits);
+// The same from LibTorch's max(1) and logsumexp(1): the path on other
+// devices and dtypes, and the tests' comparison.
+LogitsSummary SummarizeLogitsReference(const at::Tensor& logits);
+
+}  // namespace ropeserve

@@ -1,0 +1,181 @@
+// The runner's Sampler without a model: a step's logits tensors in, its
+// tokens out. Its rows reduced where they lie must give what the host
+// sampler gives on the whole rows (SampleStep, the oracle), for every kind
+// of request at once, with DeviceSampling (kDevice) or without it (kHost);
+// the forward's rows are checked against the plan (an error, never a read
+// past them); prompt rows give prompt logprobs.
+#include "server/sampler/sampler.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "server/sampler/host_sampler.h"
+#include "server/sampler/step_sampling.h"
+#include "tests/common/float_bounds.h"
+
+namespace ropeserve {
+namespace {
+
+constexpr std::int64_t kVocab = 40;
+// How far a logprob from a reduced row may be from the oracle's: the row
+// kernel's logsumexp is within 3 * 2^-23 + |lse| * 2^-24 of the exact one
+// (kernels/cpu/logits_summary.h), rounded to float32 once more (|lse| *
+// 2^-24), and the oracle's float64 sum adds nothing at this scale; these
+// rows' |lse| stays below 16 (40 logits under ~8).
+const double kLogprobBound = 3 * testing::kF32Roundoff * 2 + 2 * 16 * testing::kF32Roundoff;
+
+SamplingSpec Greedy(RequestId id, std::size_t top_logprobs = 0) {
+  SamplingSpec s;
+  s.id = id;
+  s.top_logprobs = top_logprobs;
+  return s;
+}
+
+SamplingSpec Random(RequestId id) {
+  SamplingSpec s = Greedy(id);
+  s.params.temperature = 0.8;
+  s.params.top_p = 0.9;
+  s.seed = 77 + id;
+  return s;
+}
+
+SamplingSpec Penalized(RequestId id) {
+  SamplingSpec s = Greedy(id);
+  s.params.presence_penalty = 1.5;
+  s.params.repetition_penalty = 1.3;
+  s.prompt = {1, 2, 3};
+  return s;
+}
+
+StepPlan Step(const std::vector<RequestId>& ids, std::vector<SamplingSpec> added = {}) {
+  StepPlan plan;
+  plan.added = std::move(added);
+  for (RequestId id : ids) {
+    ScheduledSequence s;
+    s.request_id = id;
+    s.token_ids = {1};
+    s.needs_logits = true;
+    plan.sequences.push_back(s);
+  }
+  return plan;
+}
+
+// A few tokens favoured (so that penalties move the argmax), with noise.
+at::Tensor Logits(std::int64_t rows, std::mt19937_64& rng) {
+  std::normal_distribution<float> noise(0.f, 0.7f);
+  at::Tensor t = at::empty({rows, kVocab}, at::kFloat);
+  float* p = t.data_ptr<float>();
+  for (std::int64_t i = 0; i < rows * kVocab; ++i) p[i] = (i % kVocab < 6 ? 3.0f : 0.f) + noise(rng);
+  return t;
+}
+
+// The oracle: the host sampler on the whole rows.
+StatusOr<StepOutput> Oracle(HostSampler& host, const StepPlan& plan, const at::Tensor& logits) {
+  host.Apply(plan);
+  StepLogits rows;
+  rows.data = logits.data_ptr<float>();
+  rows.rows = logits.size(0);
+  rows.vocab = kVocab;
+  return SampleStep(host, plan, rows);
+}
+
+void ExpectSame(const StepOutput& got, const StepOutput& want) {
+  ASSERT_EQ(got.tokens.size(), want.tokens.size());
+  for (std::size_t i = 0; i < got.tokens.size(); ++i) {
+    EXPECT_EQ(got.tokens[i].id, want.tokens[i].id);
+    EXPECT_EQ(got.tokens[i].token, want.tokens[i].token) << "row " << i;
+    EXPECT_NEAR(got.tokens[i].logprob, want.tokens[i].logprob, kLogprobBound) << "row " << i;
+    ASSERT_EQ(got.tokens[i].top.size(), want.tokens[i].top.size());
+    for (std::size_t k = 0; k < got.tokens[i].top.size(); ++k) {
+      EXPECT_EQ(got.tokens[i].top[k].first, want.tokens[i].top[k].first);
+      EXPECT_NEAR(got.tokens[i].top[k].second, want.tokens[i].top[k].second, kLogprobBound);
+    }
+  }
+}
+
+void ExpectEqualsTheHostSampler(SamplerPlacement placement) {
+  Sampler sampler(kVocab, at::Device(at::kCPU), placement);
+  HostSampler oracle;
+  std::mt19937_64 rng(5);
+  const std::vector<RequestId> live = {1, 2, 3, 4};
+  for (int step = 0; step < 12; ++step) {
+    const StepPlan plan = step == 0 ? Step(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : Step(live);
+    const at::Tensor logits = Logits(static_cast<std::int64_t>(live.size()), rng);
+    sampler.Apply(plan);
+    auto got = sampler.Sample(plan, logits, at::Tensor());
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    auto want = Oracle(oracle, plan, logits);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ExpectSame(*got, *want);
+  }
+}
+
+TEST(Sampler, HostPlacementEqualsTheHostSamplerOnWholeRows) { ExpectEqualsTheHostSampler(SamplerPlacement::kHost); }
+
+TEST(Sampler, DevicePlacementEqualsTheHostSamplerOnWholeRows) { ExpectEqualsTheHostSampler(SamplerPlacement::kDevice); }
+
+TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
+  std::mt19937_64 rng(9);
+  for (SamplerPlacement placement : {SamplerPlacement::kAuto, SamplerPlacement::kHost, SamplerPlacement::kDevice}) {
+    Sampler sampler(kVocab, at::Device(at::kCPU), placement);
+    const StepPlan plan = Step({1, 2}, {Greedy(1), Penalized(2)});
+    sampler.Apply(plan);
+    ASSERT_TRUE(sampler.Sample(plan, Logits(2, rng), at::Tensor()).ok());
+    // On the CPU, kAuto is the host sampler; kDevice draws the greedy rows
+    // (the penalized one too: penalties are part of the device's edit).
+    const bool device = placement == SamplerPlacement::kDevice;
+    EXPECT_EQ(sampler.device_sampling() != nullptr, device);
+    EXPECT_EQ(sampler.stats().device_draws, device ? 2u : 0u);
+  }
+}
+
+TEST(Sampler, RowsThatDoNotMatchThePlanAreAnError) {
+  std::mt19937_64 rng(3);
+  Sampler sampler(kVocab, at::Device(at::kCPU), SamplerPlacement::kHost);
+  const StepPlan plan = Step({1, 2}, {Greedy(1), Greedy(2)});
+  sampler.Apply(plan);
+  EXPECT_FALSE(sampler.Sample(plan, Logits(1, rng), at::Tensor()).ok());              // a row short
+  EXPECT_FALSE(sampler.Sample(plan, Logits(3, rng), at::Tensor()).ok());              // a row too many
+  EXPECT_FALSE(sampler.Sample(plan, at::Tensor(), at::Tensor()).ok());                // none at all
+  EXPECT_FALSE(sampler.Sample(plan, at::zeros({2, kVocab + 1}), at::Tensor()).ok());  // wrong vocabulary
+  EXPECT_TRUE(sampler.Sample(plan, Logits(2, rng), at::Tensor()).ok());
+}
+
+TEST(Sampler, PromptRowsGivePromptLogprobs) {
+  std::mt19937_64 rng(4);
+  Sampler sampler(kVocab, at::Device(at::kCPU), SamplerPlacement::kHost);
+  StepPlan plan;
+  plan.added = {Greedy(1)};
+  ScheduledSequence s;
+  s.request_id = 1;
+  s.token_ids = {5, 6, 7};
+  s.prompt_logprobs_from = 1;
+  s.prompt_logprob_targets = {6, 7};
+  s.prompt_top_logprobs = 2;
+  plan.sequences.push_back(s);  // a prefill chunk: no sampled token
+  sampler.Apply(plan);
+  const at::Tensor prompt = Logits(2, rng);
+  auto out = sampler.Sample(plan, at::Tensor(), prompt);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out->tokens.empty());
+  ASSERT_EQ(out->prompt.size(), 1u);
+  ASSERT_EQ(out->prompt[0].tokens.size(), 2u);
+  EXPECT_EQ(out->prompt[0].first_position, 1);
+  for (int i = 0; i < 2; ++i) {
+    const TokenId target = s.prompt_logprob_targets[static_cast<std::size_t>(i)];
+    const double want = prompt[i][target].item<double>() - at::logsumexp(prompt[i].to(at::kDouble), 0).item<double>();
+    EXPECT_EQ(out->prompt[0].tokens[static_cast<std::size_t>(i)].id, target);
+    // Both sum the same float32 row in float64, in different orders: within
+    // 2 * vocab float64 roundings of |lse| < 16.
+    EXPECT_NEAR(out->prompt[0].tokens[static_cast<std::size_t>(i)].logprob, want, 2 * kVocab * 0x1p-53 * 16);
+    EXPECT_EQ(out->prompt[0].tokens[static_cast<std::size_t>(i)].top_logprobs.size(), 2u);
+  }
+  // Fewer prompt rows than targets: an error.
+  EXPECT_FALSE(sampler.Sample(plan, at::Tensor(), prompt.narrow(0, 0, 1)).ok());
+}
+
+}  // namespace
+}  // namespace ropeserve
