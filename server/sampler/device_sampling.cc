@@ -166,14 +166,8 @@ void DeviceSampling::Apply(const StepPlan& plan) {
   }
 }
 
-StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler, const StepPlan& plan,
-                                                     const at::Tensor& logits, bool random) {
-  const std::int64_t R = logits.size(0);
-  if (logits.dim() != 2 || logits.size(1) != vocab_) return Internal("device sampling got logits of the wrong shape");
-  Draws out;
-  out.drawn.assign(static_cast<std::size_t>(R), 0);
-
-  // Host side: which rows are drawn here, and their data.
+// The rows a step draws on the device, and what their processing needs.
+struct DrawSelection {
   struct Row {
     std::int64_t row, slot, offset;
   };
@@ -184,6 +178,28 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
   std::vector<std::pair<std::int64_t, LogitsEdit>> masks;            // (logits row, the edit holding the mask)
   std::size_t top_k = 0;
   bool any_random = false;
+  DrawLayout at;  // where Stage put them in the step's upload
+};
+
+namespace {
+
+// A bitmask row: an allow list sets its ids' bits, a forbid list clears them.
+void WriteMask(const LogitsEdit& edit, std::int64_t vocab, std::int64_t words, std::uint32_t* w) {
+  std::fill(w, w + words, edit.allow_list ? 0u : ~0u);
+  for (TokenId id : edit.ids) {
+    if (id < 0 || id >= vocab) continue;
+    const std::uint32_t bit = 1u << (id % 32);
+    if (edit.allow_list)
+      w[id / 32] |= bit;
+    else
+      w[id / 32] &= ~bit;
+  }
+}
+
+}  // namespace
+
+Status DeviceSampling::Select(const HostSampler& sampler, const StepPlan& plan, bool random, DrawSelection& sel,
+                              std::vector<char>& drawn) {
   std::int64_t row = 0;
   for (const auto& s : plan.sequences) {
     const std::int64_t n = s.logits_rows();
@@ -202,76 +218,70 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
       if (r.penalty_row < 0) return Internal("a request with penalties has no penalty row");
       for (; r.counted < d->generated.size(); ++r.counted)
         if (d->generated[r.counted] >= 0 && d->generated[r.counted] < vocab_)
-          count_updates.emplace_back(r.penalty_row, d->generated[r.counted]);
+          sel.count_updates.emplace_back(r.penalty_row, d->generated[r.counted]);
     }
     if (d->processor != nullptr) {  // no drafts here (not plain): one row
       LogitsEdit edit;
       d->processor->Describe(d->generated, edit);
       for (auto [id, b] : edit.bias)
-        if (id >= 0 && id < vocab_) biases.emplace_back(row, id, b);
-      if (edit.masked) masks.emplace_back(row, std::move(edit));
+        if (id >= 0 && id < vocab_) sel.biases.emplace_back(row, id, b);
+      if (edit.masked) sel.masks.emplace_back(row, std::move(edit));
     }
-    if (d->params.has_penalties()) penalized.emplace_back(row, r.penalty_row);
-    top_k = std::max(top_k, d->top_logprobs);
-    any_random = any_random || !d->params.greedy();
+    if (d->params.has_penalties()) sel.penalized.emplace_back(row, r.penalty_row);
+    sel.top_k = std::max(sel.top_k, d->top_logprobs);
+    sel.any_random = sel.any_random || !d->params.greedy();
     for (std::int64_t i = 0; i < n; ++i, ++row) {
-      drawn.push_back({row, r.slot, static_cast<std::int64_t>(d->offset) + i});
-      out.drawn[static_cast<std::size_t>(row)] = 1;
+      sel.drawn.push_back({row, r.slot, static_cast<std::int64_t>(d->offset) + i});
+      drawn[static_cast<std::size_t>(row)] = 1;
     }
   }
-  if (drawn.empty()) return out;
+  return Status::Ok();
+}
 
-  DrawLayout at;
+at::Tensor DeviceSampling::Stage(std::int64_t R, DrawSelection& sel) {
+  DrawLayout& at = sel.at;
   at.R = R;
-  at.penalized = static_cast<std::int64_t>(penalized.size());
-  at.counted = static_cast<std::int64_t>(count_updates.size());
-  at.biased = static_cast<std::int64_t>(biases.size());
-  at.masked = static_cast<std::int64_t>(masks.size());
+  at.penalized = static_cast<std::int64_t>(sel.penalized.size());
+  at.counted = static_cast<std::int64_t>(sel.count_updates.size());
+  at.biased = static_cast<std::int64_t>(sel.biases.size());
+  at.masked = static_cast<std::int64_t>(sel.masks.size());
   at.words = words_;
   step_.Reserve(at.size());
   std::int32_t* h = step_.host();
   std::fill(h, h + 2 * R, 0);  // rows not drawn here: slot 0, offset 0 (their results are not read)
-  for (const Row& d : drawn) {
+  for (const DrawSelection::Row& d : sel.drawn) {
     h[at.slot() + d.row] = static_cast<std::int32_t>(d.slot);
     h[at.offset() + d.row] = static_cast<std::int32_t>(std::min<std::int64_t>(d.offset, INT32_MAX));
   }
-  for (std::size_t i = 0; i < penalized.size(); ++i) {
-    h[at.penalized_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(penalized[i].first);
-    h[at.penalty_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(penalized[i].second);
+  for (std::size_t i = 0; i < sel.penalized.size(); ++i) {
+    h[at.penalized_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(sel.penalized[i].first);
+    h[at.penalty_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(sel.penalized[i].second);
   }
-  for (std::size_t i = 0; i < count_updates.size(); ++i) {
-    h[at.count_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(count_updates[i].first);
-    h[at.count_tokens() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(count_updates[i].second);
+  for (std::size_t i = 0; i < sel.count_updates.size(); ++i) {
+    h[at.count_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(sel.count_updates[i].first);
+    h[at.count_tokens() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(sel.count_updates[i].second);
   }
-  for (std::size_t i = 0; i < biases.size(); ++i) {
-    const auto& [r, id, b] = biases[i];
+  for (std::size_t i = 0; i < sel.biases.size(); ++i) {
+    const auto& [r, id, b] = sel.biases[i];
     h[at.bias_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(r);
     h[at.bias_tokens() + static_cast<std::int64_t>(i)] = id;
     h[at.bias_values() + static_cast<std::int64_t>(i)] = FloatBits(b);
   }
-  for (std::size_t i = 0; i < masks.size(); ++i) {
-    const auto& [r, edit] = masks[i];
-    h[at.mask_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(r);
-    auto* words = reinterpret_cast<std::uint32_t*>(h + at.mask_words() + static_cast<std::int64_t>(i) * words_);
-    // An allow list sets its ids' bits; a forbid list clears them.
-    std::fill(words, words + words_, edit.allow_list ? 0u : ~0u);
-    for (TokenId id : edit.ids) {
-      if (id < 0 || id >= vocab_) continue;
-      const std::uint32_t bit = 1u << (id % 32);
-      if (edit.allow_list)
-        words[id / 32] |= bit;
-      else
-        words[id / 32] &= ~bit;
-    }
+  for (std::size_t i = 0; i < sel.masks.size(); ++i) {
+    h[at.mask_rows() + static_cast<std::int64_t>(i)] = static_cast<std::int32_t>(sel.masks[i].first);
+    WriteMask(sel.masks[i].second, vocab_, words_,
+              reinterpret_cast<std::uint32_t*>(h + at.mask_words() + static_cast<std::int64_t>(i) * words_));
   }
-  const at::Tensor up = step_.Upload(at.size());
+  return step_.Upload(at.size());
+}
+
+at::Tensor DeviceSampling::Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up) {
+  const DrawLayout& at = sel.at;
   auto view = [&](std::int64_t offset, std::int64_t n) { return up.narrow(0, offset, n); };
   auto index = [&](std::int64_t offset, std::int64_t n) { return view(offset, n).to(at::kLong); };
-
-  // The processing, on a copy when any row changes (the raw rows give the
-  // logprobs).
+  // On a copy when any row changes (the raw rows give the logprobs).
   at::Tensor x = logits;
-  if (!penalized.empty() || !biases.empty() || !masks.empty()) x = logits.clone();
+  if (at.penalized > 0 || at.biased > 0 || at.masked > 0) x = logits.clone();
   if (at.counted > 0)
     counts_.index_put_({index(at.count_rows(), at.counted), index(at.count_tokens(), at.counted)},
                        at::ones({1}, counts_.options()), /*accumulate=*/true);
@@ -285,14 +295,13 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
     const at::Tensor forbidden = bits.view({at.masked, words_ * 32}).narrow(1, 0, vocab_).eq(0);
     x.index_copy_(0, rows, x.index_select(0, rows).masked_fill_(forbidden, -std::numeric_limits<float>::infinity()));
   }
-  const at::Tensor slot = index(at.slot(), R);
   if (at.penalized > 0) {
     // The host's ApplyPenalties, elementwise: a token generated or in the
     // prompt is divided (positive) or multiplied by the repetition penalty;
     // a generated one loses float(f * n + p), summed in double.
     const at::Tensor rows = index(at.penalized_rows(), at.penalized);
     const at::Tensor prows = index(at.penalty_rows(), at.penalized);
-    const at::Tensor pslots = slot.index_select(0, rows);
+    const at::Tensor pslots = index(at.slot(), at.R).index_select(0, rows);
     at::Tensor sub = x.index_select(0, rows);
     const at::Tensor counts = counts_.index_select(0, prows);
     const at::Tensor generated = counts.gt(0);
@@ -305,23 +314,38 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
                                   .to(at::kFloat);
     x.index_copy_(0, rows, sub - amount);
   }
+  return x;
+}
+
+StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler, const StepPlan& plan,
+                                                     const at::Tensor& logits, bool random) {
+  if (logits.dim() != 2 || logits.size(1) != vocab_) return Internal("device sampling got logits of the wrong shape");
+  const std::int64_t R = logits.size(0);
+  Draws out;
+  out.drawn.assign(static_cast<std::size_t>(R), 0);
+  DrawSelection sel;
+  RS_RETURN_IF_ERROR(Select(sampler, plan, random, sel, out.drawn));
+  if (sel.drawn.empty()) return out;
+  const at::Tensor up = Stage(R, sel);
+  const at::Tensor x = Process(logits, sel, up);
 
   // The draws.
 #ifdef ROPESERVE_HAVE_CUDA
-  if (any_random && x.is_cuda()) {
+  if (sel.any_random && x.is_cuda()) {
+    const at::Tensor slot = up.narrow(0, sel.at.slot(), R).to(at::kLong);
     const at::Tensor f = floats_.index_select(0, slot);
     const at::Tensor i = ints_.index_select(0, slot);
-    out.token =
-        cuda::SampleRows(x, f.select(1, 0).contiguous(), i.select(1, 0).to(at::kInt), f.select(1, 1).contiguous(),
-                         f.select(1, 2).contiguous(), i.select(1, 1).contiguous(), index(at.offset(), R));
+    out.token = cuda::SampleRows(x, f.select(1, 0).contiguous(), i.select(1, 0).to(at::kInt),
+                                 f.select(1, 1).contiguous(), f.select(1, 2).contiguous(), i.select(1, 1).contiguous(),
+                                 up.narrow(0, sel.at.offset(), R).to(at::kLong));
   }
 #endif
   if (!out.token.defined()) {
-    if (any_random) return Internal("random draws need a device with a sampling kernel");
+    if (sel.any_random) return Internal("random draws need a device with a sampling kernel");
     out.token = x.argmax(1);  // the first maximal index: the lowest id among ties, as the host's
   }
-  if (top_k > 0) {
-    auto [values, ids] = logits.topk(std::min<std::int64_t>(static_cast<std::int64_t>(top_k), vocab_), 1);
+  if (sel.top_k > 0) {
+    auto [values, ids] = logits.topk(std::min<std::int64_t>(static_cast<std::int64_t>(sel.top_k), vocab_), 1);
     out.top_logits = values;
     out.top_ids = ids;
   }

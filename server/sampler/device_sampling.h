@@ -31,6 +31,8 @@
 
 namespace ropeserve {
 
+struct DrawSelection;  // device_sampling.cc: the rows a step draws here, and their data
+
 class DeviceSampling {
  public:
   DeviceSampling(std::int64_t vocab, at::Device device);
@@ -61,6 +63,17 @@ class DeviceSampling {
   std::int64_t penalty_rows() const { return counts_.defined() ? counts_.size(0) : 0; }
 
  private:
+  // Which rows of the plan are drawn here (marked in `drawn`), with their
+  // edits, penalties and the penalty counts not yet on the device.
+  Status Select(const HostSampler& sampler, const StepPlan& plan, bool random, DrawSelection& sel,
+                std::vector<char>& drawn);
+  // The selection's per-row data into the step's staging buffer (its
+  // layout recorded in `sel`), uploaded in one copy.
+  at::Tensor Stage(std::int64_t R, DrawSelection& sel);
+  // The counts updated, then the rows' processing (edits, then penalties),
+  // on a copy of `logits` when any row changes.
+  at::Tensor Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up);
+
   struct Request {
     std::int64_t slot = 0;
     std::int64_t penalty_row = -1;  // -1: no penalties
