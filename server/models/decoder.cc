@@ -7,9 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cpu/int4_linear.h"
-#include "kernels/cpu/int8_linear.h"
-#include "kernels/cpu/packed_linear.h"
+#include "server/models/decoder_weights.h"
 #include "server/models/device.h"
 #include "server/models/int4_checkpoint_loader.h"
 #include "server/models/rotary.h"
@@ -21,14 +19,27 @@ namespace ropeserve {
 
 namespace {
 
-// Unquantized projections on the CPU are packed for the packed GEMM
-// (kernels/cpu/packed_linear.h), for every row count and ISA: bfloat16 (on
-// AVX-512-BF16 it beats oneDNN and the former small-batch kernel at 1-512
-// rows; elsewhere LibTorch 1.13's bf16 GEMM is a slow reference path) and
-// float32 (the same bits for a row whatever its batch, on every ISA, and no
-// OpenMP region in a step; docs/benchmarks.md).
-bool PackWeights(at::Device device, DType dtype, Quantization quantization) {
-  return device.is_cpu() && (dtype == DType::kBF16 || dtype == DType::kF32) && quantization == Quantization::kNone;
+// The worker's device and compute dtype, and the quantization they allow.
+Status CheckWorker(DType dtype, Quantization quantization, at::Device device) {
+  if (device.is_cuda()) {
+#ifndef ROPESERVE_HAVE_CUDA
+    return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
+#endif
+    RS_RETURN_IF_ERROR(CheckDeviceUsable(device));  // first: no GPU is the reason that matters
+    if (dtype != DType::kF16 && dtype != DType::kBF16)
+      return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
+    if (quantization == Quantization::kInt8)
+      return InvalidArgument("int8 weights run on the CPU only (CUDA workers take int4, int4-all or none)");
+    return Status::Ok();
+  }
+  if (!device.is_cpu()) return InvalidArgument("workers run on the CPU or a CUDA device");
+  if (dtype == DType::kF16)
+    return InvalidArgument(
+        "float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
+        "use --dtype bfloat16 (the same memory) or float32");
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    return InvalidArgument("compute dtype must be float32 or bfloat16");
+  return Status::Ok();
 }
 
 // Hugging Face keeps inv_freq as a float32 buffer.
@@ -58,32 +69,12 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadTrunk(const std::strin
   return LoadAny(dir, dtype, Head::kNone, Quantization::kNone, device);
 }
 
-StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, Head head,
-                                                              Quantization quantization, at::Device device) {
-  if (device.is_cuda()) {
-#ifndef ROPESERVE_HAVE_CUDA
-    return InvalidArgument("this build has CPU workers only (its LibTorch has no CUDA)");
-#endif
-    RS_RETURN_IF_ERROR(CheckDeviceUsable(device));  // first: no GPU is the reason that matters
-    if (dtype != DType::kF16 && dtype != DType::kBF16)
-      return InvalidArgument("CUDA workers compute in float16 or bfloat16 (the CUDA kernels are 16-bit)");
-    if (quantization == Quantization::kInt8)
-      return InvalidArgument("int8 weights run on the CPU only (CUDA workers take int4, int4-all or none)");
-  } else if (!device.is_cpu()) {
-    return InvalidArgument("workers run on the CPU or a CUDA device");
-  } else {
-    if (dtype == DType::kF16)
-      return InvalidArgument(
-          "float16 compute is not available on CPU (LibTorch has no float16 matrix multiply there): "
-          "use --dtype bfloat16 (the same memory) or float32");
-    if (dtype != DType::kF32 && dtype != DType::kBF16)
-      return InvalidArgument("compute dtype must be float32 or bfloat16");
-  }
-  RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir, head == Head::kNone));
-  if (head == Head::kLm && ckpt->config().base_model)
-    return InvalidArgument(dir + ": " + ckpt->config().architecture +
+StatusOr<Quantization> DecoderModel::CheckHead(const std::string& dir, const ModelConfig& c, Head head,
+                                               Quantization quantization) {
+  if (head == Head::kLm && c.base_model)
+    return InvalidArgument(dir + ": " + c.architecture +
                            " is a base model without an LM head: it cannot generate (serve it with --encoder)");
-  if (const auto& int4 = ckpt->config().int4_weights) {
+  if (const auto& int4 = c.int4_weights) {
     // The checkpoint's own 4-bit weights, whatever --quantization says
     // (vLLM likewise takes the method from quantization_config); only int8
     // contradicts it.
@@ -92,132 +83,29 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
       return InvalidArgument(what + " cannot be served with --quantization int8: use int4 or none");
     if (quantization != Quantization::kInt4All) quantization = Quantization::kInt4;
   }
-  const ModelConfig& read = ckpt->config();
-  if (head != Head::kNone && read.span_head != (head == Head::kSpan))
-    return InvalidArgument(dir + ": " + read.architecture +
+  if (head != Head::kNone && c.span_head != (head == Head::kSpan))
+    return InvalidArgument(dir + ": " + c.architecture +
                            (head == Head::kSpan ? " has no span head (qa_outputs): it is not an extractive QA model"
                                                 : " is a span (extractive QA) model: serve it with --qa"));
-  if (head != Head::kNone && read.sequence_head != (head == Head::kScore))
-    return InvalidArgument(dir + ": " + read.architecture +
+  if (head != Head::kNone && c.sequence_head != (head == Head::kScore))
+    return InvalidArgument(dir + ": " + c.architecture +
                            (head == Head::kScore ? " has no classifier (score): it is not a sequence classifier"
                                                  : " is a sequence classifier: serve it with --encoder"));
+  return quantization;
+}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string& dir, DType dtype, Head head,
+                                                              Quantization quantization, at::Device device) {
+  RS_RETURN_IF_ERROR(CheckWorker(dtype, quantization, device));
+  RS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir, head == Head::kNone));
+  RS_ASSIGN_OR_RETURN(quantization, CheckHead(dir, ckpt->config(), head, quantization));
   c10::InferenceMode guard;
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->config_ = ckpt->config();
   m->dtype_ = dtype;
   m->quantization_ = quantization;
   const ModelConfig& c = m->config_;
-  const auto st = ToScalarType(dtype);
-  // Each tensor goes to the device as it is read (int8 weights, CPU-only,
-  // are read in float32 and quantized on the host).
-  auto load = [&](const std::string& name) { return LoadTensor(*ckpt, name, st).to(device); };
-  auto load_if = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
-  const bool int8 = quantization == Quantization::kInt8;
-  const bool int4 = IsInt4(quantization);
-  const bool int4_head = quantization == Quantization::kInt4All;
-  const bool pack = PackWeights(device, dtype, quantization);
-  // The LM head: int8 with int4 on the CPU; in the compute dtype on CUDA,
-  // which has no int8 kernel (the head is then 16-bit, cuBLAS); 4-bit with
-  // int4-all on both.
-  const bool int8_head = int8 || (int4 && !int4_head && device.is_cpu());
-  const bool quantized_head = int8_head || int4_head;
-  // One projection from the modules `names` ("<name>.weight", "<name>.bias"),
-  // stacked into one matrix in that order when several read the same input
-  // (one kernel call and one pass over x). Int8 weights are quantized from
-  // the checkpoint's values in float32 (not from their rounding to the
-  // compute dtype), per row, so stacking first changes nothing; their
-  // biases stay in float32, the int8 kernel's accumulation type. Int4
-  // weights likewise, per group; the LM head (`head`) as `int8_head` and
-  // `int4_head` say. 4-bit weights are made on the host and then moved.
-  // A 4-bit checkpoint's projections are read as stored
-  // (server/models/int4_checkpoint_loader.h).
-  auto linear = [&](const std::vector<std::string>& names, bool has_bias, bool head = false) -> StatusOr<LinearWeight> {
-    std::vector<at::Tensor> ws, bs;
-    for (const auto& name : names)
-      if (has_bias) bs.push_back(load(name + ".bias"));
-    const at::Tensor bias = !has_bias ? at::Tensor() : bs.size() == 1 ? bs[0] : at::cat(bs, 0);
-    // Int8 and int4 kernels take a float32 bias (their accumulation type).
-    const at::Tensor bias32 = bias.defined() ? bias.to(at::kFloat) : at::Tensor();
-    if (c.int4_weights && !head) {
-      std::vector<Int4Levels> parts;
-      for (const auto& name : names) {
-        RS_ASSIGN_OR_RETURN(Int4Levels part, ReadInt4Levels(*ckpt, *c.int4_weights, name));
-        parts.push_back(std::move(part));
-      }
-      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
-      RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir + ": " + names[0]));
-      q.int4 = cpu::Int4WeightOn(std::move(q.int4), device);
-      return q;
-    }
-    const bool quantize = head ? quantized_head : int8 || int4;
-    for (const auto& name : names)
-      ws.push_back(quantize ? LoadTensor(*ckpt, name + ".weight", at::kFloat) : load(name + ".weight"));
-    const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
-    if (pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w, st), {}};
-    // int4 needs whole groups of 32 columns; a projection whose input size
-    // has none (no released model's) stays int8, as llama.cpp keeps such
-    // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).
-    if (const std::int64_t group = cpu::Int4KernelGroup(w.size(1)); int4 && (!head || int4_head) && group > 0) {
-      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
-      q.int4 = cpu::Int4WeightOn(cpu::QuantizeInt4(w, group), device);
-      return q;
-    }
-    if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}};
-    if (!device.is_cpu()) return LinearWeight{w.to(st).to(device), at::Tensor(), bias, {}, {}};
-    cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias32, {}, {}};
-  };
-
-  const std::string& trunk = c.trunk_prefix;
-  // A tied int8, 4-bit or packed LM head holds the embedding (read back by
-  // Embed): one copy of the largest matrix.
-  const bool embedding_in_lm_head =
-      (quantized_head || pack) && !c.span_head && !c.sequence_head && !c.base_model && c.tie_word_embeddings;
-  if (!embedding_in_lm_head) m->w_.embed_tokens = load(trunk + "embed_tokens.weight");
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = trunk + "layers." + std::to_string(l) + ".";
-    DecoderLayerWeights lw;
-    lw.input_layernorm = load(p + "input_layernorm.weight");
-    RS_ASSIGN_OR_RETURN(lw.qkv_proj,
-                        linear({p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, c.qkv_bias));
-    lw.q_norm = load_if(c.qk_norm, p + "self_attn.q_norm.weight");
-    lw.k_norm = load_if(c.qk_norm, p + "self_attn.k_norm.weight");
-    RS_ASSIGN_OR_RETURN(lw.o_proj, linear({p + "self_attn.o_proj"}, c.o_proj_bias));
-    lw.post_attention_layernorm = load(p + "post_attention_layernorm.weight");
-    RS_ASSIGN_OR_RETURN(lw.gate_up_proj, linear({p + "mlp.gate_proj", p + "mlp.up_proj"}, c.mlp_bias));
-    RS_ASSIGN_OR_RETURN(lw.down_proj, linear({p + "mlp.down_proj"}, c.mlp_bias));
-    m->w_.layers.push_back(std::move(lw));
-  }
-  m->w_.norm = load(trunk + "norm.weight");
-  if (c.span_head) {
-    m->w_.qa_outputs = load("qa_outputs.weight");
-    m->w_.qa_outputs_bias = load("qa_outputs.bias");
-  } else if (c.sequence_head && !c.classifier_from_token.empty()) {
-    // vLLM's classifier from a causal LM: the LM head's rows of the named
-    // tokens (their ids from the checkpoint's tokenizer.json).
-    RS_ASSIGN_OR_RETURN(auto tokenizer, tok::Tokenizer::FromPath(dir));
-    std::vector<std::int64_t> ids;
-    for (const std::string& t : c.classifier_from_token) {
-      const std::optional<TokenId> id = tokenizer->TokenToId(t);
-      if (!id || *id < 0 || *id >= c.vocab_size)
-        return InvalidArgument(dir + ": classifier_from_token '" + t.substr(0, 100) +
-                               "' is not a token of the model's vocabulary");
-      ids.push_back(*id);
-    }
-    const at::Tensor head = c.tie_word_embeddings ? m->w_.embed_tokens : load("lm_head.weight");
-    const at::Tensor rows = head.index_select(0, at::tensor(ids, at::kLong).to(device));
-    m->w_.score = c.original_qwen3_reranker ? (rows[1] - rows[0]).unsqueeze(0).contiguous() : rows.contiguous();
-  } else if (c.sequence_head) {
-    m->w_.score = load("score.weight");
-  } else if (!c.base_model) {
-    if (embedding_in_lm_head) {
-      RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({trunk + "embed_tokens"}, false, true));
-    } else if (c.tie_word_embeddings) {
-      m->w_.lm_head = LinearWeight{m->w_.embed_tokens, at::Tensor(), at::Tensor(), {}, {}};
-    } else {
-      RS_ASSIGN_OR_RETURN(m->w_.lm_head, linear({"lm_head"}, false, true));
-    }
-  }
+  RS_ASSIGN_OR_RETURN(m->w_, LoadDecoderWeights(*ckpt, dir, WeightPolicy(dtype, quantization, device)));
 
 #ifdef ROPESERVE_HAVE_CUDA
   m->ops_ = device.is_cuda() ? MakeCudaDecoderOps() : MakeCpuDecoderOps();

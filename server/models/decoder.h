@@ -124,6 +124,11 @@ class DecoderModel final : public PagedModel {
   enum class Head { kLm, kSpan, kScore, kNone };
   static StatusOr<std::unique_ptr<DecoderModel>> LoadAny(const std::string& dir, DType dtype, Head head,
                                                          Quantization quantization, at::Device device);
+  // Whether the checkpoint has the head asked for; the quantization it is
+  // served with (a 4-bit checkpoint's own weights whatever was asked, int8
+  // refused for it).
+  static StatusOr<Quantization> CheckHead(const std::string& dir, const ModelConfig& c, Head head,
+                                          Quantization quantization);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden) const;
   // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].

@@ -10,7 +10,23 @@ import pathlib
 import sys
 
 MAX_LINES = 150
+SIGNATURE_LINES = 6  # a signature wrapped over at most this many lines
 NOT_FUNCTIONS = ("namespace", "struct", "class", "enum", "union", "extern", "template", "using", "#", "//", "}")
+
+
+def opens_body(lines, i):
+    """Whether the signature starting at column 0 on line i opens a body:
+    its last line ends with "{", either this line or one of the indented
+    continuation lines clang-format wraps a long signature into."""
+    for j in range(i, min(len(lines), i + SIGNATURE_LINES)):
+        if j > i and (not lines[j] or not lines[j][0].isspace()):
+            return False
+        text = lines[j].rstrip()
+        if text.endswith("{"):
+            return True
+        if text.endswith(";"):
+            return False
+    return False
 
 
 def long_functions(root):
@@ -23,9 +39,9 @@ def long_functions(root):
             if start is None:
                 if not line or line[0].isspace() or line.startswith(NOT_FUNCTIONS):
                     continue
-                if not line.rstrip().endswith("{") or "(" not in "".join(lines[max(0, i - 4):i + 1]):
-                    continue
                 if "=" in line.split("(")[0]:  # a variable's initializer
+                    continue
+                if "(" not in line or not opens_body(lines, i):
                     continue
                 start = i
             elif line.startswith("}"):
