@@ -35,9 +35,7 @@ class WeightReader {
 
   // Each tensor goes to the device as it is read (int8 weights, CPU-only,
   // are read in float32 and quantized on the host).
-  at::Tensor Load(const std::string& name) const {
-    return LoadTensor(ckpt_, name, policy_.dtype).to(policy_.device);
-  }
+  at::Tensor Load(const std::string& name) const { return LoadTensor(ckpt_, name, policy_.dtype).to(policy_.device); }
   at::Tensor LoadIf(bool present, const std::string& name) const { return present ? Load(name) : at::Tensor(); }
 
   // One projection from the modules `names` ("<name>.weight",

@@ -26,12 +26,12 @@ struct WeightPolicy {
   WeightPolicy(DType dtype, Quantization quantization, at::Device device);
 
   at::Device device;
-  c10::ScalarType dtype;     // the compute dtype
-  bool int8 = false;         // projections quantized to int8
-  bool int4 = false;         // projections at 4 bits (int4 or int4-all)
-  bool int4_head = false;    // the LM head at 4 bits too (int4-all)
-  bool pack = false;         // unquantized CPU projections in packed panels
-  bool int8_head = false;    // the LM head at 8 bits: int8, or int4 on the CPU
+  c10::ScalarType dtype;   // the compute dtype
+  bool int8 = false;       // projections quantized to int8
+  bool int4 = false;       // projections at 4 bits (int4 or int4-all)
+  bool int4_head = false;  // the LM head at 4 bits too (int4-all)
+  bool pack = false;       // unquantized CPU projections in packed panels
+  bool int8_head = false;  // the LM head at 8 bits: int8, or int4 on the CPU
   bool quantized_head = false;
 
   // A tied LM head holds the embedding (DecoderModel::Embed reads its rows
@@ -43,7 +43,6 @@ struct WeightPolicy {
 // Every weight of `ckpt` (opened from `dir`, whose name error messages
 // carry) the model's heads use, on the policy's device. A classifier made
 // from a causal LM's rows (classifier_from_token) reads dir's tokenizer.
-StatusOr<DecoderWeights> LoadDecoderWeights(const Checkpoint& ckpt, const std::string& dir,
-                                            const WeightPolicy& policy);
+StatusOr<DecoderWeights> LoadDecoderWeights(const Checkpoint& ckpt, const std::string& dir, const WeightPolicy& policy);
 
 }  // namespace ropeserve

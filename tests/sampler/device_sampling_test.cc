@@ -17,6 +17,7 @@
 #include "server/models/device.h"
 #include "server/sampler/logits_processors.h"
 #include "tests/engine/mask_processor.h"
+#include "tests/sampler/step_plans.h"
 
 namespace ropeserve {
 namespace {
@@ -68,21 +69,7 @@ at::Tensor StepLogits(std::int64_t rows, std::mt19937_64& rng) {
   return t;
 }
 
-// One request per sequence, one row each unless drafts are given.
-StepPlan Step(const std::vector<RequestId>& ids, std::vector<SamplingSpec> added = {},
-              std::vector<RequestId> removed = {}) {
-  StepPlan plan;
-  plan.added = std::move(added);
-  plan.removed = std::move(removed);
-  for (RequestId id : ids) {
-    ScheduledSequence s;
-    s.request_id = id;
-    s.token_ids = {1};
-    s.needs_logits = true;
-    plan.sequences.push_back(s);
-  }
-  return plan;
-}
+using testing::OneRowEach;
 
 // Runs `plan` on both paths and expects the same tokens; returns the host's.
 struct Both {
@@ -160,16 +147,16 @@ void ExpectProcessedGreedyRowsEqualTheHostSampler(at::Device on) {
   std::mt19937_64 rng(7);
   std::vector<RequestId> live = {1, 2, 3, 4, 5, 6, 7, 8};
   const std::vector<char> drawn = {1, 1, 1, 1, 1, 0, 0, 1};
-  both.Run(Step(live, specs), StepLogits(8, rng), drawn);
-  for (int step = 1; step < 10; ++step) both.Run(Step(live), StepLogits(8, rng), drawn);
+  both.Run(OneRowEach(live, specs), StepLogits(8, rng), drawn);
+  for (int step = 1; step < 10; ++step) both.Run(OneRowEach(live), StepLogits(8, rng), drawn);
   // Request 3 leaves; 9 (penalties) takes its rows, which must start clean.
   SamplingSpec nine = Spec(9, {0, 1, 2});
   nine.params.repetition_penalty = 2.0;
   nine.params.frequency_penalty = 1.0;
   live = {1, 2, 4, 5, 6, 7, 8, 9};
   for (int step = 0; step < 10; ++step)
-    both.Run(Step(live, step == 0 ? std::vector<SamplingSpec>{nine} : std::vector<SamplingSpec>{},
-                  step == 0 ? std::vector<RequestId>{3} : std::vector<RequestId>{}),
+    both.Run(OneRowEach(live, step == 0 ? std::vector<SamplingSpec>{nine} : std::vector<SamplingSpec>{},
+                        step == 0 ? std::vector<RequestId>{3} : std::vector<RequestId>{}),
              StepLogits(8, rng));
   EXPECT_EQ(both.drawn_rows, 10u * 6 + 10u * 6);
   // The processing mattered: the plain greedy request keeps to the favoured
@@ -205,8 +192,8 @@ TEST(DeviceSampling, CudaRandomDrawsKeepMasksAndDependOnSeedAndOffsetOnly) {
   specs[2].params.top_p = 0.5;
   HostSampler a, b;
   DeviceSampling da(kVocab, cuda), db(kVocab, cuda);
-  const StepPlan all = Step({1, 2, 3, 4, 5, 6}, specs);
-  const StepPlan some = Step({5, 3, 1}, specs);  // other rows, other order
+  const StepPlan all = OneRowEach({1, 2, 3, 4, 5, 6}, specs);
+  const StepPlan some = OneRowEach({5, 3, 1}, specs);  // other rows, other order
   a.Apply(all);
   b.Apply(some);
   da.Apply(all);
@@ -235,8 +222,8 @@ TEST(DeviceSampling, ManyRequestsGrowTheTensors) {
   }
   Both both;
   std::mt19937_64 rng(11);
-  both.Run(Step(live, specs), StepLogits(90, rng));
-  for (int step = 0; step < 4; ++step) both.Run(Step(live), StepLogits(90, rng));
+  both.Run(OneRowEach(live, specs), StepLogits(90, rng));
+  for (int step = 0; step < 4; ++step) both.Run(OneRowEach(live), StepLogits(90, rng));
   EXPECT_GE(both.device.parameter_rows(), 90);
   EXPECT_GE(both.device.penalty_rows(), 30 + 18 - 6);
   EXPECT_EQ(both.drawn_rows, 5u * 90);
@@ -248,7 +235,7 @@ TEST(DeviceSampling, ManyRequestsGrowTheTensors) {
 TEST(DeviceSampling, DraftRowsAreDrawnOnlyWhenPlain) {
   SamplingSpec plain = Spec(1), penalized = Spec(2);
   penalized.params.presence_penalty = 1.0;
-  StepPlan plan = Step({1, 2}, {plain, penalized});
+  StepPlan plan = OneRowEach({1, 2}, {plain, penalized});
   for (auto& s : plan.sequences) {
     s.token_ids = {1, 7, 8};
     s.num_draft = 2;

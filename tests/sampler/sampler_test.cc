@@ -15,6 +15,7 @@
 #include "server/sampler/host_sampler.h"
 #include "server/sampler/step_sampling.h"
 #include "tests/common/float_bounds.h"
+#include "tests/sampler/step_plans.h"
 
 namespace ropeserve {
 namespace {
@@ -50,18 +51,7 @@ SamplingSpec Penalized(RequestId id) {
   return s;
 }
 
-StepPlan Step(const std::vector<RequestId>& ids, std::vector<SamplingSpec> added = {}) {
-  StepPlan plan;
-  plan.added = std::move(added);
-  for (RequestId id : ids) {
-    ScheduledSequence s;
-    s.request_id = id;
-    s.token_ids = {1};
-    s.needs_logits = true;
-    plan.sequences.push_back(s);
-  }
-  return plan;
-}
+using testing::OneRowEach;
 
 // A few tokens favoured (so that penalties move the argmax), with noise.
 at::Tensor Logits(std::int64_t rows, std::mt19937_64& rng) {
@@ -102,7 +92,8 @@ void ExpectEqualsTheHostSampler(SamplerPlacement placement) {
   std::mt19937_64 rng(5);
   const std::vector<RequestId> live = {1, 2, 3, 4};
   for (int step = 0; step < 12; ++step) {
-    const StepPlan plan = step == 0 ? Step(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : Step(live);
+    const StepPlan plan =
+        step == 0 ? OneRowEach(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : OneRowEach(live);
     const at::Tensor logits = Logits(static_cast<std::int64_t>(live.size()), rng);
     sampler.Apply(plan);
     auto got = sampler.Sample(plan, logits, at::Tensor());
@@ -121,7 +112,7 @@ TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
   std::mt19937_64 rng(9);
   for (SamplerPlacement placement : {SamplerPlacement::kAuto, SamplerPlacement::kHost, SamplerPlacement::kDevice}) {
     Sampler sampler(kVocab, at::Device(at::kCPU), placement);
-    const StepPlan plan = Step({1, 2}, {Greedy(1), Penalized(2)});
+    const StepPlan plan = OneRowEach({1, 2}, {Greedy(1), Penalized(2)});
     sampler.Apply(plan);
     ASSERT_TRUE(sampler.Sample(plan, Logits(2, rng), at::Tensor()).ok());
     // On the CPU, kAuto is the host sampler; kDevice draws the greedy rows
@@ -135,7 +126,7 @@ TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
 TEST(Sampler, RowsThatDoNotMatchThePlanAreAnError) {
   std::mt19937_64 rng(3);
   Sampler sampler(kVocab, at::Device(at::kCPU), SamplerPlacement::kHost);
-  const StepPlan plan = Step({1, 2}, {Greedy(1), Greedy(2)});
+  const StepPlan plan = OneRowEach({1, 2}, {Greedy(1), Greedy(2)});
   sampler.Apply(plan);
   EXPECT_FALSE(sampler.Sample(plan, Logits(1, rng), at::Tensor()).ok());              // a row short
   EXPECT_FALSE(sampler.Sample(plan, Logits(3, rng), at::Tensor()).ok());              // a row too many
