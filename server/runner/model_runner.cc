@@ -382,7 +382,7 @@ StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
   if (step.padding > 0) logits = logits.narrow(0, 0, step.real_rows);  // the fillers' rows come last
   if (im.options.time_phases) im.WaitForDevice();
   lap(im.stats.forward_ns);
-  auto out = im.sampler.Sample(plan, step.real_rows > 0 ? logits : at::Tensor(), prompt);
+  auto out = im.sampler.Sample(plan, logits, prompt);
   im.stats.device_draws = im.sampler.stats().device_draws;
   lap(im.stats.reduce_ns);
   return out;

@@ -57,7 +57,6 @@ class Sampler {
   // (undefined when none was asked).
   StatusOr<StepOutput> Sample(const StepPlan& plan, const at::Tensor& logits, const at::Tensor& prompt);
 
-  std::int64_t vocab_size() const { return vocab_; }
   const SamplerStats& stats() const { return stats_; }
   // DeviceSampling's persistent tensors, or null when the host draws every row.
   const DeviceSampling* device_sampling() const { return device_.get(); }
