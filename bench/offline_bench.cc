@@ -221,7 +221,7 @@ double MeasureReadBandwidth(at::Device device) {
 // untied embedding matrix is only read one row at a time). Int8 weights
 // are one byte each (their per-row scales and the norms are negligible);
 // int4 projections half a byte and, per 128, the scale the kernel reads
-// (kernels/cpu/int4_linear.h) and a byte of zero point.
+// (kernels/int4_weight.h) and a byte of zero point.
 double WeightBytesPerToken(const ModelConfig& c, DType dtype, Quantization q, const at::Device& device) {
   double params = static_cast<double>(c.num_parameters());
   if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);

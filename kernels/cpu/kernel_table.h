@@ -53,7 +53,7 @@ struct CpuKernels {
                                    const float* bias, float* out, std::int64_t N, std::int64_t p_begin,
                                    std::int64_t p_end) = nullptr;
   // The same over int8 weights q [N, K] with float32 scales [N] (applied
-  // to the sums), and over int4 weights (int4_linear.h's layout; each
+  // to the sums), and over int4 weights (kernels/int4_weight.h's layout; each
   // weight dequantized and rounded to bfloat16 first).
   void (*int8_panel_linear_panels)(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::int8_t* q,
                                    const float* scale, const float* bias, std::uint16_t* out, std::int64_t N,

@@ -545,7 +545,7 @@ void Int8PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t 
 void Int4PanelLinearPanels(const std::uint16_t* x, std::int64_t M, std::int64_t K, const std::uint8_t* packed,
                            const float* scale, const std::uint8_t* zero, std::int64_t group, const float* bias,
                            std::uint16_t* out, std::int64_t N, std::int64_t p_begin, std::int64_t p_end) {
-  // int4_linear.h's layout: rows of (K + 63) / 64 blocks of 32 bytes, byte j
+  // kernels/int4_weight.h's layout: rows of (K + 63) / 64 blocks of 32 bytes, byte j
   // of a block holding column j (low nibble) and j + 32 (high nibble).
   const std::int64_t row_bytes = (K + 63) / 64 * 32, groups = K / group;
   Widened(

@@ -147,8 +147,8 @@ void Int8Panel(const std::int8_t* q, std::int64_t N, std::int64_t K, std::int64_
   }
 }
 
-// Features [n0, n0 + 64) of group-wise int4 weights (kernels/cpu/
-// int4_linear.h's layout, K a multiple of 32) as one bfloat16 panel in
+// Features [n0, n0 + 64) of group-wise int4 weights (kernels/
+// int4_weight.h's layout, K a multiple of 32) as one bfloat16 panel in
 // PackWeight's order: each weight dequantized, (q - zero) * scale in
 // float32, rounded to bfloat16 (the group's scale varies along K, so it
 // cannot wait for the sums as int8's does). Per 16 features and 16 column

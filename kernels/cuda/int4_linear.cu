@@ -24,7 +24,7 @@ __device__ __forceinline__ void Load8(const T* p, float* out) {
 // One warp per output column n. Lane l reads the row's 16-byte chunks l,
 // l + 32, ...: chunk c is half h = c % 2 of the 64-column block c / 2, its
 // byte i holding column 64 (c / 2) + 16 h + i in the low nibble and that
-// plus 32 in the high nibble (kernels/cpu/int4_linear.h's layout). Per run
+// plus 32 in the high nibble (kernels/int4_weight.h's layout). Per run
 // of 16 columns (one group: groups are >= 32 columns and aligned), each row
 // sums (q - zero) * x in float32, then adds scale times that; the lanes'
 // sums meet by a fixed butterfly. Row r's arithmetic does not depend on R

@@ -79,7 +79,7 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
                    AttentionKernel kernel = AttentionKernel::kAuto);
 
 // y [rows, N] = x [rows, K] W^T + bias for group-wise 4-bit W in
-// kernels/cpu/int4_linear.h's layout: packed [N, Kp / 2] bytes (Kp = K
+// kernels/int4_weight.h's layout: packed [N, Kp / 2] bytes (Kp = K
 // rounded up to 64; each 64-column block 32 bytes, byte j holding column j
 // in its low nibble and j + 32 in its high one), W[n, k] = (q - zero[n, g])
 // * scale[n, g] with g = k / group_size, scale float32 and zero uint8

@@ -40,7 +40,7 @@ at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::i
                                    std::int64_t partition_size = kPartitionSize);
 // x [rows, K] 16-bit (already in the weight's column order) times the
 // 4-bit weight packed / scale / zero (kernels.h's Int4Linear; the tensors
-// of a cpu::Int4Weight moved to the device) plus bias (float32 [N] or
+// of an Int4Weight, kernels/int4_weight.h, moved to the device) plus bias (float32 [N] or
 // undefined) -> [rows, N] in x's dtype. 1 <= rows <= kInt4GemvMaxRows.
 at::Tensor Int4Linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
                       std::int64_t k, std::int64_t group_size, const at::Tensor& bias);

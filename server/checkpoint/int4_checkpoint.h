@@ -2,7 +2,7 @@
 // the three layouts the Hugging Face hub ships (config.json's
 // `quantization_config`), parsed and validated torch-free. The loader
 // (server/models/int4_checkpoint_loader.h) unpacks them into the int4
-// kernel's format (kernels/cpu/int4_linear.h); `make-model` writes them.
+// weight format (kernels/int4_weight.h); `make-model` writes them.
 //
 // Per projection of float shape [N, K] (N outputs, K inputs), groups of G
 // input columns (G = K for one group per row), Gn = K / G, every 4-bit

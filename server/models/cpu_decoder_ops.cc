@@ -22,7 +22,7 @@ class CpuDecoderOps final : public DecoderOps {
                    at::ScalarType dtype) const override {
     if (table.defined()) return at::embedding(table, ids);
     if (lm_head.packed.defined()) return cpu::PackedRows(lm_head.packed, ids);
-    if (lm_head.is_int4()) return cpu::Int4Rows(lm_head.int4, ids, dtype);
+    if (lm_head.is_int4()) return Int4Rows(lm_head.int4, ids, dtype);
     return cpu::Int8Rows(cpu::Int8Weight{lm_head.weight, lm_head.scale}, ids, dtype);
   }
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {

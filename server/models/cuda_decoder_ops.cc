@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/torch_glue.h"
+#include "kernels/int4_weight.h"
 #include "server/models/decoder_ops.h"
 
 namespace ropeserve {
@@ -26,18 +27,18 @@ class CudaDecoderOps final : public DecoderOps {
       // once. More (prefill): the generic path, the weights dequantized to
       // x's dtype for cuBLAS (compute-bound there; the copy is transient).
       if (x.size(0) <= cuda::kInt4GemvMaxRows) {
-        const cpu::Int4Weight& q = w.int4;
+        const Int4Weight& q = w.int4;
         return cuda::Int4Linear(q.perm.defined() ? x.index_select(1, q.perm) : x, q.packed, q.scale, q.zero, q.k,
                                 q.group_size, w.bias);
       }
-      return cpu::Int4Linear(x, w.int4, w.bias);
+      return Int4DequantizedLinear(x, w.int4, w.bias);
     }
     return w.bias.defined() ? at::linear(x, w.weight, w.bias) : at::linear(x, w.weight);  // cuBLAS
   }
   at::Tensor Embed(const at::Tensor& table, const LinearWeight& lm_head, const at::Tensor& ids,
                    at::ScalarType dtype) const override {
     // A tied 4-bit head (int4-all) holds the embedding: its rows dequantized.
-    if (!table.defined() && lm_head.is_int4()) return cpu::Int4Rows(lm_head.int4, ids, dtype);
+    if (!table.defined() && lm_head.is_int4()) return Int4Rows(lm_head.int4, ids, dtype);
     TORCH_CHECK(table.defined(), "CUDA embeddings keep their table unless a tied 4-bit head holds it");
     return at::embedding(table, ids);
   }

@@ -10,8 +10,8 @@
 
 #include <memory>
 
-#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/int4_weight.h"
 #include "server/models/paged_model.h"
 
 namespace ropeserve {
@@ -36,7 +36,7 @@ struct LinearWeight {
   cpu::PackedWeight packed;
   // Quantization::kInt4: the group-wise 4-bit weights, replacing `weight`
   // (the bias then float32).
-  cpu::Int4Weight int4;
+  Int4Weight int4;
   bool int8() const { return scale.defined(); }
   bool is_int4() const { return int4.packed.defined(); }
 };

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/int4_weight.h"
 #include "server/models/int4_checkpoint_loader.h"
 #include "server/models/weight_loader.h"
 #include "server/tokenizer/tokenizer.h"
@@ -65,10 +65,10 @@ class WeightReader {
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).
-    const std::int64_t group = cpu::Int4KernelGroup(w.size(1));
+    const std::int64_t group = Int4KernelGroup(w.size(1));
     if (policy_.int4 && (!head || policy_.int4_head) && group > 0) {
       LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
-      q.int4 = cpu::Int4WeightOn(cpu::QuantizeInt4(w, group), policy_.device);
+      q.int4 = Int4WeightOn(QuantizeInt4(w, group), policy_.device);
       return q;
     }
     if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}};
@@ -87,7 +87,7 @@ class WeightReader {
     }
     LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
     RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir_ + ": " + names[0]));
-    q.int4 = cpu::Int4WeightOn(std::move(q.int4), policy_.device);
+    q.int4 = Int4WeightOn(std::move(q.int4), policy_.device);
     return q;
   }
 

@@ -97,7 +97,7 @@ StatusOr<Int4Levels> ReadInt4Levels(const Checkpoint& ckpt, const Int4Checkpoint
   return l;
 }
 
-StatusOr<cpu::Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, const std::string& what) {
+StatusOr<Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, const std::string& what) {
   std::vector<at::Tensor> qs, scales, zeros;
   for (const auto& p : parts) {
     if (!at::equal(p.g_idx, parts[0].g_idx))
@@ -114,13 +114,13 @@ StatusOr<cpu::Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, c
     perm = at::Tensor();
   else
     q = q.index_select(1, perm);
-  const std::int64_t run = cpu::Int4KernelGroup(group);
+  const std::int64_t run = Int4KernelGroup(group);
   if (run == 0) return InvalidArgument(what + ": groups of " + std::to_string(group) + " columns");
   if (group != run) {
     scale = scale.repeat_interleave(group / run, 1);
     zero = zero.repeat_interleave(group / run, 1);
   }
-  return cpu::PackInt4(q, scale.contiguous(), zero.contiguous(), run, perm);
+  return PackInt4(q, scale.contiguous(), zero.contiguous(), run, perm);
 }
 
 }  // namespace ropeserve

@@ -1,6 +1,6 @@
 // GPTQ, AWQ and compressed-tensors 4-bit projections
 // (server/checkpoint/int4_checkpoint.h states each layout) read into the
-// int4 kernel's format (kernels/cpu/int4_linear.h). Their values are kept
+// int4 weight format (kernels/int4_weight.h). Their values are kept
 // exactly: levels, zero points and scales as stored, so the model computes
 // with the checkpoint's dequantized weights; act-order checkpoints keep
 // their column order as a permutation the kernel applies to x.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/int4_linear.h"
+#include "kernels/int4_weight.h"
 #include "server/checkpoint/checkpoint.h"
 
 namespace ropeserve {
@@ -38,6 +38,6 @@ StatusOr<Int4Levels> ReadInt4Levels(const Checkpoint& ckpt, const Int4Checkpoint
 // 128 columns split into runs of 128, 64 or 32 with the same scale and
 // zero (exact). InvalidArgument when the parts order their columns
 // differently (different g_idx: they could not share one x).
-StatusOr<cpu::Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, const std::string& what);
+StatusOr<Int4Weight> PackInt4Levels(const std::vector<Int4Levels>& parts, const std::string& what);
 
 }  // namespace ropeserve

@@ -15,7 +15,7 @@ enum class Quantization {
   // the compute dtype.
   kInt8,
   // Every decoder projection as group-wise 4-bit weights
-  // (kernels/cpu/int4_linear.h: groups of 128 columns, or 64 / 32 where the
+  // (kernels/int4_weight.h: groups of 128 columns, or 64 / 32 where the
   // input size needs it; round to nearest, asymmetric), quantized at load;
   // a projection whose input size is not a multiple of 32 stays int8.
   // The LM head (and a tied embedding, read back from it) stays int8: the

@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "kernels/cpu/int4_linear.h"
 #include "kernels/cuda/torch_glue.h"
+#include "kernels/int4_weight.h"
 #include "kernels/reference/reference_ops.h"
 #include "tests/common/float_bounds.h"
 #include "tests/common/test_seed.h"
@@ -211,13 +211,13 @@ TEST_P(CudaKernels, SamplingIsGreedyFilteredAndSeeded) {
   EXPECT_TRUE((minp == 2).all().item<bool>());
 }
 
-// A 4-bit weight made on the host (kernels/cpu/int4_linear.h): round to
+// A 4-bit weight made on the host (kernels/int4_weight.h): round to
 // nearest per group, asymmetric or symmetric, optionally with its columns
 // permuted (act-order checkpoints).
-cpu::Int4Weight HostInt4(std::int64_t N, std::int64_t K, std::int64_t group, bool symmetric, bool permuted) {
-  const cpu::Int4Weight q = cpu::QuantizeInt4(at::randn({N, K}), group, symmetric);
+Int4Weight HostInt4(std::int64_t N, std::int64_t K, std::int64_t group, bool symmetric, bool permuted) {
+  const Int4Weight q = QuantizeInt4(at::randn({N, K}), group, symmetric);
   if (!permuted) return q;
-  return cpu::PackInt4(cpu::UnpackInt4(q), q.scale, q.zero, group, at::randperm(K, at::kLong));
+  return PackInt4(UnpackInt4(q), q.scale, q.zero, group, at::randperm(K, at::kLong));
 }
 
 // The 4-bit matrix-vector kernel against float64 maths on the dequantized
@@ -234,9 +234,9 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
         {896, 896, 128, false, false, false},
         {257, 1056, 32, false, true, false},
         {64, 4864, 128, true, false, true}}) {
-    const cpu::Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
-    const cpu::Int4Weight w = cpu::Int4WeightOn(host, at::kCUDA);
-    const at::Tensor dense = cpu::DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
+    const Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
+    const Int4Weight w = Int4WeightOn(host, at::kCUDA);
+    const at::Tensor dense = DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
     const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
     for (int M : {1, 2, 3, 5, 8, 11, 16}) {
       SCOPED_TRACE(::testing::Message() << N << "x" << K << " g" << group << " rows " << M);
@@ -264,7 +264,7 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
     }
   }
   // Past the kernel's rows, and a K it cannot take: refused.
-  const cpu::Int4Weight w = cpu::Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA);
+  const Int4Weight w = Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA);
   EXPECT_THROW(cuda::Int4Linear(Randn({cuda::kInt4GemvMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
                c10::Error);
   EXPECT_THROW(cuda::Int4Linear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
@@ -311,7 +311,7 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
   // zeros read per second, at 1 and 8 rows, against a bf16 cuBLAS GEMM of
   // the same shape (its 2 bytes a weight).
   for (auto [N, K] : {std::pair<int, int>{4864 * 2, 896}, {896, 4864}, {28672, 4096}, {4096, 14336}}) {
-    const cpu::Int4Weight w = cpu::Int4WeightOn(HostInt4(N, K, 128, false, false), at::kCUDA);
+    const Int4Weight w = Int4WeightOn(HostInt4(N, K, 128, false, false), at::kCUDA);
     const at::Tensor dense = Randn({N, K});
     const double bytes = static_cast<double>(w.packed.nbytes() + w.scale.nbytes() + w.zero.nbytes());
     for (int M : {1, 8}) {

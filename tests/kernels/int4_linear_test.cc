@@ -1,4 +1,4 @@
-// The group-wise int4 weights (kernels/cpu/int4_linear.h): the
+// The group-wise int4 weights (kernels/int4_weight.h) and the CPU's kernels over them (kernels/cpu/int4_linear.h): the
 // quantization's bound (each weight within half its group's scale), the
 // packing round trip, and the kernel against float64 maths on the
 // dequantized weights, with bounds derived from its arithmetic as the int8
@@ -57,7 +57,7 @@ TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
   const Case c = GetParam();
   at::manual_seed(c.K * 3 + c.N);
   const at::Tensor w = Weights(c.N, c.K, c.group);
-  const cpu::Int4Weight q = cpu::QuantizeInt4(w.to(c.dtype), c.group, c.symmetric);
+  const Int4Weight q = QuantizeInt4(w.to(c.dtype), c.group, c.symmetric);
   ASSERT_EQ(q.k, c.K);
   ASSERT_EQ(q.packed.size(1), (c.K + 63) / 64 * 32);
   ASSERT_EQ(q.scale.sizes(), (std::vector<std::int64_t>{c.N, c.K / c.group}));
@@ -73,15 +73,15 @@ TEST_P(Int4Linear, QuantizesWithinHalfAScaleAndPacksBack) {
                               : (at::clamp_min(groups.amax(2), 0.0) - at::clamp_max(groups.amin(2), 0.0)) / 15.0;
   EXPECT_TRUE((q.scale >= span).all().item<bool>());
   EXPECT_TRUE((q.scale <= span * (1 + 0x1p-10)).all().item<bool>());
-  const at::Tensor levels = cpu::UnpackInt4(q);
+  const at::Tensor levels = UnpackInt4(q);
   EXPECT_LE(levels.max().item<int>(), 15);
   // Packing the levels again gives the same bytes.
-  const cpu::Int4Weight again = cpu::PackInt4(levels, q.scale, q.zero, c.group);
+  const Int4Weight again = PackInt4(levels, q.scale, q.zero, c.group);
   EXPECT_TRUE(at::equal(again.packed, q.packed));
   // |dequantized - w| <= scale / 2 (+ the float32 arithmetic of w / scale
   // and of the product: a few units of 2^-24 of |w|).
   const at::Tensor w64 = w.to(c.dtype).to(at::kDouble);
-  const at::Tensor deq = cpu::DequantizeInt4(q, at::kDouble);
+  const at::Tensor deq = DequantizeInt4(q, at::kDouble);
   const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(c.group, 1) / 2;
   const at::Tensor err = (deq - w64).abs();
   const at::Tensor bound = half * (1 + 1e-5) + 4 * testing::kF32Roundoff * w64.abs() + 1e-30;
@@ -94,13 +94,13 @@ TEST_P(Int4Linear, KernelMatchesExactMathsWithinTheQuantizationBound) {
   const Case c = GetParam();
   at::manual_seed(c.M * 131 + c.K * 7 + c.N);
   const at::Tensor x = at::randn({c.M, c.K}).to(c.dtype);
-  const cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group, c.symmetric);
+  const Int4Weight w = QuantizeInt4(Weights(c.N, c.K, c.group), c.group, c.symmetric);
   const at::Tensor b = c.bias ? at::randn({c.N}).to(c.dtype) : at::Tensor();
   ASSERT_TRUE(cpu::Int4KernelSupports(x, w)) << "every ISA has a variant";
   const at::Tensor got = cpu::Int4LinearKernel(x, w, b);
   ASSERT_EQ(got.scalar_type(), c.dtype);
   ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{c.M, c.N}));
-  const at::Tensor w64 = cpu::DequantizeInt4(w, at::kDouble);
+  const at::Tensor w64 = DequantizeInt4(w, at::kDouble);
   // The int8-x form's levels are reproduced here exactly (its quantization
   // is tested in kernel_cores_test): only the float32 sums remain. The
   // int16 form's rounding is counted instead: |x - xq * sx| <= sx / 2.
@@ -153,17 +153,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Int4Linear,
 TEST(Int4Scales, Float16WhenExactAndTheKernelGivesTheSameBits) {
   at::manual_seed(5);
   const std::int64_t K = 256, N = 70;
-  const cpu::Int4Weight w = cpu::QuantizeInt4(at::randn({N, K}) * 0.05, 128);
+  const Int4Weight w = QuantizeInt4(at::randn({N, K}) * 0.05, 128);
   ASSERT_TRUE(w.scale16.defined());
   // Weights so small that a scale falls below 2^-14: float32 scales only.
-  const cpu::Int4Weight tiny = cpu::QuantizeInt4(at::randn({N, K}) * 1e-5, 128);
+  const Int4Weight tiny = QuantizeInt4(at::randn({N, K}) * 1e-5, 128);
   EXPECT_FALSE(tiny.scale16.defined());
   // Checkpoint scales: float16 only when exact.
-  const at::Tensor levels = cpu::UnpackInt4(w);
-  EXPECT_TRUE(cpu::PackInt4(levels, w.scale, w.zero, 128).scale16.defined());
-  EXPECT_FALSE(cpu::PackInt4(levels, w.scale * (1 + 0x1p-20), w.zero, 128).scale16.defined());
+  const at::Tensor levels = UnpackInt4(w);
+  EXPECT_TRUE(PackInt4(levels, w.scale, w.zero, 128).scale16.defined());
+  EXPECT_FALSE(PackInt4(levels, w.scale * (1 + 0x1p-20), w.zero, 128).scale16.defined());
   // The kernel on either copy.
-  cpu::Int4Weight f32 = w;
+  Int4Weight f32 = w;
   f32.scale16 = at::Tensor();
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     const at::Tensor x = at::randn({3, K}).to(dtype);
@@ -178,11 +178,11 @@ TEST(Int4LinearGeneric, ManyRowsDequantizeForAtLinear) {
   at::manual_seed(11);
   const std::int64_t M = cpu::kInt4KernelMaxRows + 3, K = 256, N = 40;
   const at::Tensor x = at::randn({M, K});
-  const cpu::Int4Weight w = cpu::QuantizeInt4(at::randn({N, K}) * 0.05, 64);
+  const Int4Weight w = QuantizeInt4(at::randn({N, K}) * 0.05, 64);
   const at::Tensor b = at::randn({N});
   EXPECT_FALSE(cpu::Int4KernelSupports(x, w));
   const at::Tensor got = cpu::Int4Linear(x, w, b);
-  const at::Tensor w64 = cpu::DequantizeInt4(w, at::kDouble);
+  const at::Tensor w64 = DequantizeInt4(w, at::kDouble);
   const at::Tensor exact = at::matmul(x.to(at::kDouble), w64.t()) + b.to(at::kDouble);
   const at::Tensor bound =
       2 * testing::Gamma(K + 2, testing::kF32Roundoff) *
@@ -207,14 +207,14 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
     SCOPED_TRACE("M" + std::to_string(c.M) + " K" + std::to_string(c.K) + " N" + std::to_string(c.N));
     at::manual_seed(c.M + c.K + c.N);
     const at::Tensor x = at::randn({c.M, c.K}).to(at::kBFloat16);
-    cpu::Int4Weight w = cpu::QuantizeInt4(Weights(c.N, c.K, c.group), c.group);
-    if (c.perm) w = cpu::PackInt4(cpu::UnpackInt4(w), w.scale, w.zero, c.group, at::randperm(c.K, at::kLong));
+    Int4Weight w = QuantizeInt4(Weights(c.N, c.K, c.group), c.group);
+    if (c.perm) w = PackInt4(UnpackInt4(w), w.scale, w.zero, c.group, at::randperm(c.K, at::kLong));
     const at::Tensor b = at::randn({c.N}).to(at::kBFloat16);
     ASSERT_TRUE(cpu::Int4PanelSupports(x, w)) << "every ISA has a variant";
     // The panel path alone, on x in the kernel's column order.
     const at::Tensor got = cpu::Int4PanelLinear(c.perm ? x.index_select(1, w.perm) : x, w, b);
     ASSERT_EQ(got.scalar_type(), at::kBFloat16);
-    const at::Tensor x64 = x.to(at::kDouble), w64 = cpu::DequantizeInt4(w, at::kDouble);
+    const at::Tensor x64 = x.to(at::kDouble), w64 = DequantizeInt4(w, at::kDouble);
     const at::Tensor exact = at::matmul(x64, w64.t()) + b.to(at::kDouble);
     const at::Tensor magnitude = at::matmul(x64.abs(), w64.abs().t()) + b.to(at::kDouble).abs().unsqueeze(0);
     const at::Tensor bound =
@@ -237,7 +237,7 @@ TEST(Int4LinearPanel, ManyRowsMatchExactMathsOnBf16RoundedWeights) {
 // CPU runs: AVX2's crossover is every row count, VNNI's 48.)
 TEST(Int4Linear, KernelUpToTheIsasCrossoverThenPanels) {
   const std::int64_t crossover = cpu::ActiveKernels().int4_kernel_max_rows;
-  const cpu::Int4Weight w = cpu::QuantizeInt4(Weights(24, 128, 64), 64);
+  const Int4Weight w = QuantizeInt4(Weights(24, 128, 64), 64);
   for (std::int64_t M : {std::int64_t{1}, std::int64_t{17}, std::min<std::int64_t>(crossover, 70), std::int64_t{70}}) {
     SCOPED_TRACE("M" + std::to_string(M) + " crossover " + std::to_string(crossover));
     at::manual_seed(M);
@@ -251,9 +251,9 @@ TEST(Int4Linear, KernelUpToTheIsasCrossoverThenPanels) {
 }
 
 TEST(Int4Quantize, RefusesGroupsThatDoNotDivideK) {
-  EXPECT_THROW(cpu::QuantizeInt4(at::randn({2, 100}), 64), c10::Error);
-  EXPECT_THROW(cpu::QuantizeInt4(at::randn({2, 128}), 48), c10::Error);
-  EXPECT_THROW(cpu::PackInt4(at::full({2, 64}, 16, at::kByte), at::ones({2, 1}), at::zeros({2, 1}, at::kByte), 64),
+  EXPECT_THROW(QuantizeInt4(at::randn({2, 100}), 64), c10::Error);
+  EXPECT_THROW(QuantizeInt4(at::randn({2, 128}), 48), c10::Error);
+  EXPECT_THROW(PackInt4(at::full({2, 64}, 16, at::kByte), at::ones({2, 1}), at::zeros({2, 1}, at::kByte), 64),
                c10::Error);
 }
 
@@ -266,10 +266,10 @@ TEST(Int4Quantize, RefusesGroupsThatDoNotDivideK) {
 TEST(Int4LinearSpeed, DISABLED_PrintBandwidth) {
   for (const auto& [N, K] : {std::pair<std::int64_t, std::int64_t>{4864, 896}, {896, 4864}}) {
     const at::Tensor wf = at::randn({N, K}) * 0.05;
-    std::vector<cpu::Int4Weight> q4;
+    std::vector<Int4Weight> q4;
     std::vector<cpu::Int8Weight> q8;
     for (int i = 0; i < 48; ++i) {
-      q4.push_back(cpu::QuantizeInt4(wf + i * 1e-3, 128));
+      q4.push_back(QuantizeInt4(wf + i * 1e-3, 128));
       q8.push_back(cpu::QuantizeInt8(wf + i * 1e-3));
     }
     std::printf("[%lld x %lld]\n", static_cast<long long>(N), static_cast<long long>(K));

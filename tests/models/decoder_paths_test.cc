@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/int4_linear.h"
+#include "kernels/int4_weight.h"
 #include "server/models/decoder.h"
 #include "server/models/device.h"
 #include "tests/checkpoint/test_checkpoints.h"
@@ -189,8 +189,8 @@ INSTANTIATE_TEST_SUITE_P(Families, Int8Model,
                                            Int8Case{"llama_untied_bf16", "llama", false, DType::kBF16}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// --quantization int4: group-wise 4-bit projections (kernels/cpu/
-// int4_linear.h) and an int8 LM head. The serving path (the int4 kernel for
+// --quantization int4: group-wise 4-bit projections (kernels/
+// int4_weight.h) and an int8 LM head. The serving path (the int4 kernel for
 // decode rows, dequantize + at::linear for more) equals the dense reference
 // on the same dequantized weights within the activations' rounding, as
 // int8's does; the weights are rounded to 1/15 of their group's range, so
@@ -229,10 +229,10 @@ TEST_P(Int4Model, PagedEqualsReferenceAndTheWeightsAreTheCheckpoints) {
   EXPECT_GT(rel, 1e-3);
   auto exact = DecoderModel::Load(dir.path(), DType::kF32);
   ASSERT_TRUE(exact.ok());
-  const cpu::Int4Weight& q = w.layers[0].qkv_proj.int4;
+  const Int4Weight& q = w.layers[0].qkv_proj.int4;
   const at::Tensor want = testing::Dense((*exact)->weights().layers[0].qkv_proj, at::kDouble);
   const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
-  const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
+  const at::Tensor err = (DequantizeInt4(q, at::kDouble) - want).abs();
   EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
 }
 
@@ -257,12 +257,12 @@ TEST(Int4Model, Int4AllQuantizesTheHeadAndATiedEmbedding) {
     const DecoderWeights& w = (*m)->weights();
     ASSERT_TRUE(w.lm_head.is_int4() && w.layers[0].gate_up_proj.is_int4());
     EXPECT_EQ(w.embed_tokens.defined(), !v.tied);
-    const cpu::Int4Weight& q = w.lm_head.int4;
+    const Int4Weight& q = w.lm_head.int4;
     const DecoderWeights& e = (*exact)->weights();
     const at::Tensor want =
         v.tied ? testing::EmbeddingTable(**exact, at::kDouble) : testing::Dense(e.lm_head, at::kDouble);
     const at::Tensor half = q.scale.to(at::kDouble).repeat_interleave(q.group_size, 1) / 2;
-    const at::Tensor err = (cpu::DequantizeInt4(q, at::kDouble) - want).abs();
+    const at::Tensor err = (DequantizeInt4(q, at::kDouble) - want).abs();
     EXPECT_TRUE((err <= half * (1 + 1e-5) + 4 * testing::kF32Roundoff * want.abs() + 1e-30).all().item<bool>());
     const auto ids = RandomIds(40, (*m)->config().vocab_size, 7);
     const at::Tensor ref = testing::ReferenceForward(**m, at::tensor(ids, at::kLong));

@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/int4_linear.h"
+#include "kernels/int4_weight.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/models/decoder.h"
 #include "server/models/weight_loader.h"
@@ -135,7 +135,7 @@ TEST_P(Int4Checkpoints, LoadTheFilesWeightsAndServeThem) {
       std::vector<at::Tensor> want;
       for (const auto& [module, n] : st.parts) want.push_back(Decode(**ckpt, c, p + module, n, st.k));
       const at::Tensor decoded = at::cat(want, 0);
-      const at::Tensor loaded = cpu::DequantizeInt4(st.got.int4, at::kDouble);
+      const at::Tensor loaded = DequantizeInt4(st.got.int4, at::kDouble);
       // (q - z) * s: the same small integers and scales; the kernel's
       // dequantization rounds the product to float32 once.
       const at::Tensor diff = (loaded - decoded).abs();
@@ -148,9 +148,9 @@ TEST_P(Int4Checkpoints, LoadTheFilesWeightsAndServeThem) {
       // GPTQ v1's asymmetric zeros (at least 1, stored minus one) a whole
       // step where a group's zero would have been 0.
       const at::Tensor step =
-          cpu::DequantizeInt4(cpu::PackInt4(at::ones_like(cpu::UnpackInt4(st.got.int4)), st.got.int4.scale,
-                                            at::zeros_like(st.got.int4.zero), st.got.int4.group_size, st.got.int4.perm),
-                              at::kDouble);
+          DequantizeInt4(PackInt4(at::ones_like(UnpackInt4(st.got.int4)), st.got.int4.scale,
+                                  at::zeros_like(st.got.int4.zero), st.got.int4.group_size, st.got.int4.perm),
+                         at::kDouble);
       const double tol = c.v1 && !c.symmetric ? 1.0 : 0.51;
       const at::Tensor err = (loaded - testing::Dense(st.exact, at::kDouble)).abs();
       EXPECT_TRUE((err <= step * tol).all().item<bool>()) << (err / step).max().item<double>();

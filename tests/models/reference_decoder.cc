@@ -5,10 +5,10 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/int4_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/int4_weight.h"
 #include "kernels/reference/reference_ops.h"
 #include "server/models/span_rows.h"
 
@@ -16,7 +16,7 @@ namespace ropeserve::testing {
 
 at::Tensor Dense(const LinearWeight& w, at::ScalarType dtype) {
   if (w.packed.defined()) return cpu::UnpackWeight(w.packed).to(dtype);
-  if (w.is_int4()) return cpu::DequantizeInt4(w.int4, dtype);
+  if (w.is_int4()) return DequantizeInt4(w.int4, dtype);
   return w.int8() ? cpu::DequantizeInt8(cpu::Int8Weight{w.weight, w.scale}, dtype) : w.weight;
 }
 

@@ -75,7 +75,7 @@ std::vector<std::uint16_t> Pack(const std::vector<std::uint16_t>& w, std::int64_
   return out;
 }
 
-// int4 levels q [N, K] (0-15) in int4_linear.h's layout: rows of
+// int4 levels q [N, K] (0-15) in kernels/int4_weight.h's layout: rows of
 // ceil(K / 64) blocks of 32 bytes, byte j holding column j (low nibble) and
 // j + 32 (high nibble).
 std::vector<std::uint8_t> PackInt4(const std::vector<std::uint8_t>& q, std::int64_t N, std::int64_t K) {
@@ -424,7 +424,7 @@ TEST(KernelCores, DequantizeInt8RowsIsTheSameEverywhere) {
 
 // Random int4 weights [N, K] in groups of `group`: levels 0-15, zero points
 // 0-16, scales that are float16 values (so that the float16 copy holds
-// them exactly), packed as int4_linear.h lays them out.
+// them exactly), packed as kernels/int4_weight.h lays them out.
 struct RandomInt4 {
   std::vector<std::uint8_t> q, zero, packed;
   std::vector<float> scale;
