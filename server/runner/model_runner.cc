@@ -145,22 +145,27 @@ struct StepLayout {
 
 }  // namespace
 
+std::int64_t RunnerContextBlocks(std::int64_t max_position_embeddings, std::int64_t max_model_len,
+                                 std::int64_t block_size) {
+  const std::int64_t len =
+      max_model_len > 0 ? std::min(max_model_len, max_position_embeddings) : max_position_embeddings;
+  const std::int64_t bs = std::max<std::int64_t>(1, block_size);
+  return (len + bs - 1) / bs;
+}
+
 struct ModelRunner::Impl {
   Impl(const PagedModel& m, std::int64_t num_blocks, std::int64_t bs, const RunnerOptions& o)
       : model(m),
         block_size(bs),
         options(o),
         cache(m.AllocatePagedKvCache(num_blocks, bs)),
-        tables((MaxLen(m, o) + bs - 1) / bs, std::max<std::int64_t>(1, o.max_num_seqs), m.device()),
+        tables(RunnerContextBlocks(m.config().max_position_embeddings, o.max_model_len, bs),
+               std::max<std::int64_t>(1, o.max_num_seqs), m.device()),
         buckets(o.pad_decode ? DecodeBuckets(o.max_num_seqs) : std::vector<std::int64_t>{}),
         step(StepLayout{o.max_num_seqs, o.max_num_batched_tokens, o.max_num_seqs, kMaxPromptLogprobRows}.size(),
              m.device()),
         sampler(m.config().vocab_size, m.device(), o.sampling) {}
 
-  static std::int64_t MaxLen(const PagedModel& m, const RunnerOptions& o) {
-    const std::int64_t model = m.config().max_position_embeddings;
-    return o.max_model_len > 0 ? std::min(o.max_model_len, model) : model;
-  }
   // The smallest bucket holding n sequences; 0 when none does (or padding is off).
   std::int64_t BucketFor(std::int64_t n) const {
     for (const std::int64_t b : buckets)
@@ -383,7 +388,7 @@ StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
   if (im.options.time_phases) im.WaitForDevice();
   lap(im.stats.forward_ns);
   auto out = im.sampler.Sample(plan, logits, prompt);
-  im.stats.device_draws = im.sampler.stats().device_draws;
+  im.stats.sampler = im.sampler.stats();
   lap(im.stats.reduce_ns);
   return out;
 }

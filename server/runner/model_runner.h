@@ -74,6 +74,14 @@ struct RunnerOptions {
   bool time_phases = false;
 };
 
+// The widest context a sequence reaches in a runner with these settings,
+// in whole blocks: max_model_len (0: the model's max_position_embeddings),
+// at most max_position_embeddings. The block tables' width and, under CUDA
+// graphs, the context each captured step attends up to; the worker sizes
+// the graphs' workspace from the same figure (server/serving/decoder_worker.cc).
+std::int64_t RunnerContextBlocks(std::int64_t max_position_embeddings, std::int64_t max_model_len,
+                                 std::int64_t block_size);
+
 // What the runner did, for tests and metrics.
 struct RunnerStats {
   std::uint64_t steps = 0;
@@ -81,7 +89,7 @@ struct RunnerStats {
   std::uint64_t padding_rows = 0;    // filler sequences added by them
   std::uint64_t buffer_growths = 0;  // steps larger than the step buffers
   std::uint64_t graph_replays = 0;   // steps replayed from a CUDA graph
-  std::uint64_t device_draws = 0;    // logits rows drawn by DeviceSampling
+  SamplerStats sampler;              // the Sampler's (rows drawn by DeviceSampling)
   // Wall time in Forward, by phase, over every non-empty step: the step's
   // plan applied and its metadata uploaded (prepare); the forward launched
   // or replayed, and with RunnerOptions::time_phases run to its end

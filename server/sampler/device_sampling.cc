@@ -275,7 +275,8 @@ at::Tensor DeviceSampling::Stage(std::int64_t R, DrawSelection& sel) {
   return step_.Upload(at.size());
 }
 
-at::Tensor DeviceSampling::Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up) {
+at::Tensor DeviceSampling::Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up,
+                                   const at::Tensor& slots) {
   const DrawLayout& at = sel.at;
   auto view = [&](std::int64_t offset, std::int64_t n) { return up.narrow(0, offset, n); };
   auto index = [&](std::int64_t offset, std::int64_t n) { return view(offset, n).to(at::kLong); };
@@ -301,7 +302,7 @@ at::Tensor DeviceSampling::Process(const at::Tensor& logits, const DrawSelection
     // a generated one loses float(f * n + p), summed in double.
     const at::Tensor rows = index(at.penalized_rows(), at.penalized);
     const at::Tensor prows = index(at.penalty_rows(), at.penalized);
-    const at::Tensor pslots = index(at.slot(), at.R).index_select(0, rows);
+    const at::Tensor pslots = slots.index_select(0, rows);
     at::Tensor sub = x.index_select(0, rows);
     const at::Tensor counts = counts_.index_select(0, prows);
     const at::Tensor generated = counts.gt(0);
@@ -327,14 +328,17 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
   RS_RETURN_IF_ERROR(Select(sampler, plan, random, sel, out.drawn));
   if (sel.drawn.empty()) return out;
   const at::Tensor up = Stage(R, sel);
-  const at::Tensor x = Process(logits, sel, up);
+  // Each row's parameter slot as indices: penalties and random draws read
+  // the per-request tables by it.
+  const at::Tensor slots =
+      sel.at.penalized > 0 || sel.any_random ? up.narrow(0, sel.at.slot(), R).to(at::kLong) : at::Tensor();
+  const at::Tensor x = Process(logits, sel, up, slots);
 
   // The draws.
 #ifdef ROPESERVE_HAVE_CUDA
   if (sel.any_random && x.is_cuda()) {
-    const at::Tensor slot = up.narrow(0, sel.at.slot(), R).to(at::kLong);
-    const at::Tensor f = floats_.index_select(0, slot);
-    const at::Tensor i = ints_.index_select(0, slot);
+    const at::Tensor f = floats_.index_select(0, slots);
+    const at::Tensor i = ints_.index_select(0, slots);
     out.token = cuda::SampleRows(x, f.select(1, 0).contiguous(), i.select(1, 0).to(at::kInt),
                                  f.select(1, 1).contiguous(), f.select(1, 2).contiguous(), i.select(1, 1).contiguous(),
                                  up.narrow(0, sel.at.offset(), R).to(at::kLong));

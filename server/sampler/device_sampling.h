@@ -71,8 +71,9 @@ class DeviceSampling {
   // layout recorded in `sel`), uploaded in one copy.
   at::Tensor Stage(std::int64_t R, DrawSelection& sel);
   // The counts updated, then the rows' processing (edits, then penalties),
-  // on a copy of `logits` when any row changes.
-  at::Tensor Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up);
+  // on a copy of `logits` when any row changes. `slots`: each row's
+  // parameter slot as int64 indices (defined when a row is penalized).
+  at::Tensor Process(const at::Tensor& logits, const DrawSelection& sel, const at::Tensor& up, const at::Tensor& slots);
 
   struct Request {
     std::int64_t slot = 0;

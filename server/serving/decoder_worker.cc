@@ -51,11 +51,6 @@ bool UsesCudaGraphs(const DecoderModel& model, const service::EngineOptions& opt
   return model.device().is_cuda() && !options.enforce_eager && model.CanCaptureGraphs();
 }
 
-std::int64_t GraphContext(std::int64_t max_model_len, std::int64_t block_size) {
-  const std::int64_t bs = std::max<std::int64_t>(1, block_size);
-  return (max_model_len + bs - 1) / bs * bs;
-}
-
 StatusOr<std::int64_t> DeviceKvBudget(const DecoderModel& model, std::int64_t profile_tokens, std::int64_t block_size,
                                       double utilization, std::int64_t graph_seqs, std::int64_t graph_context) {
   if (!(utilization > 0 && utilization <= 1)) return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
@@ -116,7 +111,9 @@ StatusOr<KvCacheSize> SizeDecoderKvCache(const DecoderModel& model, const servic
     RS_ASSIGN_OR_RETURN(available,
                         DeviceKvBudget(model, options.scheduler.max_num_batched_tokens, options.block_size,
                                        options.gpu_memory_utilization, graphs ? options.scheduler.max_num_seqs : 0,
-                                       GraphContext(options.scheduler.max_model_len, options.block_size)));
+                                       RunnerContextBlocks(model.config().max_position_embeddings,
+                                                           options.scheduler.max_model_len, options.block_size) *
+                                           options.block_size));
   }
   RS_ASSIGN_OR_RETURN(KvCacheSize kv,
                       SizeKvCacheForEngine(options.kv_cache_memory, model.KvBytesPerToken(), options.block_size,

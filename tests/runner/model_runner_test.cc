@@ -118,6 +118,18 @@ TEST(DecodeBuckets, PowersOfTwoToEightThenStepsOfEightToTheLimit) {
   EXPECT_EQ(ModelRunner::DecodeBuckets(1), (std::vector<std::int64_t>{1}));
 }
 
+// The block tables' width, which the worker also sizes the graphs'
+// workspace from: --max-model-len in whole blocks, at most the model's
+// positions; 0 = the model's.
+TEST(RunnerContextBlocks, MaxModelLenInWholeBlocksCappedByTheModel) {
+  EXPECT_EQ(RunnerContextBlocks(2048, 0, 16), 128);
+  EXPECT_EQ(RunnerContextBlocks(2048, 100, 16), 7);
+  EXPECT_EQ(RunnerContextBlocks(2048, 112, 16), 7);
+  EXPECT_EQ(RunnerContextBlocks(2048, 4096, 16), 128);
+  EXPECT_EQ(RunnerContextBlocks(100, 0, 16), 7);
+  EXPECT_EQ(RunnerContextBlocks(100, 0, 1), 100);
+}
+
 TEST_F(ModelRunnerTest, PaddedDecodeEqualsUnpadded) {
   const auto jobs = Jobs(27, 11);
   ModelRunner plain(*model_, 512, 4, Options(false));
@@ -205,7 +217,7 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
     }
     Got out;
     out.preemptions = engine.stats().preemptions;
-    out.device_draws = runner.stats().device_draws;
+    out.device_draws = runner.stats().sampler.device_draws;
     for (const auto& s : streams) {
       StreamChunk c = s->Next(std::chrono::seconds(0));
       EXPECT_TRUE(c.finished);
