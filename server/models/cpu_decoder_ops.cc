@@ -34,6 +34,8 @@ class CpuDecoderOps final : public DecoderOps {
   at::Tensor SiluAndMul(const at::Tensor& gate_up) const override { return cpu::SiluAndMul(gate_up); }
   at::Tensor ToFloat(const at::Tensor& x) const override { return cpu::ToFloat32(x); }
   void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const override {
+    q = q.contiguous();  // the kernel's layout (q, k may be views of the qkv projection)
+    k = k.contiguous();
     cpu::ApplyRopeInplace(q, k, rope.cos, rope.sin);
   }
   void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,

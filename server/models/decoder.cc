@@ -155,11 +155,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
   const std::int64_t T = x.size(0), D = config_.head_dim;
   const at::Tensor qkv = ops_->Linear(x, w.qkv_proj);
   const std::int64_t qs = config_.q_size(), kvs = config_.kv_size();
+  // Views of the projection (rows contiguous inside): the op set copies
+  // what its kernels need contiguous (the CPU's RoPE); CUDA's RoPE and
+  // cache write read the rows where they are, two copy kernels a layer
+  // fewer.
   at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
   at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
-  at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D}).contiguous();
-  q = config_.qk_norm ? ops_->RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps) : q.contiguous();
-  k = config_.qk_norm ? ops_->RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps) : k.contiguous();
+  at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D});
+  if (config_.qk_norm) {
+    q = ops_->RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps);
+    k = ops_->RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps);
+  }
   ops_->ApplyRope(q, k, rope);
   return {q, k, v};
 }

@@ -65,10 +65,13 @@ class DecoderOps {
   // The table ApplyRope takes, from cos/sin [T, rotary_dim] (RotaryTable's
   // layout); the CPU kernels read cos/sin as they are.
   virtual RopeTable PrepareRope(const at::Tensor& cos, const at::Tensor& sin) const { return {cos, sin, {}, {}}; }
-  // Rotate-half RoPE in place on contiguous q [T, Hq, D] and k [T, Hkv, D]:
-  // row t by the table's row t.
+  // Rotate-half RoPE on q [T, Hq, D] and k [T, Hkv, D], row t by the
+  // table's row t: in place, or (CPU) on contiguous copies that replace q
+  // and k. Their rows may be strided (views of the qkv projection), each
+  // row's heads contiguous.
   virtual void ApplyRope(at::Tensor& q, at::Tensor& k, const RopeTable& rope) const = 0;
-  // k, v [T, Hkv, D] into their cache slots (batch.slot_mapping).
+  // k, v [T, Hkv, D] into their cache slots (batch.slot_mapping); rows may
+  // be strided as ApplyRope's.
   virtual void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                             const PagedBatch& batch) const = 0;
   // The scratch PagedAttention needs for `batch`'s rows of q [T, Hq, D]

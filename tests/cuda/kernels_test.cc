@@ -102,6 +102,34 @@ TEST_P(CudaKernels, RopeMatchesRotateHalfIncludingPartialRotary) {
   }
 }
 
+// The decoder hands RoPE and the cache write views of the qkv projection
+// (rows strided, each row's heads contiguous): the same results as on
+// contiguous copies, the values columns left as they were.
+TEST_P(CudaKernels, RopeAndCacheWriteTakeTheQkvProjectionsViews) {
+  const std::int64_t T = 23, hq = 14, hkv = 2, D = 64, blocks = 8, bs = 16;
+  at::Tensor qkv = Randn({T, (hq + 2 * hkv) * D});
+  const at::Tensor before = qkv.clone();
+  at::Tensor q = qkv.narrow(1, 0, hq * D).view({T, hq, D});
+  at::Tensor k = qkv.narrow(1, hq * D, hkv * D).view({T, hkv, D});
+  const at::Tensor v = qkv.narrow(1, (hq + hkv) * D, hkv * D).view({T, hkv, D});
+  at::Tensor qc = q.contiguous(), kc = k.contiguous();
+  const at::Tensor pos = at::randint(0, 512, {T}, at::TensorOptions().dtype(at::kLong)).to(at::kCUDA);
+  const at::Tensor table = at::rand({512, D}, gpu().dtype(at::kFloat));
+  cuda::RotaryEmbedding(pos, q, k, table);
+  cuda::RotaryEmbedding(pos, qc, kc, table);
+  EXPECT_TRUE(at::equal(q, qc));
+  EXPECT_TRUE(at::equal(k, kc));
+  EXPECT_TRUE(at::equal(v, before.narrow(1, (hq + hkv) * D, hkv * D).view({T, hkv, D})));
+  const at::Tensor slots =
+      at::randperm(blocks * bs, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, T).to(at::kCUDA);
+  at::Tensor k_cache = at::zeros({blocks, bs, hkv, D}, gpu()), v_cache = k_cache.clone();
+  at::Tensor k_want = k_cache.clone(), v_want = k_cache.clone();
+  cuda::ReshapeAndCache(k, v, k_cache, v_cache, slots);
+  cuda::ReshapeAndCache(kc, v.contiguous(), k_want, v_want, slots);
+  EXPECT_TRUE(at::equal(k_cache, k_want));
+  EXPECT_TRUE(at::equal(v_cache, v_want));
+}
+
 // Decode rows and prefill-chunk rows against the gather-based reference.
 TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   const std::int64_t bs = 16;
