@@ -11,15 +11,26 @@
 
 namespace ropeserve::cpu {
 
+namespace {
+
+// The packed layout both CPU kernels read (kernels/int4_weight.h): bytes of
+// two 4-bit levels over the padded width, float32 scales and byte zero
+// points per (output, group), all contiguous.
+bool WeightLaidOut(const Int4Weight& w) {
+  if (w.packed.dim() != 2 || w.packed.scalar_type() != at::kByte || !w.packed.is_contiguous()) return false;
+  const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
+  return w.packed.size(1) * 2 == Int4PaddedColumns(w.k) && w.scale.scalar_type() == at::kFloat &&
+         w.scale.is_contiguous() && w.zero.scalar_type() == at::kByte && w.zero.is_contiguous() &&
+         w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes();
+}
+
+}  // namespace
+
 bool Int4KernelSupports(const at::Tensor& x, const Int4Weight& w) {
   if (!x.device().is_cpu() || x.dim() != 2) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.size(0) < 1 || x.size(0) > kInt4KernelMaxRows || x.size(1) != w.k) return false;
-  const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
-  return w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() &&
-         w.packed.size(1) * 2 == Int4PaddedColumns(w.k) && w.scale.scalar_type() == at::kFloat &&
-         w.scale.is_contiguous() && w.zero.scalar_type() == at::kByte && w.zero.is_contiguous() &&
-         w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes() &&
+  return WeightLaidOut(w) &&
          (!w.scale16.defined() ||
           (w.scale16.scalar_type() == at::kHalf && w.scale16.is_contiguous() && w.scale16.sizes() == w.scale.sizes()));
 }
@@ -74,11 +85,7 @@ at::Tensor Int4LinearKernel(const at::Tensor& x_in, const Int4Weight& w, const a
 bool Int4PanelSupports(const at::Tensor& x, const Int4Weight& w) {
   if (!x.device().is_cpu() || x.dim() != 2 || x.scalar_type() != at::kBFloat16) return false;
   if (x.size(0) < 1 || x.size(1) != w.k || w.k % 32 != 0) return false;
-  const std::int64_t N = w.packed.size(0), G = w.k / w.group_size;
-  return N >= 1 && w.packed.scalar_type() == at::kByte && w.packed.is_contiguous() &&
-         w.packed.size(1) * 2 == Int4PaddedColumns(w.k) && w.scale.scalar_type() == at::kFloat &&
-         w.scale.is_contiguous() && w.zero.scalar_type() == at::kByte && w.zero.is_contiguous() &&
-         w.scale.sizes() == at::IntArrayRef({N, G}) && w.zero.sizes() == w.scale.sizes();
+  return WeightLaidOut(w) && w.packed.size(0) >= 1;
 }
 
 at::Tensor Int4PanelLinear(const at::Tensor& x_in, const Int4Weight& w, const at::Tensor& bias_in) {
