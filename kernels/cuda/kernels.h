@@ -52,12 +52,16 @@ int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float
 // Attention of query rows over the paged cache, grouped-query aware, on
 // the packed batch contract the CPU kernel takes (kernels/cpu/paged_attention.h):
 // sequence s owns rows [query_start[s], query_start[s + 1]) of q
-// [R, num_heads, head_dim], which are the last of its context_lens[s]
+// [R, num_heads, head_dim] (rows `q_row_stride` elements apart, each row's
+// heads contiguous: a view of the qkv projection; out is contiguous), which are the last of its context_lens[s]
 // tokens, each seeing the cached prefix and itself (causal within the
 // chunk); rows past query_start[num_seqs] are left unwritten. Keys are
 // split into partitions of `partition_size` tokens (split-KV,
 // "flash-decoding") when a row's context is longer; the partial results
-// meet in `workspace` (PagedAttentionWorkspaceBytes) and are combined.
+// meet in `workspace` (float32 [rows, num_heads, partitions, head_dim + 2])
+// and the last of a row's blocks to finish combines them, counting in
+// `counters` (int32 [rows, num_heads], zero before a launch and left zero
+// after it; PagedAttentionWorkspaceBytes counts both).
 // `max_context` bounds every context (it sizes the grid: a captured CUDA
 // graph passes the cache's capacity per sequence; blocks past a row's own
 // context exit at once), so the launch depends on no value on the device.
@@ -66,17 +70,20 @@ int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float
 // with up to 8 query heads of a GQA group per block, else the generic one;
 // kVector4, the same with up to 4 heads per block (fewer registers, more
 // blocks, the group's keys read once per block); kGeneric, the first
-// kernel always. All compute the same attention; the choice is speed
-// (tests/cuda's Bandwidth test measures each).
-enum class AttentionKernel { kAuto, kVector4, kGeneric };
+// kernel always; kMma, the tensor-core kernel (paged_attention_mma.cu:
+// head_dim 64 or 128, up to 16 query heads a block, K/V staged by cp.async,
+// P rounded to the dtype as flash-attention does), else as kAuto. All
+// compute the same attention; the choice is speed (tests/cuda's Bandwidth
+// test measures each).
+enum class AttentionKernel { kAuto, kVector4, kGeneric, kMma };
 std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_heads, std::int64_t head_dim,
                                           std::int64_t max_context, std::int64_t partition_size);
-int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
-                   const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
-                   std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream,
-                   AttentionKernel kernel = AttentionKernel::kAuto);
+int PagedAttention(void* out, const void* q, std::int64_t q_row_stride, const void* k_cache, const void* v_cache,
+                   const std::int32_t* block_tables, const std::int64_t* query_start, const std::int64_t* context_lens,
+                   std::int64_t num_seqs, std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads,
+                   std::int64_t head_dim, std::int64_t block_size, std::int64_t max_blocks_per_seq,
+                   std::int64_t max_context, float scale, std::int64_t partition_size, void* workspace,
+                   std::int32_t* counters, DType dtype, Stream stream, AttentionKernel kernel = AttentionKernel::kAuto);
 
 // y [rows, N] = x [rows, K] W^T + bias for group-wise 4-bit W in
 // kernels/int4_weight.h's layout: packed [N, Kp / 2] bytes (Kp = K

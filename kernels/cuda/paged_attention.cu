@@ -1,8 +1,9 @@
 // Paged attention for decode rows and prefill-chunk rows, with split-KV
 // partitions for long contexts ("flash-decoding"): the keys of a row are cut
 // into partitions; a block scores a partition's keys, takes their softmax and
-// the weighted sum of values; rows with several partitions are combined by a
-// second kernel from (max, sum, unnormalised output) triples.
+// the weighted sum of values; a row with several partitions leaves
+// (max, sum, unnormalised output) triples in the workspace, and the block
+// that finishes its partitions last combines them (no second kernel).
 //
 // Two partition kernels, one contract:
 //  - VectorPartitionKernel (head_dim 64, 128 or 256, 16-byte aligned
@@ -14,45 +15,28 @@
 //  - GenericPartitionKernel, every other shape: one block per (row, query
 //    head, partition), scores into shared memory, then values — the simple
 //    reference beside the fast path.
-// Neither is tiled for tensor cores: prefill rows each re-read their keys
+// A third, on tensor cores (paged_attention_mma.cu, AttentionKernel::kMma:
+// cp.async-staged 16-key chunks, one softmax update a chunk), is chosen
+// only by name until a GPU run measures it against the vector kernel.
+// None shares keys across a prefill chunk's rows: each row re-reads them
 // (see kernels/cuda/README.md).
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/paged_attention.cuh"
 
 namespace ropeserve::cuda {
 
 namespace {
 
 using detail::FromFloat;
+using detail::MergePartitionsIfLast;
+using detail::NumPartitions;
+using detail::PartitionCounter;
+using detail::RowContext;
 using detail::ToFloat;
 
 constexpr int kThreads = 128;
-
-__host__ __device__ inline std::int64_t NumPartitions(std::int64_t context, std::int64_t partition_size) {
-  return (context + partition_size - 1) / partition_size;
-}
-
-// Query row r's sequence (the last s with query_start[s] <= r, by bisection
-// over the S + 1 starts) and the cached tokens it sees: its sequence's
-// context less the rows after it in its chunk (causal within the chunk).
-// Rows past the batch's last sequence see nothing.
-__device__ inline std::int64_t RowContext(std::int64_t r, const std::int64_t* __restrict__ query_start,
-                                          const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
-                                          std::int64_t* seq) {
-  if (num_seqs <= 0 || r >= query_start[num_seqs]) return 0;
-  std::int64_t lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const std::int64_t mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= r)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  *seq = lo;
-  return context_lens[lo] - (query_start[lo + 1] - r) + 1;
-}
 
 // Eight 16-bit values <-> eight floats.
 template <typename T>
@@ -82,13 +66,13 @@ constexpr int kVectorWarps = kThreads / 32;
 // hold fewer registers; a group larger than max_group takes several blocks.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads)
-    VectorPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
-                          const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
-                          const std::int64_t* __restrict__ query_start, const std::int64_t* __restrict__ context_lens,
-                          std::int64_t num_seqs, std::int64_t num_heads, std::int64_t num_kv_heads,
-                          std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
-                          std::int64_t partition_size, std::int64_t max_partitions, std::int64_t max_group,
-                          float* __restrict__ workspace) {
+    VectorPartitionKernel(T* __restrict__ out, const T* __restrict__ q, std::int64_t q_stride,
+                          const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                          const std::int32_t* __restrict__ block_tables, const std::int64_t* __restrict__ query_start,
+                          const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs, std::int64_t num_heads,
+                          std::int64_t num_kv_heads, std::int64_t block_size, std::int64_t max_blocks_per_seq,
+                          float scale, std::int64_t partition_size, std::int64_t max_partitions, std::int64_t max_group,
+                          float* __restrict__ workspace, int* __restrict__ counters) {
   constexpr int kLanesPerKey = D / 8;              // one 16-byte load each
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;  // keys a warp takes at once
   constexpr int kUnroll = 2;                       // loads in flight per lane
@@ -113,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < G; ++i) {
     if (i < heads) {
-      Unpack8<T>(*reinterpret_cast<const uint4*>(q + (r * num_heads + h0 + i) * D + dim0), qv[i]);
+      Unpack8<T>(*reinterpret_cast<const uint4*>(q + r * q_stride + (h0 + i) * D + dim0), qv[i]);
 #pragma unroll
       for (int d = 0; d < 8; ++d) qv[i][d] *= scale;
     } else {
@@ -221,17 +205,21 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  if (parts > 1)
+    MergePartitionsIfLast(out, workspace, PartitionCounter(counters, num_heads), r, h0, heads, num_heads, D,
+                          max_partitions, parts);
 }
 
 template <typename T>
-__global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k_cache,
-                                       const T* __restrict__ v_cache, const std::int32_t* __restrict__ block_tables,
+__global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict__ q, std::int64_t q_stride,
+                                       const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                                       const std::int32_t* __restrict__ block_tables,
                                        const std::int64_t* __restrict__ query_start,
                                        const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
                                        std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
                                        std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
                                        std::int64_t partition_size, std::int64_t max_partitions,
-                                       float* __restrict__ workspace) {
+                                       float* __restrict__ workspace, int* __restrict__ counters) {
   extern __shared__ float shared[];
   float* q_s = shared;                // [head_dim]
   float* scores = shared + head_dim;  // [partition_size]
@@ -244,7 +232,7 @@ __global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict_
   const std::int64_t end = min(context, start + partition_size);
   const std::int64_t kvh = h / (num_heads / num_kv_heads);
   const std::int32_t* table = block_tables + seq * max_blocks_per_seq;
-  const T* qr = q + (r * num_heads + h) * head_dim;
+  const T* qr = q + r * q_stride + h * head_dim;
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = ToFloat(qr[d]);
   __syncthreads();
 
@@ -290,27 +278,9 @@ __global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict_
     ws[0] = m;
     ws[1] = l;
   }
-}
-
-template <typename T>
-__global__ void CombinePartitionsKernel(T* __restrict__ out, const std::int64_t* __restrict__ query_start,
-                                        const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
-                                        std::int64_t num_heads, std::int64_t head_dim, std::int64_t partition_size,
-                                        std::int64_t max_partitions, const float* __restrict__ workspace) {
-  const std::int64_t r = blockIdx.x, h = blockIdx.y;
-  std::int64_t seq = 0;
-  const std::int64_t parts = NumPartitions(RowContext(r, query_start, context_lens, num_seqs, &seq), partition_size);
-  if (parts <= 1) return;
-  const float* ws = workspace + (r * num_heads + h) * max_partitions * (head_dim + 2);
-  float m = -FLT_MAX;
-  for (std::int64_t p = 0; p < parts; ++p) m = fmaxf(m, ws[p * (head_dim + 2)]);
-  float l = 0;
-  for (std::int64_t p = 0; p < parts; ++p) l += ws[p * (head_dim + 2) + 1] * __expf(ws[p * (head_dim + 2)] - m);
-  for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float acc = 0;
-    for (std::int64_t p = 0; p < parts; ++p) acc += ws[p * (head_dim + 2) + 2 + d] * __expf(ws[p * (head_dim + 2)] - m);
-    out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
-  }
+  if (parts > 1)
+    MergePartitionsIfLast(out, workspace, PartitionCounter(counters, num_heads), r, h, 1, num_heads, head_dim,
+                          max_partitions, parts);
 }
 
 }  // namespace
@@ -318,35 +288,60 @@ __global__ void CombinePartitionsKernel(T* __restrict__ out, const std::int64_t*
 std::int64_t PagedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t num_heads, std::int64_t head_dim,
                                           std::int64_t max_context, std::int64_t partition_size) {
   return rows * num_heads * NumPartitions(max_context, partition_size) * (head_dim + 2) *
-         static_cast<std::int64_t>(sizeof(float));
+             static_cast<std::int64_t>(sizeof(float)) +
+         rows * num_heads * static_cast<std::int64_t>(sizeof(std::int32_t));
 }
 
-int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_cache, const std::int32_t* block_tables,
-                   const std::int64_t* query_start, const std::int64_t* context_lens, std::int64_t num_seqs,
-                   std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                   std::int64_t block_size, std::int64_t max_blocks_per_seq, std::int64_t max_context, float scale,
-                   std::int64_t partition_size, void* workspace, DType dtype, Stream stream, AttentionKernel kernel) {
+int PagedAttention(void* out, const void* q, std::int64_t q_row_stride, const void* k_cache, const void* v_cache,
+                   const std::int32_t* block_tables, const std::int64_t* query_start, const std::int64_t* context_lens,
+                   std::int64_t num_seqs, std::int64_t rows, std::int64_t num_heads, std::int64_t num_kv_heads,
+                   std::int64_t head_dim, std::int64_t block_size, std::int64_t max_blocks_per_seq,
+                   std::int64_t max_context, float scale, std::int64_t partition_size, void* workspace,
+                   std::int32_t* counters, DType dtype, Stream stream, AttentionKernel kernel) {
   if (rows == 0 || max_context == 0) return 0;
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || partition_size <= 0)
     return static_cast<int>(cudaErrorInvalidValue);
   const std::int64_t max_partitions = NumPartitions(max_context, partition_size);
   auto s = static_cast<cudaStream_t>(stream);
   const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  const bool vector = kernel != AttentionKernel::kGeneric && (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
-                      aligned(out) && aligned(q) && aligned(k_cache) && aligned(v_cache);
+  const bool aligned16 = aligned(out) && aligned(q) && q_row_stride % 8 == 0 && aligned(k_cache) && aligned(v_cache);
+  const bool vector =
+      kernel != AttentionKernel::kGeneric && (head_dim == 64 || head_dim == 128 || head_dim == 256) && aligned16;
   const std::int64_t group = num_heads / num_kv_heads;
   const std::int64_t max_group = kernel == AttentionKernel::kVector4 ? 4 : 8;
   return detail::Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (vector) {
+    const detail::PartitionArgs<T> args{static_cast<T*>(out),
+                                        static_cast<const T*>(q),
+                                        q_row_stride,
+                                        static_cast<const T*>(k_cache),
+                                        static_cast<const T*>(v_cache),
+                                        block_tables,
+                                        query_start,
+                                        context_lens,
+                                        num_seqs,
+                                        rows,
+                                        num_heads,
+                                        num_kv_heads,
+                                        block_size,
+                                        max_blocks_per_seq,
+                                        scale,
+                                        partition_size,
+                                        max_partitions,
+                                        static_cast<float*>(workspace),
+                                        counters};
+    if (kernel == AttentionKernel::kMma && aligned16 && detail::LaunchMmaPartitions(args, head_dim, s)) {
+      // the tensor-core kernel took it (head_dim 64 or 128)
+    } else if (vector) {
       const std::int64_t chunks = (group + max_group - 1) / max_group;
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_kv_heads * chunks),
                       static_cast<unsigned>(max_partitions));
       auto launch = [&](auto fn) {
-        fn<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
-                                     static_cast<const T*>(v_cache), block_tables, query_start, context_lens, num_seqs,
-                                     num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale, partition_size,
-                                     max_partitions, max_group, static_cast<float*>(workspace));
+        fn<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), q_row_stride,
+                                     static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), block_tables,
+                                     query_start, context_lens, num_seqs, num_heads, num_kv_heads, block_size,
+                                     max_blocks_per_seq, scale, partition_size, max_partitions, max_group,
+                                     static_cast<float*>(workspace), counters);
       };
       auto by_group = [&](auto dim) {
         constexpr int D = decltype(dim)::value;
@@ -373,16 +368,11 @@ int PagedAttention(void* out, const void* q, const void* k_cache, const void* v_
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads),
                       static_cast<unsigned>(max_partitions));
       GenericPartitionKernel<T><<<grid, kThreads, shared, s>>>(
-          static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(k_cache),
+          static_cast<T*>(out), static_cast<const T*>(q), q_row_stride, static_cast<const T*>(k_cache),
           static_cast<const T*>(v_cache), block_tables, query_start, context_lens, num_seqs, num_heads, num_kv_heads,
           head_dim, block_size, max_blocks_per_seq, scale, partition_size, max_partitions,
-          static_cast<float*>(workspace));
+          static_cast<float*>(workspace), counters);
     }
-    if (max_partitions > 1)
-      CombinePartitionsKernel<T>
-          <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads)), kThreads, 0, s>>>(
-              static_cast<T*>(out), query_start, context_lens, num_seqs, num_heads, head_dim, partition_size,
-              max_partitions, static_cast<const float*>(workspace));
   });
 }
 

@@ -89,11 +89,26 @@ void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, 
         "RotaryEmbedding");
 }
 
+std::int64_t PartitionSizeForRows(std::int64_t rows) {
+  std::int64_t size = 64;
+  while (size < kPartitionSize && size < 8 * rows) size *= 2;
+  return size;
+}
+
 at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
                                    std::int64_t max_context, const at::TensorOptions& options,
                                    std::int64_t partition_size) {
   const std::int64_t bytes = PagedAttentionWorkspaceBytes(rows, heads, head_dim, max_context, partition_size);
-  return at::empty({std::max<std::int64_t>(1, bytes / 4)}, options.dtype(at::kFloat));
+  at::Tensor ws = at::empty({std::max<std::int64_t>(1, bytes / 4)}, options.dtype(at::kFloat));
+  // The attention's counters (int32, an element each) are the last rows x
+  // heads elements, zero; each launch leaves them zero. A launch of fewer
+  // rows counts in the tail of that zeroed tail, and its partials (in front)
+  // stay clear of the counters of any launch this workspace was sized for.
+  // Only they are cleared: one small memset, also where a CUDA graph
+  // allocates its workspace.
+  const std::int64_t counters = rows * heads;
+  if (counters > 0) ws.narrow(0, ws.numel() - counters, counters).zero_();
+  return ws;
 }
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -107,22 +122,26 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   TORCH_CHECK(query_start.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong &&
                   query_start.numel() == context_lens.numel() + 1 && block_tables.size(0) >= context_lens.numel(),
               "query_start: int64 [S + 1], context_lens: int64 [S], a block table row per sequence");
-  const at::Tensor qc = q.contiguous();
-  at::Tensor out = at::empty_like(qc);
+  // A view of the qkv projection is read in place: rows apart, heads packed.
+  const bool rows_of_packed_heads = q.stride(2) == 1 && q.stride(1) == q.size(2);
+  const at::Tensor qc = rows_of_packed_heads ? q : q.contiguous();
   const std::int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  at::Tensor out = at::empty({rows, heads, dim}, q.options());
   const std::int64_t need = PagedAttentionWorkspaceBytes(rows, heads, dim, max_context, partition_size) / 4;
   const at::Tensor ws = workspace.defined()
                             ? workspace
                             : PagedAttentionWorkspace(rows, heads, dim, max_context, q.options(), partition_size);
   TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.is_contiguous() && ws.numel() >= need,
               "PagedAttention: the workspace is too small for these rows and contexts");
-  Check(ropeserve::cuda::PagedAttention(
-            out.data_ptr(), qc.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-            block_tables.contiguous().data_ptr<std::int32_t>(), query_start.contiguous().data_ptr<std::int64_t>(),
-            context_lens.contiguous().data_ptr<std::int64_t>(), context_lens.numel(), rows, heads, k_cache.size(2), dim,
-            k_cache.size(1), block_tables.size(1), max_context, static_cast<float>(scale), partition_size,
-            ws.data_ptr(), KernelDType(q), CurrentStream(), kernel),
-        "PagedAttention");
+  Check(
+      ropeserve::cuda::PagedAttention(
+          out.data_ptr(), qc.data_ptr(), rows > 1 ? qc.stride(0) : heads * dim, k_cache.data_ptr(), v_cache.data_ptr(),
+          block_tables.contiguous().data_ptr<std::int32_t>(), query_start.contiguous().data_ptr<std::int64_t>(),
+          context_lens.contiguous().data_ptr<std::int64_t>(), context_lens.numel(), rows, heads, k_cache.size(2), dim,
+          k_cache.size(1), block_tables.size(1), max_context, static_cast<float>(scale), partition_size, ws.data_ptr(),
+          reinterpret_cast<std::int32_t*>(ws.data_ptr<float>() + ws.numel() - rows * heads), KernelDType(q),
+          CurrentStream(), kernel),
+      "PagedAttention");
   return out;
 }
 

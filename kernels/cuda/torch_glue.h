@@ -12,6 +12,14 @@ namespace ropeserve::cuda {
 
 // Keys per split-KV partition of the paged attention.
 constexpr std::int64_t kPartitionSize = 512;
+// The split-KV partition for `rows` query rows (issue 57): 8 x rows rounded
+// up to a power of two, within [64, kPartitionSize], so a decode step of a
+// few sequences spreads its keys over more of the GPU's SMs (one sequence
+// at a 300-token context: 10 blocks for 2 KV heads, not 2) while large
+// batches and prefill chunks keep 512-token partitions. rows / partition
+// never falls as rows grow: a workspace sized for the largest batch (the
+// decode graphs' pool) holds every smaller one's.
+std::int64_t PartitionSizeForRows(std::int64_t rows);
 
 // k, v: [T, Hkv, D] (rows may be strided); caches [blocks, block_size, Hkv, D].
 void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,

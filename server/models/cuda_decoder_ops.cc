@@ -73,12 +73,13 @@ class CudaDecoderOps final : public DecoderOps {
   at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const PagedBatch& batch, double scale) const override {
     return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.query_start,
-                                batch.context_len_tensor, batch.max_context, scale, batch.attention_workspace);
+                                batch.context_len_tensor, batch.max_context, scale, batch.attention_workspace,
+                                cuda::PartitionSizeForRows(q.size(0)));
   }
   at::Tensor AttentionWorkspace(const PagedBatch& batch, std::int64_t rows, std::int64_t heads,
                                 std::int64_t head_dim) const override {
     return cuda::PagedAttentionWorkspace(rows, heads, head_dim, batch.max_context,
-                                         batch.token_ids.options().dtype(at::kFloat));
+                                         batch.token_ids.options().dtype(at::kFloat), cuda::PartitionSizeForRows(rows));
   }
 };
 

@@ -81,8 +81,9 @@ class DecoderOps {
                                         std::int64_t head_dim) const {
     return {};
   }
-  // q [T, Hq, D] over the paged cache, each sequence causal within its
-  // chunk after its cached prefix -> [T, Hq, D].
+  // q [T, Hq, D] (rows may be strided as ApplyRope's: CUDA reads the view
+  // in place) over the paged cache, each sequence causal within its chunk
+  // after its cached prefix -> contiguous [T, Hq, D].
   virtual at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const PagedBatch& batch, double scale) const = 0;
 };

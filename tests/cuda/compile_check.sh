@@ -22,10 +22,28 @@ trap 'rm -rf "$out"' EXIT
 "$nvcc" --version | tail -1
 for f in "$root"/kernels/cuda/*.cu; do
   echo "nvcc sm_80 sm_90: ${f#"$root"/}"
-  "$nvcc" -std=c++17 -I"$root" -Werror all-warnings \
+  "$nvcc" -std=c++17 -I"$root" -Werror all-warnings -Xptxas -v \
     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-    -c "$f" -o "$out/$(basename "$f").o"
+    -c "$f" -o "$out/$(basename "$f").o" >"$out/ptxas.txt" 2>&1 || { cat "$out/ptxas.txt"; exit 1; }
+  cat "$out/ptxas.txt" >>"$out/ptxas.log"
 done
+# Register budgets (issue 57): a kernel named here must stay within its
+# registers a thread with no spills; every kernel's figures are printed.
+budgets="MmaPartitionKernel:128"
+budget_status=0
+awk -v budgets="$budgets" '
+  BEGIN { n = split(budgets, b, " "); for (i = 1; i <= n; ++i) { split(b[i], kv, ":"); limit[kv[1]] = kv[2] } }
+  /Compiling entry function/ { fn = $0; sub(/^.*function .\047?/, "", fn); sub(/\047 for .*$/, "", fn);
+                               arch = $NF; gsub(/\047/, "", arch) }
+  /spill stores/ { spills = $5 + $9 }
+  /Used [0-9]+ registers/ {
+    regs = $5; name = fn; printf "ptxas %s %3d registers, %d bytes spilled: %s\n", arch, regs, spills, name
+    for (k in limit) if (index(name, k) && (regs > limit[k] || spills > 0)) {
+      printf "FAIL: %s is over its budget of %d registers or spills\n", k, limit[k]; bad = 1 }
+  }
+  END { exit bad }' "$out/ptxas.log" >"$out/budgets.txt" || budget_status=1
+if command -v c++filt >/dev/null; then c++filt <"$out/budgets.txt"; else cat "$out/budgets.txt"; fi
+[ "$budget_status" = 0 ] || { echo "kernels/cuda: a kernel is over its register budget"; exit 1; }
 cuda_inc=$(dirname "$(dirname "$nvcc")")/include
 torch_inc=${TORCH_INCLUDE:-/usr/include}
 if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api.h" ]; then

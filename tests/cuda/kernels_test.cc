@@ -134,14 +134,17 @@ TEST_P(CudaKernels, RopeAndCacheWriteTakeTheQkvProjectionsViews) {
 TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   const std::int64_t bs = 16;
   // The vector kernel (head_dim 64 / 128 / 256; GQA groups of 1, 2, 4, 7,
-  // 8 and 16 query heads, the last in two blocks of 8, a group of 3 in a
-  // block shaped for 4) and the generic one (head_dim 96).
+  // 8, 16 and 20 query heads, the last two in blocks of 8, a group of 3 in
+  // a block shaped for 4), the tensor-core one (head_dim 64 / 128; groups
+  // in blocks of 16: 20 takes 16 + 4) and the generic one (head_dim 96).
   for (auto [hq, hkv, d] : {std::tuple<int, int, int>{8, 8, 64},
                             {8, 4, 64},
                             {16, 4, 128},
                             {32, 4, 128},
                             {14, 2, 64},
                             {16, 1, 64},
+                            {20, 1, 64},
+                            {32, 2, 128},
                             {6, 2, 256},
                             {12, 4, 96}}) {
     // Sequences: (context length, query rows): decodes across block and
@@ -172,26 +175,54 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
       qlens.push_back(n);
       clens.push_back(c);
     }
-    at::Tensor q = Randn({rows, hq, d});
+    // q as the decoder hands it over (a view of the qkv projection's rows)
+    // and as a contiguous copy: the same bits.
+    const at::Tensor q_view = Randn({rows, (hq + 2 * hkv) * d}).narrow(1, 0, hq * d).view({rows, hq, d});
+    const at::Tensor q = q_view.contiguous();
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor ref = reference::PagedAttention(q.to(at::kFloat).cpu(), kc.to(at::kFloat).cpu(), vc.to(at::kFloat).cpu(),
                                                tables, qlens, clens, scale);
     std::vector<std::int64_t> starts{0};
     for (const std::int64_t n : qlens) starts.push_back(starts.back() + n);
     auto i64 = [](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(at::kCUDA); };
-    for (auto kernel :
-         {cuda::AttentionKernel::kAuto, cuda::AttentionKernel::kVector4, cuda::AttentionKernel::kGeneric}) {
+    for (auto kernel : {cuda::AttentionKernel::kAuto, cuda::AttentionKernel::kVector4, cuda::AttentionKernel::kGeneric,
+                        cuda::AttentionKernel::kMma}) {
       for (std::int64_t partition : {512, 64}) {
         // 4096 is the longest context; a larger bound (a captured graph's)
         // only adds blocks that exit at once.
         for (std::int64_t bound : {std::int64_t{4096}, std::int64_t{3 * 4096}}) {
-          at::Tensor out = cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens), bound, scale, {},
+          // One workspace for both calls: the first must leave its
+          // partition counters zero for the second (as graph replays do).
+          const at::Tensor ws = cuda::PagedAttentionWorkspace(rows, hq, d, bound, q.options(), partition);
+          at::Tensor out = cuda::PagedAttention(q, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens), bound, scale, ws,
                                                 partition, kernel);
           EXPECT_LT(RelError(out, ref), Bound())
               << hq << "/" << hkv << " d" << d << " partition " << partition << " kernel " << static_cast<int>(kernel);
+          EXPECT_TRUE(at::equal(out, cuda::PagedAttention(q_view, kc, vc, bt.to(at::kCUDA), i64(starts), i64(clens),
+                                                          bound, scale, ws, partition, kernel)))
+              << "q as a view: " << hq << "/" << hkv << " d" << d << " kernel " << static_cast<int>(kernel);
+          const at::Tensor counters = ws.narrow(0, ws.numel() - rows * hq, rows * hq).view(at::kInt);
+          EXPECT_EQ(counters.count_nonzero().item<std::int64_t>(), 0) << "counters left set";
         }
       }
     }
+  }
+}
+
+// Finer partitions for few rows; rows per partition never falls as rows grow
+// (a workspace sized for the largest decode bucket holds the smaller ones').
+TEST(CudaPartitionSize, FinerForFewRowsAndMonotone) {
+  EXPECT_EQ(cuda::PartitionSizeForRows(1), 64);
+  EXPECT_EQ(cuda::PartitionSizeForRows(8), 64);
+  EXPECT_EQ(cuda::PartitionSizeForRows(9), 128);
+  EXPECT_EQ(cuda::PartitionSizeForRows(64), 512);
+  EXPECT_EQ(cuda::PartitionSizeForRows(4096), cuda::kPartitionSize);
+  for (std::int64_t rows = 1; rows < 1024; ++rows) {
+    const std::int64_t max_context = 32768;
+    const auto floats = [&](std::int64_t n) {
+      return n * ((max_context + cuda::PartitionSizeForRows(n) - 1) / cuda::PartitionSizeForRows(n));
+    };
+    EXPECT_LE(floats(rows), floats(rows + 1)) << rows;
   }
 }
 
@@ -317,6 +348,8 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
   for (auto [seqs, ctx, hq, hkv, d] : {std::tuple<int, int, int, int, int>{64, 4096, 14, 2, 64},
                                        {256, 1024, 14, 2, 64},
                                        {64, 4096, 32, 8, 64},
+                                       {64, 4096, 32, 4, 128},
+                                       {256, 1024, 32, 8, 128},
                                        {8, 32768, 14, 2, 64}}) {
     const std::int64_t bs = 16, blocks_per = ctx / bs, blocks = seqs * blocks_per;
     at::Tensor kc = Randn({blocks, bs, hkv, d}), vc = Randn({blocks, bs, hkv, d});
@@ -326,7 +359,8 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
     at::Tensor q = Randn({seqs, hq, d});
     at::Tensor ws = cuda::PagedAttentionWorkspace(seqs, hq, d, ctx, q.options());
     for (auto [kernel, name] :
-         {std::pair{cuda::AttentionKernel::kAuto, "auto"}, std::pair{cuda::AttentionKernel::kVector4, "vector4"}}) {
+         {std::pair{cuda::AttentionKernel::kAuto, "auto"}, std::pair{cuda::AttentionKernel::kVector4, "vector4"},
+          std::pair{cuda::AttentionKernel::kMma, "mma"}}) {
       const double s =
           seconds([&] { cuda::PagedAttention(q, kc, vc, bt, starts, lens, ctx, 0.125, ws, 512, kernel); }, 10);
       const double gbs = 2.0 * static_cast<double>(kc.nbytes()) / s / 1e9;
