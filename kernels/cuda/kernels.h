@@ -101,6 +101,14 @@ int Int4Linear(void* y, const void* x, std::int64_t rows, const std::uint8_t* pa
                const std::uint8_t* zero, const float* bias, std::int64_t N, std::int64_t K, std::int64_t group_size,
                DType dtype, Stream stream);
 
+// Each row of row-major float32 logits [rows, n] (n >= 1): its max, the
+// lowest id holding it and its logsumexp (logits_summary.cu: NaN ranks
+// above every number, as LibTorch's max; -inf rows give -inf, rows holding
+// +inf +inf). The exponentials in float32 (__expf) against the row's max,
+// summed in float32 by the block.
+int SummarizeRows(const float* logits, std::int64_t rows, std::int64_t n, float* logsumexp, float* max,
+                  std::int64_t* argmax, Stream stream);
+
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the
 // softmax of logits / temperature restricted to the top_k most likely

@@ -175,6 +175,19 @@ at::Tensor Int4Linear(const at::Tensor& x_in, const at::Tensor& packed, const at
   return y;
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& logits) {
+  CheckCuda(logits, "logits");
+  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.size(1) >= 1,
+              "logits: float32 [R, V], V >= 1");
+  const at::Tensor l = logits.contiguous();
+  at::Tensor lse = at::empty({l.size(0)}, l.options()), max = at::empty_like(lse);
+  at::Tensor argmax = at::empty({l.size(0)}, l.options().dtype(at::kLong));
+  Check(ropeserve::cuda::SummarizeRows(l.data_ptr<float>(), l.size(0), l.size(1), lse.data_ptr<float>(),
+                                       max.data_ptr<float>(), argmax.data_ptr<std::int64_t>(), CurrentStream()),
+        "SummarizeRows");
+  return {lse, max, argmax};
+}
+
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,
                       const at::Tensor& offset) {

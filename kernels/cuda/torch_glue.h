@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <tuple>
+
 #include "kernels/cuda/kernels.h"  // AttentionKernel
 
 namespace ropeserve::cuda {
@@ -52,6 +54,9 @@ at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::i
 // undefined) -> [rows, N] in x's dtype. 1 <= rows <= kInt4GemvMaxRows.
 at::Tensor Int4Linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
                       std::int64_t k, std::int64_t group_size, const at::Tensor& bias);
+// logits float32 [R, V], V >= 1 -> (logsumexp, max) float32 [R] and the
+// lowest argmax int64 [R] (kernels.h's SummarizeRows).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& logits);
 // logits float32 [R, V]; per-row parameters [R]; returns int64 [R].
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,

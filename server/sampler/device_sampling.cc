@@ -319,7 +319,8 @@ at::Tensor DeviceSampling::Process(const at::Tensor& logits, const DrawSelection
 }
 
 StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler, const StepPlan& plan,
-                                                     const at::Tensor& logits, bool random) {
+                                                     const at::Tensor& logits, bool random,
+                                                     const at::Tensor& logits_argmax) {
   if (logits.dim() != 2 || logits.size(1) != vocab_) return Internal("device sampling got logits of the wrong shape");
   const std::int64_t R = logits.size(0);
   Draws out;
@@ -346,7 +347,8 @@ StatusOr<DeviceSampling::Draws> DeviceSampling::Draw(const HostSampler& sampler,
 #endif
   if (!out.token.defined()) {
     if (sel.any_random) return Internal("random draws need a device with a sampling kernel");
-    out.token = x.argmax(1);  // the first maximal index: the lowest id among ties, as the host's
+    // The first maximal index: the lowest id among ties, as the host's.
+    out.token = x.is_same(logits) && logits_argmax.defined() ? logits_argmax : x.argmax(1);
   }
   if (sel.top_k > 0) {
     auto [values, ids] = logits.topk(std::min<std::int64_t>(static_cast<std::int64_t>(sel.top_k), vocab_), 1);

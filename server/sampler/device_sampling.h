@@ -54,8 +54,12 @@ class DeviceSampling {
   // the draw's kernel), and a sequence's draft rows only when its draw is
   // plain (a processor or penalties would see tokens not yet accepted).
   // The step's per-row data (slots, offsets, penalty rows, new counts,
-  // biases, bitmasks) reaches the device in one copy.
-  StatusOr<Draws> Draw(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, bool random);
+  // biases, bitmasks) reaches the device in one copy. `logits_argmax`, when
+  // defined, is logits' lowest argmax per row (the step's LogitsSummary):
+  // a step whose rows nothing edits takes its greedy tokens from it
+  // instead of a second argmax.
+  StatusOr<Draws> Draw(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, bool random,
+                       const at::Tensor& logits_argmax = {});
 
   // Rows of the persistent tensors: parameter rows (one per live request)
   // and penalty-count rows (one per live request with penalties).

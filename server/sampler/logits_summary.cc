@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include "kernels/cpu/logits_summary.h"
+#ifdef ROPESERVE_HAVE_CUDA
+#include "kernels/cuda/torch_glue.h"
+#endif
 
 namespace ropeserve {
 
@@ -13,6 +16,12 @@ LogitsSummary SummarizeLogitsReference(const at::Tensor& logits) {
 
 LogitsSummary SummarizeLogits(const at::Tensor& logits) {
   TORCH_CHECK(logits.dim() == 2 && logits.size(1) >= 1, "SummarizeLogits: logits must be [rows, vocab]");
+#ifdef ROPESERVE_HAVE_CUDA
+  if (logits.is_cuda() && logits.scalar_type() == at::kFloat) {
+    auto [logsumexp, max, argmax] = cuda::SummarizeRows(logits);
+    return {logsumexp, max, argmax};
+  }
+#endif
   if (!logits.is_cpu() || logits.scalar_type() != at::kFloat) return SummarizeLogitsReference(logits);
   const at::Tensor x = logits.contiguous();
   const std::int64_t rows = x.size(0);

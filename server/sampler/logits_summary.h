@@ -2,8 +2,10 @@
 // logsumexp, its max and the lowest id holding it (what the sampler needs
 // of a greedy row, and the normalizer of every logprob it reports). On a
 // CPU, float32 rows go through the kernels' row kernel
-// (kernels/cpu/logits_summary.h: why a kernel, and its arithmetic); other
-// dtypes and devices through LibTorch's max(1) and logsumexp(1).
+// (kernels/cpu/logits_summary.h: why a kernel, and its arithmetic); on a
+// GPU through the CUDA twin (kernels/cuda/logits_summary.cu: one kernel
+// for what LibTorch does in about ten); other dtypes and devices through
+// LibTorch's max(1) and logsumexp(1).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -34,7 +34,7 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   at::Tensor chosen = summary.argmax, chosen_logit = max;
   DeviceSampling::Draws draws;
   if (device != nullptr) {
-    RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda()));
+    RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda(), summary.argmax));
     const auto n = std::count(draws.drawn.begin(), draws.drawn.end(), 1);
     stats.device_draws += static_cast<std::uint64_t>(n);
     if (n > 0) {

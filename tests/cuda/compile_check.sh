@@ -67,7 +67,8 @@ if [ -f "$torch_inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api
            bench/offline_bench.cc \
            server/models/encoder_parts.cc server/models/modernbert.cc server/models/roformer.cc \
            server/models/span_model_loader.cc server/runner/model_runner.cc \
-           server/sampler/sampler.cc server/sampler/device_sampling.cc tests/runner/model_runner_test.cc \
+           server/sampler/sampler.cc server/sampler/device_sampling.cc server/sampler/logits_summary.cc \
+           tests/runner/model_runner_test.cc \
            tests/sampler/device_sampling_test.cc tests/models/decoder_paths_test.cc \
            tests/models/speculative_decoding_test.cc; do
     echo "g++ -fsyntax-only: $f"

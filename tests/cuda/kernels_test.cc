@@ -209,6 +209,43 @@ TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   }
 }
 
+// The row summary against LibTorch's max(1) and logsumexp(1), with ties
+// (lowest id), -inf entries, a row of -inf, +inf and NaN rows.
+TEST(CudaLogitsSummary, MatchesLibTorchMaxAndLogsumexp) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const std::int64_t V = 151936;
+  at::Tensor logits = at::randn({7, V}, at::TensorOptions().device(at::kCUDA)) * 4;
+  logits[1].fill_(2.5f);                           // ties everywhere: id 0
+  logits[2].narrow(0, 0, V / 2).fill_(-INFINITY);  // half -inf
+  logits[3].fill_(-INFINITY);                      // -inf: -inf, id 0
+  logits[4][77] = INFINITY;                        // +inf
+  logits[5][1000] = NAN;                           // NaN ranks first
+  logits[5][2000] = NAN;
+  logits[6][V - 1] = 1000.f;  // the max at the end
+  auto [lse, max, argmax] = cuda::SummarizeRows(logits);
+  auto [ref_max, ref_argmax] = logits.max(1);
+  const at::Tensor ref_lse = at::logsumexp(logits, 1);
+  const at::Tensor m = max.cpu(), rm = ref_max.cpu(), l = lse.cpu(), rl = ref_lse.cpu();
+  const at::Tensor a = argmax.cpu(), ra = ref_argmax.cpu();
+  for (std::int64_t r = 0; r < 7; ++r) {
+    const float mv = m[r].item<float>(), rmv = rm[r].item<float>();
+    EXPECT_TRUE(mv == rmv || (std::isnan(mv) && std::isnan(rmv))) << "row " << r << ": " << mv << " vs " << rmv;
+    // Rows 1 and 3 tie everywhere, row 5 holds two NaNs: the lowest id
+    // (LibTorch's own choice among ties is not specified on a GPU).
+    const std::int64_t want = r == 1 || r == 3 ? 0 : r == 5 ? 1000 : ra[r].item<std::int64_t>();
+    EXPECT_EQ(a[r].item<std::int64_t>(), want) << "row " << r;
+    const float lv = l[r].item<float>(), rlv = rl[r].item<float>();
+    if (std::isfinite(rlv)) {
+      // float32 exponentials (__expf, a few ulp) summed by the block: well
+      // within 2^-16 of the row's logsumexp, plus one rounding of it.
+      EXPECT_NEAR(lv, rlv, std::ldexp(1.0, -16) * (1 + std::abs(rlv))) << "row " << r;
+    } else {
+      EXPECT_TRUE(lv == rlv || (std::isnan(lv) && std::isnan(rlv))) << "row " << r << ": " << lv << " vs " << rlv;
+    }
+  }
+  EXPECT_EQ(a[6].item<std::int64_t>(), V - 1);
+}
+
 // Finer partitions for few rows; rows per partition never falls as rows grow
 // (a workspace sized for the largest decode bucket holds the smaller ones').
 TEST(CudaPartitionSize, FinerForFewRowsAndMonotone) {
