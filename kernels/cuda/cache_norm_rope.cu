@@ -1,5 +1,7 @@
 // Cache writes, RMSNorm (plain and fused with the residual add) and
 // rotate-half RoPE: the memory-bound element-wise kernels of a layer.
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 
 namespace ropeserve::cuda {
@@ -70,6 +72,14 @@ __global__ void SiluAndMulKernel(T* __restrict__ out, const T* __restrict__ gate
   }
 }
 
+// Rotates pair (x1, x2) by (c, s), each product and difference rounded on
+// its own (no fused multiply-add), so RopeKernel and RopeAndCacheKernel
+// give the same bits whatever the compiler contracts.
+__device__ __forceinline__ void RotatePair(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 // One block per token; threads over (head, pair). Pair i of a head is
 // (x[i], x[i + rotary_dim / 2]).
 template <typename T>
@@ -84,10 +94,48 @@ __global__ void RopeKernel(const std::int64_t* __restrict__ positions, T* __rest
   for (std::int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
     const std::int64_t head = j / half, i = j % half;
     T* x = head < num_heads ? q + t * q_stride + head * head_dim : k + t * k_stride + (head - num_heads) * head_dim;
-    const float x1 = ToFloat(x[i]), x2 = ToFloat(x[i + half]);
-    const float c = cs[i], s = cs[half + i];
-    x[i] = FromFloat<T>(x1 * c - x2 * s);
-    x[i + half] = FromFloat<T>(x2 * c + x1 * s);
+    float y1, y2;
+    RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
+    x[i] = FromFloat<T>(y1);
+    x[i + half] = FromFloat<T>(y2);
+  }
+}
+
+// RopeKernel on q, and in the same block k rotated into its cache slot
+// (k itself untouched) and v copied into its: one block per token.
+template <typename T>
+__global__ void RopeAndCacheKernel(const std::int64_t* __restrict__ positions, T* __restrict__ q,
+                                   const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ k_cache,
+                                   T* __restrict__ v_cache, const std::int64_t* __restrict__ slot_mapping,
+                                   const float* __restrict__ cos_sin, std::int64_t num_heads, std::int64_t num_kv_heads,
+                                   std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t q_stride,
+                                   std::int64_t k_stride, std::int64_t v_stride) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t half = rotary_dim / 2;
+  const float* cs = cos_sin + positions[t] * rotary_dim;
+  for (std::int64_t j = threadIdx.x; j < num_heads * half; j += blockDim.x) {
+    T* x = q + t * q_stride + (j / half) * head_dim;
+    const std::int64_t i = j % half;
+    float y1, y2;
+    RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
+    x[i] = FromFloat<T>(y1);
+    x[i + half] = FromFloat<T>(y2);
+  }
+  const std::int64_t slot = slot_mapping[t];
+  if (slot < 0) return;  // padding: q rotated (as RopeKernel does), nothing cached
+  const std::int64_t width = num_kv_heads * head_dim;
+  for (std::int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    const std::int64_t e = j % head_dim;
+    const T* x = k + t * k_stride + (j / head_dim) * head_dim;
+    T out = x[e];  // past rotary_dim: as it is
+    if (e < rotary_dim) {
+      const std::int64_t i = e < half ? e : e - half;
+      float y1, y2;
+      RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
+      out = FromFloat<T>(e < half ? y1 : y2);
+    }
+    k_cache[slot * width + j] = out;
+    v_cache[slot * width + j] = v[t * v_stride + j];
   }
 }
 
@@ -139,6 +187,22 @@ int SiluAndMul(void* out, const void* gate_up, std::int64_t num_tokens, std::int
     using T = decltype(tag);
     SiluAndMulKernel<T><<<num_tokens, Threads(intermediate), 0, static_cast<cudaStream_t>(stream)>>>(
         static_cast<T*>(out), static_cast<const T*>(gate_up), intermediate);
+  });
+}
+
+int RopeAndCache(const std::int64_t* positions, void* q, const void* k, const void* v, void* k_cache, void* v_cache,
+                 const std::int64_t* slot_mapping, const float* cos_sin, std::int64_t num_tokens,
+                 std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                 std::int64_t q_stride, std::int64_t k_stride, std::int64_t v_stride, DType dtype, Stream stream) {
+  if (num_tokens == 0) return 0;
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) return static_cast<int>(cudaErrorInvalidValue);
+  const std::int64_t work = std::max(num_heads * rotary_dim / 2, num_kv_heads * head_dim);
+  return detail::Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    RopeAndCacheKernel<T><<<num_tokens, Threads(work), 0, static_cast<cudaStream_t>(stream)>>>(
+        positions, static_cast<T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(k_cache),
+        static_cast<T*>(v_cache), slot_mapping, cos_sin, num_heads, num_kv_heads, head_dim, rotary_dim, q_stride,
+        k_stride, v_stride);
   });
 }
 

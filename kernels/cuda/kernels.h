@@ -49,6 +49,15 @@ int RotaryEmbedding(const std::int64_t* positions, void* q, void* k, const float
                     std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
                     std::int64_t q_stride, std::int64_t k_stride, DType dtype, Stream stream);
 
+// RotaryEmbedding on q in place and, in the same kernel, k rotated into its
+// cache slot and v copied into its (ReshapeAndCache's slots; k itself is
+// left unrotated, rows `v_stride` elements apart for v): the same bits as
+// RotaryEmbedding then ReshapeAndCache, one launch instead of two.
+int RopeAndCache(const std::int64_t* positions, void* q, const void* k, const void* v, void* k_cache, void* v_cache,
+                 const std::int64_t* slot_mapping, const float* cos_sin, std::int64_t num_tokens,
+                 std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                 std::int64_t q_stride, std::int64_t k_stride, std::int64_t v_stride, DType dtype, Stream stream);
+
 // Attention of query rows over the paged cache, grouped-query aware, on
 // the packed batch contract the CPU kernel takes (kernels/cpu/paged_attention.h):
 // sequence s owns rows [query_start[s], query_start[s + 1]) of q

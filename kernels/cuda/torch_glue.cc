@@ -89,6 +89,29 @@ void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, 
         "RotaryEmbedding");
 }
 
+void RopeAndCache(const at::Tensor& positions, at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& cos_sin) {
+  CheckCuda(q, "q");
+  TORCH_CHECK(
+      q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2),
+      "q: [T, Hq, D], k and v: [T, Hkv, D]");
+  for (const at::Tensor* t : {static_cast<const at::Tensor*>(&q), &k, &v})
+    TORCH_CHECK(t->stride(2) == 1 && t->stride(1) == t->size(2), "q, k and v rows must be contiguous inside");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes() &&
+                  k_cache.size(2) == k.size(1) && k_cache.size(3) == k.size(2),
+              "caches must be contiguous [blocks, block_size, Hkv, D]");
+  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() && cos_sin.dim() == 2,
+              "cos_sin: float32 [max_pos, rotary_dim]");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == q.size(0), "positions: int64 [T]");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "slot_mapping: int64 [T]");
+  Check(ropeserve::cuda::RopeAndCache(positions.data_ptr<std::int64_t>(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                      k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr<std::int64_t>(),
+                                      cos_sin.data_ptr<float>(), q.size(0), q.size(1), k.size(1), q.size(2),
+                                      cos_sin.size(1), q.stride(0), k.stride(0), v.stride(0), KernelDType(q),
+                                      CurrentStream()),
+        "RopeAndCache");
+}
+
 std::int64_t PartitionSizeForRows(std::int64_t rows) {
   std::int64_t size = 64;
   while (size < kPartitionSize && size < 8 * rows) size *= 2;

@@ -33,6 +33,10 @@ void FusedAddRmsNorm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weig
 at::Tensor SiluAndMul(const at::Tensor& gate_up);
 // q: [T, Hq, D], k: [T, Hkv, D] in place; cos_sin: float32 [max_pos, rotary_dim].
 void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin);
+// RotaryEmbedding on q, k rotated into k_cache and v into v_cache at
+// slot_mapping's slots (ReshapeAndCache's), k left as it was: one kernel.
+void RopeAndCache(const at::Tensor& positions, at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& cos_sin);
 // Decode and prefill-chunk rows over the paged cache (see kernels.h):
 // block_tables int32 [S, max_blocks], query_start int64 [S + 1],
 // context_lens int64 [S]. `workspace`: float32, at least

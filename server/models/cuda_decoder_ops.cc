@@ -70,6 +70,11 @@ class CudaDecoderOps final : public DecoderOps {
                     const PagedBatch& batch) const override {
     cuda::ReshapeAndCache(k, v, k_cache, v_cache, batch.slot_mapping);
   }
+  void RopeAndWriteKvCache(at::Tensor& q, at::Tensor& k, const at::Tensor& v, const RopeTable& rope,
+                           at::Tensor& k_cache, at::Tensor& v_cache, const PagedBatch& batch) const override {
+    TORCH_CHECK(rope.packed.defined(), "RopeAndWriteKvCache: a RopeTable from this op set's PrepareRope");
+    cuda::RopeAndCache(rope.rows, q, k, v, k_cache, v_cache, batch.slot_mapping, rope.packed);
+  }
   at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const PagedBatch& batch, double scale) const override {
     return cuda::PagedAttention(q, k_cache, v_cache, batch.block_table_tensor, batch.query_start,

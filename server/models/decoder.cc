@@ -149,16 +149,15 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RotaryCosSin(const at::Tensor& p
   return RotaryTable(inv_freq, positions, factor, RotaryLayout::kRotateHalf, at::kFloat, ToScalarType(dtype_));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const DecoderLayerWeights& w,
-                                                                         const at::Tensor& x,
-                                                                         const RopeTable& rope) const {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::Qkv(const DecoderLayerWeights& w,
+                                                                 const at::Tensor& x) const {
   const std::int64_t T = x.size(0), D = config_.head_dim;
   const at::Tensor qkv = ops_->Linear(x, w.qkv_proj);
   const std::int64_t qs = config_.q_size(), kvs = config_.kv_size();
   // Views of the projection (rows contiguous inside): the op set copies
-  // what its kernels need contiguous (the CPU's RoPE); CUDA's RoPE and
-  // cache write read the rows where they are, two copy kernels a layer
-  // fewer.
+  // what its kernels need contiguous (the CPU's RoPE); CUDA's RoPE, cache
+  // write and attention read the rows where they are, three copy kernels a
+  // layer fewer.
   at::Tensor q = qkv.narrow(1, 0, qs).view({T, config_.num_attention_heads, D});
   at::Tensor k = qkv.narrow(1, qs, kvs).view({T, config_.num_key_value_heads, D});
   at::Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, config_.num_key_value_heads, D});
@@ -166,7 +165,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderModel::QkvWithRope(const D
     q = ops_->RmsNorm(q.contiguous(), w.q_norm, config_.rms_norm_eps);
     k = ops_->RmsNorm(k.contiguous(), w.k_norm, config_.rms_norm_eps);
   }
-  ops_->ApplyRope(q, k, rope);
   return {q, k, v};
 }
 
@@ -174,7 +172,7 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
   return ops_->Linear(ops_->SiluAndMul(ops_->Linear(x, w.gate_up_proj)), w.down_proj);
 }
 
-at::Tensor DecoderModel::RunLayers(at::Tensor h, const RopeTable& rope, const AttendFn& attend) const {
+at::Tensor DecoderModel::RunLayers(at::Tensor h, const AttendFn& attend) const {
   const std::int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
   h = h.contiguous();
@@ -188,7 +186,7 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const RopeTable& rope, const At
     // a GPU) fewer a layer.
     at::Tensor x =
         mlp.defined() ? ops_->AddRmsNorm(mlp, h, w.input_layernorm, eps) : ops_->RmsNorm(h, w.input_layernorm, eps);
-    auto [q, k, v] = QkvWithRope(w, x, rope);
+    auto [q, k, v] = Qkv(w, x);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
     at::Tensor o = ops_->Linear(attn, w.o_proj).contiguous();
     at::Tensor y = ops_->AddRmsNorm(o, h, w.post_attention_layernorm, eps);
@@ -255,11 +253,10 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
     }
   }
   const PagedBatch& b = with_workspace ? *with_workspace : batch;
-  at::Tensor h = RunLayers(Embed(batch.token_ids), rope,
-                           [&](size_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                             ops_->WriteKvCache(k, v, cache.k[l], cache.v[l], b);
-                             return attend(q, cache.k[l], cache.v[l], b);
-                           });
+  at::Tensor h = RunLayers(Embed(batch.token_ids), [&](size_t l, at::Tensor q, at::Tensor k, const at::Tensor& v) {
+    ops_->RopeAndWriteKvCache(q, k, v, rope, cache.k[l], cache.v[l], b);
+    return attend(q, cache.k[l], cache.v[l], b);
+  });
   if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
     *prompt_logits = Logits(h.index_select(0, batch.prompt_logits_indices)).contiguous();
   return Logits(h.index_select(0, batch.logits_indices));
@@ -281,11 +278,12 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     PagedBatch one = ContiguousChunk(window, 0, 1, device);
     one.attention_workspace = ops_->AttentionWorkspace(one, len, config_.num_attention_heads, config_.head_dim);
     auto [cos, sin] = RotaryCosSin(one.positions, len);
-    at::Tensor hidden = RunLayers(Embed(one.token_ids), ops_->PrepareRope(cos, sin),
-                                  [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                                    return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0),
-                                                                v.contiguous().unsqueeze(0), one, attention_scale_);
-                                  });
+    const RopeTable rope = ops_->PrepareRope(cos, sin);
+    at::Tensor hidden = RunLayers(Embed(one.token_ids), [&](size_t, at::Tensor q, at::Tensor k, const at::Tensor& v) {
+      ops_->ApplyRope(q, k, rope);
+      return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one,
+                                  attention_scale_);
+    });
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     if (w_.score.defined()) {  // a sequence classifier: the last token's logits
       out.push_back(SpanRows(at::Tensor(), 0, len, with_hidden ? hidden : at::Tensor()));

@@ -131,18 +131,20 @@ class DecoderModel final : public PagedModel {
                                           Quantization quantization);
   at::Tensor Embed(const at::Tensor& ids) const;
   at::Tensor Logits(const at::Tensor& hidden) const;
-  // Projections, per-head norm and RoPE for one layer. Returns q [T,Hq,D], k, v [T,Hkv,D].
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvWithRope(const DecoderLayerWeights& w, const at::Tensor& x,
-                                                             const RopeTable& rope) const;
+  // Projections and per-head norm for one layer, before RoPE. Returns
+  // q [T,Hq,D], k, v [T,Hkv,D] (views of the projection where no norm).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> Qkv(const DecoderLayerWeights& w, const at::Tensor& x) const;
   at::Tensor Mlp(const DecoderLayerWeights& w, const at::Tensor& x) const;
-  // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D]: the only part in
-  // which the forward paths differ.
-  using AttendFn = std::function<at::Tensor(std::size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+  // attend(layer, q [T,Hq,D], k, v [T,Hkv,D]) -> [T,Hq,D], q and k before
+  // RoPE: the only part in which the forward paths differ. It applies
+  // RoPE (the paged path with its cache write, DecoderOps::
+  // RopeAndWriteKvCache: one kernel on a GPU) with a table for the rows of
+  // h: the op set's PrepareRope of RotaryCosSin's tables, or a view of
+  // rope_cache_.
+  using AttendFn = std::function<at::Tensor(std::size_t, at::Tensor, at::Tensor, const at::Tensor&)>;
   // Embedded tokens h [T,H] through every decoder layer -> [T,H], with the
-  // fused RMSNorm/residual and RoPE kernels.
-  // `rope`: the op set's PrepareRope of RotaryCosSin's tables for the rows
-  // of h, or a view of rope_cache_.
-  at::Tensor RunLayers(at::Tensor h, const RopeTable& rope, const AttendFn& attend) const;
+  // fused RMSNorm/residual kernels.
+  at::Tensor RunLayers(at::Tensor h, const AttendFn& attend) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
   // sequences of a paged batch); dynamic RoPE uses each segment's own length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;

@@ -74,6 +74,15 @@ class DecoderOps {
   // be strided as ApplyRope's.
   virtual void WriteKvCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                             const PagedBatch& batch) const = 0;
+  // ApplyRope, then k (rotated) and v into their cache slots: what a paged
+  // forward does with a layer's q, k, v. The same bits as the two calls
+  // (this default); CUDA does it in one kernel that leaves k unrotated in
+  // its buffer (the cache holds the rotated keys; nothing reads k after).
+  virtual void RopeAndWriteKvCache(at::Tensor& q, at::Tensor& k, const at::Tensor& v, const RopeTable& rope,
+                                   at::Tensor& k_cache, at::Tensor& v_cache, const PagedBatch& batch) const {
+    ApplyRope(q, k, rope);
+    WriteKvCache(k, v, k_cache, v_cache, batch);
+  }
   // The scratch PagedAttention needs for `batch`'s rows of q [T, Hq, D]
   // (PagedBatch::attention_workspace), made once per forward so that no
   // layer allocates; undefined where none is needed (the CPU).

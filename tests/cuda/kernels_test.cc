@@ -130,6 +130,38 @@ TEST_P(CudaKernels, RopeAndCacheWriteTakeTheQkvProjectionsViews) {
   EXPECT_TRUE(at::equal(v_cache, v_want));
 }
 
+// The fused RoPE + cache write gives the bits of RotaryEmbedding then
+// ReshapeAndCache, on views of a qkv projection, with partial rotary dims
+// and padding rows (slot -1: nothing cached); k is left unrotated.
+TEST_P(CudaKernels, RopeAndCacheEqualsRopeThenCacheWrite) {
+  const std::int64_t T = 29, hq = 14, hkv = 2, D = 64, blocks = 8, bs = 16;
+  for (std::int64_t rotary : {D, D / 2}) {
+    const at::Tensor qkv = Randn({T, (hq + 2 * hkv) * D});
+    auto views = [&](const at::Tensor& t) {
+      return std::tuple{t.narrow(1, 0, hq * D).view({T, hq, D}), t.narrow(1, hq * D, hkv * D).view({T, hkv, D}),
+                        t.narrow(1, (hq + hkv) * D, hkv * D).view({T, hkv, D})};
+    };
+    at::Tensor fused = qkv.clone(), split = qkv.clone();
+    auto [q, k, v] = views(fused);
+    auto [qs, ks, vs] = views(split);
+    const at::Tensor pos = at::randint(0, 512, {T}, at::TensorOptions().dtype(at::kLong)).to(at::kCUDA);
+    const at::Tensor table = at::rand({512, rotary}, gpu().dtype(at::kFloat));
+    at::Tensor slots = at::randperm(blocks * bs, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, T);
+    slots[3] = -1;  // padding rows
+    slots[T - 1] = -1;
+    slots = slots.to(at::kCUDA);
+    at::Tensor k_cache = at::full({blocks, bs, hkv, D}, 7.0, gpu()), v_cache = k_cache.clone();
+    at::Tensor k_want = k_cache.clone(), v_want = k_cache.clone();
+    cuda::RopeAndCache(pos, q, k, v, k_cache, v_cache, slots, table);
+    cuda::RotaryEmbedding(pos, qs, ks, table);
+    cuda::ReshapeAndCache(ks, vs, k_want, v_want, slots);
+    EXPECT_TRUE(at::equal(q, qs)) << "rotary " << rotary;
+    EXPECT_TRUE(at::equal(k_cache, k_want)) << "rotary " << rotary;
+    EXPECT_TRUE(at::equal(v_cache, v_want)) << "rotary " << rotary;
+    EXPECT_TRUE(at::equal(k, std::get<1>(views(qkv)))) << "k is left as it was";
+  }
+}
+
 // Decode rows and prefill-chunk rows against the gather-based reference.
 TEST_P(CudaKernels, PagedAttentionMatchesTheReferenceAcrossShapes) {
   const std::int64_t bs = 16;
