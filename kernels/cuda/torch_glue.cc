@@ -118,10 +118,22 @@ std::int64_t PartitionSizeForRows(std::int64_t rows) {
   return size;
 }
 
-at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
-                                   std::int64_t max_context, const at::TensorOptions& options,
-                                   std::int64_t partition_size) {
-  const std::int64_t bytes = PagedAttentionWorkspaceBytes(rows, heads, head_dim, max_context, partition_size);
+std::int64_t PartitionedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                                std::int64_t max_context) {
+  // Past the rows where the partition reaches kPartitionSize the need only
+  // grows with rows: the fewer rows to look at stop there.
+  std::int64_t bytes = PagedAttentionWorkspaceBytes(rows, heads, head_dim, max_context, PartitionSizeForRows(rows));
+  for (std::int64_t r = 1; r < rows && PartitionSizeForRows(r) < kPartitionSize; ++r)
+    bytes = std::max(bytes, PagedAttentionWorkspaceBytes(r, heads, head_dim, max_context, PartitionSizeForRows(r)));
+  return bytes;
+}
+
+namespace {
+
+// `bytes` of float32 workspace whose last rows x heads elements (the
+// attention's int32 counters) are zero.
+at::Tensor WorkspaceOfBytes(std::int64_t bytes, std::int64_t rows, std::int64_t heads,
+                            const at::TensorOptions& options) {
   at::Tensor ws = at::empty({std::max<std::int64_t>(1, bytes / 4)}, options.dtype(at::kFloat));
   // The attention's counters (int32, an element each) are the last rows x
   // heads elements, zero; each launch leaves them zero. A launch of fewer
@@ -132,6 +144,20 @@ at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::i
   const std::int64_t counters = rows * heads;
   if (counters > 0) ws.narrow(0, ws.numel() - counters, counters).zero_();
   return ws;
+}
+
+}  // namespace
+
+at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                   std::int64_t max_context, const at::TensorOptions& options,
+                                   std::int64_t partition_size) {
+  return WorkspaceOfBytes(PagedAttentionWorkspaceBytes(rows, heads, head_dim, max_context, partition_size), rows, heads,
+                          options);
+}
+
+at::Tensor PartitionedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                         std::int64_t max_context, const at::TensorOptions& options) {
+  return WorkspaceOfBytes(PartitionedAttentionWorkspaceBytes(rows, heads, head_dim, max_context), rows, heads, options);
 }
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,

@@ -18,10 +18,17 @@ constexpr std::int64_t kPartitionSize = 512;
 // up to a power of two, within [64, kPartitionSize], so a decode step of a
 // few sequences spreads its keys over more of the GPU's SMs (one sequence
 // at a 300-token context: 10 blocks for 2 KV heads, not 2) while large
-// batches and prefill chunks keep 512-token partitions. rows / partition
-// never falls as rows grow: a workspace sized for the largest batch (the
-// decode graphs' pool) holds every smaller one's.
+// batches and prefill chunks keep 512-token partitions.
 std::int64_t PartitionSizeForRows(std::int64_t rows);
+// The bytes of a workspace for `rows` rows at PartitionSizeForRows'
+// partitions, raised to what any fewer rows need at theirs (9 rows take
+// fewer partials than 8: the need is not monotone in rows), so the decode
+// graphs' pool, measured at the largest bucket, holds every bucket's.
+std::int64_t PartitionedAttentionWorkspaceBytes(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                                std::int64_t max_context);
+// A workspace of that size, for launches at PartitionSizeForRows(rows).
+at::Tensor PartitionedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                                         std::int64_t max_context, const at::TensorOptions& options);
 
 // k, v: [T, Hkv, D] (rows may be strided); caches [blocks, block_size, Hkv, D].
 void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,

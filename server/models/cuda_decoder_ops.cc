@@ -83,8 +83,8 @@ class CudaDecoderOps final : public DecoderOps {
   }
   at::Tensor AttentionWorkspace(const PagedBatch& batch, std::int64_t rows, std::int64_t heads,
                                 std::int64_t head_dim) const override {
-    return cuda::PagedAttentionWorkspace(rows, heads, head_dim, batch.max_context,
-                                         batch.token_ids.options().dtype(at::kFloat), cuda::PartitionSizeForRows(rows));
+    return cuda::PartitionedAttentionWorkspace(rows, heads, head_dim, batch.max_context,
+                                               batch.token_ids.options().dtype(at::kFloat));
   }
 };
 
