@@ -80,6 +80,16 @@ __device__ __forceinline__ void RotatePair(float x1, float x2, float c, float s,
   y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
+// Pair i of the head at x (x[i], x[i + half]) rotated in place by the
+// position's table row cs (cos for i < half, then sin).
+template <typename T>
+__device__ __forceinline__ void RotateInPlace(T* x, std::int64_t i, std::int64_t half, const float* cs) {
+  float y1, y2;
+  RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
+  x[i] = FromFloat<T>(y1);
+  x[i + half] = FromFloat<T>(y2);
+}
+
 // One block per token; threads over (head, pair). Pair i of a head is
 // (x[i], x[i + rotary_dim / 2]).
 template <typename T>
@@ -94,10 +104,7 @@ __global__ void RopeKernel(const std::int64_t* __restrict__ positions, T* __rest
   for (std::int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
     const std::int64_t head = j / half, i = j % half;
     T* x = head < num_heads ? q + t * q_stride + head * head_dim : k + t * k_stride + (head - num_heads) * head_dim;
-    float y1, y2;
-    RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
-    x[i] = FromFloat<T>(y1);
-    x[i + half] = FromFloat<T>(y2);
+    RotateInPlace(x, i, half, cs);
   }
 }
 
@@ -113,14 +120,8 @@ __global__ void RopeAndCacheKernel(const std::int64_t* __restrict__ positions, T
   const std::int64_t t = blockIdx.x;
   const std::int64_t half = rotary_dim / 2;
   const float* cs = cos_sin + positions[t] * rotary_dim;
-  for (std::int64_t j = threadIdx.x; j < num_heads * half; j += blockDim.x) {
-    T* x = q + t * q_stride + (j / half) * head_dim;
-    const std::int64_t i = j % half;
-    float y1, y2;
-    RotatePair(ToFloat(x[i]), ToFloat(x[i + half]), cs[i], cs[half + i], y1, y2);
-    x[i] = FromFloat<T>(y1);
-    x[i + half] = FromFloat<T>(y2);
-  }
+  for (std::int64_t j = threadIdx.x; j < num_heads * half; j += blockDim.x)
+    RotateInPlace(q + t * q_stride + (j / half) * head_dim, j % half, half, cs);
   const std::int64_t slot = slot_mapping[t];
   if (slot < 0) return;  // padding: q rotated (as RopeKernel does), nothing cached
   const std::int64_t width = num_kv_heads * head_dim;
