@@ -281,8 +281,9 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     const RopeTable rope = ops_->PrepareRope(cos, sin);
     at::Tensor hidden = RunLayers(Embed(one.token_ids), [&](size_t, at::Tensor q, at::Tensor k, const at::Tensor& v) {
       ops_->ApplyRope(q, k, rope);
-      return ops_->PagedAttention(q.contiguous(), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one,
-                                  attention_scale_);
+      // q as ApplyRope left it (the CPU's contiguous copy, CUDA's view of
+      // the projection, which its attention reads in place).
+      return ops_->PagedAttention(q, k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one, attention_scale_);
     });
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     if (w_.score.defined()) {  // a sequence classifier: the last token's logits
