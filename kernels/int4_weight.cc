@@ -109,6 +109,27 @@ at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
   return at::empty_like(dense).index_copy_(1, w.perm, dense);
 }
 
+Int4MmaWeight Int4MmaLayout(const Int4Weight& w) {
+  const std::int64_t N = w.packed.size(0), Kp = w.packed.size(1) * 2;
+  TORCH_CHECK(N % 16 == 0, "Int4MmaLayout: N = ", N, " is not a multiple of 16");
+  // The levels with their padding (0), as [ct, j, c, kc, wh, t, wl, h, e],
+  // into the order of the layout: [ct, kc, c, t, wh, wl, e, j, h].
+  const at::Tensor p = w.packed.reshape({N, Kp / 64, 1, 32});
+  const at::Tensor q = at::cat({at::bitwise_and(p, 15), at::bitwise_right_shift(p, 4)}, 2)
+                           .reshape({N / 16, 2, 8, Kp / 64, 2, 4, 2, 2, 2})
+                           .permute({0, 3, 2, 5, 4, 6, 8, 1, 7})
+                           .reshape({N / 16, Kp / 64, 32, 16, 2});
+  Int4MmaWeight m;
+  m.packed = at::bitwise_or(q.select(4, 0), at::bitwise_left_shift(q.select(4, 1), 4)).contiguous();
+  m.scale = w.scale.t().contiguous();
+  m.zero = w.zero.t().contiguous();
+  m.n = N;
+  m.k = w.k;
+  m.group_size = w.group_size;
+  m.perm = w.perm;
+  return m;
+}
+
 at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType dtype) {
   Int4Weight rows = w;
   rows.packed = w.packed.index_select(0, ids);

@@ -79,6 +79,36 @@ at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype);
 // embedding stored once, in a 4-bit LM head: --quantization int4-all).
 at::Tensor Int4Rows(const Int4Weight& w, const at::Tensor& ids, at::ScalarType dtype);
 
+// The same weights in the layout of the CUDA tensor-core kernel
+// (kernels/cuda/int4_mma.cu, issue 57): each 32-bit word a thread loads is
+// the B operand of one m16n8k16 step for two 8-column tiles, so the
+// kernel loads 16 bytes a lane and turns nibbles into 16-bit operands with
+// bit operations, no shuffles. Made once at load, on any device; N a
+// multiple of 16.
+//
+// packed: uint8 [N / 16, Kp / 64, 32, 16]: 16 columns (tile ct), 64
+// columns of K (chunk kc), lane l = 4 c + t (c = l / 4, t = l % 4), four
+// words w = 2 wh + wl; nibble i = 4 e + 2 j + h of word w (bits 4i..4i+3,
+// little-endian) holds the level of column n = 16 ct + 8 j + c at
+// k = 64 kc + 32 wh + 8 t + 4 wl + 2 h + e. That is the mma's B fragment
+// (b0 b1 at k = 2t, 2t + 1 of the step, b2 b3 at 2t + 8, 2t + 9, column c)
+// for the step's k reordered: step w's sixteen k are 64 kc + 32 wh + 4 wl
+// + {0..3} + 8 t', so lane t's x operand for two steps is eight
+// consecutive x (one 16-byte load), and each step lies inside one 32-column
+// half, so inside one group. Padding levels past K are 0.
+// scale: float32 [G, N] and zero: uint8 [G, N] (transposed: a tile's
+// columns adjacent).
+struct Int4MmaWeight {
+  at::Tensor packed;
+  at::Tensor scale;
+  at::Tensor zero;
+  std::int64_t n = 0, k = 0;
+  std::int64_t group_size = 128;
+  at::Tensor perm;  // as Int4Weight's
+};
+// TORCH_CHECK fails when N is not a multiple of 16. On w's device.
+Int4MmaWeight Int4MmaLayout(const Int4Weight& w);
+
 // The generic path on any device: w dequantized to x's dtype, then
 // at::linear (cuBLAS on CUDA). y [M, N] in x's dtype; bias [N] or undefined.
 // What a CUDA worker runs past its 4-bit kernel's rows (prefill), and the

@@ -110,6 +110,18 @@ int Int4Linear(void* y, const void* x, std::int64_t rows, const std::uint8_t* pa
                const std::uint8_t* zero, const float* bias, std::int64_t N, std::int64_t K, std::int64_t group_size,
                DType dtype, Stream stream);
 
+// The same product on tensor cores for 1 <= rows <= kInt4MmaMaxRows
+// (int4_mma.cu; issue 57), W in Int4MmaLayout's order (kernels/int4_weight.h):
+// packed [N / 16, Kp / 64, 32, 16] bytes, scale float32 and zero uint8
+// [K / group_size, N]. N a multiple of 16; x and packed 16-byte aligned;
+// K and group_size as Int4Linear's. Float32 sums; each row's result the
+// same whatever the other rows. Not yet the CUDA op set's choice: it has
+// not run on a GPU (docs/gpu.md).
+constexpr std::int64_t kInt4MmaMaxRows = 64;
+int Int4MmaLinear(void* y, const void* x, std::int64_t rows, const std::uint8_t* packed, const float* scale,
+                  const std::uint8_t* zero, const float* bias, std::int64_t N, std::int64_t K, std::int64_t group_size,
+                  DType dtype, Stream stream);
+
 // Each row of row-major float32 logits [rows, n] (n >= 1): its max, the
 // lowest id holding it and its logsumexp (logits_summary.cu: NaN ranks
 // above every number, as LibTorch's max; -inf rows give -inf, rows holding

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace ropeserve::cuda::detail {
@@ -81,36 +82,6 @@ __device__ __forceinline__ void LoadMatricesTransposed(std::uint32_t (&r)[4], st
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
-}
-
-// d += a (16x16, row-major fragments) * b (16x8, column-major), float32 sums.
-template <typename T>
-__device__ __forceinline__ void Mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats rounded to T, `lo` in the low 16 bits (the lower k index).
-template <typename T>
-__device__ __forceinline__ std::uint32_t Pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return static_cast<std::uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-           (static_cast<std::uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-  } else {
-    return static_cast<std::uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
-           (static_cast<std::uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
-  }
 }
 
 // A warp's running softmax over the keys it has seen, for the two head

@@ -194,33 +194,69 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   return out;
 }
 
+namespace {
+
+// What both 4-bit entries ask of x, K, the group and the bias (N outputs),
+// and x as they read it: contiguous rows starting on 16 bytes (a view
+// starting mid-vector is copied first).
+at::Tensor Int4Rows16(const at::Tensor& x_in, std::int64_t max_rows, std::int64_t k, std::int64_t group_size,
+                      std::int64_t N, const at::Tensor& bias, const char* what) {
+  CheckCuda(x_in, "x");
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == k && x_in.size(0) >= 1 && x_in.size(0) <= max_rows, what,
+              ": x must be [1..", max_rows, ", K]");
+  TORCH_CHECK(k % 32 == 0 && (group_size == 32 || group_size == 64 || group_size == 128) && k % group_size == 0, what,
+              ": K a multiple of 32 and of the group size (32, 64 or 128)");
+  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == N &&
+                                  bias.device() == x_in.device()),
+              what, ": bias float32 [N] on x's device");
+  at::Tensor x = x_in.contiguous();
+  if (reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0) x = x.clone();
+  return x;
+}
+
+// scale float32 and zero uint8, both of `sizes`, on `device`.
+void CheckScalesAndZeros(const at::Tensor& scale, const at::Tensor& zero, at::IntArrayRef sizes,
+                         const at::Device& device, const char* what) {
+  TORCH_CHECK(scale.defined() && zero.defined() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                  scale.sizes() == sizes && zero.scalar_type() == at::kByte && zero.is_contiguous() &&
+                  zero.sizes() == sizes && scale.device() == device && zero.device() == device,
+              what, ": scale float32 and zero uint8 ", sizes, " on x's device");
+}
+
+}  // namespace
+
 at::Tensor Int4Linear(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
                       std::int64_t k, std::int64_t group_size, const at::Tensor& bias) {
-  CheckCuda(x_in, "x");
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == k && x_in.size(0) >= 1 && x_in.size(0) <= kInt4GemvMaxRows,
-              "Int4Linear: x must be [1..", kInt4GemvMaxRows, ", K]");
-  TORCH_CHECK(k % 32 == 0 && (group_size == 32 || group_size == 64 || group_size == 128) && k % group_size == 0,
-              "Int4Linear: K a multiple of 32 and of the group size (32, 64 or 128)");
   TORCH_CHECK(packed.defined() && packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
                   packed.size(1) == (k + 63) / 64 * 32 && packed.device() == x_in.device(),
               "Int4Linear: packed must be uint8 [N, Kp / 2] on x's device");
-  const std::int64_t N = packed.size(0), G = k / group_size;
-  TORCH_CHECK(scale.defined() && zero.defined() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
-                  scale.sizes() == at::IntArrayRef({N, G}) && zero.scalar_type() == at::kByte && zero.is_contiguous() &&
-                  zero.sizes() == scale.sizes() && scale.device() == x_in.device() && zero.device() == x_in.device(),
-              "Int4Linear: scale float32 and zero uint8 [N, K / group_size] on x's device");
-  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == N &&
-                                  bias.device() == x_in.device()),
-              "Int4Linear: bias float32 [N] on x's device");
-  // (16-byte loads: a view starting mid-vector is copied first)
-  at::Tensor x = x_in.contiguous();
-  if (reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0) x = x.clone();
+  const std::int64_t N = packed.size(0);
+  const at::Tensor x = Int4Rows16(x_in, kInt4GemvMaxRows, k, group_size, N, bias, "Int4Linear");
+  CheckScalesAndZeros(scale, zero, {N, k / group_size}, x.device(), "Int4Linear");
   at::Tensor y = at::empty({x.size(0), N}, x.options());
   Check(ropeserve::cuda::Int4Linear(y.data_ptr(), x.data_ptr(), x.size(0), packed.data_ptr<std::uint8_t>(),
                                     scale.data_ptr<float>(), zero.data_ptr<std::uint8_t>(),
                                     bias.defined() ? bias.data_ptr<float>() : nullptr, N, k, group_size, KernelDType(x),
                                     CurrentStream()),
         "Int4Linear");
+  return y;
+}
+
+at::Tensor Int4MmaLinear(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& scale,
+                         const at::Tensor& zero, std::int64_t k, std::int64_t group_size, const at::Tensor& bias) {
+  TORCH_CHECK(packed.defined() && packed.dim() == 4 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.size(1) == (k + 63) / 64 && packed.size(2) == 32 && packed.size(3) == 16 &&
+                  packed.device() == x_in.device(),
+              "Int4MmaLinear: packed must be uint8 [N / 16, Kp / 64, 32, 16] on x's device");
+  const std::int64_t N = packed.size(0) * 16;
+  const at::Tensor x = Int4Rows16(x_in, kInt4MmaMaxRows, k, group_size, N, bias, "Int4MmaLinear");
+  CheckScalesAndZeros(scale, zero, {k / group_size, N}, x.device(), "Int4MmaLinear");
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  Check(ropeserve::cuda::Int4MmaLinear(y.data_ptr(), x.data_ptr(), x.size(0), packed.data_ptr<std::uint8_t>(),
+                                       scale.data_ptr<float>(), zero.data_ptr<std::uint8_t>(),
+                                       bias.defined() ? bias.data_ptr<float>() : nullptr, N, k, group_size,
+                                       KernelDType(x), CurrentStream()),
+        "Int4MmaLinear");
   return y;
 }
 

@@ -65,6 +65,11 @@ at::Tensor PagedAttentionWorkspace(std::int64_t rows, std::int64_t heads, std::i
 // undefined) -> [rows, N] in x's dtype. 1 <= rows <= kInt4GemvMaxRows.
 at::Tensor Int4Linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
                       std::int64_t k, std::int64_t group_size, const at::Tensor& bias);
+// The same on tensor cores (kernels.h's Int4MmaLinear) for 1 <= rows <=
+// kInt4MmaMaxRows, the weight in Int4MmaLayout's order (an Int4MmaWeight's
+// packed [N / 16, Kp / 64, 32, 16], scale and zero [K / group_size, N]).
+at::Tensor Int4MmaLinear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& zero,
+                         std::int64_t k, std::int64_t group_size, const at::Tensor& bias);
 // logits float32 [R, V], V >= 1 -> (logsumexp, max) float32 [R] and the
 // lowest argmax int64 [R] (kernels.h's SummarizeRows).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& logits);

@@ -23,11 +23,20 @@ class CudaDecoderOps final : public DecoderOps {
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const override {
     TORCH_CHECK(!w.int8() && !w.packed.defined(), "CUDA projections take 16-bit or 4-bit weights");
     if (w.is_int4()) {
-      // Few rows (decode, verification): the 4-bit kernel reads each weight
-      // once. More (prefill): the generic path, the weights dequantized to
-      // x's dtype for cuBLAS (compute-bound there; the copy is transient).
-      if (x.size(0) <= cuda::kInt4GemvMaxRows) {
-        const Int4Weight& q = w.int4;
+      // Few rows (decode, verification, graph-replayed batches): a 4-bit
+      // kernel reads each weight once: the tensor-core one to 64 rows when
+      // the weights are in its layout too (ROPESERVE_CUDA_INT4_KERNEL=mma),
+      // else the matrix-vector one to 16. More (prefill): the generic path,
+      // the weights dequantized to x's dtype for cuBLAS (compute-bound
+      // there; the copy is transient).
+      const Int4Weight& q = w.int4;
+      const std::int64_t rows = x.size(0);
+      if (w.int4_mma.packed.defined() && rows <= cuda::kInt4MmaMaxRows) {
+        const Int4MmaWeight& m = w.int4_mma;
+        return cuda::Int4MmaLinear(q.perm.defined() ? x.index_select(1, q.perm) : x, m.packed, m.scale, m.zero, m.k,
+                                   m.group_size, w.bias);
+      }
+      if (rows <= cuda::kInt4GemvMaxRows) {
         return cuda::Int4Linear(q.perm.defined() ? x.index_select(1, q.perm) : x, q.packed, q.scale, q.zero, q.k,
                                 q.group_size, w.bias);
       }

@@ -105,7 +105,11 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::LoadAny(const std::string&
   m->dtype_ = dtype;
   m->quantization_ = quantization;
   const ModelConfig& c = m->config_;
-  RS_ASSIGN_OR_RETURN(m->w_, LoadDecoderWeights(*ckpt, dir, WeightPolicy(dtype, quantization, device)));
+  WeightPolicy policy(dtype, quantization, device);
+  if (device.is_cuda()) {
+    RS_ASSIGN_OR_RETURN(policy.int4_mma, CudaInt4MmaFromEnvironment());
+  }
+  RS_ASSIGN_OR_RETURN(m->w_, LoadDecoderWeights(*ckpt, dir, policy));
 
 #ifdef ROPESERVE_HAVE_CUDA
   m->ops_ = device.is_cuda() ? MakeCudaDecoderOps() : MakeCpuDecoderOps();

@@ -37,6 +37,9 @@ struct LinearWeight {
   // Quantization::kInt4: the group-wise 4-bit weights, replacing `weight`
   // (the bias then float32).
   Int4Weight int4;
+  // The same 4-bit weights in the CUDA tensor-core kernel's order, where
+  // the policy asks for it (WeightPolicy::int4_mma); else undefined.
+  Int4MmaWeight int4_mma;
   bool int8() const { return scale.defined(); }
   bool is_int4() const { return int4.packed.defined(); }
 };

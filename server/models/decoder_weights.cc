@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,21 +62,21 @@ class WeightReader {
     for (const auto& name : names)
       ws.push_back(quantize ? LoadTensor(ckpt_, name + ".weight", at::kFloat) : Load(name + ".weight"));
     const at::Tensor w = ws.size() == 1 ? ws[0] : at::cat(ws, 0);
-    if (policy_.pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w, policy_.dtype), {}};
+    if (policy_.pack) return LinearWeight{at::Tensor(), at::Tensor(), bias, cpu::PackWeight(w, policy_.dtype), {}, {}};
     // int4 needs whole groups of 32 columns; a projection whose input size
     // has none (no released model's) stays int8, as llama.cpp keeps such
     // tensors at 8 bits (on CUDA, without int8 kernels: 16 bits).
     const std::int64_t group = Int4KernelGroup(w.size(1));
     if (policy_.int4 && (!head || policy_.int4_head) && group > 0) {
-      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
+      LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}, {}};
       q.int4 = Int4WeightOn(QuantizeInt4(w, group), policy_.device);
-      return q;
+      return WithMmaLayout(std::move(q));
     }
-    if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}};
+    if (!quantize) return LinearWeight{w, at::Tensor(), bias, {}, {}, {}};
     if (!policy_.device.is_cpu())
-      return LinearWeight{w.to(policy_.dtype).to(policy_.device), at::Tensor(), bias, {}, {}};
+      return LinearWeight{w.to(policy_.dtype).to(policy_.device), at::Tensor(), bias, {}, {}, {}};
     cpu::Int8Weight q = cpu::QuantizeInt8(w);
-    return LinearWeight{q.q, q.scale, bias32, {}, {}};
+    return LinearWeight{q.q, q.scale, bias32, {}, {}, {}};
   }
 
  private:
@@ -85,9 +86,14 @@ class WeightReader {
       RS_ASSIGN_OR_RETURN(Int4Levels part, ReadInt4Levels(ckpt_, *ckpt_.config().int4_weights, name));
       parts.push_back(std::move(part));
     }
-    LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}};
+    LinearWeight q{at::Tensor(), at::Tensor(), bias32, {}, {}, {}};
     RS_ASSIGN_OR_RETURN(q.int4, PackInt4Levels(parts, dir_ + ": " + names[0]));
     q.int4 = Int4WeightOn(std::move(q.int4), policy_.device);
+    return WithMmaLayout(std::move(q));
+  }
+
+  LinearWeight WithMmaLayout(LinearWeight q) const {
+    if (policy_.int4_mma && q.int4.packed.size(0) % 16 == 0) q.int4_mma = Int4MmaLayout(q.int4);
     return q;
   }
 
@@ -143,7 +149,7 @@ Status LoadHead(const WeightReader& r, const ModelConfig& c, const std::string& 
     if (policy.EmbeddingInLmHead(c)) {
       RS_ASSIGN_OR_RETURN(w.lm_head, r.Linear({c.trunk_prefix + "embed_tokens"}, false, true));
     } else if (c.tie_word_embeddings) {
-      w.lm_head = LinearWeight{w.embed_tokens, at::Tensor(), at::Tensor(), {}, {}};
+      w.lm_head = LinearWeight{w.embed_tokens, at::Tensor(), at::Tensor(), {}, {}, {}};
     } else {
       RS_ASSIGN_OR_RETURN(w.lm_head, r.Linear({"lm_head"}, false, true));
     }
@@ -165,6 +171,13 @@ WeightPolicy::WeightPolicy(DType dtype_in, Quantization quantization, at::Device
       // 4-bit with int4-all on both.
       int8_head(int8 || (int4 && !int4_head && device_in.is_cpu())),
       quantized_head(int8_head || int4_head) {}
+
+StatusOr<bool> CudaInt4MmaFromEnvironment() {
+  const char* v = std::getenv("ROPESERVE_CUDA_INT4_KERNEL");
+  if (v == nullptr || *v == 0 || std::string(v) == "gemv") return false;
+  if (std::string(v) == "mma") return true;
+  return InvalidArgument(std::string("ROPESERVE_CUDA_INT4_KERNEL=") + v + ": expected gemv or mma");
+}
 
 bool WeightPolicy::EmbeddingInLmHead(const ModelConfig& c) const {
   return (quantized_head || pack) && !c.span_head && !c.sequence_head && !c.base_model && c.tie_word_embeddings;

@@ -33,12 +33,24 @@ struct WeightPolicy {
   bool pack = false;       // unquantized CPU projections in packed panels
   bool int8_head = false;  // the LM head at 8 bits: int8, or int4 on the CPU
   bool quantized_head = false;
+  // CUDA: 4-bit projections also in the tensor-core kernel's layout
+  // (Int4MmaLayout), which the op set then runs for 1-64 rows. Chosen by
+  // ROPESERVE_CUDA_INT4_KERNEL=mma (default gemv: the matrix-vector kernel
+  // to 16 rows, dequantization past) until a GPU run measures it
+  // (docs/gpu.md); it keeps both layouts (the dequantized path past 64
+  // rows reads the first), 0.5 more bytes a weight.
+  bool int4_mma = false;
 
   // A tied LM head holds the embedding (DecoderModel::Embed reads its rows
   // back): one copy of the largest matrix, when the head is quantized or
   // packed and the model generates.
   bool EmbeddingInLmHead(const ModelConfig& c) const;
 };
+
+// ROPESERVE_CUDA_INT4_KERNEL (unset or gemv: false; mma: true; anything
+// else an InvalidArgument naming it): WeightPolicy::int4_mma for a CUDA
+// worker.
+StatusOr<bool> CudaInt4MmaFromEnvironment();
 
 // Every weight of `ckpt` (opened from `dir`, whose name error messages
 // carry) the model's heads use, on the policy's device. A classifier made

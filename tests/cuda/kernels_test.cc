@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/cuda/torch_glue.h"
 #include "kernels/int4_weight.h"
@@ -405,6 +406,61 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
   EXPECT_THROW(cuda::Int4Linear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
 }
 
+// The tensor-core 4-bit kernel (Int4MmaLinear, Int4MmaLayout's order)
+// against float64 maths on the dequantized weights, for 1-64 rows (one to
+// four 16-row tiles, partial ones), K % 64 == 32, every group size, zero
+// points, permuted columns and biases; each row as it comes out alone.
+// Bound: the products x (q - zero) are exact in float32; each term then
+// passes through at most K + 40 float32 additions and products (the mma's
+// sums, the scale, the group and warp sums, the bias), counted at twice
+// the unit roundoff (tensor cores may truncate their sums), then one
+// rounding to the dtype.
+TEST_P(CudaKernels, Int4MmaLinearMatchesFloat64OnTheDequantizedWeights) {
+  const double u = dtype() == at::kBFloat16 ? testing::kBF16Roundoff : 0x1p-11;
+  for (auto [N, K, group, symmetric, permuted, with_bias] :
+       {std::tuple<int, int, int, bool, bool, bool>{16, 64, 32, false, false, true},
+        {144, 160, 32, true, true, true},
+        {896, 896, 128, false, false, false},
+        {256, 1056, 32, false, true, false},
+        {64, 4864, 128, true, false, true},
+        {48, 448, 64, false, false, true}}) {
+    const Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
+    const Int4MmaWeight w = Int4MmaLayout(Int4WeightOn(host, at::kCUDA));
+    const at::Tensor dense = DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
+    const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
+    const at::Tensor bias_gpu = with_bias ? bias.to(at::kCUDA) : at::Tensor();
+    for (int M : {1, 2, 7, 9, 16, 17, 33, 48, 49, 64}) {
+      SCOPED_TRACE(::testing::Message() << N << "x" << K << " g" << group << " rows " << M);
+      const at::Tensor x = Randn({M, K});
+      const at::Tensor xk = w.perm.defined() ? x.index_select(1, w.perm) : x;
+      const at::Tensor y = cuda::Int4MmaLinear(xk, w.packed, w.scale, w.zero, K, group, bias_gpu);
+      ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{M, N}));
+      ASSERT_EQ(y.scalar_type(), dtype());
+      const at::Tensor xd = x.to(at::kCPU, at::kDouble);
+      at::Tensor ref = at::matmul(xd, dense.t());
+      if (with_bias) ref = ref + bias.to(at::kDouble);
+      at::Tensor mass = at::matmul(xd.abs(), dense.abs().t());
+      if (with_bias) mass = mass + bias.to(at::kDouble).abs();
+      const at::Tensor bound = (1 + u) * testing::Gamma(K + 40, 2 * testing::kF32Roundoff) * mass + u * ref.abs();
+      const at::Tensor err = (y.to(at::kCPU, at::kDouble) - ref).abs();
+      EXPECT_FALSE(err.isnan().any().item<bool>());
+      EXPECT_TRUE((err <= bound).all().item<bool>()) << (err / bound).max().item<double>();
+      if (M > 1) {
+        const at::Tensor alone =
+            cuda::Int4MmaLinear(xk.narrow(0, M - 1, 1).contiguous(), w.packed, w.scale, w.zero, K, group, bias_gpu);
+        EXPECT_TRUE(at::equal(alone, y.narrow(0, M - 1, 1)));
+      }
+    }
+  }
+  // Past its rows, a K it cannot take, the other kernel's layout: refused.
+  const Int4MmaWeight w = Int4MmaLayout(Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA));
+  EXPECT_THROW(cuda::Int4MmaLinear(Randn({cuda::kInt4MmaMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
+               c10::Error);
+  EXPECT_THROW(cuda::Int4MmaLinear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
+  const Int4Weight plain = Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA);
+  EXPECT_THROW(cuda::Int4MmaLinear(Randn({1, 128}), plain.packed, plain.scale, plain.zero, 128, 32, {}), c10::Error);
+}
+
 // Figures for scripts/gpu-check (c): bytes of K/V a decode step must read,
 // per second, against the device-to-device copy bandwidth of this run.
 TEST_P(CudaKernels, DISABLED_Bandwidth) {
@@ -445,19 +501,31 @@ TEST_P(CudaKernels, DISABLED_Bandwidth) {
           name, seqs, ctx, hq, hkv, d, gbs, 100.0 * gbs / copy);
     }
   }
-  // The 4-bit matrix-vector kernel: bytes of packed weights, scales and
-  // zeros read per second, at 1 and 8 rows, against a bf16 cuBLAS GEMM of
-  // the same shape (its 2 bytes a weight).
+  // The 4-bit kernels: bytes of packed weights, scales and zeros read per
+  // second, the matrix-vector kernel (to 16 rows) and the tensor-core one
+  // (to 64) against what the op set runs past 16 rows today (the weights
+  // dequantized, then cuBLAS) and a bf16 cuBLAS GEMM of the same shape
+  // (its 2 bytes a weight).
   for (auto [N, K] : {std::pair<int, int>{4864 * 2, 896}, {896, 4864}, {28672, 4096}, {4096, 14336}}) {
     const Int4Weight w = Int4WeightOn(HostInt4(N, K, 128, false, false), at::kCUDA);
+    const Int4MmaWeight wm = Int4MmaLayout(w);
     const at::Tensor dense = Randn({N, K});
     const double bytes = static_cast<double>(w.packed.nbytes() + w.scale.nbytes() + w.zero.nbytes());
-    for (int M : {1, 8}) {
+    for (int M : {1, 8, 16, 32, 64}) {
       const at::Tensor x = Randn({M, K});
-      const double s = seconds([&] { cuda::Int4Linear(x, w.packed, w.scale, w.zero, K, 128, {}); }, 50);
+      const double sm = seconds([&] { cuda::Int4MmaLinear(x, wm.packed, wm.scale, wm.zero, K, 128, {}); }, 50);
+      const double sq = seconds([&] { Int4DequantizedLinear(x, w, {}); }, 20);
       const double sd = seconds([&] { at::linear(x, dense); }, 50);
-      std::printf("BANDWIDTH int4 gemv %d x %d, %d rows: %.1f us, %.0f GB/s (%.0f%% of copy); bf16 cuBLAS %.1f us\n", N,
-                  K, M, s * 1e6, bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy, sd * 1e6);
+      char gemv[96] = "-";
+      if (M <= cuda::kInt4GemvMaxRows) {
+        const double s = seconds([&] { cuda::Int4Linear(x, w.packed, w.scale, w.zero, K, 128, {}); }, 50);
+        std::snprintf(gemv, sizeof gemv, "%.1f us, %.0f GB/s (%.0f%% of copy)", s * 1e6, bytes / s / 1e9,
+                      100.0 * bytes / s / 1e9 / copy);
+      }
+      std::printf(
+          "BANDWIDTH int4 %d x %d, %d rows: mma %.1f us, %.0f GB/s (%.0f%% of copy); gemv %s; dequantize + cuBLAS "
+          "%.1f us; bf16 cuBLAS %.1f us\n",
+          N, K, M, sm * 1e6, bytes / sm / 1e9, 100.0 * bytes / sm / 1e9 / copy, gemv, sq * 1e6, sd * 1e6);
     }
   }
 }

@@ -9,9 +9,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/int4_weight.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/models/decoder.h"
+#include "server/models/decoder_weights.h"
 #include "server/models/weight_loader.h"
 #include "tests/checkpoint/test_checkpoints.h"
 #include "tests/common/float_bounds.h"
@@ -194,6 +198,60 @@ TEST(Int4Checkpoints, RefuseInt8) {
   ASSERT_FALSE(int8.ok());
   EXPECT_NE(int8.status().message().find("--quantization int8"), std::string::npos) << int8.status().ToString();
   EXPECT_TRUE(DecoderModel::Load(dir.path(), DType::kF32, Quantization::kInt4).ok());
+}
+
+// WeightPolicy::int4_mma (a CUDA worker's ROPESERVE_CUDA_INT4_KERNEL=mma)
+// adds the tensor-core kernel's layout of every 4-bit projection whose
+// outputs come in 16s (on any device: the layout is made by LibTorch ops),
+// beside the plain one; without it there is none.
+TEST(Int4Checkpoints, MmaLayoutWhereThePolicyAsks) {
+  ScratchDir dir;
+  auto o = testing::TinyOptions("llama");
+  o.intermediate_size = 192;
+  testing::MakeTinyCheckpoint(dir.path(), o);
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok());
+  for (bool mma : {false, true}) {
+    WeightPolicy policy(DType::kF32, Quantization::kInt4, at::kCPU);
+    policy.int4_mma = mma;
+    auto w = LoadDecoderWeights(**ckpt, dir.path(), policy);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    int checked = 0;
+    for (const DecoderLayerWeights& lw : w->layers) {
+      for (const LinearWeight* p : {&lw.qkv_proj, &lw.o_proj, &lw.gate_up_proj, &lw.down_proj}) {
+        ASSERT_TRUE(p->is_int4());
+        const bool expect = mma && p->int4.packed.size(0) % 16 == 0;
+        ASSERT_EQ(p->int4_mma.packed.defined(), expect);
+        if (!expect) continue;
+        const Int4MmaWeight again = Int4MmaLayout(p->int4);
+        EXPECT_TRUE(at::equal(p->int4_mma.packed, again.packed));
+        EXPECT_TRUE(at::equal(p->int4_mma.scale, again.scale));
+        EXPECT_TRUE(at::equal(p->int4_mma.zero, again.zero));
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked > 0, mma);
+  }
+}
+
+TEST(Int4Checkpoints, CudaInt4KernelFromTheEnvironment) {
+  const char* saved = std::getenv("ROPESERVE_CUDA_INT4_KERNEL");
+  const std::string restore = saved == nullptr ? "" : saved;
+  unsetenv("ROPESERVE_CUDA_INT4_KERNEL");
+  EXPECT_EQ(CudaInt4MmaFromEnvironment().value(), false);
+  setenv("ROPESERVE_CUDA_INT4_KERNEL", "gemv", 1);
+  EXPECT_EQ(CudaInt4MmaFromEnvironment().value(), false);
+  setenv("ROPESERVE_CUDA_INT4_KERNEL", "mma", 1);
+  EXPECT_EQ(CudaInt4MmaFromEnvironment().value(), true);
+  setenv("ROPESERVE_CUDA_INT4_KERNEL", "marlin", 1);
+  const auto bad = CudaInt4MmaFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ROPESERVE_CUDA_INT4_KERNEL=marlin"), std::string::npos);
+  if (saved == nullptr) {
+    unsetenv("ROPESERVE_CUDA_INT4_KERNEL");
+  } else {
+    setenv("ROPESERVE_CUDA_INT4_KERNEL", restore.c_str(), 1);
+  }
 }
 
 }  // namespace
