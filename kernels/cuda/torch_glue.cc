@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/kernels.h"
 
@@ -23,18 +24,35 @@ void Check(int status, const char* what) { TORCH_CHECK(status == 0, what, ": CUD
 
 void CheckCuda(const at::Tensor& t, const char* name) { TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device"); }
 
+// The checks the RoPE and cache-write entries share: [T, H, D] rows
+// contiguous inside (a view of a projection may have any row stride), the
+// paged caches, the float32 RoPE table and the per-token int64 vectors.
+void CheckRowsInside(std::initializer_list<const at::Tensor*> ts, const char* names) {
+  for (const at::Tensor* t : ts)
+    TORCH_CHECK(t->stride(2) == 1 && t->stride(1) == t->size(2), names, " rows must be contiguous inside");
+}
+void CheckCaches(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k) {
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes() &&
+                  k_cache.dim() == 4 && k_cache.size(2) == k.size(1) && k_cache.size(3) == k.size(2),
+              "caches must be contiguous [blocks, block_size, Hkv, D]");
+}
+void CheckCosSin(const at::Tensor& cos_sin) {
+  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() && cos_sin.dim() == 2,
+              "cos_sin: float32 [max_pos, rotary_dim]");
+}
+void CheckPerToken(const at::Tensor& t, std::int64_t tokens, const char* what) {
+  TORCH_CHECK(t.scalar_type() == at::kLong && t.numel() == tokens, what, ": int64 [T]");
+}
+
 }  // namespace
 
 void ReshapeAndCache(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                      const at::Tensor& slot_mapping) {
   CheckCuda(k, "k");
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [T, Hkv, D]");
-  TORCH_CHECK(k.stride(2) == 1 && k.stride(1) == k.size(2) && v.stride(2) == 1 && v.stride(1) == v.size(2),
-              "k and v rows must be contiguous inside");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(2) == k.size(1) &&
-                  k_cache.size(3) == k.size(2),
-              "caches must be contiguous [blocks, block_size, Hkv, D]");
-  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "slot_mapping: int64 [T]");
+  CheckRowsInside({&k, &v}, "k and v");
+  CheckCaches(k_cache, v_cache, k);
+  CheckPerToken(slot_mapping, k.size(0), "slot_mapping");
   Check(ropeserve::cuda::ReshapeAndCache(k.data_ptr(), v.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                                          slot_mapping.data_ptr<std::int64_t>(), k.size(0), k.size(1), k.size(2),
                                          k.stride(0), v.stride(0), KernelDType(k), CurrentStream()),
@@ -78,11 +96,9 @@ at::Tensor SiluAndMul(const at::Tensor& gate_up) {
 void RotaryEmbedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin) {
   CheckCuda(q, "q");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.size(0) == k.size(0) && q.size(2) == k.size(2), "q, k: [T, H, D]");
-  TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2) && k.stride(2) == 1 && k.stride(1) == k.size(2),
-              "q and k rows must be contiguous inside");
-  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() && cos_sin.dim() == 2,
-              "cos_sin: float32 [max_pos, rotary_dim]");
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == q.size(0), "positions: int64 [T]");
+  CheckRowsInside({&q, &k}, "q and k");
+  CheckCosSin(cos_sin);
+  CheckPerToken(positions, q.size(0), "positions");
   Check(ropeserve::cuda::RotaryEmbedding(positions.data_ptr<std::int64_t>(), q.data_ptr(), k.data_ptr(),
                                          cos_sin.data_ptr<float>(), q.size(0), q.size(1), k.size(1), q.size(2),
                                          cos_sin.size(1), q.stride(0), k.stride(0), KernelDType(q), CurrentStream()),
@@ -95,15 +111,11 @@ void RopeAndCache(const at::Tensor& positions, at::Tensor& q, const at::Tensor& 
   TORCH_CHECK(
       q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2),
       "q: [T, Hq, D], k and v: [T, Hkv, D]");
-  for (const at::Tensor* t : {static_cast<const at::Tensor*>(&q), &k, &v})
-    TORCH_CHECK(t->stride(2) == 1 && t->stride(1) == t->size(2), "q, k and v rows must be contiguous inside");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes() &&
-                  k_cache.size(2) == k.size(1) && k_cache.size(3) == k.size(2),
-              "caches must be contiguous [blocks, block_size, Hkv, D]");
-  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() && cos_sin.dim() == 2,
-              "cos_sin: float32 [max_pos, rotary_dim]");
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == q.size(0), "positions: int64 [T]");
-  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "slot_mapping: int64 [T]");
+  CheckRowsInside({&q, &k, &v}, "q, k and v");
+  CheckCaches(k_cache, v_cache, k);
+  CheckCosSin(cos_sin);
+  CheckPerToken(positions, q.size(0), "positions");
+  CheckPerToken(slot_mapping, k.size(0), "slot_mapping");
   Check(ropeserve::cuda::RopeAndCache(positions.data_ptr<std::int64_t>(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                       k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr<std::int64_t>(),
                                       cos_sin.data_ptr<float>(), q.size(0), q.size(1), k.size(1), q.size(2),
