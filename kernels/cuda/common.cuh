@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/kernels.h"
 
@@ -68,6 +70,16 @@ int Dispatch(DType dtype, Fn&& fn) {
     fn(__half{});
   }
   return LaunchStatus();
+}
+
+// Calls fn(std::integral_constant<int, C>{}) for the first C of Cs (in
+// increasing order) with rows <= C: the template a launch is instantiated
+// at for that many rows. Nothing when rows exceeds them all (callers
+// check their limit first).
+template <int... Cs, typename Fn>
+void ForRows(std::int64_t rows, Fn&& fn) {
+  bool done = false;
+  ((!done && rows <= Cs ? (fn(std::integral_constant<int, Cs>{}), done = true) : false), ...);
 }
 
 }  // namespace ropeserve::cuda::detail

@@ -96,17 +96,9 @@ int Int4Linear(void* y, const void* x, std::int64_t rows, const std::uint8_t* pa
   return detail::Dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     // Accumulators for the rows rounded up to a power of two; the rest idle.
-    if (rows <= 1) {
-      Launch<T, 1>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else if (rows <= 2) {
-      Launch<T, 2>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else if (rows <= 4) {
-      Launch<T, 4>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else if (rows <= 8) {
-      Launch<T, 8>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else {
-      Launch<T, 16>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    }
+    detail::ForRows<1, 2, 4, 8, 16>(rows, [&](auto r) {
+      Launch<T, decltype(r)::value>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
+    });
   });
 }
 

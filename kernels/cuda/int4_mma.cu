@@ -230,15 +230,9 @@ int Int4MmaLinear(void* y, const void* x, std::int64_t rows, const std::uint8_t*
   return detail::Dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     // 16-row tiles for the rows; the tiles' rows past `rows` are zeros.
-    if (rows <= 16) {
-      Launch<T, 1>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else if (rows <= 32) {
-      Launch<T, 2>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else if (rows <= 48) {
-      Launch<T, 3>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    } else {
-      Launch<T, 4>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
-    }
+    detail::ForRows<16, 32, 48, 64>(rows, [&](auto r) {
+      Launch<T, decltype(r)::value / 16>(y, x, rows, packed, scale, zero, bias, N, K, group_size, s);
+    });
   });
 }
 

@@ -356,49 +356,64 @@ Int4Weight HostInt4(std::int64_t N, std::int64_t K, std::int64_t group, bool sym
   return PackInt4(UnpackInt4(q), q.scale, q.zero, group, at::randperm(K, at::kLong));
 }
 
-// The 4-bit matrix-vector kernel against float64 maths on the dequantized
-// weights, for 1-16 rows, odd shapes (K % 64 == 32: a padded last block; group 64 and 128 too),
-// every group size, zero points, permuted columns and biases. Bound: the
-// float32 sums (each term passes through at most K + 40 roundings:
-// 16-term dot, scale, the lane's running sum, the 5-level butterfly,
-// bias), then one rounding to the dtype.
-TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
-  const double u = dtype() == at::kBFloat16 ? testing::kBF16Roundoff : 0x1p-11;
-  for (auto [N, K, group, symmetric, permuted, with_bias] :
-       {std::tuple<int, int, int, bool, bool, bool>{45, 64, 32, false, false, true},
-        {130, 160, 32, true, true, true},
-        {896, 896, 128, false, false, false},
-        {257, 1056, 32, false, true, false},
-        {64, 4864, 128, true, false, true}}) {
+using Int4Shape = std::tuple<int, int, int, bool, bool, bool>;  // N, K, group, symmetric, permuted, bias
+
+// A 4-bit kernel against float64 maths on the dequantized weights, for
+// each shape and row count: `prepare` makes the kernel's weight (with a
+// perm member) from the host's, `kernel(xk, w, K, group, bias)` runs it on
+// x in the weight's column order. Bound: each term through at most K + 40
+// float32 operations at `f32_unit` each, then one rounding to the dtype.
+// Each row as it comes out alone must be the same bits.
+template <typename Prepare, typename Kernel>
+void CheckInt4Kernel(at::ScalarType dtype, std::initializer_list<Int4Shape> shapes, std::initializer_list<int> rows,
+                     double f32_unit, Prepare prepare, Kernel kernel) {
+  const double u = dtype == at::kBFloat16 ? testing::kBF16Roundoff : 0x1p-11;
+  for (auto [N, K, group, symmetric, permuted, with_bias] : shapes) {
     const Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
-    const Int4Weight w = Int4WeightOn(host, at::kCUDA);
+    const auto w = prepare(host);
     const at::Tensor dense = DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
     const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
-    for (int M : {1, 2, 3, 5, 8, 11, 16}) {
+    const at::Tensor bias_gpu = with_bias ? bias.to(at::kCUDA) : at::Tensor();
+    for (int M : rows) {
       SCOPED_TRACE(::testing::Message() << N << "x" << K << " g" << group << " rows " << M);
-      const at::Tensor x = Randn({M, K});
+      const at::Tensor x = at::randn({M, K}, at::TensorOptions().device(at::kCUDA).dtype(dtype));
       const at::Tensor xk = w.perm.defined() ? x.index_select(1, w.perm) : x;
-      const at::Tensor y =
-          cuda::Int4Linear(xk, w.packed, w.scale, w.zero, K, group, with_bias ? bias.to(at::kCUDA) : at::Tensor());
+      const at::Tensor y = kernel(xk, w, K, group, bias_gpu);
       ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{M, N}));
-      ASSERT_EQ(y.scalar_type(), dtype());
+      ASSERT_EQ(y.scalar_type(), dtype);
       const at::Tensor xd = x.to(at::kCPU, at::kDouble);
       at::Tensor ref = at::matmul(xd, dense.t());
       if (with_bias) ref = ref + bias.to(at::kDouble);
       at::Tensor mass = at::matmul(xd.abs(), dense.abs().t());
       if (with_bias) mass = mass + bias.to(at::kDouble).abs();
-      const at::Tensor bound = (1 + u) * testing::Gamma(K + 40, testing::kF32Roundoff) * mass + u * ref.abs();
+      const at::Tensor bound = (1 + u) * testing::Gamma(K + 40, f32_unit) * mass + u * ref.abs();
       const at::Tensor err = (y.to(at::kCPU, at::kDouble) - ref).abs();
       EXPECT_FALSE(err.isnan().any().item<bool>());
       EXPECT_TRUE((err <= bound).all().item<bool>()) << (err / bound).max().item<double>();
-      // Each row as it comes out alone.
       if (M > 1) {
-        const at::Tensor alone = cuda::Int4Linear(xk.narrow(0, M - 1, 1).contiguous(), w.packed, w.scale, w.zero, K,
-                                                  group, with_bias ? bias.to(at::kCUDA) : at::Tensor());
+        const at::Tensor alone = kernel(xk.narrow(0, M - 1, 1).contiguous(), w, K, group, bias_gpu);
         EXPECT_TRUE(at::equal(alone, y.narrow(0, M - 1, 1)));
       }
     }
   }
+}
+
+// The 4-bit matrix-vector kernel, 1-16 rows, odd shapes (K % 64 == 32: a
+// padded last block; group 64 and 128 too), every group size, zero points,
+// permuted columns and biases. Its float32 operations: 16-term dot, scale,
+// the lane's running sum, the 5-level butterfly, bias.
+TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
+  CheckInt4Kernel(
+      dtype(),
+      {Int4Shape{45, 64, 32, false, false, true},
+       {130, 160, 32, true, true, true},
+       {896, 896, 128, false, false, false},
+       {257, 1056, 32, false, true, false},
+       {64, 4864, 128, true, false, true}},
+      {1, 2, 3, 5, 8, 11, 16}, testing::kF32Roundoff, [](const Int4Weight& h) { return Int4WeightOn(h, at::kCUDA); },
+      [](const at::Tensor& x, const Int4Weight& w, int K, int group, const at::Tensor& bias) {
+        return cuda::Int4Linear(x, w.packed, w.scale, w.zero, K, group, bias);
+      });
   // Past the kernel's rows, and a K it cannot take: refused.
   const Int4Weight w = Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA);
   EXPECT_THROW(cuda::Int4Linear(Randn({cuda::kInt4GemvMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
@@ -406,52 +421,26 @@ TEST_P(CudaKernels, Int4LinearMatchesFloat64OnTheDequantizedWeights) {
   EXPECT_THROW(cuda::Int4Linear(Randn({1, 96}), w.packed, w.scale, w.zero, 96, 32, {}), c10::Error);
 }
 
-// The tensor-core 4-bit kernel (Int4MmaLinear, Int4MmaLayout's order)
-// against float64 maths on the dequantized weights, for 1-64 rows (one to
-// four 16-row tiles, partial ones), K % 64 == 32, every group size, zero
-// points, permuted columns and biases; each row as it comes out alone.
-// Bound: the products x (q - zero) are exact in float32; each term then
-// passes through at most K + 40 float32 additions and products (the mma's
-// sums, the scale, the group and warp sums, the bias), counted at twice
-// the unit roundoff (tensor cores may truncate their sums), then one
-// rounding to the dtype.
+// The tensor-core 4-bit kernel (Int4MmaLinear, Int4MmaLayout's order), 1-64
+// rows (one to four 16-row tiles, partial ones), the same kinds of shapes
+// with N a multiple of 16. The products x (q - zero) are exact in float32;
+// its float32 operations (the mma's sums, the scale, the group and warp
+// sums, the bias) counted at twice the unit roundoff: tensor cores may
+// truncate their sums.
 TEST_P(CudaKernels, Int4MmaLinearMatchesFloat64OnTheDequantizedWeights) {
-  const double u = dtype() == at::kBFloat16 ? testing::kBF16Roundoff : 0x1p-11;
-  for (auto [N, K, group, symmetric, permuted, with_bias] :
-       {std::tuple<int, int, int, bool, bool, bool>{16, 64, 32, false, false, true},
-        {144, 160, 32, true, true, true},
-        {896, 896, 128, false, false, false},
-        {256, 1056, 32, false, true, false},
-        {64, 4864, 128, true, false, true},
-        {48, 448, 64, false, false, true}}) {
-    const Int4Weight host = HostInt4(N, K, group, symmetric, permuted);
-    const Int4MmaWeight w = Int4MmaLayout(Int4WeightOn(host, at::kCUDA));
-    const at::Tensor dense = DequantizeInt4(host, at::kDouble);  // [N, K], the checkpoint's columns
-    const at::Tensor bias = with_bias ? at::randn({N}) : at::Tensor();
-    const at::Tensor bias_gpu = with_bias ? bias.to(at::kCUDA) : at::Tensor();
-    for (int M : {1, 2, 7, 9, 16, 17, 33, 48, 49, 64}) {
-      SCOPED_TRACE(::testing::Message() << N << "x" << K << " g" << group << " rows " << M);
-      const at::Tensor x = Randn({M, K});
-      const at::Tensor xk = w.perm.defined() ? x.index_select(1, w.perm) : x;
-      const at::Tensor y = cuda::Int4MmaLinear(xk, w.packed, w.scale, w.zero, K, group, bias_gpu);
-      ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{M, N}));
-      ASSERT_EQ(y.scalar_type(), dtype());
-      const at::Tensor xd = x.to(at::kCPU, at::kDouble);
-      at::Tensor ref = at::matmul(xd, dense.t());
-      if (with_bias) ref = ref + bias.to(at::kDouble);
-      at::Tensor mass = at::matmul(xd.abs(), dense.abs().t());
-      if (with_bias) mass = mass + bias.to(at::kDouble).abs();
-      const at::Tensor bound = (1 + u) * testing::Gamma(K + 40, 2 * testing::kF32Roundoff) * mass + u * ref.abs();
-      const at::Tensor err = (y.to(at::kCPU, at::kDouble) - ref).abs();
-      EXPECT_FALSE(err.isnan().any().item<bool>());
-      EXPECT_TRUE((err <= bound).all().item<bool>()) << (err / bound).max().item<double>();
-      if (M > 1) {
-        const at::Tensor alone =
-            cuda::Int4MmaLinear(xk.narrow(0, M - 1, 1).contiguous(), w.packed, w.scale, w.zero, K, group, bias_gpu);
-        EXPECT_TRUE(at::equal(alone, y.narrow(0, M - 1, 1)));
-      }
-    }
-  }
+  CheckInt4Kernel(
+      dtype(),
+      {Int4Shape{16, 64, 32, false, false, true},
+       {144, 160, 32, true, true, true},
+       {896, 896, 128, false, false, false},
+       {256, 1056, 32, false, true, false},
+       {64, 4864, 128, true, false, true},
+       {48, 448, 64, false, false, true}},
+      {1, 2, 7, 9, 16, 17, 33, 48, 49, 64}, 2 * testing::kF32Roundoff,
+      [](const Int4Weight& h) { return Int4MmaLayout(Int4WeightOn(h, at::kCUDA)); },
+      [](const at::Tensor& x, const Int4MmaWeight& w, int K, int group, const at::Tensor& bias) {
+        return cuda::Int4MmaLinear(x, w.packed, w.scale, w.zero, K, group, bias);
+      });
   // Past its rows, a K it cannot take, the other kernel's layout: refused.
   const Int4MmaWeight w = Int4MmaLayout(Int4WeightOn(HostInt4(64, 128, 32, false, false), at::kCUDA));
   EXPECT_THROW(cuda::Int4MmaLinear(Randn({cuda::kInt4MmaMaxRows + 1, 128}), w.packed, w.scale, w.zero, 128, 32, {}),
