@@ -29,12 +29,16 @@ namespace ropeserve::cuda {
 
 namespace {
 
+using detail::BlockHeads;
 using detail::FromFloat;
+using detail::HeadsOfBlock;
 using detail::MergePartitionsIfLast;
 using detail::NumPartitions;
+using detail::PartitionArgs;
 using detail::PartitionCounter;
 using detail::RowContext;
 using detail::ToFloat;
+using detail::WriteMergedWarps;
 
 constexpr int kThreads = 128;
 
@@ -65,31 +69,25 @@ constexpr int kVectorWarps = kThreads / 32;
 // to a power of two (<= max_group, 8 or 4: AttentionKernel), so small groups
 // hold fewer registers; a group larger than max_group takes several blocks.
 template <typename T, int D, int G>
-__global__ void __launch_bounds__(kThreads)
-    VectorPartitionKernel(T* __restrict__ out, const T* __restrict__ q, std::int64_t q_stride,
-                          const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                          const std::int32_t* __restrict__ block_tables, const std::int64_t* __restrict__ query_start,
-                          const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs, std::int64_t num_heads,
-                          std::int64_t num_kv_heads, std::int64_t block_size, std::int64_t max_blocks_per_seq,
-                          float scale, std::int64_t partition_size, std::int64_t max_partitions, std::int64_t max_group,
-                          float* __restrict__ workspace, int* __restrict__ counters) {
+__global__ void __launch_bounds__(kThreads) VectorPartitionKernel(const PartitionArgs<T> a, std::int64_t max_group) {
+  const T* __restrict__ k_cache = a.k_cache;
+  const T* __restrict__ v_cache = a.v_cache;
   constexpr int kLanesPerKey = D / 8;              // one 16-byte load each
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;  // keys a warp takes at once
   constexpr int kUnroll = 2;                       // loads in flight per lane
   __shared__ float sm_m[kVectorWarps][G], sm_l[kVectorWarps][G];
   __shared__ float sm_acc[kVectorWarps][G][D];
   const std::int64_t r = blockIdx.x, p = blockIdx.z;
-  const std::int64_t group = num_heads / num_kv_heads;
-  const std::int64_t chunks = (group + max_group - 1) / max_group;
-  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * max_group;
-  const std::int64_t left = kvh * group + group - h0;  // query heads from h0 on in this group
-  const int heads = left < G ? static_cast<int>(left) : G;
+  const BlockHeads bh = HeadsOfBlock(a.num_heads, a.num_kv_heads, max_group, G);
+  const std::int64_t kvh = bh.kvh, h0 = bh.h0;
+  const int heads = bh.heads;
   std::int64_t seq = 0;
-  const std::int64_t context = RowContext(r, query_start, context_lens, num_seqs, &seq);
-  const std::int64_t start = p * partition_size;
+  const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
+  const std::int64_t start = p * a.partition_size;
   if (start >= context) return;
-  const std::int64_t end = min(context, start + partition_size);
-  const std::int32_t* table = block_tables + seq * max_blocks_per_seq;
+  const std::int64_t end = min(context, start + a.partition_size);
+  const std::int32_t* __restrict__ table = a.block_tables + seq * a.max_blocks_per_seq;
+  const std::int64_t block_size = a.block_size, num_kv_heads = a.num_kv_heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * 8;
 
@@ -97,9 +95,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < G; ++i) {
     if (i < heads) {
-      Unpack8<T>(*reinterpret_cast<const uint4*>(q + r * q_stride + (h0 + i) * D + dim0), qv[i]);
+      Unpack8<T>(*reinterpret_cast<const uint4*>(a.q + r * a.q_row_stride + (h0 + i) * D + dim0), qv[i]);
 #pragma unroll
-      for (int d = 0; d < 8; ++d) qv[i][d] *= scale;
+      for (int d = 0; d < 8; ++d) qv[i][d] *= a.scale;
     } else {
 #pragma unroll
       for (int d = 0; d < 8; ++d) qv[i][d] = 0.f;
@@ -181,58 +179,33 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  const std::int64_t parts = NumPartitions(context, partition_size);
-  for (int idx = threadIdx.x; idx < heads * D; idx += kThreads) {
-    const int i = idx / D, d = idx % D;
-    float mt = -FLT_MAX;
-    for (int w = 0; w < kVectorWarps; ++w) mt = fmaxf(mt, sm_m[w][i]);
-    float lt = 0.f, at = 0.f;
-    for (int w = 0; w < kVectorWarps; ++w) {
-      if (sm_m[w][i] == -FLT_MAX) continue;  // a warp that saw no key
-      const float f = __expf(sm_m[w][i] - mt);
-      lt += sm_l[w][i] * f;
-      at += sm_acc[w][i][d] * f;
-    }
-    const std::int64_t h = h0 + i;
-    if (parts == 1) {
-      out[(r * num_heads + h) * D + d] = FromFloat<T>(at / lt);
-    } else {
-      float* ws = workspace + ((r * num_heads + h) * max_partitions + p) * (D + 2);
-      ws[2 + d] = at;
-      if (d == 0) {
-        ws[0] = mt;
-        ws[1] = lt;
-      }
-    }
-  }
+  const std::int64_t parts = NumPartitions(context, a.partition_size);
+  WriteMergedWarps<T, D>(a, &sm_m[0][0], &sm_l[0][0], &sm_acc[0][0][0], kVectorWarps, G, -FLT_MAX, r, h0, heads, p,
+                         parts);
   if (parts > 1)
-    MergePartitionsIfLast(out, workspace, PartitionCounter(counters, num_heads), r, h0, heads, num_heads, D,
-                          max_partitions, parts);
+    MergePartitionsIfLast(a.out, a.workspace, PartitionCounter(a.counters, a.num_heads), r, h0, heads, a.num_heads, D,
+                          a.max_partitions, parts);
 }
 
 template <typename T>
-__global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict__ q, std::int64_t q_stride,
-                                       const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                                       const std::int32_t* __restrict__ block_tables,
-                                       const std::int64_t* __restrict__ query_start,
-                                       const std::int64_t* __restrict__ context_lens, std::int64_t num_seqs,
-                                       std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim,
-                                       std::int64_t block_size, std::int64_t max_blocks_per_seq, float scale,
-                                       std::int64_t partition_size, std::int64_t max_partitions,
-                                       float* __restrict__ workspace, int* __restrict__ counters) {
+__global__ void GenericPartitionKernel(const PartitionArgs<T> a, std::int64_t head_dim) {
+  const T* __restrict__ k_cache = a.k_cache;
+  const T* __restrict__ v_cache = a.v_cache;
+  const std::int64_t num_heads = a.num_heads, num_kv_heads = a.num_kv_heads, block_size = a.block_size;
+  const std::int64_t partition_size = a.partition_size, max_partitions = a.max_partitions;
   extern __shared__ float shared[];
   float* q_s = shared;                // [head_dim]
   float* scores = shared + head_dim;  // [partition_size]
   __shared__ float scratch[32];
   const std::int64_t r = blockIdx.x, h = blockIdx.y, p = blockIdx.z;
   std::int64_t seq = 0;
-  const std::int64_t context = RowContext(r, query_start, context_lens, num_seqs, &seq);
+  const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
   const std::int64_t start = p * partition_size;
   if (start >= context) return;
   const std::int64_t end = min(context, start + partition_size);
   const std::int64_t kvh = h / (num_heads / num_kv_heads);
-  const std::int32_t* table = block_tables + seq * max_blocks_per_seq;
-  const T* qr = q + r * q_stride + h * head_dim;
+  const std::int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  const T* qr = a.q + r * a.q_row_stride + h * head_dim;
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = ToFloat(qr[d]);
   __syncthreads();
 
@@ -246,7 +219,7 @@ __global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict_
     float dot = 0;
     for (std::int64_t d = lane; d < head_dim; d += 32) dot += q_s[d] * ToFloat(kj[d]);
     dot = detail::WarpSum(dot);
-    if (lane == 0) scores[j - start] = dot * scale;
+    if (lane == 0) scores[j - start] = dot * a.scale;
   }
   __syncthreads();
   const std::int64_t n = end - start;
@@ -263,13 +236,13 @@ __global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict_
 
   // Weighted values: threads over dimensions (coalesced reads of a value row).
   const std::int64_t parts = NumPartitions(context, partition_size);
-  float* ws = workspace + ((r * num_heads + h) * max_partitions + p) * (head_dim + 2);
+  float* ws = a.workspace + ((r * num_heads + h) * max_partitions + p) * (head_dim + 2);
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0;
     for (std::int64_t j = 0; j < n; ++j)
       acc += scores[j] * ToFloat(v_cache[(slot_of(start + j) * num_kv_heads + kvh) * head_dim + d]);
     if (parts == 1) {
-      out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
+      a.out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
     } else {
       ws[2 + d] = acc;
     }
@@ -279,7 +252,7 @@ __global__ void GenericPartitionKernel(T* __restrict__ out, const T* __restrict_
     ws[1] = l;
   }
   if (parts > 1)
-    MergePartitionsIfLast(out, workspace, PartitionCounter(counters, num_heads), r, h, 1, num_heads, head_dim,
+    MergePartitionsIfLast(a.out, a.workspace, PartitionCounter(a.counters, num_heads), r, h, 1, num_heads, head_dim,
                           max_partitions, parts);
 }
 
@@ -336,13 +309,7 @@ int PagedAttention(void* out, const void* q, std::int64_t q_row_stride, const vo
       const std::int64_t chunks = (group + max_group - 1) / max_group;
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_kv_heads * chunks),
                       static_cast<unsigned>(max_partitions));
-      auto launch = [&](auto fn) {
-        fn<<<grid, kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(q), q_row_stride,
-                                     static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), block_tables,
-                                     query_start, context_lens, num_seqs, num_heads, num_kv_heads, block_size,
-                                     max_blocks_per_seq, scale, partition_size, max_partitions, max_group,
-                                     static_cast<float*>(workspace), counters);
-      };
+      auto launch = [&](auto fn) { fn<<<grid, kThreads, 0, s>>>(args, max_group); };
       auto by_group = [&](auto dim) {
         constexpr int D = decltype(dim)::value;
         if (group == 1)
@@ -367,11 +334,7 @@ int PagedAttention(void* out, const void* q, std::int64_t q_row_stride, const vo
                              static_cast<int>(shared));
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads),
                       static_cast<unsigned>(max_partitions));
-      GenericPartitionKernel<T><<<grid, kThreads, shared, s>>>(
-          static_cast<T*>(out), static_cast<const T*>(q), q_row_stride, static_cast<const T*>(k_cache),
-          static_cast<const T*>(v_cache), block_tables, query_start, context_lens, num_seqs, num_heads, num_kv_heads,
-          head_dim, block_size, max_blocks_per_seq, scale, partition_size, max_partitions,
-          static_cast<float*>(workspace), counters);
+      GenericPartitionKernel<T><<<grid, kThreads, shared, s>>>(args, head_dim);
     }
   });
 }

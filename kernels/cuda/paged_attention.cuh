@@ -95,6 +95,58 @@ struct PartitionArgs {
   int* counters;     // [rows, num_heads]: see PartitionCounter
 };
 
+// The query heads of a block of a grouped-query partition kernel: grid row
+// blockIdx.y takes `per_block` heads of KV head kvh's group (a group
+// larger than that takes several grid rows), at most `cap` of them.
+struct BlockHeads {
+  std::int64_t kvh, h0;  // the KV head; the block's first query head
+  int heads;             // query heads from h0 on
+};
+__device__ inline BlockHeads HeadsOfBlock(std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t per_block,
+                                          int cap) {
+  const std::int64_t group = num_heads / num_kv_heads;
+  const std::int64_t chunks = (group + per_block - 1) / per_block;
+  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * per_block;
+  const std::int64_t left = kvh * group + group - h0;  // query heads from h0 on in this group
+  return {kvh, h0, left < cap ? static_cast<int>(left) : cap};
+}
+
+// The end of a grouped-query partition block: its warps' softmax states in
+// shared memory (warp w's max, sum and unnormalised output for head i at
+// m[w * stride + i], l[w * stride + i], o[(w * stride + i) * D + d]; a
+// warp that saw no key has max `empty`) merged for heads [h0, h0 + heads),
+// written as the row's output when it has one partition, else as this
+// partition's (max, sum, output) in the workspace.
+template <typename T, int D>
+__device__ __forceinline__ void WriteMergedWarps(const PartitionArgs<T>& a, const float* m, const float* l,
+                                                 const float* o, int warps, int stride, float empty, std::int64_t r,
+                                                 std::int64_t h0, int heads, std::int64_t p, std::int64_t parts) {
+  for (int idx = threadIdx.x; idx < heads * D; idx += blockDim.x) {
+    const int i = idx / D, d = idx % D;
+    float mt = empty;
+    for (int w = 0; w < warps; ++w) mt = fmaxf(mt, m[w * stride + i]);
+    float lt = 0.f, at = 0.f;
+    for (int w = 0; w < warps; ++w) {
+      const float mw = m[w * stride + i];
+      if (mw == empty) continue;  // a warp that saw no key
+      const float f = __expf(mw - mt);
+      lt += l[w * stride + i] * f;
+      at += o[(w * stride + i) * D + d] * f;
+    }
+    const std::int64_t h = h0 + i;
+    if (parts == 1) {
+      a.out[(r * a.num_heads + h) * D + d] = FromFloat<T>(at / lt);
+    } else {
+      float* ws = a.workspace + ((r * a.num_heads + h) * a.max_partitions + p) * (D + 2);
+      ws[2 + d] = at;
+      if (d == 0) {
+        ws[0] = mt;
+        ws[1] = lt;
+      }
+    }
+  }
+}
+
 // Launches the tensor-core partition kernel (AttentionKernel::kMma) for
 // head_dim 64 or 128 and GQA groups of up to 16 query heads a block (larger
 // groups take several); false, launching nothing, for any other head_dim.

@@ -186,30 +186,7 @@ __device__ __forceinline__ void WriteBlock(const WarpState<D>& st, unsigned char
       sm_o[(warp * kHeadRows + row + 8 * (e / 2)) * D + 8 * t + (lane % 4) * 2 + (e & 1)] = st.o[t][e];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < heads * D; idx += kThreads) {
-    const int i = idx / D, d = idx % D;
-    float mt = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mt = fmaxf(mt, sm_m[w * kHeadRows + i]);
-    float lt = 0.f, at = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = sm_m[w * kHeadRows + i];
-      if (mw == -INFINITY) continue;  // a warp that saw no key
-      const float f = __expf(mw - mt);
-      lt += sm_l[w * kHeadRows + i] * f;
-      at += sm_o[(w * kHeadRows + i) * D + d] * f;
-    }
-    const std::int64_t h = h0 + i;
-    if (parts == 1) {
-      a.out[(r * a.num_heads + h) * D + d] = FromFloat<T>(at / lt);
-    } else {
-      float* ws = a.workspace + ((r * a.num_heads + h) * a.max_partitions + p) * (D + 2);
-      ws[2 + d] = at;
-      if (d == 0) {
-        ws[0] = mt;
-        ws[1] = lt;
-      }
-    }
-  }
+  WriteMergedWarps<T, D>(a, sm_m, sm_l, sm_o, kWarps, kHeadRows, -INFINITY, r, h0, heads, p, parts);
 }
 
 // See the file comment. Registers: at most 128 a thread (four blocks' worth
@@ -220,11 +197,9 @@ __global__ void __launch_bounds__(kThreads, 4) MmaPartitionKernel(const Partitio
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* q_tile = smem;
   const std::int64_t r = blockIdx.x, p = blockIdx.z;
-  const std::int64_t group = a.num_heads / a.num_kv_heads;
-  const std::int64_t chunks = (group + kHeadRows - 1) / kHeadRows;
-  const std::int64_t kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * kHeadRows;
-  const std::int64_t left = kvh * group + group - h0;
-  const int heads = left < kHeadRows ? static_cast<int>(left) : kHeadRows;
+  const BlockHeads bh = HeadsOfBlock(a.num_heads, a.num_kv_heads, kHeadRows, kHeadRows);
+  const std::int64_t kvh = bh.kvh, h0 = bh.h0;
+  const int heads = bh.heads;
   std::int64_t seq = 0;
   const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
   const std::int64_t start = p * a.partition_size;
