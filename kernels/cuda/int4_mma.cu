@@ -9,9 +9,10 @@
 // block per 16 output columns; its four warps take the 128-column units of
 // K in turn (unit u to warp u % 4), so a group (32, 64 or 128 columns,
 // aligned) never spans two warps. Per 64 columns a lane loads 16 bytes of
-// levels (its B operands for four k steps of two 8-column tiles, the next
-// unit's loads issued before the current one is used) and per 32 columns
-// and row pair 16 bytes of x (its A operands for two steps). A level
+// levels (its B operands for four k steps of two 8-column tiles; a warp's
+// loads run two units ahead of the unit it folds, one past 32 rows) and
+// per 32 columns and row pair 16 bytes of x (its A operands for two steps;
+// up to 32 rows a unit's x is loaded at once: one round trip a unit). A level
 // becomes an operand with two bit operations and one subtraction, exactly:
 // (q | 0x4300) is the bfloat16 128 + q (0x6400: the float16 1024 + q), so
 // subtracting (128 + zero) leaves the integer q - zero. The mma sums
@@ -37,6 +38,10 @@ using detail::FromFloat;
 constexpr int kWarps = 4;
 constexpr int kColumns = 16;  // output columns a block: two 8-column mma tiles
 constexpr int kUnit = 128;    // columns of K a warp takes at once: two 64-column chunks
+// Units of levels in flight a warp beyond the one it folds: two for few
+// rows (where the bytes are the time), one past 32 rows (registers).
+template <int MT>
+constexpr int kAhead = MT <= 2 ? 2 : 1;
 
 // The exponent bits that make a level q in the low mantissa bits read as
 // kBase + q, and kBase.
@@ -92,14 +97,12 @@ struct Problem {
   int tile;  // this block's 16 columns: blockIdx.x
 };
 
-// One 32-column half of K starting at k0 (inside one group): two mma
-// steps per tile pair, from `levels` (the chunk's four words; words 2 wh
-// and 2 wh + 1 are this half's) and x's rows.
+// x's rows for one 32-column half of K starting at k0, as this lane's A
+// operands: rows 16 mt + c and 16 mt + c + 8, x[row, k0 + 8t .. k0 + 8t + 7]
+// (one 16-byte load each; zeros past the rows).
 template <typename T, int MT>
-__device__ __forceinline__ void FoldHalf(Sums<MT>& s, const uint4& levels, int wh, int k0, const T* __restrict__ x,
-                                         const std::uint32_t (&zero_pair)[2], const Problem& p) {
+__device__ __forceinline__ void LoadX(uint4 (&xv)[MT][2], const T* __restrict__ x, int k0, const Problem& p) {
   const int lane = threadIdx.x % 32, c = lane / 4, t = lane % 4;
-  uint4 xv[MT][2];  // rows 16 mt + c and 16 mt + c + 8: x[row, k0 + 8t .. k0 + 8t + 7]
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -109,6 +112,14 @@ __device__ __forceinline__ void FoldHalf(Sums<MT>& s, const uint4& levels, int w
                                 : make_uint4(0, 0, 0, 0);
     }
   }
+}
+
+// One 32-column half of K (inside one group): two mma steps per tile pair,
+// from `levels` (the chunk's four words; words 2 wh and 2 wh + 1 are this
+// half's) and x's operands for the half.
+template <typename T, int MT>
+__device__ __forceinline__ void FoldHalf(Sums<MT>& s, const uint4& levels, int wh, const uint4 (&xv)[MT][2],
+                                         const std::uint32_t (&zero_pair)[2]) {
 #pragma unroll
   for (int wl = 0; wl < 2; ++wl) {
     const std::uint32_t word = Word(levels, 2 * wh + wl);
@@ -148,6 +159,42 @@ __device__ __forceinline__ void CloseGroup(Sums<MT>& s, const float* __restrict_
   }
 }
 
+// One 128-column unit of K from k0 (its levels: two chunks): per half,
+// the group's zero points at its start, the two mma steps, the scales at
+// its end. Few rows: x for the whole unit is loaded first (one round trip
+// to L1 / L2 a unit, not four); more (MT >= 3, whose operands would take
+// too many registers): a half at a time.
+template <typename T, int MT>
+__device__ __forceinline__ void FoldUnit(Sums<MT>& s, const uint4 (&levels)[2], int k0, const T* __restrict__ x,
+                                         const float* __restrict__ scale, const std::uint8_t* __restrict__ zero,
+                                         const Problem& p) {
+  constexpr int kEarly = MT <= 2 ? 4 : 1;  // halves whose x is loaded up front
+  const int c = threadIdx.x % 32 / 4;
+  uint4 xv[kEarly][MT][2];
+#pragma unroll
+  for (int half = 0; half < kEarly; ++half)
+    if (k0 + 32 * half < p.k) LoadX<T, MT>(xv[half], x, k0 + 32 * half, p);
+  std::uint32_t zero_pair[2] = {0, 0};
+#pragma unroll
+  for (int half = 0; half < 4; ++half) {
+    const int kh = k0 + 32 * half;
+    if (kh >= p.k) break;  // K's padding (K is a multiple of 32)
+    const int g = kh / p.group;
+    if (kh % p.group == 0) {  // a unit starts a group: the first half always loads them
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        zero_pair[j] = ZeroPair<T>(zero[static_cast<std::int64_t>(g) * p.n + kColumns * p.tile + 8 * j + c]);
+    }
+    if constexpr (kEarly == 4) {
+      FoldHalf<T, MT>(s, levels[half / 2], half % 2, xv[half], zero_pair);
+    } else {
+      LoadX<T, MT>(xv[0], x, kh, p);
+      FoldHalf<T, MT>(s, levels[half / 2], half % 2, xv[0], zero_pair);
+    }
+    if ((kh + 32) % p.group == 0) CloseGroup<MT>(s, scale, g, p);
+  }
+}
+
 __device__ __forceinline__ void LoadUnit(uint4 (&out)[2], const uint4* __restrict__ tile_levels, int unit, int chunks) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -168,24 +215,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int chunks = (k + 63) / 64, units = (k + kUnit - 1) / kUnit;
   const uint4* tile_levels = levels + static_cast<std::int64_t>(p.tile) * chunks * 32;
   Sums<MT> s;
-  std::uint32_t zero_pair[2] = {0, 0};
-  uint4 next[2];
-  if (warp < units) LoadUnit(next, tile_levels, warp, chunks);
-  for (int u = warp; u < units; u += kWarps) {
-    const uint4 cur[2] = {next[0], next[1]};
-    if (u + kWarps < units) LoadUnit(next, tile_levels, u + kWarps, chunks);
+  // Levels kAhead units ahead: unit u's loads are issued kAhead of this
+  // warp's units before it is used (a ring of registers, indexed at
+  // compile time by unrolling).
+  uint4 ring[kAhead<MT>][2];
 #pragma unroll
-    for (int half = 0; half < 4; ++half) {
-      const int k0 = u * kUnit + 32 * half;
-      if (k0 >= k) break;  // K's padding (K is a multiple of 32)
-      const int g = k0 / group;
-      if (k0 % group == 0) {
+  for (int i = 0; i < kAhead<MT>; ++i)
+    if (warp + i * kWarps < units) LoadUnit(ring[i], tile_levels, warp + i * kWarps, chunks);
+  for (int u0 = warp; u0 < units; u0 += kAhead<MT> * kWarps) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          zero_pair[j] = ZeroPair<T>(zero[static_cast<std::int64_t>(g) * n + kColumns * p.tile + 8 * j + c]);
-      }
-      FoldHalf<T, MT>(s, cur[half / 2], half % 2, k0, x, zero_pair, p);
-      if ((k0 + 32) % group == 0) CloseGroup<MT>(s, scale, g, p);
+    for (int i = 0; i < kAhead<MT>; ++i) {
+      const int u = u0 + i * kWarps;
+      if (u >= units) break;
+      const uint4 cur[2] = {ring[i][0], ring[i][1]};
+      if (u + kAhead<MT> * kWarps < units) LoadUnit(ring[i], tile_levels, u + kAhead<MT> * kWarps, chunks);
+      FoldUnit<T, MT>(s, cur, u * kUnit, x, scale, zero, p);
     }
   }
 #pragma unroll
