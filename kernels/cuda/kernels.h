@@ -127,8 +127,13 @@ int Int4MmaLinear(void* y, const void* x, std::int64_t rows, const std::uint8_t*
 // above every number, as LibTorch's max; -inf rows give -inf, rows holding
 // +inf +inf). The exponentials in float32 (__expf) against the row's max,
 // summed in float32 by the block.
+// `packed`, when not null, gets [rows] more floats and [rows] int32: the
+// chosen token's logit for a greedy row (the max again) at packed[0..rows)
+// and the argmax as int32 at packed[rows..2 rows) (the sampler's one copy
+// back, server/sampler/sampler.cc: logsumexp and max should then be the
+// 2 rows floats just before it).
 int SummarizeRows(const float* logits, std::int64_t rows, std::int64_t n, float* logsumexp, float* max,
-                  std::int64_t* argmax, Stream stream);
+                  std::int64_t* argmax, Stream stream, std::int32_t* packed = nullptr);
 
 // Sampling on the device, one row of float32 logits per sequence. Per row:
 // temperature <= 0 is greedy (lowest id among equal maxima); else the

@@ -29,7 +29,8 @@ __device__ __forceinline__ bool Ranks(float v, std::int64_t j, float m, std::int
 
 __global__ void __launch_bounds__(kThreads)
     SummarizeRowsKernel(const float* __restrict__ logits, std::int64_t n, float* __restrict__ logsumexp,
-                        float* __restrict__ max, std::int64_t* __restrict__ argmax) {
+                        float* __restrict__ max, std::int64_t* __restrict__ argmax, std::int64_t rows,
+                        std::int32_t* __restrict__ packed) {
   __shared__ float sm_m[kThreads / 32];
   __shared__ std::int64_t sm_i[kThreads / 32];
   __shared__ float scratch[32];
@@ -79,17 +80,21 @@ __global__ void __launch_bounds__(kThreads)
     logsumexp[r] = lse;
     max[r] = m;
     argmax[r] = id;
+    if (packed != nullptr) {
+      packed[r] = __float_as_int(m);  // the greedy token's logit
+      packed[rows + r] = static_cast<std::int32_t>(id);
+    }
   }
 }
 
 }  // namespace
 
 int SummarizeRows(const float* logits, std::int64_t rows, std::int64_t n, float* logsumexp, float* max,
-                  std::int64_t* argmax, Stream stream) {
+                  std::int64_t* argmax, Stream stream, std::int32_t* packed) {
   if (rows == 0) return 0;
   if (n <= 0) return static_cast<int>(cudaErrorInvalidValue);
   SummarizeRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, n, logsumexp, max, argmax);
+      logits, n, logsumexp, max, argmax, rows, packed);
   return detail::LaunchStatus();
 }
 

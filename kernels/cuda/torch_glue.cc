@@ -273,16 +273,25 @@ at::Tensor Int4MmaLinear(const at::Tensor& x_in, const at::Tensor& packed, const
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& logits) {
+  auto [lse, max, argmax, packed] = SummarizeRowsPacked(logits);
+  return {lse, max, argmax};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SummarizeRowsPacked(const at::Tensor& logits) {
   CheckCuda(logits, "logits");
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.size(1) >= 1,
               "logits: float32 [R, V], V >= 1");
   const at::Tensor l = logits.contiguous();
-  at::Tensor lse = at::empty({l.size(0)}, l.options()), max = at::empty_like(lse);
-  at::Tensor argmax = at::empty({l.size(0)}, l.options().dtype(at::kLong));
-  Check(ropeserve::cuda::SummarizeRows(l.data_ptr<float>(), l.size(0), l.size(1), lse.data_ptr<float>(),
-                                       max.data_ptr<float>(), argmax.data_ptr<std::int64_t>(), CurrentStream()),
+  const std::int64_t rows = l.size(0);
+  at::Tensor packed = at::empty({4 * rows}, l.options().dtype(at::kInt));
+  const at::Tensor floats = packed.narrow(0, 0, 2 * rows).view(at::kFloat);
+  at::Tensor lse = floats.narrow(0, 0, rows), max = floats.narrow(0, rows, rows);
+  at::Tensor argmax = at::empty({rows}, l.options().dtype(at::kLong));
+  Check(ropeserve::cuda::SummarizeRows(l.data_ptr<float>(), rows, l.size(1), lse.data_ptr<float>(),
+                                       max.data_ptr<float>(), argmax.data_ptr<std::int64_t>(), CurrentStream(),
+                                       packed.data_ptr<std::int32_t>() + 2 * rows),
         "SummarizeRows");
-  return {lse, max, argmax};
+  return {lse, max, argmax, packed};
 }
 
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,

@@ -73,6 +73,11 @@ at::Tensor Int4MmaLinear(const at::Tensor& x, const at::Tensor& packed, const at
 // logits float32 [R, V], V >= 1 -> (logsumexp, max) float32 [R] and the
 // lowest argmax int64 [R] (kernels.h's SummarizeRows).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& logits);
+// The same, and the int32 [4R] they are views of: the floats' bits of
+// (logsumexp, max, the greedy token's logit = max) then the argmax as
+// int32 (kernels.h's `packed`): what the sampler copies back for a step of
+// greedy rows, one transfer. Returns (logsumexp, max, argmax, packed).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SummarizeRowsPacked(const at::Tensor& logits);
 // logits float32 [R, V]; per-row parameters [R]; returns int64 [R].
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,

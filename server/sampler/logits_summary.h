@@ -16,6 +16,11 @@ struct LogitsSummary {
   at::Tensor logsumexp;  // [R] float32
   at::Tensor max;        // [R] float32
   at::Tensor argmax;     // [R] int64
+  // On a GPU: int32 [4R], the bits of (logsumexp, max, max) then the argmax
+  // as int32, of which logsumexp and max are views: what a step of greedy
+  // rows copies back, in one transfer (server/sampler/sampler.cc).
+  // Undefined elsewhere.
+  at::Tensor packed;
 };
 
 // logits [R, V], V >= 1, on any device.

@@ -28,7 +28,7 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
   // max, argmax and logsumexp: one kernel on the CPU (kernels/cpu/logits_summary.h
-  // says why), LibTorch's ops on other devices.
+  // says why) and on a GPU, LibTorch's ops elsewhere.
   const LogitsSummary summary = SummarizeLogits(logits);
   const at::Tensor& max = summary.max;
   at::Tensor chosen = summary.argmax, chosen_logit = max;
@@ -46,15 +46,25 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   }
   // logsumexp, max, the chosen tokens' logits, the top logits and the ids
   // in one transfer: the floats' bits and the ids (every vocabulary fits
-  // int32) as one int32 tensor, so the copy moves bits, never values.
+  // int32) as one int32 tensor, so the copy moves bits, never values. For
+  // greedy rows alone on a GPU the summary kernel wrote exactly that
+  // (LogitsSummary::packed): the step's reduction is one kernel and one
+  // copy; else the pieces are put together here (a few small kernels).
   const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
-  std::vector<at::Tensor> floats = {at::stack({summary.logsumexp, max, chosen_logit}).flatten()};  // [3R]
-  if (top_k > 0) floats.push_back(draws.top_logits.flatten());
-  const at::Tensor float_bits = at::cat(floats).contiguous().view(at::kInt);
-  std::vector<at::Tensor> ids = {chosen};
-  if (top_k > 0) ids.push_back(draws.top_ids.flatten());
-  const at::Tensor back = at::cat({float_bits, at::cat(ids).to(at::kInt)}).to(at::kCPU).contiguous();
-  const std::int64_t nf = float_bits.numel();
+  const bool packed = summary.packed.defined() && draws.drawn.empty() && top_k == 0;
+  at::Tensor back;
+  std::int64_t nf = 3 * out.rows;
+  if (packed) {
+    back = summary.packed.to(at::kCPU).contiguous();
+  } else {
+    std::vector<at::Tensor> floats = {at::stack({summary.logsumexp, max, chosen_logit}).flatten()};  // [3R]
+    if (top_k > 0) floats.push_back(draws.top_logits.flatten());
+    const at::Tensor float_bits = at::cat(floats).contiguous().view(at::kInt);
+    std::vector<at::Tensor> ids = {chosen};
+    if (top_k > 0) ids.push_back(draws.top_ids.flatten());
+    back = at::cat({float_bits, at::cat(ids).to(at::kInt)}).to(at::kCPU).contiguous();
+    nf = float_bits.numel();
+  }
   rows.reduced = back.narrow(0, 0, nf).view(at::kFloat);
   rows.argmax = back.narrow(0, nf, back.numel() - nf).to(at::kLong);
   out.logsumexp = rows.reduced.data_ptr<float>();

@@ -277,6 +277,19 @@ TEST(CudaLogitsSummary, MatchesLibTorchMaxAndLogsumexp) {
     }
   }
   EXPECT_EQ(a[6].item<std::int64_t>(), V - 1);
+  // The packed form (the sampler's one copy for greedy rows): the same
+  // numbers' bits, then max again as the chosen logit, then the argmax as
+  // int32; logsumexp and max are views of it.
+  auto [plse, pmax, pargmax, packed] = cuda::SummarizeRowsPacked(logits);
+  const at::Tensor bits = packed.cpu();
+  ASSERT_EQ(bits.numel(), 4 * 7);
+  EXPECT_TRUE(at::equal(bits.narrow(0, 0, 7), lse.cpu().view(at::kInt)));
+  EXPECT_TRUE(at::equal(bits.narrow(0, 7, 7), m.view(at::kInt)));
+  EXPECT_TRUE(at::equal(bits.narrow(0, 14, 7), m.view(at::kInt)));
+  EXPECT_TRUE(at::equal(bits.narrow(0, 21, 7), a.to(at::kInt)));
+  EXPECT_TRUE(at::equal(pargmax.cpu(), a));
+  EXPECT_EQ(plse.data_ptr(), packed.data_ptr());
+  EXPECT_EQ(pmax.data_ptr<float>(), plse.data_ptr<float>() + 7);
 }
 
 // Finer partitions for few rows; the workspace for a number of rows holds

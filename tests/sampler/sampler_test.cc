@@ -9,9 +9,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
+#include "server/models/device.h"
 #include "server/sampler/host_sampler.h"
 #include "server/sampler/step_sampling.h"
 #include "tests/common/float_bounds.h"
@@ -72,22 +74,23 @@ StatusOr<StepOutput> Oracle(HostSampler& host, const StepPlan& plan, const at::T
   return SampleStep(host, plan, rows);
 }
 
-void ExpectSame(const StepOutput& got, const StepOutput& want) {
+void ExpectSame(const StepOutput& got, const StepOutput& want, double bound = kLogprobBound) {
   ASSERT_EQ(got.tokens.size(), want.tokens.size());
   for (std::size_t i = 0; i < got.tokens.size(); ++i) {
     EXPECT_EQ(got.tokens[i].id, want.tokens[i].id);
     EXPECT_EQ(got.tokens[i].token, want.tokens[i].token) << "row " << i;
-    EXPECT_NEAR(got.tokens[i].logprob, want.tokens[i].logprob, kLogprobBound) << "row " << i;
+    EXPECT_NEAR(got.tokens[i].logprob, want.tokens[i].logprob, bound) << "row " << i;
     ASSERT_EQ(got.tokens[i].top.size(), want.tokens[i].top.size());
     for (std::size_t k = 0; k < got.tokens[i].top.size(); ++k) {
       EXPECT_EQ(got.tokens[i].top[k].first, want.tokens[i].top[k].first);
-      EXPECT_NEAR(got.tokens[i].top[k].second, want.tokens[i].top[k].second, kLogprobBound);
+      EXPECT_NEAR(got.tokens[i].top[k].second, want.tokens[i].top[k].second, bound);
     }
   }
 }
 
-void ExpectEqualsTheHostSampler(SamplerPlacement placement) {
-  Sampler sampler(kVocab, at::Device(at::kCPU), placement);
+void ExpectEqualsTheHostSampler(SamplerPlacement placement, at::Device on = at::Device(at::kCPU),
+                                double bound = kLogprobBound) {
+  Sampler sampler(kVocab, on, placement);
   HostSampler oracle;
   std::mt19937_64 rng(5);
   const std::vector<RequestId> live = {1, 2, 3, 4};
@@ -96,17 +99,28 @@ void ExpectEqualsTheHostSampler(SamplerPlacement placement) {
         step == 0 ? OneRowEach(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : OneRowEach(live);
     const at::Tensor logits = Logits(static_cast<std::int64_t>(live.size()), rng);
     sampler.Apply(plan);
-    auto got = sampler.Sample(plan, logits, at::Tensor());
+    auto got = sampler.Sample(plan, logits.to(on), at::Tensor());
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     auto want = Oracle(oracle, plan, logits);
     ASSERT_TRUE(want.ok()) << want.status().ToString();
-    ExpectSame(*got, *want);
+    ExpectSame(*got, *want, bound);
   }
 }
 
 TEST(Sampler, HostPlacementEqualsTheHostSamplerOnWholeRows) { ExpectEqualsTheHostSampler(SamplerPlacement::kHost); }
 
 TEST(Sampler, DevicePlacementEqualsTheHostSamplerOnWholeRows) { ExpectEqualsTheHostSampler(SamplerPlacement::kDevice); }
+
+// On a GPU, placed on the host: the row summary is the CUDA kernel
+// (__expf and block sums: within 2^-16 (1 + |lse|) of the exact logsumexp,
+// CudaLogitsSummary; |lse| < 16 here) and a step's numbers come back in
+// its one packed copy (LogitsSummary::packed). (Placed on the device, the
+// random row would be a GPU draw, which the host oracle cannot give:
+// DeviceSampling's own tests cover that placement.)
+TEST(Sampler, CudaHostPlacementEqualsTheHostSampler) {
+  if (!CheckDeviceUsable(at::Device("cuda:0")).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  ExpectEqualsTheHostSampler(SamplerPlacement::kHost, at::Device("cuda:0"), 17 * std::ldexp(1.0, -16) + kLogprobBound);
+}
 
 TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
   std::mt19937_64 rng(9);
