@@ -86,12 +86,18 @@ Int4Weight Int4WeightOn(Int4Weight w, const at::Device& device) {
   return w;
 }
 
-at::Tensor UnpackInt4(const Int4Weight& w) {
+namespace {
+
+// The levels [N, Kp] uint8 with the padding columns past K (level 0).
+at::Tensor PaddedLevels(const Int4Weight& w) {
   const std::int64_t N = w.packed.size(0), Kp = w.packed.size(1) * 2;
   const at::Tensor p = w.packed.reshape({N, Kp / 64, 1, 32});
-  const at::Tensor both = at::cat({at::bitwise_and(p, 15), at::bitwise_right_shift(p, 4)}, 2);
-  return both.reshape({N, Kp}).narrow(1, 0, w.k).contiguous();
+  return at::cat({at::bitwise_and(p, 15), at::bitwise_right_shift(p, 4)}, 2).reshape({N, Kp});
 }
+
+}  // namespace
+
+at::Tensor UnpackInt4(const Int4Weight& w) { return PaddedLevels(w).narrow(1, 0, w.k).contiguous(); }
 
 at::Tensor DequantizeInt4(const Int4Weight& w, at::ScalarType dtype) {
   const at::Tensor q = UnpackInt4(w).to(at::kFloat);
@@ -114,8 +120,7 @@ Int4MmaWeight Int4MmaLayout(const Int4Weight& w) {
   TORCH_CHECK(N % 16 == 0, "Int4MmaLayout: N = ", N, " is not a multiple of 16");
   // The levels with their padding (0), as [ct, j, c, kc, wh, t, wl, h, e],
   // into the order of the layout: [ct, kc, c, t, wh, wl, e, j, h].
-  const at::Tensor p = w.packed.reshape({N, Kp / 64, 1, 32});
-  const at::Tensor q = at::cat({at::bitwise_and(p, 15), at::bitwise_right_shift(p, 4)}, 2)
+  const at::Tensor q = PaddedLevels(w)
                            .reshape({N / 16, 2, 8, Kp / 64, 2, 4, 2, 2, 2})
                            .permute({0, 3, 2, 5, 4, 6, 8, 1, 7})
                            .reshape({N / 16, Kp / 64, 32, 16, 2});

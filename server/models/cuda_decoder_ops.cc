@@ -31,14 +31,14 @@ class CudaDecoderOps final : public DecoderOps {
       // there; the copy is transient).
       const Int4Weight& q = w.int4;
       const std::int64_t rows = x.size(0);
-      if (w.int4_mma.packed.defined() && rows <= cuda::kInt4MmaMaxRows) {
-        const Int4MmaWeight& m = w.int4_mma;
-        return cuda::Int4MmaLinear(q.perm.defined() ? x.index_select(1, q.perm) : x, m.packed, m.scale, m.zero, m.k,
-                                   m.group_size, w.bias);
-      }
-      if (rows <= cuda::kInt4GemvMaxRows) {
-        return cuda::Int4Linear(q.perm.defined() ? x.index_select(1, q.perm) : x, q.packed, q.scale, q.zero, q.k,
-                                q.group_size, w.bias);
+      const bool mma = w.int4_mma.packed.defined() && rows <= cuda::kInt4MmaMaxRows;
+      if (mma || rows <= cuda::kInt4GemvMaxRows) {
+        const at::Tensor xk = q.perm.defined() ? x.index_select(1, q.perm) : x;  // the kernels' column order
+        if (mma) {
+          const Int4MmaWeight& m = w.int4_mma;
+          return cuda::Int4MmaLinear(xk, m.packed, m.scale, m.zero, m.k, m.group_size, w.bias);
+        }
+        return cuda::Int4Linear(xk, q.packed, q.scale, q.zero, q.k, q.group_size, w.bias);
       }
       return Int4DequantizedLinear(x, w.int4, w.bias);
     }
