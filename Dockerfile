@@ -20,14 +20,20 @@ COPY scripts/deps scripts/deps
 ENV DEPS_TESTS=0
 RUN scripts/deps && rm -rf /var/lib/apt/lists/*
 COPY . .
-# ccache survives between builds in a cache mount (BuildKit and podman).
+# ccache survives between builds in a cache mount (BuildKit and podman);
+# scripts/test-image lends the host's cache instead (CCACHE_DIR=/host-ccache,
+# mounted with `podman build -v`). RelWithDebInfo (-O2 -g), stripped when
+# installed: the build type scripts/build, the test suite and bench/ use,
+# with the build directory inside the checkout as there, so a host's cache
+# holds every object of this build.
+ARG CCACHE_DIR=/root/.cache/ropeserve/ccache
 RUN --mount=type=cache,target=/root/.cache/ropeserve/ccache \
-    CMAKE_ARGS="-DROPESERVE_TESTS=OFF -DCMAKE_BUILD_TYPE=Release" BUILD_DIR=/build TARGETS=ropeserve scripts/build \
- && install -D /build/ropeserve /out/usr/local/bin/ropeserve \
- && /build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny \
- && /build/ropeserve make-model --qa --out /out/opt/ropeserve/demo-qa \
- && /build/ropeserve make-model --embedding --out /out/opt/ropeserve/demo-embed \
- && ldd /build/ropeserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+    CCACHE_DIR="$CCACHE_DIR" CMAKE_ARGS="-DROPESERVE_TESTS=OFF" TARGETS=ropeserve scripts/build \
+ && install -s -D build/ropeserve /out/usr/local/bin/ropeserve \
+ && build/ropeserve make-model --preset tiny --out /out/opt/ropeserve/demo-tiny \
+ && build/ropeserve make-model --qa --out /out/opt/ropeserve/demo-qa \
+ && build/ropeserve make-model --embedding --out /out/opt/ropeserve/demo-embed \
+ && ldd build/ropeserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
       | while read -r lib; do dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true; done \
       | cut -d: -f1 | sort -u > /out/runtime-packages.txt \
  && test -s /out/runtime-packages.txt
