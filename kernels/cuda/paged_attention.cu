@@ -35,8 +35,8 @@ using detail::HeadsOfBlock;
 using detail::MergePartitionsIfLast;
 using detail::NumPartitions;
 using detail::PartitionArgs;
-using detail::PartitionCounter;
-using detail::RowContext;
+using detail::PartitionSpan;
+using detail::SpanOfBlock;
 using detail::ToFloat;
 using detail::WriteMergedWarps;
 
@@ -81,12 +81,10 @@ __global__ void __launch_bounds__(kThreads) VectorPartitionKernel(const Partitio
   const BlockHeads bh = HeadsOfBlock(a.num_heads, a.num_kv_heads, max_group, G);
   const std::int64_t kvh = bh.kvh, h0 = bh.h0;
   const int heads = bh.heads;
-  std::int64_t seq = 0;
-  const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
-  const std::int64_t start = p * a.partition_size;
-  if (start >= context) return;
-  const std::int64_t end = min(context, start + a.partition_size);
-  const std::int32_t* __restrict__ table = a.block_tables + seq * a.max_blocks_per_seq;
+  const PartitionSpan span = SpanOfBlock(a);
+  if (span.start >= span.end) return;
+  const std::int64_t start = span.start, end = span.end;
+  const std::int32_t* __restrict__ table = a.block_tables + span.seq * a.max_blocks_per_seq;
   const std::int64_t block_size = a.block_size, num_kv_heads = a.num_kv_heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * 8;
@@ -179,12 +177,10 @@ __global__ void __launch_bounds__(kThreads) VectorPartitionKernel(const Partitio
     }
   }
   __syncthreads();
-  const std::int64_t parts = NumPartitions(context, a.partition_size);
+  const std::int64_t parts = NumPartitions(span.context, a.partition_size);
   WriteMergedWarps<T, D>(a, &sm_m[0][0], &sm_l[0][0], &sm_acc[0][0][0], kVectorWarps, G, -FLT_MAX, r, h0, heads, p,
                          parts);
-  if (parts > 1)
-    MergePartitionsIfLast(a.out, a.workspace, PartitionCounter(a.counters, a.num_heads), r, h0, heads, a.num_heads, D,
-                          a.max_partitions, parts);
+  MergePartitionsIfLast(a, h0, heads, D, parts);
 }
 
 template <typename T>
@@ -198,13 +194,11 @@ __global__ void GenericPartitionKernel(const PartitionArgs<T> a, std::int64_t he
   float* scores = shared + head_dim;  // [partition_size]
   __shared__ float scratch[32];
   const std::int64_t r = blockIdx.x, h = blockIdx.y, p = blockIdx.z;
-  std::int64_t seq = 0;
-  const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
-  const std::int64_t start = p * partition_size;
-  if (start >= context) return;
-  const std::int64_t end = min(context, start + partition_size);
+  const PartitionSpan span = SpanOfBlock(a);
+  if (span.start >= span.end) return;
+  const std::int64_t start = span.start, end = span.end;
   const std::int64_t kvh = h / (num_heads / num_kv_heads);
-  const std::int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  const std::int32_t* table = a.block_tables + span.seq * a.max_blocks_per_seq;
   const T* qr = a.q + r * a.q_row_stride + h * head_dim;
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = ToFloat(qr[d]);
   __syncthreads();
@@ -235,7 +229,7 @@ __global__ void GenericPartitionKernel(const PartitionArgs<T> a, std::int64_t he
   l = detail::BlockSum(l, scratch);  // its barriers also publish the exps
 
   // Weighted values: threads over dimensions (coalesced reads of a value row).
-  const std::int64_t parts = NumPartitions(context, partition_size);
+  const std::int64_t parts = NumPartitions(span.context, partition_size);
   float* ws = a.workspace + ((r * num_heads + h) * max_partitions + p) * (head_dim + 2);
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0;
@@ -251,9 +245,7 @@ __global__ void GenericPartitionKernel(const PartitionArgs<T> a, std::int64_t he
     ws[0] = m;
     ws[1] = l;
   }
-  if (parts > 1)
-    MergePartitionsIfLast(a.out, a.workspace, PartitionCounter(a.counters, num_heads), r, h, 1, num_heads, head_dim,
-                          max_partitions, parts);
+  MergePartitionsIfLast(a, h, 1, head_dim, parts);
 }
 
 }  // namespace

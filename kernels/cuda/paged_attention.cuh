@@ -42,40 +42,6 @@ __device__ __forceinline__ int* PartitionCounter(int* counters, std::int64_t num
   return counters + static_cast<std::int64_t>(blockIdx.x) * num_heads + blockIdx.y;
 }
 
-// Called by every thread of a partition block of a row with `parts` > 1
-// partitions after it has written its heads' partials: the block that
-// finishes last (a counter per row and grid row) merges the partitions of
-// heads [h0, h0 + heads) into `out` and sets the counter back to zero, so
-// no second kernel runs (issue 57: one kernel a layer fewer).
-template <typename T>
-__device__ void MergePartitionsIfLast(T* __restrict__ out, const float* workspace, int* counter, std::int64_t r,
-                                      std::int64_t h0, int heads, std::int64_t num_heads, std::int64_t head_dim,
-                                      std::int64_t max_partitions, std::int64_t parts) {
-  __shared__ int last;
-  __threadfence();  // this block's partials reach the device before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == static_cast<int>(parts) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // The other blocks' partials, read from L2 (__ldcg): this SM's L1 may
-  // hold an earlier launch's.
-  for (std::int64_t idx = threadIdx.x; idx < heads * head_dim; idx += blockDim.x) {
-    const std::int64_t h = h0 + idx / head_dim, d = idx % head_dim;
-    const float* ws = workspace + (r * num_heads + h) * max_partitions * (head_dim + 2);
-    float m = -FLT_MAX;
-    for (std::int64_t p = 0; p < parts; ++p) m = fmaxf(m, __ldcg(ws + p * (head_dim + 2)));
-    float l = 0.f, acc = 0.f;
-    for (std::int64_t p = 0; p < parts; ++p) {
-      const float f = __expf(__ldcg(ws + p * (head_dim + 2)) - m);
-      l += __ldcg(ws + p * (head_dim + 2) + 1) * f;
-      acc += __ldcg(ws + p * (head_dim + 2) + 2 + d) * f;
-    }
-    out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
-  }
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (a graph's replay)
-}
-
 // The arguments every partition kernel takes (one struct, passed by value
 // as a kernel parameter).
 template <typename T>
@@ -94,6 +60,58 @@ struct PartitionArgs {
   float* workspace;  // [rows, num_heads, max_partitions, head_dim + 2]: (max, sum, unnormalised output)
   int* counters;     // [rows, num_heads]: see PartitionCounter
 };
+
+// Query row blockIdx.x's partition blockIdx.z: its sequence, the cached
+// tokens the row sees, and the keys [start, end) the partition takes
+// (empty, start >= end, when it lies past the context: the block returns).
+struct PartitionSpan {
+  std::int64_t seq, context, start, end;
+};
+template <typename T>
+__device__ inline PartitionSpan SpanOfBlock(const PartitionArgs<T>& a) {
+  PartitionSpan s{0, 0, 0, 0};
+  s.context = RowContext(blockIdx.x, a.query_start, a.context_lens, a.num_seqs, &s.seq);
+  s.start = blockIdx.z * a.partition_size;
+  s.end = min(s.context, s.start + a.partition_size);
+  return s;
+}
+
+// Called by every thread of a partition block of query row blockIdx.x
+// after it has written heads [h0, h0 + heads)'s partials (or the row's
+// output when its context takes one partition: then nothing is merged).
+// With `parts` > 1 partitions the block that finishes last (a counter per
+// row and grid row) merges them into `out` and sets the counter back to
+// zero, so no second kernel runs (issue 57: one kernel a layer fewer).
+template <typename T>
+__device__ void MergePartitionsIfLast(const PartitionArgs<T>& a, std::int64_t h0, int heads, std::int64_t head_dim,
+                                      std::int64_t parts) {
+  if (parts <= 1) return;  // the same for the whole block
+  __shared__ int last;
+  int* counter = PartitionCounter(a.counters, a.num_heads);
+  __threadfence();  // this block's partials reach the device before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == static_cast<int>(parts) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The other blocks' partials, read from L2 (__ldcg): this SM's L1 may
+  // hold an earlier launch's.
+  const std::int64_t r = blockIdx.x, num_heads = a.num_heads, max_partitions = a.max_partitions;
+  for (std::int64_t idx = threadIdx.x; idx < heads * head_dim; idx += blockDim.x) {
+    const std::int64_t h = h0 + idx / head_dim, d = idx % head_dim;
+    const float* ws = a.workspace + (r * num_heads + h) * max_partitions * (head_dim + 2);
+    float m = -FLT_MAX;
+    for (std::int64_t p = 0; p < parts; ++p) m = fmaxf(m, __ldcg(ws + p * (head_dim + 2)));
+    float l = 0.f, acc = 0.f;
+    for (std::int64_t p = 0; p < parts; ++p) {
+      const float f = __expf(__ldcg(ws + p * (head_dim + 2)) - m);
+      l += __ldcg(ws + p * (head_dim + 2) + 1) * f;
+      acc += __ldcg(ws + p * (head_dim + 2) + 2 + d) * f;
+    }
+    a.out[(r * num_heads + h) * head_dim + d] = FromFloat<T>(acc / l);
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (a graph's replay)
+}
 
 // The query heads of a block of a grouped-query partition kernel: grid row
 // blockIdx.y takes `per_block` heads of KV head kvh's group (a group

@@ -200,11 +200,9 @@ __global__ void __launch_bounds__(kThreads, 4) MmaPartitionKernel(const Partitio
   const BlockHeads bh = HeadsOfBlock(a.num_heads, a.num_kv_heads, kHeadRows, kHeadRows);
   const std::int64_t kvh = bh.kvh, h0 = bh.h0;
   const int heads = bh.heads;
-  std::int64_t seq = 0;
-  const std::int64_t context = RowContext(r, a.query_start, a.context_lens, a.num_seqs, &seq);
-  const std::int64_t start = p * a.partition_size;
-  if (start >= context) return;
-  const std::int64_t end = min(context, start + a.partition_size);
+  const PartitionSpan span = SpanOfBlock(a);
+  if (span.start >= span.end) return;
+  const std::int64_t start = span.start, end = span.end;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   for (int i = threadIdx.x; i < kHeadRows * kPieces; i += kThreads) {
@@ -218,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 4) MmaPartitionKernel(const Partitio
   const int n_chunks = static_cast<int>((end - start + kChunk - 1) / kChunk);
   const int mine = n_chunks > warp ? (n_chunks - warp + kWarps - 1) / kWarps : 0;
   unsigned char* stages = smem + kHeadRows * D * 2 + warp * kStages * 2 * TileBytes<D>();
-  const std::int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  const std::int32_t* table = a.block_tables + span.seq * a.max_blocks_per_seq;
   const int block_size = static_cast<int>(a.block_size);
   auto load = [&](int i) {  // the warp's i-th chunk into stage i % kStages
     const std::int64_t key0 = start + static_cast<std::int64_t>(warp + kWarps * i) * kChunk;
@@ -258,11 +256,9 @@ __global__ void __launch_bounds__(kThreads, 4) MmaPartitionKernel(const Partitio
   }
   WaitAsync<0>();
   __syncthreads();  // every warp done with its stages: they become the merge's scratch
-  const std::int64_t parts = NumPartitions(context, a.partition_size);
+  const std::int64_t parts = NumPartitions(span.context, a.partition_size);
   WriteBlock<T, D>(st, smem + kHeadRows * D * 2, a, r, h0, heads, p, parts);
-  if (parts > 1)
-    MergePartitionsIfLast(a.out, a.workspace, PartitionCounter(a.counters, a.num_heads), r, h0, heads, a.num_heads, D,
-                          a.max_partitions, parts);
+  MergePartitionsIfLast(a, h0, heads, D, parts);
 }
 
 template <typename T, int D>
