@@ -12,16 +12,15 @@
 # or as a ROPESERVE_* environment variable (docs/api.md, docs/deploy.md).
 # The CUDA image is deploy/Dockerfile.cuda.
 
-FROM debian:bookworm AS deps
+FROM debian:bookworm AS build
 WORKDIR /src
-# Dependencies first: this stage is reused until scripts/deps changes
-# (scripts/test builds it while the suite compiles: --target deps).
+# Dependencies first: these layers are reused until scripts/deps changes
+# (scripts/test-image builds the lines above `COPY . .` alone while the
+# suite compiles: IMAGE_PREPARE_ONLY=1).
 COPY scripts/deps scripts/deps
 # scripts/build runs scripts/deps again: the test-only packages stay out.
 ENV DEPS_TESTS=0
 RUN scripts/deps && rm -rf /var/lib/apt/lists/*
-
-FROM deps AS build
 COPY . .
 # ccache survives between builds in a cache mount (BuildKit and podman);
 # scripts/test-image lends the host's cache instead (CCACHE_DIR=/host-ccache,
