@@ -25,9 +25,14 @@ struct AttentionItem {
   float* scratch;  // AttentionScratchFloats(group, head_dim, context_len) floats
 };
 
+// (Row, head) pairs a vector variant computes together when the group is
+// smaller: a decode row's group, or as many of a chunk's rows as fit.
+inline constexpr std::int64_t kAttentionBlockPairs = 32;
+
 // Scratch every variant fits in.
 inline std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len) {
-  return group * head_dim + (group + 16) * context_len + 8 * head_dim;
+  const std::int64_t pairs = (group > kAttentionBlockPairs ? group : kAttentionBlockPairs) + 16;
+  return pairs * (2 * head_dim + context_len + 4) + 4096 + 8 * head_dim;
 }
 
 // Arithmetic of every variant: q scaled first (q * scale rounded to

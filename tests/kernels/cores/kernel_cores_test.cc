@@ -600,7 +600,10 @@ TEST(KernelCores, AttendItem) {
   };
   for (const Case& c :
        {Case{16, 1, 64, 1, 1}, Case{16, 7, 64, 1, 300}, Case{4, 2, 128, 3, 37}, Case{16, 3, 16, 2, 17},
-        Case{8, 5, 96, 1, 70}, Case{16, 1, 24, 2, 9}, Case{16, 17, 32, 1, 129}, Case{32, 4, 256, 4, 600}})
+        Case{8, 5, 96, 1, 70}, Case{16, 1, 24, 2, 9}, Case{16, 17, 32, 1, 129}, Case{32, 4, 256, 4, 600},
+        // Rows in several blocks of (row, head) pairs, a value-channel tail
+        // (40 = 16 + 16 + 8), and a group larger than a block.
+        Case{16, 7, 64, 6, 300}, Case{16, 2, 40, 16, 50}, Case{16, 40, 16, 3, 20}})
     for (bool bf16 : {false, true}) {
       const std::int64_t Hkv = 2, D = c.head_dim, G = c.group, L = c.context;
       const std::int64_t blocks = (L + c.block_size - 1) / c.block_size + 2;
@@ -655,6 +658,23 @@ TEST(KernelCores, AttendItem) {
           // head sizes that are multiples of 8 (paged_attention_core.h).
           EXPECT_TRUE(isa != Isa::kGeneric && D % 8 != 0) << Name(isa) << " refused head size " << D;
           continue;
+        }
+        // Each row alone (a decode row over its own keys) gives the bits
+        // it got among the item's rows: a position's result does not
+        // depend on the chunk it is computed in.
+        for (std::int64_t r = 0; r < c.rows; ++r) {
+          std::vector<float> of1(At(qsize), 0.0f);
+          std::vector<std::uint16_t> ob1(At(qsize), 0);
+          const std::int64_t at = r * G * Hkv * D + first;
+          cpu::AttentionItem one = it;
+          one.q = bf16 ? static_cast<const void*>(qb.data() + at) : qf.data() + at;
+          one.out = bf16 ? static_cast<void*>(ob1.data() + at) : of1.data() + at;
+          one.rows = 1;
+          one.context_len = L - c.rows + r + 1;
+          ASSERT_TRUE(k.attend_item(one));
+          for (std::int64_t i = at; i < at + G * D; ++i)
+            ASSERT_EQ(bf16 ? Bf16ToFloat(ob1[At(i)]) : of1[At(i)], bf16 ? Bf16ToFloat(ob[At(i)]) : of[At(i)])
+                << Name(isa) << " row " << r << " of " << c.rows << " G" << G << " D" << D;
         }
         for (std::int64_t r = 0; r < c.rows; ++r) {
           const std::int64_t n_keys = L - c.rows + r + 1;
