@@ -17,7 +17,7 @@ set(ROPESERVE_AVX512_BF16_SOURCES
   packed_linear_avx512.cc paged_attention_avx512.cc fused_ops_avx512.cc logits_summary_avx512.cc)
 set(ROPESERVE_AVX512_VNNI_SOURCES int8_linear_avx512.cc int4_linear_avx512.cc)
 set(ROPESERVE_AMX_SOURCES packed_linear_amx.cc)
-set(ROPESERVE_NEON_SOURCES packed_linear_neon.cc int_linear_neon.cc)
+set(ROPESERVE_NEON_SOURCES packed_linear_neon.cc int_linear_neon.cc paged_attention_neon.cc)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   list(APPEND ROPESERVE_CORE_SOURCES ${ROPESERVE_AVX2_SOURCES} ${ROPESERVE_AVX512_SOURCES} ${ROPESERVE_AVX512_BF16_SOURCES}
        ${ROPESERVE_AVX512_VNNI_SOURCES} ${ROPESERVE_AMX_SOURCES})

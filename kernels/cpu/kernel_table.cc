@@ -231,6 +231,7 @@ CpuKernels Build(Isa isa) {
     k.packed_linear_f32_panels = neon::PackedLinearF32Panels;
     k.int8_linear_range = neon::Int8LinearRange;
     k.int4_linear_range = neon::Int4LinearRange;
+    k.attend_item = neon::AttendItem;
   }
 #endif
   return k;

@@ -1,9 +1,8 @@
 // The per-row paged attention (paged_attention_core.h) blocked over (row,
 // head) pairs, written over an ISA's vector operations: what the AVX2
-// variant runs (paged_attention_avx2.cc). No LibTorch header. (The
-// AVX-512 variant keeps its per-row loops: over 16-lane vectors this
-// measured 1.3-1.4x slower for decode rows, 1.1-1.2x faster for 16-row
-// chunks with GQA groups: docs/benchmarks.md, 2026-12-07.)
+// variant runs (paged_attention_avx2.cc), and the AVX-512 variant for
+// chunks of several rows (paged_attention_avx512.cc: its decode rows keep
+// their own loops, faster there, with the same sums). No LibTorch header.
 //
 // An item's query rows pass in blocks whose (row, head) pairs share the
 // key and value rows: up to kAttentionBlockPairs pairs (a decode row's
@@ -21,8 +20,8 @@
 // chains over the head's channels, then that tree; a value sum is one fma
 // chain over keys in order (a row's keys past its own, inside its block,
 // enter with probability 0: adding 0 * v leaves the sum as it was). So a
-// position gets the same bits in a prompt and in a decode step, and the
-// AVX2 variant the bits of its per-row loops before (2026-12-07).
+// position gets the same bits in a prompt and in a decode step, and each
+// variant the bits of its per-row loops (2026-12-07).
 //
 // V (the file's own type, so that every instantiation stays inside the
 // file compiled with its ISA's flags) provides: Reg, kLanes; Zero, Set1,

@@ -50,9 +50,14 @@ namespace avx2 {
 bool AttendItem(const AttentionItem& item);
 }  // namespace avx2
 namespace avx512 {
-// False (nothing written) unless the head size is 16, 32, 64, 128 or 256
-// and the group at most 256.
+// False (nothing written) unless the head size is a multiple of 16 up to
+// 256 and the group at most 256.
 bool AttendItem(const AttentionItem& item);
 }  // namespace avx512
+namespace neon {
+// False (nothing written) unless the head size is a multiple of 4 up to
+// 256 and the group at most 256.
+bool AttendItem(const AttentionItem& item);
+}  // namespace neon
 
 }  // namespace ropeserve::cpu
