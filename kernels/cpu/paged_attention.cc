@@ -56,13 +56,17 @@ void Kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
         items.push_back({s, kvh, r0, std::min(kRowBlock, qstart[s + 1] - qstart[s] - r0)});
   const auto attend = ActiveKernels().attend_item;
   ParallelFor(0, static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> scratch;
+    // Each thread's, kept across calls: a chunk of work (often one item)
+    // then neither allocates nor clears its scores (megabytes at long
+    // contexts) again.
+    thread_local std::vector<float> scratch;
     for (std::int64_t i = begin; i < end; ++i) {
       const Item& item = items[static_cast<std::size_t>(i)];
       const std::int64_t q0 = qstart[item.s], query_len = qstart[item.s + 1] - q0;
       // The block's rows are the last `rows` positions of this context.
       const std::int64_t L = ctx[item.s] - (query_len - item.r0 - item.rows);
-      scratch.resize(static_cast<size_t>(AttentionScratchFloats(group, D, L)));
+      const auto floats = static_cast<std::size_t>(AttentionScratchFloats(group, D, L));
+      if (scratch.size() < floats) scratch.resize(floats);
       const std::int64_t first = ((q0 + item.r0) * Hq + item.kvh * group) * D;
       const AttentionItem it{qp + first,
                              op + first,

@@ -155,17 +155,38 @@ class BlockedAttention {
     }
   }
 
+  const T* Row(const void* cache, std::int64_t j) const {
+    return static_cast<const T*>(cache) + static_cast<std::int64_t>(it_.table[j / it_.block_size]) * it_.block_stride +
+           (j % it_.block_size) * it_.token_stride;
+  }
+
   // Keys (or values) [j0, j0 + n) of `cache` widened into rows_, then zero
   // rows up to the next multiple of 4.
   void Widen(const void* cache, std::int64_t j0, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t j = j0 + i;
-      const T* src = static_cast<const T*>(cache) +
-                     static_cast<std::int64_t>(it_.table[j / it_.block_size]) * it_.block_stride +
-                     (j % it_.block_size) * it_.token_stride;
+      const T* src = Row(cache, j0 + i);
       for (std::int64_t z = 0; z < D_; z += W) V::Store(rows_ + i * D_ + z, V::Load(src + z));
     }
     std::fill(rows_ + n * D_, rows_ + (n + 3) / 4 * 4 * D_, 0.0f);
+  }
+
+  // Rows [j0, j0 + n) of `cache` asked for while the current tile computes:
+  // at long contexts they come from memory, and the widening loop alone
+  // would wait for each.
+  void Prefetch(const void* cache, std::int64_t j0, std::int64_t n) const {
+    const std::int64_t bytes = D_ * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const char* p = reinterpret_cast<const char*>(Row(cache, j0 + i));
+      for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+    }
+  }
+  // After widening tile [j0, j0 + n) of the keys (values: `values`): the
+  // next tile of the same, or the values' first after the keys' last.
+  void PrefetchNext(bool values, std::int64_t j0, std::int64_t n, std::int64_t last_keys) const {
+    if (j0 + n < last_keys)
+      Prefetch(values ? it_.v_cache : it_.k_cache, j0 + n, std::min(tile_, last_keys - j0 - n));
+    else if (!values)
+      Prefetch(it_.v_cache, 0, std::min(tile_, last_keys));
   }
 
   // Rows [r0, r0 + nr): pair m is (row r0 + m / G, head m % G).
@@ -181,6 +202,7 @@ class BlockedAttention {
     for (std::int64_t j0 = 0; j0 < last_keys; j0 += tile_) {
       const std::int64_t nt = std::min(tile_, last_keys - j0);
       Widen(it_.k_cache, j0, nt);
+      PrefetchNext(false, j0, nt, last_keys);
       for (std::int64_t m = 0; m < pairs; m += 2)
         for (std::int64_t j = 0; j < nt; j += 4) {
           float* s = scores_ + m * ls_ + j0 + j;
@@ -203,6 +225,7 @@ class BlockedAttention {
     for (std::int64_t j0 = 0; j0 < last_keys; j0 += tile_) {
       const std::int64_t nt = std::min(tile_, last_keys - j0);
       Widen(it_.v_cache, j0, nt);
+      PrefetchNext(true, j0, nt, last_keys);
       for (std::int64_t t = 0; t < tiles; ++t) {
         const std::int64_t m0 = pairs * t / tiles, m1 = pairs * (t + 1) / tiles;
         const float* p = scores_ + m0 * ls_ + j0;
