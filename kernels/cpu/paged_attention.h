@@ -1,7 +1,8 @@
 // CPU paged attention for a packed batch of prefill chunks and decode
 // tokens: each query attends to its sequence's cached prefix and causally
 // within its chunk. Work items of (sequence, kv head, up to 16 query rows)
-// run the active ISA's per-row kernel (paged_attention_core.h) on the
+// run the active ISA's kernel (paged_attention_core.h; the vector ones
+// blocked over (row, head) pairs, paged_attention_blocked.h) on the
 // kernels' thread pool, for decode rows and prefill chunks alike: a row's
 // result is the same bits whatever chunk, batch or step computes it.
 // float32 accumulation for float32 and bfloat16 inputs. Oracle:

@@ -1,6 +1,6 @@
-// The per-row path of the CPU paged attention (decode rows and short
-// chunks, kernels/cpu/paged_attention.cc) as one work item a call, with an
-// implementation per ISA (paged_attention_{generic,avx2,avx512}.cc),
+// The CPU paged attention's kernel (decode rows and prefill chunks,
+// kernels/cpu/paged_attention.cc) as one work item a call, with an
+// implementation per ISA (paged_attention_{generic,avx2,avx512,neon}.cc),
 // chosen through the kernel table (kernel_table.h). No LibTorch header:
 // each implementation is compiled with its own ISA flags.
 #pragma once
