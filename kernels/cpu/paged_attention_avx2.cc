@@ -49,15 +49,6 @@ struct Vec {
 
 }  // namespace
 
-bool AttendItem(const AttentionItem& it) {
-  if (it.bf16) {
-    if (!BlockedAttention<Vec, std::uint16_t>::Takes(it)) return false;
-    BlockedAttention<Vec, std::uint16_t>(it).Run();
-  } else {
-    if (!BlockedAttention<Vec, float>::Takes(it)) return false;
-    BlockedAttention<Vec, float>(it).Run();
-  }
-  return true;
-}
+bool AttendItem(const AttentionItem& it) { return AttendBlocked<Vec>(it); }
 
 }  // namespace ropeserve::cpu::avx2

@@ -158,19 +158,12 @@ bool AttendAs(const AttentionItem& it) {
   }
 }
 
-template <typename T>
-bool Blocked(const AttentionItem& it) {
-  if (!BlockedAttention<Vec, T>::Takes(it)) return false;
-  BlockedAttention<Vec, T>(it).Run();
-  return true;
-}
-
 }  // namespace
 
 bool AttendItem(const AttentionItem& it) {
   if (it.group > 256) return false;
   if (it.rows == 1 && (it.bf16 ? AttendAs<std::uint16_t>(it) : AttendAs<float>(it))) return true;
-  return it.bf16 ? Blocked<std::uint16_t>(it) : Blocked<float>(it);
+  return AttendBlocked<Vec>(it);
 }
 
 }  // namespace ropeserve::cpu::avx512

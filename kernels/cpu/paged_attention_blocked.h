@@ -248,4 +248,16 @@ class BlockedAttention {
   float *qf_, *scores_, *sums_, *rows_;
 };
 
+// The item on the blocked path over V, when it takes the shape; false
+// (nothing written) otherwise.
+template <typename V>
+bool AttendBlocked(const AttentionItem& it) {
+  if (!BlockedAttention<V, float>::Takes(it)) return false;
+  if (it.bf16)
+    BlockedAttention<V, std::uint16_t>(it).Run();
+  else
+    BlockedAttention<V, float>(it).Run();
+  return true;
+}
+
 }  // namespace ropeserve::cpu
