@@ -55,7 +55,7 @@ class BlockedAttention {
       : it_(it),
         D_(it.head_dim),
         G_(it.group),
-        tile_(std::max<std::int64_t>(4, 4096 / it.head_dim / 4 * 4)),
+        tile_(std::max<std::int64_t>(4, kAttentionTileFloats / it.head_dim / 4 * 4)),
         ls_((it.context_len + 3) / 4 * 4),
         block_rows_(std::clamp<std::int64_t>(kAttentionBlockPairs / it.group, 1, it.rows)) {
     const std::int64_t pairs = block_rows_ * G_;
@@ -244,6 +244,8 @@ class BlockedAttention {
   }
 
   const AttentionItem& it_;
+  // tile_: rows of a widened tile (kAttentionTileFloats / D, a multiple of
+  // 4); ls_: the scores' row stride (the context rounded up to 4 keys).
   const std::int64_t D_, G_, tile_, ls_, block_rows_;
   float *qf_, *scores_, *sums_, *rows_;
 };

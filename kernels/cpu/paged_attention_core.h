@@ -29,10 +29,17 @@ struct AttentionItem {
 // smaller: a decode row's group, or as many of a chunk's rows as fit.
 inline constexpr std::int64_t kAttentionBlockPairs = 32;
 
-// Scratch every variant fits in.
+// Floats of key or value rows a vector variant widens at a time (16 KB,
+// in L1): a multiple of 4 rows, at least 4 (head sizes up to 1024).
+inline constexpr std::int64_t kAttentionTileFloats = 4096;
+
+// Scratch every variant fits in: the blocked path's q, scores (rows of the
+// context rounded up to 4 keys) and sums for its (row, head) pairs, plus a
+// tile; the AVX-512 per-row loops' q and scores for the group padded to
+// whole chunks of up to 16 heads (+ 16); the generic one's q, scores, sums.
 inline std::int64_t AttentionScratchFloats(std::int64_t group, std::int64_t head_dim, std::int64_t context_len) {
   const std::int64_t pairs = (group > kAttentionBlockPairs ? group : kAttentionBlockPairs) + 16;
-  return pairs * (2 * head_dim + context_len + 4) + 4096 + 8 * head_dim;
+  return pairs * (2 * head_dim + context_len + 4) + kAttentionTileFloats;
 }
 
 // Arithmetic of every variant: q scaled first (q * scale rounded to
