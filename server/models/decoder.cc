@@ -176,11 +176,22 @@ at::Tensor DecoderModel::Mlp(const DecoderLayerWeights& w, const at::Tensor& x) 
   return ops_->Linear(ops_->SiluAndMul(ops_->Linear(x, w.gate_up_proj)), w.down_proj);
 }
 
-at::Tensor DecoderModel::RunLayers(at::Tensor h, const AttendFn& attend) const {
+// A layer after its attention: the output projection, the residual add
+// folded into the post-attention norm (h updated in place), and the MLP,
+// whose output is returned, not yet added to h.
+at::Tensor DecoderModel::LayerTail(const DecoderLayerWeights& w, const at::Tensor& attn, at::Tensor& h) const {
+  at::Tensor o = ops_->Linear(attn, w.o_proj).contiguous();
+  at::Tensor y = ops_->AddRmsNorm(o, h, w.post_attention_layernorm, config_.rms_norm_eps);
+  return Mlp(w, y).contiguous();
+}
+
+std::vector<at::Tensor> DecoderModel::RunLayers(at::Tensor h, const AttendFn& attend,
+                                                const std::vector<at::Tensor>& outputs) const {
   const std::int64_t T = h.size(0);
   const double eps = config_.rms_norm_eps;
   h = h.contiguous();
   at::Tensor mlp;  // the previous layer's MLP output, not yet added to h
+  std::vector<at::Tensor> out;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const auto& w = w_.layers[l];
     // Residual adds folded into the next norm (h updated in place, rounded
@@ -190,14 +201,26 @@ at::Tensor DecoderModel::RunLayers(at::Tensor h, const AttendFn& attend) const {
     // a GPU) fewer a layer.
     at::Tensor x =
         mlp.defined() ? ops_->AddRmsNorm(mlp, h, w.input_layernorm, eps) : ops_->RmsNorm(h, w.input_layernorm, eps);
+    mlp = at::Tensor();
     auto [q, k, v] = Qkv(w, x);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
-    at::Tensor o = ops_->Linear(attn, w.o_proj).contiguous();
-    at::Tensor y = ops_->AddRmsNorm(o, h, w.post_attention_layernorm, eps);
-    mlp = Mlp(w, y).contiguous();
+    if (l + 1 < w_.layers.size() || outputs.empty()) {
+      mlp = LayerTail(w, attn, h);
+      continue;
+    }
+    // The last layer past its attention only for the rows asked for, each
+    // set apart (its rows' bits do not depend on the other sets').
+    for (const at::Tensor& rows : outputs) {
+      at::Tensor hr = h.index_select(0, rows);
+      hr.add_(LayerTail(w, attn.index_select(0, rows), hr));
+      out.push_back(std::move(hr));
+    }
   }
   if (mlp.defined()) h.add_(mlp);
-  return h;
+  if (outputs.empty()) return {h};
+  if (w_.layers.empty())
+    for (const at::Tensor& rows : outputs) out.push_back(h.index_select(0, rows));
+  return out;
 }
 
 // Each sequence's rows reach its context length (its chunk ends there).
@@ -257,13 +280,23 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
     }
   }
   const PagedBatch& b = with_workspace ? *with_workspace : batch;
-  at::Tensor h = RunLayers(Embed(batch.token_ids), [&](size_t l, at::Tensor q, at::Tensor k, const at::Tensor& v) {
-    ops_->RopeAndWriteKvCache(q, k, v, rope, cache.k[l], cache.v[l], b);
-    return attend(q, cache.k[l], cache.v[l], b);
-  });
-  if (prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0)
-    *prompt_logits = Logits(h.index_select(0, batch.prompt_logits_indices)).contiguous();
-  return Logits(h.index_select(0, batch.logits_indices));
+  // The last layer's output projection and MLP run only for the rows whose
+  // logits are wanted (a prompt's other rows only feed the KV cache, as
+  // llama.cpp's output ids): ~1/L of a prefill's work. A decode step wants
+  // every row (padding included) and keeps its one pass over all rows.
+  const bool prompt = prompt_logits != nullptr && batch.prompt_logits_indices.defined() &&
+                      batch.prompt_logits_indices.numel() > 0;
+  const bool every_row = !prompt && batch.logits_indices.numel() == batch.token_ids.size(0);
+  std::vector<at::Tensor> outputs;
+  if (!every_row) outputs.push_back(batch.logits_indices);
+  if (prompt) outputs.push_back(batch.prompt_logits_indices);
+  std::vector<at::Tensor> h =
+      RunLayers(Embed(batch.token_ids), [&](size_t l, at::Tensor q, at::Tensor k, const at::Tensor& v) {
+        ops_->RopeAndWriteKvCache(q, k, v, rope, cache.k[l], cache.v[l], b);
+        return attend(q, cache.k[l], cache.v[l], b);
+      }, outputs);
+  if (prompt) *prompt_logits = Logits(h[1]).contiguous();
+  return Logits(every_row ? h[0].index_select(0, batch.logits_indices) : h[0]);
 }
 
 std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector<std::int64_t>>& windows,
@@ -288,7 +321,7 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
       // q as ApplyRope left it (the CPU's contiguous copy, CUDA's view of
       // the projection, which its attention reads in place).
       return ops_->PagedAttention(q, k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one, attention_scale_);
-    });
+    })[0];
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     if (w_.score.defined()) {  // a sequence classifier: the last token's logits
       out.push_back(SpanRows(at::Tensor(), 0, len, with_hidden ? hidden : at::Tensor()));

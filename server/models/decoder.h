@@ -142,9 +142,13 @@ class DecoderModel final : public PagedModel {
   // h: the op set's PrepareRope of RotaryCosSin's tables, or a view of
   // rope_cache_.
   using AttendFn = std::function<at::Tensor(std::size_t, at::Tensor, at::Tensor, const at::Tensor&)>;
-  // Embedded tokens h [T,H] through every decoder layer -> [T,H], with the
-  // fused RMSNorm/residual kernels.
-  at::Tensor RunLayers(at::Tensor h, const AttendFn& attend) const;
+  // Embedded tokens h [T,H] through every decoder layer, with the fused
+  // RMSNorm/residual kernels -> {[T,H]}; with `outputs` (each [N_i] int64
+  // row indices), the last layer past its attention runs for those rows
+  // only, each set apart -> {[N_i,H]} in that order.
+  std::vector<at::Tensor> RunLayers(at::Tensor h, const AttendFn& attend,
+                                    const std::vector<at::Tensor>& outputs = {}) const;
+  at::Tensor LayerTail(const DecoderLayerWeights& w, const at::Tensor& attn, at::Tensor& h) const;
   // cos/sin for rows packed as consecutive segments of `lens` rows (the
   // sequences of a paged batch); dynamic RoPE uses each segment's own length.
   std::pair<at::Tensor, at::Tensor> CosSinPacked(const PagedBatch& batch) const;
