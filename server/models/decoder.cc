@@ -284,17 +284,19 @@ at::Tensor DecoderModel::ForwardPagedWith(const PagedBatch& batch, PagedKvCache&
   // logits are wanted (a prompt's other rows only feed the KV cache, as
   // llama.cpp's output ids): ~1/L of a prefill's work. A decode step wants
   // every row (padding included) and keeps its one pass over all rows.
-  const bool prompt = prompt_logits != nullptr && batch.prompt_logits_indices.defined() &&
-                      batch.prompt_logits_indices.numel() > 0;
+  const bool prompt =
+      prompt_logits != nullptr && batch.prompt_logits_indices.defined() && batch.prompt_logits_indices.numel() > 0;
   const bool every_row = !prompt && batch.logits_indices.numel() == batch.token_ids.size(0);
   std::vector<at::Tensor> outputs;
   if (!every_row) outputs.push_back(batch.logits_indices);
   if (prompt) outputs.push_back(batch.prompt_logits_indices);
-  std::vector<at::Tensor> h =
-      RunLayers(Embed(batch.token_ids), [&](size_t l, at::Tensor q, at::Tensor k, const at::Tensor& v) {
+  std::vector<at::Tensor> h = RunLayers(
+      Embed(batch.token_ids),
+      [&](size_t l, at::Tensor q, at::Tensor k, const at::Tensor& v) {
         ops_->RopeAndWriteKvCache(q, k, v, rope, cache.k[l], cache.v[l], b);
         return attend(q, cache.k[l], cache.v[l], b);
-      }, outputs);
+      },
+      outputs);
   if (prompt) *prompt_logits = Logits(h[1]).contiguous();
   return Logits(every_row ? h[0].index_select(0, batch.logits_indices) : h[0]);
 }
@@ -316,16 +318,24 @@ std::vector<SpanLogits> DecoderModel::ForwardSpans(const std::vector<std::vector
     one.attention_workspace = ops_->AttentionWorkspace(one, len, config_.num_attention_heads, config_.head_dim);
     auto [cos, sin] = RotaryCosSin(one.positions, len);
     const RopeTable rope = ops_->PrepareRope(cos, sin);
-    at::Tensor hidden = RunLayers(Embed(one.token_ids), [&](size_t, at::Tensor q, at::Tensor k, const at::Tensor& v) {
-      ops_->ApplyRope(q, k, rope);
-      // q as ApplyRope left it (the CPU's contiguous copy, CUDA's view of
-      // the projection, which its attention reads in place).
-      return ops_->PagedAttention(q, k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one, attention_scale_);
-    })[0];
+    // A sequence classifier reads the last token's row only: the last
+    // layer's tail runs for it alone unless the hidden states are asked for.
+    std::vector<at::Tensor> last;
+    if (w_.score.defined() && !with_hidden) last.push_back(one.logits_indices.narrow(0, len - 1, 1));
+    at::Tensor hidden = RunLayers(
+        Embed(one.token_ids),
+        [&](size_t, at::Tensor q, at::Tensor k, const at::Tensor& v) {
+          ops_->ApplyRope(q, k, rope);
+          // q as ApplyRope left it (the CPU's contiguous copy, CUDA's view
+          // of the projection, which its attention reads in place).
+          return ops_->PagedAttention(q, k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0), one,
+                                      attention_scale_);
+        },
+        last)[0];
     hidden = ops_->RmsNorm(hidden, w_.norm, config_.rms_norm_eps);
     if (w_.score.defined()) {  // a sequence classifier: the last token's logits
       out.push_back(SpanRows(at::Tensor(), 0, len, with_hidden ? hidden : at::Tensor()));
-      SetClasses(out.back(), at::linear(hidden.narrow(0, len - 1, 1), w_.score));
+      SetClasses(out.back(), at::linear(hidden.narrow(0, hidden.size(0) - 1, 1), w_.score));
       continue;
     }
     if (!w_.qa_outputs.defined()) {  // a trunk: its hidden state is the output
