@@ -201,7 +201,6 @@ std::vector<at::Tensor> DecoderModel::RunLayers(at::Tensor h, const AttendFn& at
     // a GPU) fewer a layer.
     at::Tensor x =
         mlp.defined() ? ops_->AddRmsNorm(mlp, h, w.input_layernorm, eps) : ops_->RmsNorm(h, w.input_layernorm, eps);
-    mlp = at::Tensor();
     auto [q, k, v] = Qkv(w, x);
     at::Tensor attn = attend(l, q, k, v).reshape({T, config_.q_size()});
     if (l + 1 < w_.layers.size() || outputs.empty()) {
@@ -216,11 +215,9 @@ std::vector<at::Tensor> DecoderModel::RunLayers(at::Tensor h, const AttendFn& at
       out.push_back(std::move(hr));
     }
   }
+  if (!outputs.empty()) return out;
   if (mlp.defined()) h.add_(mlp);
-  if (outputs.empty()) return {h};
-  if (w_.layers.empty())
-    for (const at::Tensor& rows : outputs) out.push_back(h.index_select(0, rows));
-  return out;
+  return {h};
 }
 
 // Each sequence's rows reach its context length (its chunk ends there).
