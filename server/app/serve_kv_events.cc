@@ -59,6 +59,10 @@ StatusOr<std::unique_ptr<kv_events::ZmqPublisher>> StartKvEvents(KvEventsConfig&
   const std::string algo = f.hash_algo == "auto" ? (events ? "sha256_cbor" : "xxh3") : f.hash_algo;
   if (algo == "sha256_cbor") engine.block_hasher = kv_events::VllmBlockHasher(f.hash_seed);
   if (!events) return std::unique_ptr<kv_events::ZmqPublisher>();
+  if (!engine.scheduler.enable_prefix_caching)
+    return InvalidArgument(
+        "--kv-events-endpoint publishes the prefix cache's changes: it needs prefix caching (drop "
+        "--no-enable-prefix-caching)");
   kv_events::PublisherOptions o;
   o.endpoint = f.endpoint;
   o.replay_endpoint = f.replay_endpoint;

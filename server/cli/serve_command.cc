@@ -212,6 +212,12 @@ void AddEngineFlags(CLI::App* sub, ServeFlags* f) {
       ->capture_default_str()
       ->envname("ROPESERVE_MAX_PREFILL_TOKENS_WHILE_DECODING")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.scheduler.enable_prefix_caching,
+                "Reuse the KV cache blocks of a prompt's prefix computed before (on by default, as vLLM); "
+                "--no-enable-prefix-caching computes every prompt whole (benchmarks that replay the same "
+                "prompts; --kv-offload-memory and --kv-events-endpoint need it on)")
+      ->capture_default_str()
+      ->envname("ROPESERVE_ENABLE_PREFIX_CACHING");
   AddSpeculativeFlags(sub, f->speculative);
   sub->add_option("--qa-token-share", e.qa_token_share,
                   "Share of a step's token budget that prefill chunks leave to waiting QA windows (decodes never "

@@ -136,7 +136,9 @@ Status AddOffloadTier(const DecoderModel& model, const service::EngineOptions& o
   if (!options.kv_offload_path.empty() && !model.device().is_cpu())
     return InvalidArgument("--kv-offload-path is for CPU workers (a CUDA worker's tier is pinned host memory)");
   if (!options.scheduler.enable_prefix_caching)
-    return InvalidArgument("--kv-offload-memory keeps the prefix cache's evicted blocks: it needs prefix caching");
+    return InvalidArgument(
+        "--kv-offload-memory keeps the prefix cache's evicted blocks: it needs prefix caching (drop "
+        "--no-enable-prefix-caching)");
   RS_ASSIGN_OR_RETURN(std::int64_t bytes, ParseKvCacheMemory(spec, AvailableHostMemory(), "--kv-offload-memory"));
   const std::int64_t block_bytes = model.KvBytesPerToken() * options.block_size;
   const std::int64_t slots = std::min<std::int64_t>(bytes / block_bytes, (1LL << 31) - 1);

@@ -609,7 +609,8 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
     gave before the eviction, token for token. Its events carry the tier's
     medium and, replayed, give the tier's contents; without the tier the
     document is computed again. The same with the tier in a file
-    (--kv-offload-path), which leaves nothing behind."""
+    (--kv-offload-path), which leaves nothing behind. With
+    --no-enable-prefix-caching nothing is reused."""
     ipc = os.path.join(env.workdir, "kv-offload")
     os.makedirs(ipc, exist_ok=True)
     events, replay, topic = f"ipc://{ipc}/events", f"ipc://{ipc}/replay", "kv@127.0.0.1:8000@model"
@@ -619,6 +620,8 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
                               "--kv-events-replay-endpoint", replay, "--kv-events-topic", topic],
                     name="kv-offload", env={"PYTHONHASHSEED": "7"})
     plain = Server(env.binary, env.model, env.workdir, common, name="kv-no-offload")
+    uncached = Server(env.binary, env.model, env.workdir, common + ["--no-enable-prefix-caching"],
+                      name="kv-no-prefix-caching")
     on_disk = Server(env.binary, env.model, env.workdir,
                      common + ["--kv-offload-memory", "4M", "--kv-offload-path", ipc], name="kv-offload-file")
     ctx = zmq.Context()
@@ -636,6 +639,9 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
         doc = [(i * 37) % 1000 + 1 for i in range(48)]
         question = doc + [(i * 3) % 1000 + 7 for i in range(20)]
         fillers = [[(i * 11 + d * 101) % 1000 + 1 for i in range(70)] for d in range(5)]
+        first, _ = ask(uncached, question)
+        again, cached = ask(uncached, question)
+        check(cached == 0 and again == first, f"--no-enable-prefix-caching computes it again: cached {cached}")
         for server in (tiered, on_disk, plain):
             ask(server, question)
             hit, cached = ask(server, question)  # the prefix cache's answer
@@ -668,7 +674,8 @@ def test_kv_offload_tier_brings_an_evicted_document_back(env):
         check(status == 200 and json.loads(info)["kv_offload"]["num_blocks"] == 512, info[:300])
     finally:
         ctx.destroy(linger=0)
-        check(tiered.stop() == 0 and on_disk.stop() == 0 and plain.stop() == 0, "exit code")
+        check(tiered.stop() == 0 and on_disk.stop() == 0 and plain.stop() == 0 and uncached.stop() == 0,
+              "exit code")
     # The file of --kv-offload-path was unlinked at once: nothing stays behind.
     check(not [f for f in os.listdir(ipc) if f.startswith("ropeserve-kv-tier")], os.listdir(ipc))
 
@@ -683,7 +690,10 @@ def test_kv_events_flags_are_checked(env):
             (["--kv-offload-memory", "100"], "holds no block"),
             (["--kv-offload-path", env.workdir], "--kv-offload-path holds the tier of --kv-offload-memory"),
             (["--kv-offload-memory", "1M", "--kv-offload-path", os.path.join(env.workdir, "no-such-dir")],
-             "cannot create a file in")):
+             "cannot create a file in"),
+            (["--kv-offload-memory", "1M", "--no-enable-prefix-caching"], "it needs prefix caching"),
+            (["--kv-events-endpoint", "ipc://" + os.path.join(env.workdir, "kv-flags-events"),
+              "--no-enable-prefix-caching"], "it needs prefix caching")):
         p = subprocess.run([env.binary, "serve", "--summarizer", env.model, "--http-port", str(free_port()),
                             "--grpc-port", "-1", "--admin-port", "-1", "--data-dir",
                             os.path.join(env.workdir, "data-kv-flags")] + args,
