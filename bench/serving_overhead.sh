@@ -23,7 +23,7 @@ echo "== ropeserve bench (in-process engine)"
 HTTP=18480
 GRPC=18481
 "$BIN" serve --summarizer "$DIR" --dtype bfloat16 --http-port $HTTP --grpc-port $GRPC --host 127.0.0.1 \
-  --kv-cache-memory 2G > /tmp/ropeserve-overhead.log 2>&1 &
+  --kv-cache-memory 2G --no-enable-prefix-caching > /tmp/ropeserve-overhead.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
