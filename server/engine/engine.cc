@@ -66,6 +66,7 @@ Engine::~Engine() { Stop(); }
 
 void Engine::Start() {
   threaded_ = true;
+  if (!config_.wake_readers_inline) waker_ = std::make_unique<StreamWaker>();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -74,6 +75,17 @@ void Engine::Stop() {
   stop_ = true;
   inbox_cv_.notify_all();
   thread_.join();
+  waker_.reset();  // wakes what the engine thread handed over last
+}
+
+template <typename Write>
+void Engine::Deliver(const std::shared_ptr<RequestStream>& stream, Write&& write) {
+  write(*stream, waker_ == nullptr);
+  if (waker_ != nullptr) waker_->Add(stream);
+}
+
+void Engine::WakeReaders() {
+  if (waker_ != nullptr) waker_->Flush();
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
@@ -182,7 +194,9 @@ void Engine::DrainInbox() {
     if (req.timeout) spec.deadline = item->submitted + *req.timeout;
     auto admitted = scheduler_.Add(std::move(spec));
     if (!admitted.ok()) {
-      item->stream->Finish(FinishReason::kRejected, static_cast<std::int64_t>(req.prompt.size()), 0, admitted.status());
+      Deliver(item->stream, [&](RequestStream& s, bool wake) {
+        s.Finish(FinishReason::kRejected, static_cast<std::int64_t>(req.prompt.size()), 0, admitted.status(), wake);
+      });
       continue;
     }
     Request& r = **admitted;
@@ -236,7 +250,11 @@ void Engine::ReportEnd(const Request& r, FinishReason reason, const Status& erro
     m.trace = r.trace;
     (void)Guarded("metrics", [&] { observer_->OnRequestFinished(m); });  // metrics never fail a request
   }
-  if (r.stream) r.stream->Finish(reason, prompt_tokens, r.num_cached_prompt_tokens, error);
+  if (r.stream) {
+    Deliver(r.stream, [&](RequestStream& s, bool wake) {
+      s.Finish(reason, prompt_tokens, r.num_cached_prompt_tokens, error, wake);
+    });
+  }
 }
 
 void Engine::AttachEncoder(EncoderQueue* queue, EncoderRunner* runner) {
@@ -284,6 +302,7 @@ bool Engine::Step() {
   // writes over it.
   if (offloader_ != nullptr) (void)Guarded("KV offload", [&] { offloader_->Flush(); });
   if (!plan.empty()) RunPlan(plan);
+  WakeReaders();      // the step's tokens, before the encoder's windows
   PublishKvEvents();  // what scheduling evicted and the forward cached
   const std::int64_t encoder_tokens = RunEncoder(budget - plan.num_tokens());
   if (plan.empty() && encoder_tokens == 0) return false;
@@ -366,7 +385,7 @@ void Engine::RunPlan(StepPlan& plan) {
     Request* r = scheduler_.Find(p.id);
     if (r == nullptr || p.first_position != r->prompt_logprobs_done + 1) continue;  // a recompute's repeat
     r->prompt_logprobs_done += static_cast<std::int64_t>(p.tokens.size());
-    r->stream->PushPrompt(std::move(p.tokens));
+    Deliver(r->stream, [&](RequestStream& s, bool wake) { s.PushPrompt(std::move(p.tokens), wake); });
   }
 
   std::map<RequestId, std::vector<TokenId>> sampled;
@@ -392,7 +411,9 @@ void Engine::RunPlan(StepPlan& plan) {
     r.last_token = now;
     ++r.generated;
     const TokenId tok = t.token;
-    r.stream->Push(GeneratedToken{tok, t.logprob, std::move(t.top)});
+    Deliver(r.stream, [&](RequestStream& s, bool wake) {
+      s.Push(GeneratedToken{tok, t.logprob, std::move(t.top)}, wake);
+    });
     ++stats_.generated_tokens;
     if (Status s = r.stream->TakeNotifyError(); !s.ok()) {
       FinishRequest(t.id, FinishReason::kError, s);
@@ -488,8 +509,10 @@ void Engine::Loop() {
       // step's state is unknown, so every live request fails and the
       // engine serves new ones.
       FailAll(s);
+      WakeReaders();
       continue;
     }
+    WakeReaders();  // what the inbox refused or cancelled
     if (worked) continue;
     std::unique_lock<std::mutex> lock(inbox_mu_);
     inbox_cv_.wait_for(lock, std::chrono::milliseconds(scheduler_.has_work() ? 1 : 100),
@@ -505,6 +528,7 @@ void Engine::Loop() {
   std::vector<RequestId> left;
   scheduler_.ForEach([&](Request& r) { left.push_back(r.spec.id); });
   for (RequestId id : left) FinishRequest(id, FinishReason::kCancelled);
+  WakeReaders();
 }
 
 }  // namespace ropeserve

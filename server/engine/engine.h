@@ -7,9 +7,15 @@
 // seeded generator, so a request's tokens do not depend on what else is in
 // the batch; the engine only sees sampled ids and their logprobs.
 //
+// Readers are woken off the engine thread: with its own thread (Start) the
+// engine appends a step's output to the streams and hands their wakes to
+// a StreamWaker (stream_waker.h says why); driven from the caller's thread
+// (RunUntilIdle, RunOnce) it wakes them at once.
+//
 // Failures: an exception thrown by the model forward, the encoder runner or
 // a stream callback fails the requests of that step (their streams end with
-// FinishReason::kError); the engine thread goes on with the others.
+// FinishReason::kError; a callback the StreamWaker ran, at the request's
+// next token); the engine thread goes on with the others.
 #pragma once
 
 #include <array>
@@ -30,6 +36,7 @@
 #include "server/engine/request.h"
 #include "server/engine/request_stream.h"
 #include "server/engine/scheduler.h"
+#include "server/engine/stream_waker.h"
 #include "server/sampler/sampling.h"
 
 namespace ropeserve {
@@ -77,6 +84,10 @@ struct EngineConfig {
   // tier.
   int kv_offload_blocks = 0;
   KvBlockMover* kv_offload_mover = nullptr;
+  // True: the engine's thread wakes each stream's reader itself, as before
+  // the StreamWaker (the baseline bench/stream_wake_bench.cc measures
+  // against).
+  bool wake_readers_inline = false;
 };
 
 // The block hashes the cache and the host tier hold, each ascending.
@@ -227,6 +238,12 @@ class Engine {
   void PublishKvEvents();
   // Ends every live request with `status` (after an unexpected exception).
   void FailAll(const Status& status);
+  // Appends to a stream by `write(stream, wake)`: the reader is woken at
+  // once without a StreamWaker, else at the next WakeReaders.
+  template <typename Write>
+  void Deliver(const std::shared_ptr<RequestStream>& stream, Write&& write);
+  // Hands the wakes collected since the last call to the StreamWaker.
+  void WakeReaders();
 
   EngineConfig config_;
   ModelExecutor& executor_;
@@ -246,7 +263,8 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   bool threaded_ = false;
-  bool encoder_kick_ = false;  // guarded by inbox_mu_: encoder work arrived
+  std::unique_ptr<StreamWaker> waker_;  // with thread_: wakes the streams' readers
+  bool encoder_kick_ = false;           // guarded by inbox_mu_: encoder work arrived
 
   std::mutex encoder_mu_;  // held by the engine thread during a step
   struct AttachedEncoder {

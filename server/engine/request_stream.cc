@@ -53,30 +53,24 @@ void RequestStream::Admit() {
   cv_.notify_all();
 }
 
-void RequestStream::Push(GeneratedToken token) {
-  std::function<void()> notify;
+void RequestStream::Push(GeneratedToken token, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.tokens.push_back(std::move(token));
-    notify = notify_;
   }
-  cv_.notify_all();
-  if (notify) Notify(notify);
+  if (wake) Wake();
 }
 
-void RequestStream::PushPrompt(std::vector<GeneratedToken> logprobs) {
-  std::function<void()> notify;
+void RequestStream::PushPrompt(std::vector<GeneratedToken> logprobs, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& g : logprobs) pending_.prompt_logprobs.push_back(std::move(g));
-    notify = notify_;
   }
-  cv_.notify_all();
-  if (notify) Notify(notify);
+  if (wake) Wake();
 }
 
-void RequestStream::Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error) {
-  std::function<void()> notify;
+void RequestStream::Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error,
+                           bool wake) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.finished = true;
@@ -86,6 +80,14 @@ void RequestStream::Finish(FinishReason reason, std::int64_t prompt_tokens, std:
     pending_.error = std::move(error);
     if (admission_ == Admission::kPending)
       admission_ = reason == FinishReason::kRejected ? Admission::kRejected : Admission::kAdmitted;
+  }
+  if (wake) Wake();
+}
+
+void RequestStream::Wake() {
+  std::function<void()> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     notify = notify_;
   }
   cv_.notify_all();

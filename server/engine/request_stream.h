@@ -56,20 +56,26 @@ class RequestStream {
   // else (an HTTP status) wait here.
   Status WaitAdmission();
 
-  // `fn` runs (on the engine thread, without the stream's lock) after every
-  // Push and Finish, and at once (on the caller's thread) if output is
+  // `fn` runs (on the engine's thread or its StreamWaker's, without the
+  // stream's lock) after every Push and Finish, and at once (on the caller's thread) if output is
   // already waiting and `call_if_ready`: readers that must not block (gRPC
   // reactors, multiplexed streams) wait for it and then call Next(zero).
   // Keep it short and thread-safe.
   void SetNotify(std::function<void()> fn, bool call_if_ready = true);
 
-  // Engine side.
+  // Engine side. Push, PushPrompt and Finish wake the reader (Wake) unless
+  // `wake` is false: the engine's thread then leaves that to its
+  // StreamWaker (stream_waker.h), which calls Wake after the step.
   void Admit();
-  void Push(GeneratedToken token);
-  void PushPrompt(std::vector<GeneratedToken> logprobs);
-  void Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error = Status::Ok());
+  void Push(GeneratedToken token, bool wake = true);
+  void PushPrompt(std::vector<GeneratedToken> logprobs, bool wake = true);
+  void Finish(FinishReason reason, std::int64_t prompt_tokens, std::int64_t cached_tokens, Status error = Status::Ok(),
+              bool wake = true);
+  // Wakes a reader waiting in Next and runs the notify callback.
+  void Wake();
   // What the notify callback threw since the last call (Ok if nothing):
-  // the engine fails the request instead of dying.
+  // the engine fails the request instead of dying (at the request's next
+  // token when the StreamWaker ran the callback).
   Status TakeNotifyError();
 
  private:

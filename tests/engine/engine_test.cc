@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "server/engine/stream_waker.h"
 #include "tests/engine/one_hot_logits.h"
 
 namespace ropeserve {
@@ -644,6 +645,128 @@ TEST(Engine, StoppingTheEngineFailsWaitingEncoderJobs) {
   EXPECT_TRUE(first->done());
   // The engine closed the queue on its way out.
   EXPECT_EQ(queue.Push(std::make_shared<FakeJob>(1, 1)).code(), ErrorCode::kUnavailable);
+}
+
+// A stream's reader is woken by the StreamWaker once its data is in place:
+// Push(..., false) wakes nobody, each stream handed over is woken once
+// (repeats in a row collapse), and the destructor wakes what it still holds.
+TEST(StreamWaker, WakesEachHandedStreamAfterItsData) {
+  struct Seen {
+    std::atomic<int> wakes{0}, tokens{0};
+  };
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::unique_ptr<Seen>> seen;
+  for (RequestId id = 1; id <= 3; ++id) {
+    streams.push_back(std::make_shared<RequestStream>(id));
+    seen.push_back(std::make_unique<Seen>());
+    RequestStream* s = streams.back().get();
+    Seen* v = seen.back().get();
+    s->SetNotify([s, v] {
+      v->tokens += static_cast<int>(s->Next(std::chrono::seconds(0)).tokens.size());
+      ++v->wakes;
+    });
+  }
+  {
+    StreamWaker waker;
+    for (auto& s : streams) s->Push(GeneratedToken{7, 0, {}}, /*wake=*/false);
+    for (auto& v : seen) EXPECT_EQ(v->wakes, 0);
+    waker.Add(streams[0]);
+    waker.Add(streams[0]);
+    waker.Add(streams[1]);
+    waker.Flush();
+    streams[2]->Push(GeneratedToken{8, 0, {}}, /*wake=*/false);
+    waker.Add(streams[2]);  // not flushed: the destructor hands it over
+  }
+  EXPECT_EQ(seen[0]->wakes, 1);
+  EXPECT_EQ(seen[1]->wakes, 1);
+  EXPECT_EQ(seen[2]->wakes, 1);
+  EXPECT_EQ(seen[0]->tokens, 1);
+  EXPECT_EQ(seen[2]->tokens, 2);
+  streams[0]->Push(GeneratedToken{9, 0, {}});  // the default wakes at once
+  EXPECT_EQ(seen[0]->wakes, 2);
+  EXPECT_EQ(seen[0]->tokens, 2);
+}
+
+// With its own thread the engine leaves the wakes to its StreamWaker:
+// readers blocked in Next get every token and the end, none waits out its
+// timeout (after a lost wake, Next returns the data when its 60 s pass).
+TEST(Engine, ReadersOfTheEngineThreadAreWokenForEveryStep) {
+  CountingModel m(20);
+  EngineConfig config = Config();
+  config.num_blocks = 256;
+  config.scheduler.max_num_seqs = 16;
+  Engine e(config, m);
+  e.Start();
+  std::vector<std::thread> readers;
+  std::atomic<int> timeouts{0}, wrong{0};
+  for (int i = 0; i < 16; ++i) {
+    EngineRequest r;
+    r.prompt = {static_cast<TokenId>(i % 8)};
+    r.max_tokens = 40;
+    r.stop.ignore_eos = true;
+    auto s = e.Submit(r);
+    ASSERT_TRUE(s.ok());
+    readers.emplace_back([s = *s, first = r.prompt[0], &timeouts, &wrong] {
+      std::vector<TokenId> ids;
+      for (;;) {
+        const auto asked = Clock::now();
+        StreamChunk c = s->Next(std::chrono::seconds(60));
+        if (Clock::now() - asked >= std::chrono::seconds(59)) ++timeouts;  // it waited out its timeout
+        for (const auto& t : c.tokens) ids.push_back(t.id);
+        if (c.finished) break;
+      }
+      for (std::size_t k = 0; k < ids.size(); ++k)
+        if (ids[k] != static_cast<TokenId>((first + 1 + static_cast<TokenId>(k)) % 20)) ++wrong;
+      if (ids.size() != 40) ++wrong;
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(timeouts, 0);
+  EXPECT_EQ(wrong, 0);
+}
+
+// A callback that throws on the StreamWaker's thread fails its request at
+// the request's next token, as it does on the engine's thread.
+TEST(Engine, ACallbackThrowingOnTheWakersThreadFailsItsRequest) {
+  class GatedModel : public CountingModel {
+   public:
+    using CountingModel::CountingModel;
+    StatusOr<StepLogits> Forward(const StepPlan& plan) override {
+      // From the second step on, after the reader's callback ran once (a
+      // guard of 30 s), and slowly: the error is recorded microseconds
+      // after the flag, and is looked for at each of the next tokens.
+      for (int i = 0; calls >= 1 && !callback_ran && i < 30000; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (calls >= 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return CountingModel::Forward(plan);
+    }
+    std::atomic<bool> callback_ran{false};
+  } m(20);
+  Engine e(Config(), m);
+  e.Start();
+  EngineRequest r;
+  r.prompt = {1};
+  r.max_tokens = 60;
+  r.stop.ignore_eos = true;
+  auto s = e.Submit(r);
+  ASSERT_TRUE(s.ok());
+  (*s)->SetNotify([&m] {
+    m.callback_ran = true;
+    throw std::runtime_error("injected: callback");
+  });
+  StreamChunk all;
+  for (;;) {
+    StreamChunk c = (*s)->Next(std::chrono::seconds(60));
+    for (auto& t : c.tokens) all.tokens.push_back(t);
+    if (c.finished) {
+      all.finish_reason = c.finish_reason;
+      all.error = c.error;
+      break;
+    }
+  }
+  EXPECT_EQ(all.finish_reason, FinishReason::kError);
+  EXPECT_NE(all.error.message().find("injected: callback"), std::string::npos) << all.error.ToString();
+  EXPECT_LT(all.tokens.size(), 60u);
 }
 
 }  // namespace

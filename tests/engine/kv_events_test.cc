@@ -163,7 +163,9 @@ void ExpectEventsReproduceTheCache(bool threaded) {
   EXPECT_FALSE(sink.Cached().empty());
   EXPECT_GT(e.stats().prefix_hits.load(), 0u);  // the shared prefix was hit
   e.Stop();
-  if (threaded) EXPECT_FALSE(e.CachedBlockHashes().ok());  // Unavailable, never a wait
+  if (threaded) {
+    EXPECT_FALSE(e.CachedBlockHashes().ok());  // Unavailable, never a wait
+  }
 }
 
 TEST(EngineKvEvents, ReplayedBatchesReproduceThePrefixCache) { ExpectEventsReproduceTheCache(false); }
