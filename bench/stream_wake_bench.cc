@@ -1,5 +1,5 @@
 // The engine thread's cost of waking the readers of its streams (figures in
-// docs/benchmarks.md, "Waking the readers off the engine's thread"). A fake
+// docs/benchmarks.md, "... readers woken off the engine's thread"). A fake
 // model whose step sleeps (a GPU worker's host waits on the device, its
 // cores free) serves N streaming requests at once; N reader threads, as the
 // API's connection threads, block in RequestStream::Next and submit the next
@@ -8,11 +8,11 @@
 // (EngineConfig::wake_readers_inline, the old way) and on the StreamWaker's.
 //
 //   build/stream_wake_bench [step_us=2000] [tokens=100] [streams...=64 256]
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <thread>
 #include <vector>
 

@@ -57,9 +57,10 @@ class RequestStream {
   Status WaitAdmission();
 
   // `fn` runs (on the engine's thread or its StreamWaker's, without the
-  // stream's lock) after every Push and Finish, and at once (on the caller's thread) if output is
-  // already waiting and `call_if_ready`: readers that must not block (gRPC
-  // reactors, multiplexed streams) wait for it and then call Next(zero).
+  // stream's lock) after every Push and Finish, and at once (on the
+  // caller's thread) if output is already waiting and `call_if_ready`:
+  // readers that must not block (gRPC reactors, multiplexed streams) wait
+  // for it and then call Next(zero).
   // Keep it short and thread-safe.
   void SetNotify(std::function<void()> fn, bool call_if_ready = true);
 

@@ -1,5 +1,6 @@
 #include "server/engine/stream_waker.h"
 
+#include <iterator>
 #include <utility>
 
 namespace ropeserve {
@@ -28,7 +29,8 @@ void StreamWaker::Flush() {
     if (handed_.empty()) {
       handed_.swap(collected_);
     } else {  // the thread is still waking the previous hand-over
-      handed_.insert(handed_.end(), collected_.begin(), collected_.end());
+      handed_.insert(handed_.end(), std::make_move_iterator(collected_.begin()),
+                     std::make_move_iterator(collected_.end()));
     }
   }
   collected_.clear();

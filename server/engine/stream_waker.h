@@ -3,7 +3,7 @@
 // waking each is a system call that may switch to the woken thread: done
 // on the engine's thread, that is serial time in every step, 0.5 ms for 64
 // sleeping readers and 3 ms for 256 on a 2-core VM (docs/benchmarks.md,
-// "Waking the readers off the engine's thread"), against a GPU step of a
+// "... readers woken off the engine's thread"), against a GPU step of a
 // few milliseconds. The engine appends each step's output to the streams
 // (RequestStream::Push(..., wake = false)), names them here, and hands the
 // list over once a step; this class's one thread wakes them while the
