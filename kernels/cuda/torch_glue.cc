@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -279,19 +280,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& l
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SummarizeRowsPacked(const at::Tensor& logits) {
   CheckCuda(logits, "logits");
+  const std::int64_t rows = logits.dim() == 2 ? logits.size(0) : 0;
+  at::Tensor packed = at::empty({4 * rows}, logits.options().dtype(at::kInt));
+  at::Tensor argmax = at::empty({rows}, logits.options().dtype(at::kLong));
+  auto [lse, max] = SummarizeRowsPackedInto(logits, packed, argmax);
+  return {lse, max, argmax, packed};
+}
+
+std::tuple<at::Tensor, at::Tensor> SummarizeRowsPackedInto(const at::Tensor& logits, const at::Tensor& packed,
+                                                           const at::Tensor& argmax) {
+  CheckCuda(logits, "logits");
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.size(1) >= 1,
               "logits: float32 [R, V], V >= 1");
   const at::Tensor l = logits.contiguous();
   const std::int64_t rows = l.size(0);
-  at::Tensor packed = at::empty({4 * rows}, l.options().dtype(at::kInt));
+  TORCH_CHECK(packed.scalar_type() == at::kInt && packed.dim() == 1 && packed.size(0) == 4 * rows &&
+                  packed.is_contiguous() && packed.device() == l.device(),
+              "packed: int32 [4R] on the logits' device");
+  TORCH_CHECK(argmax.scalar_type() == at::kLong && argmax.dim() == 1 && argmax.size(0) == rows &&
+                  argmax.is_contiguous() && argmax.device() == l.device(),
+              "argmax: int64 [R] on the logits' device");
   const at::Tensor floats = packed.narrow(0, 0, 2 * rows).view(at::kFloat);
   at::Tensor lse = floats.narrow(0, 0, rows), max = floats.narrow(0, rows, rows);
-  at::Tensor argmax = at::empty({rows}, l.options().dtype(at::kLong));
   Check(ropeserve::cuda::SummarizeRows(l.data_ptr<float>(), rows, l.size(1), lse.data_ptr<float>(),
                                        max.data_ptr<float>(), argmax.data_ptr<std::int64_t>(), CurrentStream(),
                                        packed.data_ptr<std::int32_t>() + 2 * rows),
         "SummarizeRows");
-  return {lse, max, argmax, packed};
+  return {lse, max};
+}
+
+void CopyToHostAsync(void* dst, const at::Tensor& src) {
+  CheckCuda(src, "src");
+  TORCH_CHECK(src.is_contiguous(), "CopyToHostAsync: src must be contiguous");
+  Check(cudaMemcpyAsync(dst, src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(CurrentStream())),
+        "CopyToHostAsync");
 }
 
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,

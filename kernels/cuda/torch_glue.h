@@ -78,6 +78,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> SummarizeRows(const at::Tensor& l
 // int32 (kernels.h's `packed`): what the sampler copies back for a step of
 // greedy rows, one transfer. Returns (logsumexp, max, argmax, packed).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SummarizeRowsPacked(const at::Tensor& logits);
+// The same into `packed` int32 [4R] and `argmax` int64 [R], contiguous, on
+// the logits' device (no allocation: what a CUDA graph captures, its
+// outputs at fixed addresses). Returns (logsumexp, max) as views of packed.
+std::tuple<at::Tensor, at::Tensor> SummarizeRowsPackedInto(const at::Tensor& logits, const at::Tensor& packed,
+                                                           const at::Tensor& argmax);
+// Queues a copy of `src` (contiguous, on a CUDA device) into `dst`, host
+// memory of at least src.nbytes() that must be pinned (cudaHostAlloc; a
+// graph captures the copy only into such memory), on the current stream;
+// returns at once. Nothing records the copy for LibTorch's pinned-memory
+// allocator: the caller keeps `dst` until it has waited for the stream.
+void CopyToHostAsync(void* dst, const at::Tensor& src);
 // logits float32 [R, V]; per-row parameters [R]; returns int64 [R].
 at::Tensor SampleRows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seed,

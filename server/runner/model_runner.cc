@@ -188,9 +188,15 @@ struct ModelRunner::Impl {
   };
   StatusOr<Prepared> Prepare(const StepPlan& plan, std::int64_t padding);
   // The logits of the captured graph of `bucket` after replaying it on the
-  // batch Prepare just uploaded; undefined when there is none.
-  at::Tensor Replay(std::int64_t bucket);
+  // batch Prepare just uploaded, and in `reduced` its rows' reduction when
+  // the graph has one (else null); undefined when there is no graph.
+  at::Tensor Replay(std::int64_t bucket, const ReducedRows*& reduced);
   void DropGraphs();
+#ifdef ROPESERVE_HAVE_CUDA
+  // One graph per bucket (CaptureDecodeGraphs), with or without the rows'
+  // reduction at its end; LibTorch's errors are thrown (c10::Error).
+  Status CaptureGraphs(bool reduce);
+#endif
   void WaitForDevice();  // the current stream of a CUDA device; nothing on the CPU
 
   const PagedModel& model;
@@ -207,13 +213,19 @@ struct ModelRunner::Impl {
 #ifdef ROPESERVE_HAVE_CUDA
   struct DecodeGraph {
     at::cuda::CUDAGraph graph;
-    at::Tensor logits;  // [bucket, vocab] float32: rows of graph_logits
+    at::Tensor logits;    // [bucket, vocab] float32: rows of graph_logits
+    ReducedRows reduced;  // its rows' reduction (host null: the graph has none)
   };
   std::map<std::int64_t, std::unique_ptr<DecodeGraph>> graphs;
   // [largest bucket, vocab] float32: every graph writes its logits here, so
   // the graphs' outputs do not pile up in their pool (each graph's own
   // logits are freed there after its capture, for the next one to reuse).
   at::Tensor graph_logits;
+  // The same for the reduction each graph ends with (LogitsSummary's packed
+  // int32 and argmax int64 for its rows) and the copy of the packed form
+  // it queues into pinned host memory. Undefined: the graphs reduce nothing.
+  at::Tensor graph_packed, graph_argmax, graph_host;
+  std::string graph_reduction_error;  // why the graphs were captured without it
 #endif
 };
 
@@ -375,7 +387,8 @@ StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
   lap(im.stats.prepare_ns);
 
   at::Tensor prompt;
-  at::Tensor logits = im.Replay(bucket);
+  const ReducedRows* reduced = nullptr;
+  at::Tensor logits = im.Replay(bucket, reduced);
   if (logits.defined()) {
     ++im.stats.graph_replays;
   } else {
@@ -387,7 +400,7 @@ StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
   if (step.padding > 0) logits = logits.narrow(0, 0, step.real_rows);  // the fillers' rows come last
   if (im.options.time_phases) im.WaitForDevice();
   lap(im.stats.forward_ns);
-  auto out = im.sampler.Sample(plan, logits, prompt);
+  auto out = im.sampler.Sample(plan, logits, prompt, reduced);
   im.stats.sampler = im.sampler.stats();
   lap(im.stats.reduce_ns);
   return out;
@@ -399,45 +412,81 @@ StatusOr<StepOutput> ModelRunner::Execute(const StepPlan& plan) {
 // graphs never run at once); each bucket's graph is one eager forward of
 // fillers recorded after a warm-up run, reading the step buffers' views
 // for that bucket's shape and attending up to the cache's capacity per
-// sequence (max_context is fixed in a graph).
+// sequence (max_context is fixed in a graph). Each graph ends with its
+// rows' reduction and the copy of its packed form to pinned host memory
+// (Sampler's ReducedRows), so a greedy decode step is one graph launch and
+// one wait; should capturing that fail, the graphs are captured again
+// without it (the Sampler then reduces after each replay, as eager steps do).
 Status ModelRunner::CaptureDecodeGraphs() {
   Impl& im = *impl_;
   if (!im.options.cuda_graphs || !im.model.device().is_cuda() || im.buckets.empty()) return Status::Ok();
   if (!im.model.CanCaptureGraphs())
     return FailedPrecondition("this model's forward cannot be captured (dynamic RoPE reads lengths on the host)");
-  try {
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, im.model.device().index());
-    c10::cuda::CUDAStreamGuard on_side(side);
-    decltype(std::declval<at::cuda::CUDAGraph&>().pool()) pool{0, 0};  // none yet
-    const StepPlan none;
-    im.graph_logits = at::empty({im.buckets.back(), im.model.config().vocab_size},
-                                at::TensorOptions().dtype(at::kFloat).device(im.model.device()));
-    for (auto it = im.buckets.rbegin(); it != im.buckets.rend(); ++it) {
-      const std::int64_t b = *it;
-      RS_ASSIGN_OR_RETURN(Impl::Prepared step, im.Prepare(none, b));
-      step.batch.max_context = im.tables.max_blocks() * im.block_size;
-      im.model.ForwardPaged(step.batch, im.cache, nullptr);  // warm-up: lazy initialisations happen here
-      side.synchronize();
-      auto g = std::make_unique<Impl::DecodeGraph>();
-      g->logits = im.graph_logits.narrow(0, 0, b);
-      g->graph.capture_begin(pool);
-      g->logits.copy_(im.model.ForwardPaged(step.batch, im.cache, nullptr));
-      g->graph.capture_end();
-      if (pool.first == 0 && pool.second == 0) pool = g->graph.pool();
-      im.graphs[b] = std::move(g);
+  im.graph_reduction_error.clear();
+  for (const bool reduce : {true, false}) {
+    try {
+      const Status captured = im.CaptureGraphs(reduce);
+      if (!captured.ok()) im.DropGraphs();
+      return captured;
+    } catch (const c10::Error& e) {
+      im.DropGraphs();
+      const std::string why = e.what_without_backtrace();
+      if (!reduce) return Internal("capturing the decode graphs failed: " + why);
+      im.graph_reduction_error = why;
     }
-    side.synchronize();
-  } catch (const c10::Error& e) {
-    im.DropGraphs();
-    return Internal(std::string("capturing the decode graphs failed: ") + e.what_without_backtrace());
   }
   return Status::Ok();
 }
 
-at::Tensor ModelRunner::Impl::Replay(std::int64_t bucket) {
+Status ModelRunner::Impl::CaptureGraphs(bool reduce) {
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model.device().index());
+  c10::cuda::CUDAStreamGuard on_side(side);
+  decltype(std::declval<at::cuda::CUDAGraph&>().pool()) pool{0, 0};  // none yet
+  const StepPlan none;
+  const std::int64_t largest = buckets.back();
+  const auto on_device = at::TensorOptions().device(model.device());
+  graph_logits = at::empty({largest, model.config().vocab_size}, on_device.dtype(at::kFloat));
+  if (reduce) {
+    graph_packed = at::empty({4 * largest}, on_device.dtype(at::kInt));
+    graph_argmax = at::empty({largest}, on_device.dtype(at::kLong));
+    graph_host = at::empty({4 * largest}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  }
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    const std::int64_t b = *it;
+    RS_ASSIGN_OR_RETURN(Prepared step, Prepare(none, b));
+    step.batch.max_context = tables.max_blocks() * block_size;
+    model.ForwardPaged(step.batch, cache, nullptr);  // warm-up: lazy initialisations happen here
+    side.synchronize();
+    auto g = std::make_unique<DecodeGraph>();
+    g->logits = graph_logits.narrow(0, 0, b);
+    at::Tensor packed, argmax;
+    if (reduce) {
+      packed = graph_packed.narrow(0, 0, 4 * b);
+      argmax = graph_argmax.narrow(0, 0, b);
+      cuda::SummarizeRowsPackedInto(g->logits, packed, argmax);  // its warm-up
+    }
+    g->graph.capture_begin(pool);
+    g->logits.copy_(model.ForwardPaged(step.batch, cache, nullptr));
+    if (reduce) {
+      auto [lse, max] = cuda::SummarizeRowsPackedInto(g->logits, packed, argmax);
+      cuda::CopyToHostAsync(graph_host.data_ptr(), packed);
+      g->reduced =
+          ReducedRows{{lse, max, argmax, {}}, graph_host.data_ptr<std::int32_t>(), b, [this] { WaitForDevice(); }};
+    }
+    g->graph.capture_end();
+    if (pool.first == 0 && pool.second == 0) pool = g->graph.pool();
+    graphs[b] = std::move(g);
+  }
+  side.synchronize();
+  return Status::Ok();
+}
+
+at::Tensor ModelRunner::Impl::Replay(std::int64_t bucket, const ReducedRows*& reduced) {
+  reduced = nullptr;
   auto it = graphs.find(bucket);
   if (bucket <= 0 || it == graphs.end()) return {};
   it->second->graph.replay();
+  if (it->second->reduced.host != nullptr) reduced = &it->second->reduced;
   return it->second->logits;
 }
 
@@ -447,18 +496,29 @@ void ModelRunner::Impl::WaitForDevice() {
 
 void ModelRunner::Impl::DropGraphs() {
   graphs.clear();
-  graph_logits = at::Tensor();
+  graph_logits = graph_packed = graph_argmax = graph_host = at::Tensor();
 }
 
 std::size_t ModelRunner::captured_graphs() const { return impl_->graphs.size(); }
 
+std::string ModelRunner::graph_reduction() const {
+  const Impl& im = *impl_;
+  if (im.graphs.empty()) return "";
+  if (im.graphs.begin()->second->reduced.host != nullptr) return "the rows' reduction inside them";
+  return "the rows' reduction after them (capturing it failed: " + im.graph_reduction_error + ")";
+}
+
 #else
 
 Status ModelRunner::CaptureDecodeGraphs() { return Status::Ok(); }
-at::Tensor ModelRunner::Impl::Replay(std::int64_t) { return {}; }
+at::Tensor ModelRunner::Impl::Replay(std::int64_t, const ReducedRows*& reduced) {
+  reduced = nullptr;
+  return {};
+}
 void ModelRunner::Impl::WaitForDevice() {}
 void ModelRunner::Impl::DropGraphs() {}
 std::size_t ModelRunner::captured_graphs() const { return 0; }
+std::string ModelRunner::graph_reduction() const { return ""; }
 
 #endif  // ROPESERVE_HAVE_CUDA
 

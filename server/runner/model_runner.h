@@ -132,6 +132,9 @@ class ModelRunner final : public ModelExecutor, public KvBlockMover {
   // before the first step. An error leaves the runner eager and working.
   Status CaptureDecodeGraphs();
   std::size_t captured_graphs() const;
+  // Where the captured graphs' steps reduce their rows, for the worker's
+  // description: "" without graphs.
+  std::string graph_reduction() const;
 
   // num_slots blocks of K/V in host memory for the tier (once, before the
   // first step). With `directory`: in a file there instead (created,

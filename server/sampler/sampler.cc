@@ -23,17 +23,32 @@ struct StepRows {
 // The rows' reduction (sampler.h says what comes back when): fills `out`
 // with the per-row numbers and the rows the host sampler reads, kept alive
 // by `rows`.
-Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits, StepRows& rows,
-                  StepLogits& out, DeviceSampling* device, SamplerStats& stats) {
+Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Tensor& logits,
+                  const ReducedRows* reduced, StepRows& rows, StepLogits& out, DeviceSampling* device,
+                  SamplerStats& stats) {
   if (logits.dim() != 2 || logits.size(0) != out.rows || logits.size(1) != out.vocab)
     return Internal("the forward returned logits of the wrong shape");
+  if (reduced != nullptr && (reduced->rows < out.rows || reduced->host == nullptr || !reduced->wait))
+    return Internal("the forward's reduction does not cover the step's rows");
   // max, argmax and logsumexp: one kernel on the CPU (kernels/cpu/logits_summary.h
-  // says why) and on a GPU, LibTorch's ops elsewhere.
-  const LogitsSummary summary = SummarizeLogits(logits);
+  // says why) and on a GPU, LibTorch's ops elsewhere; or what the forward
+  // already computed (its first rows are the plan's).
+  const LogitsSummary summary = reduced == nullptr ? SummarizeLogits(logits)
+                                                   : LogitsSummary{reduced->summary.logsumexp.narrow(0, 0, out.rows),
+                                                                   reduced->summary.max.narrow(0, 0, out.rows),
+                                                                   reduced->summary.argmax.narrow(0, 0, out.rows),
+                                                                   {}};
   const at::Tensor& max = summary.max;
   at::Tensor chosen = summary.argmax, chosen_logit = max;
+  // Rows the host sampler would not read (greedy, nothing to process or
+  // report) take the summary's argmax and max wherever they lie: a step of
+  // such rows alone draws nothing on the device (no upload, no gather) and
+  // comes back in the summary's packed copy.
+  bool draws_needed = false;
+  for (const auto& s : plan.sequences)
+    draws_needed = draws_needed || (s.logits_rows() > 0 && sampler.NeedsRow(s.request_id));
   DeviceSampling::Draws draws;
-  if (device != nullptr) {
+  if (device != nullptr && draws_needed) {
     RS_ASSIGN_OR_RETURN(draws, device->Draw(sampler, plan, logits, logits.is_cuda(), summary.argmax));
     const auto n = std::count(draws.drawn.begin(), draws.drawn.end(), 1);
     stats.device_draws += static_cast<std::uint64_t>(n);
@@ -51,10 +66,18 @@ Status ReduceRows(const HostSampler& sampler, const StepPlan& plan, const at::Te
   // (LogitsSummary::packed): the step's reduction is one kernel and one
   // copy; else the pieces are put together here (a few small kernels).
   const std::int64_t top_k = draws.top_logits.defined() ? draws.top_logits.size(1) : 0;
-  const bool packed = summary.packed.defined() && draws.drawn.empty() && top_k == 0;
+  const bool packed = (summary.packed.defined() || reduced != nullptr) && draws.drawn.empty() && top_k == 0;
   at::Tensor back;
   std::int64_t nf = 3 * out.rows;
-  if (packed) {
+  if (packed && reduced != nullptr) {
+    // The forward's copy, laid out for its `rows` rows: each quarter's
+    // first out.rows values.
+    reduced->wait();
+    back = at::empty({4 * out.rows}, at::kInt);
+    std::int32_t* to = back.data_ptr<std::int32_t>();
+    for (std::int64_t q = 0; q < 4; ++q) std::copy_n(reduced->host + q * reduced->rows, out.rows, to + q * out.rows);
+    ++stats.reduced_with_forward;
+  } else if (packed) {
     back = summary.packed.to(at::kCPU).contiguous();
   } else {
     std::vector<at::Tensor> floats = {at::stack({summary.logsumexp, max, chosen_logit}).flatten()};  // [3R]
@@ -118,7 +141,8 @@ void Sampler::Apply(const StepPlan& plan) {
   if (device_) device_->Apply(plan);
 }
 
-StatusOr<StepOutput> Sampler::Sample(const StepPlan& plan, const at::Tensor& logits, const at::Tensor& prompt) {
+StatusOr<StepOutput> Sampler::Sample(const StepPlan& plan, const at::Tensor& logits, const at::Tensor& prompt,
+                                     const ReducedRows* reduced) {
   StepRows rows;
   StepLogits out;
   out.vocab = vocab_;
@@ -130,7 +154,7 @@ StatusOr<StepOutput> Sampler::Sample(const StepPlan& plan, const at::Tensor& log
   }
   if (out.rows > 0) {
     if (!logits.defined()) return Internal("the forward returned no logits for a step that samples");
-    RS_RETURN_IF_ERROR(ReduceRows(host_, plan, logits, rows, out, device_.get(), stats_));
+    RS_RETURN_IF_ERROR(ReduceRows(host_, plan, logits, reduced, rows, out, device_.get(), stats_));
   }
   return SampleStep(host_, plan, out);
 }

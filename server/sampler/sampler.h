@@ -21,12 +21,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "server/common/status.h"
 #include "server/engine/model_executor.h"
 #include "server/engine/step_plan.h"
 #include "server/sampler/host_sampler.h"
+#include "server/sampler/logits_summary.h"
 
 namespace ropeserve {
 
@@ -41,6 +43,24 @@ enum class SamplerPlacement { kAuto, kHost, kDevice };
 
 struct SamplerStats {
   std::uint64_t device_draws = 0;  // logits rows drawn by DeviceSampling
+  // Steps whose reduction came with their forward (ReducedRows) and whose
+  // tokens were read from its host copy: no kernel and no copy of their own.
+  std::uint64_t reduced_with_forward = 0;
+};
+
+// A step's rows reduced by the forward itself, as a CUDA graph of a padded
+// decode step does after its last layer (server/runner/model_runner.cc):
+// the summary of all `rows` rows (the plan's first, fillers after) on the
+// device, and its packed form (LogitsSummary::packed's layout for `rows`
+// rows) copied into pinned host memory behind it on the same stream. Sample
+// then reduces nothing itself; a step of greedy rows that nothing draws on
+// the device waits for the copy (`wait`) and reads `host`: one graph
+// launch and one wait a step.
+struct ReducedRows {
+  LogitsSummary summary;               // logsumexp, max, argmax [rows]
+  const std::int32_t* host = nullptr;  // [4 * rows], valid once wait() returns
+  std::int64_t rows = 0;
+  std::function<void()> wait;
 };
 
 class Sampler {
@@ -54,8 +74,10 @@ class Sampler {
   // model's device, the logits rows of the plan's sequences with
   // needs_logits in plan order (R = 0: undefined); `prompt` [P, vocab]
   // float32 on any device, a row per prompt logprob target in plan order
-  // (undefined when none was asked).
-  StatusOr<StepOutput> Sample(const StepPlan& plan, const at::Tensor& logits, const at::Tensor& prompt);
+  // (undefined when none was asked). `reduced`: the rows' reduction done
+  // with the forward (its first R rows are these logits'), or null.
+  StatusOr<StepOutput> Sample(const StepPlan& plan, const at::Tensor& logits, const at::Tensor& prompt,
+                              const ReducedRows* reduced = nullptr);
 
   const SamplerStats& stats() const { return stats_; }
   // DeviceSampling's persistent tensors, or null when the host draws every row.

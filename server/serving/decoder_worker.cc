@@ -189,7 +189,8 @@ StatusOr<DecoderWorker> BuildDecoderWorker(const DecoderModel& model, const serv
     const Status captured = runner->CaptureDecodeGraphs();
     worker.execution = captured.ok()
                            ? std::to_string(runner->captured_graphs()) + " CUDA graphs for decode batches of up to " +
-                                 std::to_string(ro.max_num_seqs) + " sequences, other steps eager"
+                                 std::to_string(ro.max_num_seqs) + " sequences (" + runner->graph_reduction() +
+                                 "), other steps eager"
                            : "eager (" + captured.ToString() + ")";
   }
   worker.executor = std::move(runner);

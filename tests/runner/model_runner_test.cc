@@ -35,7 +35,7 @@ constexpr int kMaxSeqs = 64;
 class ModelRunnerTest : public testing::TinyModelSuite {
  protected:
   static void SetUpTestSuite() { Load(256); }
-  static void ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where);
+  static void ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where, bool graphs = false);
   static void ExpectHostTierRoundTrip(const PagedModel& model, double logprob_bound, const std::string& directory = "");
 
   static EngineConfig Config(int num_blocks = 512) {
@@ -170,7 +170,7 @@ TEST_F(ModelRunnerTest, SeededSamplingIsTheSamePadded) {
 // rows with penalties, logit bias, masks and top logprobs (every fifth
 // request samples at random: the host's on the CPU, the kernel's on a GPU,
 // where its tokens differ and are not compared).
-void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where) {
+void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, SamplerPlacement where, bool graphs) {
   const auto jobs = Jobs(20, 21);
   const bool gpu = model.device().is_cuda();
   struct Got {
@@ -181,7 +181,13 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
   auto run = [&](SamplerPlacement placement, int num_blocks) {
     RunnerOptions o = Options(true);
     o.sampling = placement;
+    o.cuda_graphs = graphs && placement == where;
     ModelRunner runner(model, num_blocks, 4, o);
+    if (o.cuda_graphs) {
+      const Status captured = runner.CaptureDecodeGraphs();
+      EXPECT_TRUE(captured.ok()) << captured.ToString();
+      EXPECT_EQ(runner.graph_reduction(), "the rows' reduction inside them");
+    }
     Engine engine(Config(num_blocks), runner);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -218,6 +224,7 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
     Got out;
     out.preemptions = engine.stats().preemptions;
     out.device_draws = runner.stats().sampler.device_draws;
+    if (o.cuda_graphs) EXPECT_GT(runner.stats().graph_replays, 0u);
     for (const auto& s : streams) {
       StreamChunk c = s->Next(std::chrono::seconds(0));
       EXPECT_TRUE(c.finished);
@@ -240,11 +247,19 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
       EXPECT_GT(device.preemptions, 0u);
     }
     EXPECT_EQ(host.device_draws, 0u);
-    // Every token was drawn there, but the random requests' on the CPU.
-    std::uint64_t drawn = 0;
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-      if (gpu || i % 5 != 4) drawn += host.tokens[i].size();
-    EXPECT_EQ(device.device_draws, drawn);
+    // Every token was drawn there but the random requests' on the CPU and
+    // the plain greedy requests' in steps of such requests alone (their
+    // summary's argmax is the token: no draw).
+    std::uint64_t processed = 0, plain = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      if (i % 5 == 0) {
+        plain += host.tokens[i].size();
+      } else if (gpu || i % 5 != 4) {
+        processed += host.tokens[i].size();
+      }
+    }
+    EXPECT_GE(device.device_draws, processed);
+    EXPECT_LE(device.device_draws, processed + plain);
     ASSERT_EQ(device.tokens.size(), host.tokens.size());
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       ASSERT_EQ(device.tokens[i].size(), host.tokens[i].size()) << "request " << i;
@@ -447,9 +462,14 @@ TEST_F(ModelRunnerTest, CudaGraphReplayEqualsEager) {
   const Status captured = b.CaptureDecodeGraphs();
   ASSERT_TRUE(captured.ok()) << captured.ToString();
   EXPECT_EQ(b.captured_graphs(), ModelRunner::DecodeBuckets(kMaxSeqs).size());
+  EXPECT_EQ(b.graph_reduction(), "the rows' reduction inside them");
   const Result want = Run(a, jobs), got = Run(b, jobs);
   EXPECT_GT(b.stats().graph_replays, 5u);
   EXPECT_EQ(a.stats().graph_replays, 0u);
+  // Greedy rows alone: every replayed step's tokens came from the graph's
+  // own copy back, none of the eager runner's.
+  EXPECT_EQ(b.stats().sampler.reduced_with_forward, b.stats().graph_replays);
+  EXPECT_EQ(a.stats().sampler.reduced_with_forward, 0u);
   ASSERT_EQ(got.tokens, want.tokens);
   const ModelConfig& c = (*m)->config();
   const double bound = testing::RoundingBound(std::max<std::int64_t>({c.hidden_size, c.intermediate_size, 60}),
@@ -468,6 +488,17 @@ TEST_F(ModelRunnerTest, CudaDeviceSamplingEqualsTheHostSampler) {
   auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);  // CUDA workers are 16-bit
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ExpectDeviceSamplingEqualsHost(**m, SamplerPlacement::kAuto);
+}
+
+// The same with the decode steps replayed from CUDA graphs, which end with
+// the rows' reduction (Sampler's ReducedRows): the device's draws read the
+// graph's summary of the padded rows.
+TEST_F(ModelRunnerTest, CudaDeviceSamplingUnderGraphsEqualsTheHostSampler) {
+  const at::Device cuda("cuda:0");
+  if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto m = DecoderModel::Load(dir_->path(), DType::kBF16, Quantization::kNone, cuda);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectDeviceSamplingEqualsHost(**m, SamplerPlacement::kAuto, /*graphs=*/true);
 }
 
 // On a GPU: plain random sampling is drawn on the device, keyed by (seed,

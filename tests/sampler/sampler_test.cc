@@ -15,6 +15,7 @@
 
 #include "server/models/device.h"
 #include "server/sampler/host_sampler.h"
+#include "server/sampler/logits_summary.h"
 #include "server/sampler/step_sampling.h"
 #include "tests/common/float_bounds.h"
 #include "tests/sampler/step_plans.h"
@@ -122,6 +123,85 @@ TEST(Sampler, CudaHostPlacementEqualsTheHostSampler) {
   ExpectEqualsTheHostSampler(SamplerPlacement::kHost, at::Device("cuda:0"), 17 * std::ldexp(1.0, -16) + kLogprobBound);
 }
 
+// What a CUDA graph of a padded step hands the Sampler (ReducedRows): the
+// summary of all its rows and the host copy of its packed form
+// (LogitsSummary::packed's layout for all those rows: the bits of
+// logsumexp, max, max, then the argmax as int32); `waits` counts the
+// Sampler's waits for that copy.
+struct ForwardReduction {
+  ForwardReduction(const at::Tensor& padded, int& waits)
+      : summary(SummarizeLogits(padded)),
+        packed(at::cat({summary.logsumexp.view(at::kInt), summary.max.view(at::kInt), summary.max.view(at::kInt),
+                        summary.argmax.to(at::kInt)})),
+        reduced{summary, packed.data_ptr<std::int32_t>(), padded.size(0), [&waits] { ++waits; }} {}
+  LogitsSummary summary;
+  at::Tensor packed;
+  ReducedRows reduced;
+};
+
+// A step whose rows the forward already reduced (ReducedRows: what a CUDA
+// graph of a padded decode step ends with) gives what the Sampler's own
+// reduction gives: the plan's rows come first among `rows` (fillers after,
+// with other values, so reading a quarter of the packed copy at the wrong
+// stride changes the logprobs), greedy steps read the host copy after one
+// wait, steps drawn on the device use the summary's argmax and max on the
+// device; a reduction of fewer rows than the step's is an error.
+TEST(Sampler, RowsReducedWithTheForwardGiveWhatItsOwnReductionGives) {
+  for (SamplerPlacement placement : {SamplerPlacement::kHost, SamplerPlacement::kDevice}) {
+    SCOPED_TRACE(placement == SamplerPlacement::kHost ? "host" : "device");
+    Sampler sampler(kVocab, at::Device(at::kCPU), placement);
+    HostSampler oracle;
+    std::mt19937_64 rng(15);
+    const std::vector<RequestId> live = {1, 2, 3, 4};
+    const auto n = static_cast<std::int64_t>(live.size());
+    constexpr std::int64_t kPadded = 7;
+    int waits = 0;
+    for (int step = 0; step < 12; ++step) {
+      const StepPlan plan =
+          step == 0 ? OneRowEach(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : OneRowEach(live);
+      const at::Tensor padded = Logits(kPadded, rng);
+      const ForwardReduction forward(padded, waits);
+      sampler.Apply(plan);
+      auto got = sampler.Sample(plan, padded.narrow(0, 0, n), at::Tensor(), &forward.reduced);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      auto want = Oracle(oracle, plan, padded.narrow(0, 0, n).contiguous());
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      ExpectSame(*got, *want);
+    }
+    // On the host every step reads the copy; on the device every step has
+    // rows drawn there, whose numbers come back by their own copy.
+    const bool host = placement == SamplerPlacement::kHost;
+    EXPECT_EQ(sampler.stats().reduced_with_forward, host ? 12u : 0u);
+    EXPECT_EQ(waits, host ? 12 : 0);
+    // Plain greedy rows alone (the decode steps of most servers' traffic):
+    // the copy on either placement, nothing drawn.
+    const std::uint64_t draws = sampler.stats().device_draws;
+    const std::vector<RequestId> greedy = {5, 6};
+    const StepPlan first = OneRowEach(greedy, {Greedy(5), Greedy(6)});
+    for (int step = 0; step < 3; ++step) {
+      const StepPlan& plan = step == 0 ? first : OneRowEach(greedy);
+      const at::Tensor padded = Logits(kPadded, rng);
+      const ForwardReduction forward(padded, waits);
+      sampler.Apply(plan);
+      auto got = sampler.Sample(plan, padded.narrow(0, 0, 2), at::Tensor(), &forward.reduced);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      auto want = Oracle(oracle, plan, padded.narrow(0, 0, 2).contiguous());
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      ExpectSame(*got, *want);
+    }
+    EXPECT_EQ(sampler.stats().reduced_with_forward, host ? 15u : 3u);
+    EXPECT_EQ(sampler.stats().device_draws, draws);
+
+    const StepPlan plan = OneRowEach(live);
+    const at::Tensor three = Logits(3, rng);
+    const LogitsSummary summary = SummarizeLogits(three);
+    std::vector<std::int32_t> copy(12);
+    const ReducedRows fewer{summary, copy.data(), 3, [] {}};
+    sampler.Apply(plan);
+    EXPECT_FALSE(sampler.Sample(plan, Logits(n, rng), at::Tensor(), &fewer).ok());
+  }
+}
+
 TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
   std::mt19937_64 rng(9);
   for (SamplerPlacement placement : {SamplerPlacement::kAuto, SamplerPlacement::kHost, SamplerPlacement::kDevice}) {
@@ -134,6 +214,17 @@ TEST(Sampler, DrawsOnTheDeviceOnlyWhenPlacedThere) {
     const bool device = placement == SamplerPlacement::kDevice;
     EXPECT_EQ(sampler.device_sampling() != nullptr, device);
     EXPECT_EQ(sampler.stats().device_draws, device ? 2u : 0u);
+    // A step of plain greedy rows alone draws nothing anywhere: the
+    // summary's argmax is each row's token.
+    const StepPlan plain = OneRowEach({3, 4}, {Greedy(3), Greedy(4)});
+    sampler.Apply(plain);
+    const at::Tensor logits = Logits(2, rng);
+    auto out = sampler.Sample(plain, logits, at::Tensor());
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(sampler.stats().device_draws, device ? 2u : 0u);
+    const at::Tensor argmax = logits.argmax(1);
+    for (std::int64_t r = 0; r < 2; ++r)
+      EXPECT_EQ(out->tokens[static_cast<std::size_t>(r)].token, argmax[r].item<std::int64_t>());
   }
 }
 
