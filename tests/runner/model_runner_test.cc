@@ -224,7 +224,9 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
     Got out;
     out.preemptions = engine.stats().preemptions;
     out.device_draws = runner.stats().sampler.device_draws;
-    if (o.cuda_graphs) EXPECT_GT(runner.stats().graph_replays, 0u);
+    if (o.cuda_graphs) {
+      EXPECT_GT(runner.stats().graph_replays, 0u);
+    }
     for (const auto& s : streams) {
       StreamChunk c = s->Next(std::chrono::seconds(0));
       EXPECT_TRUE(c.finished);
