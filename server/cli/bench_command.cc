@@ -83,7 +83,8 @@ Runner AddBench(CLI::App& app) {
   sub->add_option("--sampler", *sampler,
                   "Where logits rows are processed and drawn: auto (the device's sampler on CUDA, the host "
                   "sampler on the CPU), host, or device (on the CPU: the device sampler's tensor code, greedy "
-                  "rows only)")
+                  "rows only). On any placement a step whose rows have nothing to process or report takes "
+                  "each row's argmax from the rows' summary (--presence-penalty gives every row an edit)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "host", "device"}));
   sub->add_option("--presence-penalty", o->presence_penalty,

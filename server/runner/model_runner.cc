@@ -463,7 +463,11 @@ Status ModelRunner::Impl::CaptureGraphs(bool reduce) {
     if (reduce) {
       packed = graph_packed.narrow(0, 0, 4 * b);
       argmax = graph_argmax.narrow(0, 0, b);
-      cuda::SummarizeRowsPackedInto(g->logits, packed, argmax);  // its warm-up
+      // Their warm-up: a check that fails, fails here, outside the capture
+      // (where it would leave the stream capturing).
+      cuda::SummarizeRowsPackedInto(g->logits, packed, argmax);
+      cuda::CopyToHostAsync(graph_host.data_ptr(), packed);
+      side.synchronize();
     }
     g->graph.capture_begin(pool);
     g->logits.copy_(model.ForwardPaged(step.batch, cache, nullptr));
