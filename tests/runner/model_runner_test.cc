@@ -181,7 +181,7 @@ void ModelRunnerTest::ExpectDeviceSamplingEqualsHost(const PagedModel& model, Sa
   auto run = [&](SamplerPlacement placement, int num_blocks) {
     RunnerOptions o = Options(true);
     o.sampling = placement;
-    o.cuda_graphs = graphs && placement == where;
+    o.cuda_graphs = graphs;  // both runs: logits from the same captured kernels
     ModelRunner runner(model, num_blocks, 4, o);
     if (o.cuda_graphs) {
       const Status captured = runner.CaptureDecodeGraphs();
@@ -492,9 +492,10 @@ TEST_F(ModelRunnerTest, CudaDeviceSamplingEqualsTheHostSampler) {
   ExpectDeviceSamplingEqualsHost(**m, SamplerPlacement::kAuto);
 }
 
-// The same with the decode steps replayed from CUDA graphs, which end with
-// the rows' reduction (Sampler's ReducedRows): the device's draws read the
-// graph's summary of the padded rows.
+// The same with the decode steps replayed from CUDA graphs in both runs,
+// which end with the rows' reduction (Sampler's ReducedRows): the device's
+// draws read the graph's summary of the padded rows, the host sampler its
+// copy back.
 TEST_F(ModelRunnerTest, CudaDeviceSamplingUnderGraphsEqualsTheHostSampler) {
   const at::Device cuda("cuda:0");
   if (!CheckDeviceUsable(cuda).ok()) GTEST_SKIP() << "no CUDA GPU visible";
