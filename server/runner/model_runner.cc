@@ -456,19 +456,18 @@ Status ModelRunner::Impl::CaptureGraphs(bool reduce) {
     RS_ASSIGN_OR_RETURN(Prepared step, Prepare(none, b));
     step.batch.max_context = tables.max_blocks() * block_size;
     model.ForwardPaged(step.batch, cache, nullptr);  // warm-up: lazy initialisations happen here
-    side.synchronize();
     auto g = std::make_unique<DecodeGraph>();
     g->logits = graph_logits.narrow(0, 0, b);
     at::Tensor packed, argmax;
     if (reduce) {
       packed = graph_packed.narrow(0, 0, 4 * b);
       argmax = graph_argmax.narrow(0, 0, b);
-      // Their warm-up: a check that fails, fails here, outside the capture
-      // (where it would leave the stream capturing).
+      // The reduction's warm-up too: a check that fails, fails here,
+      // outside the capture (where it would leave the stream capturing).
       cuda::SummarizeRowsPackedInto(g->logits, packed, argmax);
       cuda::CopyToHostAsync(graph_host.data_ptr(), packed);
-      side.synchronize();
     }
+    side.synchronize();
     g->graph.capture_begin(pool);
     g->logits.copy_(model.ForwardPaged(step.batch, cache, nullptr));
     if (reduce) {

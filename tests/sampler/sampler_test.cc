@@ -156,18 +156,20 @@ TEST(Sampler, RowsReducedWithTheForwardGiveWhatItsOwnReductionGives) {
     const auto n = static_cast<std::int64_t>(live.size());
     constexpr std::int64_t kPadded = 7;
     int waits = 0;
-    for (int step = 0; step < 12; ++step) {
-      const StepPlan plan =
-          step == 0 ? OneRowEach(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : OneRowEach(live);
+    // One step of `plan`'s rows, first among kPadded, against the oracle.
+    auto step_with = [&](const StepPlan& plan) {
+      const auto rows = static_cast<std::int64_t>(plan.sequences.size());
       const at::Tensor padded = Logits(kPadded, rng);
       const ForwardReduction forward(padded, waits);
       sampler.Apply(plan);
-      auto got = sampler.Sample(plan, padded.narrow(0, 0, n), at::Tensor(), &forward.reduced);
+      auto got = sampler.Sample(plan, padded.narrow(0, 0, rows), at::Tensor(), &forward.reduced);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
-      auto want = Oracle(oracle, plan, padded.narrow(0, 0, n).contiguous());
+      auto want = Oracle(oracle, plan, padded.narrow(0, 0, rows).contiguous());
       ASSERT_TRUE(want.ok()) << want.status().ToString();
       ExpectSame(*got, *want);
-    }
+    };
+    for (int step = 0; step < 12; ++step)
+      step_with(step == 0 ? OneRowEach(live, {Greedy(1), Greedy(2, 3), Random(3), Penalized(4)}) : OneRowEach(live));
     // On the host every step reads the copy; on the device every step has
     // rows drawn there, whose numbers come back by their own copy.
     const bool host = placement == SamplerPlacement::kHost;
@@ -177,18 +179,8 @@ TEST(Sampler, RowsReducedWithTheForwardGiveWhatItsOwnReductionGives) {
     // the copy on either placement, nothing drawn.
     const std::uint64_t draws = sampler.stats().device_draws;
     const std::vector<RequestId> greedy = {5, 6};
-    const StepPlan first = OneRowEach(greedy, {Greedy(5), Greedy(6)});
-    for (int step = 0; step < 3; ++step) {
-      const StepPlan& plan = step == 0 ? first : OneRowEach(greedy);
-      const at::Tensor padded = Logits(kPadded, rng);
-      const ForwardReduction forward(padded, waits);
-      sampler.Apply(plan);
-      auto got = sampler.Sample(plan, padded.narrow(0, 0, 2), at::Tensor(), &forward.reduced);
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
-      auto want = Oracle(oracle, plan, padded.narrow(0, 0, 2).contiguous());
-      ASSERT_TRUE(want.ok()) << want.status().ToString();
-      ExpectSame(*got, *want);
-    }
+    for (int step = 0; step < 3; ++step)
+      step_with(step == 0 ? OneRowEach(greedy, {Greedy(5), Greedy(6)}) : OneRowEach(greedy));
     EXPECT_EQ(sampler.stats().reduced_with_forward, host ? 15u : 3u);
     EXPECT_EQ(sampler.stats().device_draws, draws);
 
