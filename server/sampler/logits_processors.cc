@@ -26,6 +26,54 @@ void LogitBias::Describe(std::span<const TokenId>, LogitsEdit& edit) {
   for (auto [id, b] : bias_) edit.bias.emplace_back(static_cast<TokenId>(id), b);
 }
 
+AllowedTokens::AllowedTokens(std::vector<TokenId> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  ids_ = std::make_shared<const std::vector<TokenId>>(std::move(ids));
+}
+
+void AllowedTokens::Process(std::span<const TokenId>, std::span<float> logits) {
+  ApplyTokenMask(logits, /*allow_list=*/true, *ids_);
+}
+
+void AllowedTokens::Describe(std::span<const TokenId>, LogitsEdit& edit) {
+  edit = LogitsEdit{};
+  edit.masked = true;
+  edit.allow_list = true;
+  edit.ids = *ids_;
+  edit.keep = ids_;
+}
+
+BadWords::BadWords(std::vector<std::vector<TokenId>> sequences) : sequences_(std::move(sequences)) {}
+
+std::vector<TokenId> BadWords::Banned(std::span<const TokenId> generated) const {
+  std::vector<TokenId> out;
+  for (const auto& seq : sequences_) {
+    if (seq.empty()) continue;
+    const std::size_t prefix = seq.size() - 1;
+    if (prefix > generated.size()) continue;
+    if (std::equal(seq.begin(), seq.end() - 1, generated.end() - static_cast<std::ptrdiff_t>(prefix)))
+      out.push_back(seq.back());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void BadWords::Process(std::span<const TokenId> generated, std::span<float> logits) {
+  ApplyTokenMask(logits, /*allow_list=*/false, Banned(generated));
+}
+
+void BadWords::Describe(std::span<const TokenId> generated, LogitsEdit& edit) {
+  edit = LogitsEdit{};
+  auto banned = std::make_shared<const std::vector<TokenId>>(Banned(generated));
+  if (banned->empty()) return;
+  edit.masked = true;
+  edit.allow_list = false;
+  edit.ids = *banned;
+  edit.keep = std::move(banned);
+}
+
 ProcessorChain::ProcessorChain(std::vector<std::shared_ptr<LogitsProcessor>> parts) : parts_(std::move(parts)) {
   int biases = 0, others = 0;
   describable_ = true;

@@ -7,7 +7,7 @@ namespace ropeserve::service {
 Generation::Generation(Engine& engine, std::shared_ptr<RequestStream> stream, const GenerateOptions& options,
                        std::size_t prompt_size, std::shared_ptr<const tok::Tokenizer> tokenizer)
     : engine_(engine), stream_(std::move(stream)), options_(options), prompt_size_(prompt_size) {
-  if (tokenizer) detok_.emplace(std::move(tokenizer), /*skip_special_tokens=*/true);
+  if (tokenizer) detok_.emplace(std::move(tokenizer), options.skip_special_tokens);
   for (const auto& st : options.stop) {
     StopMatcher m;
     m.stop = st;
@@ -36,9 +36,12 @@ void Generation::SetNotify(std::function<void()> fn, bool call_if_ready) {
 void Generation::Release(Delta& out, bool all) {
   std::size_t end = text_.size();
   if (!all) {
-    // Hold back the longest tail of the text that begins some stop string.
+    // Hold back the longest tail of the text that begins some stop string
+    // (nothing when a stop string stays in the text: what comes before it
+    // is output either way, and it is too).
     std::size_t hold = 0;
-    for (const auto& m : stops_) hold = std::max(hold, m.state);
+    if (!options_.include_stop_str_in_output)
+      for (const auto& m : stops_) hold = std::max(hold, m.state);
     end -= std::min(hold, text_.size() - released_);
     // Never split a UTF-8 sequence (a stop string may start mid-character).
     while (end > released_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
@@ -55,8 +58,9 @@ StatusOr<bool> Generation::PushText(TokenId id) {
   text_ += piece;
   // Advance the stop automata over the new bytes; the earliest-starting
   // stop string completed in them (it may begin in earlier pieces) cuts
-  // the text. Stop strings count only from min_tokens on (as vLLM).
-  std::size_t cut = std::string::npos;
+  // the text (after it with include_stop_str_in_output). Stop strings
+  // count only from min_tokens on (as vLLM).
+  std::size_t cut = std::string::npos, end = 0;
   for (auto& m : stops_) {
     for (std::size_t i = before; i < text_.size(); ++i) {
       while (m.state > 0 && text_[i] != m.stop[m.state]) m.state = m.fail[m.state - 1];
@@ -64,6 +68,7 @@ StatusOr<bool> Generation::PushText(TokenId id) {
       if (m.state == m.stop.size()) {
         if (generated_ >= options_.min_tokens && i + 1 - m.stop.size() < cut) {
           cut = i + 1 - m.stop.size();
+          end = i + 1;
           stop_string_ = m.stop;
         }
         m.state = m.fail[m.state - 1];
@@ -71,7 +76,7 @@ StatusOr<bool> Generation::PushText(TokenId id) {
     }
   }
   if (cut == std::string::npos) return false;
-  text_.resize(std::max(cut, released_));
+  text_.resize(std::max(options_.include_stop_str_in_output ? end : cut, released_));
   return true;
 }
 

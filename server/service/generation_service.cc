@@ -77,6 +77,15 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   if (!options.logit_bias.empty()) {
     processors.push_back(std::make_shared<LogitBias>(options.logit_bias));
   }
+  if (!options.allowed_token_ids.empty()) {
+    std::vector<TokenId> ids;  // validated: in the vocabulary
+    for (auto id : options.allowed_token_ids) ids.push_back(static_cast<TokenId>(id));
+    processors.push_back(std::make_shared<AllowedTokens>(std::move(ids)));
+  }
+  if (!options.bad_words.empty()) {
+    RS_ASSIGN_OR_RETURN(auto sequences, BadWordSequences(options.bad_words));
+    processors.push_back(std::make_shared<BadWords>(std::move(sequences)));
+  }
   if (!options.constraint.empty()) {
     RS_ASSIGN_OR_RETURN(auto grammar, CompileConstraint(options.constraint));
     // One per choice: it follows its sequence's tokens.
@@ -104,6 +113,43 @@ StatusOr<std::unique_ptr<Generation>> GenerationService::Start(const std::vector
   if (admission == Admission::kWait && config_.engine_thread) RS_RETURN_IF_ERROR(stream->WaitAdmission());
   return std::unique_ptr<Generation>(
       new Generation(*engine_, std::move(stream), options, prompt_ids.size(), tokenizer_));
+}
+
+// vLLM's tokenization of bad words: each word without its leading
+// whitespace, and with one space before it when that gives as many tokens
+// and another first token (the word inside a text, for tokenizers that
+// mark spaces on the next word).
+StatusOr<std::vector<std::vector<TokenId>>> GenerationService::BadWordSequences(
+    const std::vector<std::string>& words) const {
+  if (!tokenizer_)
+    return FailedPrecondition("'bad_words' need the model's tokenizer.json, which this server has not loaded")
+        .WithParam("bad_words");
+  std::vector<std::vector<TokenId>> out;
+  std::size_t total = 0;
+  for (const std::string& word : words) {
+    const std::string bare = word.substr(std::min(word.size(), word.find_first_not_of(" \t\n\r\f\v")));
+    std::vector<TokenId> plain;
+    for (const bool space : {false, true}) {
+      RS_ASSIGN_OR_RETURN(tok::Encoding e, tokenizer_->Encode(space ? " " + bare : bare, /*add_special_tokens=*/false));
+      std::vector<TokenId> ids(e.ids.begin(), e.ids.end());
+      if (ids.empty()) continue;
+      if (!space) {
+        plain = ids;
+      } else if (plain.empty() || ids.size() != plain.size() || ids[0] == plain[0]) {
+        continue;
+      }
+      for (TokenId id : ids)
+        if (id < 0 || id >= config_.model.vocab_size)
+          return InvalidArgument("bad word '" + word.substr(0, 50) + "' has a token outside the model's vocabulary")
+              .WithParam("bad_words");
+      total += ids.size();
+      if (total > kMaxBadWordTokens)
+        return InvalidArgument("'bad_words' may come to at most " + std::to_string(kMaxBadWordTokens) + " tokens")
+            .WithParam("bad_words");
+      out.push_back(std::move(ids));
+    }
+  }
+  return out;
 }
 
 StatusOr<std::shared_ptr<const structured::CompiledGrammar>> GenerationService::CompileConstraint(

@@ -207,6 +207,9 @@ class GenerationService {
   GenerationService() = default;
   // Waits until `g` has output (offline: steps the engine until it has).
   Status AwaitOutput(Generation& g);
+  // The token sequences of bad words, as vLLM makes them (InvalidArgument
+  // past kMaxBadWordTokens; FailedPrecondition without a tokenizer).
+  StatusOr<std::vector<std::vector<TokenId>>> BadWordSequences(const std::vector<std::string>& words) const;
   // Reads `gens` to their ends (offline: stepping the engine between reads).
   StatusOr<std::vector<GenerateResult>> RunToEnd(std::vector<std::unique_ptr<Generation>>& gens,
                                                  const OnDelta& on_delta);

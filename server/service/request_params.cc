@@ -57,6 +57,54 @@ EndpointDefaults DefaultsFor(Endpoint e) {
   return {0.0, 16, 0};
 }
 
+// Stop strings and ids, and which tokens may be generated.
+Status ValidateStopsAndTokens(const GenerationFields& f, const Limits& limits, GenerateOptions& o) {
+  if (f.stop.size() > static_cast<std::size_t>(kMaxStopStrings))
+    return Bad("stop", "'stop' may hold at most " + std::to_string(kMaxStopStrings) + " strings");
+  for (const auto& st : f.stop) {
+    if (st.empty()) return Bad("stop", "'stop' strings must not be empty");
+    if (st.size() > kMaxStopStringBytes)
+      return Bad("stop", "'stop' strings may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long");
+  }
+  o.stop = f.stop;
+  if (f.stop_token_ids.size() > static_cast<std::size_t>(kMaxStopTokenIds))
+    return Bad("stop_token_ids", "'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids");
+  for (std::int64_t id : f.stop_token_ids) {
+    if (id < 0 || id >= limits.vocab_size)
+      return Bad("stop_token_ids", "stop token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  o.stop_token_ids = f.stop_token_ids;
+  o.include_stop_str_in_output = f.include_stop_str_in_output.value_or(false);
+  o.skip_special_tokens = f.skip_special_tokens.value_or(true);
+  if (f.allowed_token_ids) {
+    const std::vector<std::int64_t>& ids = *f.allowed_token_ids;
+    if (ids.empty()) return Bad("allowed_token_ids", "'allowed_token_ids' must not be empty");
+    if (ids.size() > kMaxAllowedTokenIds)
+      return Bad("allowed_token_ids",
+                 "'allowed_token_ids' may hold at most " + std::to_string(kMaxAllowedTokenIds) + " ids");
+    for (std::int64_t id : ids) {
+      if (id < 0 || id >= limits.vocab_size)
+        return Bad("allowed_token_ids", "allowed token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                            std::to_string(limits.vocab_size) + ")");
+    }
+    o.allowed_token_ids = ids;
+    std::sort(o.allowed_token_ids.begin(), o.allowed_token_ids.end());
+    o.allowed_token_ids.erase(std::unique(o.allowed_token_ids.begin(), o.allowed_token_ids.end()),
+                              o.allowed_token_ids.end());
+  }
+  if (f.bad_words.size() > static_cast<std::size_t>(kMaxBadWords))
+    return Bad("bad_words", "'bad_words' may hold at most " + std::to_string(kMaxBadWords) + " words");
+  for (const auto& w : f.bad_words) {
+    // vLLM strips the word's leading whitespace: what is left must be a word.
+    if (w.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+      return Bad("bad_words", "'bad_words' must hold words that are not empty or whitespace");
+    if (w.size() > kMaxStopStringBytes)
+      return Bad("bad_words", "'bad_words' may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long");
+  }
+  o.bad_words = f.bad_words;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidatePromptIds(const std::vector<std::int64_t>& ids, const Limits& limits, const std::string& param) {
@@ -154,22 +202,7 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
   o.ignore_eos = f.ignore_eos.value_or(false);
   o.speculative = f.speculative.value_or(true);
 
-  // Stops.
-  if (f.stop.size() > static_cast<std::size_t>(kMaxStopStrings))
-    return Bad("stop", "'stop' may hold at most " + std::to_string(kMaxStopStrings) + " strings");
-  for (const auto& st : f.stop) {
-    if (st.empty()) return Bad("stop", "'stop' strings must not be empty");
-    if (st.size() > kMaxStopStringBytes)
-      return Bad("stop", "'stop' strings may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long");
-  }
-  o.stop = f.stop;
-  if (f.stop_token_ids.size() > static_cast<std::size_t>(kMaxStopTokenIds))
-    return Bad("stop_token_ids", "'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids");
-  for (std::int64_t id : f.stop_token_ids) {
-    if (id < 0 || id >= limits.vocab_size)
-      return Bad("stop_token_ids", "stop token id " + std::to_string(id) + " is outside the vocabulary");
-  }
-  o.stop_token_ids = f.stop_token_ids;
+  RS_RETURN_IF_ERROR(ValidateStopsAndTokens(f, limits, o));
   RS_RETURN_IF_ERROR(CheckRange(f.priority, -kMaxPriority, kMaxPriority, "priority"));
   o.priority = static_cast<int>(f.priority.value_or(0));
   if (o.priority != 0 && !limits.priority_scheduling)
@@ -192,6 +225,10 @@ StatusOr<ValidatedGeneration> ValidateGeneration(const GenerationFields& f, Endp
     const std::string& param = f.constraint.param.empty() ? std::string("response_format") : f.constraint.param;
     if (o.ignore_eos) return Bad("ignore_eos", "'ignore_eos' cannot be combined with '" + param + "'");
     if (o.min_tokens > 0) return Bad("min_tokens", "'min_tokens' cannot be combined with '" + param + "'");
+    // Their masks and the grammar's could leave no token to choose.
+    if (!o.allowed_token_ids.empty())
+      return Bad("allowed_token_ids", "'allowed_token_ids' cannot be combined with '" + param + "'");
+    if (!o.bad_words.empty()) return Bad("bad_words", "'bad_words' cannot be combined with '" + param + "'");
     o.constraint = f.constraint;
   }
 

@@ -39,6 +39,19 @@ struct GenerateOptions {
   // token of `stop_token_ids` is produced.
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;
+  // The stop string that ended the text stays in it (vLLM's
+  // include_stop_str_in_output; nothing is then held back while streaming).
+  bool include_stop_str_in_output = false;
+  // The text leaves out special tokens (false: they are decoded too, as
+  // vLLM's skip_special_tokens=false).
+  bool skip_special_tokens = true;
+  // Only these token ids may be generated (vLLM's allowed_token_ids;
+  // sorted, distinct; empty = every token).
+  std::vector<std::int64_t> allowed_token_ids;
+  // Words that are never generated (vLLM's bad_words): the service turns
+  // each into token sequences and bans a sequence's last token where the
+  // output ends with the rest of it.
+  std::vector<std::string> bad_words;
   // Added to the logits of these token ids before sampling (OpenAI's
   // logit_bias: -100 bans a token, 100 all but forces it); logprobs are
   // still those of the model's raw logits.
@@ -101,6 +114,11 @@ constexpr std::size_t kMaxStopStringBytes = 256;
 constexpr int kMaxStopTokenIds = 64;
 constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxLogitBias = 1024;
+constexpr int kMaxBadWords = 128;                // bad_words (vLLM's GPU worker's limit)
+constexpr std::size_t kMaxBadWordTokens = 1024;  // their tokens, all sequences together (the same)
+// allowed_token_ids: at most this many ids (more is refused, whatever the
+// vocabulary; a client wanting more than a million tokens wants them all).
+constexpr std::size_t kMaxAllowedTokenIds = 1 << 20;
 constexpr std::size_t kMaxGuidedRegexBytes = 4096;  // guided_regex / OutputConstraint.regex
 constexpr std::size_t kMaxGuidedChoices = 1024;     // guided_choice / OutputConstraint.choice
 constexpr int kMaxPriority = 1000;                  // |priority| (vLLM's scheduling priority)
@@ -157,6 +175,10 @@ struct GenerationFields {
   std::optional<bool> speculative;  // unset: true
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;
+  std::optional<bool> include_stop_str_in_output;
+  std::optional<bool> skip_special_tokens;
+  std::optional<std::vector<std::int64_t>> allowed_token_ids;  // given: not empty
+  std::vector<std::string> bad_words;
   std::optional<std::int64_t> top_logprobs;  // alternatives per token (0 = the chosen token's logprob only)
   std::optional<std::int64_t> n;
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)

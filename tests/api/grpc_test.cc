@@ -194,6 +194,40 @@ TEST_F(GrpcApi, TextPromptStopStringsAndDecodedText) {
   ASSERT_TRUE(Call(stopping, &cut).ok());
   EXPECT_EQ(cut.finish_reason(), "stop");
   EXPECT_EQ(cut.text(), resp.text().substr(0, resp.text().find(resp.text().substr(2, 2))));
+  stopping.set_include_stop_str_in_output(true);
+  ASSERT_TRUE(Call(stopping, &cut).ok());
+  EXPECT_EQ(cut.finish_reason(), "stop");
+  EXPECT_EQ(cut.text(), resp.text().substr(0, resp.text().find(resp.text().substr(2, 2)) + 2));
+}
+
+// SamplingParams' allowed_token_ids and bad_words reach the engine; their
+// limits are the one validator's.
+TEST_F(GrpcApi, AllowedTokenIdsAndBadWords) {
+  v1::GenerateRequest req;
+  for (int id : {9, 8, 7}) req.add_prompt_ids(id);
+  req.set_max_tokens(6);
+  req.set_ignore_eos(true);
+  v1::GenerateResponse free_run;
+  ASSERT_TRUE(Call(req, &free_run).ok());
+  const std::int64_t first = free_run.token_ids(0);
+  v1::GenerateRequest allowed = req;
+  for (std::int64_t id : {first + 1 < 300 ? first + 1 : first - 1, std::int64_t{42}})
+    allowed.mutable_sampling()->add_allowed_token_ids(id);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Call(allowed, &resp).ok());
+  for (std::int64_t id : resp.token_ids()) EXPECT_TRUE(id == allowed.sampling().allowed_token_ids(0) || id == 42) << id;
+  allowed.mutable_sampling()->add_allowed_token_ids(300);
+  EXPECT_EQ(Call(allowed, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The greedy first token, as a word, is never generated.
+  v1::GenerateRequest bad = req;
+  const std::string word = *tokenizer_->Decode(std::vector<TokenId>{static_cast<TokenId>(first)}, true);
+  ASSERT_FALSE(word.empty());
+  bad.mutable_sampling()->add_bad_words(word);
+  ASSERT_TRUE(Call(bad, &resp).ok());
+  EXPECT_NE(resp.token_ids(0), first);
+  bad.mutable_sampling()->add_bad_words(" ");
+  EXPECT_EQ(Call(bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

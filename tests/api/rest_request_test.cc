@@ -55,6 +55,31 @@ TEST(RestRequest, UnsupportedOpenAiFieldsAreRefusedOnlyWhenTheyAskForSomething) 
             "");
 }
 
+TEST(RestRequest, VllmTokenAndOutputOptionsAreRead) {
+  auto b = ReadCompletionBody(R"({"prompt":"x","allowed_token_ids":[5,3],"bad_words":["a b","c"],)"
+                              R"("include_stop_str_in_output":true,"skip_special_tokens":false})");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->fields.allowed_token_ids, (std::vector<std::int64_t>{5, 3}));
+  EXPECT_EQ(b->fields.bad_words, (std::vector<std::string>{"a b", "c"}));
+  EXPECT_EQ(b->fields.include_stop_str_in_output, true);
+  EXPECT_EQ(b->fields.skip_special_tokens, false);
+  auto none = ReadChatBody(R"({"messages":[{"role":"user","content":"x"}],"allowed_token_ids":null})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->fields.allowed_token_ids.has_value());
+  EXPECT_TRUE(ReadSummarizeBody(R"({"text":"x","bad_words":["y"],"allowed_token_ids":[1]})").ok());
+  // An empty list is given (the validator refuses it), not absent.
+  auto empty = ReadCompletionBody(R"({"prompt":"x","allowed_token_ids":[]})");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->fields.allowed_token_ids.has_value());
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","allowed_token_ids":[1.5]})"), "allowed_token_ids");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","allowed_token_ids":"5"})"), "allowed_token_ids");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","bad_words":"w"})"), "bad_words");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","bad_words":[1]})"), "bad_words");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","include_stop_str_in_output":1})"),
+            "include_stop_str_in_output");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","skip_special_tokens":"no"})"), "skip_special_tokens");
+}
+
 // Every request field of OpenAI's API reference (2026-11) is honoured or
 // refused by name; none is unknown to the server. A new OpenAI field makes
 // this list grow and the test say which table (rest_request.cc) lacks it.

@@ -87,6 +87,47 @@ def test_greedy_outputs_agree_across_protocols(env):
     check(resp[-1].finish_reason == "length" and resp[-1].usage.completion_tokens == 16, resp[-1])
 
 
+def test_vllm_allowed_ids_and_kept_stop_strings(env):
+    s, g = env.main, env.g
+    body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True}
+    status, free, _ = post_json(s.http, "/v1/completions", body)
+    check(status == 200, free)
+    ids, text = free["choices"][0]["token_ids"], free["choices"][0]["text"]
+    # allowed_token_ids: every token is one of them (REST and gRPC alike).
+    allowed = sorted({ids[3], ids[7], 5})
+    status, only, _ = post_json(s.http, "/v1/completions", dict(body, allowed_token_ids=allowed))
+    check(status == 200 and set(only["choices"][0]["token_ids"]) <= set(allowed), only)
+    req = g.pb.GenerateRequest(prompt="Once upon a time", max_tokens=12, ignore_eos=True,
+                               sampling=g.pb.SamplingParams(allowed_token_ids=allowed))
+    resp = list(g.stub(s.grpc).Generate(req, timeout=HANG_GUARD_SECONDS))
+    check([t for m in resp for t in m.token_ids] == only["choices"][0]["token_ids"], "gRPC allowed ids differ")
+    status, err, _ = post_json(s.http, "/v1/completions", dict(body, allowed_token_ids=[]))
+    check(status == 400 and err["error"]["param"] == "allowed_token_ids", err)
+    # include_stop_str_in_output: the text ends with the stop string, unary
+    # and streamed alike.
+    # (A stop string of two characters of the output after its start,
+    # none of them a replacement character: those stand for bytes that are
+    # not UTF-8, which no stop string matches.)
+    starts = [i for i in range(2, len(text) - 1) if "\ufffd" not in text[i:i + 2]]
+    check(starts, text)
+    stop = text[starts[0]:starts[0] + 2]
+    kept = dict(body, stop=[stop], include_stop_str_in_output=True)
+    status, out, _ = post_json(s.http, "/v1/completions", kept)
+    want = text[:text.find(stop) + len(stop)]
+    check(status == 200 and out["choices"][0]["text"] == want, (stop, text, out))
+    check(out["choices"][0]["finish_reason"] == "stop", out)
+    status, events = stream(s.http, "/v1/completions", kept)
+    streamed = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1] if json.loads(e)["choices"])
+    check(streamed == want, (streamed, want))
+    # The render endpoint reports them as vLLM's SamplingParams.
+    status, rendered, _ = post_json(s.http, "/v1/completions/render",
+                                    dict(kept, allowed_token_ids=allowed, bad_words=["xyz"]))
+    sp = rendered[0]["sampling_params"] if status == 200 else {}
+    check(sp.get("include_stop_str_in_output") is True and sp.get("allowed_token_ids") == allowed
+          and sp.get("bad_words") == ["xyz"] and sp.get("skip_special_tokens") is True, rendered)
+
+
 def test_openai_streaming_details(env):
     s = env.main
     status, events = stream(s.http, "/v1/chat/completions", {

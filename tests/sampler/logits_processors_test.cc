@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
 
@@ -50,6 +51,42 @@ TEST(LogitsEdit, BiasThenMaskAsTheProcessorsDoIt) {
       {std::make_shared<Mask>(false, std::vector<TokenId>{3, 4}),
        std::make_shared<LogitBias>(std::vector<std::pair<std::int64_t, float>>{{3, 3.f}, {8, 1.f}})});
   ExpectEditEqualsProcess(mask_first, 32, 5);
+}
+
+TEST(LogitsEdit, AllowedTokensAndBadWordsAsEdits) {
+  AllowedTokens allowed({40, 1, 5, 5, 63, 70});  // unsorted, a duplicate, one past the row
+  ExpectEditEqualsProcess(allowed, 64, 6);
+  std::vector<float> row = RandomRow(64, 7);
+  allowed.Process({}, row);
+  for (std::size_t i = 0; i < row.size(); ++i)
+    EXPECT_EQ(std::isinf(row[i]), !(i == 1 || i == 5 || i == 40 || i == 63)) << i;
+
+  // "7" alone; "3 4"; "1 2 3 9": what is banned depends on the output's tail.
+  BadWords bad({{7}, {3, 4}, {1, 2, 3, 9}, {2, 3, 9}});
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{}), (std::vector<TokenId>{7}));
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{3}), (std::vector<TokenId>{4, 7}));
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{3, 5}), (std::vector<TokenId>{7}));
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{5, 1, 2, 3}), (std::vector<TokenId>{4, 7, 9}));
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{2, 3}), (std::vector<TokenId>{4, 7, 9}));
+  EXPECT_EQ(bad.Banned(std::vector<TokenId>{3, 2}), (std::vector<TokenId>{7}));
+  for (const std::vector<TokenId>& generated :
+       {std::vector<TokenId>{}, std::vector<TokenId>{3}, std::vector<TokenId>{0, 1, 2, 3}}) {
+    std::vector<float> processed = RandomRow(16, 8), edited = processed;
+    bad.Process(generated, processed);
+    LogitsEdit edit;
+    bad.Describe(generated, edit);
+    edit.ApplyTo(edited);
+    EXPECT_EQ(edited, processed);
+    for (TokenId id : bad.Banned(generated)) EXPECT_TRUE(std::isinf(processed[static_cast<std::size_t>(id)]));
+  }
+  BadWords none({{1, 2}});
+  LogitsEdit edit;
+  none.Describe(std::vector<TokenId>{5}, edit);
+  EXPECT_FALSE(edit.masked);  // nothing to ban after this output
+  // A bias and one of them make one edit.
+  ProcessorChain chain({std::make_shared<LogitBias>(std::vector<std::pair<std::int64_t, float>>{{5, 3.f}}),
+                        std::make_shared<AllowedTokens>(std::vector<TokenId>{5, 6})});
+  ExpectEditEqualsProcess(chain, 32, 9);
 }
 
 TEST(LogitsEdit, WhatCannotBeOneEditStaysOnTheHost) {

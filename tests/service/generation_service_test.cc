@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "server/service/input_processor.h"
@@ -113,6 +114,97 @@ TEST(GenerationService, TextAndStopStringsWithHoldBack) {
     if (!thread) {
       EXPECT_EQ(s->engine().pool().num_free(), 64);
     }
+  }
+}
+
+// vLLM's output and token options: the stop string kept in the text (and
+// nothing held back), special tokens in the text, allowed ids, bad words.
+TEST(GenerationService, VllmStopStringSpecialTokensAllowedIdsAndBadWords) {
+  auto tok = Qwen3();
+  ASSERT_NE(tok, nullptr);
+  const TokenId im_end = 151645;  // <|im_end|>, a special token
+  std::vector<TokenId> script = Script(*tok, "The answer is forty-two. END of the story.");
+  const std::size_t end_at = script.size();
+  script.push_back(im_end);
+  for (TokenId id : Script(*tok, " More")) script.push_back(id);
+  const auto ids = [&](std::size_t from, std::size_t to) {
+    return std::vector<std::int64_t>(&script[from], &script[to]);
+  };
+  for (bool thread : {false, true}) {
+    SCOPED_TRACE(thread ? "engine thread" : "offline");
+    auto s = Make(std::make_unique<ScriptedModel>(script, tok->VocabSize()), thread, tok);
+    ASSERT_NE(s, nullptr);
+    GenerationFields f;
+    f.max_tokens = static_cast<std::int64_t>(script.size());
+    f.ignore_eos = true;
+    auto run = [&](const GenerationFields& g, std::vector<std::string>* pieces = nullptr) {
+      auto r = s->GenerateBatch({{1, 2}}, testing::Validated(*s, g, kPromptLen), false,
+                                [&](std::size_t, const Generation::Delta& d) {
+                                  if (pieces != nullptr) pieces->push_back(d.text);
+                                });
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      return r.ok() ? (*r)[0] : GenerateResult{};
+    };
+    EXPECT_EQ(run(f).text, "The answer is forty-two. END of the story. More");
+    GenerationFields keep = f;
+    keep.skip_special_tokens = false;
+    EXPECT_EQ(run(keep).text, "The answer is forty-two. END of the story.<|im_end|> More");
+
+    GenerationFields stop = f;
+    stop.stop = {"END of"};
+    stop.include_stop_str_in_output = true;
+    std::vector<std::string> pieces;
+    const GenerateResult kept = run(stop, &pieces);
+    EXPECT_EQ(kept.text, "The answer is forty-two. END of");
+    std::string streamed;
+    for (const auto& p : pieces) streamed += p;
+    EXPECT_EQ(streamed, kept.text);
+    // Nothing is held back: " END" goes out before " of" completes the stop
+    // string (offline, each delta is one step's token).
+    if (!thread) {
+      EXPECT_NE(std::find(pieces.begin(), pieces.end(), " END"), pieces.end());
+    }
+    EXPECT_EQ(kept.finish_reason, "stop");
+    EXPECT_EQ(kept.stop_string, "END of");
+
+    GenerationFields allowed = f;
+    allowed.allowed_token_ids = std::vector<std::int64_t>{script[3], script[1], 9};
+    const GenerateResult a = run(allowed);
+    ASSERT_EQ(a.generated_ids.size(), script.size());
+    for (std::size_t k = 0; k < script.size(); ++k) {
+      // The script's token where allowed, else the lowest allowed id (the
+      // rest of the row ties).
+      const TokenId want = script[k] == script[1] || script[k] == script[3]
+                               ? script[k]
+                               : std::min<TokenId>(9, std::min(script[1], script[3]));
+      EXPECT_EQ(a.generated_ids[k], want) << k;
+    }
+
+    // " answer" is one token: banned wherever it comes, so the lowest id
+    // (0) takes its place. A longer word bans its last token after the rest
+    // of it: "the story" is tokenized alone and, as it has as many tokens
+    // after a space, as " the story" (the script's).
+    GenerationFields bad = f;
+    bad.bad_words = {"answer"};
+    std::vector<std::int64_t> want = ids(0, script.size());
+    ASSERT_EQ(Script(*tok, " answer"), std::vector<TokenId>{script[1]});
+    want[1] = 0;
+    EXPECT_EQ(run(bad).generated_ids, want);
+    const std::vector<TokenId> the_story = Script(*tok, " the story");
+    ASSERT_EQ(the_story.size(), Script(*tok, "the story").size());
+    const auto at = static_cast<std::size_t>(
+        std::search(script.begin(), script.end(), the_story.begin(), the_story.end()) - script.begin());
+    ASSERT_LT(at, end_at);
+    bad.bad_words = {" the story"};  // leading whitespace is dropped first
+    want = ids(0, script.size());
+    want[at + the_story.size() - 1] = 0;
+    EXPECT_EQ(run(bad).generated_ids, want);
+    // vLLM's rule keeps the spaced form only when it has as many tokens as
+    // the bare word: "forty-two" is 3 tokens, " forty-two" 2, so the word
+    // inside a text is not banned (as vLLM does).
+    ASSERT_NE(Script(*tok, "forty-two").size(), Script(*tok, " forty-two").size());
+    bad.bad_words = {"forty-two"};
+    EXPECT_EQ(run(bad).generated_ids, ids(0, script.size()));
   }
 }
 

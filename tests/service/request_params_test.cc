@@ -203,6 +203,54 @@ TEST(ValidateGeneration, LogitBiasAndPriority) {
   EXPECT_TRUE(V(f).ok());
 }
 
+TEST(ValidateGeneration, VllmAllowedIdsBadWordsAndOutputOptions) {
+  auto plain = V({});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->options().skip_special_tokens);
+  EXPECT_FALSE(plain->options().include_stop_str_in_output);
+  EXPECT_TRUE(plain->options().allowed_token_ids.empty());
+
+  GenerationFields f;
+  f.allowed_token_ids = std::vector<std::int64_t>{9, 3, 9, 499};
+  f.bad_words = {" hello", "two words"};
+  f.include_stop_str_in_output = true;
+  f.skip_special_tokens = false;
+  auto v = V(f);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->options().allowed_token_ids, (std::vector<std::int64_t>{3, 9, 499}));  // sorted, distinct
+  EXPECT_EQ(v->options().bad_words, f.bad_words);
+  EXPECT_TRUE(v->options().include_stop_str_in_output);
+  EXPECT_FALSE(v->options().skip_special_tokens);
+
+  auto with = [](auto change) {
+    GenerationFields g;
+    change(g);
+    return Param(V(g));
+  };
+  EXPECT_EQ(with([](auto& g) { g.allowed_token_ids = std::vector<std::int64_t>{}; }), "allowed_token_ids");
+  EXPECT_EQ(with([](auto& g) { g.allowed_token_ids = std::vector<std::int64_t>{1, 500}; }), "allowed_token_ids");
+  EXPECT_EQ(with([](auto& g) { g.allowed_token_ids = std::vector<std::int64_t>{-1}; }), "allowed_token_ids");
+  EXPECT_EQ(with([](auto& g) { g.allowed_token_ids = std::vector<std::int64_t>(kMaxAllowedTokenIds + 1, 1); }),
+            "allowed_token_ids");
+  EXPECT_EQ(with([](auto& g) { g.bad_words = {""}; }), "bad_words");
+  EXPECT_EQ(with([](auto& g) { g.bad_words = {" \t "}; }), "bad_words");
+  EXPECT_EQ(with([](auto& g) { g.bad_words = {std::string(kMaxStopStringBytes + 1, 'a')}; }), "bad_words");
+  EXPECT_EQ(with([](auto& g) { g.bad_words = std::vector<std::string>(kMaxBadWords + 1, "a"); }), "bad_words");
+  EXPECT_EQ(with([](auto& g) { g.bad_words = std::vector<std::string>(kMaxBadWords, "a"); }), "");
+  // Their masks and a grammar's could leave no token to choose.
+  structured::Constraint regex{structured::Constraint::Kind::kRegex, "a+", {}, "guided_regex"};
+  EXPECT_EQ(with([&](auto& g) {
+              g.constraint = regex;
+              g.allowed_token_ids = std::vector<std::int64_t>{1};
+            }),
+            "allowed_token_ids");
+  EXPECT_EQ(with([&](auto& g) {
+              g.constraint = regex;
+              g.bad_words = {"x"};
+            }),
+            "bad_words");
+}
+
 TEST(ValidateGeneration, ContextOverflowIsNamedAsOpenAiNamesIt) {
   GenerationFields f;
   f.max_tokens = 995;

@@ -35,6 +35,17 @@ void ReadSampling(const v1::SamplingParams& s, service::GenerationFields& f) {
     f.logit_bias.emplace_back(id, bias);
   }
   std::sort(f.logit_bias.begin(), f.logit_bias.end());
+  if (s.allowed_token_ids_size() > 0) {
+    f.allowed_token_ids.emplace();
+    for (const auto id : s.allowed_token_ids()) {
+      if (f.allowed_token_ids->size() > service::kMaxAllowedTokenIds) break;  // enough to be refused
+      f.allowed_token_ids->push_back(id);
+    }
+  }
+  for (const auto& w : s.bad_words()) {
+    if (f.bad_words.size() > static_cast<std::size_t>(service::kMaxBadWords)) break;
+    f.bad_words.push_back(w);
+  }
 }
 
 // The validator caps how many stop strings a request may have; copying
@@ -95,6 +106,8 @@ StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
     f.stop_token_ids.push_back(id);
   }
   RS_RETURN_IF_ERROR(ReadConstraint(req.constraint(), f.constraint));
+  if (req.include_stop_str_in_output()) f.include_stop_str_in_output = true;
+  if (req.has_skip_special_tokens()) f.skip_special_tokens = req.skip_special_tokens();
   if (!req.prompt().empty()) {
     if (req.prompt_ids_size() > 0)
       return InvalidArgument("give either prompt_ids or prompt, not both").WithParam("prompt");

@@ -67,7 +67,10 @@ json SamplingParamsJson(const GenerationBody& body, const service::ValidatedGene
           {"prompt_logprobs", o.prompt_logprobs ? json(*o.prompt_logprobs) : json(nullptr)},
           {"logit_bias", std::move(bias)},
           {"structured_outputs", std::move(structured)},
-          {"skip_special_tokens", true}};
+          {"skip_special_tokens", o.skip_special_tokens},
+          {"include_stop_str_in_output", o.include_stop_str_in_output},
+          {"allowed_token_ids", o.allowed_token_ids.empty() ? json(nullptr) : json(o.allowed_token_ids)},
+          {"bad_words", o.bad_words}};
 }
 
 // Each token's [start, end) in code points of `text` (what Python's str

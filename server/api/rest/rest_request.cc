@@ -16,7 +16,6 @@ using service::Endpoint;
 
 bool BestOfAboveOne(const ojson& v) { return !v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1); }
 bool NotTextModality(const ojson& v) { return !v.is_null() && v != ojson::array({"text"}); }
-bool NotSkippingSpecial(const ojson& v) { return !v.is_null() && v != true; }
 
 // Fields every generation endpoint reads (vLLM's sampling extensions
 // included).
@@ -43,7 +42,10 @@ constexpr Rule kSamplingRules[] = {
     {"safety_identifier", Kind::kIgnored},  // OpenAI's successor of `user`
     {"prompt_cache_key", Kind::kIgnored},   // the prefix cache needs no key
     {"priority", Kind::kRead},
-    {"skip_special_tokens", Kind::kUnsupported, NotSkippingSpecial},  // true is what ropeserve does
+    {"skip_special_tokens", Kind::kRead},
+    {"include_stop_str_in_output", Kind::kRead},
+    {"allowed_token_ids", Kind::kRead},
+    {"bad_words", Kind::kRead},
     {"logit_bias", Kind::kRead},
     {"response_format", Kind::kRead},
     {"guided_json", Kind::kRead},
@@ -140,6 +142,35 @@ Status ReadStopIds(const ojson& body, std::vector<std::int64_t>& out) {
   return Status::Ok();
 }
 
+// "allowed_token_ids": a non-empty list of token ids (the validator checks
+// the count and the vocabulary).
+Status ReadAllowedIds(const ojson& body, std::optional<std::vector<std::int64_t>>& out) {
+  auto it = body.find("allowed_token_ids");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  if (!it->is_array()) return Malformed("allowed_token_ids", "'allowed_token_ids' must be a list of token ids");
+  out.emplace();
+  for (const auto& v : *it) {
+    if (!v.is_number_integer())
+      return Malformed("allowed_token_ids", "'allowed_token_ids' must be a list of token ids");
+    if (out->size() > service::kMaxAllowedTokenIds) break;  // enough to be refused
+    out->push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX ? -1 : v.get<std::int64_t>());
+  }
+  return Status::Ok();
+}
+
+// "bad_words": a list of strings.
+Status ReadBadWords(const ojson& body, std::vector<std::string>& out) {
+  auto it = body.find("bad_words");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  if (!it->is_array()) return Malformed("bad_words", "'bad_words' must be a list of strings");
+  for (const auto& v : *it) {
+    if (!v.is_string()) return Malformed("bad_words", "'bad_words' must be a list of strings");
+    if (out.size() > static_cast<std::size_t>(service::kMaxBadWords)) break;  // enough to be refused
+    out.push_back(v.get<std::string>());
+  }
+  return Status::Ok();
+}
+
 // "logit_bias": {"<token id>": bias, ...} (OpenAI: keys are token ids
 // written as strings).
 Status ReadLogitBias(const ojson& body, std::vector<std::pair<std::int64_t, double>>& out) {
@@ -199,6 +230,10 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(Read(body, "speculative", f.speculative));
   RS_RETURN_IF_ERROR(ReadStop(body, f.stop));
   RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
+  RS_RETURN_IF_ERROR(Read(body, "include_stop_str_in_output", f.include_stop_str_in_output));
+  RS_RETURN_IF_ERROR(Read(body, "skip_special_tokens", f.skip_special_tokens));
+  RS_RETURN_IF_ERROR(ReadAllowedIds(body, f.allowed_token_ids));
+  RS_RETURN_IF_ERROR(ReadBadWords(body, f.bad_words));
   RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));
   RS_RETURN_IF_ERROR(Read(body, "priority", f.priority));
   RS_RETURN_IF_ERROR(ReadConstraint(body, f.constraint));
