@@ -78,6 +78,14 @@ std::vector<TokenId> Script(const tok::Tokenizer& t, const std::string& text) {
   return std::vector<TokenId>(e->ids.begin(), e->ids.end());
 }
 
+// Options that generate the whole script (past any EOS in it).
+GenerationFields WholeScript(const std::vector<TokenId>& script) {
+  GenerationFields f;
+  f.max_tokens = static_cast<std::int64_t>(script.size());
+  f.ignore_eos = true;
+  return f;
+}
+
 TEST(GenerationService, TextAndStopStringsWithHoldBack) {
   auto tok = Qwen3();
   ASSERT_NE(tok, nullptr);
@@ -88,9 +96,7 @@ TEST(GenerationService, TextAndStopStringsWithHoldBack) {
     SCOPED_TRACE(thread ? "engine thread" : "offline");
     auto s = Make(std::make_unique<ScriptedModel>(script, tok->VocabSize()), thread, tok);
     ASSERT_NE(s, nullptr);
-    GenerationFields f;
-    f.max_tokens = static_cast<std::int64_t>(script.size());
-    f.ignore_eos = true;
+    GenerationFields f = WholeScript(script);
     auto whole = s->Generate({1, 2}, testing::Validated(*s, f, kPromptLen));
     ASSERT_TRUE(whole.ok()) << whole.status().ToString();
     EXPECT_EQ(whole->text, text);
@@ -127,16 +133,12 @@ TEST(GenerationService, VllmStopStringSpecialTokensAllowedIdsAndBadWords) {
   const std::size_t end_at = script.size();
   script.push_back(im_end);
   for (TokenId id : Script(*tok, " More")) script.push_back(id);
-  const auto ids = [&](std::size_t from, std::size_t to) {
-    return std::vector<std::int64_t>(&script[from], &script[to]);
-  };
+  const std::vector<std::int64_t> whole(script.begin(), script.end());
   for (bool thread : {false, true}) {
     SCOPED_TRACE(thread ? "engine thread" : "offline");
     auto s = Make(std::make_unique<ScriptedModel>(script, tok->VocabSize()), thread, tok);
     ASSERT_NE(s, nullptr);
-    GenerationFields f;
-    f.max_tokens = static_cast<std::int64_t>(script.size());
-    f.ignore_eos = true;
+    GenerationFields f = WholeScript(script);
     auto run = [&](const GenerationFields& g, std::vector<std::string>* pieces = nullptr) {
       auto r = s->GenerateBatch({{1, 2}}, testing::Validated(*s, g, kPromptLen), false,
                                 [&](std::size_t, const Generation::Delta& d) {
@@ -186,7 +188,7 @@ TEST(GenerationService, VllmStopStringSpecialTokensAllowedIdsAndBadWords) {
     // after a space, as " the story" (the script's).
     GenerationFields bad = f;
     bad.bad_words = {"answer"};
-    std::vector<std::int64_t> want = ids(0, script.size());
+    std::vector<std::int64_t> want = whole;
     ASSERT_EQ(Script(*tok, " answer"), std::vector<TokenId>{script[1]});
     want[1] = 0;
     EXPECT_EQ(run(bad).generated_ids, want);
@@ -196,7 +198,7 @@ TEST(GenerationService, VllmStopStringSpecialTokensAllowedIdsAndBadWords) {
         std::search(script.begin(), script.end(), the_story.begin(), the_story.end()) - script.begin());
     ASSERT_LT(at, end_at);
     bad.bad_words = {" the story"};  // leading whitespace is dropped first
-    want = ids(0, script.size());
+    want = whole;
     want[at + the_story.size() - 1] = 0;
     EXPECT_EQ(run(bad).generated_ids, want);
     // vLLM's rule keeps the spaced form only when it has as many tokens as
@@ -204,7 +206,7 @@ TEST(GenerationService, VllmStopStringSpecialTokensAllowedIdsAndBadWords) {
     // inside a text is not banned (as vLLM does).
     ASSERT_NE(Script(*tok, "forty-two").size(), Script(*tok, " forty-two").size());
     bad.bad_words = {"forty-two"};
-    EXPECT_EQ(run(bad).generated_ids, ids(0, script.size()));
+    EXPECT_EQ(run(bad).generated_ids, whole);
   }
 }
 

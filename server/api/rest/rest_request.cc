@@ -129,31 +129,21 @@ Status ReadStop(const ojson& body, std::vector<std::string>& out) {
   return Status::Ok();
 }
 
-Status ReadStopIds(const ojson& body, std::vector<std::int64_t>& out) {
-  auto it = body.find("stop_token_ids");
+// A list of token ids under `key` (stop_token_ids, allowed_token_ids),
+// copied up to one more than `cap`: enough for the validator to refuse it.
+// `given`: whether the field is there and not null (an empty list is given).
+Status ReadIds(const ojson& body, const std::string& key, std::size_t cap, std::vector<std::int64_t>& out,
+               bool* given = nullptr) {
+  auto it = body.find(key);
   if (it == body.end() || it->is_null()) return Status::Ok();
-  if (!it->is_array()) return Malformed("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+  const std::string message = "'" + key + "' must be a list of token ids";
+  if (!it->is_array()) return Malformed(key, message);
+  if (given != nullptr) *given = true;
   for (const auto& v : *it) {
-    if (!v.is_number_integer()) return Malformed("stop_token_ids", "'stop_token_ids' must be a list of token ids");
-    if (out.size() > static_cast<std::size_t>(service::kMaxStopTokenIds)) break;  // enough to be refused
+    if (!v.is_number_integer()) return Malformed(key, message);
+    if (out.size() > cap) break;
     // Beyond int64: outside the vocabulary anyway.
     out.push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX ? -1 : v.get<std::int64_t>());
-  }
-  return Status::Ok();
-}
-
-// "allowed_token_ids": a non-empty list of token ids (the validator checks
-// the count and the vocabulary).
-Status ReadAllowedIds(const ojson& body, std::optional<std::vector<std::int64_t>>& out) {
-  auto it = body.find("allowed_token_ids");
-  if (it == body.end() || it->is_null()) return Status::Ok();
-  if (!it->is_array()) return Malformed("allowed_token_ids", "'allowed_token_ids' must be a list of token ids");
-  out.emplace();
-  for (const auto& v : *it) {
-    if (!v.is_number_integer())
-      return Malformed("allowed_token_ids", "'allowed_token_ids' must be a list of token ids");
-    if (out->size() > service::kMaxAllowedTokenIds) break;  // enough to be refused
-    out->push_back(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX ? -1 : v.get<std::int64_t>());
   }
   return Status::Ok();
 }
@@ -229,10 +219,13 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   RS_RETURN_IF_ERROR(Read(body, "ignore_eos", f.ignore_eos));
   RS_RETURN_IF_ERROR(Read(body, "speculative", f.speculative));
   RS_RETURN_IF_ERROR(ReadStop(body, f.stop));
-  RS_RETURN_IF_ERROR(ReadStopIds(body, f.stop_token_ids));
+  RS_RETURN_IF_ERROR(ReadIds(body, "stop_token_ids", service::kMaxStopTokenIds, f.stop_token_ids));
   RS_RETURN_IF_ERROR(Read(body, "include_stop_str_in_output", f.include_stop_str_in_output));
   RS_RETURN_IF_ERROR(Read(body, "skip_special_tokens", f.skip_special_tokens));
-  RS_RETURN_IF_ERROR(ReadAllowedIds(body, f.allowed_token_ids));
+  bool allowed_given = false;
+  std::vector<std::int64_t> allowed;
+  RS_RETURN_IF_ERROR(ReadIds(body, "allowed_token_ids", service::kMaxAllowedTokenIds, allowed, &allowed_given));
+  if (allowed_given) f.allowed_token_ids = std::move(allowed);
   RS_RETURN_IF_ERROR(ReadBadWords(body, f.bad_words));
   RS_RETURN_IF_ERROR(ReadLogitBias(body, f.logit_bias));
   RS_RETURN_IF_ERROR(Read(body, "priority", f.priority));
