@@ -28,8 +28,14 @@ StatusOr<PreparedGeneration> PrepareGeneration(const GenerationService& service,
       }
     }
   }
+  // vLLM's truncate_prompt_tokens: the last k tokens (after the template
+  // and the special tokens, as vLLM).
+  RS_ASSIGN_OR_RETURN(std::optional<std::size_t> keep, PromptTruncation(r.fields, service.limits()));
   std::vector<std::size_t> lengths;
-  for (const auto& p : prompts) lengths.push_back(p.size());
+  for (auto& p : prompts) {
+    if (keep && p.size() > *keep) p.erase(p.begin(), p.end() - static_cast<std::ptrdiff_t>(*keep));
+    lengths.push_back(p.size());
+  }
   RS_ASSIGN_OR_RETURN(ValidatedGeneration v,
                       ValidateGeneration(r.fields, r.endpoint, lengths, service.limits(), r.timeout_seconds));
   return PreparedGeneration{std::move(prompts), std::move(rendered_chat), v.WithTrace(r.trace)};

@@ -107,6 +107,15 @@ Status ValidateStopsAndTokens(const GenerationFields& f, const Limits& limits, G
 
 }  // namespace
 
+StatusOr<std::optional<std::size_t>> PromptTruncation(const GenerationFields& f, const Limits& limits) {
+  if (!f.truncate_prompt_tokens) return std::optional<std::size_t>();
+  const std::int64_t k = *f.truncate_prompt_tokens == -1 ? limits.max_model_len : *f.truncate_prompt_tokens;
+  if (k < 1 || k > limits.max_model_len)
+    return Bad("truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 (the context length) or between 1 and " +
+                                             std::to_string(limits.max_model_len));
+  return std::optional<std::size_t>(static_cast<std::size_t>(k));
+}
+
 Status ValidatePromptIds(const std::vector<std::int64_t>& ids, const Limits& limits, const std::string& param) {
   if (ids.empty()) return Bad(param, "the prompt is empty");
   for (std::int64_t id : ids) {

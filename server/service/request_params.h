@@ -184,6 +184,10 @@ struct GenerationFields {
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // (token id, bias)
   std::optional<std::int64_t> priority;                     // lower runs first; [-kMaxPriority, kMaxPriority]
   std::optional<std::int64_t> prompt_logprobs;              // alternatives per prompt token (0-20)
+  // Only the prompt's last k tokens are kept (vLLM's truncate_prompt_tokens;
+  // -1 = the context length): applied by PrepareGeneration, before
+  // ValidateGeneration sees the prompts' lengths.
+  std::optional<std::int64_t> truncate_prompt_tokens;
   // The server's own priority for the request, which wins over `priority`;
   // never read from a request (batch lines run at kBatchPriority).
   std::optional<int> server_priority;
@@ -248,6 +252,10 @@ class ValidatedGeneration {
   int n_ = 1;
   std::size_t longest_prompt_ = 0;
 };
+
+// vLLM's truncate_prompt_tokens: how many of a prompt's last tokens to keep
+// (nullopt: all). -1 is the context length; else 1 to the context length.
+StatusOr<std::optional<std::size_t>> PromptTruncation(const GenerationFields& fields, const Limits& limits);
 
 // Token-id prompts: non-empty, every id in [0, vocab_size). `param` names
 // the field in errors ("prompt", "prompt_ids").

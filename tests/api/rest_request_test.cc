@@ -78,6 +78,13 @@ TEST(RestRequest, VllmTokenAndOutputOptionsAreRead) {
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","include_stop_str_in_output":1})"),
             "include_stop_str_in_output");
   EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","skip_special_tokens":"no"})"), "skip_special_tokens");
+  // truncate_prompt_tokens: completions and chat (a summary chunks its text).
+  EXPECT_EQ(ReadCompletionBody(R"({"prompt":"x","truncate_prompt_tokens":-1})")->fields.truncate_prompt_tokens, -1);
+  EXPECT_EQ(ReadChatBody(R"({"messages":[{"role":"user","content":"x"}],"truncate_prompt_tokens":8})")
+                ->fields.truncate_prompt_tokens,
+            8);
+  EXPECT_EQ(Refused(ReadSummarizeBody, R"({"text":"x","truncate_prompt_tokens":8})"), "truncate_prompt_tokens");
+  EXPECT_EQ(Refused(ReadCompletionBody, R"({"prompt":"x","truncate_prompt_tokens":"8"})"), "truncate_prompt_tokens");
 }
 
 // Every request field of OpenAI's API reference (2026-11) is honoured or

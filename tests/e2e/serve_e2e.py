@@ -120,12 +120,26 @@ def test_vllm_allowed_ids_and_kept_stop_strings(env):
     status, events = stream(s.http, "/v1/completions", kept)
     streamed = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1] if json.loads(e)["choices"])
     check(streamed == want, (streamed, want))
-    # The render endpoint reports them as vLLM's SamplingParams.
+    # truncate_prompt_tokens: the prompt's last tokens only.
+    prompt_ids = free["choices"][0]["prompt_token_ids"]
+    check(len(prompt_ids) > 2, free)
+    status, cut, _ = post_json(s.http, "/v1/completions", dict(body, truncate_prompt_tokens=2))
+    check(status == 200 and cut["choices"][0]["prompt_token_ids"] == prompt_ids[-2:]
+          and cut["usage"]["prompt_tokens"] == 2, cut)
+    status, err, _ = post_json(s.http, "/v1/completions", dict(body, truncate_prompt_tokens=0))
+    check(status == 400 and err["error"]["param"] == "truncate_prompt_tokens", err)
+    # The render endpoint reports them as vLLM's SamplingParams, with the
+    # kept tokens and their offsets in the prompt.
     status, rendered, _ = post_json(s.http, "/v1/completions/render",
-                                    dict(kept, allowed_token_ids=allowed, bad_words=["xyz"]))
-    sp = rendered[0]["sampling_params"] if status == 200 else {}
+                                    dict(kept, allowed_token_ids=allowed, bad_words=["xyz"], truncate_prompt_tokens=2,
+                                         return_token_offsets=True))
+    check(status == 200, rendered)
+    sp = rendered[0]["sampling_params"]
     check(sp.get("include_stop_str_in_output") is True and sp.get("allowed_token_ids") == allowed
-          and sp.get("bad_words") == ["xyz"] and sp.get("skip_special_tokens") is True, rendered)
+          and sp.get("bad_words") == ["xyz"] and sp.get("skip_special_tokens") is True
+          and sp.get("truncate_prompt_tokens") == 2, rendered)
+    check(rendered[0]["token_ids"] == prompt_ids[-2:] and len(rendered[0]["token_offsets"]) == 2
+          and rendered[0]["token_offsets"][-1][1] == len("Once upon a time"), rendered)
 
 
 def test_openai_streaming_details(env):

@@ -401,5 +401,51 @@ TEST(InputProcessor, PreparesTextChatAndIdPromptsForEveryEndpoint) {
   EXPECT_EQ(PrepareGeneration(*service, text).status().param(), "temperature");
 }
 
+// vLLM's truncate_prompt_tokens: each prompt's last k tokens, after the
+// special tokens and the chat template; the validator sees the cut lengths.
+TEST(InputProcessor, TruncatePromptTokensKeepsTheLastTokens) {
+  auto tok = Qwen3();
+  ASSERT_NE(tok, nullptr);
+  auto service = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 151936), false, tok);
+  ASSERT_NE(service, nullptr);
+  const auto long_text = tok->Encode("one two three four five six seven", true)->ids;
+  ASSERT_GT(long_text.size(), 4u);
+  GenerationRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  r.prompts = {Prompt{std::string("one two three four five six seven"), {}}, Prompt{std::nullopt, {5, 6}}};
+  r.fields.truncate_prompt_tokens = 3;
+  auto p = PrepareGeneration(*service, r);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(long_text.end() - 3, long_text.end()));
+  EXPECT_EQ(p->prompts[1], (std::vector<std::int64_t>{5, 6}));  // shorter: as it is
+  EXPECT_EQ(p->generation.longest_prompt(), 3u);
+
+  // A prompt longer than the context fits once cut (max_model_len 64).
+  r.prompts = {Prompt{std::nullopt, std::vector<std::int64_t>(100, 7)}};
+  r.fields.truncate_prompt_tokens.reset();
+  EXPECT_EQ(PrepareGeneration(*service, r).status().reason(), "context_length_exceeded");
+  r.fields.truncate_prompt_tokens = 60;
+  r.fields.max_tokens = 4;
+  p = PrepareGeneration(*service, r);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->prompts[0].size(), 60u);
+  // -1 is the context length, which leaves no room to generate.
+  r.fields.truncate_prompt_tokens = -1;
+  EXPECT_EQ(PrepareGeneration(*service, r).status().reason(), "context_length_exceeded");
+  for (std::int64_t bad : {0, -2, 65}) {
+    r.fields.truncate_prompt_tokens = bad;
+    EXPECT_EQ(PrepareGeneration(*service, r).status().param(), "truncate_prompt_tokens") << bad;
+  }
+
+  GenerationRequest chat;
+  chat.chat = ChatPrompt{nlohmann::ordered_json::parse(R"([{"role":"user","content":"Hi there"}])")};
+  chat.endpoint = Endpoint::kChat;
+  chat.fields.truncate_prompt_tokens = 2;
+  p = PrepareGeneration(*service, chat);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const auto rendered = tok->Encode(p->rendered_chat, false)->ids;
+  EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(rendered.end() - 2, rendered.end()));
+}
+
 }  // namespace
 }  // namespace ropeserve::service

@@ -251,6 +251,23 @@ TEST(ValidateGeneration, VllmAllowedIdsBadWordsAndOutputOptions) {
             "bad_words");
 }
 
+TEST(PromptTruncation, MinusOneIsTheContextElseOneToIt) {
+  const Limits l = TestLimits();
+  auto keep = [&](std::optional<std::int64_t> k) {
+    GenerationFields f;
+    f.truncate_prompt_tokens = k;
+    return PromptTruncation(f, l);
+  };
+  ASSERT_TRUE(keep(std::nullopt).ok());
+  EXPECT_FALSE(keep(std::nullopt)->has_value());
+  EXPECT_EQ(**keep(-1), 1000u);
+  EXPECT_EQ(**keep(1), 1u);
+  EXPECT_EQ(**keep(1000), 1000u);
+  for (std::int64_t bad :
+       {std::int64_t{0}, std::int64_t{-2}, std::int64_t{1001}, std::numeric_limits<std::int64_t>::min()})
+    EXPECT_EQ(keep(bad).status().param(), "truncate_prompt_tokens") << bad;
+}
+
 TEST(ValidateGeneration, ContextOverflowIsNamedAsOpenAiNamesIt) {
   GenerationFields f;
   f.max_tokens = 995;

@@ -108,6 +108,7 @@ StatusOr<GrpcGenerate> ReadGenerate(const v1::GenerateRequest& req) {
   RS_RETURN_IF_ERROR(ReadConstraint(req.constraint(), f.constraint));
   if (req.include_stop_str_in_output()) f.include_stop_str_in_output = true;
   if (req.has_skip_special_tokens()) f.skip_special_tokens = req.skip_special_tokens();
+  if (req.has_truncate_prompt_tokens()) f.truncate_prompt_tokens = req.truncate_prompt_tokens();
   if (!req.prompt().empty()) {
     if (req.prompt_ids_size() > 0)
       return InvalidArgument("give either prompt_ids or prompt, not both").WithParam("prompt");

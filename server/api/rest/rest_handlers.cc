@@ -90,13 +90,14 @@ StatusOr<RestReply> Completions(service::GenerationService& service, const RestR
   const bool logprobs = body.logprobs, return_token_ids = body.return_token_ids, echo = body.echo;
   const bool vllm_prompt_logprobs = body.prompt_logprobs;
   // Each prompt, shared by its choices. Echo: its text as given
-  // (token-id prompts: decoded, special tokens kept).
+  // (token-id prompts, and prompts cut by truncate_prompt_tokens: the
+  // tokens kept, decoded, special tokens kept).
   std::vector<std::shared_ptr<CompletionPrompt>> shared(prompts.size());
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     shared[p] = std::make_shared<CompletionPrompt>();
     shared[p]->ids = prompts[p];
     if (!echo) continue;
-    if (body.prompts[p].text) {
+    if (body.prompts[p].text && !body.fields.truncate_prompt_tokens) {
       shared[p]->echo_text = *body.prompts[p].text;
     } else if (service.tokenizer() != nullptr) {
       RS_ASSIGN_OR_RETURN(shared[p]->echo_text, service.Detokenize(prompts[p], /*skip_special_tokens=*/false));

@@ -70,19 +70,26 @@ json SamplingParamsJson(const GenerationBody& body, const service::ValidatedGene
           {"skip_special_tokens", o.skip_special_tokens},
           {"include_stop_str_in_output", o.include_stop_str_in_output},
           {"allowed_token_ids", o.allowed_token_ids.empty() ? json(nullptr) : json(o.allowed_token_ids)},
-          {"bad_words", o.bad_words}};
+          {"bad_words", o.bad_words},
+          {"truncate_prompt_tokens",
+           body.fields.truncate_prompt_tokens ? json(*body.fields.truncate_prompt_tokens) : json(nullptr)}};
 }
 
 // Each token's [start, end) in code points of `text` (what Python's str
 // indexes, as vLLM's token_offsets), when asked and the prompt is text;
-// null otherwise (token-id prompts have no text).
-StatusOr<json> TokenOffsets(const service::GenerationService& service, const RenderOptions& render,
-                            const std::string* text, bool add_special_tokens, std::size_t expected) {
+// null otherwise (token-id prompts have no text). A prompt cut by
+// truncate_prompt_tokens has the offsets of its last `expected` tokens.
+StatusOr<json> TokenOffsets(const service::GenerationService& service, const GenerationBody& body,
+                            const RenderOptions& render, const std::string* text, bool add_special_tokens,
+                            std::size_t expected) {
   if (!render.return_token_offsets || text == nullptr || service.tokenizer() == nullptr) return json(nullptr);
   RS_ASSIGN_OR_RETURN(tok::Encoding e, service.tokenizer()->Encode(*text, add_special_tokens));
-  if (e.offsets.size() != expected) return Internal("the prompt's offsets do not match its tokens");
+  const bool truncated = body.fields.truncate_prompt_tokens.has_value();
+  if (e.offsets.size() < expected || (!truncated && e.offsets.size() != expected))
+    return Internal("the prompt's offsets do not match its tokens");
   json out = json::array();
-  for (const tok::Offsets& o : e.offsets) out.push_back({o.start, o.end});
+  for (std::size_t i = e.offsets.size() - expected; i < e.offsets.size(); ++i)
+    out.push_back({e.offsets[i].start, e.offsets[i].end});
   return out;
 }
 
@@ -114,7 +121,8 @@ StatusOr<RestReply> RenderCompletions(service::GenerationService& service, const
   for (std::size_t p = 0; p < prepared.prompts.size(); ++p) {
     const std::vector<std::int64_t>& ids = prepared.prompts[p];
     const std::string* text = in.body.prompts[p].text ? &*in.body.prompts[p].text : nullptr;
-    RS_ASSIGN_OR_RETURN(json offsets, TokenOffsets(service, in.render, text, /*add_special_tokens=*/true, ids.size()));
+    RS_ASSIGN_OR_RETURN(json offsets,
+                        TokenOffsets(service, in.body, in.render, text, /*add_special_tokens=*/true, ids.size()));
     std::string id = in.render.request_id.empty()   ? service.NextRequestId("cmpl")
                      : prepared.prompts.size() == 1 ? in.render.request_id
                                                     : in.render.request_id + "-" + std::to_string(p);
@@ -133,7 +141,7 @@ StatusOr<RestReply> RenderChatCompletions(service::GenerationService& service, c
   RS_ASSIGN_OR_RETURN(const service::PreparedGeneration prepared,
                       service::PrepareGeneration(service, ChatInput(in.body, request)));
   const std::vector<std::int64_t>& ids = prepared.prompts[0];
-  RS_ASSIGN_OR_RETURN(json offsets, TokenOffsets(service, in.render, &prepared.rendered_chat,
+  RS_ASSIGN_OR_RETURN(json offsets, TokenOffsets(service, in.body, in.render, &prepared.rendered_chat,
                                                  /*add_special_tokens=*/false, ids.size()));
   std::string id = in.render.request_id.empty() ? service.NextRequestId("chatcmpl") : in.render.request_id;
   RestReply reply;

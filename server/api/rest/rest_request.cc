@@ -57,8 +57,13 @@ constexpr Rule kSamplingRules[] = {
     {"best_of", Kind::kUnsupported, BestOfAboveOne},
 };
 constexpr Rule kCompletionRules[] = {
-    {"prompt", Kind::kRead},          {"n", Kind::kRead},    {"logprobs", Kind::kRead},
-    {"prompt_logprobs", Kind::kRead}, {"echo", Kind::kRead}, {"suffix", Kind::kUnsupported, NotEmpty},
+    {"prompt", Kind::kRead},
+    {"n", Kind::kRead},
+    {"logprobs", Kind::kRead},
+    {"prompt_logprobs", Kind::kRead},
+    {"echo", Kind::kRead},
+    {"suffix", Kind::kUnsupported, NotEmpty},
+    {"truncate_prompt_tokens", Kind::kRead},
 };
 constexpr Rule kChatRules[] = {
     {"messages", Kind::kRead},
@@ -66,6 +71,7 @@ constexpr Rule kChatRules[] = {
     {"logprobs", Kind::kRead},
     {"top_logprobs", Kind::kRead},
     {"prompt_logprobs", Kind::kRead},
+    {"truncate_prompt_tokens", Kind::kRead},
     {"max_completion_tokens", Kind::kRead},
     {"add_generation_prompt", Kind::kRead},
     {"chat_template_kwargs", Kind::kRead},
@@ -233,6 +239,7 @@ Status ReadGeneration(const ojson& body, Endpoint endpoint, GenerationBody& g) {
   if (endpoint != Endpoint::kSummarize) {
     RS_RETURN_IF_ERROR(Read(body, "n", f.n));
     RS_RETURN_IF_ERROR(Read(body, "prompt_logprobs", f.prompt_logprobs));
+    RS_RETURN_IF_ERROR(Read(body, "truncate_prompt_tokens", f.truncate_prompt_tokens));
     g.prompt_logprobs = f.prompt_logprobs.has_value();
   }
   if (endpoint == Endpoint::kChat) {
