@@ -61,9 +61,10 @@ class BadWords final : public LogitsProcessor {
 
 // Several processors in order. Describable when every part is, at most one
 // is a LogitBias and at most one is something else (a mask: what the
-// service builds, unless a request asks for both allowed ids and bad words): a bias and a mask commute (the mask's -inf
-// absorbs any finite bias), so the edit's order, bias then mask, is the chain's; two masks or two biases on one id
-// would not fit one edit.
+// service builds, unless a request asks for both allowed ids and bad
+// words): a bias and a mask commute (the mask's -inf absorbs any finite
+// bias), so the edit's order, bias then mask, is the chain's; two masks or
+// two biases on one id would not fit one edit.
 class ProcessorChain final : public LogitsProcessor {
  public:
   explicit ProcessorChain(std::vector<std::shared_ptr<LogitsProcessor>> parts);
