@@ -180,7 +180,13 @@ class GenerationService {
       "Summarize the following text concisely, in a few sentences.";
   StatusOr<std::vector<std::int64_t>> SummaryPrompt(const std::string& text, const std::string& instruction) const;
   // FailedPrecondition naming what is missing when there is no tokenizer.
-  StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens) const;
+  // `keep_last` > 0: at most that many tokens, the text's first ones cut
+  // and the added special tokens kept (transformers' truncation=True,
+  // max_length=keep_last, truncation_side="left": vLLM's
+  // truncate_prompt_tokens on a text prompt); InvalidArgument when the
+  // special tokens alone take keep_last.
+  StatusOr<std::vector<std::int64_t>> Tokenize(const std::string& text, bool add_special_tokens,
+                                               std::size_t keep_last = 0) const;
   // The text of token ids; the same FailedPrecondition without a tokenizer,
   // InvalidArgument for an id outside its vocabulary.
   StatusOr<std::string> Detokenize(const std::vector<std::int64_t>& ids, bool skip_special_tokens) const;

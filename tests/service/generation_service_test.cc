@@ -401,8 +401,9 @@ TEST(InputProcessor, PreparesTextChatAndIdPromptsForEveryEndpoint) {
   EXPECT_EQ(PrepareGeneration(*service, text).status().param(), "temperature");
 }
 
-// vLLM's truncate_prompt_tokens: each prompt's last k tokens, after the
-// special tokens and the chat template; the validator sees the cut lengths.
+// vLLM's truncate_prompt_tokens: at most k tokens, cut from the left after
+// the chat template (a text prompt keeps its added special tokens); the
+// validator sees the cut lengths.
 TEST(InputProcessor, TruncatePromptTokensKeepsTheLastTokens) {
   auto tok = Qwen3();
   ASSERT_NE(tok, nullptr);
@@ -436,6 +437,27 @@ TEST(InputProcessor, TruncatePromptTokensKeepsTheLastTokens) {
     r.fields.truncate_prompt_tokens = bad;
     EXPECT_EQ(PrepareGeneration(*service, r).status().param(), "truncate_prompt_tokens") << bad;
   }
+
+  // A tokenizer that adds BOS keeps it, as transformers' left truncation
+  // (vLLM's) does: BOS and the text's last k - 1 tokens.
+  auto llama = tok::Tokenizer::FromPath(std::string(ROPESERVE_TEST_DATA) + "/tokenizers/llama2");
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  auto with_bos = Make(std::make_unique<ScriptedModel>(std::vector<TokenId>{}, 32000), false, *llama);
+  ASSERT_NE(with_bos, nullptr);
+  const auto full = (*llama)->Encode("one two three four five six seven", true)->ids;
+  ASSERT_EQ(full[0], 1);  // <s>
+  r.prompts = {Prompt{std::string("one two three four five six seven"), {}}};
+  r.fields.truncate_prompt_tokens = 3;
+  p = PrepareGeneration(*with_bos, r);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->prompts[0], (std::vector<std::int64_t>{1, full[full.size() - 2], full.back()}));
+  r.fields.truncate_prompt_tokens = 1;  // BOS alone would fill it
+  EXPECT_EQ(PrepareGeneration(*with_bos, r).status().param(), "truncate_prompt_tokens");
+  r.prompts = {Prompt{std::nullopt, std::vector<std::int64_t>(full.begin(), full.end())}};
+  r.fields.truncate_prompt_tokens = 3;  // ids are cut as they are
+  p = PrepareGeneration(*with_bos, r);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->prompts[0], std::vector<std::int64_t>(full.end() - 3, full.end()));
 
   GenerationRequest chat;
   chat.chat = ChatPrompt{nlohmann::ordered_json::parse(R"([{"role":"user","content":"Hi there"}])")};
