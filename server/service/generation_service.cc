@@ -302,25 +302,32 @@ StatusOr<std::vector<std::int64_t>> GenerationService::Tokenize(const std::strin
   }
   RS_ASSIGN_OR_RETURN(tok::Encoding e, tokenizer_->Encode(text, add_special_tokens));
   if (keep_last == 0 || e.ids.size() <= keep_last) return std::vector<std::int64_t>(e.ids.begin(), e.ids.end());
+  RS_ASSIGN_OR_RETURN(const std::vector<std::size_t> kept, KeptByLeftTruncation(e, keep_last));
+  std::vector<std::int64_t> out;
+  out.reserve(kept.size());
+  for (std::size_t i : kept) out.push_back(e.ids[i]);
+  return out;
+}
+
+StatusOr<std::vector<std::size_t>> KeptByLeftTruncation(const tok::Encoding& e, std::size_t keep_last) {
   // What the tokenizer's left truncation keeps, without its overflowing
   // windows (copies of the whole text we would throw away): the added
   // special tokens (sequence id -1) where they are, and the text's last
   // keep_last - (their number) tokens.
   const auto added = static_cast<std::size_t>(std::count(e.sequence_ids.begin(), e.sequence_ids.end(), -1));
-  if (added >= keep_last)
+  if (e.ids.size() > keep_last && added >= keep_last)
     return InvalidArgument("'truncate_prompt_tokens' (" + std::to_string(keep_last) + ") leaves no room next to the " +
                            std::to_string(added) + " special tokens the tokenizer adds")
         .WithParam("truncate_prompt_tokens");
-  std::size_t drop = e.ids.size() - keep_last;  // the text's first tokens
-  std::vector<std::int64_t> out;
-  out.reserve(keep_last);
+  std::size_t drop = e.ids.size() > keep_last ? e.ids.size() - keep_last : 0;  // the text's first tokens
+  std::vector<std::size_t> out;
   for (std::size_t i = 0; i < e.ids.size(); ++i) {
     const bool special = i < e.sequence_ids.size() && e.sequence_ids[i] == -1;
     if (!special && drop > 0) {
       --drop;
       continue;
     }
-    out.push_back(e.ids[i]);
+    out.push_back(i);
   }
   return out;
 }

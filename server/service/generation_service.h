@@ -101,6 +101,13 @@ struct GenerationServiceConfig {
   std::string execution = "eager";
 };
 
+// The positions of `e` that a left truncation to `keep_last` tokens keeps
+// (transformers' truncation_side="left": the added special tokens and the
+// text's last tokens); InvalidArgument naming truncate_prompt_tokens when
+// the special tokens alone take keep_last. GenerationService::Tokenize's
+// ids and the render endpoints' offsets both come from it.
+StatusOr<std::vector<std::size_t>> KeptByLeftTruncation(const tok::Encoding& e, std::size_t keep_last);
+
 class GenerationService {
  public:
   // Builds the engine over `executor` (owned) and, with engine_thread,

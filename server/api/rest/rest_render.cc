@@ -11,6 +11,8 @@
 // error, and the ids are the ones the engine would be given.
 #include <nlohmann/json.hpp>
 
+#include <numeric>
+
 #include "server/api/rest/rest_handlers.h"
 #include "server/api/rest/rest_request.h"
 #include "server/common/json_text.h"
@@ -78,18 +80,21 @@ json SamplingParamsJson(const GenerationBody& body, const service::ValidatedGene
 // Each token's [start, end) in code points of `text` (what Python's str
 // indexes, as vLLM's token_offsets), when asked and the prompt is text;
 // null otherwise (token-id prompts have no text). A prompt cut by
-// truncate_prompt_tokens has the offsets of its last `expected` tokens.
+// truncate_prompt_tokens has the offsets of the tokens it kept.
 StatusOr<json> TokenOffsets(const service::GenerationService& service, const GenerationBody& body,
                             const RenderOptions& render, const std::string* text, bool add_special_tokens,
                             std::size_t expected) {
   if (!render.return_token_offsets || text == nullptr || service.tokenizer() == nullptr) return json(nullptr);
   RS_ASSIGN_OR_RETURN(tok::Encoding e, service.tokenizer()->Encode(*text, add_special_tokens));
-  const bool truncated = body.fields.truncate_prompt_tokens.has_value();
-  if (e.offsets.size() < expected || (!truncated && e.offsets.size() != expected))
+  std::vector<std::size_t> kept(e.offsets.size());
+  std::iota(kept.begin(), kept.end(), std::size_t{0});
+  if (body.fields.truncate_prompt_tokens) {
+    RS_ASSIGN_OR_RETURN(kept, service::KeptByLeftTruncation(e, expected));  // the tokens the prompt kept
+  }
+  if (kept.size() != expected || e.offsets.size() != e.ids.size())
     return Internal("the prompt's offsets do not match its tokens");
   json out = json::array();
-  for (std::size_t i = e.offsets.size() - expected; i < e.offsets.size(); ++i)
-    out.push_back({e.offsets[i].start, e.offsets[i].end});
+  for (std::size_t i : kept) out.push_back({e.offsets[i].start, e.offsets[i].end});
   return out;
 }
 
